@@ -1,0 +1,423 @@
+package main
+
+// #include <stdint.h>
+// #include <stdlib.h>
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/internal/logging"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// engineSlot is a C-visible engine: created empty by mc_engine_create and
+// started by mc_engine_initialize.
+type engineSlot struct {
+	mu      sync.Mutex
+	e       *transfer.Engine
+	lastErr string
+}
+
+var engines handleTable[*engineSlot]
+
+func (s *engineSlot) engine() *transfer.Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.e
+}
+
+// fail records err as the slot's last error and returns its error number.
+func (s *engineSlot) fail(err error) C.int {
+	s.mu.Lock()
+	s.lastErr = err.Error()
+	s.mu.Unlock()
+	slog.Debug("capi: engine call failed", "err", err)
+	return C.int(transfer.CodeOf(err))
+}
+
+func slotOf(h C.uint64_t) *engineSlot {
+	s, _ := engines.get(uint64(h))
+	return s
+}
+
+// liveEngine returns the slot and its started engine, or nil.
+func liveEngine(h C.uint64_t) (*engineSlot, *transfer.Engine) {
+	s := slotOf(h)
+	if s == nil {
+		return nil, nil
+	}
+	return s, s.engine()
+}
+
+//export mc_engine_create
+func mc_engine_create() C.uint64_t {
+	return C.uint64_t(engines.put(&engineSlot{}))
+}
+
+//export mc_engine_initialize
+func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.char) C.int {
+	s := slotOf(h)
+	if s == nil {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	if s.engine() != nil {
+		return s.fail(fmt.Errorf("engine already initialized"))
+	}
+	e, err := transfer.New(transfer.Config{
+		LocalHostname:  C.GoString(localHostname),
+		MetadataServer: C.GoString(metadataServer),
+		Protocol:       C.GoString(protocol),
+	})
+	if err != nil {
+		return s.fail(err)
+	}
+	s.mu.Lock()
+	s.e = e
+	s.mu.Unlock()
+	return 0
+}
+
+//export mc_engine_destroy
+func mc_engine_destroy(h C.uint64_t) {
+	if s, ok := engines.take(uint64(h)); ok {
+		if e := s.engine(); e != nil {
+			e.Close()
+		}
+	}
+}
+
+//export mc_engine_last_error
+func mc_engine_last_error(h C.uint64_t) *C.char {
+	s := slotOf(h)
+	if s == nil {
+		return C.CString("unknown engine handle")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return C.CString(s.lastErr)
+}
+
+//export mc_engine_get_rpc_port
+func mc_engine_get_rpc_port(h C.uint64_t) C.int {
+	if _, e := liveEngine(h); e != nil {
+		return C.int(e.RPCPort())
+	}
+	return -1
+}
+
+//export mc_engine_segment_name
+func mc_engine_segment_name(h C.uint64_t) *C.char {
+	if _, e := liveEngine(h); e != nil {
+		return C.CString(e.Name())
+	}
+	return nil
+}
+
+//export mc_engine_allocate_managed_buffer
+func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) C.uint64_t {
+	s, e := liveEngine(h)
+	if e == nil {
+		return 0
+	}
+	addr, err := e.AllocateManagedBuffer(uint64(length))
+	if err != nil {
+		s.fail(err)
+		return 0
+	}
+	return C.uint64_t(addr)
+}
+
+//export mc_engine_free_managed_buffer
+func mc_engine_free_managed_buffer(h C.uint64_t, addr C.uint64_t) C.int {
+	s, e := liveEngine(h)
+	if e == nil {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	if err := e.FreeManagedBuffer(uintptr(addr)); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+//export mc_engine_register_memory
+func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int, location *C.char) C.int {
+	s, e := liveEngine(h)
+	if e == nil || n < 0 {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	a, l := u64s(addrs, n), u64s(lengths, n)
+	if len(a) != int(n) || len(l) != int(n) {
+		return s.fail(fmt.Errorf("null address or length array"))
+	}
+	ptrs := make([]uintptr, n)
+	for i := range ptrs {
+		ptrs[i] = uintptr(a[i])
+	}
+	if err := e.BatchRegisterLocalMemory(ptrs, l, C.GoString(location)); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+//export mc_engine_unregister_memory
+func mc_engine_unregister_memory(h C.uint64_t, addrs *C.uint64_t, n C.int) C.int {
+	s, e := liveEngine(h)
+	if e == nil || n < 0 {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	ptrs := make([]uintptr, n)
+	for i, a := range u64s(addrs, n) {
+		ptrs[i] = uintptr(a)
+	}
+	if err := e.BatchUnregisterLocalMemory(ptrs); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+// requests builds n requests of one opcode from C arrays.
+func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) ([]transfer.Request, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("empty batch")
+	}
+	if opcode != C.int(transfer.OpRead) && opcode != C.int(transfer.OpWrite) {
+		return nil, fmt.Errorf("bad opcode %d", opcode)
+	}
+	b, p, l := u64s(buffers, n), u64s(peerAddrs, n), u64s(lengths, n)
+	if len(b) != int(n) || len(p) != int(n) || len(l) != int(n) {
+		return nil, fmt.Errorf("null buffer, address or length array")
+	}
+	reqs := make([]transfer.Request, n)
+	for i := range reqs {
+		reqs[i] = transfer.Request{Opcode: transfer.Opcode(opcode), Source: uintptr(b[i]), TargetOffset: p[i], Length: l[i]}
+	}
+	return reqs, nil
+}
+
+//export mc_engine_transfer_sync
+func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int, notifyName, notifyMsg *C.char) C.int {
+	s, e := liveEngine(h)
+	if e == nil {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n)
+	if err != nil {
+		return s.fail(err)
+	}
+	tgt := C.GoString(target)
+	if err := e.TransferSync(tgt, reqs); err != nil {
+		return s.fail(err)
+	}
+	if notifyName != nil {
+		if err := e.SendNotify(tgt, transfer.Notify{Name: C.GoString(notifyName), Msg: C.GoString(notifyMsg)}); err != nil {
+			return s.fail(err)
+		}
+	}
+	return 0
+}
+
+//export mc_engine_transfer_async
+func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) C.uint64_t {
+	s, e := liveEngine(h)
+	if e == nil {
+		return 0
+	}
+	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n)
+	if err != nil {
+		s.fail(err)
+		return 0
+	}
+	seg, err := e.OpenSegment(C.GoString(target))
+	if err != nil {
+		s.fail(err)
+		return 0
+	}
+	for i := range reqs {
+		reqs[i].Target = seg
+	}
+	id, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		s.fail(err)
+		return 0
+	}
+	if err := e.SubmitTransfer(id, reqs); err != nil {
+		e.FreeBatch(id)
+		s.fail(err)
+		return 0
+	}
+	return C.uint64_t(id)
+}
+
+//export mc_engine_wait_batches
+func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) C.int {
+	s, e := liveEngine(h)
+	if e == nil || n < 0 {
+		return -1
+	}
+	rc := C.int(0)
+	for _, id := range u64s(ids, n) {
+		st, err := e.WaitBatch(transfer.BatchID(id))
+		if err != nil {
+			s.fail(err)
+			rc = -1
+			continue
+		}
+		e.FreeBatch(transfer.BatchID(id))
+		if st.Status != transfer.StatusCompleted {
+			s.fail(fmt.Errorf("batch %d: %s", id, st.Status))
+			rc = -1
+		}
+	}
+	return rc
+}
+
+//export mc_engine_check_batch
+func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) C.int {
+	s, e := liveEngine(h)
+	if e == nil {
+		return -1
+	}
+	st, err := e.BatchStatus(transfer.BatchID(id))
+	if err != nil {
+		s.fail(err)
+		return -1
+	}
+	switch st.Status {
+	case transfer.StatusCompleted:
+		e.FreeBatch(transfer.BatchID(id))
+		return 1
+	case transfer.StatusFailed, transfer.StatusTimeout:
+		// The batch is final only once every task is; until then it
+		// reads as pending so it can still be freed afterwards.
+		if e.FreeBatch(transfer.BatchID(id)) != nil {
+			return 0
+		}
+		if st.Status == transfer.StatusTimeout {
+			return -2
+		}
+		return -1
+	default:
+		return 0
+	}
+}
+
+//export mc_engine_first_buffer_address
+func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) C.uint64_t {
+	s, e := liveEngine(h)
+	if e == nil {
+		return 0
+	}
+	seg, err := e.OpenSegment(C.GoString(segment))
+	if err != nil {
+		s.fail(err)
+		return 0
+	}
+	d, err := e.SegmentDescriptor(seg)
+	if err != nil || len(d.Buffers) == 0 {
+		return 0
+	}
+	return C.uint64_t(d.Buffers[0].Addr)
+}
+
+//export mc_engine_get_notifies
+func mc_engine_get_notifies(h C.uint64_t) *C.char {
+	_, e := liveEngine(h)
+	if e == nil {
+		return nil
+	}
+	ns := e.GetNotifies()
+	if ns == nil {
+		ns = []transfer.Notify{}
+	}
+	b, _ := json.Marshal(ns)
+	return C.CString(string(b))
+}
+
+//export mc_engine_send_notify
+func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) C.int {
+	s, e := liveEngine(h)
+	if e == nil {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	if err := e.SendNotify(C.GoString(target), transfer.Notify{Name: C.GoString(name), Msg: C.GoString(msg)}); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+//export mc_engine_send_probe
+func mc_engine_send_probe(h C.uint64_t, peer *C.char) C.int {
+	s, e := liveEngine(h)
+	if e == nil {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	if err := e.Probe(C.GoString(peer)); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+// mc_local_topology describes the host for placement: one entry per NUMA
+// node, "cpu:N": [preferred NICs, available NICs]. This engine has no RDMA
+// NICs, so both lists are empty.
+//
+//export mc_local_topology
+func mc_local_topology() *C.char {
+	nodes, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
+	ids := []string{}
+	for _, n := range nodes {
+		ids = append(ids, strings.TrimPrefix(filepath.Base(n), "node"))
+	}
+	if len(ids) == 0 {
+		ids = []string{"0"}
+	}
+	sort.Strings(ids)
+	topo := map[string][2][]string{}
+	for _, id := range ids {
+		topo["cpu:"+id] = [2][]string{{}, {}}
+	}
+	b, _ := json.Marshal(topo)
+	return C.CString(string(b))
+}
+
+// u64s views a C array of n uint64 as a Go slice (no copy).
+func u64s(p *C.uint64_t, n C.int) []uint64 {
+	if p == nil || n <= 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n))
+}
+
+func init() { logging.Setup() }
+
+//export mc_engine_write_local
+func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, length C.uint64_t) C.int {
+	s, e := liveEngine(h)
+	if e == nil || (src == nil && length > 0) {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	if err := e.WriteLocal(uintptr(addr), unsafe.Slice((*byte)(src), int(length))); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+//export mc_engine_read_local
+func mc_engine_read_local(h C.uint64_t, addr C.uint64_t, dst unsafe.Pointer, length C.uint64_t) C.int {
+	s, e := liveEngine(h)
+	if e == nil || (dst == nil && length > 0) {
+		return C.int(transfer.CodeInvalidArgument)
+	}
+	if err := e.ReadLocal(uintptr(addr), unsafe.Slice((*byte)(dst), int(length))); err != nil {
+		return s.fail(err)
+	}
+	return 0
+}

@@ -1,0 +1,114 @@
+// Command mooncake_http_metadata_server serves the upstream-compatible HTTP
+// metadata store that Transfer Engines use with a metadata server of the
+// form "http://host:port/metadata". It keeps everything in memory.
+//
+// Usage:
+//
+//	mooncake_http_metadata_server [--host 0.0.0.0] [--port 8080]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/metaserver"
+)
+
+// shutdownTimeout bounds how long in-flight requests may finish on a stop
+// signal.
+const shutdownTimeout = 5 * time.Second
+
+// usageError is a command-line error; main exits 2 on it, as flag does.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	err := run(os.Args[1:], os.Stderr, stop)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, new(usageError)):
+		os.Exit(2) // flag has already printed the error and usage
+	default:
+		fmt.Fprintln(os.Stderr, "mooncake_http_metadata_server:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, serves until a value arrives on stop, then shuts down
+// gracefully. Usage and logs go to out. It returns flag.ErrHelp for --help.
+func run(args []string, out io.Writer, stop <-chan os.Signal) error {
+	fs := flag.NewFlagSet("mooncake_http_metadata_server", flag.ContinueOnError)
+	fs.SetOutput(out)
+	port := fs.Int("port", 8080, "TCP port to listen on")
+	host := fs.String("host", "0.0.0.0", "address to bind")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [--host HOST] [--port PORT]\n\n"+
+			"Serves the Mooncake HTTP metadata store (GET/PUT/DELETE /metadata?key=K, GET /health)\n"+
+			"from memory.\n\nFlags:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(out, "unexpected arguments: %q\n", fs.Args())
+		fs.Usage()
+		return usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+	}
+	if *port < 0 || *port > 65535 {
+		err := fmt.Errorf("invalid port %d", *port)
+		fmt.Fprintln(out, err)
+		return usageError{err}
+	}
+
+	log := slog.New(slog.NewTextHandler(out, nil))
+	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           metaserver.New(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("HTTP metadata server started", "addr", ln.Addr().String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case sig := <-stop:
+		log.Info("HTTP metadata server stopping", "signal", fmt.Sprint(sig))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("HTTP metadata server stopped")
+	return nil
+}

@@ -1,0 +1,142 @@
+// Package testutil holds helpers shared by tests across the module: it
+// starts the real services (etcd) that tests run against.
+package testutil
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// etcdReadyTimeout bounds how long StartEtcd waits for etcd to serve.
+const etcdReadyTimeout = 10 * time.Second
+
+// StartEtcd starts a single-member etcd on free loopback ports with a
+// temporary data directory, waits until it is healthy, and returns its
+// client endpoint ("http://127.0.0.1:PORT"). The process is killed and
+// reaped in t.Cleanup. The test is skipped when no etcd binary is on PATH
+// (Debian: apt-get install etcd-server).
+func StartEtcd(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Skip("etcd not found on PATH; install it (Debian: apt-get install etcd-server) to run this test")
+	}
+	ports := FreePorts(t, 2)
+	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	dataDir := t.TempDir()
+
+	cmd := exec.Command(bin,
+		"--name", "default",
+		"--data-dir", dataDir,
+		"--listen-client-urls", client,
+		"--advertise-client-urls", client,
+		"--listen-peer-urls", peer,
+		"--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "default="+peer,
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", "mooncake-test",
+	)
+	out := &syncBuffer{}
+	cmd.Stdout = out
+	cmd.Stderr = out
+	setProcAttr(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	// Registered after t.TempDir, so it runs first: the process is gone
+	// before its data directory is removed.
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+
+	if err := waitEtcdHealthy(client, exited); err != nil {
+		t.Fatalf("etcd at %s: %v\netcd output:\n%s", client, err, out.tail(4096))
+	}
+	return client
+}
+
+// waitEtcdHealthy polls etcd's /health until it reports a leader, the
+// process exits, or etcdReadyTimeout passes.
+func waitEtcdHealthy(client string, exited <-chan struct{}) error {
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(etcdReadyTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("etcd exited before becoming ready")
+		default:
+		}
+		resp, err := hc.Get(client + "/health")
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"true"`) {
+				return nil
+			}
+			err = fmt.Errorf("health: %d %s", resp.StatusCode, bytes.TrimSpace(b))
+		}
+		last = err
+		select {
+		case <-exited:
+			return fmt.Errorf("etcd exited before becoming ready")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not healthy after %v: %v", etcdReadyTimeout, last)
+}
+
+// FreePorts returns n distinct TCP ports that were free on 127.0.0.1. They
+// are held open together while being chosen and then released, so another
+// process may still take one before the caller binds it.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("pick a free port: %v", err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// syncBuffer is a goroutine-safe output sink for a child process.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// tail returns at most the last n bytes written.
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.Bytes()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return string(s)
+}

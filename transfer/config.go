@@ -1,0 +1,87 @@
+package transfer
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults, as upstream.
+const (
+	defaultTransferTimeout    = 30 * time.Second
+	defaultHandshakeMaxLength = 1 << 20
+	defaultHandshakeTimeout   = 5 * time.Second
+	defaultLanesPerPeer       = 4
+	defaultMinRPCPort         = 15000
+	defaultMaxRPCPort         = 17000
+	// tcpSliceSize is the largest piece of one request that travels as one
+	// TCP request; bigger requests are split over the peer's lanes.
+	tcpSliceSize = 4 << 20
+)
+
+// Config configures an Engine. The zero value of every field means "take
+// the upstream environment variable, else the upstream default".
+type Config struct {
+	// LocalHostname names this segment (non-P2P modes) and gives the host
+	// peers use to reach it. "host" or "host:port".
+	LocalHostname string
+	// MetadataServer is a connection string accepted by ParseMetadataConn.
+	MetadataServer string
+	// Protocol is the transport protocol; "tcp" (or "") is supported.
+	Protocol string
+	// TransferTimeout bounds every transfer (MC_TRANSFER_TIMEOUT, seconds).
+	TransferTimeout time.Duration
+	// ForceTCP disables the shared-memory transport (MC_FORCE_TCP).
+	ForceTCP bool
+	// BindAddress is the IP the listeners bind to (MC_TCP_BIND_ADDRESS);
+	// default: the host of LocalHostname when it is an IP, else all.
+	BindAddress string
+	// LanesPerPeer bounds concurrent TCP connections to one peer
+	// (MC_TCP_LANES_PER_PEER).
+	LanesPerPeer int
+}
+
+// withEnv fills zero fields from the environment and defaults.
+func (c Config) withEnv() Config {
+	if c.TransferTimeout == 0 {
+		c.TransferTimeout = envSeconds("MC_TRANSFER_TIMEOUT", defaultTransferTimeout)
+	}
+	if !c.ForceTCP {
+		c.ForceTCP = envBool("MC_FORCE_TCP")
+	}
+	if c.BindAddress == "" {
+		c.BindAddress = os.Getenv("MC_TCP_BIND_ADDRESS")
+	}
+	if c.LanesPerPeer == 0 {
+		c.LanesPerPeer = envInt("MC_TCP_LANES_PER_PEER", defaultLanesPerPeer)
+	}
+	if c.Protocol == "" {
+		c.Protocol = "tcp"
+	}
+	return c
+}
+
+func envBool(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(name))) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// envSeconds reads a positive number of seconds (fractions allowed, so tests
+// can use short timeouts).
+func envSeconds(name string, def time.Duration) time.Duration {
+	if v, err := strconv.ParseFloat(strings.TrimSpace(os.Getenv(name)), 64); err == nil && v > 0 {
+		return time.Duration(v * float64(time.Second))
+	}
+	return def
+}

@@ -1,0 +1,82 @@
+package transfer
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// tcpProtoVersion is the TCP wire protocol version this engine speaks
+// (upstream v2: every request is answered with a status frame).
+const tcpProtoVersion = 2
+
+// BufferDesc describes one registered buffer of a segment.
+type BufferDesc struct {
+	Name   string `json:"name"`
+	Addr   uint64 `json:"addr"`
+	Length uint64 `json:"length"`
+	// ShmFD and ShmInode locate the memfd behind an engine-allocated buffer
+	// (through /proc/<pid>/fd/<fd>) for peers on the same host. Both are zero
+	// for buffers that only TCP can reach.
+	ShmFD    int    `json:"shm_fd,omitempty"`
+	ShmInode uint64 `json:"shm_ino,omitempty"`
+}
+
+// SegmentDesc is the JSON document a segment publishes under
+// mooncake/ram/<name>. The upstream fields come first; the shm fields are
+// this implementation's and are ignored by upstream readers.
+type SegmentDesc struct {
+	Name            string       `json:"name"`
+	Protocol        string       `json:"protocol"`
+	TCPDataPort     int          `json:"tcp_data_port"`
+	TCPProtoVersion int          `json:"tcp_proto_version"`
+	Timestamp       string       `json:"timestamp"`
+	Buffers         []BufferDesc `json:"buffers"`
+
+	// HostID identifies the host and PID namespace; a peer with the same
+	// HostID can map this segment's shm buffers.
+	HostID string `json:"shm_host_id,omitempty"`
+	PID    int    `json:"shm_pid,omitempty"`
+	// CtlFD/CtlInode locate a small shared page holding the registry
+	// version, so peers notice unregistration without asking.
+	CtlFD    int    `json:"shm_ctl_fd,omitempty"`
+	CtlInode uint64 `json:"shm_ctl_ino,omitempty"`
+	// Version is the registry version this descriptor was taken at.
+	Version uint64 `json:"shm_version,omitempty"`
+}
+
+// RPCMeta is the document under mooncake/rpc_meta/<name>: where the
+// segment's handshake (RPC) listener is.
+type RPCMeta struct {
+	Host    string `json:"ip_or_host_name"`
+	RPCPort int    `json:"rpc_port"`
+}
+
+func decodeSegmentDesc(b []byte) (*SegmentDesc, error) {
+	var d SegmentDesc
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, errorf(CodeMalformedJSON, err, "segment descriptor")
+	}
+	if d.Name == "" {
+		return nil, errorf(CodeMalformedJSON, nil, "segment descriptor has no name")
+	}
+	for _, b := range d.Buffers {
+		if b.Addr+b.Length < b.Addr {
+			return nil, errorf(CodeMalformedJSON, nil, "buffer %q wraps the address space", b.Name)
+		}
+	}
+	return &d, nil
+}
+
+// findBuffer returns the index of the buffer holding [addr, addr+n), or -1.
+func (d *SegmentDesc) findBuffer(addr, n uint64) int {
+	for i, b := range d.Buffers {
+		if addr >= b.Addr && n <= b.Length && addr-b.Addr <= b.Length-n {
+			return i
+		}
+	}
+	return -1
+}
+
+func (b BufferDesc) String() string {
+	return fmt.Sprintf("%s[%#x,+%d)", b.Name, b.Addr, b.Length)
+}

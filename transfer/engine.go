@@ -1,0 +1,419 @@
+package transfer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// SegmentHandle names a remote segment opened with Engine.OpenSegment.
+type SegmentHandle uint64
+
+// Engine is one process's Transfer Engine. All methods are safe for
+// concurrent use.
+type Engine struct {
+	cfg  Config
+	name string // local segment name
+	host string // host peers use to reach this engine
+	p2p  bool
+	keys metadataKeys
+	meta MetadataStore // nil in P2P mode
+
+	reg     registry
+	ctl     *shmBuffer // control page: registry version for same-host peers
+	rpcLn   net.Listener
+	dataLn  net.Listener
+	closeMu sync.Mutex
+	closed  bool
+
+	segMu    sync.Mutex
+	segs     map[string]*remoteSegment
+	segByID  map[SegmentHandle]*remoteSegment
+	nextSeg  SegmentHandle
+	batchMu  sync.Mutex
+	batches  map[BatchID]*batch
+	nextBat  BatchID
+	notifyMu sync.Mutex
+	notifies []Notify
+	publish  sync.Mutex // serialises descriptor publication
+}
+
+// New starts an engine: it opens the listeners, connects the metadata
+// backend and publishes the (empty) local segment.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.withEnv()
+	if cfg.Protocol != "tcp" {
+		return nil, errorf(CodeNotImplemented, nil, "protocol %q is not available in this build (tcp only)", cfg.Protocol)
+	}
+	conn, err := ParseMetadataConn(cfg.MetadataServer)
+	if err != nil {
+		return nil, err
+	}
+	host, _, err := net.SplitHostPort(cfg.LocalHostname)
+	if err != nil {
+		host = cfg.LocalHostname
+	}
+	if host == "" {
+		return nil, errorf(CodeInvalidArgument, nil, "empty local hostname")
+	}
+	e := &Engine{
+		cfg:     cfg,
+		name:    cfg.LocalHostname,
+		host:    host,
+		p2p:     conn.Kind == "p2p",
+		keys:    newMetadataKeys(),
+		segs:    map[string]*remoteSegment{},
+		segByID: map[SegmentHandle]*remoteSegment{},
+		batches: map[BatchID]*batch{},
+	}
+	bind := cfg.BindAddress
+	if bind == "" && net.ParseIP(host) != nil {
+		bind = host
+	}
+	if e.rpcLn, err = listenRPC(bind); err != nil {
+		return nil, err
+	}
+	if e.dataLn, err = net.Listen("tcp", net.JoinHostPort(bind, "0")); err != nil {
+		e.rpcLn.Close()
+		return nil, errorf(CodeSocket, err, "listen data port")
+	}
+	if e.p2p {
+		e.name = net.JoinHostPort(host, strconv.Itoa(e.RPCPort()))
+	}
+	if !cfg.ForceTCP {
+		if e.ctl, err = newShmBuffer(uint64(os.Getpagesize())); err != nil {
+			slog.Warn("transfer: shared memory unavailable, using tcp only", "err", err)
+		}
+	}
+	if !e.p2p {
+		if e.meta, err = openMetadataStore(conn); err != nil {
+			e.closeListeners()
+			return nil, err
+		}
+	}
+	go (&handshakeServer{ln: e.rpcLn, max: handshakeMaxLength(), metadata: e.descriptorJSON, notify: e.queueNotify}).serve()
+	go (&tcpServer{ln: e.dataLn, reg: &e.reg, timeout: cfg.TransferTimeout}).serve()
+	if !e.p2p {
+		rpc, _ := json.Marshal(RPCMeta{Host: host, RPCPort: e.RPCPort()})
+		if err := e.metaPut(e.keys.rpcMeta(e.name), rpc); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	if err := e.publishDescriptor(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	slog.Debug("transfer: engine up", "segment", e.name, "rpc_port", e.RPCPort(), "data", e.dataLn.Addr(), "shm", e.ctl != nil)
+	return e, nil
+}
+
+// listenRPC binds the handshake listener on a random port in
+// [MC_MIN_RPC_PORT, MC_MAX_RPC_PORT] (default 15000-17000).
+func listenRPC(bind string) (net.Listener, error) {
+	lo := envInt("MC_MIN_RPC_PORT", defaultMinRPCPort)
+	hi := envInt("MC_MAX_RPC_PORT", defaultMaxRPCPort)
+	if hi < lo {
+		hi = lo
+	}
+	var err error
+	for range 64 {
+		port := lo + rand.IntN(hi-lo+1)
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(port))); err == nil {
+			return ln, nil
+		}
+	}
+	return nil, errorf(CodeSocket, err, "no free rpc port in [%d,%d]", lo, hi)
+}
+
+func handshakeMaxLength() uint64 {
+	n := envInt("MC_HANDSHAKE_MAX_LENGTH", defaultHandshakeMaxLength)
+	return uint64(min(max(n, 1), 128<<20))
+}
+
+// Name is the local segment name peers open this engine by.
+func (e *Engine) Name() string { return e.name }
+
+// RPCPort is the handshake listener's port.
+func (e *Engine) RPCPort() int { return e.rpcLn.Addr().(*net.TCPAddr).Port }
+
+// handshakeTimeout bounds one handshake: 5 s, or less when transfers must
+// fail sooner.
+func (e *Engine) handshakeTimeout() time.Duration {
+	return min(defaultHandshakeTimeout, e.cfg.TransferTimeout)
+}
+
+// Timeout is the per-transfer timeout in force.
+func (e *Engine) Timeout() time.Duration { return e.cfg.TransferTimeout }
+
+// Close stops the listeners, withdraws the published metadata, and frees
+// the engine's managed buffers. Transfers still queued are canceled.
+func (e *Engine) Close() error {
+	e.closeMu.Lock()
+	if e.closed {
+		e.closeMu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.closeMu.Unlock()
+	e.closeListeners()
+	if e.meta != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		e.meta.Delete(ctx, e.keys.segment(e.name))
+		e.meta.Delete(ctx, e.keys.rpcMeta(e.name))
+		cancel()
+		e.meta.Close()
+	}
+	e.segMu.Lock()
+	for _, s := range e.segs {
+		s.close()
+	}
+	e.segs, e.segByID = map[string]*remoteSegment{}, map[SegmentHandle]*remoteSegment{}
+	e.segMu.Unlock()
+	e.bumpVersion()
+	for _, r := range e.reg.snapshot() {
+		if r.shm != nil {
+			e.reg.remove(r.addr)
+			r.shm.close()
+		}
+	}
+	if e.ctl != nil {
+		e.ctl.close()
+	}
+	return nil
+}
+
+func (e *Engine) closeListeners() {
+	if e.rpcLn != nil {
+		e.rpcLn.Close()
+	}
+	if e.dataLn != nil {
+		e.dataLn.Close()
+	}
+}
+
+func (e *Engine) metaPut(key string, val []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.meta.Put(ctx, key, val); err != nil {
+		return errorf(CodeMetadata, err, "publish %s", key)
+	}
+	return nil
+}
+
+// descriptor builds the local segment descriptor.
+func (e *Engine) descriptor() *SegmentDesc {
+	d := &SegmentDesc{
+		Name:            e.name,
+		Protocol:        "tcp",
+		TCPDataPort:     e.dataLn.Addr().(*net.TCPAddr).Port,
+		TCPProtoVersion: tcpProtoVersion,
+		Timestamp:       time.Now().UTC().Format(time.RFC3339Nano),
+		Buffers:         []BufferDesc{},
+	}
+	if e.ctl != nil {
+		d.HostID, d.PID = localHostID(), os.Getpid()
+		d.CtlFD, d.CtlInode = e.ctl.fd, e.ctl.inode
+		d.Version = e.ctl.version().Load()
+	}
+	for i, r := range e.reg.snapshot() {
+		b := BufferDesc{Name: fmt.Sprintf("%s@%d", r.location, i), Addr: uint64(r.addr), Length: r.length}
+		if r.shm != nil && e.ctl != nil {
+			b.ShmFD, b.ShmInode = r.shm.fd, r.shm.inode
+		}
+		d.Buffers = append(d.Buffers, b)
+	}
+	return d
+}
+
+func (e *Engine) descriptorJSON() ([]byte, error) { return json.Marshal(e.descriptor()) }
+
+// publishDescriptor stores the current descriptor in the metadata backend
+// (P2P peers fetch it on demand instead).
+func (e *Engine) publishDescriptor() error {
+	if e.meta == nil {
+		return nil
+	}
+	e.publish.Lock()
+	defer e.publish.Unlock()
+	b, err := e.descriptorJSON()
+	if err != nil {
+		return err
+	}
+	return e.metaPut(e.keys.segment(e.name), b)
+}
+
+// RegisterLocalMemory makes [addr, addr+length) reachable by peers.
+// location is a placement hint ("*", "cpu:0", ...) kept in the buffer name.
+func (e *Engine) RegisterLocalMemory(addr uintptr, length uint64, location string) error {
+	return e.BatchRegisterLocalMemory([]uintptr{addr}, []uint64{length}, location)
+}
+
+// BatchRegisterLocalMemory registers several buffers and publishes once.
+// On error nothing stays registered.
+func (e *Engine) BatchRegisterLocalMemory(addrs []uintptr, lengths []uint64, location string) error {
+	if len(addrs) != len(lengths) {
+		return errorf(CodeInvalidArgument, nil, "%d addresses, %d lengths", len(addrs), len(lengths))
+	}
+	if location == "" {
+		location = "*"
+	}
+	for i := range addrs {
+		if err := e.reg.add(&region{addr: addrs[i], length: lengths[i], location: location}); err != nil {
+			for _, a := range addrs[:i] {
+				e.reg.remove(a)
+			}
+			return err
+		}
+	}
+	return e.publishDescriptor()
+}
+
+// UnregisterLocalMemory withdraws the buffer registered at addr, after the
+// transfers using it finish.
+func (e *Engine) UnregisterLocalMemory(addr uintptr) error {
+	return e.BatchUnregisterLocalMemory([]uintptr{addr})
+}
+
+// BatchUnregisterLocalMemory withdraws several buffers and publishes once.
+// It unregisters every listed buffer it can and reports the first error.
+func (e *Engine) BatchUnregisterLocalMemory(addrs []uintptr) error {
+	var first error
+	for _, a := range addrs {
+		r, err := e.reg.remove(a)
+		if err != nil {
+			first = firstErr(first, err)
+			continue
+		}
+		if r.shm != nil {
+			e.bumpVersion()
+			r.shm.close()
+		}
+	}
+	return firstErr(first, e.publishDescriptor())
+}
+
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// bumpVersion tells same-host peers that cached descriptors are stale.
+func (e *Engine) bumpVersion() {
+	if e.ctl != nil {
+		e.ctl.version().Add(1)
+	}
+}
+
+// AllocateManagedBuffer allocates and registers length bytes that
+// same-host peers can map (memfd backed), so transfers into it are memcpy.
+func (e *Engine) AllocateManagedBuffer(length uint64) (uintptr, error) {
+	if length == 0 {
+		return 0, errorf(CodeInvalidArgument, nil, "zero-length buffer")
+	}
+	b, err := newShmBuffer(length)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.reg.add(&region{addr: b.addr(), length: length, location: "cpu", shm: b}); err != nil {
+		b.close()
+		return 0, err
+	}
+	if err := e.publishDescriptor(); err != nil {
+		e.reg.remove(b.addr())
+		b.close()
+		return 0, err
+	}
+	return b.addr(), nil
+}
+
+// FreeManagedBuffer unregisters and frees a buffer from AllocateManagedBuffer.
+func (e *Engine) FreeManagedBuffer(addr uintptr) error {
+	r := e.reg.find(addr, 1)
+	if r == nil || r.addr != addr || r.shm == nil {
+		return errorf(CodeAddressNotRegistered, nil, "%#x is not a managed buffer", addr)
+	}
+	return e.UnregisterLocalMemory(addr)
+}
+
+// queueNotify stores a received notification for GetNotifies.
+func (e *Engine) queueNotify(n Notify) {
+	e.notifyMu.Lock()
+	e.notifies = append(e.notifies, n)
+	e.notifyMu.Unlock()
+}
+
+// GetNotifies returns and clears the notifications received so far.
+func (e *Engine) GetNotifies() []Notify {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	n := e.notifies
+	e.notifies = nil
+	return n
+}
+
+// SendNotify delivers n to the segment named target.
+func (e *Engine) SendNotify(target string, n Notify) error {
+	s, err := e.openSegment(target)
+	if err != nil {
+		return err
+	}
+	payload, _ := json.Marshal(n)
+	_, err = s.call(frameNotify, payload)
+	return err
+}
+
+// Probe checks that the segment named target answers its handshake port.
+func (e *Engine) Probe(target string) error {
+	s, err := e.openSegment(target)
+	if err != nil {
+		return err
+	}
+	reply, err := s.call(frameProbe, []byte("{}"))
+	if err != nil {
+		return err
+	}
+	var r struct{ Status string }
+	if json.Unmarshal(reply, &r) != nil || r.Status != "success" {
+		return errorf(CodeRejectHandshake, nil, "probe of %s answered %q", target, reply)
+	}
+	return nil
+}
+
+// errClosed is returned by calls on a closed engine.
+var errClosed = errors.New("transfer: engine closed")
+
+// WriteLocal copies src into this engine's registered memory at addr. It
+// fails, touching nothing, unless the whole range is registered.
+func (e *Engine) WriteLocal(addr uintptr, src []byte) error {
+	r := e.reg.acquire(addr, uint64(len(src)))
+	if r == nil {
+		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(src))
+	}
+	defer r.release()
+	copy(bytesAt(addr, uint64(len(src))), src)
+	return nil
+}
+
+// ReadLocal copies len(dst) bytes of this engine's registered memory at addr
+// into dst, failing unless the whole range is registered.
+func (e *Engine) ReadLocal(addr uintptr, dst []byte) error {
+	r := e.reg.acquire(addr, uint64(len(dst)))
+	if r == nil {
+		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(dst))
+	}
+	defer r.release()
+	copy(dst, bytesAt(addr, uint64(len(dst))))
+	return nil
+}

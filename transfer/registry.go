@@ -1,0 +1,110 @@
+package transfer
+
+import (
+	"sort"
+	"sync"
+)
+
+// region is one registered buffer of the local segment.
+type region struct {
+	addr     uintptr
+	length   uint64
+	location string
+	shm      *shmBuffer // non-nil when peers on this host can map it
+
+	// use is held shared by every transfer touching the region and
+	// exclusively by unregistration, which so waits for them to finish.
+	use     sync.RWMutex
+	removed bool // guarded by use
+}
+
+// release ends a use begun by registry.acquire.
+func (r *region) release() { r.use.RUnlock() }
+
+func (r *region) end() uintptr { return r.addr + uintptr(r.length) }
+
+// contains reports whether [addr, addr+n) lies inside r.
+func (r *region) contains(addr uintptr, n uint64) bool {
+	return addr >= r.addr && n <= r.length && uint64(addr-r.addr) <= r.length-n
+}
+
+// registry is the set of local buffers, sorted by address and never
+// overlapping. It is safe for concurrent use.
+type registry struct {
+	mu      sync.RWMutex
+	regions []*region // sorted by addr
+}
+
+// add registers r. Overlap with an existing region is CodeAddressOverlapped.
+func (g *registry) add(r *region) error {
+	if r.length == 0 || r.addr == 0 || r.addr+uintptr(r.length) < r.addr {
+		return errorf(CodeInvalidArgument, nil, "bad region addr=%#x length=%d", r.addr, r.length)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].addr >= r.addr })
+	if i < len(g.regions) && g.regions[i].addr < r.end() {
+		return errorf(CodeAddressOverlapped, nil, "[%#x,+%d) overlaps [%#x,+%d)", r.addr, r.length, g.regions[i].addr, g.regions[i].length)
+	}
+	if i > 0 && g.regions[i-1].end() > r.addr {
+		return errorf(CodeAddressOverlapped, nil, "[%#x,+%d) overlaps [%#x,+%d)", r.addr, r.length, g.regions[i-1].addr, g.regions[i-1].length)
+	}
+	g.regions = append(g.regions, nil)
+	copy(g.regions[i+1:], g.regions[i:])
+	g.regions[i] = r
+	return nil
+}
+
+// remove unregisters the region starting exactly at addr and returns it,
+// after every transfer using it has finished.
+func (g *registry) remove(addr uintptr) (*region, error) {
+	g.mu.Lock()
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].addr >= addr })
+	if i == len(g.regions) || g.regions[i].addr != addr {
+		g.mu.Unlock()
+		return nil, errorf(CodeAddressNotRegistered, nil, "no buffer registered at %#x", addr)
+	}
+	r := g.regions[i]
+	g.regions = append(g.regions[:i], g.regions[i+1:]...)
+	g.mu.Unlock()
+	r.use.Lock()
+	r.removed = true
+	r.use.Unlock()
+	return r, nil
+}
+
+// acquire finds the region holding [addr, addr+n) and holds it against
+// unregistration until release. It returns nil when there is none.
+func (g *registry) acquire(addr uintptr, n uint64) *region {
+	r := g.find(addr, n)
+	if r == nil {
+		return nil
+	}
+	r.use.RLock()
+	if r.removed {
+		r.use.RUnlock()
+		return nil
+	}
+	return r
+}
+
+// find returns the region holding all of [addr, addr+n), or nil.
+func (g *registry) find(addr uintptr, n uint64) *region {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].addr > addr })
+	if i == 0 {
+		return nil
+	}
+	if r := g.regions[i-1]; r.contains(addr, n) {
+		return r
+	}
+	return nil
+}
+
+// snapshot returns the regions in address order.
+func (g *registry) snapshot() []*region {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return append([]*region(nil), g.regions...)
+}

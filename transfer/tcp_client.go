@@ -1,0 +1,211 @@
+package transfer
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// tcpSlice is one piece of a task that travels as one TCP request.
+type tcpSlice struct {
+	t      *task
+	local  uintptr
+	remote uint64
+	length uint64
+}
+
+// tcpPeer moves slices to one remote data port over a bounded pool of
+// connections ("lanes"). Slices are served in submission order.
+type tcpPeer struct {
+	addr     string
+	maxLanes int
+	// onFailure runs after a slice fails for a reason other than the
+	// peer rejecting it (the peer may be gone or have moved).
+	onFailure func()
+	queue     chan *tcpSlice
+	closed    chan struct{}
+
+	mu    sync.Mutex
+	lanes int
+	// gate is held shared while slices are queued and exclusively by
+	// close, so nothing is queued after the lanes have drained.
+	gate     sync.RWMutex
+	isClosed bool
+}
+
+func newTCPPeer(addr string, lanes int, onFailure func()) *tcpPeer {
+	return &tcpPeer{addr: addr, maxLanes: lanes, onFailure: onFailure, queue: make(chan *tcpSlice, 4096), closed: make(chan struct{})}
+}
+
+// submit queues the task's slices; it fails a slice that cannot be queued
+// before the task's deadline.
+func (p *tcpPeer) submit(t *task) {
+	n := int((t.req.Length + tcpSliceSize - 1) / tcpSliceSize)
+	t.start(n)
+	p.gate.RLock()
+	defer p.gate.RUnlock()
+	if p.isClosed {
+		for range n {
+			t.finishSlice(StatusCanceled, 0)
+		}
+		return
+	}
+	p.growLanes(n)
+	for off := uint64(0); off < t.req.Length; off += tcpSliceSize {
+		s := &tcpSlice{t: t, local: t.req.Source + uintptr(off), remote: t.req.TargetOffset + off, length: min(tcpSliceSize, t.req.Length-off)}
+		select {
+		case p.queue <- s:
+		default:
+			timer := time.NewTimer(time.Until(t.deadline))
+			select {
+			case p.queue <- s:
+			case <-timer.C:
+				t.finishSlice(StatusTimeout, 0)
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// growLanes starts lanes, up to the limit, for n more slices.
+func (p *tcpPeer) growLanes(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.lanes < p.maxLanes && n > 0 {
+		p.lanes++
+		n--
+		go p.lane()
+	}
+}
+
+// close stops the lanes; queued slices are canceled.
+func (p *tcpPeer) close() {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	if !p.isClosed {
+		p.isClosed = true
+		close(p.closed)
+	}
+}
+
+// lane serves slices over one connection, redialling after any failure.
+func (p *tcpPeer) lane() {
+	var c *tcpConn
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	for {
+		select {
+		case <-p.closed:
+			p.drain()
+			return
+		case s := <-p.queue:
+			if !time.Now().Before(s.t.deadline) {
+				s.t.finishSlice(StatusTimeout, 0)
+				continue
+			}
+			if c == nil {
+				conn, err := net.DialTimeout("tcp", p.addr, time.Until(s.t.deadline))
+				if err != nil {
+					p.onFailure()
+					s.t.finishSlice(failureStatus(err), 0)
+					continue
+				}
+				conn.(*net.TCPConn).SetNoDelay(true)
+				c = &tcpConn{Conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+			}
+			st := c.do(s)
+			if st != StatusCompleted && st != statusRejectedKeep {
+				c.Close()
+				c = nil
+				p.onFailure()
+			}
+			if st == statusRejectedKeep {
+				st = StatusFailed
+			}
+			s.t.finishSlice(st, s.length)
+		}
+	}
+}
+
+// drain cancels slices left in the queue after close.
+func (p *tcpPeer) drain() {
+	for {
+		select {
+		case s := <-p.queue:
+			s.t.finishSlice(StatusCanceled, 0)
+		default:
+			return
+		}
+	}
+}
+
+// statusRejectedKeep is a lane-internal outcome: the peer rejected the
+// request and the connection is still usable. It never reaches a task.
+const statusRejectedKeep Status = -1
+
+type tcpConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// do runs one slice as a v2 request.
+func (c *tcpConn) do(s *tcpSlice) Status {
+	c.SetDeadline(s.t.deadline)
+	var hb [tcpHeaderSize]byte
+	tcpHeader{size: s.length, addr: s.remote, opcode: s.t.req.Opcode, v2: true}.encode(&hb)
+	mem := bytesAt(s.local, s.length)
+	if s.t.req.Opcode == OpWrite {
+		bufs := net.Buffers{hb[:], mem}
+		if _, err := bufs.WriteTo(c.Conn); err != nil {
+			return failureStatus(err)
+		}
+		return c.readStatus()
+	}
+	if _, err := c.Write(hb[:]); err != nil {
+		return failureStatus(err)
+	}
+	if st := c.readStatus(); st != StatusCompleted {
+		return st
+	}
+	if _, err := io.ReadFull(c.r, mem); err != nil {
+		return failureStatus(err)
+	}
+	return StatusCompleted
+}
+
+func (c *tcpConn) readStatus() Status {
+	var b [8]byte
+	if _, err := io.ReadFull(c.r, b[:]); err != nil {
+		return failureStatus(err)
+	}
+	code, err := decodeStatus(b[:])
+	switch {
+	case err != nil:
+		return StatusFailed
+	case code == statusOK:
+		return StatusCompleted
+	case code == statusRejected:
+		return statusRejectedKeep
+	default:
+		return StatusFailed
+	}
+}
+
+// failureStatus maps a network error to TIMEOUT or FAILED.
+func failureStatus(err error) Status {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return StatusTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return StatusTimeout
+	}
+	return StatusFailed
+}

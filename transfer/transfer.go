@@ -1,0 +1,232 @@
+package transfer
+
+import (
+	"time"
+)
+
+// AllocateBatch creates a batch that can hold capacity tasks.
+func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
+	if capacity <= 0 {
+		return 0, errorf(CodeInvalidArgument, nil, "batch capacity %d", capacity)
+	}
+	e.batchMu.Lock()
+	defer e.batchMu.Unlock()
+	e.nextBat++
+	e.batches[e.nextBat] = newBatch(capacity)
+	return e.nextBat, nil
+}
+
+func (e *Engine) batch(id BatchID) (*batch, error) {
+	e.batchMu.Lock()
+	defer e.batchMu.Unlock()
+	if b, ok := e.batches[id]; ok {
+		return b, nil
+	}
+	return nil, errorf(CodeInvalidArgument, nil, "unknown batch %d", id)
+}
+
+// FreeBatch releases a batch; it is refused with CodeBatchBusy while any of
+// its tasks is still running.
+func (e *Engine) FreeBatch(id BatchID) error {
+	e.batchMu.Lock()
+	defer e.batchMu.Unlock()
+	b, ok := e.batches[id]
+	if !ok {
+		return errorf(CodeInvalidArgument, nil, "unknown batch %d", id)
+	}
+	if b.busy() {
+		return errorf(CodeBatchBusy, nil, "batch %d has tasks in flight", id)
+	}
+	delete(e.batches, id)
+	return nil
+}
+
+// SubmitTransfer starts the requests in batch id. Every request is checked
+// first (known segment, registered local memory, valid opcode); if any is
+// invalid nothing is submitted. Zero-length requests complete at once.
+func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
+	if e.isClosed() {
+		return errorf(CodeContext, errClosed, "submit")
+	}
+	b, err := e.batch(id)
+	if err != nil {
+		return err
+	}
+	segs := make([]*remoteSegment, len(reqs))
+	for i, r := range reqs {
+		if r.Opcode != OpRead && r.Opcode != OpWrite {
+			return errorf(CodeInvalidArgument, nil, "request %d: bad opcode %d", i, r.Opcode)
+		}
+		if r.Length > 0 && e.reg.find(r.Source, r.Length) == nil {
+			return errorf(CodeAddressNotRegistered, nil, "request %d: local [%#x,+%d) is not registered", i, r.Source, r.Length)
+		}
+		if r.TargetOffset+r.Length < r.TargetOffset {
+			return errorf(CodeInvalidArgument, nil, "request %d: remote range wraps", i)
+		}
+		if segs[i], err = e.segment(r.Target); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(e.cfg.TransferTimeout)
+	tasks, err := b.add(reqs, deadline)
+	if err != nil {
+		return err
+	}
+	for i, t := range tasks {
+		e.run(segs[i], t)
+	}
+	return nil
+}
+
+// run starts one task on the best transport for its target.
+func (e *Engine) run(s *remoteSegment, t *task) {
+	if t.req.Length == 0 {
+		t.start(1)
+		t.finishSlice(StatusCompleted, 0)
+		return
+	}
+	// Held until the task settles, so the source cannot be unregistered
+	// under the transfer.
+	if t.local = e.reg.acquire(t.req.Source, t.req.Length); t.local == nil {
+		t.start(1)
+		t.finishSlice(StatusFailed, 0)
+		return
+	}
+	if s.name == e.name {
+		t.start(1)
+		t.finishSlice(e.copyLocal(t.req), t.req.Length)
+		return
+	}
+	desc, shm, tcp, err := s.route()
+	if err != nil {
+		t.start(1)
+		t.finishSlice(StatusFailed, 0)
+		return
+	}
+	if shm != nil && copyShm(desc, shm, t.req) {
+		t.start(1)
+		t.finishSlice(StatusCompleted, t.req.Length)
+		return
+	}
+	tcp.submit(t)
+}
+
+// copyLocal serves a transfer whose target is this engine's own segment.
+func (e *Engine) copyLocal(r Request) Status {
+	dst := e.reg.acquire(uintptr(r.TargetOffset), r.Length)
+	if dst == nil {
+		return StatusFailed
+	}
+	defer dst.release()
+	local := bytesAt(r.Source, r.Length)
+	remote := bytesAt(uintptr(r.TargetOffset), r.Length)
+	if r.Opcode == OpWrite {
+		copy(remote, local)
+	} else {
+		copy(local, remote)
+	}
+	return StatusCompleted
+}
+
+// copyShm moves r through the peer's mapped memory when the target range
+// lies in one of its shareable buffers; false means use TCP instead.
+func copyShm(d *SegmentDesc, p *peerShm, r Request) bool {
+	i := d.findBuffer(r.TargetOffset, r.Length)
+	if i < 0 || d.Buffers[i].ShmFD == 0 {
+		return false
+	}
+	bd := d.Buffers[i]
+	p.use.RLock()
+	defer p.use.RUnlock()
+	m, err := p.buffer(d.PID, bd)
+	if err != nil {
+		return false
+	}
+	off := r.TargetOffset - bd.Addr
+	remote := m[off : off+r.Length]
+	local := bytesAt(r.Source, r.Length)
+	if r.Opcode == OpWrite {
+		copy(remote, local)
+	} else {
+		copy(local, remote)
+	}
+	return true
+}
+
+// TransferStatus returns the state of one task of a batch.
+func (e *Engine) TransferStatus(id BatchID, taskIndex int) (TransferStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return TransferStatus{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if taskIndex < 0 || taskIndex >= len(b.tasks) {
+		return TransferStatus{}, errorf(CodeInvalidArgument, nil, "batch %d has no task %d", id, taskIndex)
+	}
+	return b.tasks[taskIndex].state(), nil
+}
+
+// BatchStatus returns the state of a whole batch: COMPLETED when every task
+// is, FAILED or TIMEOUT when any task failed, PENDING otherwise.
+func (e *Engine) BatchStatus(id BatchID) (TransferStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return TransferStatus{}, err
+	}
+	return b.state(), nil
+}
+
+// WaitBatch blocks until every task submitted to the batch is final, and
+// returns the batch's state. Tasks carry their own deadlines, so it returns
+// within the transfer timeout.
+func (e *Engine) WaitBatch(id BatchID) (TransferStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return TransferStatus{}, err
+	}
+	<-b.wait()
+	return b.state(), nil
+}
+
+// TransferSync runs reqs as one batch against the segment named target and
+// waits for it. It returns nil only when every request completed.
+func (e *Engine) TransferSync(target string, reqs []Request) error {
+	if len(reqs) == 0 {
+		return errorf(CodeInvalidArgument, nil, "no requests")
+	}
+	h, err := e.OpenSegment(target)
+	if err != nil {
+		return err
+	}
+	for i := range reqs {
+		reqs[i].Target = h
+	}
+	id, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		return err
+	}
+	defer e.FreeBatch(id)
+	if err := e.SubmitTransfer(id, reqs); err != nil {
+		return err
+	}
+	st, _ := e.WaitBatch(id)
+	if st.Status != StatusCompleted {
+		return errorf(statusCode(st.Status), nil, "transfer to %s: %s", target, st.Status)
+	}
+	return nil
+}
+
+// statusCode is the error number reported for a failed batch.
+func statusCode(s Status) Code {
+	if s == StatusTimeout {
+		return CodeContext
+	}
+	return CodeSocket
+}
+
+func (e *Engine) isClosed() bool {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	return e.closed
+}
