@@ -226,6 +226,9 @@ func (e *Engine) descriptor() *SegmentDesc {
 		d.Version = e.ctl.version().Load()
 	}
 	for i, r := range e.reg.snapshot() {
+		if r.localOnly {
+			continue
+		}
 		b := BufferDesc{Name: fmt.Sprintf("%s@%d", r.location, i), Addr: uint64(r.addr), Length: r.length}
 		if r.shm != nil && e.ctl != nil {
 			b.ShmFD, b.ShmInode = r.shm.fd, r.shm.inode
@@ -278,6 +281,20 @@ func (e *Engine) BatchRegisterLocalMemory(addrs []uintptr, lengths []uint64, loc
 	return e.publishDescriptor()
 }
 
+// RegisterLocalOnly registers [addr, addr+length) as the local side of
+// transfers only (upstream's remote_accessible=false): nothing is published
+// and peers cannot reach it, so it is cheap enough to do per operation.
+// Release it with UnregisterLocalMemory.
+func (e *Engine) RegisterLocalOnly(addr uintptr, length uint64) error {
+	return e.reg.add(&region{addr: addr, length: length, location: "local", localOnly: true})
+}
+
+// IsRegistered reports whether [addr, addr+length) lies inside one
+// registered buffer, so it can be the local side of a transfer.
+func (e *Engine) IsRegistered(addr uintptr, length uint64) bool {
+	return e.reg.find(addr, length) != nil
+}
+
 // UnregisterLocalMemory withdraws the buffer registered at addr, after the
 // transfers using it finish.
 func (e *Engine) UnregisterLocalMemory(addr uintptr) error {
@@ -288,16 +305,21 @@ func (e *Engine) UnregisterLocalMemory(addr uintptr) error {
 // It unregisters every listed buffer it can and reports the first error.
 func (e *Engine) BatchUnregisterLocalMemory(addrs []uintptr) error {
 	var first error
+	published := false
 	for _, a := range addrs {
 		r, err := e.reg.remove(a)
 		if err != nil {
 			first = firstErr(first, err)
 			continue
 		}
+		published = published || !r.localOnly
 		if r.shm != nil {
 			e.bumpVersion()
 			r.shm.close()
 		}
+	}
+	if !published {
+		return first
 	}
 	return firstErr(first, e.publishDescriptor())
 }

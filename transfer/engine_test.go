@@ -303,3 +303,41 @@ func TestCodeOf(t *testing.T) {
 		t.Fatal("errors.Is on codes")
 	}
 }
+
+// TestEngineLocalOnly checks that local-only memory works as a transfer's
+// local side, is not published, and cannot be reached by peers.
+func TestEngineLocalOnly(t *testing.T) {
+	target := newTestEngine(t, true)
+	initiator := newTestEngine(t, true)
+	remote := managed(t, target, 4096)
+	scratch := anonMemory(t, 4096)
+	copy(scratch, pattern(4096, 5))
+	if err := initiator.RegisterLocalOnly(addrOf(scratch), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !initiator.IsRegistered(addrOf(scratch)+10, 100) || initiator.IsRegistered(addrOf(scratch)+10, 4096) {
+		t.Fatal("IsRegistered")
+	}
+	if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: addrOf(scratch), TargetOffset: uint64(addrOf(remote)), Length: 4096}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(remote, scratch) {
+		t.Fatal("write from local-only memory lost")
+	}
+	for _, b := range initiator.descriptor().Buffers {
+		if b.Addr == uint64(addrOf(scratch)) {
+			t.Fatal("local-only buffer published")
+		}
+	}
+	// A peer cannot write into it, even knowing the address.
+	src := managed(t, target, 4096)
+	if err := target.TransferSync(initiator.Name(), []Request{{Opcode: OpWrite, Source: addrOf(src), TargetOffset: uint64(addrOf(scratch)), Length: 4096}}); err == nil {
+		t.Fatal("peer wrote into local-only memory")
+	}
+	if !bytes.Equal(scratch, pattern(4096, 5)) {
+		t.Fatal("local-only memory modified by a peer")
+	}
+	if err := initiator.UnregisterLocalMemory(addrOf(scratch)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -11,6 +11,9 @@ type region struct {
 	length   uint64
 	location string
 	shm      *shmBuffer // non-nil when peers on this host can map it
+	// localOnly regions serve as the local side of transfers but are not
+	// published, and peers cannot reach them.
+	localOnly bool
 
 	// use is held shared by every transfer touching the region and
 	// exclusively by unregistration, which so waits for them to finish.

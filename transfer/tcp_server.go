@@ -55,6 +55,10 @@ func (s *tcpServer) serveConn(conn net.Conn) {
 // serveRequest runs one request; false means the connection must close.
 func (s *tcpServer) serveRequest(conn net.Conn, r io.Reader, h tcpHeader) bool {
 	reg := s.reg.acquire(uintptr(h.addr), h.size)
+	if reg != nil && reg.localOnly {
+		reg.release()
+		reg = nil
+	}
 	if reg == nil {
 		return s.reject(conn, r, h)
 	}

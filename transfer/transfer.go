@@ -117,6 +117,10 @@ func (e *Engine) copyLocal(r Request) Status {
 	if dst == nil {
 		return StatusFailed
 	}
+	if dst.localOnly {
+		dst.release()
+		return StatusFailed
+	}
 	defer dst.release()
 	local := bytesAt(r.Source, r.Length)
 	remote := bytesAt(uintptr(r.TargetOffset), r.Length)
