@@ -90,7 +90,10 @@ class TransferNotify:
         return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TransferNotify) and (self.name, self.msg) == (other.name, other.msg)
+        return isinstance(other, TransferNotify) and (self.name, self.msg) == (
+            other.name,
+            other.msg,
+        )
 
 
 def _array(values: Sequence[int]) -> ctypes.Array:
@@ -128,15 +131,26 @@ class TransferEngine:
 
     # -- set-up -----------------------------------------------------------
 
-    def initialize(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str) -> int:
+    def initialize(
+        self, local_hostname: str, metadata_server: str, protocol: str, device_name: str
+    ) -> int:
         """Start the engine. Returns 0, or -1 on failure (see `last_error`)."""
         rc = self._lib.mc_engine_initialize(
-            self._handle, _encode(local_hostname), _encode(metadata_server), _encode(protocol), _encode(device_name or "")
+            self._handle,
+            _encode(local_hostname),
+            _encode(metadata_server),
+            _encode(protocol),
+            _encode(device_name or ""),
         )
         return 0 if rc == 0 else -1
 
     def initialize_ext(
-        self, local_hostname: str, metadata_server: str, protocol: str, device_name: str, metadata_type: str
+        self,
+        local_hostname: str,
+        metadata_server: str,
+        protocol: str,
+        device_name: str,
+        metadata_type: str,
     ) -> int:
         """`initialize` with the metadata type given apart ("etcd", "http", "p2p")."""
         if metadata_type and "://" not in metadata_server and metadata_server != "P2PHANDSHAKE":
@@ -190,17 +204,25 @@ class TransferEngine:
         """Withdraw a registered buffer. 0, or a negative error number."""
         return self.batch_unregister_memory([buffer_addr])
 
-    def batch_register_memory(self, buffer_addresses: Sequence[int], capacities: Sequence[int], location: str = "*") -> int:
+    def batch_register_memory(
+        self, buffer_addresses: Sequence[int], capacities: Sequence[int], location: str = "*"
+    ) -> int:
         """Register several buffers at once. 0, or negative (nothing registered)."""
         if len(buffer_addresses) != len(capacities):
             return -1
         return self._lib.mc_engine_register_memory(
-            self._handle, _array(buffer_addresses), _array(capacities), len(capacities), _encode(location)
+            self._handle,
+            _array(buffer_addresses),
+            _array(capacities),
+            len(capacities),
+            _encode(location),
         )
 
     def batch_unregister_memory(self, buffer_addresses: Sequence[int]) -> int:
         """Withdraw several buffers. 0, or the first negative error number."""
-        return self._lib.mc_engine_unregister_memory(self._handle, _array(buffer_addresses), len(buffer_addresses))
+        return self._lib.mc_engine_unregister_memory(
+            self._handle, _array(buffer_addresses), len(buffer_addresses)
+        )
 
     def write_bytes_to_buffer(self, dest_address: int, src_data: bytes, length: int) -> int:
         """Copy `length` bytes of `src_data` into registered memory. 0, or negative."""
@@ -219,7 +241,9 @@ class TransferEngine:
 
     # -- transfers --------------------------------------------------------
 
-    def _sync(self, target, buffers, peer_addrs, lengths, opcode, notify: TransferNotify | None) -> int:
+    def _sync(
+        self, target, buffers, peer_addrs, lengths, opcode, notify: TransferNotify | None
+    ) -> int:
         n = len(buffers)
         if n == 0 or len(peer_addrs) != n or len(lengths) != n:
             return -1
@@ -236,13 +260,31 @@ class TransferEngine:
         )
         return 0 if rc == 0 else -1
 
-    def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, transport_hint: str = "") -> int:
+    def transfer_sync_write(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        transport_hint: str = "",
+    ) -> int:
         """WRITE local `buffer` to the target's address. 0, or -1 on failure or timeout."""
-        return self._sync(target_hostname, [buffer], [peer_buffer_address], [length], TransferOpcode.Write, None)
+        return self._sync(
+            target_hostname, [buffer], [peer_buffer_address], [length], TransferOpcode.Write, None
+        )
 
-    def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, transport_hint: str = "") -> int:
+    def transfer_sync_read(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        transport_hint: str = "",
+    ) -> int:
         """READ the target's address into local `buffer`. 0, or -1."""
-        return self._sync(target_hostname, [buffer], [peer_buffer_address], [length], TransferOpcode.Read, None)
+        return self._sync(
+            target_hostname, [buffer], [peer_buffer_address], [length], TransferOpcode.Read, None
+        )
 
     def transfer_sync(
         self,
@@ -255,38 +297,77 @@ class TransferEngine:
         transport_hint: str = "",
     ) -> int:
         """One transfer in either direction, then `notify` to the target if given. 0, or -1."""
-        return self._sync(target_hostname, [buffer], [peer_buffer_address], [length], opcode, notify)
+        return self._sync(
+            target_hostname, [buffer], [peer_buffer_address], [length], opcode, notify
+        )
 
-    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = "") -> int:
+    def batch_transfer_sync_write(
+        self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = ""
+    ) -> int:
         """WRITE several buffers as one batch and wait. 0, or -1."""
-        return self._sync(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Write, None)
+        return self._sync(
+            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Write, None
+        )
 
-    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = "") -> int:
+    def batch_transfer_sync_read(
+        self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = ""
+    ) -> int:
         """READ several buffers as one batch and wait. 0, or -1."""
-        return self._sync(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Read, None)
+        return self._sync(
+            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Read, None
+        )
 
     def batch_transfer_sync(
-        self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None, transport_hint: str = ""
+        self,
+        target_hostname,
+        buffers,
+        peer_buffer_addresses,
+        lengths,
+        opcode,
+        notify=None,
+        transport_hint: str = "",
     ) -> int:
         """A batch in either direction, then `notify` if given. 0, or -1."""
         return self._sync(target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify)
 
-    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint: str = "") -> int:
+    def batch_transfer_async(
+        self,
+        target_hostname,
+        buffers,
+        peer_buffer_addresses,
+        lengths,
+        opcode,
+        transport_hint: str = "",
+    ) -> int:
         """Submit a batch without waiting. Returns its id, 0 on failure."""
         n = len(buffers)
         if n == 0 or len(peer_buffer_addresses) != n or len(lengths) != n:
             return 0
         return self._lib.mc_engine_transfer_async(
-            self._handle, _encode(target_hostname), int(opcode), _array(buffers), _array(peer_buffer_addresses), _array(lengths), n
+            self._handle,
+            _encode(target_hostname),
+            int(opcode),
+            _array(buffers),
+            _array(peer_buffer_addresses),
+            _array(lengths),
+            n,
         )
 
-    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = "") -> int:
+    def batch_transfer_async_write(
+        self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = ""
+    ) -> int:
         """Submit a WRITE batch. Returns its id, 0 on failure."""
-        return self.batch_transfer_async(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Write)
+        return self.batch_transfer_async(
+            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Write
+        )
 
-    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = "") -> int:
+    def batch_transfer_async_read(
+        self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint: str = ""
+    ) -> int:
         """Submit a READ batch. Returns its id, 0 on failure."""
-        return self.batch_transfer_async(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Read)
+        return self.batch_transfer_async(
+            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Read
+        )
 
     def get_batch_transfer_status(self, batch_ids: Sequence[int]) -> int:
         """Wait for the batches and free them: 0 if all completed, -1 if any failed or timed out."""
@@ -294,9 +375,13 @@ class TransferEngine:
             return 0
         return self._lib.mc_engine_wait_batches(self._handle, _array(batch_ids), len(batch_ids))
 
-    def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int) -> int:
+    def transfer_submit_write(
+        self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int
+    ) -> int:
         """Submit one WRITE. Returns its batch id, 0 on failure."""
-        return self.batch_transfer_async_write(target_hostname, [buffer], [peer_buffer_address], [length])
+        return self.batch_transfer_async_write(
+            target_hostname, [buffer], [peer_buffer_address], [length]
+        )
 
     def transfer_check_status(self, batch_id: int) -> int:
         """Poll a batch: 1 completed (freed), 0 pending, -1 failed (freed), -2 timed out (freed)."""
@@ -315,7 +400,9 @@ class TransferEngine:
 
     def send_notify(self, target_hostname: str, notify: TransferNotify) -> int:
         """Send a notification to a segment. 0, or negative. Not upstream API."""
-        return self._lib.mc_engine_send_notify(self._handle, _encode(target_hostname), _encode(notify.name), _encode(notify.msg))
+        return self._lib.mc_engine_send_notify(
+            self._handle, _encode(target_hostname), _encode(notify.name), _encode(notify.msg)
+        )
 
     def send_probe(self, peer_server_name: str) -> int:
         """0 if the peer answers its handshake port, else negative."""

@@ -1,0 +1,56 @@
+# Mooncake-Go developer entry points. See docs/build.md.
+#
+#   make demo    set up, then run demo/demo.py
+#   make test    set up, then go vet, go test -race, pytest
+#   make setup   scripts/setup.sh: etcd/redis, .venv, build + install the package
+#   make build   go build ./... and (re)install the Python package
+#   make lint    gofmt, go vet, ruff
+#   make bench   benchmarks/run_all.sh
+#   make clean   remove build outputs (keeps .venv)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+export PATH := $(PATH):/usr/local/go/bin
+export CGO_CFLAGS := -Wno-deprecated-declarations
+
+GO ?= go
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: all setup build lint test demo bench clean
+
+all: build
+
+setup:
+	scripts/setup.sh
+
+build:
+	$(GO) build ./...
+	scripts/setup.sh
+
+lint: setup
+	@out="$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...))"; \
+	if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(VENV)/bin/ruff check $(wildcard python tests benchmarks)
+
+test: setup
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+	@rc=0; $(PY) -m pytest -q tests || rc=$$?; \
+	if [ $$rc -eq 5 ] && [ -z "$$(find tests -name 'test_*.py' -o -name '*_test.py')" ]; then \
+		echo "pytest: no Python test files in tests/ yet"; rc=0; \
+	fi; \
+	exit $$rc
+
+demo: setup
+	$(PY) demo/demo.py
+
+bench: setup
+	@if [ -f benchmarks/run_all.sh ]; then bash benchmarks/run_all.sh; \
+	else echo "bench: benchmarks/run_all.sh does not exist yet"; fi
+
+clean:
+	rm -rf build dist python/mooncake/lib python/mooncake/bin .pytest_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,80 @@
+"""Loading of libmooncake.so, the one native library of Mooncake-Go.
+
+The library is loaded once per process, with ctypes. ``MOONCAKE_LIB`` (a path
+to a libmooncake.so) overrides the copy installed in ``mooncake/lib/``.
+
+Strings returned by the library as ``char*`` are malloc'd by it: declare such
+functions with ``restype = ctypes.c_void_p`` (not ``c_char_p``, which would
+copy the bytes and lose the pointer) and convert them with `take_string`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+ENV_VAR = "MOONCAKE_LIB"
+LIB_NAME = "libmooncake.so"
+
+_lock = threading.Lock()
+_cdll: ctypes.CDLL | None = None
+
+
+def lib_path() -> Path:
+    """Return the path of the libmooncake.so that `lib` loads."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent / "lib" / LIB_NAME
+
+
+def lib() -> ctypes.CDLL:
+    """Return the loaded libmooncake.so, loading it on first use."""
+    global _cdll
+    if _cdll is not None:
+        return _cdll
+    with _lock:
+        if _cdll is None:
+            path = lib_path()
+            if not path.is_file():
+                how = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else "this installation"
+                raise OSError(
+                    f"mooncake: {LIB_NAME} not found at {path} (from {how}); "
+                    "reinstall the mooncake-go package, or set "
+                    f"{ENV_VAR} to a libmooncake.so built from capi/"
+                )
+            cdll = ctypes.CDLL(str(path))
+            _declare(cdll)
+            _cdll = cdll
+    return _cdll
+
+
+def _declare(cdll: ctypes.CDLL) -> None:
+    """Set argtypes/restype of the functions this module itself calls."""
+    cdll.mc_version.argtypes = []
+    cdll.mc_version.restype = ctypes.c_void_p
+    cdll.mc_free.argtypes = [ctypes.c_void_p]
+    cdll.mc_free.restype = None
+
+
+def take_string(ptr: int | None) -> str | None:
+    """Convert a ``char*`` returned by the library to str and free it.
+
+    Returns None for a NULL pointer. The pointer must not be used afterwards.
+    """
+    if not ptr:
+        return None
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", errors="replace")
+    finally:
+        lib().mc_free(ptr)
+
+
+def version() -> str:
+    """Return the version string of the loaded libmooncake.so."""
+    s = take_string(lib().mc_version())
+    if s is None:
+        raise RuntimeError("mooncake: mc_version returned NULL")
+    return s
