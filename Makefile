@@ -6,6 +6,7 @@
 #   make build   go build ./... and (re)install the Python package
 #   make lint    gofmt, go vet, ruff
 #   make bench   benchmarks/run_all.sh
+#   make proto   regenerate kvstore/masterpb from kvstore/proto (needs protoc)
 #   make clean   remove build outputs (keeps .venv)
 
 SHELL := /bin/bash
@@ -18,7 +19,7 @@ GO ?= go
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all setup build lint test demo bench clean
+.PHONY: all setup build lint test demo bench proto clean
 
 all: build
 
@@ -50,6 +51,20 @@ demo: setup
 bench: setup
 	@if [ -f benchmarks/run_all.sh ]; then bash benchmarks/run_all.sh; \
 	else echo "bench: benchmarks/run_all.sh does not exist yet"; fi
+
+# Code generators, pinned; installed into build/tools on first use.
+TOOLS := $(CURDIR)/build/tools
+PROTOC_GEN_GO := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+
+proto:
+	@command -v protoc >/dev/null || { echo "proto: protoc missing (apt-get install protobuf-compiler)"; exit 1; }
+	GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH=$(TOOLS):$$PATH protoc -I kvstore/proto \
+		--go_out=kvstore/masterpb --go_opt=paths=source_relative \
+		--go-grpc_out=kvstore/masterpb --go-grpc_opt=paths=source_relative \
+		kvstore/proto/master.proto
 
 clean:
 	rm -rf build dist python/mooncake/lib python/mooncake/bin .pytest_cache .ruff_cache
