@@ -132,6 +132,91 @@ int mc_engine_send_probe(uint64_t engine, const char *peer);
 /* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]}. */
 char *mc_local_topology(void);
 
+/* ---- KV store client ------------------------------------------------- *
+ * Store results use upstream Mooncake Store error numbers: -600 invalid
+ * params, -704 object not found, -706 object has lease, -707 lease expired,
+ * -200 no available handle (no space), -800 transfer fail, -801 checksum
+ * mismatch, -900 RPC fail, ... Arrays of keys are arrays of n C strings. */
+
+/* Create a store handle; it does nothing until mc_store_setup. */
+uint64_t mc_store_create(void);
+
+/* Set the client up (upstream setup): start or share a Transfer Engine
+ * (engine != 0: an initialized mc_engine handle), allocate the local
+ * staging buffer, connect to the master ("host:port" or
+ * "etcd://h1:p1;h2:p2" for HA) and mount global_segment_size bytes.
+ * 0 or a negative error number. */
+int mc_store_setup(uint64_t store, const char *local_hostname,
+                   const char *metadata_server, uint64_t global_segment_size,
+                   uint64_t local_buffer_size, const char *protocol,
+                   const char *device_name, const char *master_server_addr,
+                   uint64_t engine);
+
+/* Unmount, release everything and the handle. Always 0. */
+int mc_store_close(uint64_t store);
+
+/* 0 healthy, 1 not initialized or closed, 2 master unreachable. */
+int mc_store_health_check(uint64_t store);
+
+/* Effective local hostname (host:port). Free with mc_free. */
+char *mc_store_get_hostname(uint64_t store);
+
+/* Put n objects. Object i is the concatenation of part_counts[i] ranges
+ * taken in order from ptrs/sizes (flattened over all objects).
+ * config_json: a ReplicateConfig as JSON ({"replica_num":1,...}) or NULL.
+ * flags: 1 upsert (overwrite), 2 zero-copy (use the caller's memory
+ * directly; otherwise bytes are staged through the local buffer).
+ * results[i] gets 0 or an error number; returns the first non-zero one.
+ * A plain put of an existing key succeeds without overwriting. */
+int mc_store_put(uint64_t store, int n, const char **keys,
+                 const int *part_counts, const uint64_t *ptrs,
+                 const uint64_t *sizes, const char *config_json, int flags,
+                 int *results);
+
+/* Read n objects into caller memory: object i is scattered in order over
+ * part_counts[i] ranges (flattened ptrs/sizes). results[i] gets the
+ * object's size, or an error number (-600 if the ranges are too small).
+ * zero_copy != 0 reads straight into the ranges. */
+void mc_store_get_into(uint64_t store, int n, const char **keys,
+                       const int *part_counts, const uint64_t *ptrs,
+                       const uint64_t *sizes, int zero_copy,
+                       int64_t *results);
+
+/* Read n objects into memory the library allocates: out_ptrs[i] (free with
+ * mc_free) holds results[i] bytes; on error results[i] is negative and
+ * out_ptrs[i] is 0. */
+void mc_store_get(uint64_t store, int n, const char **keys,
+                  uint64_t *out_ptrs, int64_t *results);
+
+/* Ranged reads: sizes[i] bytes at src_offsets[i] of object keys[i] into
+ * dsts[i]. results[i]: bytes read or an error (-600 past the end). */
+void mc_store_get_ranges(uint64_t store, int n, const char **keys,
+                         const uint64_t *dsts, const uint64_t *src_offsets,
+                         const uint64_t *sizes, int64_t *results);
+
+/* results[i]: 1 exists, 0 not, or an error number. Grants read leases. */
+void mc_store_exist(uint64_t store, int n, const char **keys, int *results);
+
+/* Size of an object, or an error number. */
+int64_t mc_store_get_size(uint64_t store, const char *key);
+
+/* Remove n objects; leased ones only with force. results[i]: 0 or error. */
+void mc_store_remove(uint64_t store, int n, const char **keys, int force,
+                     int *results);
+
+/* Remove objects whose key matches the RE2 pattern; count or error. */
+int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern,
+                                 int force);
+
+/* Remove every removable object; count or error. */
+int64_t mc_store_remove_all(uint64_t store, int force);
+
+/* Register caller memory for zero-copy calls; 0 or -600. */
+int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
+
+/* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
+int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
+
 #ifdef __cplusplus
 }
 #endif

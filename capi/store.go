@@ -1,0 +1,366 @@
+package main
+
+// #include <stdint.h>
+// #include <stdlib.h>
+import "C"
+
+import (
+	"encoding/json"
+	"sync"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/client"
+)
+
+// storeSlot is a C-visible store client, created empty and set up later.
+type storeSlot struct {
+	mu sync.Mutex
+	c  *client.Client
+}
+
+var stores handleTable[*storeSlot]
+
+func storeOf(h C.uint64_t) *client.Client {
+	s, ok := stores.get(uint64(h))
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c
+}
+
+// code converts a Go error to the int a C caller receives.
+func code(err error) C.int { return C.int(kvstore.CodeOf(err)) }
+
+const notReady = C.int(kvstore.InvalidParams)
+
+//export mc_store_create
+func mc_store_create() C.uint64_t { return C.uint64_t(stores.put(&storeSlot{})) }
+
+//export mc_store_setup
+func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
+	protocol, deviceName, masterAddr *C.char, engine C.uint64_t) C.int {
+	s, ok := stores.get(uint64(h))
+	if !ok {
+		return notReady
+	}
+	cfg := client.Config{
+		LocalHostname:     C.GoString(localHostname),
+		MetadataServer:    C.GoString(metadataServer),
+		GlobalSegmentSize: uint64(globalSegmentSize),
+		LocalBufferSize:   uint64(localBufferSize),
+		Protocol:          C.GoString(protocol),
+		DeviceName:        C.GoString(deviceName),
+		MasterServerAddr:  C.GoString(masterAddr),
+	}
+	if engine != 0 {
+		if _, e := liveEngine(engine); e != nil {
+			cfg.Engine = e
+		} else {
+			return notReady
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
+		return notReady
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		return code(err)
+	}
+	s.c = c
+	return 0
+}
+
+//export mc_store_close
+func mc_store_close(h C.uint64_t) C.int {
+	s, ok := stores.take(uint64(h))
+	if ok && s.c != nil {
+		s.c.Close()
+	}
+	return 0
+}
+
+//export mc_store_health_check
+func mc_store_health_check(h C.uint64_t) C.int {
+	c := storeOf(h)
+	if c == nil {
+		return client.NotInitialized
+	}
+	return C.int(c.Health())
+}
+
+//export mc_store_get_hostname
+func mc_store_get_hostname(h C.uint64_t) *C.char {
+	c := storeOf(h)
+	if c == nil {
+		return C.CString("")
+	}
+	return C.CString(c.Hostname())
+}
+
+// goStrings copies n C strings.
+func goStrings(p **C.char, n C.int) []string {
+	if p == nil || n <= 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i, s := range unsafe.Slice(p, int(n)) {
+		out[i] = C.GoString(s)
+	}
+	return out
+}
+
+// partsOf splits flattened (ptr, size) arrays into per-key part lists.
+func partsOf(counts *C.int, ptrs, sizes *C.uint64_t, n C.int) ([][]client.Part, bool) {
+	if counts == nil || n <= 0 {
+		return nil, false
+	}
+	cs := unsafe.Slice(counts, int(n))
+	total := 0
+	for _, c := range cs {
+		if c < 0 {
+			return nil, false
+		}
+		total += int(c)
+	}
+	p, s := u64s(ptrs, C.int(total)), u64s(sizes, C.int(total))
+	if len(p) != total || len(s) != total {
+		return nil, total == 0 && (ptrs == nil || sizes == nil) && allZero(cs)
+	}
+	out := make([][]client.Part, n)
+	k := 0
+	for i, c := range cs {
+		out[i] = make([]client.Part, c)
+		for j := range out[i] {
+			out[i][j] = client.Part{Addr: uintptr(p[k]), Size: s[k]}
+			k++
+		}
+	}
+	return out, true
+}
+
+func allZero(cs []C.int) bool {
+	for _, c := range cs {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Flags of mc_store_put.
+const (
+	putUpsert   = 1
+	putZeroCopy = 2
+)
+
+//export mc_store_put
+func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
+	configJSON *C.char, flags C.int, results *C.int) C.int {
+	c := storeOf(h)
+	res := unsafe.Slice(results, int(max(n, 0)))
+	if c == nil || results == nil || n <= 0 {
+		fillC(res, notReady)
+		return notReady
+	}
+	parts, ok := partsOf(partCounts, ptrs, sizes, n)
+	cfg := client.DefaultReplicateConfig()
+	if configJSON != nil {
+		if err := json.Unmarshal([]byte(C.GoString(configJSON)), &cfg); err != nil {
+			ok = false
+		}
+	}
+	if !ok {
+		fillC(res, C.int(kvstore.InvalidParams))
+		return C.int(kvstore.InvalidParams)
+	}
+	errs := c.BatchPut(goStrings(keys, n), parts, cfg, client.PutOptions{Upsert: flags&putUpsert != 0, ZeroCopy: flags&putZeroCopy != 0})
+	first := C.int(0)
+	for i, err := range errs {
+		res[i] = code(err)
+		if first == 0 {
+			first = res[i]
+		}
+	}
+	return first
+}
+
+//export mc_store_get_into
+func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
+	zeroCopy C.int, results *C.int64_t) {
+	c := storeOf(h)
+	res := unsafe.Slice(results, int(max(n, 0)))
+	if c == nil || results == nil || n <= 0 {
+		fillC(res, C.int64_t(notReady))
+		return
+	}
+	parts, ok := partsOf(partCounts, ptrs, sizes, n)
+	if !ok {
+		fillC(res, C.int64_t(kvstore.InvalidParams))
+		return
+	}
+	for i, r := range c.BatchGetInto(goStrings(keys, n), parts, zeroCopy != 0) {
+		res[i] = getResult(r)
+	}
+}
+
+//export mc_store_get
+func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, results *C.int64_t) {
+	c := storeOf(h)
+	res := unsafe.Slice(results, int(max(n, 0)))
+	if c == nil || results == nil || outPtrs == nil || n <= 0 {
+		fillC(res, C.int64_t(notReady))
+		return
+	}
+	out := unsafe.Slice(outPtrs, int(n))
+	names := goStrings(keys, n)
+	index := map[string][]int{}
+	for i, k := range names {
+		index[k] = append(index[k], i)
+		out[i] = 0
+	}
+	mallocs := make([]unsafe.Pointer, n)
+	var mu sync.Mutex
+	rs := c.BatchGet(names, func(key string, size uint64) ([]client.Part, error) {
+		p := C.malloc(C.size_t(max(size, 1)))
+		if p == nil {
+			return nil, kvstore.InternalError
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range index[key] {
+			if mallocs[i] == nil {
+				mallocs[i] = p
+				out[i] = C.uint64_t(uintptr(p))
+				break
+			}
+		}
+		return []client.Part{{Addr: uintptr(p), Size: size}}, nil
+	})
+	for i, r := range rs {
+		res[i] = getResult(r)
+		if r.Err != nil && mallocs[i] != nil {
+			C.free(mallocs[i])
+			out[i] = 0
+		}
+	}
+}
+
+//export mc_store_get_ranges
+func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets, sizes *C.uint64_t, results *C.int64_t) {
+	c := storeOf(h)
+	res := unsafe.Slice(results, int(max(n, 0)))
+	d, o, s := u64s(dsts, n), u64s(srcOffsets, n), u64s(sizes, n)
+	if c == nil || results == nil || n <= 0 || len(d) != int(n) || len(o) != int(n) || len(s) != int(n) {
+		fillC(res, C.int64_t(notReady))
+		return
+	}
+	names := goStrings(keys, n)
+	ranges := make([]client.Range, n)
+	for i := range ranges {
+		ranges[i] = client.Range{Key: names[i], Dst: uintptr(d[i]), SrcOffset: o[i], Size: s[i]}
+	}
+	for i, r := range c.GetRanges(ranges) {
+		res[i] = getResult(r)
+	}
+}
+
+func getResult(r client.GetResult) C.int64_t {
+	if r.Err != nil {
+		return C.int64_t(kvstore.CodeOf(r.Err))
+	}
+	return C.int64_t(r.Size)
+}
+
+//export mc_store_exist
+func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+	c := storeOf(h)
+	res := unsafe.Slice(results, int(max(n, 0)))
+	if c == nil || results == nil {
+		fillC(res, notReady)
+		return
+	}
+	for i, v := range c.BatchExist(goStrings(keys, n)) {
+		res[i] = C.int(v)
+	}
+}
+
+//export mc_store_get_size
+func mc_store_get_size(h C.uint64_t, key *C.char) C.int64_t {
+	c := storeOf(h)
+	if c == nil {
+		return C.int64_t(notReady)
+	}
+	n, err := c.Size(C.GoString(key))
+	if err != nil {
+		return C.int64_t(kvstore.CodeOf(err))
+	}
+	return C.int64_t(n)
+}
+
+//export mc_store_remove
+func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results *C.int) {
+	c := storeOf(h)
+	res := unsafe.Slice(results, int(max(n, 0)))
+	if c == nil || results == nil {
+		fillC(res, notReady)
+		return
+	}
+	for i, v := range c.BatchRemove(goStrings(keys, n), force != 0) {
+		res[i] = C.int(v)
+	}
+}
+
+//export mc_store_remove_by_regex
+func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) C.int64_t {
+	c := storeOf(h)
+	if c == nil {
+		return C.int64_t(notReady)
+	}
+	n, err := c.RemoveByRegex(C.GoString(pattern), force != 0)
+	if err != nil {
+		return C.int64_t(kvstore.CodeOf(err))
+	}
+	return C.int64_t(n)
+}
+
+//export mc_store_remove_all
+func mc_store_remove_all(h C.uint64_t, force C.int) C.int64_t {
+	c := storeOf(h)
+	if c == nil {
+		return C.int64_t(notReady)
+	}
+	n, err := c.RemoveAll(force != 0)
+	if err != nil {
+		return C.int64_t(kvstore.CodeOf(err))
+	}
+	return C.int64_t(n)
+}
+
+//export mc_store_register_buffer
+func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) C.int {
+	c := storeOf(h)
+	if c == nil {
+		return notReady
+	}
+	return code(c.RegisterBuffer(uintptr(ptr), uint64(size)))
+}
+
+//export mc_store_unregister_buffer
+func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) C.int {
+	c := storeOf(h)
+	if c == nil {
+		return notReady
+	}
+	return code(c.UnregisterBuffer(uintptr(ptr)))
+}
+
+func fillC[T any](s []T, v T) {
+	for i := range s {
+		s[i] = v
+	}
+}

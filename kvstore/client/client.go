@@ -1,0 +1,259 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Health values, as upstream's health_check returns them.
+const (
+	Healthy           = 0
+	NotInitialized    = 1
+	MasterUnreachable = 2
+)
+
+// heartbeatInterval is how often the client pings the master (upstream 1 s).
+const heartbeatInterval = time.Second
+
+// Client is one store client. Methods are safe for concurrent use.
+type Client struct {
+	id       string
+	hostname string // effective local hostname, host:port
+	hostID   string
+	engine   *transfer.Engine
+	ownsTE   bool
+	master   *masterConn
+
+	segments []*pb.Segment
+	local    []byte // local (staging) buffer, mmap'd
+	staging  *stagingPool
+	tempMu   sync.Mutex
+	temps    map[uintptr]*tempReg // by address; see useDirect
+
+	lastPingOK atomic.Bool
+	closed     atomic.Bool
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+// New sets a client up: it starts (or shares) a Transfer Engine, allocates
+// the local buffer, connects to the master and mounts GlobalSegmentSize
+// bytes as this client's segment.
+func New(cfg Config) (*Client, error) {
+	if cfg.MetadataServer == "" || cfg.LocalHostname == "" {
+		return nil, fmt.Errorf("%w: local_hostname and metadata_server are required", kvstore.InvalidParams)
+	}
+	c := &Client{id: newID(), stop: make(chan struct{}), hostID: hostID(), temps: map[uintptr]*tempReg{}}
+	var err error
+	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
+		return nil, err
+	}
+	if cfg.Engine != nil {
+		c.engine = cfg.Engine
+	} else {
+		c.engine, err = transfer.New(transfer.Config{LocalHostname: c.hostname, MetadataServer: cfg.MetadataServer, Protocol: cfg.Protocol})
+		if err != nil {
+			return nil, fmt.Errorf("%w: transfer engine: %v", kvstore.InvalidParams, err)
+		}
+		c.ownsTE = true
+	}
+	if err := c.setup(cfg); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.wg.Add(1)
+	go c.heartbeat()
+	return c, nil
+}
+
+func (c *Client) setup(cfg Config) error {
+	if cfg.LocalBufferSize > 0 {
+		buf, err := unix.Mmap(-1, 0, int(cfg.LocalBufferSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		if err != nil {
+			return fmt.Errorf("%w: local buffer of %d bytes: %v", kvstore.InvalidParams, cfg.LocalBufferSize, err)
+		}
+		c.local = buf
+		if err := c.engine.RegisterLocalOnly(addrOf(buf), uint64(len(buf))); err != nil {
+			return err
+		}
+	}
+	c.staging = newStagingPool(c.local)
+	var err error
+	if c.master, err = dialMaster(cfg.MasterServerAddr); err != nil {
+		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
+	}
+	if cfg.GlobalSegmentSize > 0 {
+		base, err := c.engine.AllocateManagedBuffer(cfg.GlobalSegmentSize)
+		if err != nil {
+			return fmt.Errorf("%w: segment of %d bytes: %v", kvstore.InvalidParams, cfg.GlobalSegmentSize, err)
+		}
+		seg := &pb.Segment{Id: newID(), Name: c.hostname, Base: uint64(base), Size: cfg.GlobalSegmentSize,
+			TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID}
+		ctx, cancel := rpcContext()
+		defer cancel()
+		resp, err := c.master.client().MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: seg})
+		if err := rpcResult(resp.GetErrorCode(), err); err != nil {
+			return fmt.Errorf("mount segment: %w", err)
+		}
+		c.segments = append(c.segments, seg)
+	}
+	c.lastPingOK.Store(true)
+	return nil
+}
+
+// Close unmounts the client's segments and releases everything. Objects
+// whose only replicas lived here disappear. Safe to call twice.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.stop)
+	c.wg.Wait()
+	if c.master != nil {
+		for _, s := range c.segments {
+			ctx, cancel := rpcContext()
+			c.master.client().UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.id, SegmentId: s.Id})
+			cancel()
+		}
+		c.master.close()
+	}
+	for _, s := range c.segments {
+		c.engine.FreeManagedBuffer(uintptr(s.Base))
+	}
+	if c.local != nil {
+		c.engine.UnregisterLocalMemory(addrOf(c.local))
+		unix.Munmap(c.local)
+	}
+	if c.ownsTE {
+		c.engine.Close()
+	}
+	return nil
+}
+
+// Health is upstream's health_check: 0 healthy, 1 closed, 2 master
+// unreachable (the last heartbeat failed).
+func (c *Client) Health() int {
+	switch {
+	case c.closed.Load():
+		return NotInitialized
+	case !c.lastPingOK.Load():
+		return MasterUnreachable
+	}
+	return Healthy
+}
+
+// Hostname is the effective local hostname (host:port).
+func (c *Client) Hostname() string { return c.hostname }
+
+// Engine is the client's Transfer Engine.
+func (c *Client) Engine() *transfer.Engine { return c.engine }
+
+// heartbeat pings the master every second, remounts when asked to (after a
+// master restart or leader change), and follows a new HA leader after
+// three failed pings.
+func (c *Client) heartbeat() {
+	defer c.wg.Done()
+	t := time.NewTicker(heartbeatInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := rpcContext()
+		resp, err := c.master.client().Ping(ctx, &pb.PingRequest{ClientId: c.id})
+		cancel()
+		if err != nil {
+			failures++
+			c.lastPingOK.Store(false)
+			if failures >= 3 {
+				if changed, err := c.master.reconnect(); err == nil && changed {
+					slog.Info("store client: master changed, remounting", "master", c.master.leader)
+				}
+				failures = 0
+			}
+			continue
+		}
+		failures = 0
+		c.lastPingOK.Store(true)
+		if resp.GetClientStatus() == pb.ClientStatus_CLIENT_NEED_REMOUNT {
+			c.remount()
+		}
+	}
+}
+
+func (c *Client) remount() {
+	ctx, cancel := rpcContext()
+	defer cancel()
+	resp, err := c.master.client().ReMountSegment(ctx, &pb.ReMountSegmentRequest{ClientId: c.id, Segments: c.segments})
+	if err := rpcResult(resp.GetErrorCode(), err); err != nil {
+		slog.Warn("store client: remount failed", "err", err)
+	}
+}
+
+func rpcContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), rpcTimeout())
+}
+
+// rpcResult folds a call's transport error and domain code into one error.
+func rpcResult(code int32, err error) error {
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %v", kvstore.RPCTimeout, err)
+		}
+		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
+	}
+	return kvstore.ErrorCode(code).Err()
+}
+
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// hostID identifies this machine for prefer_alloc_in_same_node.
+func hostID() string {
+	if h, err := os.Hostname(); err == nil {
+		return h
+	}
+	return "unknown"
+}
+
+// effectiveHostname adds a free port in [MC_STORE_CLIENT_MIN_PORT,
+// MC_STORE_CLIENT_MAX_PORT] to a hostname given without one.
+func effectiveHostname(h string) (string, error) {
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return h, nil
+	}
+	lo := envInt("MC_STORE_CLIENT_MIN_PORT", 12300)
+	hi := max(envInt("MC_STORE_CLIENT_MAX_PORT", 14300), lo)
+	tries := envInt("MC_STORE_CLIENT_SETUP_RETRIES", 20)
+	for range max(tries, 1) {
+		port := strconv.Itoa(lo + mrand.IntN(hi-lo+1))
+		if ln, err := net.Listen("tcp", net.JoinHostPort(h, port)); err == nil {
+			ln.Close()
+			return net.JoinHostPort(h, port), nil
+		}
+	}
+	return "", fmt.Errorf("%w: no free port for %s in [%d,%d]", kvstore.InvalidParams, h, lo, hi)
+}

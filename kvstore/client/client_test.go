@@ -1,0 +1,184 @@
+package client
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master"
+)
+
+// startMaster runs an in-process master with its embedded HTTP metadata
+// store on free loopback ports.
+func startMaster(t *testing.T, mutate func(*master.Config)) (rpc, metadata string) {
+	t.Helper()
+	cfg := master.DefaultConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	svc, err := master.StartService(master.ServiceConfig{
+		RPCAddress:          "127.0.0.1:0",
+		HTTPMetadataAddress: "127.0.0.1:0",
+		Server:              master.Options{Config: cfg},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc.RPCAddr(), "http://" + svc.MetadataAddr() + "/metadata"
+}
+
+func newClient(t *testing.T, rpc, meta string, segment, local uint64) *Client {
+	t.Helper()
+	c, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: meta, GlobalSegmentSize: segment, LocalBufferSize: local, MasterServerAddr: rpc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// buf returns n bytes of mmap'd memory (not Go heap: peers write into it
+// over the network, which the race detector cannot see as ordering).
+func buf(t *testing.T, n int) []byte {
+	t.Helper()
+	m, err := unix.Mmap(-1, 0, max(n, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	return m[:n]
+}
+
+func fillPattern(b []byte, seed byte) []byte {
+	for i := range b {
+		b[i] = byte(i*31) + seed
+	}
+	return b
+}
+
+func part(b []byte) []Part { return []Part{{addrOf(b), uint64(len(b))}} }
+
+func TestPutGetCopyAndZeroCopy(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	a := newClient(t, rpc, meta, 64<<20, 8<<20)
+	b := newClient(t, rpc, meta, 64<<20, 8<<20)
+	for _, size := range []int{1, 4096, 5<<20 + 7} { // the last spans staging chunks
+		for _, zc := range []bool{false, true} {
+			key := "k" + time.Now().Format("150405.000000000")
+			src := fillPattern(buf(t, size), byte(size))
+			if err := a.Put(key, part(src), DefaultReplicateConfig(), PutOptions{ZeroCopy: zc}); err != nil {
+				t.Fatalf("put %d zc=%v: %v", size, zc, err)
+			}
+			dst := buf(t, size)
+			r := b.GetInto(key, part(dst), zc)
+			if r.Err != nil || r.Size != uint64(size) || !bytes.Equal(src, dst) {
+				t.Fatalf("get %d zc=%v: %+v equal=%v", size, zc, r, bytes.Equal(src, dst))
+			}
+		}
+	}
+}
+
+func TestPutExistingKeyDoesNotOverwrite(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	c := newClient(t, rpc, meta, 16<<20, 4<<20)
+	one, two := fillPattern(buf(t, 100), 1), fillPattern(buf(t, 100), 2)
+	if err := c.Put("x", part(one), DefaultReplicateConfig(), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put("x", part(two), DefaultReplicateConfig(), PutOptions{}); err != nil {
+		t.Fatalf("second put: %v (want silent success)", err)
+	}
+	dst := buf(t, 100)
+	c.GetInto("x", part(dst), true)
+	if !bytes.Equal(dst, one) {
+		t.Fatal("put overwrote an existing key")
+	}
+	if err := c.Put("x", part(two), DefaultReplicateConfig(), PutOptions{Upsert: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.GetInto("x", part(dst), true)
+	if !bytes.Equal(dst, two) {
+		t.Fatal("upsert did not overwrite")
+	}
+}
+
+func TestReplicasSurviveClientDeath(t *testing.T) {
+	rpc, meta := startMaster(t, func(c *master.Config) { c.DefaultLeaseTTL = 50 * time.Millisecond })
+	a := newClient(t, rpc, meta, 16<<20, 4<<20)
+	b := newClient(t, rpc, meta, 16<<20, 4<<20)
+	reader := newClient(t, rpc, meta, 0, 4<<20)
+	src := fillPattern(buf(t, 3000), 9)
+	cfg := DefaultReplicateConfig()
+	cfg.ReplicaNum = 2
+	if err := reader.Put("r", part(src), cfg, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // unmounts its segment: one replica is gone
+	dst := buf(t, 3000)
+	if r := reader.GetInto("r", part(dst), false); r.Err != nil || !bytes.Equal(dst, src) {
+		t.Fatalf("read after one replica's owner left: %+v", r)
+	}
+	b.Close()
+	if r := reader.GetInto("r", part(dst), false); !errors.Is(r.Err, kvstore.ObjectNotFound) {
+		t.Fatalf("read with no replica left: %v", r.Err)
+	}
+}
+
+func TestGetErrors(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	c := newClient(t, rpc, meta, 16<<20, 4<<20)
+	if r := c.GetInto("missing", part(buf(t, 10)), true); !errors.Is(r.Err, kvstore.ObjectNotFound) {
+		t.Fatalf("missing key: %v", r.Err)
+	}
+	c.Put("big", part(fillPattern(buf(t, 100), 0)), DefaultReplicateConfig(), PutOptions{})
+	if r := c.GetInto("big", part(buf(t, 99)), true); !errors.Is(r.Err, kvstore.InvalidParams) {
+		t.Fatalf("undersized buffer: %v", r.Err)
+	}
+	if err := c.Put("", part(buf(t, 1)), DefaultReplicateConfig(), PutOptions{}); !errors.Is(err, kvstore.InvalidParams) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if n, err := c.Size("big"); err != nil || n != 100 {
+		t.Fatalf("size: %d %v", n, err)
+	}
+	got := c.GetRanges([]Range{{Key: "big", Dst: addrOf(buf(t, 10)), SrcOffset: 95, Size: 10}})
+	if !errors.Is(got[0].Err, kvstore.InvalidParams) {
+		t.Fatalf("range past the end: %v", got[0].Err)
+	}
+}
+
+func TestNoLocalBufferZeroCopyOnly(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	c := newClient(t, rpc, meta, 16<<20, 0)
+	src := fillPattern(buf(t, 64), 3)
+	if err := c.Put("a", part(src), DefaultReplicateConfig(), PutOptions{}); !errors.Is(err, kvstore.InvalidParams) {
+		t.Fatalf("copying put without a local buffer: %v", err)
+	}
+	if err := c.Put("a", part(src), DefaultReplicateConfig(), PutOptions{ZeroCopy: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestChecksumMismatch(t *testing.T) {
+	t.Setenv("MOONCAKE_STORE_CHECKSUM", "1")
+	rpc, meta := startMaster(t, nil)
+	c := newClient(t, rpc, meta, 16<<20, 4<<20)
+	src := fillPattern(buf(t, 1000), 5)
+	if err := c.Put("c", part(src), DefaultReplicateConfig(), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := buf(t, 1000)
+	if r := c.GetInto("c", part(dst), true); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// Corrupt the stored replica in place, through the owner's memory.
+	lists, _ := c.replicaLists([]string{"c"})
+	mem(uintptr(lists[0].Replicas[0].BufferAddress), 1)[0] ^= 0xff
+	if r := c.GetInto("c", part(dst), true); !errors.Is(r.Err, kvstore.ChecksumMismatch) {
+		t.Fatalf("corrupted read: %v", r.Err)
+	}
+}

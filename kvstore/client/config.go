@@ -1,0 +1,81 @@
+package client
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Config is what setup takes (upstream MooncakeDistributedStore.setup).
+type Config struct {
+	// LocalHostname is "host" or "host:port"; without a port the client
+	// picks a free one in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT]
+	// (12300-14300) and the effective name becomes host:port.
+	LocalHostname string
+	// MetadataServer is the Transfer Engine metadata connection string.
+	MetadataServer string
+	// GlobalSegmentSize bytes are contributed to the pool (0: pure client).
+	GlobalSegmentSize uint64
+	// LocalBufferSize bytes stage copying puts and gets (0: zero-copy only).
+	LocalBufferSize uint64
+	Protocol        string
+	DeviceName      string
+	// MasterServerAddr is "host:port", or "etcd://h1:p1;h2:p2" to follow the
+	// elected leader of an HA cluster.
+	MasterServerAddr string
+	// Engine, when set, is shared instead of starting a new one; the
+	// client does not close it.
+	Engine *transfer.Engine
+}
+
+// ReplicateConfig is how an object is placed (upstream ReplicateConfig).
+type ReplicateConfig struct {
+	ReplicaNum            int      `json:"replica_num"`
+	SoftPinAction         int      `json:"soft_pin_action"`
+	SoftPinTTLMs          *int64   `json:"soft_pin_ttl_ms"`
+	WithHardPin           bool     `json:"with_hard_pin"`
+	PreferredSegments     []string `json:"preferred_segments"`
+	PreferredSegment      string   `json:"preferred_segment"`
+	PreferAllocInSameNode bool     `json:"prefer_alloc_in_same_node"`
+}
+
+// DefaultReplicateConfig is one replica, no pins.
+func DefaultReplicateConfig() ReplicateConfig { return ReplicateConfig{ReplicaNum: 1} }
+
+func (c ReplicateConfig) proto(hostID string) *pb.ReplicateConfig {
+	segs := c.PreferredSegments
+	if c.PreferredSegment != "" {
+		segs = []string{c.PreferredSegment}
+	}
+	return &pb.ReplicateConfig{
+		ReplicaNum:            uint32(max(c.ReplicaNum, 0)),
+		SoftPinAction:         pb.SoftPinAction(c.SoftPinAction),
+		SoftPinTtlMs:          c.SoftPinTTLMs,
+		WithHardPin:           c.WithHardPin,
+		PreferredSegments:     segs,
+		PreferAllocInSameNode: c.PreferAllocInSameNode,
+		HostId:                hostID,
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil {
+		return v
+	}
+	return def
+}
+
+// rpcTimeout bounds one master RPC (MC_RPC_TIMEOUT_MS, default 10 s).
+func rpcTimeout() time.Duration {
+	return time.Duration(envInt("MC_RPC_TIMEOUT_MS", 10000)) * time.Millisecond
+}
+
+// checksumEnabled reports MOONCAKE_STORE_CHECKSUM=1.
+func checksumEnabled() bool {
+	v := strings.TrimSpace(os.Getenv("MOONCAKE_STORE_CHECKSUM"))
+	return v == "1" || strings.EqualFold(v, "true")
+}

@@ -1,0 +1,192 @@
+package client
+
+import (
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
+)
+
+// GetResult is one object read: its size, or an error with its ErrorCode.
+type GetResult struct {
+	Size uint64
+	Err  error
+}
+
+// Allocator provides the destination for an object of n bytes (used when
+// the caller does not know the size in advance).
+type Allocator func(key string, n uint64) ([]Part, error)
+
+// GetInto reads key into parts (their total is the capacity). It returns
+// the object's size; an object larger than the capacity is InvalidParams.
+func (c *Client) GetInto(key string, parts []Part, zeroCopy bool) GetResult {
+	return c.BatchGetInto([]string{key}, [][]Part{parts}, zeroCopy)[0]
+}
+
+// BatchGetInto reads several objects with one master round trip.
+func (c *Client) BatchGetInto(keys []string, parts [][]Part, zeroCopy bool) []GetResult {
+	if len(parts) != len(keys) {
+		out := make([]GetResult, len(keys))
+		for i := range out {
+			out[i].Err = kvstore.InvalidParams
+		}
+		return out
+	}
+	return c.batchGet(keys, func(i int, _ string, _ uint64) ([]Part, error) { return parts[i], nil }, zeroCopy)
+}
+
+// BatchGet reads several objects into memory from alloc, staged through
+// the local buffer (the copying get).
+func (c *Client) BatchGet(keys []string, alloc Allocator) []GetResult {
+	return c.batchGet(keys, func(_ int, k string, n uint64) ([]Part, error) { return alloc(k, n) }, false)
+}
+
+func (c *Client) batchGet(keys []string, dest func(i int, key string, n uint64) ([]Part, error), zeroCopy bool) []GetResult {
+	out := make([]GetResult, len(keys))
+	lists, queried := c.replicaLists(keys)
+	parallel(len(keys), func(i int) error {
+		out[i] = c.readObject(keys[i], lists[i], queried, func(n uint64) ([]Part, error) { return dest(i, keys[i], n) }, zeroCopy)
+		return nil
+	})
+	return out
+}
+
+// replicaLists asks the master where each key's replicas are (granting
+// read leases), noting when it asked.
+func (c *Client) replicaLists(keys []string) ([]*pb.GetReplicaListResponse, time.Time) {
+	lists := make([]*pb.GetReplicaListResponse, len(keys))
+	queried := time.Now()
+	if c.closed.Load() {
+		for i := range lists {
+			lists[i] = &pb.GetReplicaListResponse{ErrorCode: int32(kvstore.InvalidParams)}
+		}
+		return lists, queried
+	}
+	ctx, cancel := rpcContext()
+	defer cancel()
+	resp, err := c.master.client().BatchGetReplicaList(ctx, &pb.BatchKeyRequest{Keys: keys})
+	for i := range lists {
+		if err != nil || i >= len(resp.GetItems()) {
+			lists[i] = &pb.GetReplicaListResponse{ErrorCode: int32(kvstore.CodeOf(rpcResult(0, firstNonNil(err, kvstore.RPCFail))))}
+		} else {
+			lists[i] = resp.Items[i]
+		}
+	}
+	return lists, queried
+}
+
+// readObject reads one object given its replica list.
+func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried time.Time, dest func(n uint64) ([]Part, error), zeroCopy bool) GetResult {
+	if code := kvstore.ErrorCode(list.GetErrorCode()); code != kvstore.OK {
+		return GetResult{Err: code}
+	}
+	r := c.pickReplica(list.Replicas)
+	if r == nil {
+		return GetResult{Err: kvstore.ObjectNotFound}
+	}
+	parts, err := dest(r.Size)
+	if err != nil {
+		return GetResult{Err: err}
+	}
+	if partsSize(parts) < r.Size {
+		return GetResult{Err: kvstore.InvalidParams}
+	}
+	if err := c.readReplica(parts, r, 0, r.Size, !zeroCopy); err != nil {
+		return GetResult{Err: err}
+	}
+	if leaseExpired(queried, list.LeaseTtlMs) {
+		return GetResult{Err: kvstore.LeaseExpired}
+	}
+	if list.Checksum != nil && checksumEnabled() && checksum(trim(parts, r.Size)) != *list.Checksum {
+		return GetResult{Err: kvstore.ChecksumMismatch}
+	}
+	return GetResult{Size: r.Size}
+}
+
+// leaseExpired applies upstream's rule: a read that finishes after the
+// lease granted with the replica list ran out fails with LEASE_EXPIRED,
+// since the object may have been removed or evicted under it.
+func leaseExpired(queried time.Time, ttlMs uint64) bool {
+	return ttlMs > 0 && time.Since(queried) >= time.Duration(ttlMs)*time.Millisecond
+}
+
+// pickReplica prefers a replica in this client's own segment, then the
+// first complete one.
+func (c *Client) pickReplica(rs []*pb.ReplicaDescriptor) *pb.ReplicaDescriptor {
+	var first *pb.ReplicaDescriptor
+	for _, r := range rs {
+		if r.Status != pb.ReplicaStatus_REPLICA_COMPLETE {
+			continue
+		}
+		if r.TransportEndpoint == c.engine.Name() {
+			return r
+		}
+		if first == nil {
+			first = r
+		}
+	}
+	return first
+}
+
+// trim cuts parts down to the first n bytes.
+func trim(parts []Part, n uint64) []Part {
+	var out []Part
+	for _, p := range parts {
+		if n == 0 {
+			break
+		}
+		m := min(p.Size, n)
+		out = append(out, Part{p.Addr, m})
+		n -= m
+	}
+	return out
+}
+
+// Range is one ranged read: Size bytes at SrcOffset of object Key into Dst.
+type Range struct {
+	Key       string
+	Dst       uintptr
+	SrcOffset uint64
+	Size      uint64
+}
+
+// GetRanges serves upstream's get_into_ranges: each range reads part of an
+// object straight into caller memory. The result per range is the bytes
+// read or an error; a range past the object's end is InvalidParams.
+func (c *Client) GetRanges(ranges []Range) []GetResult {
+	out := make([]GetResult, len(ranges))
+	var keys []string
+	at := map[string]int{}
+	for _, r := range ranges {
+		if _, ok := at[r.Key]; !ok {
+			at[r.Key] = len(keys)
+			keys = append(keys, r.Key)
+		}
+	}
+	lists, queried := c.replicaLists(keys)
+	parallel(len(ranges), func(i int) error {
+		rg := ranges[i]
+		list := lists[at[rg.Key]]
+		if code := kvstore.ErrorCode(list.GetErrorCode()); code != kvstore.OK {
+			out[i].Err = code
+			return nil
+		}
+		rep := c.pickReplica(list.Replicas)
+		switch {
+		case rep == nil:
+			out[i].Err = kvstore.ObjectNotFound
+		case rg.SrcOffset > rep.Size || rg.Size > rep.Size-rg.SrcOffset:
+			out[i].Err = kvstore.InvalidParams
+		default:
+			if err := c.readReplica([]Part{{rg.Dst, rg.Size}}, rep, rg.SrcOffset, rg.Size, false); err != nil {
+				out[i].Err = err
+			} else if leaseExpired(queried, list.LeaseTtlMs) {
+				out[i].Err = kvstore.LeaseExpired
+			} else {
+				out[i].Size = rg.Size
+			}
+		}
+		return nil
+	})
+	return out
+}

@@ -1,0 +1,199 @@
+"""The stored tensor format: a 304-byte header, then the tensor's bytes.
+
+Byte-exact with upstream (native little-endian):
+
+    off  size  field
+    0    4     u32 magic 0x4d4f4f4e ("NOOM")
+    4    2     u16 version = 1
+    6    2     u16 header_size = 304
+    8    4     i32 dtype code
+    12   4     i32 ndim (0..8)
+    16   4     u32 layout_kind (0 FULL, 1 SHARD)
+    20   4     u32 reserved_flags = 0
+    24   8     u64 data_offset = 304
+    32   8     u64 data_bytes
+    40   64    i64 global_shape[8]   (unused dims -1)
+    104  64    i64 local_shape[8]    (unused dims -1)
+    168  4     u32 axis_count (<= 4)
+    172  4     u32 reserved
+    176  128   4 x LayoutAxis {i32 kind (DP0 TP1 EP2 PP3), i32 axis_index,
+               i32 shard_rank, i32 shard_count, i32 split_dim (-1 none),
+               i32 reserved0, i64 reserved1 (local extent along split_dim)}
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+from typing import Any
+
+MAGIC = 0x4D4F4F4E
+VERSION = 1
+HEADER_SIZE = 304
+MAX_DIMS = 8
+MAX_AXES = 4
+LAYOUT_FULL, LAYOUT_SHARD = 0, 1
+AXIS_TP = 1
+
+_HEAD = struct.Struct("<IHHiiIIQQ")  # 40 bytes
+_SHAPE = struct.Struct("<8q")
+_AXES_HEAD = struct.Struct("<II")
+_AXIS = struct.Struct("<iiiiiiq")  # 32 bytes
+
+# (torch dtype name, element size) by upstream dtype code.
+_DTYPES = [
+    ("float32", 4),
+    ("float64", 8),
+    ("int8", 1),
+    ("uint8", 1),
+    ("int16", 2),
+    ("uint16", 2),
+    ("int32", 4),
+    ("uint32", 4),
+    ("int64", 8),
+    ("uint64", 8),
+    ("bool", 1),
+    ("float16", 2),
+    ("bfloat16", 2),
+    ("float8_e4m3fn", 1),
+    ("float8_e5m2", 1),
+]
+
+
+def tensor_metadata_size() -> int:
+    """Size of the header: 304 bytes."""
+    return HEADER_SIZE
+
+
+def dtype_code(dtype: Any) -> int:
+    """Upstream code of a torch dtype; ValueError for dtypes it has none for."""
+    name = str(dtype).removeprefix("torch.")
+    for code, (n, _) in enumerate(_DTYPES):
+        if n == name:
+            return code
+    raise ValueError(f"dtype {dtype} cannot be stored")
+
+
+def _shape(dims: Any) -> list[int]:
+    dims = list(dims)
+    return dims + [-1] * (MAX_DIMS - len(dims))
+
+
+def build_header(
+    dtype: Any, local_shape: Any, data_bytes: int, global_shape: Any = None, axes: list[tuple] = ()
+) -> bytes:
+    """Header bytes for a tensor; `axes` are LayoutAxis tuples (SHARD layout when non-empty)."""
+    local_shape = list(local_shape)
+    if len(local_shape) > MAX_DIMS:
+        raise ValueError(f"tensors of more than {MAX_DIMS} dimensions cannot be stored")
+    if len(axes) > MAX_AXES:
+        raise ValueError("too many layout axes")
+    layout = LAYOUT_SHARD if axes else LAYOUT_FULL
+    head = _HEAD.pack(MAGIC, VERSION, HEADER_SIZE, dtype_code(dtype), len(local_shape), layout, 0, HEADER_SIZE, data_bytes)
+    body = _SHAPE.pack(*_shape(global_shape if global_shape is not None else local_shape))
+    body += _SHAPE.pack(*_shape(local_shape))
+    body += _AXES_HEAD.pack(len(axes), 0)
+    for i in range(MAX_AXES):
+        body += _AXIS.pack(*axes[i]) if i < len(axes) else bytes(_AXIS.size)
+    header = head + body
+    assert len(header) == HEADER_SIZE
+    return header
+
+
+def _cpu_contiguous(tensor: Any) -> Any:
+    import torch
+
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    return tensor.contiguous()
+
+
+def serialize_tensor(tensor: Any) -> tuple[Any, bytes]:
+    """(contiguous CPU tensor, header) for storing `tensor` whole."""
+    t = _cpu_contiguous(tensor)
+    return t, build_header(t.dtype, t.shape, t.numel() * t.element_size())
+
+
+def uniform_shards(tensor: Any, tp_size: int, split_dim: int) -> list[Any]:
+    """Contiguous CPU shards of a uniform split, or ValueError."""
+    t = _cpu_contiguous(tensor)
+    if not 0 <= split_dim < t.dim():
+        raise ValueError(f"split_dim {split_dim} outside a {t.dim()}-d tensor")
+    extent = t.shape[split_dim]
+    if extent % tp_size:
+        raise ValueError(f"dimension {split_dim} ({extent}) is not divisible by tp_size {tp_size}")
+    step = extent // tp_size
+    return [t.narrow(split_dim, r * step, step).contiguous() for r in range(tp_size)]
+
+
+def shard_header(full: Any, shard: Any, rank: int, count: int, split_dim: int) -> bytes:
+    """Header of TP shard `rank` of `count` of `full`, split along `split_dim`."""
+    axis = (AXIS_TP, 0, rank, count, split_dim, 0, shard.shape[split_dim])
+    return build_header(shard.dtype, shard.shape, shard.numel() * shard.element_size(), full.shape, [axis])
+
+
+def parse_header(header: bytes, total: int) -> dict | None:
+    """Validate a header against the object's total size; its fields, or None."""
+    if len(header) < HEADER_SIZE:
+        return None
+    magic, version, hsize, dtype, ndim, layout, _flags, data_offset, data_bytes = _HEAD.unpack_from(header, 0)
+    if magic != MAGIC or version != VERSION or hsize != HEADER_SIZE:
+        return None
+    if not 0 <= dtype < len(_DTYPES) or not 0 <= ndim <= MAX_DIMS or layout not in (LAYOUT_FULL, LAYOUT_SHARD):
+        return None
+    if data_offset < HEADER_SIZE or data_offset > total or data_bytes != total - data_offset:
+        return None
+    global_shape = list(_SHAPE.unpack_from(header, 40))
+    local_shape = list(_SHAPE.unpack_from(header, 104))
+    if any(d < 0 for d in local_shape[:ndim]) or any(d != -1 for d in local_shape[ndim:]):
+        return None
+    if any(d != -1 for d in global_shape[ndim:]):
+        return None
+    if math.prod(local_shape[:ndim]) * _DTYPES[dtype][1] != data_bytes:
+        return None
+    axis_count, _ = _AXES_HEAD.unpack_from(header, 168)
+    if axis_count > MAX_AXES or (layout == LAYOUT_FULL) != (axis_count == 0):
+        return None
+    axes = [_AXIS.unpack_from(header, 176 + 32 * i) for i in range(axis_count)]
+    for kind, _idx, rank, count, split_dim, _r0, _r1 in axes:
+        if not 0 <= kind <= 4 or count < 1 or not 0 <= rank < count or not -1 <= split_dim < max(ndim, 1):
+            return None
+    return {
+        "dtype": _DTYPES[dtype][0],
+        "local_shape": local_shape[:ndim],
+        "global_shape": global_shape[:ndim],
+        "data_offset": data_offset,
+        "axes": axes,
+    }
+
+
+def deserialize_tensor(addr: int, total: int) -> Any:
+    """Tensor from an object of `total` bytes at `addr` (copied), or None if invalid.
+
+    A shard carries its layout as the attribute ``_mooncake_layout``.
+    """
+    import torch
+
+    if total < HEADER_SIZE:
+        return None
+    meta = parse_header(ctypes.string_at(addr, HEADER_SIZE), total)
+    if meta is None:
+        return None
+    nbytes = total - meta["data_offset"]
+    raw = torch.empty(nbytes, dtype=torch.uint8)
+    if nbytes:
+        ctypes.memmove(raw.data_ptr(), addr + meta["data_offset"], nbytes)
+    t = raw.view(getattr(torch, meta["dtype"])).reshape(meta["local_shape"])
+    if meta["axes"]:
+        kind, _idx, rank, count, split_dim, _r0, _r1 = meta["axes"][0]
+        t._mooncake_layout = {
+            "kind": kind,
+            "shard_rank": rank,
+            "shard_count": count,
+            "split_dim": split_dim,
+            "global_shape": meta["global_shape"],
+        }
+    return t

@@ -1,0 +1,680 @@
+"""mooncake.store: the distributed KV store's Python API, as upstream's.
+
+`MooncakeDistributedStore` is a client of a `mooncake_master`. It can
+contribute memory to the pool (`global_segment_size`) and puts and gets
+objects; bytes move directly between clients through the Transfer Engine.
+Methods keep upstream's signatures and return conventions: integers (0 or
+a negative error number from `ErrorCode`), `b""` for a missing object on
+`get`, `None` for a missing tensor.
+
+Example::
+
+    store = MooncakeDistributedStore()
+    store.setup("127.0.0.1", "http://127.0.0.1:8080/metadata",
+                "512MB", "64MB", "tcp", "", "127.0.0.1:50051")
+    store.put("k", b"value")
+    assert store.get("k") == b"value"
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from mooncake import _lib
+from mooncake._buffers import address_of
+from mooncake._tensor import (
+    deserialize_tensor,
+    serialize_tensor,
+    shard_header,
+    tensor_metadata_size,
+    uniform_shards,
+)
+
+
+class ErrorCode(enum.IntEnum):
+    """Upstream Mooncake Store error numbers (the ones this client returns)."""
+
+    OK = 0
+    INTERNAL_ERROR = -1
+    NO_AVAILABLE_HANDLE = -200
+    INVALID_PARAMS = -600
+    ILLEGAL_CLIENT = -601
+    INVALID_WRITE = -700
+    REPLICA_IS_NOT_READY = -703
+    OBJECT_NOT_FOUND = -704
+    OBJECT_ALREADY_EXISTS = -705
+    OBJECT_HAS_LEASE = -706
+    LEASE_EXPIRED = -707
+    TRANSFER_FAIL = -800
+    CHECKSUM_MISMATCH = -801
+    RPC_FAIL = -900
+    RPC_TIMEOUT = -901
+
+
+class SoftPinAction(enum.IntEnum):
+    """What a put does to the object's soft pin."""
+
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ReplicateConfig:
+    """Placement of an object (upstream `ReplicateConfig`)."""
+
+    def __init__(self) -> None:
+        self.replica_num: int = 1
+        self.soft_pin_action: SoftPinAction = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms: int | None = None
+        self.with_hard_pin: bool = False
+        self.preferred_segments: list[str] = []
+        self.preferred_segment: str = ""
+        self.prefer_alloc_in_same_node: bool = False
+
+    def _json(self) -> bytes:
+        return json.dumps(
+            {
+                "replica_num": int(self.replica_num),
+                "soft_pin_action": int(self.soft_pin_action),
+                "soft_pin_ttl_ms": None if self.soft_pin_ttl_ms is None else int(self.soft_pin_ttl_ms),
+                "with_hard_pin": bool(self.with_hard_pin),
+                "preferred_segments": list(self.preferred_segments),
+                "preferred_segment": self.preferred_segment,
+                "prefer_alloc_in_same_node": bool(self.prefer_alloc_in_same_node),
+            }
+        ).encode()
+
+    def __str__(self) -> str:
+        return (
+            f"ReplicateConfig(replica_num={self.replica_num}, soft_pin_action={self.soft_pin_action.name}, "
+            f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
+            f"preferred_segments={self.preferred_segments}, preferred_segment={self.preferred_segment!r}, "
+            f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node})"
+        )
+
+    __repr__ = __str__
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size(value: int | str) -> int:
+    """Parse a size: an int, or a string such as "16MB", "16 MB", "1GiB", "4096".
+
+    Units are 1024-based, as upstream's. Percentages are rejected.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid size {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"negative size {value}")
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"invalid size {value!r} (use bytes or a unit: KB, MB, GB, TB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+_u64 = ctypes.c_uint64
+_i64 = ctypes.c_int64
+_int = ctypes.c_int
+_str = ctypes.c_char_p
+_ptr = ctypes.c_void_p
+_P = ctypes.POINTER
+
+_SIGNATURES = {
+    "mc_store_create": ([], _u64),
+    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64], _int),
+    "mc_store_close": ([_u64], _int),
+    "mc_store_health_check": ([_u64], _int),
+    "mc_store_get_hostname": ([_u64], _ptr),
+    "mc_store_put": ([_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _str, _int, _P(_int)], _int),
+    "mc_store_get_into": ([_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _int, _P(_i64)], None),
+    "mc_store_get": ([_u64, _int, _P(_str), _P(_u64), _P(_i64)], None),
+    "mc_store_get_ranges": ([_u64, _int, _P(_str), _P(_u64), _P(_u64), _P(_u64), _P(_i64)], None),
+    "mc_store_exist": ([_u64, _int, _P(_str), _P(_int)], None),
+    "mc_store_get_size": ([_u64, _str], _i64),
+    "mc_store_remove": ([_u64, _int, _P(_str), _int, _P(_int)], None),
+    "mc_store_remove_by_regex": ([_u64, _str, _int], _i64),
+    "mc_store_remove_all": ([_u64, _int], _i64),
+    "mc_store_register_buffer": ([_u64, _u64, _u64], _int),
+    "mc_store_unregister_buffer": ([_u64, _u64], _int),
+}
+
+_PUT_UPSERT = 1
+_PUT_ZERO_COPY = 2
+
+
+def _native() -> ctypes.CDLL:
+    lib = _lib.lib()
+    if not getattr(lib, "_mc_store_declared", False):
+        for name, (args, res) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        lib._mc_store_declared = True
+    return lib
+
+
+def _keys(keys: Sequence[str]) -> ctypes.Array:
+    return (_str * len(keys))(*[k.encode() for k in keys])
+
+
+def _u64s(values: Sequence[int]) -> ctypes.Array:
+    return (_u64 * len(values))(*[int(v) for v in values])
+
+
+def _ints(values: Sequence[int]) -> ctypes.Array:
+    return (_int * len(values))(*[int(v) for v in values])
+
+
+class MooncakeDistributedStore:
+    """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
+
+    def __init__(self) -> None:
+        self._lib = _native()
+        self._handle = self._lib.mc_store_create()
+        self._torch: Any = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def setup(self, *args: Any, **kwargs: Any) -> int:
+        """Set the client up; 0, or a negative error number.
+
+        Forms: ``setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr,
+        engine=None, ...)`` or ``setup(config: dict)`` (required keys
+        ``local_hostname`` and ``metadata_server``; defaults 16 MiB segment,
+        16 MiB buffer, "tcp", "", "127.0.0.1:50051"). Sizes may be strings
+        such as "16MB".
+        """
+        if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+            cfg = {k: str(v) for k, v in args[0].items()}
+            if "local_hostname" not in cfg or "metadata_server" not in cfg:
+                return int(ErrorCode.INVALID_PARAMS)
+            params = (
+                cfg["local_hostname"],
+                cfg["metadata_server"],
+                cfg.get("global_segment_size", 16 << 20),
+                cfg.get("local_buffer_size", 16 << 20),
+                cfg.get("protocol", "tcp"),
+                cfg.get("device_name", cfg.get("rdma_devices", "")),
+                cfg.get("master_server_addr", cfg.get("master_server_address", "127.0.0.1:50051")),
+                None,
+            )
+        else:
+            names = (
+                "local_hostname",
+                "metadata_server",
+                "global_segment_size",
+                "local_buffer_size",
+                "protocol",
+                "rdma_devices",
+                "master_server_addr",
+                "engine",
+            )
+            values = dict(zip(names, args, strict=False))
+            for k, v in kwargs.items():
+                if k in names:
+                    values[k] = v
+            missing = [n for n in names[:7] if n not in values]
+            if missing:
+                raise TypeError(f"setup() missing arguments: {', '.join(missing)}")
+            params = tuple(values.get(n) for n in names)
+        host, meta, seg, buf, proto, devices, master, engine = params
+        try:
+            seg_size, buf_size = parse_size(seg), parse_size(buf)
+        except ValueError:
+            return int(ErrorCode.INVALID_PARAMS)
+        engine_handle = engine.get_engine_ptr() if engine is not None else 0
+        return self._lib.mc_store_setup(
+            self._handle,
+            str(host).encode(),
+            str(meta).encode(),
+            seg_size,
+            buf_size,
+            str(proto or "tcp").encode(),
+            str(devices or "").encode(),
+            str(master).encode(),
+            engine_handle,
+        )
+
+    def close(self) -> int:
+        """Unmount this client's memory and release it. Idempotent; 0."""
+        handle, self._handle = getattr(self, "_handle", 0), 0
+        if handle:
+            self._lib.mc_store_close(handle)
+        return 0
+
+    def health_check(self) -> int:
+        """0 healthy, 1 not initialized or closed, 2 master unreachable."""
+        return self._lib.mc_store_health_check(self._handle) if self._handle else 1
+
+    def get_hostname(self) -> str:
+        """The effective local hostname (host:port) this client registered as."""
+        return _lib.take_string(self._lib.mc_store_get_hostname(self._handle)) or ""
+
+    # -- puts --------------------------------------------------------------
+
+    def _put(self, keys: Sequence[str], parts: Sequence[Sequence[tuple[int, int]]], config, flags: int) -> list[int]:
+        n = len(keys)
+        if n == 0:
+            return []
+        if len(parts) != n:
+            return [int(ErrorCode.INVALID_PARAMS)] * n
+        counts = [len(p) for p in parts]
+        ptrs = [a for p in parts for a, _ in p]
+        sizes = [s for p in parts for _, s in p]
+        results = (_int * n)()
+        cfg = (config or ReplicateConfig())._json()
+        self._lib.mc_store_put(
+            self._handle, n, _keys(keys), _ints(counts), _u64s(ptrs), _u64s(sizes), cfg, flags, results
+        )
+        return list(results)
+
+    def _put_buffers(self, keys, values_per_key, config, flags) -> list[int]:
+        keep: list[Any] = []
+        parts = []
+        for values in values_per_key:
+            ranges = []
+            for v in values:
+                addr, size, k = address_of(v)
+                keep.append(k)
+                ranges.append((addr, size))
+            parts.append(ranges)
+        return self._put(keys, parts, config, flags)
+
+    @staticmethod
+    def _first(results: list[int]) -> int:
+        return next((r for r in results if r != 0), 0)
+
+    def put(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
+        """Store `value` (bytes-like) under `key`; 0 or negative. An existing key is left as is (0)."""
+        return self._put_buffers([key], [[value]], config, 0)[0]
+
+    def put_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
+        """Store the concatenation of `parts` under `key`."""
+        return self._put_buffers([key], [list(parts)], config, 0)[0]
+
+    def put_batch(self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None) -> int:
+        """Store several values; 0, or the first failing key's error."""
+        if len(keys) != len(values):
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._first(self._put_buffers(keys, [[v] for v in values], config, 0))
+
+    def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
+        """Insert or overwrite `key`."""
+        return self._put_buffers([key], [[value]], config, _PUT_UPSERT)[0]
+
+    def upsert_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
+        """Insert or overwrite `key` with the concatenation of `parts`."""
+        return self._put_buffers([key], [list(parts)], config, _PUT_UPSERT)[0]
+
+    def upsert_batch(self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None) -> int:
+        """Insert or overwrite several keys; 0 or the first error."""
+        if len(keys) != len(values):
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._first(self._put_buffers(keys, [[v] for v in values], config, _PUT_UPSERT))
+
+    def put_from(self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None) -> int:
+        """Zero-copy put of `size` bytes at `buffer_ptr`. Size 0 stores nothing (0)."""
+        return self._put([key], [[(buffer_ptr, size)]], config, _PUT_ZERO_COPY)[0]
+
+    def upsert_from(self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None) -> int:
+        """Zero-copy insert or overwrite."""
+        return self._put([key], [[(buffer_ptr, size)]], config, _PUT_ZERO_COPY | _PUT_UPSERT)[0]
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config: ReplicateConfig | None = None) -> list[int]:
+        """Zero-copy put of several buffers; a code per key."""
+        if not (len(keys) == len(buffer_ptrs) == len(sizes)):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._put(keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], config, _PUT_ZERO_COPY)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config: ReplicateConfig | None = None) -> list[int]:
+        """Zero-copy insert or overwrite of several buffers; a code per key."""
+        if not (len(keys) == len(buffer_ptrs) == len(sizes)):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        flags = _PUT_ZERO_COPY | _PUT_UPSERT
+        return self._put(keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], config, flags)
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None) -> list[int]:
+        """Zero-copy put where key i is the concatenation of its buffers."""
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)) or any(
+            len(p) != len(s) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)
+        ):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        parts = [list(zip(p, s, strict=True)) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)]
+        return self._put(keys, parts, config, _PUT_ZERO_COPY)
+
+    # -- gets --------------------------------------------------------------
+
+    def _get_alloc(self, keys: Sequence[str]) -> list[tuple[int, int]]:
+        n = len(keys)
+        ptrs, results = (_u64 * n)(), (_i64 * n)()
+        self._lib.mc_store_get(self._handle, n, _keys(keys), ptrs, results)
+        return list(zip(ptrs, results, strict=True))
+
+    def _take_bytes(self, ptr: int, size: int) -> bytes:
+        try:
+            return ctypes.string_at(ptr, size) if size > 0 else b""
+        finally:
+            if ptr:
+                self._lib.mc_free(ptr)
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; b"" if it is missing or cannot be read."""
+        return self.get_batch([key])[0]
+
+    def get_batch(self, keys: Sequence[str]) -> list[bytes]:
+        """Bytes per key; b"" for each miss."""
+        if not keys:
+            return []
+        return [self._take_bytes(p, r) if r >= 0 else b"" for p, r in self._get_alloc(keys)]
+
+    def _get_into(self, keys, parts, zero_copy: bool) -> list[int]:
+        n = len(keys)
+        if n == 0:
+            return []
+        counts = [len(p) for p in parts]
+        ptrs = [a for p in parts for a, _ in p]
+        sizes = [s for p in parts for _, s in p]
+        results = (_i64 * n)()
+        self._lib.mc_store_get_into(
+            self._handle, n, _keys(keys), _ints(counts), _u64s(ptrs), _u64s(sizes), int(zero_copy), results
+        )
+        return list(results)
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Read `key` into `size` bytes at `buffer_ptr`: bytes read, or negative (-600 if too small)."""
+        return self._get_into([key], [[(buffer_ptr, size)]], True)[0]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes) -> list[int]:
+        """`get_into` for several keys; bytes read or negative per key."""
+        if not (len(keys) == len(buffer_ptrs) == len(sizes)):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._get_into(keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], True)
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False) -> list[int]:
+        """Read each key scattered in order over its buffers; bytes read or negative per key."""
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)) or any(
+            len(p) != len(s) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)
+        ):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        parts = [list(zip(p, s, strict=True)) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)]
+        return self._get_into(keys, parts, True)
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes) -> list:
+        """Ranged reads, indexed [buffer][key][fragment]: bytes read or negative.
+
+        Fragment k of key j for buffer i reads all_sizes[i][j][k] bytes at
+        all_src_offsets[i][j][k] of the object into buffer_ptrs[i] +
+        all_dst_offsets[i][j][k]. A range past the object's end is -600.
+        """
+        shape_ok = len(buffer_ptrs) == len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)
+        flat: list[tuple[str, int, int, int]] = []
+        layout: list[list[int]] = []
+        if shape_ok:
+            for i, base in enumerate(buffer_ptrs):
+                keys_i = all_keys[i]
+                if not (len(keys_i) == len(all_dst_offsets[i]) == len(all_src_offsets[i]) == len(all_sizes[i])):
+                    shape_ok = False
+                    break
+                counts = []
+                for j, key in enumerate(keys_i):
+                    dst, src, size = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                    if not (len(dst) == len(src) == len(size)):
+                        shape_ok = False
+                        break
+                    counts.append(len(size))
+                    flat.extend((key, base + d, s, z) for d, s, z in zip(dst, src, size, strict=True))
+                layout.append(counts)
+        if not shape_ok:
+            raise ValueError("get_into_ranges: nested lists of keys, offsets and sizes must have matching lengths")
+        n = len(flat)
+        results = (_i64 * n)()
+        if n:
+            self._lib.mc_store_get_ranges(
+                self._handle,
+                n,
+                _keys([f[0] for f in flat]),
+                _u64s([f[1] for f in flat]),
+                _u64s([f[2] for f in flat]),
+                _u64s([f[3] for f in flat]),
+                results,
+            )
+        out, k = [], 0
+        for counts in layout:
+            per_key = []
+            for c in counts:
+                per_key.append(list(results[k : k + c]))
+                k += c
+            out.append(per_key)
+        return out
+
+    # -- queries and removal --------------------------------------------------
+
+    def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
+        """1 / 0 / negative per key. Grants read leases, as upstream."""
+        n = len(keys)
+        if n == 0:
+            return []
+        results = (_int * n)()
+        self._lib.mc_store_exist(self._handle, n, _keys(keys), results)
+        return list(results)
+
+    def is_exist(self, key: str) -> int:
+        """1 if `key` has a readable replica, 0 if not, negative on error."""
+        return self.batch_is_exist([key])[0]
+
+    def get_size(self, key: str) -> int:
+        """The object's size, or negative (-704 missing)."""
+        return self._lib.mc_store_get_size(self._handle, key.encode())
+
+    def batch_remove(self, keys: Sequence[str], force: bool = False) -> list[int]:
+        """Remove keys; a code per key (-706 leased unless force)."""
+        n = len(keys)
+        if n == 0:
+            return []
+        results = (_int * n)()
+        self._lib.mc_store_remove(self._handle, n, _keys(keys), int(force), results)
+        return list(results)
+
+    def remove(self, key: str, force: bool = False) -> int:
+        """Remove `key`: 0, -704 missing, -706 leased (unless force), -703 incomplete."""
+        return self.batch_remove([key], force)[0]
+
+    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
+        """Remove keys matching the pattern (searched, RE2 syntax); count or negative."""
+        return self._lib.mc_store_remove_by_regex(self._handle, regex_pattern.encode(), int(force))
+
+    def remove_all(self, force: bool = False) -> int:
+        """Remove every removable object; count or negative."""
+        return self._lib.mc_store_remove_all(self._handle, int(force))
+
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        """Register memory for zero-copy calls (faster, not required)."""
+        return self._lib.mc_store_register_buffer(self._handle, buffer_ptr, size)
+
+    def unregister_buffer(self, buffer_ptr: int) -> int:
+        """Withdraw memory registered with `register_buffer`."""
+        return self._lib.mc_store_unregister_buffer(self._handle, buffer_ptr)
+
+    # -- tensors -------------------------------------------------------------
+
+    def _put_tensors(self, keys, tensors, headers, flags) -> list[int]:
+        keep: list[Any] = []
+        parts = []
+        for t, header in zip(tensors, headers, strict=True):
+            haddr, hsize, hk = address_of(header)
+            keep.extend((hk, t))
+            ranges = [(haddr, hsize)]
+            if t.numel() > 0:
+                ranges.append((t.data_ptr(), t.numel() * t.element_size()))
+            parts.append(ranges)
+        return self._put(keys, parts, None, flags)
+
+    def put_tensor(self, key: str, tensor: Any) -> int:
+        """Store a tensor (304-byte header + its bytes); 0 or negative."""
+        return self.batch_put_tensor([key], [tensor])[0]
+
+    def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> list[int]:
+        """Store several tensors; a code per key."""
+        if len(keys) != len(tensors_list):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        try:
+            pairs = [serialize_tensor(t) for t in tensors_list]
+        except (TypeError, ValueError):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._put_tensors(keys, [t for t, _ in pairs], [h for _, h in pairs], _PUT_ZERO_COPY)
+
+    def get_tensor(self, key: str) -> Any:
+        """The tensor stored under `key`, or None (missing or invalid)."""
+        return self.batch_get_tensor([key])[0]
+
+    def batch_get_tensor(self, keys: Sequence[str]) -> list[Any]:
+        """Tensors per key; None for misses and invalid objects."""
+        if not keys:
+            return []
+        out = []
+        for ptr, size in self._get_alloc(keys):
+            if size < 0:
+                out.append(None)
+                continue
+            try:
+                out.append(deserialize_tensor(ptr, size))
+            finally:
+                self._lib.mc_free(ptr)
+        return out
+
+    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
+        """Store a tensor as `tp_size` shards `{key}_tp_{r}` split along `split_dim`.
+
+        All shards are written whatever `tp_rank` is (upstream behaviour);
+        only uniform splits are accepted (-600 otherwise). tp_size <= 1 is
+        `put_tensor`.
+        """
+        return self.batch_put_tensor_with_tp([key], [tensor], tp_rank, tp_size, split_dim)[0]
+
+    def batch_put_tensor_with_tp(self, base_keys, tensors_list, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> list[int]:
+        """`put_tensor_with_tp` for several tensors; a code per base key."""
+        if len(base_keys) != len(tensors_list):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(base_keys)
+        if tp_size <= 1:
+            return self.batch_put_tensor(base_keys, tensors_list)
+        out = []
+        for key, tensor in zip(base_keys, tensors_list, strict=True):
+            try:
+                shards = uniform_shards(tensor, tp_size, split_dim)
+            except (TypeError, ValueError):
+                out.append(int(ErrorCode.INVALID_PARAMS))
+                continue
+            keys = [f"{key}_tp_{r}" for r in range(tp_size)]
+            headers = [shard_header(tensor, shard, r, tp_size, split_dim) for r, shard in enumerate(shards)]
+            out.append(self._first(self._put_tensors(keys, shards, headers, _PUT_ZERO_COPY)))
+        return out
+
+    def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> Any:
+        """This rank's shard (`{key}_tp_{tp_rank}`), or the whole tensor when tp_size <= 1."""
+        return self.batch_get_tensor_with_tp([key], tp_rank, tp_size)[0]
+
+    def batch_get_tensor_with_tp(self, base_keys, tp_rank: int = 0, tp_size: int = 1) -> list[Any]:
+        """`get_tensor_with_tp` for several base keys."""
+        if tp_size <= 1:
+            return self.batch_get_tensor(base_keys)
+        return self.batch_get_tensor([f"{k}_tp_{tp_rank}" for k in base_keys])
+
+    def get_tensor_with_parallelism(self, key: str, target: ReadTarget | None = None) -> Any:
+        """Read a tensor stored whole or as TP shards.
+
+        ``ReadTarget(mode="full")`` (the default) reassembles TP shards along
+        their split dimension; ``"as_stored"`` returns the object as written
+        (the whole tensor, or shard 0's view for sharded tensors);
+        ``"shard"`` returns the slice for ``target.parallelism``'s TP axis.
+        """
+        import torch
+
+        target = target or ReadTarget("full")
+        whole = self.get_tensor(key)
+        if whole is None:
+            first = self.get_tensor(f"{key}_tp_0")
+            if first is None:
+                return None
+            layout = first._mooncake_layout
+            if target.mode == "as_stored":
+                return first
+            count, dim = layout["shard_count"], layout["split_dim"]
+            shards = [first] + [self.get_tensor(f"{key}_tp_{r}") for r in range(1, count)]
+            if any(s is None for s in shards):
+                return None
+            whole = torch.cat(shards, dim=dim)
+        if target.mode in ("full", "as_stored"):
+            return whole
+        axis = target.tp_axis()
+        if axis is None:
+            return whole
+        dim = axis.split_dim if axis.split_dim is not None else 0
+        extent = whole.shape[dim]
+        start, end = extent * axis.rank // axis.size, extent * (axis.rank + 1) // axis.size
+        return whole.narrow(dim, start, end - start).contiguous()
+
+
+class ParallelAxis:
+    """One parallelism axis: kind in {"tp", "dp", "ep", "pp"}, this rank, the axis size."""
+
+    def __init__(self, kind: str, rank: int, size: int, split_dim: int | None = None, expert_id=None, stage_id=None):
+        if kind not in ("tp", "dp", "ep", "pp"):
+            raise ValueError(f"ParallelAxis kind must be tp, dp, ep or pp, not {kind!r}")
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"ParallelAxis rank {rank} outside size {size}")
+        self.kind, self.rank, self.size, self.split_dim = kind, rank, size, split_dim
+        self.expert_id, self.stage_id = expert_id, stage_id
+
+
+class TensorParallelism:
+    """The parallelism axes a tensor is read or written with."""
+
+    def __init__(self, axes: Sequence[ParallelAxis] = ()):
+        self.axes = list(axes)
+
+
+class ReadTarget:
+    """What `get_tensor_with_parallelism` returns: mode "as_stored", "shard" or "full"."""
+
+    def __init__(self, mode: str = "full", parallelism: TensorParallelism | None = None):
+        if mode not in ("as_stored", "shard", "full"):
+            raise ValueError(f"ReadTarget mode must be as_stored, shard or full, not {mode!r}")
+        self.mode, self.parallelism = mode, parallelism
+
+    def tp_axis(self) -> ParallelAxis | None:
+        axes = self.parallelism.axes if self.parallelism else []
+        return next((a for a in axes if a.kind == "tp"), None)
+
+
+def _tensor_metadata_size() -> int:
+    """Size of the tensor object header (304)."""
+    return tensor_metadata_size()
+
+
+def _serialize_tensor(tensor: Any) -> tuple[bytes, int, int, Any]:
+    """(header, data_ptr, nbytes, owner) for a tensor, as upstream's helper."""
+    t, header = serialize_tensor(tensor)
+    return header, t.data_ptr(), t.numel() * t.element_size(), t
+
+
+def _deserialize_tensor(data: bytes) -> Any:
+    """Rebuild a tensor from a stored object's bytes; None if invalid."""
+    addr, size, keep = address_of(data)
+    tensor = deserialize_tensor(addr, size)
+    del keep
+    return tensor
