@@ -23,8 +23,10 @@ const (
 // Config configures an Engine. The zero value of every field means "take
 // the upstream environment variable, else the upstream default".
 type Config struct {
-	// LocalHostname names this segment (non-P2P modes) and gives the host
-	// peers use to reach it. "host" or "host:port".
+	// LocalHostname gives the host peers use to reach this engine, and
+	// names its segment: "host:port" is used as the name as is (non-P2P
+	// modes); a bare "host", and every name in P2P mode, becomes
+	// "host:<rpc_port>".
 	LocalHostname string
 	// MetadataServer is a connection string accepted by ParseMetadataConn.
 	MetadataServer string

@@ -85,7 +85,9 @@ func New(cfg Config) (*Engine, error) {
 		e.rpcLn.Close()
 		return nil, errorf(CodeSocket, err, "listen data port")
 	}
-	if e.p2p {
+	if _, _, err := net.SplitHostPort(cfg.LocalHostname); err != nil || e.p2p {
+		// P2P names are host:rpc_port by definition; a bare host gets the
+		// same so that engines sharing a host never share a name.
 		e.name = net.JoinHostPort(host, strconv.Itoa(e.RPCPort()))
 	}
 	if !cfg.ForceTCP {
