@@ -1,0 +1,235 @@
+// Command mooncake_master runs the Mooncake KV store's metadata service:
+// the gRPC master (kvstore/master) on --rpc_port, its admin/metrics HTTP
+// endpoint on --metrics_port, and optionally the Transfer Engine HTTP
+// metadata store (--enable_http_metadata_server) and etcd leader election
+// (--enable_ha). Flags keep upstream's names and defaults.
+//
+// Usage:
+//
+//	mooncake_master [--rpc_port 50051] [--enable_http_metadata_server=true] ...
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/logging"
+	"github.com/mooncake-go/mooncake/kvstore/master"
+)
+
+// usageError is a command-line error; main exits 2 on it, as flag does.
+type usageError struct{ err error }
+
+// Error implements error.
+func (e usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the underlying error.
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	logging.Setup()
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	err := run(os.Args[1:], os.Stderr, stop)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, new(usageError)):
+		os.Exit(2) // the message and usage are already printed
+	default:
+		fmt.Fprintln(os.Stderr, "mooncake_master:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the parsed flags.
+type options struct {
+	rpcPort, port               int
+	rpcAddress                  string
+	metricsPort                 int
+	metricsHost                 string
+	enableMetricReporting       bool
+	cfg                         master.Config
+	enableHTTPMetadata          bool
+	httpMetadataPort            int
+	httpMetadataHost            string
+	cleanupOnTimeout            bool
+	enableHA                    bool
+	haBackendType               string
+	haConnString, etcdEndpoints string
+	clusterID                   string
+	memoryAllocator, allocStrat string
+	ignoredInt                  int
+	ignoredBool                 bool
+}
+
+// newFlagSet declares every flag into o.
+func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("mooncake_master", flag.ContinueOnError)
+	fs.SetOutput(out)
+	o.cfg = master.DefaultConfig()
+	o.rpcPort, o.port, o.metricsPort, o.httpMetadataPort = 50051, 50051, 9003, 8080
+	fs.Var(port{&o.rpcPort}, "rpc_port", "gRPC port of the master service")
+	fs.Var(port{&o.port}, "port", "deprecated alias of --rpc_port, used when --rpc_port is not given")
+	fs.StringVar(&o.rpcAddress, "rpc_address", "0.0.0.0", "address to bind the RPC service; in HA mode also the address advertised to clients")
+	fs.StringVar(&o.rpcAddress, "rpc_interface", "0.0.0.0", "alias of --rpc_address")
+	fs.Var(port{&o.metricsPort}, "metrics_port", "port of the admin HTTP endpoint (/metrics, /health, ...)")
+	fs.StringVar(&o.metricsHost, "metrics_host", "0.0.0.0", "address to bind the admin HTTP endpoint")
+	fs.BoolVar(&o.enableMetricReporting, "enable_metric_reporting", true, "log a metrics summary periodically")
+	fs.Var(msDuration{&o.cfg.DefaultLeaseTTL}, "default_kv_lease_ttl", "read lease granted by Get/Exist, in ms or as a duration (\"500\", \"10s\", \"1m\")")
+	fs.Var(msDuration{&o.cfg.DefaultSoftPinTTL}, "default_kv_soft_pin_ttl", "soft pin TTL when a put enables soft pin without one, ms")
+	fs.Var(msDuration{&o.cfg.MaxSoftPinTTL}, "max_kv_soft_pin_ttl", "largest soft pin TTL a put may ask for, ms")
+	fs.BoolVar(&o.cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", true, "let eviction take soft-pinned objects when needed")
+	fs.Var(ratio{&o.cfg.EvictionRatio}, "eviction_ratio", "fraction of objects one eviction run aims to free, in [0,1]")
+	fs.Var(ratio{&o.cfg.EvictionHighWatermarkRatio}, "eviction_high_watermark_ratio", "used/capacity ratio that triggers eviction, in [0,1]")
+	fs.Var(secDuration{&o.cfg.ClientTTL}, "client_ttl", "seconds a client may stay silent before its segments are unmounted")
+	fs.Var(secDuration{&o.cfg.PutStartDiscardTimeout}, "put_start_discard_timeout_sec", "seconds after which a pending put may be preempted")
+	fs.Var(secDuration{&o.cfg.PutStartReleaseTimeout}, "put_start_release_timeout_sec", "seconds a preempted put's buffers stay quarantined")
+	fs.BoolVar(&o.enableHTTPMetadata, "enable_http_metadata_server", false, "also serve the Transfer Engine HTTP metadata store (/metadata)")
+	fs.Var(port{&o.httpMetadataPort}, "http_metadata_server_port", "port of the embedded HTTP metadata store")
+	fs.StringVar(&o.httpMetadataHost, "http_metadata_server_host", "0.0.0.0", "address to bind the embedded HTTP metadata store")
+	fs.BoolVar(&o.cleanupOnTimeout, "enable_metadata_cleanup_on_timeout", false, "delete an expired client's mooncake/ram and mooncake/rpc_meta keys from the embedded metadata store")
+	fs.BoolVar(&o.enableHA, "enable_ha", false, "elect a leader through etcd; standbys refuse RPCs until elected")
+	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend (only etcd is supported)")
+	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
+	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
+	clusterDefault := master.DefaultClusterID
+	if v := os.Getenv("MC_STORE_CLUSTER_ID"); v != "" {
+		clusterDefault = v
+	}
+	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")
+	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
+	fs.StringVar(&o.allocStrat, "allocation_strategy", "random", "replica placement strategy (only random)")
+	for _, name := range []string{"rpc_thread_num", "max_threads", "rpc_conn_timeout_seconds"} {
+		fs.IntVar(&o.ignoredInt, name, 0, "accepted for compatibility; ignored")
+	}
+	fs.BoolVar(&o.ignoredBool, "rpc_enable_tcp_no_delay", true, "accepted for compatibility; ignored")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
+			"Runs the Mooncake KV store master (metadata service). Flags accept --flag=value or\n"+
+			"--flag value; booleans --flag or --flag=true.\n\nFlags:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse reads args into options, with usage errors for bad input.
+func parse(args []string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(o, out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	fail := func(format string, a ...any) (*options, error) {
+		err := fmt.Errorf(format, a...)
+		fmt.Fprintln(out, err)
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["rpc_port"] && set["port"] {
+		o.rpcPort = o.port
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return fail("%v", err)
+	}
+	if o.memoryAllocator != "offset" {
+		return fail("--memory_allocator=%s is not supported (only offset)", o.memoryAllocator)
+	}
+	if o.allocStrat != "random" {
+		return fail("--allocation_strategy=%s is not supported (only random)", o.allocStrat)
+	}
+	if o.enableHA {
+		if o.haBackendType != "etcd" {
+			return fail("--ha_backend_type=%s is not supported (only etcd)", o.haBackendType)
+		}
+		if o.haConnString == "" {
+			o.haConnString = o.etcdEndpoints
+		}
+		if len(master.ParseEndpoints(o.haConnString)) == 0 {
+			return fail("--enable_ha needs --ha_backend_connstring or --etcd_endpoints")
+		}
+	}
+	return o, nil
+}
+
+// run parses args, serves until a value arrives on stop, then shuts down.
+// Usage goes to out. It returns flag.ErrHelp for --help.
+func run(args []string, out io.Writer, stop <-chan os.Signal) error {
+	o, err := parse(args, out)
+	if err != nil {
+		return err
+	}
+	log := slog.Default()
+	rpcAddr := net.JoinHostPort(o.rpcAddress, strconv.Itoa(o.rpcPort))
+	sc := master.ServiceConfig{
+		RPCAddress:     rpcAddr,
+		MetricsAddress: net.JoinHostPort(o.metricsHost, strconv.Itoa(o.metricsPort)),
+		Server: master.Options{
+			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
+			Logger: log,
+		},
+		Logger: log,
+	}
+	if o.enableHTTPMetadata {
+		sc.HTTPMetadataAddress = net.JoinHostPort(o.httpMetadataHost, strconv.Itoa(o.httpMetadataPort))
+	}
+	if o.enableHA {
+		sc.HA = &master.HAConfig{
+			Endpoints: master.ParseEndpoints(o.haConnString), ClusterID: o.clusterID,
+			Advertise: rpcAddr, Grace: -1,
+		}
+		if ip := net.ParseIP(o.rpcAddress); ip != nil && ip.IsUnspecified() {
+			log.Warn("HA: --rpc_address is unspecified; clients on other hosts cannot reach the advertised leader address", "advertise", rpcAddr)
+		}
+	}
+	log.Info("mooncake_master starting",
+		"rpc_address", rpcAddr, "metrics", sc.MetricsAddress,
+		"default_kv_lease_ttl", o.cfg.DefaultLeaseTTL, "default_kv_soft_pin_ttl", o.cfg.DefaultSoftPinTTL,
+		"max_kv_soft_pin_ttl", o.cfg.MaxSoftPinTTL, "allow_evict_soft_pinned_objects", o.cfg.AllowEvictSoftPinned,
+		"eviction_ratio", o.cfg.EvictionRatio, "eviction_high_watermark_ratio", o.cfg.EvictionHighWatermarkRatio,
+		"client_ttl", o.cfg.ClientTTL, "put_start_discard_timeout", o.cfg.PutStartDiscardTimeout,
+		"put_start_release_timeout", o.cfg.PutStartReleaseTimeout,
+		"enable_http_metadata_server", o.enableHTTPMetadata, "http_metadata", sc.HTTPMetadataAddress,
+		"enable_metadata_cleanup_on_timeout", o.cleanupOnTimeout,
+		"enable_ha", o.enableHA, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID)
+
+	svc, err := master.StartService(sc)
+	if err != nil {
+		return err
+	}
+	var report <-chan time.Time
+	if o.enableMetricReporting {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		report = t.C
+	}
+	for {
+		select {
+		case sig := <-stop:
+			log.Info("mooncake_master stopping", "signal", fmt.Sprint(sig))
+			svc.Close()
+			return nil
+		case <-report:
+			st := svc.Server.Stats()
+			log.Info("master metrics", "keys", st.KeyCount, "allocated_bytes", st.AllocatedBytes,
+				"capacity_bytes", st.CapacityBytes, "active_clients", st.ActiveClients,
+				"evicted_keys", st.EvictedKeys, "leader", svc.Server.IsLeader())
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package master
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// AdminHandler serves the master's HTTP admin endpoints (upstream's
+// --metrics_port service):
+//
+//	GET /metrics           Prometheus text format (master_* metrics)
+//	GET /health            200 "OK"
+//	GET /role              "leader" or "standby"
+//	GET /get_all_segments  JSON list of mounted segments
+//	GET /get_all_keys      JSON list of keys
+//	GET /query_key?key=K   JSON metadata of K (404 when absent); grants no lease
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		st := s.Stats()
+		_ = st.WritePrometheus(w)
+		leader := 0
+		if s.IsLeader() {
+			leader = 1
+		}
+		fmt.Fprintf(w, "# HELP master_is_leader Whether this master serves RPCs.\n# TYPE master_is_leader gauge\nmaster_is_leader %d\n", leader)
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("OK"))
+	})
+	mux.HandleFunc("GET /role", func(w http.ResponseWriter, r *http.Request) {
+		if s.IsLeader() {
+			_, _ = w.Write([]byte("leader"))
+		} else {
+			_, _ = w.Write([]byte("standby"))
+		}
+	})
+	mux.HandleFunc("GET /get_all_segments", func(w http.ResponseWriter, r *http.Request) {
+		type seg struct {
+			ID         string `json:"id"`
+			Name       string `json:"name"`
+			ClientID   string `json:"client_id"`
+			Base       uint64 `json:"base"`
+			Size       uint64 `json:"size"`
+			Allocated  uint64 `json:"allocated"`
+			TEEndpoint string `json:"te_endpoint"`
+			Protocol   string `json:"protocol"`
+			HostID     string `json:"host_id"`
+		}
+		out := []seg{}
+		s.WithState(func(st *State, _ time.Time) {
+			for _, sg := range st.Segments() {
+				out = append(out, seg{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated, sg.TEEndpoint, sg.Protocol, sg.HostID})
+			}
+		})
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
+		var keys []string
+		s.WithState(func(st *State, _ time.Time) { keys = st.Keys() })
+		if keys == nil {
+			keys = []string{}
+		}
+		writeJSON(w, http.StatusOK, keys)
+	})
+	mux.HandleFunc("GET /query_key", func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			http.Error(w, "missing key", http.StatusBadRequest)
+			return
+		}
+		type rep struct {
+			ID       uint64 `json:"id"`
+			Status   string `json:"status"`
+			Segment  string `json:"segment_name"`
+			Endpoint string `json:"transport_endpoint"`
+			Address  uint64 `json:"buffer_address"`
+			Size     uint64 `json:"size"`
+		}
+		type info struct {
+			Key         string `json:"key"`
+			Size        uint64 `json:"size"`
+			Writing     bool   `json:"writing"`
+			LeaseMsLeft int64  `json:"lease_ms_left"`
+			SoftPinned  bool   `json:"soft_pinned"`
+			HardPinned  bool   `json:"hard_pinned"`
+			Replicas    []rep  `json:"replicas"`
+		}
+		var out info
+		var ok bool
+		s.WithState(func(st *State, now time.Time) {
+			var o ObjectInfo
+			o, ok = st.QueryKey(key)
+			if !ok {
+				return
+			}
+			out = info{Key: o.Key, Size: o.Size, Writing: o.Writing, SoftPinned: o.SoftPinned,
+				HardPinned: o.HardPinned, Replicas: []rep{}}
+			if left := o.LeaseUntil.Sub(now); left > 0 {
+				out.LeaseMsLeft = left.Milliseconds()
+			}
+			for _, r := range o.Replicas {
+				out.Replicas = append(out.Replicas, rep{r.ID, r.Status.String(), r.SegmentName, r.Endpoint, r.Address, r.Size})
+			}
+		})
+		if !ok {
+			http.Error(w, "key not found", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,140 @@
+package master
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// EvictionPlan is the outcome of the watermark arithmetic for one run.
+type EvictionPlan struct {
+	// Triggered says whether eviction runs: used ratio above the high
+	// watermark, or an allocation failed and EvictionRatio > 0.
+	Triggered bool
+	// UsedRatio is allocated / capacity at the time of the run.
+	UsedRatio float64
+	// Target is the fraction of objects pass 1 evicts:
+	// max(ratio, used - watermark + ratio).
+	Target float64
+	// LowerBound is the fraction pass 2 tops up to:
+	// max(Target/2, used - watermark).
+	LowerBound float64
+}
+
+// PlanEviction applies upstream's formulas (EvictionThreadFunc) to a used
+// ratio.
+func PlanEviction(used, highWatermark, ratio float64, needEviction bool) EvictionPlan {
+	p := EvictionPlan{UsedRatio: used}
+	if !(used > highWatermark || (needEviction && ratio > 0)) {
+		return p
+	}
+	p.Triggered = true
+	p.Target = max(ratio, used-highWatermark+ratio)
+	p.LowerBound = max(p.Target*0.5, used-highWatermark)
+	return p
+}
+
+// EvictionResult reports one eviction run.
+type EvictionResult struct {
+	Plan       EvictionPlan
+	Evicted    []string // keys evicted, in eviction order
+	FreedBytes uint64
+}
+
+// ceilCount is ceil(n*f), tolerant of floating point noise (20*0.05 is 1).
+func ceilCount(n int, f float64) int {
+	if f <= 0 {
+		return 0
+	}
+	return int(math.Ceil(float64(n)*f - 1e-9))
+}
+
+// Evict runs one eviction round at now, as upstream's BatchEvict: with N
+// the number of objects, pass 1 evicts up to ceil(N*Target) candidates
+// that are not soft-pinned, oldest lease deadline first (approximate LRU,
+// ties broken by key); if fewer than ceil(N*LowerBound) went, pass 2 tops
+// up from the remaining unpinned candidates and then, when
+// AllowEvictSoftPinned, the soft-pinned ones, oldest lease first.
+// Candidates are fully written objects whose lease has expired and that
+// are not hard-pinned. The need-eviction flag is cleared.
+func (s *State) Evict(now time.Time) EvictionResult {
+	capacity, allocated := s.usage()
+	used := 0.0
+	if capacity > 0 {
+		used = float64(allocated) / float64(capacity)
+	}
+	plan := PlanEviction(used, s.cfg.EvictionHighWatermarkRatio, s.cfg.EvictionRatio, s.needEviction)
+	s.needEviction = false
+	res := EvictionResult{Plan: plan}
+	if !plan.Triggered {
+		return res
+	}
+	s.m.evictionRuns++
+
+	var plain, soft []*object
+	for _, o := range s.objects {
+		if o.hardPin || o.leased(now) || !o.allComplete() {
+			continue
+		}
+		if o.softPinned(now) {
+			soft = append(soft, o)
+		} else {
+			plain = append(plain, o)
+		}
+	}
+	byLease := func(os []*object) {
+		sort.Slice(os, func(i, j int) bool {
+			if !os[i].lease.Equal(os[j].lease) {
+				return os[i].lease.Before(os[j].lease)
+			}
+			return os[i].key < os[j].key
+		})
+	}
+	byLease(plain)
+	byLease(soft)
+
+	n := len(s.objects)
+	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
+	evict := func(o *object) {
+		res.Evicted = append(res.Evicted, o.key)
+		res.FreedBytes += o.size * uint64(len(o.replicas))
+		s.erase(o)
+	}
+	i := 0
+	for ; i < len(plain) && len(res.Evicted) < target; i++ {
+		evict(plain[i])
+	}
+	if len(res.Evicted) < lower {
+		rest := plain[i:]
+		if s.cfg.AllowEvictSoftPinned {
+			rest = append(rest, soft...)
+		}
+		for _, o := range rest {
+			if len(res.Evicted) >= lower {
+				break
+			}
+			evict(o)
+		}
+	}
+	s.m.evictedKeys += uint64(len(res.Evicted))
+	s.m.evictedBytes += res.FreedBytes
+	return res
+}
+
+// usage returns the total capacity and allocated bytes of all segments.
+func (s *State) usage() (capacity, allocated uint64) {
+	for _, sg := range s.segOrder {
+		capacity += sg.alloc.Size()
+		allocated += sg.alloc.Allocated()
+	}
+	return capacity, allocated
+}
+
+// NeedEviction reports whether an allocation failed since the last
+// eviction run (the server uses it to wake the eviction loop).
+func (s *State) NeedEviction() bool { return s.needEviction }
+
+// softPinned reports whether the object's soft pin is in force at now.
+func (o *object) softPinned(now time.Time) bool {
+	return o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
+}

@@ -1,0 +1,198 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+// DefaultClusterID is the cluster id when neither --cluster_id nor
+// MC_STORE_CLUSTER_ID is set.
+const DefaultClusterID = "mooncake_cluster"
+
+// MasterViewLeaseTTL is the etcd lease of the master view key, in seconds
+// (upstream DEFAULT_MASTER_VIEW_LEASE_TTL_SEC).
+const MasterViewLeaseTTL = 5
+
+// MasterViewKey is the etcd key holding the leader's address for a
+// cluster: mooncake-store/<cluster_id>/master_view.
+func MasterViewKey(clusterID string) string {
+	if clusterID == "" {
+		clusterID = DefaultClusterID
+	}
+	return "mooncake-store/" + clusterID + "/master_view"
+}
+
+// ParseEndpoints splits an etcd connection string ("h1:2379;h2:2379" or
+// comma-separated, optionally with an etcd:// prefix) into endpoints.
+func ParseEndpoints(s string) []string {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "etcd://")
+	var out []string
+	for _, e := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' }) {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// HAConfig configures leader election.
+type HAConfig struct {
+	// Endpoints are the etcd client URLs.
+	Endpoints []string
+	// ClusterID selects the master view key.
+	ClusterID string
+	// Advertise is the address written into the master view key: the
+	// leader's rpc_address:rpc_port that clients dial.
+	Advertise string
+	// LeaseTTL is the master view lease in seconds; MasterViewLeaseTTL
+	// when zero.
+	LeaseTTL int
+	// Grace is how long a newly elected leader waits before serving, so
+	// that a deposed leader whose lease ran out has stopped (upstream
+	// waits one lease TTL). Zero means no wait; negative is the upstream
+	// default of LeaseTTL seconds.
+	Grace time.Duration
+}
+
+// elector runs the election loop for one Server.
+type elector struct {
+	cfg HAConfig
+	srv *Server
+	log *slog.Logger
+	cli *clientv3.Client
+	key string
+}
+
+// runElection campaigns for the master view key until ctx ends, switching
+// srv between leader and standby. It follows upstream's protocol: create
+// the key with a lease only if absent (a transaction); the winner keeps
+// the lease alive and serves; the others watch the key until it is
+// deleted and try again. On return the lease is revoked, so a leader
+// that stops hands over at once.
+func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logger) error {
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = MasterViewLeaseTTL
+	}
+	if cfg.Grace < 0 {
+		cfg.Grace = time.Duration(cfg.LeaseTTL) * time.Second
+	}
+	if len(cfg.Endpoints) == 0 {
+		return fmt.Errorf("HA: no etcd endpoints")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("HA: etcd client: %w", err)
+	}
+	defer cli.Close()
+	e := &elector{cfg: cfg, srv: srv, log: log, cli: cli, key: MasterViewKey(cfg.ClusterID)}
+	for ctx.Err() == nil {
+		if err := e.round(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("HA election round failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+// round is one attempt: win and serve until leadership is lost, or lose
+// and wait until the key is gone.
+func (e *elector) round(ctx context.Context) error {
+	sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(e.cfg.LeaseTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	defer func() {
+		// Revoke the lease (deleting the key if we held it) even when ctx
+		// is already cancelled.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = e.cli.Revoke(rctx, sess.Lease())
+		_ = sess.Close()
+	}()
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)).
+		Then(clientv3.OpPut(e.key, e.cfg.Advertise, clientv3.WithLease(sess.Lease()))).
+		Else(clientv3.OpGet(e.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("txn: %w", err)
+	}
+	if !resp.Succeeded {
+		current := ""
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			current = string(kvs[0].Value)
+		}
+		e.log.Info("HA: standing by", "leader", current, "key", e.key)
+		return e.waitDeleted(ctx, resp.Header.Revision)
+	}
+	version := uint64(resp.Header.Revision)
+	e.log.Info("HA: elected leader", "address", e.cfg.Advertise, "key", e.key, "view_version", version)
+	if e.cfg.Grace > 0 {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sess.Done():
+			return fmt.Errorf("lease lost during grace period")
+		case <-time.After(e.cfg.Grace):
+		}
+	}
+	e.srv.SetLeader(true, version)
+	e.log.Info("HA: serving as leader", "view_version", version)
+	defer func() {
+		e.srv.SetLeader(false, 0)
+		e.log.Warn("HA: no longer leader")
+	}()
+	// Lose leadership when the lease dies or the key is changed/deleted.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := e.cli.Watch(wctx, e.key, clientv3.WithRev(resp.Header.Revision+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sess.Done():
+			return fmt.Errorf("master view lease expired")
+		case wr, ok := <-wch:
+			if !ok {
+				return fmt.Errorf("watch closed")
+			}
+			if err := wr.Err(); err != nil {
+				return fmt.Errorf("watch: %w", err)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete || string(ev.Kv.Value) != e.cfg.Advertise {
+					return fmt.Errorf("master view key taken over")
+				}
+			}
+		}
+	}
+}
+
+// waitDeleted blocks until the key is deleted after rev, or ctx ends.
+func (e *elector) waitDeleted(ctx context.Context, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range e.cli.Watch(wctx, e.key, clientv3.WithRev(rev+1)) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
+}

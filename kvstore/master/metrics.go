@@ -1,0 +1,145 @@
+package master
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// counters are the monotonic counters State keeps.
+type counters struct {
+	requests       map[string]uint64 // per operation
+	failures       map[string]uint64 // per operation, non-OK results
+	evictedKeys    uint64
+	evictedBytes   uint64
+	evictionRuns   uint64
+	preempted      uint64
+	partialAllocs  uint64
+	expiredClients uint64
+}
+
+// Ops names every operation State counts, so that their counters are
+// exported (at zero) before the first request. The server adds the batch
+// forms (batch_put_start, ...), whose items are also counted one by one
+// under the single operation.
+var Ops = []string{
+	"put_start", "put_end", "put_revoke", "upsert_start",
+	"get_replica_list", "exist_key", "remove", "remove_by_regex", "remove_all",
+	"mount_segment", "remount_segment", "unmount_segment", "ping",
+	"batch_put_start", "batch_put_end", "batch_put_revoke", "batch_upsert_start",
+	"batch_get_replica_list", "batch_exist_key", "batch_remove",
+}
+
+func newCounters() counters {
+	c := counters{requests: make(map[string]uint64), failures: make(map[string]uint64)}
+	for _, op := range Ops {
+		c.requests[op] = 0
+	}
+	return c
+}
+
+// result counts one request of op and its failure, and returns code.
+func (c *counters) result(op string, code kvstore.ErrorCode) kvstore.ErrorCode {
+	c.requests[op]++
+	if code != kvstore.OK {
+		c.failures[op]++
+	}
+	return code
+}
+
+// CountRequest counts one request of op (for RPCs that are not a single
+// State call, such as the batch forms).
+func (s *State) CountRequest(op string) { s.m.requests[op]++ }
+
+// Stats is a snapshot of the master's gauges and counters.
+type Stats struct {
+	CapacityBytes   uint64
+	AllocatedBytes  uint64
+	KeyCount        int
+	SoftPinKeyCount int
+	ActiveClients   int
+	Segments        int
+	Quarantined     int // buffers held by preempted or replaced writes
+	Requests        map[string]uint64
+	Failures        map[string]uint64
+	EvictedKeys     uint64
+	EvictedBytes    uint64
+	EvictionRuns    uint64
+	PreemptedWrites uint64
+	PartialAllocs   uint64
+	ExpiredClients  uint64
+}
+
+// Stats returns the current gauges and a copy of the counters.
+// ActiveClients counts the clients heard from within ClientTTL (not yet
+// expired), whether or not they have remounted.
+func (s *State) Stats() Stats {
+	st := Stats{
+		KeyCount: len(s.objects), ActiveClients: len(s.clients), Segments: len(s.segOrder),
+		Quarantined: len(s.discarded),
+		Requests:    make(map[string]uint64, len(s.m.requests)),
+		Failures:    make(map[string]uint64, len(s.m.failures)),
+		EvictedKeys: s.m.evictedKeys, EvictedBytes: s.m.evictedBytes, EvictionRuns: s.m.evictionRuns,
+		PreemptedWrites: s.m.preempted, PartialAllocs: s.m.partialAllocs, ExpiredClients: s.m.expiredClients,
+	}
+	for _, sg := range s.segOrder {
+		st.CapacityBytes += sg.alloc.Size()
+		st.AllocatedBytes += sg.alloc.Allocated()
+	}
+	for _, o := range s.objects {
+		if o.softPinTTL > 0 {
+			st.SoftPinKeyCount++
+		}
+	}
+	for k, v := range s.m.requests {
+		st.Requests[k] = v
+	}
+	for k, v := range s.m.failures {
+		st.Failures[k] = v
+	}
+	return st
+}
+
+// WritePrometheus writes st in the Prometheus text exposition format, with
+// upstream's metric names (prefix master_). Per-operation counters are
+// master_<op>_requests_total and master_<op>_failures_total.
+func (st Stats) WritePrometheus(w io.Writer) error {
+	type metric struct {
+		name, typ, help string
+		v               float64
+	}
+	ms := []metric{
+		{"master_total_capacity_bytes", "gauge", "Total bytes of mounted segments.", float64(st.CapacityBytes)},
+		{"master_allocated_bytes", "gauge", "Bytes reserved for replicas.", float64(st.AllocatedBytes)},
+		{"master_key_count", "gauge", "Number of objects.", float64(st.KeyCount)},
+		{"master_soft_pin_key_count", "gauge", "Number of soft-pinned objects.", float64(st.SoftPinKeyCount)},
+		{"master_active_clients", "gauge", "Clients heard from within client_ttl.", float64(st.ActiveClients)},
+		{"master_mounted_segments", "gauge", "Number of mounted segments.", float64(st.Segments)},
+		{"master_quarantined_buffers", "gauge", "Buffers of preempted or replaced writes awaiting release.", float64(st.Quarantined)},
+		{"master_evicted_key_count", "counter", "Objects evicted.", float64(st.EvictedKeys)},
+		{"master_evicted_size_bytes", "counter", "Bytes freed by eviction.", float64(st.EvictedBytes)},
+		{"master_eviction_runs_total", "counter", "Eviction rounds triggered.", float64(st.EvictionRuns)},
+		{"master_put_start_preempted_total", "counter", "Stale writes preempted.", float64(st.PreemptedWrites)},
+		{"master_put_start_partial_allocations_total", "counter", "Writes granted fewer replicas than asked.", float64(st.PartialAllocs)},
+		{"master_expired_clients_total", "counter", "Clients expired for silence.", float64(st.ExpiredClients)},
+	}
+	ops := make([]string, 0, len(st.Requests))
+	for op := range st.Requests {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		ms = append(ms,
+			metric{"master_" + op + "_requests_total", "counter", "Requests of " + op + ".", float64(st.Requests[op])},
+			metric{"master_" + op + "_failures_total", "counter", "Failed requests of " + op + ".", float64(st.Failures[op])})
+	}
+	for _, m := range ms {
+		if _, err := fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", m.name, m.help, m.name, m.typ, m.name, strconv.FormatFloat(m.v, 'f', -1, 64)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

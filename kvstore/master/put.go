@@ -1,0 +1,218 @@
+package master
+
+import (
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// softPinTTL validates a write's soft pin request and returns the TTL to
+// apply (0: none) and whether the request changes the pin at all
+// (PRESERVE does not).
+func (s *State) softPinTTL(cfg ReplicateConfig) (ttl time.Duration, change bool, code kvstore.ErrorCode) {
+	switch cfg.SoftPin {
+	case SoftPinPreserve, SoftPinDisable:
+		if cfg.SoftPinTTL != nil {
+			return 0, false, kvstore.InvalidParams
+		}
+		return 0, cfg.SoftPin == SoftPinDisable, kvstore.OK
+	case SoftPinEnable:
+		ttl = s.cfg.DefaultSoftPinTTL
+		if cfg.SoftPinTTL != nil {
+			ttl = *cfg.SoftPinTTL
+		}
+		if ttl < 0 || ttl > s.cfg.MaxSoftPinTTL {
+			return 0, false, kvstore.InvalidParams
+		}
+		return ttl, true, kvstore.OK
+	}
+	return 0, false, kvstore.InvalidParams
+}
+
+// validWrite checks the parameters every write start shares.
+func validWrite(key string, size uint64, cfg ReplicateConfig) bool {
+	return key != "" && size > 0 && cfg.ReplicaNum > 0
+}
+
+// PutStart opens a write of size bytes under key for clientID and returns
+// the PROCESSING replicas to write into: up to cfg.ReplicaNum, each one
+// contiguous buffer on a distinct segment. Errors:
+//
+//   - INVALID_PARAMS: empty key, zero size, zero replicas, bad soft pin;
+//   - OBJECT_ALREADY_EXISTS: key has a readable replica, or a write younger
+//     than PutStartDiscardTimeout is open (an older one is preempted: its
+//     buffers are quarantined for PutStartReleaseTimeout);
+//   - NO_AVAILABLE_HANDLE: no segment could hold one replica; the next
+//     eviction run is triggered.
+func (s *State) PutStart(clientID, key string, size uint64, cfg ReplicateConfig, now time.Time) ([]Replica, kvstore.ErrorCode) {
+	rs, code := s.putStart(clientID, key, size, cfg, now)
+	return rs, s.m.result("put_start", code)
+}
+
+func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig, now time.Time) ([]Replica, kvstore.ErrorCode) {
+	if !validWrite(key, size, cfg) {
+		return nil, kvstore.InvalidParams
+	}
+	pinTTL, _, code := s.softPinTTL(cfg)
+	if code != kvstore.OK {
+		return nil, code
+	}
+	if o, ok := s.objects[key]; ok {
+		if len(o.readable()) > 0 || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
+			return nil, kvstore.ObjectAlreadyExists
+		}
+		// Preempt the stale write: its writer may still be writing into
+		// the buffers, so they are quarantined, not freed.
+		s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
+		delete(s.objects, key)
+		s.m.preempted++
+	}
+	return s.create(clientID, key, size, cfg, pinTTL, cfg.HardPin, now)
+}
+
+// create allocates and records a new object with an open write.
+func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, now time.Time) ([]Replica, kvstore.ErrorCode) {
+	reps := s.allocate(size, cfg)
+	if len(reps) == 0 {
+		if len(s.segOrder) >= cfg.ReplicaNum {
+			s.needEviction = true
+		}
+		return nil, kvstore.NoAvailableHandle
+	}
+	if len(reps) < cfg.ReplicaNum {
+		s.m.partialAllocs++
+	}
+	o := &object{
+		key: key, size: size, writer: clientID, putStart: now, writing: true,
+		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
+	}
+	s.objects[key] = o
+	return describeAll(reps), kvstore.OK
+}
+
+// UpsertStart opens a write that inserts or overwrites key. Absent, it is
+// PutStart. Present: an open write is preempted at once (its buffers
+// quarantined); with no write open and the same size, the existing buffers
+// are returned for an in-place overwrite (they read as not ready until
+// PutEnd); with a different size new buffers are allocated and the old
+// ones are quarantined until the object's read lease ends. A hard pin is
+// kept; the soft pin follows cfg.SoftPin (PRESERVE keeps it).
+func (s *State) UpsertStart(clientID, key string, size uint64, cfg ReplicateConfig, now time.Time) ([]Replica, kvstore.ErrorCode) {
+	rs, code := s.upsertStart(clientID, key, size, cfg, now)
+	return rs, s.m.result("upsert_start", code)
+}
+
+func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConfig, now time.Time) ([]Replica, kvstore.ErrorCode) {
+	if !validWrite(key, size, cfg) {
+		return nil, kvstore.InvalidParams
+	}
+	pinTTL, pinChange, code := s.softPinTTL(cfg)
+	if code != kvstore.OK {
+		return nil, code
+	}
+	o, ok := s.objects[key]
+	if !ok {
+		return s.create(clientID, key, size, cfg, pinTTL, cfg.HardPin, now)
+	}
+	if !pinChange {
+		pinTTL = o.softPinTTL
+	}
+	hardPin := o.hardPin || cfg.HardPin
+	if o.writing {
+		s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
+		s.m.preempted++
+		if len(o.replicas) == 0 {
+			return s.create(clientID, key, size, cfg, pinTTL, hardPin, now)
+		}
+	}
+	if o.size == size {
+		for _, r := range o.replicas {
+			r.status = ReplicaProcessing
+		}
+	} else {
+		reps := s.allocate(size, cfg)
+		if len(reps) == 0 {
+			if len(s.segOrder) >= cfg.ReplicaNum {
+				s.needEviction = true
+			}
+			return nil, kvstore.NoAvailableHandle
+		}
+		if len(reps) < cfg.ReplicaNum {
+			s.m.partialAllocs++
+		}
+		release := now
+		if o.lease.After(now) {
+			release = o.lease
+		}
+		for _, r := range o.replicas {
+			s.discard(r, release)
+		}
+		o.replicas = reps
+		o.size = size
+	}
+	o.writer, o.putStart, o.writing = clientID, now, true
+	o.hardPin = hardPin
+	if pinChange || o.softPinTTL != pinTTL {
+		o.softPinUntil = time.Time{}
+	}
+	o.softPinTTL = pinTTL
+	o.checksum = nil
+	return describeAll(o.replicas), kvstore.OK
+}
+
+// PutEnd publishes clientID's open write of key: its replicas become
+// COMPLETE and readable, the object gets a zero-length lease (it is
+// immediately removable and evictable) and a pending soft pin starts.
+// Errors: OBJECT_NOT_FOUND, ILLEGAL_CLIENT (another client's write),
+// INVALID_WRITE (no write open, unless it is a retry of a completed one).
+func (s *State) PutEnd(clientID, key string, checksum *uint64, now time.Time) kvstore.ErrorCode {
+	return s.m.result("put_end", s.putEnd(clientID, key, checksum, now))
+}
+
+func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kvstore.ErrorCode {
+	o, ok := s.objects[key]
+	if !ok {
+		return kvstore.ObjectNotFound
+	}
+	if o.writer != clientID {
+		return kvstore.IllegalClient
+	}
+	if !o.writing {
+		if o.allComplete() {
+			return kvstore.OK
+		}
+		return kvstore.InvalidWrite
+	}
+	for _, r := range o.replicas {
+		r.status = ReplicaComplete
+	}
+	o.writing = false
+	o.checksum = checksum
+	o.grantLease(now, 0)
+	if o.softPinTTL > 0 && o.softPinUntil.IsZero() {
+		o.softPinUntil = now.Add(o.softPinTTL)
+	}
+	return kvstore.OK
+}
+
+// PutRevoke cancels clientID's open write of key: its PROCESSING buffers
+// are freed, and the object disappears if nothing is left. Errors as
+// PutEnd.
+func (s *State) PutRevoke(clientID, key string, now time.Time) kvstore.ErrorCode {
+	return s.m.result("put_revoke", s.putRevoke(clientID, key))
+}
+
+func (s *State) putRevoke(clientID, key string) kvstore.ErrorCode {
+	o, ok := s.objects[key]
+	if !ok {
+		return kvstore.ObjectNotFound
+	}
+	if o.writer != clientID {
+		return kvstore.IllegalClient
+	}
+	if !o.writing {
+		return kvstore.InvalidWrite
+	}
+	s.dropProcessing(o, s.freeReplica)
+	return kvstore.OK
+}

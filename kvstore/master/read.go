@@ -1,0 +1,51 @@
+package master
+
+import (
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// GetReplicaList returns key's readable (COMPLETE) replicas and grants a
+// read lease of DefaultLeaseTTL, whose length it returns. Errors:
+// OBJECT_NOT_FOUND (no such key), REPLICA_IS_NOT_READY (it is still being
+// written). A failed lookup grants nothing.
+func (s *State) GetReplicaList(key string, now time.Time) (ReadResult, kvstore.ErrorCode) {
+	res, code := s.getReplicaList(key, now)
+	return res, s.m.result("get_replica_list", code)
+}
+
+func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.ErrorCode) {
+	if key == "" {
+		return ReadResult{}, kvstore.InvalidParams
+	}
+	o, ok := s.objects[key]
+	if !ok {
+		return ReadResult{}, kvstore.ObjectNotFound
+	}
+	rs := o.readable()
+	if len(rs) == 0 {
+		if o.writing {
+			return ReadResult{}, kvstore.ReplicaIsNotReady
+		}
+		return ReadResult{}, kvstore.ObjectNotFound
+	}
+	o.grantLease(now, s.cfg.DefaultLeaseTTL)
+	return ReadResult{Replicas: describeAll(rs), LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.checksum}, kvstore.OK
+}
+
+// ExistKey reports whether key has a readable replica; if so it grants
+// the same read lease as GetReplicaList. A missing or unfinished key is
+// (false, OK).
+func (s *State) ExistKey(key string, now time.Time) (bool, kvstore.ErrorCode) {
+	if key == "" {
+		return false, s.m.result("exist_key", kvstore.InvalidParams)
+	}
+	s.m.result("exist_key", kvstore.OK)
+	o, ok := s.objects[key]
+	if !ok || len(o.readable()) == 0 {
+		return false, kvstore.OK
+	}
+	o.grantLease(now, s.cfg.DefaultLeaseTTL)
+	return true, kvstore.OK
+}

@@ -1,0 +1,268 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+)
+
+// This file translates the Master RPCs to State calls; it holds no logic.
+
+func toConfig(c *masterpb.ReplicateConfig) ReplicateConfig {
+	if c == nil {
+		return ReplicateConfig{ReplicaNum: 1}
+	}
+	rc := ReplicateConfig{
+		ReplicaNum: int(c.GetReplicaNum()), SoftPin: SoftPinAction(c.GetSoftPinAction()),
+		HardPin: c.GetWithHardPin(), PreferredSegments: c.GetPreferredSegments(),
+		PreferSameNode: c.GetPreferAllocInSameNode(), HostID: c.GetHostId(),
+	}
+	if c.SoftPinTtlMs != nil {
+		d := time.Duration(c.GetSoftPinTtlMs()) * time.Millisecond
+		rc.SoftPinTTL = &d
+	}
+	return rc
+}
+
+func toPBReplicas(rs []Replica) []*masterpb.ReplicaDescriptor {
+	out := make([]*masterpb.ReplicaDescriptor, len(rs))
+	for i, r := range rs {
+		out[i] = &masterpb.ReplicaDescriptor{
+			Id: r.ID, Status: masterpb.ReplicaStatus(r.Status), TransportEndpoint: r.Endpoint,
+			BufferAddress: r.Address, Size: r.Size, SegmentName: r.SegmentName,
+		}
+	}
+	return out
+}
+
+func toSegment(p *masterpb.Segment) Segment {
+	return Segment{
+		ID: p.GetId(), Name: p.GetName(), Base: p.GetBase(), Size: p.GetSize(),
+		TEEndpoint: p.GetTeEndpoint(), Protocol: p.GetProtocol(), HostID: p.GetHostId(),
+	}
+}
+
+func code32(c kvstore.ErrorCode) int32 { return int32(c) }
+
+func putStartResp(rs []Replica, code kvstore.ErrorCode) *masterpb.PutStartResponse {
+	return &masterpb.PutStartResponse{ErrorCode: code32(code), Replicas: toPBReplicas(rs)}
+}
+
+func getResp(res ReadResult, code kvstore.ErrorCode) *masterpb.GetReplicaListResponse {
+	r := &masterpb.GetReplicaListResponse{ErrorCode: code32(code)}
+	if code == kvstore.OK {
+		r.Replicas = toPBReplicas(res.Replicas)
+		r.LeaseTtlMs = uint64(res.LeaseTTL / time.Millisecond)
+		r.Checksum = res.Checksum
+	}
+	return r
+}
+
+// PutStart implements masterpb.MasterServer.
+func (s *Server) PutStart(ctx context.Context, req *masterpb.PutStartRequest) (*masterpb.PutStartResponse, error) {
+	var resp *masterpb.PutStartResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = putStartResp(st.PutStart(req.GetClientId(), req.GetKey(), req.GetSize(), toConfig(req.GetConfig()), now))
+	})
+	return resp, err
+}
+
+// UpsertStart implements masterpb.MasterServer.
+func (s *Server) UpsertStart(ctx context.Context, req *masterpb.PutStartRequest) (*masterpb.PutStartResponse, error) {
+	var resp *masterpb.PutStartResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = putStartResp(st.UpsertStart(req.GetClientId(), req.GetKey(), req.GetSize(), toConfig(req.GetConfig()), now))
+	})
+	return resp, err
+}
+
+// PutEnd implements masterpb.MasterServer.
+func (s *Server) PutEnd(ctx context.Context, req *masterpb.PutEndRequest) (*masterpb.StatusResponse, error) {
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutEnd(req.GetClientId(), req.GetKey(), req.Checksum, now))}
+	})
+	return resp, err
+}
+
+// PutRevoke implements masterpb.MasterServer.
+func (s *Server) PutRevoke(ctx context.Context, req *masterpb.PutRevokeRequest) (*masterpb.StatusResponse, error) {
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutRevoke(req.GetClientId(), req.GetKey(), now))}
+	})
+	return resp, err
+}
+
+// BatchPutStart implements masterpb.MasterServer: PutStart per item.
+func (s *Server) BatchPutStart(ctx context.Context, req *masterpb.BatchPutStartRequest) (*masterpb.BatchPutStartResponse, error) {
+	resp := &masterpb.BatchPutStartResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_put_start")
+		for _, it := range req.GetItems() {
+			resp.Items = append(resp.Items, putStartResp(st.PutStart(it.GetClientId(), it.GetKey(), it.GetSize(), toConfig(it.GetConfig()), now)))
+		}
+	})
+	return resp, err
+}
+
+// BatchUpsertStart implements masterpb.MasterServer: UpsertStart per item.
+func (s *Server) BatchUpsertStart(ctx context.Context, req *masterpb.BatchPutStartRequest) (*masterpb.BatchPutStartResponse, error) {
+	resp := &masterpb.BatchPutStartResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_upsert_start")
+		for _, it := range req.GetItems() {
+			resp.Items = append(resp.Items, putStartResp(st.UpsertStart(it.GetClientId(), it.GetKey(), it.GetSize(), toConfig(it.GetConfig()), now)))
+		}
+	})
+	return resp, err
+}
+
+// BatchPutEnd implements masterpb.MasterServer: PutEnd per item.
+func (s *Server) BatchPutEnd(ctx context.Context, req *masterpb.BatchPutEndRequest) (*masterpb.BatchStatusResponse, error) {
+	resp := &masterpb.BatchStatusResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_put_end")
+		for _, it := range req.GetItems() {
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(st.PutEnd(it.GetClientId(), it.GetKey(), it.Checksum, now)))
+		}
+	})
+	return resp, err
+}
+
+// BatchPutRevoke implements masterpb.MasterServer: PutRevoke per item.
+func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevokeRequest) (*masterpb.BatchStatusResponse, error) {
+	resp := &masterpb.BatchStatusResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_put_revoke")
+		for _, it := range req.GetItems() {
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(st.PutRevoke(it.GetClientId(), it.GetKey(), now)))
+		}
+	})
+	return resp, err
+}
+
+// GetReplicaList implements masterpb.MasterServer.
+func (s *Server) GetReplicaList(ctx context.Context, req *masterpb.KeyRequest) (*masterpb.GetReplicaListResponse, error) {
+	var resp *masterpb.GetReplicaListResponse
+	err := s.do(func(st *State, now time.Time) { resp = getResp(st.GetReplicaList(req.GetKey(), now)) })
+	return resp, err
+}
+
+// BatchGetReplicaList implements masterpb.MasterServer.
+func (s *Server) BatchGetReplicaList(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.BatchGetReplicaListResponse, error) {
+	resp := &masterpb.BatchGetReplicaListResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_get_replica_list")
+		for _, k := range req.GetKeys() {
+			resp.Items = append(resp.Items, getResp(st.GetReplicaList(k, now)))
+		}
+	})
+	return resp, err
+}
+
+// ExistKey implements masterpb.MasterServer.
+func (s *Server) ExistKey(ctx context.Context, req *masterpb.KeyRequest) (*masterpb.ExistKeyResponse, error) {
+	var resp *masterpb.ExistKeyResponse
+	err := s.do(func(st *State, now time.Time) {
+		ok, code := st.ExistKey(req.GetKey(), now)
+		resp = &masterpb.ExistKeyResponse{ErrorCode: code32(code), Exists: ok}
+	})
+	return resp, err
+}
+
+// BatchExistKey implements masterpb.MasterServer.
+func (s *Server) BatchExistKey(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.BatchExistKeyResponse, error) {
+	resp := &masterpb.BatchExistKeyResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_exist_key")
+		for _, k := range req.GetKeys() {
+			ok, code := st.ExistKey(k, now)
+			resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(code), Exists: ok})
+		}
+	})
+	return resp, err
+}
+
+// Remove implements masterpb.MasterServer.
+func (s *Server) Remove(ctx context.Context, req *masterpb.RemoveRequest) (*masterpb.StatusResponse, error) {
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.Remove(req.GetKey(), req.GetForce(), now))}
+	})
+	return resp, err
+}
+
+// BatchRemove implements masterpb.MasterServer.
+func (s *Server) BatchRemove(ctx context.Context, req *masterpb.BatchRemoveRequest) (*masterpb.BatchStatusResponse, error) {
+	resp := &masterpb.BatchStatusResponse{}
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_remove")
+		for _, c := range st.BatchRemove(req.GetKeys(), req.GetForce(), now) {
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(c))
+		}
+	})
+	return resp, err
+}
+
+// RemoveByRegex implements masterpb.MasterServer.
+func (s *Server) RemoveByRegex(ctx context.Context, req *masterpb.RemoveByRegexRequest) (*masterpb.CountResponse, error) {
+	var resp *masterpb.CountResponse
+	err := s.do(func(st *State, now time.Time) {
+		n, code := st.RemoveByRegex(req.GetPattern(), req.GetForce(), now)
+		resp = &masterpb.CountResponse{ErrorCode: code32(code), Count: n}
+	})
+	return resp, err
+}
+
+// RemoveAll implements masterpb.MasterServer.
+func (s *Server) RemoveAll(ctx context.Context, req *masterpb.RemoveAllRequest) (*masterpb.CountResponse, error) {
+	var resp *masterpb.CountResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.CountResponse{Count: st.RemoveAll(req.GetForce(), now)}
+	})
+	return resp, err
+}
+
+// MountSegment implements masterpb.MasterServer.
+func (s *Server) MountSegment(ctx context.Context, req *masterpb.MountSegmentRequest) (*masterpb.StatusResponse, error) {
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.MountSegment(req.GetClientId(), toSegment(req.GetSegment()), now))}
+	})
+	return resp, err
+}
+
+// ReMountSegment implements masterpb.MasterServer.
+func (s *Server) ReMountSegment(ctx context.Context, req *masterpb.ReMountSegmentRequest) (*masterpb.StatusResponse, error) {
+	segs := make([]Segment, len(req.GetSegments()))
+	for i, p := range req.GetSegments() {
+		segs[i] = toSegment(p)
+	}
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.ReMountSegment(req.GetClientId(), segs, now))}
+	})
+	return resp, err
+}
+
+// UnmountSegment implements masterpb.MasterServer.
+func (s *Server) UnmountSegment(ctx context.Context, req *masterpb.UnmountSegmentRequest) (*masterpb.StatusResponse, error) {
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.UnmountSegment(req.GetClientId(), req.GetSegmentId(), now))}
+	})
+	return resp, err
+}
+
+// Ping implements masterpb.MasterServer.
+func (s *Server) Ping(ctx context.Context, req *masterpb.PingRequest) (*masterpb.PingResponse, error) {
+	var resp *masterpb.PingResponse
+	err := s.do(func(st *State, now time.Time) {
+		cs, code := st.Ping(req.GetClientId(), now)
+		resp = &masterpb.PingResponse{ErrorCode: code32(code), ViewVersion: s.view.Load(), ClientStatus: masterpb.ClientStatus(cs)}
+	})
+	return resp, err
+}

@@ -1,0 +1,371 @@
+package master
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// Scripted scenarios in the style of etcd raft's datadriven tests. Each
+// file in testdata/ is a sequence of blocks:
+//
+//	command arg=value flag ...
+//	----
+//	expected output
+//
+// separated by blank lines; lines starting with # are comments. The driver
+// runs each command against one State with a fake clock and compares the
+// output. Run with -rewrite to regenerate the expected outputs (then read
+// the diff!).
+//
+// Commands (client= defaults to c1, seg= to s1; sizes in bytes):
+//
+//	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= discard= release= allow_soft=]
+//	tick d=DURATION                      advance the fake clock
+//	mount seg= size= [name= host=]       remount segs=ID:SIZE,...   unmount seg=
+//	ping | expire                        client liveness
+//	put_start | upsert_start key= size= [replicas= pin=enable|disable pin_ttl= hard prefer=a,b host=]
+//	put_end | put_revoke key=            put key= size= ...  (start + end)
+//	get | exist | query key=             remove key= [force]
+//	remove_all [force] | remove_regex pattern= [force]
+//	evict | release | stats | keys
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of scenario files")
+
+// epoch is the fake clock's origin; scenario output prints times relative
+// to it.
+var epoch = time.Unix(1_000_000, 0)
+
+// segBase is the base address of every segment a scenario mounts; output
+// prints addresses as offsets from it.
+const segBase = 0x100000
+
+type scenario struct {
+	t   *testing.T
+	st  *State
+	now time.Time
+}
+
+type cmd struct {
+	name  string
+	args  map[string]string
+	flags map[string]bool
+}
+
+func parseCmd(line string) cmd {
+	f := strings.Fields(line)
+	c := cmd{name: f[0], args: map[string]string{}, flags: map[string]bool{}}
+	for _, a := range f[1:] {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			c.args[k] = v
+		} else {
+			c.flags[a] = true
+		}
+	}
+	return c
+}
+
+func (c cmd) str(k, def string) string {
+	if v, ok := c.args[k]; ok {
+		return v
+	}
+	return def
+}
+
+func (c cmd) dur(t *testing.T, k string, def time.Duration) time.Duration {
+	v, ok := c.args[k]
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s: bad duration %q", k, v)
+	}
+	return d
+}
+
+func (c cmd) num(t *testing.T, k string, def uint64) uint64 {
+	v, ok := c.args[k]
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 0, 64)
+	if err != nil {
+		t.Fatalf("%s: bad number %q", k, v)
+	}
+	return n
+}
+
+func (c cmd) float(t *testing.T, k string, def float64) float64 {
+	v, ok := c.args[k]
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("%s: bad float %q", k, v)
+	}
+	return f
+}
+
+func (c cmd) replicateConfig(t *testing.T) ReplicateConfig {
+	rc := ReplicateConfig{ReplicaNum: int(c.num(t, "replicas", 1)), HardPin: c.flags["hard"]}
+	switch c.str("pin", "preserve") {
+	case "enable":
+		rc.SoftPin = SoftPinEnable
+	case "disable":
+		rc.SoftPin = SoftPinDisable
+	}
+	if _, ok := c.args["pin_ttl"]; ok {
+		d := c.dur(t, "pin_ttl", 0)
+		rc.SoftPinTTL = &d
+	}
+	if p := c.str("prefer", ""); p != "" {
+		rc.PreferredSegments = strings.Split(p, ",")
+	}
+	if h := c.str("host", ""); h != "" {
+		rc.PreferSameNode, rc.HostID = true, h
+	}
+	return rc
+}
+
+func fmtReplicas(rs []Replica) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "  %s+%d size=%d %s\n", r.SegmentID, r.Address-segBase, r.Size, r.Status)
+	}
+	return b.String()
+}
+
+func (s *scenario) rel(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return "+" + t.Sub(epoch).String()
+}
+
+func (s *scenario) run(c cmd) string {
+	t := s.t
+	key := c.str("key", "")
+	cl := c.str("client", "c1")
+	force := c.flags["force"]
+	switch c.name {
+	case "config":
+		cfg := DefaultConfig()
+		cfg.DefaultLeaseTTL = c.dur(t, "lease", cfg.DefaultLeaseTTL)
+		cfg.DefaultSoftPinTTL = c.dur(t, "default_pin", cfg.DefaultSoftPinTTL)
+		cfg.MaxSoftPinTTL = c.dur(t, "max_pin", cfg.MaxSoftPinTTL)
+		cfg.EvictionRatio = c.float(t, "ratio", cfg.EvictionRatio)
+		cfg.EvictionHighWatermarkRatio = c.float(t, "watermark", cfg.EvictionHighWatermarkRatio)
+		cfg.ClientTTL = c.dur(t, "client_ttl", cfg.ClientTTL)
+		cfg.PutStartDiscardTimeout = c.dur(t, "discard", cfg.PutStartDiscardTimeout)
+		cfg.PutStartReleaseTimeout = c.dur(t, "release", cfg.PutStartReleaseTimeout)
+		cfg.AllowEvictSoftPinned = c.str("allow_soft", "true") == "true"
+		st, err := NewState(cfg)
+		if err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		s.st, s.now = st, epoch
+		return "ok\n"
+	case "tick":
+		s.now = s.now.Add(c.dur(t, "d", time.Second))
+		return "now=" + s.rel(s.now) + "\n"
+	case "mount":
+		seg := Segment{ID: c.str("seg", "s1"), Base: segBase, Size: c.num(t, "size", 1024), HostID: c.str("host", "")}
+		seg.Name = c.str("name", seg.ID)
+		return s.st.MountSegment(cl, seg, s.now).String() + "\n"
+	case "remount":
+		var segs []Segment
+		for _, spec := range strings.Split(c.str("segs", ""), ",") {
+			if spec == "" {
+				continue
+			}
+			id, size, _ := strings.Cut(spec, ":")
+			n, _ := strconv.ParseUint(size, 0, 64)
+			segs = append(segs, Segment{ID: id, Name: id, Base: segBase, Size: n})
+		}
+		return s.st.ReMountSegment(cl, segs, s.now).String() + "\n"
+	case "unmount":
+		return s.st.UnmountSegment(cl, c.str("seg", "s1"), s.now).String() + "\n"
+	case "ping":
+		status, code := s.st.Ping(cl, s.now)
+		if code != kvstore.OK {
+			return code.String() + "\n"
+		}
+		return map[ClientStatus]string{ClientOK: "OK", ClientNeedRemount: "NEED_REMOUNT"}[status] + "\n"
+	case "expire":
+		var b strings.Builder
+		for _, e := range s.st.ExpireClients(s.now) {
+			fmt.Fprintf(&b, "expired %s %s\n", e.ClientID, e.Segment.ID)
+		}
+		if b.Len() == 0 {
+			return "none\n"
+		}
+		return b.String()
+	case "put_start", "upsert_start":
+		f := s.st.PutStart
+		if c.name == "upsert_start" {
+			f = s.st.UpsertStart
+		}
+		rs, code := f(cl, key, c.num(t, "size", 100), c.replicateConfig(t), s.now)
+		return code.String() + "\n" + fmtReplicas(rs)
+	case "put_end":
+		return s.st.PutEnd(cl, key, nil, s.now).String() + "\n"
+	case "put_revoke":
+		return s.st.PutRevoke(cl, key, s.now).String() + "\n"
+	case "put":
+		rs, code := s.st.PutStart(cl, key, c.num(t, "size", 100), c.replicateConfig(t), s.now)
+		if code != kvstore.OK {
+			return code.String() + "\n"
+		}
+		var at []string
+		for _, r := range rs {
+			at = append(at, fmt.Sprintf("%s+%d", r.SegmentID, r.Address-segBase))
+		}
+		return s.st.PutEnd(cl, key, nil, s.now).String() + " at " + strings.Join(at, ",") + "\n"
+	case "get":
+		res, code := s.st.GetReplicaList(key, s.now)
+		if code != kvstore.OK {
+			return code.String() + "\n"
+		}
+		return fmt.Sprintf("OK lease_ttl=%s\n", res.LeaseTTL) + fmtReplicas(res.Replicas)
+	case "exist":
+		ok, code := s.st.ExistKey(key, s.now)
+		return fmt.Sprintf("%v %s\n", ok, code.String())
+	case "remove":
+		return s.st.Remove(key, force, s.now).String() + "\n"
+	case "remove_all":
+		return fmt.Sprintf("removed %d\n", s.st.RemoveAll(force, s.now))
+	case "remove_regex":
+		n, code := s.st.RemoveByRegex(c.str("pattern", ""), force, s.now)
+		return fmt.Sprintf("%s removed %d\n", code.String(), n)
+	case "evict":
+		r := s.st.Evict(s.now)
+		if !r.Plan.Triggered {
+			return fmt.Sprintf("not triggered used=%.3f\n", r.Plan.UsedRatio)
+		}
+		return fmt.Sprintf("used=%.3f target=%.3f lower=%.3f evicted=%v freed=%d\n",
+			r.Plan.UsedRatio, r.Plan.Target, r.Plan.LowerBound, r.Evicted, r.FreedBytes)
+	case "release":
+		n := s.st.ReleaseExpired(s.now)
+		st := s.st.Stats()
+		return fmt.Sprintf("discarded_writes=%d quarantined=%d allocated=%d\n", n, st.Quarantined, st.AllocatedBytes)
+	case "stats":
+		st := s.st.Stats()
+		return fmt.Sprintf("keys=%d allocated=%d capacity=%d clients=%d segments=%d soft_pinned=%d quarantined=%d evicted=%d\n",
+			st.KeyCount, st.AllocatedBytes, st.CapacityBytes, st.ActiveClients, st.Segments,
+			st.SoftPinKeyCount, st.Quarantined, st.EvictedKeys)
+	case "keys":
+		return fmt.Sprintf("%v\n", s.st.Keys())
+	case "query":
+		o, ok := s.st.QueryKey(key)
+		if !ok {
+			return "absent\n"
+		}
+		return fmt.Sprintf("size=%d writer=%s writing=%v lease=%s soft_pin_until=%s hard=%v\n",
+			o.Size, o.Writer, o.Writing, s.rel(o.LeaseUntil), s.rel(o.SoftPinUntil), o.HardPinned) + fmtReplicas(o.Replicas)
+	}
+	t.Fatalf("unknown command %q", c.name)
+	return ""
+}
+
+type block struct {
+	cmd, want string
+}
+
+func parseScenario(t *testing.T, data string) []block {
+	var out []block
+	lines := strings.Split(data, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		b := block{cmd: l}
+		i++
+		if i >= len(lines) || strings.TrimSpace(lines[i]) != "----" {
+			t.Fatalf("line %d: command %q not followed by ----", i, l)
+		}
+		var want []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
+			want = append(want, lines[i])
+		}
+		if len(want) > 0 {
+			b.want = strings.Join(want, "\n") + "\n"
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenario files: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Comments are kept on rewrite by re-emitting each block after
+			// the comment lines that precede it.
+			blocks := parseScenario(t, string(data))
+			s := &scenario{t: t}
+			s.run(parseCmd("config"))
+			var out strings.Builder
+			comments := leadingComments(string(data))
+			for i, b := range blocks {
+				got := s.run(parseCmd(b.cmd))
+				if *rewrite {
+					out.WriteString(comments[i])
+					fmt.Fprintf(&out, "%s\n----\n%s\n", b.cmd, got)
+					continue
+				}
+				if got != b.want {
+					t.Errorf("%s: block %d %q:\ngot:\n%swant:\n%s", file, i+1, b.cmd, got, b.want)
+				}
+			}
+			if *rewrite {
+				if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// leadingComments returns, for each block, the comment lines (with a
+// blank line before them when there were any) that precede its command.
+func leadingComments(data string) []string {
+	var out []string
+	var cur []string
+	lines := strings.Split(data, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		switch {
+		case strings.HasPrefix(l, "#"):
+			cur = append(cur, lines[i])
+		case l == "":
+		default:
+			s := ""
+			if len(cur) > 0 {
+				s = strings.Join(cur, "\n") + "\n"
+			}
+			out = append(out, s)
+			cur = nil
+			for i++; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
+			}
+		}
+	}
+	return slices.Clip(out)
+}

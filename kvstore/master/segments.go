@@ -1,0 +1,199 @@
+package master
+
+import (
+	"slices"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// segment is a mounted segment and its allocator.
+type segment struct {
+	info   Segment
+	client string
+	alloc  *Allocator
+}
+
+// client is what the master knows of a client: when it was last heard
+// from, whether it has remounted since this master started (upstream's
+// ok_client_ set), and the ids of its segments.
+type client struct {
+	id       string
+	lastSeen time.Time
+	ok       bool
+	segments []string
+}
+
+// touch records that clientID was heard from at now, creating its record.
+func (s *State) touch(clientID string, now time.Time) *client {
+	c, ok := s.clients[clientID]
+	if !ok {
+		c = &client{id: clientID}
+		s.clients[clientID] = c
+	}
+	if now.After(c.lastSeen) {
+		c.lastSeen = now
+	}
+	return c
+}
+
+// MountSegment adds seg to the pool on behalf of clientID. Mounting a
+// segment id the same client already mounted is a no-op (OK); an id held
+// by another client is SEGMENT_ALREADY_EXISTS; an empty id, a zero size or
+// a zero base address is INVALID_PARAMS (as upstream). Mounting does not make the client "ok": its next Ping
+// answers NEED_REMOUNT until it calls ReMountSegment (upstream behaviour).
+func (s *State) MountSegment(clientID string, seg Segment, now time.Time) kvstore.ErrorCode {
+	return s.m.result("mount_segment", s.mount(clientID, seg, now))
+}
+
+func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.ErrorCode {
+	if clientID == "" || seg.ID == "" || seg.Size == 0 || seg.Base == 0 {
+		return kvstore.InvalidParams
+	}
+	if old, ok := s.segments[seg.ID]; ok {
+		if old.client != clientID {
+			return kvstore.SegmentAlreadyExists
+		}
+		s.touch(clientID, now)
+		return kvstore.OK
+	}
+	c := s.touch(clientID, now)
+	sg := &segment{info: seg, client: clientID, alloc: NewAllocator(seg.Size)}
+	s.segments[seg.ID] = sg
+	s.segOrder = append(s.segOrder, sg)
+	c.segments = append(c.segments, seg.ID)
+	return kvstore.OK
+}
+
+// ReMountSegment makes clientID's mounted segments exactly segs: segments
+// it holds that are not listed are unmounted, listed ones not yet mounted
+// are mounted, and those already mounted keep their objects. The client
+// then counts as ok (Ping answers OK). It returns the first error among
+// the listed segments (the others are still mounted).
+func (s *State) ReMountSegment(clientID string, segs []Segment, now time.Time) kvstore.ErrorCode {
+	if clientID == "" {
+		return s.m.result("remount_segment", kvstore.InvalidParams)
+	}
+	want := make(map[string]bool, len(segs))
+	for _, sg := range segs {
+		want[sg.ID] = true
+	}
+	c := s.touch(clientID, now)
+	for _, id := range slices.Clone(c.segments) {
+		if !want[id] {
+			s.unmount(id)
+		}
+	}
+	code := kvstore.OK
+	for _, sg := range segs {
+		if err := s.mount(clientID, sg, now); err != kvstore.OK && code == kvstore.OK {
+			code = err
+		}
+	}
+	c.ok = true
+	return s.m.result("remount_segment", code)
+}
+
+// UnmountSegment removes clientID's segment segID: replicas on it are
+// dropped, objects left without a replica disappear, and quarantined
+// buffers on it are forgotten. An unknown id, or one of another client, is
+// SEGMENT_NOT_FOUND.
+func (s *State) UnmountSegment(clientID, segID string, now time.Time) kvstore.ErrorCode {
+	sg, ok := s.segments[segID]
+	if !ok || sg.client != clientID {
+		return s.m.result("unmount_segment", kvstore.SegmentNotFound)
+	}
+	s.touch(clientID, now)
+	s.unmount(segID)
+	return s.m.result("unmount_segment", kvstore.OK)
+}
+
+// unmount removes a segment and everything stored on it.
+func (s *State) unmount(segID string) {
+	sg, ok := s.segments[segID]
+	if !ok {
+		return
+	}
+	for key, o := range s.objects {
+		kept := o.replicas[:0]
+		for _, r := range o.replicas {
+			if r.seg != sg {
+				kept = append(kept, r)
+			}
+		}
+		clear(o.replicas[len(kept):])
+		o.replicas = kept
+		if len(o.replicas) == 0 {
+			delete(s.objects, key)
+		}
+	}
+	keptD := s.discarded[:0]
+	for _, d := range s.discarded {
+		if d.seg != sg {
+			keptD = append(keptD, d)
+		}
+	}
+	clear(s.discarded[len(keptD):])
+	s.discarded = keptD
+
+	delete(s.segments, segID)
+	s.segOrder = slices.DeleteFunc(s.segOrder, func(x *segment) bool { return x == sg })
+	if c, ok := s.clients[sg.client]; ok {
+		c.segments = slices.DeleteFunc(c.segments, func(id string) bool { return id == segID })
+	}
+}
+
+// Ping records a heartbeat from clientID and answers OK if the client has
+// remounted since this master started, NEED_REMOUNT otherwise.
+func (s *State) Ping(clientID string, now time.Time) (ClientStatus, kvstore.ErrorCode) {
+	if clientID == "" {
+		return ClientUndefined, s.m.result("ping", kvstore.InvalidParams)
+	}
+	c := s.touch(clientID, now)
+	s.m.result("ping", kvstore.OK)
+	if c.ok {
+		return ClientOK, kvstore.OK
+	}
+	return ClientNeedRemount, kvstore.OK
+}
+
+// ExpireClients forgets every client silent for longer than ClientTTL at
+// now: it leaves the ok set and its segments are unmounted (objects whose
+// only replicas were there disappear; those with a replica elsewhere stay
+// readable). It returns the segments unmounted, sorted by client.
+func (s *State) ExpireClients(now time.Time) []ExpiredSegment {
+	var ids []string
+	for id, c := range s.clients {
+		if now.Sub(c.lastSeen) > s.cfg.ClientTTL {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var out []ExpiredSegment
+	for _, id := range ids {
+		c := s.clients[id]
+		for _, segID := range slices.Clone(c.segments) {
+			out = append(out, ExpiredSegment{ClientID: id, Segment: s.segments[segID].info})
+			s.unmount(segID)
+		}
+		delete(s.clients, id)
+		s.m.expiredClients++
+	}
+	return out
+}
+
+// SegmentInfo is a snapshot of one mounted segment.
+type SegmentInfo struct {
+	Segment
+	ClientID  string
+	Allocated uint64
+}
+
+// Segments returns the mounted segments in mount order.
+func (s *State) Segments() []SegmentInfo {
+	out := make([]SegmentInfo, len(s.segOrder))
+	for i, sg := range s.segOrder {
+		out[i] = SegmentInfo{Segment: sg.info, ClientID: sg.client, Allocated: sg.alloc.Allocated()}
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package master
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+)
+
+// MetadataDeleter is the part of the HTTP metadata store (metaserver.Server)
+// the master uses to drop a dead client's Transfer Engine metadata.
+type MetadataDeleter interface {
+	Delete(key string) bool
+}
+
+// Options configures a Server. The zero value is usable: every zero field
+// means the default.
+type Options struct {
+	// Config is the object table's configuration; the zero Config means
+	// DefaultConfig(). To change a field, start from DefaultConfig.
+	Config Config
+	// Clock returns the current time; time.Now when nil. Tests may inject
+	// a fake clock.
+	Clock func() time.Time
+	// EvictionInterval is how often the eviction loop checks the
+	// watermark (upstream: 10 ms); 100 ms when zero. The loop is also
+	// woken at once by an allocation failure.
+	EvictionInterval time.Duration
+	// ClientCheckInterval is how often silent clients are expired and
+	// quarantined buffers released (upstream: 1 s); 1 s when zero.
+	ClientCheckInterval time.Duration
+	// Logger receives the server's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// Metadata, when set with CleanupMetadataOnTimeout, has the
+	// mooncake/ram/<segment> and mooncake/rpc_meta/<segment> keys of an
+	// expired client's segments deleted
+	// (--enable_metadata_cleanup_on_timeout).
+	Metadata                 MetadataDeleter
+	CleanupMetadataOnTimeout bool
+	// Standby makes the server start refusing RPCs (gRPC Unavailable)
+	// until SetLeader(true, ...) is called; HA mode uses it.
+	Standby bool
+}
+
+// Server serves the Master gRPC service over one State guarded by a
+// mutex, and runs the background loops (Start) that drive eviction,
+// stale-write release and client expiry. A server that is not the leader
+// (HA standby) answers every RPC with gRPC Unavailable.
+type Server struct {
+	masterpb.UnimplementedMasterServer
+
+	opts   Options
+	clock  func() time.Time
+	log    *slog.Logger
+	leader atomic.Bool
+	view   atomic.Uint64
+
+	mu sync.Mutex
+	st *State
+
+	wake      chan struct{}
+	stop      chan struct{}
+	done      sync.WaitGroup
+	startOnce sync.Once
+	stopOnce  sync.Once
+}
+
+// NewServer returns a server with an empty table; call Start to run its
+// background loops and Register to expose it on a grpc.Server.
+func NewServer(opts Options) (*Server, error) {
+	if opts.Config == (Config{}) {
+		opts.Config = DefaultConfig()
+	}
+	st, err := NewState(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.EvictionInterval <= 0 {
+		opts.EvictionInterval = 100 * time.Millisecond
+	}
+	if opts.ClientCheckInterval <= 0 {
+		opts.ClientCheckInterval = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		opts: opts, clock: opts.Clock, log: opts.Logger, st: st,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	s.leader.Store(!opts.Standby)
+	return s, nil
+}
+
+// Register adds the Master service to g.
+func (s *Server) Register(g *grpc.Server) { masterpb.RegisterMasterServer(g, s) }
+
+// Start runs the background loops until Close.
+func (s *Server) Start() {
+	s.startOnce.Do(func() {
+		s.done.Add(2)
+		go s.evictionLoop()
+		go s.clientLoop()
+	})
+}
+
+// Close stops the background loops and waits for them.
+func (s *Server) Close() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.done.Wait()
+}
+
+// IsLeader reports whether the server is serving RPCs.
+func (s *Server) IsLeader() bool { return s.leader.Load() }
+
+// SetLeader switches serving on or off. Either way the table is reset to
+// empty: a new leader starts without metadata (clients remount), and a
+// deposed one must not keep stale state. version is the view version
+// reported by Ping.
+func (s *Server) SetLeader(leader bool, version uint64) {
+	s.mu.Lock()
+	st, err := NewState(s.opts.Config)
+	if err == nil { // Config was validated by NewServer
+		s.st = st
+	}
+	s.view.Store(version)
+	s.leader.Store(leader)
+	s.mu.Unlock()
+}
+
+// Stats returns a snapshot of the metrics.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Stats()
+}
+
+// WithState runs f with exclusive access to the state machine, for admin
+// queries and tests. f must not keep st.
+func (s *Server) WithState(f func(st *State, now time.Time)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.st, s.clock())
+}
+
+// errNotLeader is returned to RPCs on a standby.
+var errNotLeader = status.Error(codes.Unavailable, "mooncake_master: not the leader")
+
+// do runs f under the lock, or refuses when not the leader.
+func (s *Server) do(f func(st *State, now time.Time)) error {
+	if !s.leader.Load() {
+		return errNotLeader
+	}
+	s.mu.Lock()
+	f(s.st, s.clock())
+	need := s.st.NeedEviction()
+	s.mu.Unlock()
+	if need {
+		s.kickEviction()
+	}
+	return nil
+}
+
+// kickEviction wakes the eviction loop without blocking.
+func (s *Server) kickEviction() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) evictionLoop() {
+	defer s.done.Done()
+	t := time.NewTicker(s.opts.EvictionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.wake:
+		}
+		if !s.leader.Load() {
+			continue
+		}
+		s.mu.Lock()
+		res := s.st.Evict(s.clock())
+		s.mu.Unlock()
+		if res.Plan.Triggered && len(res.Evicted) > 0 {
+			s.log.Info("evicted objects", "count", len(res.Evicted), "freed_bytes", res.FreedBytes,
+				"used_ratio", res.Plan.UsedRatio, "target", res.Plan.Target)
+		}
+	}
+}
+
+func (s *Server) clientLoop() {
+	defer s.done.Done()
+	t := time.NewTicker(s.opts.ClientCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if !s.leader.Load() {
+			continue
+		}
+		s.mu.Lock()
+		now := s.clock()
+		expired := s.st.ExpireClients(now)
+		discarded := s.st.ReleaseExpired(now)
+		s.mu.Unlock()
+		if discarded > 0 {
+			s.log.Info("discarded writes never finished", "count", discarded)
+		}
+		for _, e := range expired {
+			s.log.Warn("client expired; segment unmounted", "client_id", e.ClientID,
+				"segment_id", e.Segment.ID, "segment_name", e.Segment.Name)
+			if s.opts.CleanupMetadataOnTimeout && s.opts.Metadata != nil {
+				s.opts.Metadata.Delete("mooncake/ram/" + e.Segment.Name)
+				s.opts.Metadata.Delete("mooncake/rpc_meta/" + e.Segment.Name)
+			}
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/mooncake-go/mooncake/transfer/metaserver"
+)
+
+// maxMsgBytes bounds one gRPC message: large batches of keys or replica
+// lists exceed gRPC's 4 MiB default.
+const maxMsgBytes = 64 << 20
+
+// ServiceConfig describes a whole mooncake_master process: the gRPC
+// service, the admin HTTP endpoint, the optional embedded HTTP metadata
+// store and optional HA.
+type ServiceConfig struct {
+	// RPCAddress is where the gRPC service listens ("0.0.0.0:50051";
+	// "127.0.0.1:0" picks a free port).
+	RPCAddress string
+	// MetricsAddress is where the admin HTTP endpoint listens; empty
+	// disables it.
+	MetricsAddress string
+	// HTTPMetadataAddress, when not empty, serves the Transfer Engine
+	// HTTP metadata store (GET/PUT/DELETE /metadata, /health) there.
+	HTTPMetadataAddress string
+	// Server configures the object table and background loops.
+	Server Options
+	// HA, when not nil, runs leader election; the server stands by until
+	// elected. HA.Advertise defaults to the RPC listener's address.
+	HA *HAConfig
+	// Logger for the service; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Service is a running master. Close stops it.
+type Service struct {
+	// Server is the gRPC service and state machine.
+	Server *Server
+	// Metadata is the embedded HTTP metadata store, nil when disabled.
+	Metadata *metaserver.Server
+
+	log      *slog.Logger
+	grpc     *grpc.Server
+	rpcLn    net.Listener
+	https    []*http.Server
+	httpAddr map[string]string
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closeMu  sync.Once
+}
+
+// StartService listens on every configured address and starts serving. On
+// error nothing is left running.
+func StartService(cfg ServiceConfig) (_ *Service, err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{log: log, httpAddr: map[string]string{}}
+	var lns []net.Listener
+	defer func() {
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+		}
+	}()
+	listen := func(addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		lns = append(lns, ln)
+		return ln, nil
+	}
+
+	opts := cfg.Server
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	if cfg.HTTPMetadataAddress != "" {
+		s.Metadata = metaserver.New()
+		if opts.Metadata == nil {
+			opts.Metadata = s.Metadata
+		}
+	}
+	opts.Standby = cfg.HA != nil
+	srv, err := NewServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.Server = srv
+
+	if s.rpcLn, err = listen(cfg.RPCAddress); err != nil {
+		return nil, err
+	}
+	type httpSvc struct {
+		name, addr string
+		h          http.Handler
+	}
+	var hs []httpSvc
+	if cfg.MetricsAddress != "" {
+		hs = append(hs, httpSvc{"metrics", cfg.MetricsAddress, srv.AdminHandler()})
+	}
+	if s.Metadata != nil {
+		hs = append(hs, httpSvc{"metadata", cfg.HTTPMetadataAddress, s.Metadata})
+	}
+	httpLns := make([]net.Listener, len(hs))
+	for i, h := range hs {
+		if httpLns[i], err = listen(h.addr); err != nil {
+			return nil, err
+		}
+		s.httpAddr[h.name] = httpLns[i].Addr().String()
+	}
+
+	// Everything is bound: start serving.
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
+		// Clients may keep idle connections alive with pings every few
+		// seconds; the default policy (5 min) would drop them.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	srv.Register(s.grpc)
+	srv.Start()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.rpcLn); err != nil {
+			log.Error("gRPC server stopped", "err", err)
+		}
+	}()
+	for i, h := range hs {
+		hsrv := &http.Server{Handler: h.h, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		s.https = append(s.https, hsrv)
+		ln := httpLns[i]
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := hsrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("HTTP server stopped", "service", h.name, "err", err)
+			}
+		}()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if cfg.HA != nil {
+		ha := *cfg.HA
+		if ha.Advertise == "" {
+			ha.Advertise = s.rpcLn.Addr().String()
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = runElection(ctx, ha, srv, log)
+		}()
+	}
+	log.Info("mooncake_master serving", "rpc", s.RPCAddr(), "metrics", s.httpAddr["metrics"],
+		"http_metadata", s.httpAddr["metadata"], "ha", cfg.HA != nil)
+	return s, nil
+}
+
+// RPCAddr is the gRPC listener's address (host:port).
+func (s *Service) RPCAddr() string { return s.rpcLn.Addr().String() }
+
+// MetricsAddr is the admin HTTP listener's address, "" when disabled.
+func (s *Service) MetricsAddr() string { return s.httpAddr["metrics"] }
+
+// MetadataAddr is the embedded HTTP metadata store's address, "" when
+// disabled; its URL is "http://" + MetadataAddr() + "/metadata".
+func (s *Service) MetadataAddr() string { return s.httpAddr["metadata"] }
+
+// Close stops elections (revoking a held master view lease), the RPC and
+// HTTP servers and the background loops, and waits for them.
+func (s *Service) Close() {
+	s.closeMu.Do(func() {
+		s.cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		for _, h := range s.https {
+			_ = h.Shutdown(ctx)
+		}
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			s.grpc.Stop()
+		}
+		s.wg.Wait()
+		s.Server.Close()
+		s.log.Info("mooncake_master stopped")
+	})
+}

@@ -1,0 +1,246 @@
+package master
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+	"time"
+)
+
+// replica is a memory replica: a buffer reserved in one segment.
+type replica struct {
+	id     uint64
+	status ReplicaStatus
+	seg    *segment
+	off    uint64
+	size   uint64
+}
+
+// object is one key's metadata.
+type object struct {
+	key      string
+	size     uint64
+	writer   string    // client that opened the current/last write
+	putStart time.Time // when the current/last write was opened
+	writing  bool      // a put or upsert is open (replicas PROCESSING)
+	replicas []*replica
+	// lease is the read lease deadline: Remove (without force) and
+	// eviction leave the object alone while now < lease.
+	lease time.Time
+	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
+	// the object first becomes readable.
+	softPinTTL   time.Duration
+	softPinUntil time.Time
+	hardPin      bool
+	checksum     *uint64
+}
+
+// discarded is a quarantined buffer: still reserved in its segment until
+// releaseAt, because a (preempted) writer or a leased reader may still
+// touch it.
+type discarded struct {
+	seg       *segment
+	off       uint64
+	releaseAt time.Time
+}
+
+// State is the master's pure state machine: objects, segments, clients and
+// metrics. Every method takes the current time explicitly; nothing happens
+// between calls. State is not safe for concurrent use.
+type State struct {
+	cfg          Config
+	rng          *rand.Rand
+	objects      map[string]*object
+	segments     map[string]*segment // by id
+	segOrder     []*segment          // mount order; the allocation walk order
+	clients      map[string]*client
+	discarded    []discarded
+	needEviction bool
+	nextReplica  uint64
+	m            counters
+}
+
+// NewState returns an empty table. cfg must pass Validate.
+func NewState(cfg Config) (*State, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &State{
+		cfg:      cfg,
+		rng:      rand.New(rand.NewSource(cfg.Seed)),
+		objects:  make(map[string]*object),
+		segments: make(map[string]*segment),
+		clients:  make(map[string]*client),
+		m:        newCounters(),
+	}, nil
+}
+
+// Config returns the configuration the state runs with.
+func (s *State) Config() Config { return s.cfg }
+
+// describe turns an internal replica into its descriptor.
+func (r *replica) describe() Replica {
+	ep := r.seg.info.TEEndpoint
+	if ep == "" {
+		ep = r.seg.info.Name
+	}
+	return Replica{
+		ID: r.id, Status: r.status, SegmentID: r.seg.info.ID, SegmentName: r.seg.info.Name,
+		Endpoint: ep, Address: r.seg.info.Base + r.off, Size: r.size,
+	}
+}
+
+func describeAll(rs []*replica) []Replica {
+	out := make([]Replica, len(rs))
+	for i, r := range rs {
+		out[i] = r.describe()
+	}
+	return out
+}
+
+// freeReplica returns a replica's buffer to its segment.
+func (s *State) freeReplica(r *replica) {
+	r.seg.alloc.Free(r.off)
+}
+
+// discard quarantines a replica's buffer until releaseAt.
+func (s *State) discard(r *replica, releaseAt time.Time) {
+	s.discarded = append(s.discarded, discarded{seg: r.seg, off: r.off, releaseAt: releaseAt})
+}
+
+// erase drops an object and frees all its buffers.
+func (s *State) erase(o *object) {
+	for _, r := range o.replicas {
+		s.freeReplica(r)
+	}
+	o.replicas = nil
+	delete(s.objects, o.key)
+}
+
+// readable returns the object's COMPLETE replicas.
+func (o *object) readable() []*replica {
+	var out []*replica
+	for _, r := range o.replicas {
+		if r.status == ReplicaComplete {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// allComplete reports whether the object has replicas and all are COMPLETE
+// with no write open.
+func (o *object) allComplete() bool {
+	if o.writing || len(o.replicas) == 0 {
+		return false
+	}
+	for _, r := range o.replicas {
+		if r.status != ReplicaComplete {
+			return false
+		}
+	}
+	return true
+}
+
+// leased reports whether a read lease is still active at now.
+func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
+
+// grantLease extends the read lease to at least now+ttl.
+func (o *object) grantLease(now time.Time, ttl time.Duration) {
+	if d := now.Add(ttl); d.After(o.lease) {
+		o.lease = d
+	}
+}
+
+// ReleaseExpired frees quarantined buffers whose time has come and discards
+// writes left open longer than PutStartReleaseTimeout (their PROCESSING
+// replicas are freed; an object left without replicas disappears). It
+// returns the number of writes discarded.
+func (s *State) ReleaseExpired(now time.Time) int {
+	kept := s.discarded[:0]
+	for _, d := range s.discarded {
+		if !now.Before(d.releaseAt) {
+			d.seg.alloc.Free(d.off)
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	clear(s.discarded[len(kept):])
+	s.discarded = kept
+
+	var stale []string
+	for key, o := range s.objects {
+		if o.writing && now.Sub(o.putStart) > s.cfg.PutStartReleaseTimeout {
+			stale = append(stale, key)
+		}
+	}
+	for _, key := range stale {
+		s.dropProcessing(s.objects[key], s.freeReplica)
+	}
+	return len(stale)
+}
+
+// dropProcessing removes the object's PROCESSING replicas, handing each to
+// release, closes the write, and erases the object if nothing is left.
+func (s *State) dropProcessing(o *object, release func(*replica)) {
+	kept := o.replicas[:0]
+	for _, r := range o.replicas {
+		if r.status == ReplicaProcessing {
+			release(r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	o.replicas = kept
+	o.writing = false
+	if len(o.replicas) == 0 {
+		delete(s.objects, o.key)
+	}
+}
+
+// sortedKeys returns all keys in order, so that bulk operations are
+// deterministic.
+func (s *State) sortedKeys() []string {
+	keys := make([]string, 0, len(s.objects))
+	for k := range s.objects {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// ObjectInfo is a snapshot of one object, for the admin endpoint and tests.
+type ObjectInfo struct {
+	Key          string
+	Size         uint64
+	Writer       string
+	Writing      bool
+	Replicas     []Replica
+	LeaseUntil   time.Time
+	SoftPinned   bool
+	SoftPinUntil time.Time
+	HardPinned   bool
+}
+
+// QueryKey returns a snapshot of key's metadata without granting a lease.
+func (s *State) QueryKey(key string) (ObjectInfo, bool) {
+	o, ok := s.objects[key]
+	if !ok {
+		return ObjectInfo{}, false
+	}
+	return ObjectInfo{
+		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
+		Replicas: describeAll(o.replicas), LeaseUntil: o.lease,
+		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil, HardPinned: o.hardPin,
+	}, true
+}
+
+// Keys returns every key, sorted.
+func (s *State) Keys() []string { return s.sortedKeys() }
+
+// String summarises the state for debugging.
+func (s *State) String() string {
+	st := s.Stats()
+	return fmt.Sprintf("keys=%d segments=%d clients=%d allocated=%d/%d",
+		st.KeyCount, st.Segments, st.ActiveClients, st.AllocatedBytes, st.CapacityBytes)
+}
