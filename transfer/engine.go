@@ -227,7 +227,7 @@ func (e *Engine) descriptor() *SegmentDesc {
 		d.CtlFD, d.CtlInode = e.ctl.fd, e.ctl.inode
 		d.Version = e.ctl.version().Load()
 	}
-	for i, r := range e.reg.snapshot() {
+	for i, r := range e.reg.inOrder() {
 		if r.localOnly {
 			continue
 		}

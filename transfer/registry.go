@@ -14,6 +14,7 @@ type region struct {
 	// localOnly regions serve as the local side of transfers but are not
 	// published, and peers cannot reach them.
 	localOnly bool
+	seq       uint64 // registration order, set by registry.add
 
 	// use is held shared by every transfer touching the region and
 	// exclusively by unregistration, which so waits for them to finish.
@@ -36,6 +37,7 @@ func (r *region) contains(addr uintptr, n uint64) bool {
 type registry struct {
 	mu      sync.RWMutex
 	regions []*region // sorted by addr
+	nextSeq uint64
 }
 
 // add registers r. Overlap with an existing region is CodeAddressOverlapped.
@@ -52,6 +54,8 @@ func (g *registry) add(r *region) error {
 	if i > 0 && g.regions[i-1].end() > r.addr {
 		return errorf(CodeAddressOverlapped, nil, "[%#x,+%d) overlaps [%#x,+%d)", r.addr, r.length, g.regions[i-1].addr, g.regions[i-1].length)
 	}
+	g.nextSeq++
+	r.seq = g.nextSeq
 	g.regions = append(g.regions, nil)
 	copy(g.regions[i+1:], g.regions[i:])
 	g.regions[i] = r
@@ -110,4 +114,12 @@ func (g *registry) snapshot() []*region {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return append([]*region(nil), g.regions...)
+}
+
+// inOrder returns the regions in registration order (upstream lists a
+// segment's buffers so: its "first buffer" is the first registered).
+func (g *registry) inOrder() []*region {
+	rs := g.snapshot()
+	sort.Slice(rs, func(i, j int) bool { return rs[i].seq < rs[j].seq })
+	return rs
 }

@@ -118,7 +118,7 @@ func (p *tcpPeer) lane() {
 					continue
 				}
 				conn.(*net.TCPConn).SetNoDelay(true)
-				c = &tcpConn{Conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+				c = &tcpConn{Conn: conn, r: bufio.NewReaderSize(conn, frameReadBuffer)}
 			}
 			st := c.do(s)
 			if st != StatusCompleted && st != statusRejectedKeep {

@@ -33,7 +33,7 @@ func (s *tcpServer) serve() {
 
 func (s *tcpServer) serveConn(conn net.Conn) {
 	defer conn.Close()
-	r := bufio.NewReaderSize(conn, 64<<10)
+	r := bufio.NewReaderSize(conn, frameReadBuffer)
 	var hb [tcpHeaderSize]byte
 	for {
 		conn.SetReadDeadline(time.Time{}) // idle between requests

@@ -37,6 +37,12 @@ const (
 	statusRejected = 1
 )
 
+// frameReadBuffer sizes the buffered reader in front of a TCP connection.
+// It is small on purpose: headers and status frames are a few bytes, and a
+// large buffer would pull the payload behind them into itself, copying it
+// twice.
+const frameReadBuffer = 512
+
 type tcpHeader struct {
 	size   uint64
 	addr   uint64

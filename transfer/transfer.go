@@ -72,14 +72,33 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 	if err != nil {
 		return err
 	}
+	routes := map[*remoteSegment]*route{} // looked up once per segment
 	for i, t := range tasks {
-		e.run(segs[i], t)
+		e.run(segs[i], t, routes)
 	}
 	return nil
 }
 
+// route is how a segment is reached during one submission.
+type route struct {
+	desc *SegmentDesc
+	shm  *peerShm
+	tcp  *tcpPeer
+	err  error
+}
+
+func routeOf(s *remoteSegment, cache map[*remoteSegment]*route) *route {
+	r, ok := cache[s]
+	if !ok {
+		r = &route{}
+		r.desc, r.shm, r.tcp, r.err = s.route()
+		cache[s] = r
+	}
+	return r
+}
+
 // run starts one task on the best transport for its target.
-func (e *Engine) run(s *remoteSegment, t *task) {
+func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route) {
 	if t.req.Length == 0 {
 		t.start(1)
 		t.finishSlice(StatusCompleted, 0)
@@ -97,18 +116,29 @@ func (e *Engine) run(s *remoteSegment, t *task) {
 		t.finishSlice(e.copyLocal(t.req), t.req.Length)
 		return
 	}
-	desc, shm, tcp, err := s.route()
-	if err != nil {
+	r := routeOf(s, routes)
+	if r.err == nil && r.desc.findBuffer(t.req.TargetOffset, t.req.Length) < 0 {
+		// TCP splits a request into slices that the target checks one
+		// by one, so a request running past its buffer would move the
+		// slices that do fit. Check the whole range first, against a
+		// fresh descriptor (the cached one may predate a registration).
+		s.invalidate()
+		delete(routes, s)
+		if r = routeOf(s, routes); r.err == nil && r.desc.findBuffer(t.req.TargetOffset, t.req.Length) < 0 {
+			r = &route{err: errorf(CodeAddressNotRegistered, nil, "remote [%#x,+%d) is not inside one buffer of %q", t.req.TargetOffset, t.req.Length, s.name)}
+		}
+	}
+	if r.err != nil {
 		t.start(1)
 		t.finishSlice(StatusFailed, 0)
 		return
 	}
-	if shm != nil && copyShm(desc, shm, t.req) {
+	if r.shm != nil && copyShm(r.desc, r.shm, t.req) {
 		t.start(1)
 		t.finishSlice(StatusCompleted, t.req.Length)
 		return
 	}
-	tcp.submit(t)
+	r.tcp.submit(t)
 }
 
 // copyLocal serves a transfer whose target is this engine's own segment.
