@@ -8,9 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -365,28 +362,10 @@ func mc_engine_send_probe(h C.uint64_t, peer *C.char) C.int {
 	return 0
 }
 
-// mc_local_topology describes the host for placement: one entry per NUMA
-// node, "cpu:N": [preferred NICs, available NICs]. This engine has no RDMA
-// NICs, so both lists are empty.
+// mc_local_topology returns transfer.LocalTopology.
 //
 //export mc_local_topology
-func mc_local_topology() *C.char {
-	nodes, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
-	ids := []string{}
-	for _, n := range nodes {
-		ids = append(ids, strings.TrimPrefix(filepath.Base(n), "node"))
-	}
-	if len(ids) == 0 {
-		ids = []string{"0"}
-	}
-	sort.Strings(ids)
-	topo := map[string][2][]string{}
-	for _, id := range ids {
-		topo["cpu:"+id] = [2][]string{{}, {}}
-	}
-	b, _ := json.Marshal(topo)
-	return C.CString(string(b))
-}
+func mc_local_topology() *C.char { return C.CString(transfer.LocalTopology()) }
 
 // u64s views a C array of n uint64 as a Go slice (no copy).
 func u64s(p *C.uint64_t, n C.int) []uint64 {

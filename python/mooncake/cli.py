@@ -44,3 +44,8 @@ def mooncake_http_metadata_server() -> NoReturn:
 def transfer_engine_bench() -> NoReturn:
     """Entry point of the ``transfer_engine_bench`` console script."""
     run("transfer_engine_bench")
+
+
+def mooncake() -> NoReturn:
+    """Entry point of the ``mooncake`` console script (diagnostics: info, probe)."""
+    run("mooncake")

@@ -1,0 +1,39 @@
+package gpu
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+// TestDiscover checks Discover against what the machine has: without the
+// driver it must say so (ErrNoDriver); with it, every device it lists must
+// be described.
+func TestDiscover(t *testing.T) {
+	inv, err := Discover()
+	_, statErr := os.Stat("/dev/nvidiactl")
+	switch {
+	case errors.Is(err, ErrNoDriver):
+		if statErr == nil {
+			t.Log("an NVIDIA device node exists but NVML did not load")
+		}
+		if len(inv.Devices) != 0 {
+			t.Fatalf("devices listed without a driver: %+v", inv.Devices)
+		}
+	case err != nil:
+		t.Fatal(err)
+	default:
+		for _, d := range inv.Devices {
+			if d.Name == "" || d.UUID == "" || d.MemoryTotal == 0 {
+				t.Fatalf("incomplete device description: %+v", d)
+			}
+		}
+	}
+}
+
+func TestCString(t *testing.T) {
+	b := []int8{'0', '0', ':', '1', 0, 'x'}
+	if got := cString(b); got != "00:1" {
+		t.Fatalf("cString = %q", got)
+	}
+}
