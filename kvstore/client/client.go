@@ -202,6 +202,12 @@ func (c *Client) heartbeat() {
 }
 
 func (c *Client) remount() {
+	// The metadata store may have restarted too (the master's embedded
+	// HTTP one does): publish this client's TE segment again so that
+	// peers can reach the remounted memory.
+	if err := c.engine.Republish(); err != nil {
+		slog.Warn("store client: republishing the transfer engine segment failed", "err", err)
+	}
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().ReMountSegment(ctx, &pb.ReMountSegmentRequest{ClientId: c.id, Segments: c.segments})

@@ -14,7 +14,7 @@ import (
 
 // startMaster runs an in-process master with its embedded HTTP metadata
 // store on free loopback ports.
-func startMaster(t *testing.T, mutate func(*master.Config)) (rpc, metadata string) {
+func startMaster(t testing.TB, mutate func(*master.Config)) (rpc, metadata string) {
 	t.Helper()
 	cfg := master.DefaultConfig()
 	if mutate != nil {
@@ -32,7 +32,7 @@ func startMaster(t *testing.T, mutate func(*master.Config)) (rpc, metadata strin
 	return svc.RPCAddr(), "http://" + svc.MetadataAddr() + "/metadata"
 }
 
-func newClient(t *testing.T, rpc, meta string, segment, local uint64) *Client {
+func newClient(t testing.TB, rpc, meta string, segment, local uint64) *Client {
 	t.Helper()
 	c, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: meta, GlobalSegmentSize: segment, LocalBufferSize: local, MasterServerAddr: rpc})
 	if err != nil {
@@ -44,7 +44,7 @@ func newClient(t *testing.T, rpc, meta string, segment, local uint64) *Client {
 
 // buf returns n bytes of mmap'd memory (not Go heap: peers write into it
 // over the network, which the race detector cannot see as ordering).
-func buf(t *testing.T, n int) []byte {
+func buf(t testing.TB, n int) []byte {
 	t.Helper()
 	m, err := unix.Mmap(-1, 0, max(n, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
@@ -180,5 +180,87 @@ func TestChecksumMismatch(t *testing.T) {
 	mem(uintptr(lists[0].Replicas[0].BufferAddress), 1)[0] ^= 0xff
 	if r := c.GetInto("c", part(dst), true); !errors.Is(r.Err, kvstore.ChecksumMismatch) {
 		t.Fatalf("corrupted read: %v", r.Err)
+	}
+}
+
+// A zero-copy get into a buffer larger than the object must read only the
+// object's bytes: the rest of the caller's buffer stays untouched (before
+// the fix the whole capacity was read from the replica's segment, leaking
+// whatever followed the object there).
+func TestGetIntoLargerBufferReadsOnlyObject(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	a := newClient(t, rpc, meta, 16<<20, 1<<20)
+	for i, size := range []int{1, 4096, 100000} {
+		key := "big-cap-" + string(rune('a'+i))
+		src := fillPattern(buf(t, size), 7)
+		if err := a.Put(key, part(src), DefaultReplicateConfig(), PutOptions{ZeroCopy: true}); err != nil {
+			t.Fatal(err)
+		}
+		// a neighbour object right after it in the segment
+		other := fillPattern(buf(t, 4096), 99)
+		if err := a.Put(key+"-next", part(other), DefaultReplicateConfig(), PutOptions{ZeroCopy: true}); err != nil {
+			t.Fatal(err)
+		}
+		dst := buf(t, size+4096)
+		r := a.GetInto(key, part(dst), true)
+		if r.Err != nil || r.Size != uint64(size) || !bytes.Equal(dst[:size], src) {
+			t.Fatalf("size %d: %+v", size, r)
+		}
+		if !bytes.Equal(dst[size:], make([]byte, 4096)) {
+			t.Fatalf("size %d: bytes past the object were written into the caller's buffer", size)
+		}
+	}
+}
+
+// When the owner of the first replica is dead (its Transfer Engine gone,
+// the master not aware yet), a get falls back to the next replica instead
+// of failing with TRANSFER_FAIL (found by tests/test_store_cluster.py:
+// SIGKILL of a storage process made reads of 2-replica objects fail).
+func TestGetFallsBackToNextReplica(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	a := newClient(t, rpc, meta, 16<<20, 1<<20)
+	b := newClient(t, rpc, meta, 16<<20, 1<<20)
+	reader := newClient(t, rpc, meta, 0, 1<<20)
+	cfg := DefaultReplicateConfig()
+	cfg.ReplicaNum = 2
+	cfg.PreferredSegments = []string{a.Hostname(), b.Hostname()} // a's replica is listed first
+	src := fillPattern(buf(t, 10000), 3)
+	if err := reader.Put("two", part(src), cfg, PutOptions{ZeroCopy: true}); err != nil {
+		t.Fatal(err)
+	}
+	a.engine.Close() // a "dies": its replica cannot be read any more
+	for _, zc := range []bool{true, false} {
+		dst := buf(t, len(src))
+		if r := reader.GetInto("two", part(dst), zc); r.Err != nil || !bytes.Equal(dst, src) {
+			t.Fatalf("zero-copy=%v: %+v", zc, r)
+		}
+	}
+	dst := buf(t, 100)
+	if r := reader.GetRanges([]Range{{Key: "two", Dst: addrOf(dst), SrcOffset: 50, Size: 100}}); r[0].Err != nil || !bytes.Equal(dst, src[50:150]) {
+		t.Fatalf("ranged read: %+v", r[0])
+	}
+}
+
+// A NULL address with a non-zero size is INVALID_PARAMS, not a crash.
+func TestNullAddressIsInvalid(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	c := newClient(t, rpc, meta, 16<<20, 1<<20)
+	null := []Part{{Addr: 0, Size: 100}}
+	for _, zc := range []bool{true, false} {
+		if err := c.Put("n", null, DefaultReplicateConfig(), PutOptions{ZeroCopy: zc}); !errors.Is(err, kvstore.InvalidParams) {
+			t.Fatalf("put zero-copy=%v: %v", zc, err)
+		}
+	}
+	src := fillPattern(buf(t, 100), 1)
+	if err := c.Put("n", part(src), DefaultReplicateConfig(), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, zc := range []bool{true, false} {
+		if r := c.GetInto("n", null, zc); !errors.Is(r.Err, kvstore.InvalidParams) {
+			t.Fatalf("get zero-copy=%v: %+v", zc, r)
+		}
+	}
+	if r := c.GetRanges([]Range{{Key: "n", Dst: 0, Size: 10}}); !errors.Is(r[0].Err, kvstore.InvalidParams) {
+		t.Fatalf("ranged read into NULL: %+v", r[0])
 	}
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"time"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -32,7 +33,12 @@ func (c *Client) BatchGetInto(keys []string, parts [][]Part, zeroCopy bool) []Ge
 		}
 		return out
 	}
-	return c.batchGet(keys, func(i int, _ string, _ uint64) ([]Part, error) { return parts[i], nil }, zeroCopy)
+	return c.batchGet(keys, func(i int, _ string, _ uint64) ([]Part, error) {
+		if !validParts(parts[i]) {
+			return nil, kvstore.InvalidParams
+		}
+		return parts[i], nil
+	}, zeroCopy)
 }
 
 // BatchGet reads several objects into memory from alloc, staged through
@@ -80,10 +86,11 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 	if code := kvstore.ErrorCode(list.GetErrorCode()); code != kvstore.OK {
 		return GetResult{Err: code}
 	}
-	r := c.pickReplica(list.Replicas)
-	if r == nil {
+	reps := c.readOrder(list.Replicas)
+	if len(reps) == 0 {
 		return GetResult{Err: kvstore.ObjectNotFound}
 	}
+	r := reps[0]
 	parts, err := dest(r.Size)
 	if err != nil {
 		return GetResult{Err: err}
@@ -91,7 +98,17 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 	if partsSize(parts) < r.Size {
 		return GetResult{Err: kvstore.InvalidParams}
 	}
-	if err := c.readReplica(parts, r, 0, r.Size, !zeroCopy); err != nil {
+	// A replica whose owner died (and is not expired by the master yet)
+	// fails the transfer: fall back to the next replica.
+	for i, rep := range reps {
+		if err = c.readReplica(parts, rep, 0, r.Size, !zeroCopy); err == nil || !errors.Is(err, kvstore.TransferFail) {
+			break
+		}
+		if i+1 < len(reps) && reps[i+1].Size != r.Size {
+			break
+		}
+	}
+	if err != nil {
 		return GetResult{Err: err}
 	}
 	if leaseExpired(queried, list.LeaseTtlMs) {
@@ -108,6 +125,23 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 // since the object may have been removed or evicted under it.
 func leaseExpired(queried time.Time, ttlMs uint64) bool {
 	return ttlMs > 0 && time.Since(queried) >= time.Duration(ttlMs)*time.Millisecond
+}
+
+// readOrder lists the complete replicas in the order reads try them: the
+// one in this client's own segment first, then the others as listed.
+func (c *Client) readOrder(rs []*pb.ReplicaDescriptor) []*pb.ReplicaDescriptor {
+	out := make([]*pb.ReplicaDescriptor, 0, len(rs))
+	for _, r := range rs {
+		if r.Status != pb.ReplicaStatus_REPLICA_COMPLETE {
+			continue
+		}
+		if r.TransportEndpoint == c.engine.Name() {
+			out = append([]*pb.ReplicaDescriptor{r}, out...)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // pickReplica prefers a replica in this client's own segment, then the
@@ -171,14 +205,22 @@ func (c *Client) GetRanges(ranges []Range) []GetResult {
 			out[i].Err = code
 			return nil
 		}
-		rep := c.pickReplica(list.Replicas)
+		reps := c.readOrder(list.Replicas)
 		switch {
-		case rep == nil:
+		case len(reps) == 0:
 			out[i].Err = kvstore.ObjectNotFound
-		case rg.SrcOffset > rep.Size || rg.Size > rep.Size-rg.SrcOffset:
+		case rg.Dst == 0 && rg.Size > 0:
+			out[i].Err = kvstore.InvalidParams
+		case rg.SrcOffset > reps[0].Size || rg.Size > reps[0].Size-rg.SrcOffset:
 			out[i].Err = kvstore.InvalidParams
 		default:
-			if err := c.readReplica([]Part{{rg.Dst, rg.Size}}, rep, rg.SrcOffset, rg.Size, false); err != nil {
+			var err error
+			for _, rep := range reps { // next replica when a transfer fails
+				if err = c.readReplica([]Part{{rg.Dst, rg.Size}}, rep, rg.SrcOffset, rg.Size, false); err == nil || !errors.Is(err, kvstore.TransferFail) {
+					break
+				}
+			}
+			if err != nil {
 				out[i].Err = err
 			} else if leaseExpired(queried, list.LeaseTtlMs) {
 				out[i].Err = kvstore.LeaseExpired

@@ -39,7 +39,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 	for i, k := range keys {
 		size := partsSize(parts[i])
 		switch {
-		case k == "":
+		case k == "" || !validParts(parts[i]):
 			errs[i] = kvstore.InvalidParams
 		case size == 0 && opt.ZeroCopy:
 			// upstream put_from: size 0 stores nothing and succeeds
@@ -129,6 +129,17 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 		cancel()
 	}
 	return errs
+}
+
+// validParts rejects a NULL address with a non-zero size (a caller's
+// mistake that would otherwise crash the process).
+func validParts(parts []Part) bool {
+	for _, p := range parts {
+		if p.Addr == 0 && p.Size > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // errAlreadyThere marks a plain put of an existing key: a silent success.

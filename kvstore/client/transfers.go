@@ -111,6 +111,9 @@ func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, s
 // readReplica reads n object bytes starting at objOff from r into parts.
 func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n uint64, staged bool) error {
 	if !staged {
+		// The caller's capacity may exceed the object: read only n bytes,
+		// never past the end of the replica's buffer.
+		parts = trim(parts, n)
 		if release, ok := c.useDirect(parts); ok {
 			defer release()
 			return c.moveDirect(transfer.OpRead, parts, r, objOff)

@@ -138,3 +138,10 @@ func (s *State) NeedEviction() bool { return s.needEviction }
 func (o *object) softPinned(now time.Time) bool {
 	return o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
 }
+
+// AboveHighWatermark reports whether allocated/capacity exceeds the
+// eviction high watermark (the condition that triggers an eviction run).
+func (s *State) AboveHighWatermark() bool {
+	capacity, allocated := s.usage()
+	return capacity > 0 && float64(allocated)/float64(capacity) > s.cfg.EvictionHighWatermarkRatio
+}

@@ -65,6 +65,7 @@ type Server struct {
 	st *State
 
 	wake      chan struct{}
+	lastKick  atomic.Int64 // unix ns of the last watermark kick
 	stop      chan struct{}
 	done      sync.WaitGroup
 	startOnce sync.Once
@@ -163,11 +164,26 @@ func (s *Server) do(f func(st *State, now time.Time)) error {
 	s.mu.Lock()
 	f(s.st, s.clock())
 	need := s.st.NeedEviction()
+	above := !need && s.st.AboveHighWatermark()
 	s.mu.Unlock()
-	if need {
+	if need || (above && s.kickDue()) {
 		s.kickEviction()
 	}
 	return nil
+}
+
+// minKickInterval spaces the eviction runs an RPC triggers by leaving the
+// pool above the high watermark (upstream's eviction thread polls every
+// 10 ms; the loop here ticks every EvictionInterval, so fast writers would
+// otherwise fill the headroom above the watermark before the next tick).
+const minKickInterval = 10 * time.Millisecond
+
+// kickDue reports whether minKickInterval has passed since the last
+// watermark kick, and records this one.
+func (s *Server) kickDue() bool {
+	now := time.Now().UnixNano()
+	last := s.lastKick.Load()
+	return now-last >= int64(minKickInterval) && s.lastKick.CompareAndSwap(last, now)
 }
 
 // kickEviction wakes the eviction loop without blocking.

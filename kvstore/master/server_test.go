@@ -342,3 +342,33 @@ func TestServiceOverTCP(t *testing.T) {
 		t.Fatalf("metadata GET missing = %d", code)
 	}
 }
+
+// A write that leaves the pool above the high watermark wakes the eviction
+// loop at once, without waiting for its next tick, so writers faster than
+// the tick keep finding room (found by tests/test_store_cluster.py: puts of
+// 256 KiB objects into an 8 MiB segment failed with NO_AVAILABLE_HANDLE
+// between 100 ms ticks).
+func TestServerEvictionWokenByHighWatermark(t *testing.T) {
+	srv := newTestServer(t, func(o *Options) {
+		o.EvictionInterval = time.Hour // only a wake-up can run it
+		o.Config.EvictionRatio = 0.2
+		o.Config.EvictionHighWatermarkRatio = 0.5
+	})
+	cl := startBufconn(t, srv)
+	c := ctx(t)
+	cl.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "c", Segment: seg("s", 1000)})
+	for _, k := range []string{"a", "b", "c"} { // 3 x 200 = 60% > 50%
+		cl.PutStart(c, &masterpb.PutStartRequest{ClientId: "c", Key: k, Size: 200})
+		cl.PutEnd(c, &masterpb.PutEndRequest{ClientId: "c", Key: k})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Stats().EvictedKeys == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("eviction did not run although the pool is above the watermark")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := srv.Stats(); st.KeyCount != 2 {
+		t.Fatalf("%d keys left, want 2 (the oldest evicted)", st.KeyCount)
+	}
+}

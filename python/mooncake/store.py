@@ -267,12 +267,37 @@ class MooncakeDistributedStore:
 
     # -- puts --------------------------------------------------------------
 
+    @staticmethod
+    def _bad_ranges(parts: Sequence[Sequence[tuple[int, int]]]) -> list[bool]:
+        """Per key: a pointer or size that is not a non-negative int (ctypes would wrap it)."""
+        out = []
+        for p in parts:
+            try:
+                out.append(any(int(a) < 0 or int(z) < 0 for a, z in p))
+            except (TypeError, ValueError):
+                out.append(True)
+        return out
+
+    def _per_key(self, fn, keys, parts, *rest) -> list[int]:
+        """Run fn on the keys whose ranges are valid; -600 for the others."""
+        bad = self._bad_ranges(parts)
+        if not any(bad):
+            return fn(keys, parts, *rest)
+        good = [i for i, b in enumerate(bad) if not b]
+        out = [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        if good:
+            for i, r in zip(good, fn([keys[i] for i in good], [parts[i] for i in good], *rest), strict=True):
+                out[i] = r
+        return out
+
     def _put(self, keys: Sequence[str], parts: Sequence[Sequence[tuple[int, int]]], config, flags: int) -> list[int]:
         n = len(keys)
         if n == 0:
             return []
         if len(parts) != n:
             return [int(ErrorCode.INVALID_PARAMS)] * n
+        if any(self._bad_ranges(parts)):
+            return self._per_key(self._put, keys, parts, config, flags)
         counts = [len(p) for p in parts]
         ptrs = [a for p in parts for a, _ in p]
         sizes = [s for p in parts for _, s in p]
@@ -386,6 +411,8 @@ class MooncakeDistributedStore:
         n = len(keys)
         if n == 0:
             return []
+        if any(self._bad_ranges(parts)):
+            return self._per_key(self._get_into, keys, parts, zero_copy)
         counts = [len(p) for p in parts]
         ptrs = [a for p in parts for a, _ in p]
         sizes = [s for p in parts for _, s in p]
@@ -438,6 +465,8 @@ class MooncakeDistributedStore:
                         break
                     counts.append(len(size))
                     flat.extend((key, base + d, s, z) for d, s, z in zip(dst, src, size, strict=True))
+                    if base < 0 or any(v < 0 for v in (*dst, *src, *size)):
+                        raise ValueError("get_into_ranges: pointers, offsets and sizes must not be negative")
                 layout.append(counts)
         if not shape_ok:
             raise ValueError("get_into_ranges: nested lists of keys, offsets and sizes must have matching lengths")
