@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,31 +22,7 @@ import (
 // codes and signal handling are checked on a real process without go build.
 const reexecEnv = "MOONCAKE_TEST_RUN_METADATA_SERVER_MAIN"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(reexecEnv) == "1" {
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
-
-// lockedBuffer collects output written from another goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, reexecEnv, main) }
 
 func TestHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-help", "-h"} {
@@ -86,7 +61,7 @@ func startRun(t *testing.T) string {
 	port := testutil.FreePorts(t, 1)[0]
 	stop := make(chan os.Signal, 1)
 	done := make(chan error, 1)
-	out := &lockedBuffer{}
+	out := &testutil.SyncBuffer{}
 	go func() {
 		done <- run([]string{"--host", "127.0.0.1", "--port", fmt.Sprint(port)}, out, stop)
 	}()
@@ -223,7 +198,7 @@ func TestBinarySignal(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			port := testutil.FreePorts(t, 1)[0]
 			cmd := command("--host", "127.0.0.1", "--port", fmt.Sprint(port))
-			out := &lockedBuffer{}
+			out := &testutil.SyncBuffer{}
 			cmd.Stdout, cmd.Stderr = out, out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

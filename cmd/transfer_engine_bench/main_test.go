@@ -12,41 +12,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/internal/testutil"
 )
 
 // reexecEnv makes the test binary run main() instead of the tests, so exit
 // codes are checked on a real process without go build.
 const reexecEnv = "MOONCAKE_TEST_RUN_TE_BENCH_MAIN"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(reexecEnv) == "1" {
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
-
-// syncBuffer collects output written from another goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, reexecEnv, main) }
 
 func runMain(t *testing.T, args ...string) (int, string) {
 	t.Helper()
@@ -166,7 +143,7 @@ func TestTargetAndInitiator(t *testing.T) {
 				const buf = "16777216"
 				seg := startTarget(t, protocol, buf)
 				warmup := map[string]int{"write": 0, "read": 2}[op]
-				var stdout, stderr syncBuffer
+				var stdout, stderr testutil.SyncBuffer
 				err := run([]string{"--mode", "initiator", "--segment_id", seg, "--protocol", protocol,
 					"--operation", op, "--block_size", "65536", "--batch_size", "16", "--threads", "2",
 					"--duration", "0.5", "--buffer_size", buf, "--report", "json",
@@ -200,7 +177,7 @@ func TestTargetAndInitiator(t *testing.T) {
 
 func TestInitiatorUnreachableTarget(t *testing.T) {
 	// Nothing listens on port 1: opening the segment must fail promptly.
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	err := run([]string{"--segment_id", "127.0.0.1:1", "--duration", "0.2", "--buffer_size", "33554432"}, &stdout, &stderr, nil)
 	if err == nil || errors.As(err, new(usageError)) {
 		t.Fatalf("run against a dead target = %v, want a runtime error", err)
@@ -209,7 +186,7 @@ func TestInitiatorUnreachableTarget(t *testing.T) {
 
 func TestInitiatorFootprintExceedsTarget(t *testing.T) {
 	seg := startTarget(t, "tcp", "1048576")
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	err := run([]string{"--segment_id", seg, "--protocol", "tcp", "--duration", "0.2", "--threads", "1",
 		"--batch_size", "32", "--buffer_size", "4194304"}, &stdout, &stderr, nil)
 	if err == nil || !strings.Contains(err.Error(), "does not fit the target") {
