@@ -65,6 +65,10 @@ proto:
 		--go_out=kvstore/masterpb --go_opt=paths=source_relative \
 		--go-grpc_out=kvstore/masterpb --go-grpc_opt=paths=source_relative \
 		kvstore/proto/master.proto
+	PATH=$(TOOLS):$$PATH protoc -I backend/proto \
+		--go_out=backend/coordpb --go_opt=paths=source_relative \
+		--go-grpc_out=backend/coordpb --go-grpc_opt=paths=source_relative \
+		backend/proto/coordinator.proto
 
 clean:
 	rm -rf build dist python/mooncake/lib python/mooncake/bin .pytest_cache .ruff_cache

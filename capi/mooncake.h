@@ -217,6 +217,160 @@ int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
 /* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
 int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
 
+/* ---- Collectives (backend "mooncake"; owned by backend/) ------------- */
+/*
+ * One process-wide collectives runtime. Status results: 0 ok, -1 invalid
+ * request (nothing was communicated; the group stays usable), -2 peer
+ * failure, -3 group destroyed, -4 group broken by an earlier failure,
+ * -5 other. Where a function takes `char **err`, a failure stores a message
+ * there (malloc'd; free with mc_free) unless err is NULL.
+ */
+
+/* Rendezvous store callbacks (the torch c10d::Store, adapted by the caller).
+ * set returns 0 on success. get waits up to timeout_ms for key, copies at
+ * most cap bytes of its value into buf and returns the value's length, or
+ * -1 on failure. */
+typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key,
+                                  const char *value, uint64_t len);
+typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf,
+                                      uint64_t cap, int64_t timeout_ms);
+
+/* Completion callback of a submitted op: called exactly once, with the
+ * status and (if it failed) a message valid only during the call, on a
+ * runtime thread (or on the submitting thread if the op completed first). */
+typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message);
+
+/* Op kinds (mc_pg_op.kind). */
+enum {
+  MC_PG_ALLREDUCE = 1,      /* out: count elements, reduced in place      */
+  MC_PG_BROADCAST = 2,      /* out: out_bytes from rank root               */
+  MC_PG_ALLGATHER = 3,      /* in -> out (size * in_bytes, rank order)     */
+  MC_PG_REDUCE_SCATTER = 4, /* in: size blocks of count -> out: count      */
+  MC_PG_ALLTOALL = 5,       /* in/out packed per rank; send/recv_bytes[size] */
+  MC_PG_REDUCE = 6,         /* out: count elements, result on root         */
+  MC_PG_GATHER = 7,         /* in -> out (root only)                       */
+  MC_PG_SCATTER = 8,        /* in (root only) -> out                       */
+  MC_PG_BARRIER = 9,
+  MC_PG_SEND = 10,          /* in to rank root                             */
+  MC_PG_RECV = 11           /* out from rank root                          */
+};
+
+/* One operation. dtype is a c10::ScalarType number and reduce_op a
+ * c10d::ReduceOp::RedOpType number (used by reducing ops only); count is
+ * in elements of dtype, sizes elsewhere in bytes. Buffers are contiguous
+ * and must stay valid until the completion callback. */
+typedef struct mc_pg_op {
+  int32_t kind;
+  int32_t dtype;
+  int32_t reduce_op;
+  int32_t root; /* root rank, or the peer of SEND/RECV */
+  void *in;
+  void *out;
+  uint64_t in_bytes;
+  uint64_t out_bytes;
+  uint64_t count;
+  const uint64_t *send_bytes;
+  const uint64_t *recv_bytes;
+  int32_t flags; /* MC_PG_OP_SYNC */
+} mc_pg_op;
+
+/* mc_pg_op.flags: the caller waits for the op right away. The op then runs
+ * on the calling thread when the group has nothing queued (done is called
+ * before mc_pg_submit returns), saving two thread hand-offs. */
+#define MC_PG_OP_SYNC 1
+
+/* Process-wide settings; host IP and device filter only before the first
+ * group. set_transfer_engine uses an initialised engine handle (0: create
+ * our own). Timeouts: after how long a waiting op probes its peer (it keeps
+ * waiting while the peer answers); p2p 0 means the default (10 s). */
+int mc_pg_set_host_ip(const char *ip, char **err);
+int mc_pg_set_device_filter(const char *const *names, int n, char **err);
+int mc_pg_set_transfer_engine(uint64_t engine, char **err);
+int mc_pg_set_collective_timeout_us(int64_t us, char **err);
+int mc_pg_set_p2p_timeout_us(int64_t us, char **err);
+
+/* Join group group_id as rank of size: the first group of the process
+ * bootstraps through the store (rank 0 publishes "coordinator_addr").
+ * Blocks until every rank joined (MC_PG_INIT_TIMEOUT, default 300 s).
+ * Returns the group handle, or 0 with *err set. */
+uint64_t mc_pg_group_create(int rank, int size, const char *group_id,
+                            void *store_ctx, mc_pg_store_set_fn set,
+                            mc_pg_store_get_fn get, char **err);
+
+/* Destroy a group: queued ops complete with -3. */
+void mc_pg_group_destroy(uint64_t group);
+
+/* Size in bytes of the group's collective slots (staging chunk), or -1. */
+int64_t mc_pg_group_slot_bytes(uint64_t group);
+
+/* Validate and queue op. 0: queued, done will be called exactly once.
+ * Otherwise nothing was queued, done is not called, and *err says why. */
+int mc_pg_submit(uint64_t group, const mc_pg_op *op, mc_pg_done_fn done,
+                 void *ctx, char **err);
+
+/* ---- MoE expert parallelism (mooncake.mooncake_ep_buffer) ----------- */
+/* Notation: R ranks, E experts, L = E/R, N max tokens per rank, H hidden,
+ * T local tokens, K top-k. Tensors are raw pointers to contiguous memory.
+ * On failure *err (if err is non-NULL) gets a message to free with mc_free. */
+
+/* Upstream's get_ep_buffer_size_hint: 16*E + 8*E*N*(16+H) bytes. */
+int64_t mc_ep_size_hint(int64_t n, int64_t h, int64_t num_ranks, int64_t e);
+
+/* Create rank's EP buffer of nbytes (memfd memory peers on the host map)
+ * with its own Transfer Engine (P2PHANDSHAKE metadata; local_hostname is
+ * the address peers reach it at, NULL/"" = 127.0.0.1). disable_p2p != 0:
+ * TCP even to same-host peers. 0 on failure. */
+uint64_t mc_ep_buffer_create(int rank, int num_ranks, int64_t nbytes,
+                             const char *local_hostname, int disable_p2p,
+                             char **err);
+
+/* What this rank publishes at rendezvous, as JSON {"name":..,"addr":..}.
+ * Free with mc_free; NULL for an unknown handle. */
+char *mc_ep_buffer_self(uint64_t buf);
+
+/* Connect to every rank: peers_json is a JSON array of the R objects from
+ * mc_ep_buffer_self, indexed by rank. Calling it again (update_ep_member)
+ * reconnects and clears all signals. */
+int mc_ep_buffer_connect(uint64_t buf, const char *peers_json, char **err);
+
+/* Free the buffer and its engine. */
+void mc_ep_buffer_destroy(uint64_t buf);
+
+/* mode: 0 synchronous; 1 send now, receive in mc_ep_op_wait (recv hook);
+ * 2 send now, receive on a background thread (async_finish), complete with
+ * mc_ep_op_wait. In modes 1 and 2 *op_out gets the operation handle and
+ * every pointer must stay valid until mc_ep_op_wait returns.
+ * active (int32[R], 1 = alive) is updated in place: a rank that misses
+ * timeout_us (-1: wait forever) is set to 0.
+ *
+ * dispatch: x bf16[T,H], topk int64[T,K] (-1 = none); outputs recv_x
+ * [L,R*N,H] (bf16, or e4m3 when fp8), recv_scales float32 stored
+ * [L,H/128,R*N] (fp8 only, else NULL), recv_count int32[L], src_info
+ * int32[L,R*N], layout_range int64[L,R] = (begin<<32)|count. */
+int mc_ep_dispatch(uint64_t buf, int mode, const void *x, int64_t t,
+                   const void *topk, int64_t k, void *active, int64_t n,
+                   int64_t h, int64_t e, int64_t timeout_us, int fp8,
+                   void *recv_x, void *recv_scales, void *recv_count,
+                   void *src_info, void *layout_range, uint64_t *op_out,
+                   char **err);
+
+/* combine: x bf16[L,R*N,H] expert outputs in the dispatch layout, topk
+ * int64[T,K], weights float32[T,K], src_info/layout_range from the
+ * dispatch; out bf16[T,H] = sum_k w*y (float32 accumulation, terms of
+ * inactive owners dropped). */
+int mc_ep_combine(uint64_t buf, int mode, const void *x, const void *topk,
+                  const void *weights, int64_t t, int64_t k, void *active,
+                  int64_t n, int64_t h, int64_t e, int64_t timeout_us,
+                  const void *src_info, const void *layout_range, void *out,
+                  uint64_t *op_out, char **err);
+
+/* Complete (mode 1) or wait for (mode 2) an operation; frees its handle. */
+int mc_ep_op_wait(uint64_t op, char **err);
+
+/* 1 when an async operation's receive has finished (or the handle is
+ * unknown), 0 otherwise (always 0 for a pending recv-hook operation). */
+int mc_ep_op_done(uint64_t op);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,31 @@
+package backend
+
+// allGatherDirect: every rank writes each slot-sized chunk of its input into
+// every peer's slot, and copies what it receives to its place in out.
+func allGatherDirect(g *Group, in, outBuf []byte) error {
+	nb := len(in)
+	slot := g.SlotBytes()
+	others := g.others()
+	msgs := make([]out, 0, len(others))
+	for off := 0; off < nb; off += slot {
+		c := in[off:min(off+slot, nb)]
+		msgs = msgs[:0]
+		for _, p := range others {
+			msgs = append(msgs, out{peer: p, data: c})
+		}
+		if err := g.send(chColl, msgs); err != nil {
+			return err
+		}
+		// This rank's own block, while the peers copy out the chunk.
+		copy(outBuf[g.rank*nb+off:], c)
+		for _, p := range others {
+			s, err := g.recv(chColl, p)
+			if err != nil {
+				return err
+			}
+			copy(outBuf[p*nb+off:], s[:len(c)])
+		}
+		g.release(chColl, others...)
+	}
+	return nil
+}

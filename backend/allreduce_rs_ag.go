@@ -1,0 +1,64 @@
+package backend
+
+// allReduceRSAG: reduce-scatter then all-gather, chunk by chunk. A chunk of
+// up to size*slot bytes is cut into size slices; rank r receives slice r
+// from every peer, reduces it in rank order (in place in its own buffer),
+// and sends the result to every peer. Each rank moves 2(n-1)/n of the data
+// and reduces 1/n of it.
+func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
+	es := dt.Size()
+	n := g.size
+	per := n * (g.SlotBytes() / es)
+	others := g.others()
+	msgs := make([]out, 0, len(others))
+	srcs := make([][]byte, n)
+	for lo := 0; lo < count; lo += per {
+		c := min(per, count-lo)
+		slice := func(r int) []byte {
+			q, rem := c/n, c%n
+			a := lo + r*q + min(r, rem)
+			b := lo + (r+1)*q + min(r+1, rem)
+			return buf[a*es : b*es]
+		}
+		// reduce-scatter
+		msgs = msgs[:0]
+		for _, p := range others {
+			msgs = append(msgs, out{peer: p, data: slice(p)})
+		}
+		if err := g.send(chColl, msgs); err != nil {
+			return err
+		}
+		mine := slice(g.rank)
+		srcs[g.rank] = mine
+		for _, p := range others {
+			s, err := g.recv(chColl, p)
+			if err != nil {
+				return err
+			}
+			srcs[p] = s[:len(mine)]
+		}
+		err := Reduce(mine, srcs, dt, op, len(mine)/es)
+		g.release(chColl, others...)
+		if err != nil {
+			return err
+		}
+		// all-gather
+		msgs = msgs[:0]
+		for _, p := range others {
+			msgs = append(msgs, out{peer: p, data: mine})
+		}
+		if err := g.send(chColl, msgs); err != nil {
+			return err
+		}
+		for _, p := range others {
+			s, err := g.recv(chColl, p)
+			if err != nil {
+				return err
+			}
+			dst := slice(p)
+			copy(dst, s[:len(dst)])
+		}
+		g.release(chColl, others...)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package backend
+
+// allToAllPairwise: in round r every rank writes chunk r of its block for
+// each peer into that peer's slot and receives chunk r of each peer's block
+// for it. Pairs exchange ceil(bytes/slot) messages, so uneven splits (and
+// empty blocks) need no extra agreement.
+func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) error {
+	n := g.size
+	soff, roff := make([]int, n+1), make([]int, n+1)
+	for p := range n {
+		soff[p+1] = soff[p] + sendBytes[p]
+		roff[p+1] = roff[p] + recvBytes[p]
+	}
+	own := func() { copy(outBuf[roff[g.rank]:roff[g.rank+1]], in[soff[g.rank]:soff[g.rank+1]]) }
+	slot := g.SlotBytes()
+	rounds := 0
+	others := g.others()
+	for _, p := range others {
+		rounds = max(rounds, (sendBytes[p]+slot-1)/slot, (recvBytes[p]+slot-1)/slot)
+	}
+	if rounds == 0 {
+		own()
+		return nil
+	}
+	msgs := make([]out, 0, len(others))
+	got := make([]int, 0, len(others))
+	for r := range rounds {
+		at := r * slot
+		msgs = msgs[:0]
+		for _, p := range others {
+			if at < sendBytes[p] {
+				msgs = append(msgs, out{peer: p, data: in[soff[p]+at : soff[p]+min(sendBytes[p], at+slot)]})
+			}
+		}
+		if err := g.send(chColl, msgs); err != nil {
+			return err
+		}
+		if r == 0 { // while the peers copy out what they just got
+			own()
+		}
+		got = got[:0]
+		for _, p := range others {
+			if at < recvBytes[p] {
+				s, err := g.recv(chColl, p)
+				if err != nil {
+					return err
+				}
+				copy(outBuf[roff[p]+at:roff[p]+min(recvBytes[p], at+slot)], s)
+				got = append(got, p)
+			}
+		}
+		g.release(chColl, got...)
+	}
+	return nil
+}

@@ -1,0 +1,30 @@
+package backend
+
+// gatherToRoot: every rank writes each chunk of its input into the root's
+// slot; the root copies them to their places in out.
+func gatherToRoot(g *Group, in, outBuf []byte, root int) error {
+	nb := len(in)
+	slot := g.SlotBytes()
+	others := g.others()
+	if g.rank == root {
+		copy(outBuf[root*nb:], in)
+	}
+	for off := 0; off < nb; off += slot {
+		c := in[off:min(off+slot, nb)]
+		if g.rank != root {
+			if err := g.send(chColl, []out{{peer: root, data: c}}); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, p := range others {
+			s, err := g.recv(chColl, p)
+			if err != nil {
+				return err
+			}
+			copy(outBuf[p*nb+off:], s[:len(c)])
+		}
+		g.release(chColl, others...)
+	}
+	return nil
+}

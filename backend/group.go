@@ -1,0 +1,237 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// GroupConfig says which group to join. Size 1 is allowed.
+type GroupConfig struct {
+	Rank, Size int
+	// GroupID names the group (torch's group name); ranks of one group must
+	// use the same ID, and a destroyed group's ID may be used again.
+	GroupID string
+	// Store bootstraps the runtime's coordinator on its first group.
+	Store Store
+	// CollSlot and P2PSlot override the slot sizes (bytes) when > 0.
+	CollSlot, P2PSlot int
+}
+
+type peer struct {
+	name string
+	seg  transfer.SegmentHandle
+	base uint64
+}
+
+// Group is one process group as seen by one rank.
+type Group struct {
+	rt     *Runtime
+	engine *transfer.Engine
+	rank   int
+	size   int
+	id     string
+	lay    layout
+	base   uintptr
+	mem    []byte
+	peers  []peer
+
+	// Sequence numbers per [channel][peer]: messages sent to the peer and
+	// messages from it consumed. Each element has exactly one owner: the
+	// collective FIFO for chColl, the peer's send or receive queue for chP2P.
+	sent [numChannels][]uint64
+	rcvd [numChannels][]uint64
+	// collOps counts collectives run so far (the same on every rank);
+	// pullLent[s][p] is the sequence number of the last message that let
+	// peer p read this rank's pull slot s. Both owned by the collective FIFO.
+	collOps  uint64
+	pullLent [nSlots][]uint64
+
+	coll    *fifo
+	sendQ   []*fifo
+	recvQ   []*fifo
+	spin    time.Duration // see wait.go
+	closed  atomic.Bool
+	broken  atomic.Pointer[error]
+	closeMu sync.Mutex
+}
+
+// NewGroup joins a group: it allocates this rank's buffer, exchanges
+// endpoints through the coordinator and opens every peer's segment.
+func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
+	if cfg.Size <= 0 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("%w: rank %d of group size %d", ErrInvalid, cfg.Rank, cfg.Size)
+	}
+	if cfg.GroupID == "" {
+		return nil, fmt.Errorf("%w: empty group id", ErrInvalid)
+	}
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: no store", ErrInvalid)
+	}
+	e, err := rt.Engine()
+	if err != nil {
+		return nil, err
+	}
+	client, err := rt.coordinator(cfg.Store, cfg.Rank)
+	if err != nil {
+		return nil, err
+	}
+	coll, p2p := slotSizes(cfg.Size)
+	if cfg.CollSlot > 0 {
+		coll = alignUp(cfg.CollSlot, slotGranularity)
+	}
+	if cfg.P2PSlot > 0 {
+		p2p = alignUp(cfg.P2PSlot, slotGranularity)
+	}
+	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: cfg.Size, id: cfg.GroupID, lay: newLayout(cfg.Size, coll, p2p)}
+	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
+		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
+	}
+	g.mem = bytesAt(g.base, g.lay.total)
+	eps, err := rt.join(client, &coordpb.JoinRequest{
+		GroupId:  cfg.GroupID,
+		Rank:     int32(cfg.Rank),
+		Size:     int32(cfg.Size),
+		Endpoint: &coordpb.Endpoint{Segment: e.Name(), Buffer: uint64(g.base), BufferLen: uint64(g.lay.total)},
+		Layout:   g.lay.key(),
+	})
+	if err != nil {
+		e.FreeManagedBuffer(g.base)
+		return nil, err
+	}
+	g.peers = make([]peer, cfg.Size)
+	for i, ep := range eps {
+		g.peers[i] = peer{name: ep.GetSegment(), base: ep.GetBuffer()}
+		if i == cfg.Rank {
+			continue
+		}
+		if g.peers[i].seg, err = e.OpenSegment(ep.GetSegment()); err != nil {
+			e.FreeManagedBuffer(g.base)
+			return nil, fmt.Errorf("open segment of rank %d (%s): %w", i, ep.GetSegment(), err)
+		}
+	}
+	for ch := range numChannels {
+		g.sent[ch] = make([]uint64, cfg.Size)
+		g.rcvd[ch] = make([]uint64, cfg.Size)
+	}
+	for s := range nSlots {
+		g.pullLent[s] = make([]uint64, cfg.Size)
+	}
+	g.spin = spinFor
+	if cfg.Size > runtime.NumCPU() {
+		g.spin = spinOversubscribed
+	}
+	if us := envBytes("MC_PG_SPIN_US", -1); us > 0 {
+		g.spin = time.Duration(us) * time.Microsecond
+	}
+	g.coll = newFifo(g.spin)
+	g.sendQ = make([]*fifo, cfg.Size)
+	g.recvQ = make([]*fifo, cfg.Size)
+	for i := range cfg.Size {
+		if i != cfg.Rank {
+			g.sendQ[i], g.recvQ[i] = newFifo(0), newFifo(0)
+		}
+	}
+	return g, nil
+}
+
+// Rank is this rank's index in the group.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks in the group.
+func (g *Group) Size() int { return g.size }
+
+// ID is the group's name.
+func (g *Group) ID() string { return g.id }
+
+// SlotBytes is the collective slot size: the largest piece one message
+// carries; bigger tensors are chunked.
+func (g *Group) SlotBytes() int { return g.lay.slot[chColl] }
+
+// Close destroys the group: queued ops fail with ErrClosed, running waits
+// give up, and the buffer is freed once the queues have drained.
+func (g *Group) Close() {
+	g.closeMu.Lock()
+	defer g.closeMu.Unlock()
+	if g.closed.Swap(true) {
+		return
+	}
+	var dones []<-chan struct{}
+	dones = append(dones, g.coll.close())
+	for i := range g.size {
+		if g.sendQ[i] != nil {
+			dones = append(dones, g.sendQ[i].close(), g.recvQ[i].close())
+		}
+	}
+	for _, d := range dones {
+		<-d
+	}
+	for i, p := range g.peers {
+		if i != g.rank {
+			g.engine.CloseSegment(p.seg)
+		}
+	}
+	g.engine.FreeManagedBuffer(g.base)
+}
+
+// fail records a communication failure: the group is unusable afterwards.
+func (g *Group) fail(err error) error {
+	if err == nil || errors.Is(err, ErrInvalid) {
+		return err
+	}
+	g.broken.CompareAndSwap(nil, &err)
+	return err
+}
+
+// usable returns why no op can start, or nil.
+func (g *Group) usable() error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	if p := g.broken.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrBroken, *p)
+	}
+	return nil
+}
+
+// run queues fn on q (or, with inline, runs it now when q is idle) and
+// returns its Work.
+func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
+	w := newWork()
+	task := func() {
+		if err := g.usable(); err != nil {
+			w.complete(err)
+			return
+		}
+		if q == g.coll {
+			g.collOps++
+		}
+		w.complete(g.fail(fn()))
+	}
+	if inline && q.tryInline(task) {
+		return w
+	}
+	if !q.submit(task) {
+		w.complete(ErrClosed)
+	}
+	return w
+}
+
+func (g *Group) collTimeout() time.Duration { return time.Duration(g.rt.collTimeout.Load()) }
+func (g *Group) p2pTimeout() time.Duration  { return time.Duration(g.rt.p2pTimeout.Load()) }
+
+// bytesAt views n bytes of process memory at addr (registered group memory).
+func bytesAt(addr uintptr, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return unsafe.Slice((*byte)(p), n)
+}

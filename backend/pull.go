@@ -1,0 +1,71 @@
+package backend
+
+import (
+	"fmt"
+
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Pull slots: a rank puts data once into one of its own nSlots pull slots,
+// sends each reader an empty message, and the readers copy the data
+// straight out of its buffer (pullFrom), then acknowledge the message as
+// usual. Which slot an op's round uses is derived from the group's
+// collective count, so every rank knows it without being told.
+
+// pullSlot is the pull slot for round k of the current collective.
+func (g *Group) pullSlot(k int) int { return int((g.collOps + uint64(k)) % nSlots) }
+
+// claimPull waits until every reader of pull slot s is done with it and
+// returns its bytes.
+func (g *Group) claimPull(s int) ([]byte, error) {
+	for p, seq := range g.pullLent[s] {
+		if seq > 0 {
+			if err := g.waitAtLeast(g.word(g.lay.flag(fAck, chColl, p)), seq, p, g.collTimeout()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	off := g.lay.pull(s)
+	return g.mem[off : off+g.SlotBytes()], nil
+}
+
+// lendPull sends each of peers an empty message that lets it read pull
+// slot s, and records it so that claimPull waits for their acks.
+func (g *Group) lendPull(s int, peers []int) error {
+	msgs := make([]out, 0, len(peers))
+	for _, p := range peers {
+		msgs = append(msgs, out{peer: p})
+	}
+	if err := g.send(chColl, msgs); err != nil {
+		return err
+	}
+	for _, p := range peers {
+		g.pullLent[s][p] = g.sent[chColl][p]
+	}
+	return nil
+}
+
+// pullFrom waits for peer's next message (which lends its pull slot s) and
+// copies len(dst) bytes of that slot into dst (a direct read for same-host
+// peers, a Transfer Engine READ otherwise). The caller releases the message.
+func (g *Group) pullFrom(peer, s int, dst []byte) error {
+	if _, err := g.recv(chColl, peer); err != nil {
+		return err
+	}
+	p := g.peers[peer]
+	addr := p.base + uint64(g.lay.pull(s))
+	ok, err := g.engine.AccessRemote(p.seg, addr, uint64(len(dst)), func(mem []byte) { copy(dst, mem) })
+	if err != nil {
+		return fmt.Errorf("%w: read from rank %d (%s): %v", ErrPeer, peer, p.name, err)
+	}
+	if ok || len(dst) == 0 {
+		return nil
+	}
+	st, sa := g.stage(chColl, peer)
+	req := []transfer.Request{{Opcode: transfer.OpRead, Source: sa, Target: p.seg, TargetOffset: addr, Length: uint64(len(dst))}}
+	if err := g.transfer(req, []out{{peer: peer}}); err != nil {
+		return err
+	}
+	copy(dst, st[:len(dst)])
+	return nil
+}

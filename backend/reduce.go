@@ -1,0 +1,134 @@
+package backend
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Reduce computes dst = srcs[0] op srcs[1] op ... op srcs[n-1] element-wise,
+// in that order, for count elements of dt. AVG is SUM followed by a division
+// by len(srcs). float16 and bfloat16 accumulate in float32 and round once.
+// dst may alias (exactly) any one of srcs; every slice must hold count
+// elements. This one function defines every reduced value the backend
+// produces, whatever the algorithm, so results are bitwise reproducible.
+func Reduce(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
+	if err := CheckReduction(dt, op); err != nil {
+		return err
+	}
+	if len(srcs) == 0 {
+		return fmt.Errorf("%w: reduce of no inputs", ErrInvalid)
+	}
+	nb := count * dt.Size()
+	if len(dst) < nb {
+		return fmt.Errorf("%w: reduce output holds %d bytes, need %d", ErrInvalid, len(dst), nb)
+	}
+	for i, s := range srcs {
+		if len(s) < nb {
+			return fmt.Errorf("%w: reduce input %d holds %d bytes, need %d", ErrInvalid, i, len(s), nb)
+		}
+	}
+	if count == 0 {
+		return nil
+	}
+	for _, src := range srcs[1:] {
+		if overlaps(dst[:nb], src[:nb]) {
+			return reduceAliased(dst[:nb], srcs, dt, op, count)
+		}
+	}
+	reduceInto(dst, srcs, dt, op, count)
+	return nil
+}
+
+// reduceAliased handles a dst that aliases a source other than the first
+// (which the kernels overwrite first): it reduces piece by piece into a
+// scratch buffer. Elements are independent, so the result is the same.
+func reduceAliased(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
+	const piece = 64 << 10 // bytes; a multiple of every element size
+	scratch := make([]byte, min(len(dst), piece))
+	sub := make([][]byte, len(srcs))
+	es := dt.Size()
+	for off := 0; off < len(dst); off += piece {
+		end := min(off+piece, len(dst))
+		for i, s := range srcs {
+			sub[i] = s[off:end]
+		}
+		reduceInto(scratch, sub, dt, op, (end-off)/es)
+		copy(dst[off:end], scratch[:end-off])
+	}
+	return nil
+}
+
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// reduceInto dispatches to the dtype's kernel; dst may alias srcs[0] only.
+func reduceInto(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
+	nb := count * dt.Size()
+	switch dt {
+	case Uint8:
+		reduceInts(dst, srcs, count, op, uint8(0))
+	case Int8:
+		reduceInts(dst, srcs, count, op, int8(0))
+	case Int16:
+		reduceInts(dst, srcs, count, op, int16(0))
+	case Int32:
+		reduceInts(dst, srcs, count, op, int32(0))
+	case Int64:
+		reduceInts(dst, srcs, count, op, int64(0))
+	case Bool:
+		reduceBool(dst[:nb], srcs, op)
+	case Float32:
+		reduceF32(view[float32](dst, count), views[float32](srcs, count), op)
+	case Float64:
+		reduceF64(view[float64](dst, count), views[float64](srcs, count), op)
+	case Float16:
+		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, f16ToF32, f32ToF16)
+	case BFloat16:
+		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, bf16ToF32, f32ToBF16)
+	}
+}
+
+// view reinterprets the first count elements of b as []T. Tensor storage
+// and the registered buffers are aligned to the element size.
+func view[T any](b []byte, count int) []T {
+	if count == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), count)
+}
+
+func views[T any](bs [][]byte, count int) [][]T {
+	out := make([][]T, len(bs))
+	for i, b := range bs {
+		out[i] = view[T](b, count)
+	}
+	return out
+}
+
+// block is the number of elements reduced at a time, so the partial result
+// stays in cache while every source is folded into it.
+const block = 4096
+
+func reduceBool(dst []byte, srcs [][]byte, op ReduceOp) {
+	and := op == Product || op == Min
+	for i := range dst {
+		v := srcs[0][i] != 0
+		for _, s := range srcs[1:] {
+			if and {
+				v = v && s[i] != 0
+			} else {
+				v = v || s[i] != 0
+			}
+		}
+		if v {
+			dst[i] = 1
+		} else {
+			dst[i] = 0
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// CoordinatorKey is the Store key under which rank 0 publishes the
+// coordinator's address (upstream's key).
+const CoordinatorKey = "coordinator_addr"
+
+// Defaults, as upstream (spec/pg.md §7).
+const (
+	DefaultCollectiveTimeout = 10 * time.Second
+	DefaultP2PTimeout        = 10 * time.Second
+	defaultInitTimeout       = 300 * time.Second
+)
+
+// Runtime is the per-process state of the backend: the Transfer Engine all
+// groups share, the connection to the coordinator, and on the rank that
+// started it the coordinator itself. It lives as long as the process (as
+// upstream's context), so destroy_process_group followed by a re-init reuses
+// it. Tests create one Runtime per in-process rank.
+type Runtime struct {
+	mu        sync.Mutex
+	hostIP    string
+	filter    []string
+	engine    *transfer.Engine
+	ownEngine bool
+	coord     *coordinatorServer
+	conn      *grpc.ClientConn
+	client    coordpb.CoordinatorClient
+
+	collTimeout atomic.Int64 // ns
+	p2pTimeout  atomic.Int64 // ns
+}
+
+// NewRuntime returns a Runtime with upstream's defaults (host 127.0.0.1).
+func NewRuntime() *Runtime {
+	rt := &Runtime{hostIP: "127.0.0.1"}
+	rt.collTimeout.Store(int64(DefaultCollectiveTimeout))
+	rt.p2pTimeout.Store(int64(DefaultP2PTimeout))
+	return rt
+}
+
+// SetHostIP sets the IP the engine and the coordinator listen on. It is
+// refused once the engine runs.
+func (rt *Runtime) SetHostIP(ip string) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.engine != nil {
+		return fmt.Errorf("%w: host IP is immutable once the backend is initialised", ErrInvalid)
+	}
+	if ip == "" {
+		return fmt.Errorf("%w: empty host IP", ErrInvalid)
+	}
+	rt.hostIP = ip
+	return nil
+}
+
+// HostIP returns the configured host IP.
+func (rt *Runtime) HostIP() string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.hostIP
+}
+
+// SetDeviceFilter records the NIC whitelist (sorted, deduplicated). The TCP
+// and shm transports have no NIC choice, so it only takes effect with an
+// RDMA transport; it is refused once the engine runs.
+func (rt *Runtime) SetDeviceFilter(names []string) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.engine != nil {
+		return fmt.Errorf("%w: device filter must be set before the backend is initialised", ErrInvalid)
+	}
+	f := slices.Clone(names)
+	slices.Sort(f)
+	rt.filter = slices.Compact(f)
+	return nil
+}
+
+// DeviceFilter returns the recorded NIC whitelist.
+func (rt *Runtime) DeviceFilter() []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.filter)
+}
+
+// SetEngine makes the runtime use an external, started engine (nil: go
+// back to creating its own); the host IP becomes the engine's. Refused once
+// the runtime has an engine.
+func (rt *Runtime) SetEngine(e *transfer.Engine) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.engine != nil && (rt.ownEngine || e != nil) {
+		return fmt.Errorf("%w: the backend already uses a transfer engine", ErrInvalid)
+	}
+	rt.engine, rt.ownEngine = e, false
+	if e != nil {
+		if host, _, err := net.SplitHostPort(e.Name()); err == nil {
+			rt.hostIP = host
+		}
+	}
+	return nil
+}
+
+// SetCollectiveTimeout sets after how long a collective waiting on a peer
+// probes whether the peer is alive (it keeps waiting while it is).
+func (rt *Runtime) SetCollectiveTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: collective timeout must be positive", ErrInvalid)
+	}
+	rt.collTimeout.Store(int64(d))
+	return nil
+}
+
+// SetP2PTimeout is SetCollectiveTimeout for send/recv.
+func (rt *Runtime) SetP2PTimeout(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: p2p timeout must be >= 0", ErrInvalid)
+	}
+	if d == 0 {
+		d = DefaultP2PTimeout
+	}
+	rt.p2pTimeout.Store(int64(d))
+	return nil
+}
+
+// Engine returns the runtime's engine, starting one on first use.
+func (rt *Runtime) Engine() (*transfer.Engine, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.engine != nil {
+		return rt.engine, nil
+	}
+	e, err := transfer.New(transfer.Config{LocalHostname: rt.hostIP, MetadataServer: "P2PHANDSHAKE"})
+	if err != nil {
+		return nil, fmt.Errorf("start transfer engine: %w", err)
+	}
+	rt.engine, rt.ownEngine = e, true
+	return e, nil
+}
+
+// coordinator returns the coordinator client, bootstrapping through store
+// on first use: rank 0 starts the coordinator and publishes its address.
+func (rt *Runtime) coordinator(store Store, rank int) (coordpb.CoordinatorClient, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.client != nil {
+		return rt.client, nil
+	}
+	if rank == 0 {
+		c, err := startCoordinator(rt.hostIP)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.Set(CoordinatorKey, []byte(c.addr())); err != nil {
+			c.stop()
+			return nil, fmt.Errorf("publish coordinator address: %w", err)
+		}
+		rt.coord = c
+	}
+	addr, err := store.Get(CoordinatorKey, initTimeout())
+	if err != nil {
+		return nil, fmt.Errorf("read coordinator address: %w", err)
+	}
+	conn, client, err := dialCoordinator(string(addr))
+	if err != nil {
+		return nil, err
+	}
+	rt.conn, rt.client = conn, client
+	return client, nil
+}
+
+// join registers this rank's endpoint for a group and returns everyone's.
+func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest) ([]*coordpb.Endpoint, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), initTimeout())
+	defer cancel()
+	resp, err := client.Join(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("join group %q as rank %d of %d: %w", r.GroupId, r.Rank, r.Size, err)
+	}
+	if len(resp.Endpoints) != int(r.Size) {
+		return nil, fmt.Errorf("join group %q: coordinator returned %d endpoints for %d ranks", r.GroupId, len(resp.Endpoints), r.Size)
+	}
+	return resp.Endpoints, nil
+}
+
+// Close stops the coordinator (if this runtime serves it) and the engine
+// (if the runtime created it). Groups must be closed first.
+func (rt *Runtime) Close() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.conn != nil {
+		rt.conn.Close()
+		rt.conn, rt.client = nil, nil
+	}
+	if rt.coord != nil {
+		rt.coord.stop()
+		rt.coord = nil
+	}
+	if rt.engine != nil && rt.ownEngine {
+		rt.engine.Close()
+	}
+	rt.engine = nil
+}
+
+// initTimeout bounds rendezvous (MC_PG_INIT_TIMEOUT seconds, default 300 as
+// upstream's group-ready wait).
+func initTimeout() time.Duration {
+	if v, err := strconv.ParseFloat(os.Getenv("MC_PG_INIT_TIMEOUT"), 64); err == nil && v > 0 {
+		return time.Duration(v * float64(time.Second))
+	}
+	return defaultInitTimeout
+}

@@ -1,0 +1,33 @@
+package backend
+
+// scatterFromRoot: the root writes each chunk of block p of its input into
+// rank p's slot; every rank copies its block to out.
+func scatterFromRoot(g *Group, in, outBuf []byte, root int) error {
+	nb := len(outBuf)
+	slot := g.SlotBytes()
+	others := g.others()
+	if g.rank == root {
+		copy(outBuf, in[root*nb:(root+1)*nb])
+	}
+	msgs := make([]out, 0, len(others))
+	for off := 0; off < nb; off += slot {
+		end := min(off+slot, nb)
+		if g.rank == root {
+			msgs = msgs[:0]
+			for _, p := range others {
+				msgs = append(msgs, out{peer: p, data: in[p*nb+off : p*nb+end]})
+			}
+			if err := g.send(chColl, msgs); err != nil {
+				return err
+			}
+			continue
+		}
+		s, err := g.recv(chColl, root)
+		if err != nil {
+			return err
+		}
+		copy(outBuf[off:end], s)
+		g.release(chColl, root)
+	}
+	return nil
+}

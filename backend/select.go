@@ -1,0 +1,52 @@
+package backend
+
+import "os"
+
+// Algorithm choice by size and world size: the one place it is made.
+
+type allReduceFn func(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
+
+// directAllReduceMax is the largest all_reduce (bytes) done in one step by
+// every rank sending its whole input to every other rank and reducing all
+// of them locally: one round trip instead of two, at n-1 times the traffic.
+// MC_PG_DIRECT_MAX overrides it.
+var directAllReduceMax = envBytes("MC_PG_DIRECT_MAX", 64<<10)
+
+// forcedAllReduce (MC_PG_ALLREDUCE_ALGO=direct|rsag|rspull) overrides the
+// choice for sizes the algorithm can take, for benchmarking the algorithms
+// against each other.
+var forcedAllReduce = os.Getenv("MC_PG_ALLREDUCE_ALGO")
+
+func chooseAllReduce(g *Group, nbytes int) allReduceFn {
+	if g.size == 1 {
+		return allReduceLocal
+	}
+	switch forcedAllReduce {
+	case "direct":
+		if nbytes <= g.SlotBytes() {
+			return allReduceDirect
+		}
+	case "rsag":
+		return allReduceRSAG
+	case "rspull":
+		return allReduceRSPull
+	}
+	if nbytes <= min(directAllReduceMax, g.SlotBytes()) || g.size == 2 && nbytes <= g.SlotBytes() {
+		return allReduceDirect
+	}
+	if g.size == 2 { // pulling saves nothing between two ranks
+		return allReduceRSAG
+	}
+	return allReduceRSPull
+}
+
+type broadcastFn func(g *Group, buf []byte, root int) error
+
+// chooseBroadcast: with two ranks pushing and pulling cost the same (one
+// copy on each side); from three on, pulling saves the root n-2 copies.
+func chooseBroadcast(g *Group) broadcastFn {
+	if g.size <= 2 {
+		return broadcastOneToAll
+	}
+	return broadcastPull
+}

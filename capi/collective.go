@@ -1,0 +1,304 @@
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key, const char *value, uint64_t len);
+typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf, uint64_t cap, int64_t timeout_ms);
+typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message);
+
+typedef struct mc_pg_op {
+	int32_t kind;
+	int32_t dtype;
+	int32_t reduce_op;
+	int32_t root;
+	void *in;
+	void *out;
+	uint64_t in_bytes;
+	uint64_t out_bytes;
+	uint64_t count;
+	const uint64_t *send_bytes;
+	const uint64_t *recv_bytes;
+	int32_t flags;
+} mc_pg_op;
+
+static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const char *v, uint64_t n) {
+	return f(ctx, k, v, n);
+}
+static int64_t mc_pg_call_get(mc_pg_store_get_fn f, void *ctx, const char *k, char *buf, uint64_t cap, int64_t ms) {
+	return f(ctx, k, buf, cap, ms);
+}
+static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg) {
+	f(ctx, st, msg);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/backend"
+)
+
+// Marshalling only: the collectives runtime is package backend.
+
+// pgRuntime is the process's one collectives runtime.
+var pgRuntime = backend.NewRuntime()
+
+var pgGroups handleTable[*backend.Group]
+
+// Status numbers of the collectives calls (see mooncake.h).
+const (
+	pgOK      = 0
+	pgInvalid = -1
+	pgPeer    = -2
+	pgClosed  = -3
+	pgBroken  = -4
+	pgOther   = -5
+)
+
+func pgStatus(err error) C.int {
+	switch {
+	case err == nil:
+		return pgOK
+	case errors.Is(err, backend.ErrInvalid):
+		return pgInvalid
+	case errors.Is(err, backend.ErrBroken):
+		return pgBroken
+	case errors.Is(err, backend.ErrPeer):
+		return pgPeer
+	case errors.Is(err, backend.ErrClosed):
+		return pgClosed
+	}
+	return pgOther
+}
+
+// pgFail stores err's message in *errOut (if non-NULL) and returns its status.
+func pgFail(err error, errOut **C.char) C.int {
+	if errOut != nil {
+		*errOut = C.CString(err.Error())
+	}
+	return pgStatus(err)
+}
+
+//export mc_pg_set_host_ip
+func mc_pg_set_host_ip(ip *C.char, errOut **C.char) C.int {
+	if err := pgRuntime.SetHostIP(C.GoString(ip)); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
+//export mc_pg_set_device_filter
+func mc_pg_set_device_filter(names **C.char, n C.int, errOut **C.char) C.int {
+	var f []string
+	if n > 0 {
+		for _, p := range unsafe.Slice(names, int(n)) {
+			f = append(f, C.GoString(p))
+		}
+	}
+	if err := pgRuntime.SetDeviceFilter(f); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
+//export mc_pg_set_transfer_engine
+func mc_pg_set_transfer_engine(engine C.uint64_t, errOut **C.char) C.int {
+	if engine == 0 {
+		if err := pgRuntime.SetEngine(nil); err != nil {
+			return pgFail(err, errOut)
+		}
+		return pgOK
+	}
+	_, e := liveEngine(engine)
+	if e == nil {
+		return pgFail(fmt.Errorf("%w: engine handle %d is not an initialised transfer engine", backend.ErrInvalid, engine), errOut)
+	}
+	if err := pgRuntime.SetEngine(e); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
+//export mc_pg_set_collective_timeout_us
+func mc_pg_set_collective_timeout_us(us C.int64_t, errOut **C.char) C.int {
+	if err := pgRuntime.SetCollectiveTimeout(time.Duration(us) * time.Microsecond); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
+//export mc_pg_set_p2p_timeout_us
+func mc_pg_set_p2p_timeout_us(us C.int64_t, errOut **C.char) C.int {
+	if err := pgRuntime.SetP2PTimeout(time.Duration(us) * time.Microsecond); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
+// cStore adapts the caller's store callbacks to backend.Store.
+type cStore struct {
+	ctx unsafe.Pointer
+	set C.mc_pg_store_set_fn
+	get C.mc_pg_store_get_fn
+}
+
+func (s cStore) Set(key string, value []byte) error {
+	k := C.CString(key)
+	defer C.free(unsafe.Pointer(k))
+	v := C.CBytes(value)
+	defer C.free(v)
+	if C.mc_pg_call_set(s.set, s.ctx, k, (*C.char)(v), C.uint64_t(len(value))) != 0 {
+		return fmt.Errorf("store set %q failed", key)
+	}
+	return nil
+}
+
+func (s cStore) Get(key string, timeout time.Duration) ([]byte, error) {
+	k := C.CString(key)
+	defer C.free(unsafe.Pointer(k))
+	const capacity = 4096
+	buf := C.malloc(capacity)
+	defer C.free(buf)
+	n := C.mc_pg_call_get(s.get, s.ctx, k, (*C.char)(buf), capacity, C.int64_t(timeout.Milliseconds()))
+	if n < 0 || n > capacity {
+		return nil, fmt.Errorf("store get %q failed", key)
+	}
+	return C.GoBytes(buf, C.int(n)), nil
+}
+
+//export mc_pg_group_create
+func mc_pg_group_create(rank, size C.int, groupID *C.char, storeCtx unsafe.Pointer,
+	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, errOut **C.char) C.uint64_t {
+	if set == nil || get == nil {
+		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
+		return 0
+	}
+	g, err := pgRuntime.NewGroup(backend.GroupConfig{
+		Rank: int(rank), Size: int(size), GroupID: C.GoString(groupID),
+		Store: cStore{ctx: storeCtx, set: set, get: get},
+	})
+	if err != nil {
+		pgFail(err, errOut)
+		return 0
+	}
+	return C.uint64_t(pgGroups.put(g))
+}
+
+//export mc_pg_group_destroy
+func mc_pg_group_destroy(group C.uint64_t) {
+	if g, ok := pgGroups.take(uint64(group)); ok {
+		g.Close()
+	}
+}
+
+//export mc_pg_group_slot_bytes
+func mc_pg_group_slot_bytes(group C.uint64_t) C.int64_t {
+	g, ok := pgGroups.get(uint64(group))
+	if !ok {
+		return -1
+	}
+	return C.int64_t(g.SlotBytes())
+}
+
+// Op kinds of mc_pg_op.kind.
+const (
+	opAllReduce = iota + 1
+	opBroadcast
+	opAllGather
+	opReduceScatter
+	opAllToAll
+	opReduce
+	opGather
+	opScatter
+	opBarrier
+	opSend
+	opRecv
+)
+
+// opFlagSync (mc_pg_op.flags): the caller waits for the op at once.
+const opFlagSync = 1
+
+func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), int(n))
+}
+
+func sizes(p *C.uint64_t, n int) []int {
+	if p == nil {
+		return nil
+	}
+	out := make([]int, n)
+	for i, v := range unsafe.Slice(p, n) {
+		out[i] = int(v)
+	}
+	return out
+}
+
+//export mc_pg_submit
+func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) C.int {
+	g, ok := pgGroups.get(uint64(group))
+	if !ok {
+		return pgFail(fmt.Errorf("%w: unknown process group handle %d", backend.ErrClosed, group), errOut)
+	}
+	if op == nil || done == nil {
+		return pgFail(fmt.Errorf("%w: NULL op or callback", backend.ErrInvalid), errOut)
+	}
+	in, out := cBytes(op.in, op.in_bytes), cBytes(op.out, op.out_bytes)
+	dt, rop, root, count := backend.DType(op.dtype), backend.ReduceOp(op.reduce_op), int(op.root), int(op.count)
+	var opts []backend.OpOption
+	if op.flags&opFlagSync != 0 {
+		opts = append(opts, backend.Inline())
+	}
+	var w *backend.Work
+	var err error
+	switch op.kind {
+	case opAllReduce:
+		w, err = g.AllReduce(out, count, dt, rop, opts...)
+	case opBroadcast:
+		w, err = g.Broadcast(out, root, opts...)
+	case opAllGather:
+		w, err = g.AllGather(in, out, opts...)
+	case opReduceScatter:
+		w, err = g.ReduceScatter(in, out, count, dt, rop, opts...)
+	case opAllToAll:
+		if op.send_bytes == nil || op.recv_bytes == nil {
+			return pgFail(fmt.Errorf("%w: all_to_all without sizes", backend.ErrInvalid), errOut)
+		}
+		w, err = g.AllToAll(in, out, sizes(op.send_bytes, g.Size()), sizes(op.recv_bytes, g.Size()), opts...)
+	case opReduce:
+		w, err = g.Reduce(out, count, dt, rop, root, opts...)
+	case opGather:
+		w, err = g.Gather(in, out, root, opts...)
+	case opScatter:
+		w, err = g.Scatter(in, out, root, opts...)
+	case opBarrier:
+		w, err = g.Barrier(opts...)
+	case opSend:
+		w, err = g.Send(in, root, opts...)
+	case opRecv:
+		w, err = g.Recv(out, root, opts...)
+	default:
+		err = fmt.Errorf("%w: unknown op kind %d", backend.ErrInvalid, op.kind)
+	}
+	if err != nil {
+		return pgFail(err, errOut)
+	}
+	w.OnDone(func(err error) {
+		if err == nil {
+			C.mc_pg_call_done(done, ctx, pgOK, nil)
+			return
+		}
+		msg := C.CString(err.Error())
+		defer C.free(unsafe.Pointer(msg))
+		C.mc_pg_call_done(done, ctx, pgStatus(err), msg)
+	})
+	return pgOK
+}

@@ -1,0 +1,754 @@
+#include "mooncake_backend.hpp"
+
+#include <torch/python.h>
+
+#include <cstdlib>
+#include <numeric>
+
+extern "C" {
+#include "mooncake.h"
+}
+
+namespace mooncake_pg {
+
+namespace {
+
+// ---- rendezvous store callbacks (called by libmooncake during create) ----
+
+int storeSet(void* ctx, const char* key, const char* value, uint64_t len) {
+  try {
+    auto* store = static_cast<c10d::Store*>(ctx);
+    store->set(key, std::vector<uint8_t>(value, value + len));
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+int64_t storeGet(void* ctx, const char* key, char* buf, uint64_t cap,
+                 int64_t timeoutMs) {
+  try {
+    auto* store = static_cast<c10d::Store*>(ctx);
+    store->wait({key}, std::chrono::milliseconds(timeoutMs));
+    auto v = store->get(key);
+    std::memcpy(buf, v.data(), std::min<uint64_t>(cap, v.size()));
+    return static_cast<int64_t>(v.size());
+  } catch (...) {
+    return -1;
+  }
+}
+
+// ---- completion --------------------------------------------------------
+
+void onDone(void* ctx, int status, const char* message) {
+  auto* work = static_cast<MooncakeWork*>(ctx);
+  work->complete(status, message);
+  c10::raw::intrusive_ptr::decref(work);  // the reference submit() gave us
+}
+
+std::string takeError(char* err) {
+  std::string s = err ? err : "unknown error";
+  if (err) {
+    mc_free(err);
+  }
+  return s;
+}
+
+// ---- argument checks ---------------------------------------------------
+
+// Dtypes the backend moves (upstream's list, plus complex).
+bool movable(at::ScalarType t) {
+  switch (t) {
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt:
+    case at::kLong: case at::kUInt16: case at::kUInt32: case at::kUInt64:
+    case at::kHalf: case at::kFloat: case at::kDouble: case at::kBool:
+    case at::kBFloat16: case at::kFloat8_e5m2: case at::kFloat8_e4m3fn:
+    case at::kFloat8_e5m2fnuz: case at::kFloat8_e4m3fnuz:
+    case at::kFloat8_e8m0fnu: case at::kComplexHalf: case at::kComplexFloat:
+    case at::kComplexDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void checkTensor(const char* op, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), op, ": undefined tensor");
+  TORCH_CHECK(t.layout() == at::kStrided, op,
+              ": only dense (strided) tensors are supported, got ", t.layout());
+  TORCH_CHECK(t.is_cpu() || t.is_cuda(), op,
+              ": tensors must be on cpu or cuda, got ", t.device());
+  TORCH_CHECK(movable(t.scalar_type()), op,
+              ": Unsupported Mooncake PG datatype ", t.scalar_type());
+}
+
+void checkSingle(const char* op, const std::vector<at::Tensor>& ts) {
+  TORCH_CHECK(ts.size() == 1, op, ": expects exactly one tensor, got ",
+              ts.size());
+  checkTensor(op, ts[0]);
+}
+
+void checkSame(const char* op, const at::Tensor& a, const at::Tensor& b) {
+  checkTensor(op, b);
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op,
+              ": tensors must have the same dtype, got ", a.scalar_type(),
+              " and ", b.scalar_type());
+}
+
+int32_t reduceOp(const char* op, const c10d::ReduceOp& r) {
+  switch (r.op_) {
+    case c10d::ReduceOp::SUM: case c10d::ReduceOp::AVG:
+    case c10d::ReduceOp::PRODUCT: case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      return static_cast<int32_t>(r.op_);
+    default:
+      TORCH_CHECK(false, op, ": reduce op ", static_cast<int>(r.op_),
+                  " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)");
+  }
+}
+
+void checkRank(const char* op, const char* what, int64_t r, int size) {
+  TORCH_CHECK(r >= 0 && r < size, op, ": ", what, " ", r,
+              " is not a rank of this group of size ", size);
+}
+
+}  // namespace
+
+// ---- Work ---------------------------------------------------------------
+
+namespace {
+c10::intrusive_ptr<c10::ivalue::Future> makeFuture(
+    const std::vector<at::Tensor>& outputs) {
+  std::vector<c10::Device> devices;
+  for (const auto& t : outputs) {
+    if (t.defined() && t.is_cuda() &&
+        std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+      devices.push_back(t.device());
+    }
+  }
+  return c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), devices);
+}
+}  // namespace
+
+MooncakeWork::MooncakeWork(int rank, c10d::OpType type,
+                           std::vector<at::Tensor> outputs,
+                           std::vector<at::Tensor> keepAlive,
+                           std::function<void()> post)
+    : Work(rank, type),
+      outputs_(std::move(outputs)),
+      keepAlive_(std::move(keepAlive)),
+      post_(std::move(post)),
+      future_(makeFuture(outputs_)) {}
+
+c10::intrusive_ptr<c10::ivalue::Future> MooncakeWork::getFuture() {
+  return future_;
+}
+
+std::vector<at::Tensor> MooncakeWork::result() { return outputs_; }
+
+
+void MooncakeWork::complete(int status, const char* message) {
+  std::exception_ptr err;
+  try {
+    TORCH_CHECK(status == 0, c10d::opTypeToString(opType_),
+                " failed: ", message ? message : "unknown error",
+                " (status ", status, ")");
+    if (post_) {
+      post_();
+    }
+  } catch (...) {
+    err = std::current_exception();
+  }
+  post_ = nullptr;
+  keepAlive_.clear();
+  finish(err);
+  if (err) {
+    future_->setError(err);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+// ---- Backend -----------------------------------------------------------
+
+namespace {
+bool envFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+}  // namespace
+
+MooncakeBackend::MooncakeBackend(
+    const c10d::DistributedBackendOptions& opts,
+    c10::intrusive_ptr<MooncakeBackendOptions> options, bool cpuOnly)
+    : Backend(opts.group_rank, opts.group_size), options_(std::move(options)) {
+  if (!options_) {
+    options_ = c10::make_intrusive<MooncakeBackendOptions>();
+    options_->autoDeactivateOnFailure_ =
+        envFlag("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE");
+    options_->autoSyncOnFailure_ = envFlag("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE");
+  }
+  const int maxSize =
+      options_->maxGroupSize_ <= 0 ? size_ : options_->maxGroupSize_;
+  TORCH_CHECK(size_ <= maxSize && maxSize <= kMaxGroupSize,
+              "Mooncake backend: need group_size (", size_,
+              ") <= max_group_size (", maxSize, ") <= ", kMaxGroupSize);
+  TORCH_CHECK(rank_ >= 0 && rank_ < size_, "Mooncake backend: rank ", rank_,
+              " is outside group of size ", size_);
+  TORCH_CHECK(!opts.group_id.empty(), "Mooncake backend: empty group_id");
+  TORCH_CHECK(!options_->autoSyncOnFailure_ ||
+                  options_->autoDeactivateOnFailure_,
+              "Mooncake backend: auto_sync_on_failure requires "
+              "auto_deactivate_on_failure");
+  TORCH_CHECK(!options_->isExtension_,
+              "Mooncake backend: is_extension=True (extending or joining an "
+              "existing group) is not supported by this build");
+  auto& active = options_->activeRanks_;
+  if (active.defined()) {
+    TORCH_CHECK(active.scalar_type() == at::kInt,
+                "Mooncake backend: active_ranks must be int32, got ",
+                active.scalar_type());
+    TORCH_CHECK(active.is_contiguous(),
+                "Mooncake backend: active_ranks must be contiguous");
+    TORCH_CHECK(active.numel() >= maxSize,
+                "Mooncake backend: active_ranks holds ", active.numel(),
+                " elements, needs max_group_size = ", maxSize);
+    TORCH_CHECK(active.is_cpu() || active.is_cuda(),
+                "Mooncake backend: active_ranks must be on cpu or cuda");
+  } else {
+    (void)cpuOnly;  // the mirror lives in host memory for both variants
+    active = at::zeros({maxSize}, at::TensorOptions().dtype(at::kInt));
+  }
+  options_->group_name = opts.group_id;
+  options_->global_ranks_in_group.assign(opts.global_ranks_in_group.begin(),
+                                         opts.global_ranks_in_group.end());
+  char* err = nullptr;
+  {
+    pybind11::gil_scoped_release noGil;
+    group_ = mc_pg_group_create(rank_, size_, opts.group_id.c_str(),
+                                opts.store.get(), &storeSet, &storeGet, &err);
+  }
+  TORCH_CHECK(group_ != 0, "Mooncake backend: creating group '",
+              opts.group_id, "' failed: ", takeError(err));
+  // A healthy group: every member active.
+  active.flatten().narrow(0, 0, size_).fill_(1);
+  if (active.numel() > size_) {
+    active.flatten().narrow(0, size_, active.numel() - size_).fill_(0);
+  }
+}
+
+MooncakeBackend::~MooncakeBackend() {
+  if (group_ == 0) {
+    return;
+  }
+  // Destroying waits for queued ops, whose completion may need the GIL.
+  if (PyGILState_Check()) {
+    pybind11::gil_scoped_release noGil;
+    mc_pg_group_destroy(group_);
+  } else {
+    mc_pg_group_destroy(group_);
+  }
+}
+
+struct MooncakeBackend::Op {
+  mc_pg_op c{};
+  c10d::OpType type = c10d::OpType::UNKNOWN;
+  std::vector<at::Tensor> outputs;  // the Future's value
+  std::vector<at::Tensor> keep;     // buffers Go reads or writes
+  std::vector<std::function<void()>> post;
+  std::vector<uint64_t> sendBytes, recvBytes;
+
+  // A contiguous host tensor with t's values (t itself when possible).
+  at::Tensor in(const at::Tensor& t) {
+    at::Tensor h = t;
+    if (!t.is_cpu()) {
+      h = t.to(at::kCPU);
+    }
+    h = h.contiguous();
+    keep.push_back(h);
+    return h;
+  }
+  // A contiguous host tensor the op writes into; copied back to t on
+  // completion when it is not t. copyIn: start from t's values.
+  at::Tensor out(const at::Tensor& t, bool copyIn) {
+    if (t.is_cpu() && t.is_contiguous()) {
+      keep.push_back(t);
+      return t;
+    }
+    at::Tensor h = copyIn ? t.to(at::kCPU).contiguous()
+                          : at::empty(t.sizes(), t.options().device(at::kCPU));
+    keep.push_back(h);
+    post.emplace_back([t, h]() mutable { t.copy_(h); });
+    return h;
+  }
+};
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::submit(const char* name,
+                                                       Op& op) {
+  auto posts = std::move(op.post);
+  std::function<void()> post;
+  if (!posts.empty()) {
+    post = [posts = std::move(posts)]() {
+      for (const auto& p : posts) {
+        p();
+      }
+    };
+  }
+  auto work = c10::make_intrusive<MooncakeWork>(
+      rank_, op.type, std::move(op.outputs), std::move(op.keep),
+      std::move(post));
+  MooncakeWork* raw = work.get();
+  c10::raw::intrusive_ptr::incref(raw);  // released by onDone
+  char* err = nullptr;
+  int st = mc_pg_submit(group_, &op.c, &onDone, raw, &err);
+  if (st != 0) {
+    c10::raw::intrusive_ptr::decref(raw);
+    TORCH_CHECK(false, name, " failed: ", takeError(err));
+  }
+  return work;
+}
+
+namespace {
+void* ptr(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
+uint64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  checkSingle("broadcast", tensors);
+  TORCH_CHECK(opts.rootTensor == 0, "broadcast: rootTensor must be 0");
+  checkRank("broadcast", "root", opts.rootRank, size_);
+  Op op;
+  op.type = c10d::OpType::BROADCAST;
+  auto buf = op.out(tensors[0], /*copyIn=*/rank_ == opts.rootRank);
+  op.outputs = tensors;
+  op.c.kind = MC_PG_BROADCAST;
+  op.c.root = opts.rootRank;
+  op.c.out = ptr(buf);
+  op.c.out_bytes = nbytes(buf);
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("broadcast", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  checkSingle("allreduce", tensors);
+  Op op;
+  op.type = c10d::OpType::ALLREDUCE;
+  auto buf = op.out(tensors[0], true);
+  op.outputs = tensors;
+  op.c.kind = MC_PG_ALLREDUCE;
+  op.c.dtype = static_cast<int32_t>(buf.scalar_type());
+  op.c.reduce_op = reduceOp("allreduce", opts.reduceOp);
+  op.c.out = ptr(buf);
+  op.c.out_bytes = nbytes(buf);
+  op.c.count = buf.numel();
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("allreduce", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  checkSingle("reduce", tensors);
+  TORCH_CHECK(opts.rootTensor == 0, "reduce: rootTensor must be 0");
+  checkRank("reduce", "root", opts.rootRank, size_);
+  Op op;
+  op.type = c10d::OpType::REDUCE;
+  auto buf = op.out(tensors[0], true);
+  op.outputs = tensors;
+  op.c.kind = MC_PG_REDUCE;
+  op.c.dtype = static_cast<int32_t>(buf.scalar_type());
+  op.c.reduce_op = reduceOp("reduce", opts.reduceOp);
+  op.c.root = opts.rootRank;
+  op.c.out = ptr(buf);
+  op.c.out_bytes = nbytes(buf);
+  op.c.count = buf.numel();
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("reduce", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
+  checkSingle("allgather", inputTensors);
+  TORCH_CHECK(outputTensors.size() == 1,
+              "allgather: expects one output list, got ", outputTensors.size());
+  auto& outs = outputTensors[0];
+  const auto& input = inputTensors[0];
+  TORCH_CHECK(static_cast<int>(outs.size()) == size_,
+              "allgather: output list must have one tensor per rank (",
+              size_, "), got ", outs.size());
+  for (const auto& o : outs) {
+    checkSame("allgather", input, o);
+    TORCH_CHECK(o.numel() == input.numel(),
+                "allgather: every output must have the input's numel (",
+                input.numel(), "), got ", o.numel());
+  }
+  Op op;
+  op.type = c10d::OpType::ALLGATHER;
+  auto in = op.in(input);
+  auto packed = at::empty({size_ * input.numel()},
+                          input.options().device(at::kCPU));
+  op.keep.push_back(packed);
+  op.outputs = outs;
+  op.post.emplace_back([outs, packed, n = input.numel()]() mutable {
+    for (size_t i = 0; i < outs.size(); i++) {
+      outs[i].copy_(packed.narrow(0, i * n, n).view(outs[i].sizes()));
+    }
+  });
+  op.c.kind = MC_PG_ALLGATHER;
+  op.c.in = ptr(in);
+  op.c.in_bytes = nbytes(in);
+  op.c.out = ptr(packed);
+  op.c.out_bytes = nbytes(packed);
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("allgather", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+    const c10d::AllgatherOptions& opts) {
+  checkTensor("all_gather_into_tensor", inputBuffer);
+  checkSame("all_gather_into_tensor", inputBuffer, outputBuffer);
+  TORCH_CHECK(outputBuffer.numel() == size_ * inputBuffer.numel(),
+              "all_gather_into_tensor: output numel (", outputBuffer.numel(),
+              ") must be world size (", size_, ") x input numel (",
+              inputBuffer.numel(), ")");
+  Op op;
+  op.type = c10d::OpType::_ALLGATHER_BASE;
+  auto in = op.in(inputBuffer);
+  auto out = op.out(outputBuffer, false);
+  op.outputs = {outputBuffer};
+  op.c.kind = MC_PG_ALLGATHER;
+  op.c.in = ptr(in);
+  op.c.in_bytes = nbytes(in);
+  op.c.out = ptr(out);
+  op.c.out_bytes = nbytes(out);
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("all_gather_into_tensor", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors,
+    std::vector<at::Tensor>& inputTensors, const c10d::GatherOptions& opts) {
+  checkSingle("gather", inputTensors);
+  checkRank("gather", "root", opts.rootRank, size_);
+  const auto& input = inputTensors[0];
+  Op op;
+  op.type = c10d::OpType::GATHER;
+  auto in = op.in(input);
+  at::Tensor packed;
+  if (rank_ == opts.rootRank) {
+    TORCH_CHECK(outputTensors.size() == 1 &&
+                    static_cast<int>(outputTensors[0].size()) == size_,
+                "gather: the root needs one output list of ", size_,
+                " tensors");
+    auto outs = outputTensors[0];
+    for (const auto& o : outs) {
+      checkSame("gather", input, o);
+      TORCH_CHECK(o.numel() == input.numel(),
+                  "gather: every output must have the input's numel");
+    }
+    packed = at::empty({size_ * input.numel()},
+                       input.options().device(at::kCPU));
+    op.keep.push_back(packed);
+    op.outputs = outs;
+    op.post.emplace_back([outs, packed, n = input.numel()]() mutable {
+      for (size_t i = 0; i < outs.size(); i++) {
+        outs[i].copy_(packed.narrow(0, i * n, n).view(outs[i].sizes()));
+      }
+    });
+    op.c.out = ptr(packed);
+    op.c.out_bytes = nbytes(packed);
+  } else {
+    TORCH_CHECK(outputTensors.empty() ||
+                    (outputTensors.size() == 1 && outputTensors[0].empty()),
+                "gather: only the root passes output tensors");
+  }
+  op.c.kind = MC_PG_GATHER;
+  op.c.root = opts.rootRank;
+  op.c.in = ptr(in);
+  op.c.in_bytes = nbytes(in);
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("gather", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  checkSingle("scatter", outputTensors);
+  checkRank("scatter", "root", opts.rootRank, size_);
+  const auto& output = outputTensors[0];
+  Op op;
+  op.type = c10d::OpType::SCATTER;
+  at::Tensor packed;
+  if (rank_ == opts.rootRank) {
+    TORCH_CHECK(inputTensors.size() == 1 &&
+                    static_cast<int>(inputTensors[0].size()) == size_,
+                "scatter: the root needs one input list of ", size_,
+                " tensors");
+    std::vector<at::Tensor> flat;
+    for (const auto& i : inputTensors[0]) {
+      checkSame("scatter", output, i);
+      TORCH_CHECK(i.numel() == output.numel(),
+                  "scatter: every input must have the output's numel");
+      flat.push_back(i.reshape({-1}).to(at::kCPU));
+    }
+    packed = at::cat(flat).contiguous();
+    op.keep.push_back(packed);
+    op.c.in = ptr(packed);
+    op.c.in_bytes = nbytes(packed);
+  } else {
+    TORCH_CHECK(inputTensors.empty() ||
+                    (inputTensors.size() == 1 && inputTensors[0].empty()),
+                "scatter: only the root passes input tensors");
+  }
+  auto out = op.out(output, false);
+  op.outputs = outputTensors;
+  op.c.kind = MC_PG_SCATTER;
+  op.c.root = opts.rootRank;
+  op.c.out = ptr(out);
+  op.c.out_bytes = nbytes(out);
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("scatter", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  checkSingle("reduce_scatter", outputTensors);
+  TORCH_CHECK(inputTensors.size() == 1 &&
+                  static_cast<int>(inputTensors[0].size()) == size_,
+              "reduce_scatter: needs one input list of ", size_,
+              " tensors");
+  const auto& output = outputTensors[0];
+  std::vector<at::Tensor> flat;
+  for (const auto& i : inputTensors[0]) {
+    checkSame("reduce_scatter", output, i);
+    TORCH_CHECK(i.numel() == output.numel(),
+                "reduce_scatter: every input must have the output's numel (",
+                output.numel(), "), got ", i.numel());
+    flat.push_back(i.reshape({-1}).to(at::kCPU));
+  }
+  Op op;
+  op.type = c10d::OpType::REDUCE_SCATTER;
+  auto packed = at::cat(flat).contiguous();
+  op.keep.push_back(packed);
+  auto out = op.out(output, false);
+  op.outputs = outputTensors;
+  op.c.kind = MC_PG_REDUCE_SCATTER;
+  op.c.dtype = static_cast<int32_t>(output.scalar_type());
+  op.c.reduce_op = reduceOp("reduce_scatter", opts.reduceOp);
+  op.c.in = ptr(packed);
+  op.c.in_bytes = nbytes(packed);
+  op.c.out = ptr(out);
+  op.c.out_bytes = nbytes(out);
+  op.c.count = output.numel();
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("reduce_scatter", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+    const c10d::ReduceScatterOptions& opts) {
+  checkTensor("reduce_scatter_tensor", outputBuffer);
+  checkSame("reduce_scatter_tensor", outputBuffer, inputBuffer);
+  TORCH_CHECK(inputBuffer.numel() == size_ * outputBuffer.numel(),
+              "reduce_scatter_tensor: input numel (", inputBuffer.numel(),
+              ") must be world size (", size_, ") x output numel (",
+              outputBuffer.numel(), ")");
+  Op op;
+  op.type = c10d::OpType::_REDUCE_SCATTER_BASE;
+  auto in = op.in(inputBuffer);
+  auto out = op.out(outputBuffer, false);
+  op.outputs = {outputBuffer};
+  op.c.kind = MC_PG_REDUCE_SCATTER;
+  op.c.dtype = static_cast<int32_t>(out.scalar_type());
+  op.c.reduce_op = reduceOp("reduce_scatter_tensor", opts.reduceOp);
+  op.c.in = ptr(in);
+  op.c.in_bytes = nbytes(in);
+  op.c.out = ptr(out);
+  op.c.out_bytes = nbytes(out);
+  op.c.count = out.numel();
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("reduce_scatter_tensor", op);
+}
+
+namespace {
+// Byte sizes of the dim-0 splits of t (equal splits when splits is empty).
+std::vector<uint64_t> splitBytes(const char* what, const at::Tensor& t,
+                                 const std::vector<int64_t>& splits,
+                                 int size) {
+  std::vector<uint64_t> out(size);
+  if (t.dim() == 0) {
+    TORCH_CHECK(splits.empty(), "all_to_all_single: ", what,
+                " is a scalar and cannot be split");
+    TORCH_CHECK(size == 1, "all_to_all_single: ", what,
+                " is a scalar; it needs at least ", size, " rows");
+    out[0] = t.element_size();
+    return out;
+  }
+  const int64_t rows = t.size(0);
+  const uint64_t rowBytes =
+      rows ? t.numel() / rows * t.element_size() : 0;
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size == 0, "all_to_all_single: ", what, " dim 0 (",
+                rows, ") is not divisible by the world size (", size, ")");
+    for (auto& v : out) {
+      v = rows / size * rowBytes;
+    }
+    return out;
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == size, "all_to_all_single: ",
+              what, " split sizes must have one entry per rank (", size,
+              "), got ", splits.size());
+  int64_t sum = 0;
+  for (int i = 0; i < size; i++) {
+    TORCH_CHECK(splits[i] >= 0, "all_to_all_single: negative split size");
+    sum += splits[i];
+    out[i] = splits[i] * rowBytes;
+  }
+  TORCH_CHECK(sum == rows, "all_to_all_single: ", what,
+              " split sizes sum to ", sum, " but dim 0 is ", rows);
+  return out;
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+    std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  checkTensor("all_to_all_single", inputBuffer);
+  checkSame("all_to_all_single", inputBuffer, outputBuffer);
+  Op op;
+  op.type = c10d::OpType::ALLTOALL_BASE;
+  op.sendBytes = splitBytes("input", inputBuffer, inputSplitSizes, size_);
+  op.recvBytes = splitBytes("output", outputBuffer, outputSplitSizes, size_);
+  auto in = op.in(inputBuffer);
+  auto out = op.out(outputBuffer, false);
+  op.outputs = {outputBuffer};
+  op.c.kind = MC_PG_ALLTOALL;
+  op.c.in = ptr(in);
+  op.c.in_bytes = nbytes(in);
+  op.c.out = ptr(out);
+  op.c.out_bytes = nbytes(out);
+  op.c.send_bytes = op.sendBytes.data();
+  op.c.recv_bytes = op.recvBytes.data();
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("all_to_all_single", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
+    std::vector<at::Tensor>& outputTensors,
+    std::vector<at::Tensor>& inputTensors, const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(static_cast<int>(inputTensors.size()) == size_ &&
+                  static_cast<int>(outputTensors.size()) == size_,
+              "all_to_all: input and output lists must have one tensor per "
+              "rank (", size_, "), got ", inputTensors.size(), " and ",
+              outputTensors.size());
+  Op op;
+  op.type = c10d::OpType::ALLTOALL;
+  std::vector<at::Tensor> flat;
+  int64_t outNumel = 0;
+  for (int i = 0; i < size_; i++) {
+    checkTensor("all_to_all", inputTensors[i]);
+    checkSame("all_to_all", inputTensors[i], outputTensors[i]);
+    TORCH_CHECK(inputTensors[i].scalar_type() == inputTensors[0].scalar_type(),
+                "all_to_all: all tensors must have the same dtype");
+    flat.push_back(inputTensors[i].reshape({-1}).to(at::kCPU));
+    op.sendBytes.push_back(nbytes(inputTensors[i]));
+    op.recvBytes.push_back(nbytes(outputTensors[i]));
+    outNumel += outputTensors[i].numel();
+  }
+  auto packedIn = at::cat(flat).contiguous();
+  auto packedOut =
+      at::empty({outNumel}, outputTensors[0].options().device(at::kCPU));
+  op.keep = {packedIn, packedOut};
+  op.outputs = outputTensors;
+  op.post.emplace_back([outs = outputTensors, packedOut]() mutable {
+    int64_t at = 0;
+    for (auto& o : outs) {
+      o.copy_(packedOut.narrow(0, at, o.numel()).view(o.sizes()));
+      at += o.numel();
+    }
+  });
+  op.c.kind = MC_PG_ALLTOALL;
+  op.c.in = ptr(packedIn);
+  op.c.in_bytes = nbytes(packedIn);
+  op.c.out = ptr(packedOut);
+  op.c.out_bytes = nbytes(packedOut);
+  op.c.send_bytes = op.sendBytes.data();
+  op.c.recv_bytes = op.recvBytes.data();
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("all_to_all", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::barrier(
+    const c10d::BarrierOptions& opts) {
+  Op op;
+  op.type = c10d::OpType::BARRIER;
+  op.c.kind = MC_PG_BARRIER;
+  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
+  return submit("barrier", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::send(
+    std::vector<at::Tensor>& tensors, int dstRank, int) {
+  checkSingle("send", tensors);
+  checkRank("send", "destination", dstRank, size_);
+  Op op;
+  op.type = c10d::OpType::SEND;
+  auto in = op.in(tensors[0]);
+  op.outputs = tensors;
+  op.c.kind = MC_PG_SEND;
+  op.c.root = dstRank;
+  op.c.in = ptr(in);
+  op.c.in_bytes = nbytes(in);
+  return submit("send", op);
+}
+
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::recv(
+    std::vector<at::Tensor>& tensors, int srcRank, int) {
+  checkSingle("recv", tensors);
+  checkRank("recv", "source", srcRank, size_);
+  Op op;
+  op.type = c10d::OpType::RECV;
+  auto out = op.out(tensors[0], false);
+  op.outputs = tensors;
+  op.c.kind = MC_PG_RECV;
+  op.c.root = srcRank;
+  op.c.out = ptr(out);
+  op.c.out_bytes = nbytes(out);
+  return submit("recv", op);
+}
+
+// ---- creators ------------------------------------------------------------
+
+namespace {
+c10::intrusive_ptr<MooncakeBackendOptions> optionsOf(pybind11::object o) {
+  if (o.is_none()) {
+    return {};
+  }
+  TORCH_CHECK(pybind11::isinstance<MooncakeBackendOptions>(o),
+              "Mooncake backend: pg_options must be a MooncakeBackendOptions, "
+              "got ", std::string(pybind11::str(o.get_type())));
+  return o.cast<c10::intrusive_ptr<MooncakeBackendOptions>>();
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Backend> createMooncakeBackend(
+    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions) {
+  return c10::make_intrusive<MooncakeBackend>(opts, optionsOf(pgOptions),
+                                              false);
+}
+
+c10::intrusive_ptr<c10d::Backend> createMooncakeCpuBackend(
+    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions) {
+  return c10::make_intrusive<MooncakeBackend>(opts, optionsOf(pgOptions),
+                                              true);
+}
+
+}  // namespace mooncake_pg

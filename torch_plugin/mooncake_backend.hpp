@@ -1,0 +1,129 @@
+// The c10d::Backend of torch.distributed's backends "mooncake" and
+// "mooncake-cpu". Marshalling only: every op is validated here for what
+// torch's API shape requires (list lengths, sizes, dtypes), flattened into
+// contiguous host buffers, and handed to the Go collectives runtime in
+// libmooncake.so (capi/collective.go, package backend), which completes it
+// on its own thread.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mooncake_pg {
+
+// Upstream's MOONCAKE_PG_MAX_RANKS.
+constexpr int kMaxGroupSize = 64;
+
+// pg_options of init_process_group / new_group (upstream's fields and
+// defaults). active_ranks, if given, is the int32 tensor the backend writes
+// its membership mirror into.
+struct MooncakeBackendOptions : c10d::Backend::Options {
+  MooncakeBackendOptions() : Options("mooncake") {}
+  at::Tensor activeRanks_;
+  bool isExtension_ = false;
+  int maxGroupSize_ = -1;
+  bool autoDeactivateOnFailure_ = true;
+  bool autoSyncOnFailure_ = true;
+};
+
+// Work completed by the Go runtime's callback. Post-processing (copying a
+// packed or staged result back into the caller's tensors) runs before the
+// Work is marked complete and before its Future is.
+class MooncakeWork : public c10d::Work {
+ public:
+  MooncakeWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+               std::vector<at::Tensor> keepAlive, std::function<void()> post);
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override;
+  // Called once, from libmooncake's completion callback.
+  void complete(int status, const char* message);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keepAlive_;
+  std::function<void()> post_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class MooncakeBackend : public c10d::Backend {
+ public:
+  MooncakeBackend(const c10d::DistributedBackendOptions& opts,
+                  c10::intrusive_ptr<MooncakeBackendOptions> options,
+                  bool cpuOnly);
+  ~MooncakeBackend() override;
+
+  const std::string getBackendName() const override { return "mooncake"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return options_;
+  }
+  at::Tensor activeRanks() const { return options_->activeRanks_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int srcRank, int tag) override;
+
+ private:
+  struct Op;
+  c10::intrusive_ptr<c10d::Work> submit(const char* name, Op& op);
+
+  uint64_t group_ = 0;
+  c10::intrusive_ptr<MooncakeBackendOptions> options_;
+};
+
+// The creators registered with torch.distributed (extended API).
+c10::intrusive_ptr<c10d::Backend> createMooncakeBackend(
+    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions);
+c10::intrusive_ptr<c10d::Backend> createMooncakeCpuBackend(
+    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions);
+
+}  // namespace mooncake_pg

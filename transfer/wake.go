@@ -1,0 +1,124 @@
+package transfer
+
+import (
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Wake-ups for words in engine-managed (memfd) memory.
+//
+// A process waiting for a peer to change a word in one of its own managed
+// buffers (AllocateManagedBuffer) blocks in WaitWord instead of polling; a
+// same-host peer that has written the word (a completed WRITE) calls
+// WakeWord. Both sides address the same memfd page, so the kernel's shared
+// futex connects them. Over TCP no wake-up travels (WakeWord reports
+// false): waiters must bound each wait and re-check, which WaitWord's
+// timeout is for.
+
+// WaitWord blocks while the 32-bit word at addr (in this process's memory)
+// still holds old, for at most d. It returns true when woken (or when the
+// word already differed), false on timeout. Spurious wake-ups are possible:
+// callers re-check the word.
+func WaitWord(addr uintptr, old uint32, d time.Duration) bool {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, errno := unix.Syscall6(unix.SYS_FUTEX, addr, futexWait, uintptr(old),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return errno != unix.ETIMEDOUT
+}
+
+// WakeWord wakes every WaitWord on the 32-bit word at absolute address addr
+// of segment h. It reports whether the wake-up was delivered: true when the
+// word lies in a managed buffer of a same-host peer (or of this engine),
+// false when the peer is reached over TCP.
+func (e *Engine) WakeWord(h SegmentHandle, addr uint64) (bool, error) {
+	s, err := e.segment(h)
+	if err != nil {
+		return false, err
+	}
+	if s.name == e.name {
+		r := e.reg.acquire(uintptr(addr), 4)
+		if r == nil {
+			return false, errorf(CodeAddressNotRegistered, nil, "[%#x,+4) is not registered", addr)
+		}
+		defer r.release()
+		futexWake(uintptr(addr))
+		return true, nil
+	}
+	desc, shm, _, err := s.route()
+	if err != nil {
+		return false, err
+	}
+	if shm == nil {
+		return false, nil
+	}
+	i := desc.findBuffer(addr, 4)
+	if i < 0 || desc.Buffers[i].ShmFD == 0 {
+		return false, nil
+	}
+	bd := desc.Buffers[i]
+	shm.use.RLock()
+	defer shm.use.RUnlock()
+	m, err := shm.buffer(desc.PID, bd)
+	if err != nil {
+		return false, nil
+	}
+	futexWake(uintptr(unsafe.Pointer(&m[addr-bd.Addr])))
+	return true, nil
+}
+
+// futex operations (linux/futex.h). Not FUTEX_PRIVATE_FLAG: the word is in
+// a shared mapping that another process waits or wakes on.
+const (
+	futexWait   = 0
+	futexWakeOp = 1
+)
+
+func futexWake(addr uintptr) {
+	unix.Syscall6(unix.SYS_FUTEX, addr, futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// AccessRemote runs fn on a direct view of length bytes at absolute address
+// addr of segment h when the target lies in a managed buffer of a
+// same-host peer (or of this engine), and reports whether it did. The view
+// is valid only during fn (the peer's mapping cannot go away meanwhile); fn
+// must not block. false, nil means the target is reachable only through
+// transfers (TCP): use SubmitTransfer. This is the engine's zero-copy path
+// for callers that produce data straight into a peer's buffer.
+func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem []byte)) (bool, error) {
+	s, err := e.segment(h)
+	if err != nil {
+		return false, err
+	}
+	if s.name == e.name {
+		r := e.reg.acquire(uintptr(addr), length)
+		if r == nil {
+			return false, errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, length)
+		}
+		defer r.release()
+		fn(bytesAt(uintptr(addr), length))
+		return true, nil
+	}
+	desc, shm, _, err := s.route()
+	if err != nil {
+		return false, err
+	}
+	if shm == nil {
+		return false, nil
+	}
+	i := desc.findBuffer(addr, length)
+	if i < 0 || desc.Buffers[i].ShmFD == 0 {
+		return false, nil
+	}
+	bd := desc.Buffers[i]
+	shm.use.RLock()
+	defer shm.use.RUnlock()
+	m, err := shm.buffer(desc.PID, bd)
+	if err != nil {
+		return false, nil
+	}
+	off := addr - bd.Addr
+	fn(m[off : off+length : off+length])
+	return true, nil
+}
