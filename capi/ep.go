@@ -1,0 +1,207 @@
+package main
+
+// #include <stdint.h>
+// #include <stdlib.h>
+import "C"
+
+import (
+	"encoding/json"
+	"errors"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/ep"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// MoE dispatch/combine (package ep) for mooncake.mooncake_ep_buffer.
+
+var (
+	epBuffers handleTable[*ep.Buffer]
+	epOps     handleTable[*epOp]
+)
+
+// epOp is a call whose receive is pending: run by mc_ep_op_wait (hook mode),
+// or already running on its own goroutine (async mode).
+type epOp struct {
+	op    *ep.Op
+	async bool
+}
+
+const (
+	epModeSync  = 0
+	epModeHook  = 1
+	epModeAsync = 2
+)
+
+func epFail(err error, errOut **C.char) C.int {
+	if errOut != nil {
+		*errOut = C.CString(err.Error())
+	}
+	var te *transfer.Error
+	if errors.As(err, &te) {
+		return C.int(transfer.CodeOf(err))
+	}
+	return C.int(transfer.CodeInvalidArgument)
+}
+
+func cslice[T any](p unsafe.Pointer, n int) []T {
+	if p == nil || n <= 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(p), n)
+}
+
+//export mc_ep_size_hint
+func mc_ep_size_hint(n, h, ranks, e C.int64_t) C.int64_t {
+	return C.int64_t(ep.SizeHint(int(n), int(h), int(ranks), int(e)))
+}
+
+//export mc_ep_buffer_create
+func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.char, disableP2P C.int, errOut **C.char) C.uint64_t {
+	b, err := ep.NewBuffer(ep.Config{Rank: int(rank), Ranks: int(ranks), Bytes: int64(nbytes),
+		LocalHostname: C.GoString(localHostname), DisableP2P: disableP2P != 0})
+	if err != nil {
+		epFail(err, errOut)
+		return 0
+	}
+	return C.uint64_t(epBuffers.put(b))
+}
+
+//export mc_ep_buffer_self
+func mc_ep_buffer_self(buf C.uint64_t) *C.char {
+	b, ok := epBuffers.get(uint64(buf))
+	if !ok {
+		return nil
+	}
+	j, _ := json.Marshal(b.Self())
+	return C.CString(string(j))
+}
+
+//export mc_ep_buffer_connect
+func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.char, errOut **C.char) C.int {
+	b, ok := epBuffers.get(uint64(buf))
+	if !ok {
+		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+	}
+	var peers []ep.Peer
+	if err := json.Unmarshal([]byte(C.GoString(peersJSON)), &peers); err != nil {
+		return epFail(err, errOut)
+	}
+	if err := b.Connect(peers); err != nil {
+		return epFail(err, errOut)
+	}
+	return 0
+}
+
+//export mc_ep_buffer_destroy
+func mc_ep_buffer_destroy(buf C.uint64_t) {
+	if b, ok := epBuffers.take(uint64(buf)); ok {
+		b.Close()
+	}
+}
+
+// finish runs or hands off the receive of op according to mode.
+func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t) C.int {
+	switch mode {
+	case epModeHook:
+		*opOut = C.uint64_t(epOps.put(&epOp{op: op}))
+	case epModeAsync:
+		op.RecvAsync()
+		*opOut = C.uint64_t(epOps.put(&epOp{op: op, async: true}))
+	default:
+		op.Recv()
+	}
+	return 0
+}
+
+//export mc_ep_dispatch
+func mc_ep_dispatch(buf C.uint64_t, mode C.int, x unsafe.Pointer, t C.int64_t, topk unsafe.Pointer, k C.int64_t,
+	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, fp8 C.int,
+	recvX, recvScales, recvCount, srcInfo, layoutRange unsafe.Pointer, opOut *C.uint64_t, errOut **C.char) C.int {
+	b, ok := epBuffers.get(uint64(buf))
+	if !ok {
+		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+	}
+	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
+		return epFail(errors.New("ep: op_out is NULL"), errOut)
+	}
+	T, K, N, H, E, R := int(t), int(k), int(n), int(h), int(e), b.Ranks()
+	if R <= 0 || E%R != 0 || N <= 0 || H <= 0 {
+		// Let ep's checks word the error; slice sizes below need E/R.
+		R = 1
+	}
+	L, RN := E/R, R*N
+	elem := 2
+	if fp8 != 0 {
+		elem = 1
+	}
+	a := &ep.DispatchArgs{
+		X: cslice[uint16](x, T*H), TopkIdx: cslice[int64](topk, T*K), T: T, K: K, N: N, H: H, E: E,
+		Active: cslice[int32](active, b.Ranks()), TimeoutUs: int64(timeoutUs), FP8: fp8 != 0,
+		RecvX: cslice[byte](recvX, L*RN*H*elem), RecvCount: cslice[int32](recvCount, L),
+		SrcInfo: cslice[int32](srcInfo, L*RN), LayoutRange: cslice[int64](layoutRange, L*R),
+	}
+	if a.FP8 {
+		a.RecvScales = cslice[float32](recvScales, L*RN*(H/ep.ChannelsPerScale))
+	}
+	op, err := b.DispatchSend(a)
+	if err != nil {
+		return epFail(err, errOut)
+	}
+	return epFinish(op, mode, opOut)
+}
+
+//export mc_ep_combine
+func mc_ep_combine(buf C.uint64_t, mode C.int, x unsafe.Pointer, topk, weights unsafe.Pointer, t, k C.int64_t,
+	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, srcInfo, layoutRange, out unsafe.Pointer,
+	opOut *C.uint64_t, errOut **C.char) C.int {
+	b, ok := epBuffers.get(uint64(buf))
+	if !ok {
+		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+	}
+	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
+		return epFail(errors.New("ep: op_out is NULL"), errOut)
+	}
+	T, K, N, H, E, R := int(t), int(k), int(n), int(h), int(e), b.Ranks()
+	if R <= 0 || E%R != 0 || N <= 0 || H <= 0 {
+		R = 1
+	}
+	L, RN := E/R, R*N
+	a := &ep.CombineArgs{
+		X: cslice[uint16](x, L*RN*H), TopkIdx: cslice[int64](topk, T*K), Weights: cslice[float32](weights, T*K),
+		T: T, K: K, N: N, H: H, E: E, Active: cslice[int32](active, b.Ranks()), TimeoutUs: int64(timeoutUs),
+		SrcInfo: cslice[int32](srcInfo, L*RN), LayoutRange: cslice[int64](layoutRange, L*R), Out: cslice[uint16](out, T*H),
+	}
+	op, err := b.CombineSend(a)
+	if err != nil {
+		return epFail(err, errOut)
+	}
+	return epFinish(op, mode, opOut)
+}
+
+//export mc_ep_op_wait
+func mc_ep_op_wait(op C.uint64_t, errOut **C.char) C.int {
+	o, ok := epOps.get(uint64(op))
+	if !ok {
+		return epFail(errors.New("ep: unknown or already completed operation"), errOut)
+	}
+	if o.async {
+		o.op.Wait()
+	} else if err := o.op.Recv(); err != nil {
+		return epFail(err, errOut) // e.g. hooks out of order: the op stays pending
+	}
+	epOps.take(uint64(op))
+	return 0
+}
+
+//export mc_ep_op_done
+func mc_ep_op_done(op C.uint64_t) C.int {
+	o, ok := epOps.get(uint64(op))
+	if !ok {
+		return 1
+	}
+	if o.async && o.op.Done() {
+		return 1
+	}
+	return 0
+}

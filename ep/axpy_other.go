@@ -1,0 +1,12 @@
+//go:build !amd64
+
+package ep
+
+func axpyBF16(acc []float32, row []uint16, w float32) { axpyBF16Go(acc, row, w) }
+
+func toBF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = f32ToBF16(v)
+	}
+}

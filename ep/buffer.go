@@ -1,0 +1,323 @@
+package ep
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Peer is what a rank publishes to the others at rendezvous: its engine's
+// segment name and its EP buffer's address there.
+type Peer struct {
+	Name string `json:"name"`
+	Addr uint64 `json:"addr"`
+}
+
+// peer is a connected remote rank.
+type peer struct {
+	Peer
+	seg transfer.SegmentHandle
+	shm bool // reachable by AccessRemote (same host, mapped memfd)
+}
+
+// Buffer is one rank's EP buffer and its connections to the other ranks.
+// Calls on a Buffer are issued one at a time (the Python Buffer is used from
+// one thread); a receive may run on another goroutine while the next call's
+// send runs, since they use different halves.
+type Buffer struct {
+	eng   *transfer.Engine
+	owned bool // eng was created by NewBuffer and is closed with the buffer
+	rank  int
+	ranks int
+	base  uintptr
+	size  int64
+	mem   []byte // the whole local EP buffer
+
+	mu    sync.Mutex
+	peers []*peer // index = rank; nil before Connect
+	half  int     // half the next call uses
+	ops   [2]*Op  // the last call on each half
+	last  *Op     // the last call
+
+	sendMu  sync.Mutex      // serialises send phases (scratch, send_data)
+	scratch []byte          // per-call FP8 staging (send phase only)
+	seen    map[Layout]bool // layouts used so far (their signals are cleared on Connect)
+}
+
+// Config configures NewBuffer.
+type Config struct {
+	Rank, Ranks int
+	Bytes       int64
+	// Engine is the Transfer Engine to use; nil creates one (P2PHANDSHAKE
+	// metadata, LocalHostname) owned by the buffer.
+	Engine        *transfer.Engine
+	LocalHostname string
+	// DisableP2P makes an engine created here use TCP even to same-host
+	// peers (upstream's disable_p2p: no intra-node shortcut).
+	DisableP2P bool
+}
+
+// NewBuffer allocates the EP buffer (zero-filled memfd memory that
+// same-host peers map). Call Connect with every rank's Peer before use.
+func NewBuffer(cfg Config) (*Buffer, error) {
+	if cfg.Ranks <= 0 || cfg.Rank < 0 || cfg.Rank >= cfg.Ranks {
+		return nil, fmt.Errorf("ep: rank %d of %d", cfg.Rank, cfg.Ranks)
+	}
+	if cfg.Bytes < 0 {
+		return nil, fmt.Errorf("ep: negative buffer size %d", cfg.Bytes)
+	}
+	b := &Buffer{eng: cfg.Engine, rank: cfg.Rank, ranks: cfg.Ranks, size: cfg.Bytes}
+	if b.eng == nil {
+		host := cfg.LocalHostname
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		e, err := transfer.New(transfer.Config{LocalHostname: host, MetadataServer: "P2PHANDSHAKE", ForceTCP: cfg.DisableP2P})
+		if err != nil {
+			return nil, err
+		}
+		b.eng, b.owned = e, true
+	}
+	// A zero-byte buffer is legal (upstream's default); every call then
+	// fails its size check. The engine still needs something to publish.
+	alloc := uint64(cfg.Bytes)
+	if alloc == 0 {
+		alloc = 4096
+	}
+	addr, err := b.eng.AllocateManagedBuffer(alloc)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.base = addr
+	b.mem = unsafe.Slice((*byte)(ptrAt(addr)), alloc)
+	return b, nil
+}
+
+func ptrAt(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
+
+// Self is what this rank publishes.
+func (b *Buffer) Self() Peer { return Peer{Name: b.eng.Name(), Addr: uint64(b.base)} }
+
+// Rank and Ranks describe the group.
+func (b *Buffer) Rank() int  { return b.rank }
+func (b *Buffer) Ranks() int { return b.ranks }
+
+// Bytes is the EP buffer's size as requested.
+func (b *Buffer) Bytes() int64 { return b.size }
+
+// Engine is the Transfer Engine the buffer uses.
+func (b *Buffer) Engine() *transfer.Engine { return b.eng }
+
+// Connect opens every peer's segment (peers[i] is rank i's Self). It
+// records which peers are reachable through shared memory. Calling it again
+// (update_ep_member) reopens the segments and clears all signals, so no
+// signal from before the membership change is ever read.
+func (b *Buffer) Connect(peers []Peer) error {
+	if len(peers) != b.ranks {
+		return fmt.Errorf("ep: %d peers for %d ranks", len(peers), b.ranks)
+	}
+	ps := make([]*peer, b.ranks)
+	for i, p := range peers {
+		if i == b.rank {
+			ps[i] = &peer{Peer: p, shm: true}
+			continue
+		}
+		h, err := b.eng.OpenSegment(p.Name)
+		if err != nil {
+			// A peer that cannot be reached now is left unconnected;
+			// waits on it time out like on any dead rank.
+			slog.Warn("ep: cannot open peer segment", "rank", i, "name", p.Name, "err", err)
+			ps[i] = &peer{Peer: p}
+			continue
+		}
+		pp := &peer{Peer: p, seg: h}
+		pp.shm, _ = b.eng.AccessRemote(h, p.Addr, 4, func([]byte) {})
+		ps[i] = pp
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.peers = ps
+	b.clearSignalsLocked()
+	return nil
+}
+
+// clearSignalsLocked zeroes both halves' signal arrays of every layout used
+// so far (a layout depends on the call's N, H and E). Receivers clear each
+// signal once consumed; this catches the ones that arrived late from a rank
+// that had been declared dead.
+func (b *Buffer) clearSignalsLocked() {
+	for l := range b.seen {
+		for half := 0; half < 2; half++ {
+			off := l.SendSignal(half)
+			if off+2*l.Sig <= int64(len(b.mem)) {
+				clear(b.mem[off : off+2*l.Sig])
+			}
+		}
+	}
+}
+
+// Close frees the EP buffer (and the engine, when the buffer created it).
+func (b *Buffer) Close() error {
+	b.sendMu.Lock() // no send phase in flight
+	defer b.sendMu.Unlock()
+	var err error
+	if b.base != 0 {
+		err = b.eng.FreeManagedBuffer(b.base)
+		b.base, b.mem = 0, nil
+	}
+	if b.owned && b.eng != nil {
+		err = errors.Join(err, b.eng.Close())
+		b.eng = nil
+	}
+	return err
+}
+
+// nextHalf returns the half this call uses and flips it.
+func (b *Buffer) nextHalf(l Layout) (int, []*peer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.peers == nil {
+		return 0, nil, errors.New("ep: buffer is not connected")
+	}
+	if b.seen == nil {
+		b.seen = map[Layout]bool{}
+	}
+	h := b.half
+	if prev := b.ops[h]; prev != nil && !prev.recvDone {
+		if !prev.async {
+			return 0, nil, errors.New("ep: two calls are already outstanding; call the recv hook of the earlier one first")
+		}
+		b.mu.Unlock()
+		<-prev.doneCh // an async receive ends by its own deadline
+		b.mu.Lock()
+	}
+	b.seen[l] = true
+	b.half ^= 1
+	return h, b.peers, nil
+}
+
+// publish runs f, op's whole send phase (data, then counts or flags), now,
+// or, while the previous call's receive is still pending, when that receive
+// ends. Why: call n writes into the peers' half that call n-2 used, so a
+// peer must have finished receiving call n-2 first. This rank's receive of
+// call n-1 completes only after every peer published call n-1's signals,
+// which each peer does only after its own receive of call n-2 (by this same
+// rule). So sending call n after this rank's receive of call n-1 is safe,
+// and with two calls outstanding the second one's send waits for the
+// first one's receive (its hook, or its async completion).
+func (b *Buffer) publish(op *Op, f func()) {
+	b.mu.Lock()
+	prev := b.last
+	b.last = op
+	b.ops[op.half] = op
+	if prev != nil && !prev.recvDone {
+		op.prev = prev
+		prev.after = f
+		f = nil
+	}
+	b.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// word returns the int32 at byte offset off of the local buffer.
+func (b *Buffer) word(off int64) *int32 { return (*int32)(unsafe.Pointer(&b.mem[off])) }
+
+// waitWord waits until *w holds a value of the wanted sign (negative:
+// dispatch counts; positive: combine flags) or the deadline passes (forever
+// when deadline is zero), and returns it (0 on timeout). A value of the
+// other sign is a late signal of another kind of call from a rank that was
+// skipped then: it is cleared and the wait goes on. It spins briefly, then
+// sleeps on the word: same-host senders wake it (futex); over TCP nobody
+// does, so sleeps are short and the word is re-checked.
+func waitWord(w *int32, negative, shm bool, deadline time.Time) int32 {
+	ok := func(v int32) bool {
+		if v == 0 {
+			return false
+		}
+		if (v < 0) == negative {
+			return true
+		}
+		atomic.CompareAndSwapInt32(w, v, 0) // stale, of the other kind
+		return false
+	}
+	for i := 0; i < 64; i++ {
+		if v := atomic.LoadInt32(w); ok(v) {
+			return v
+		}
+		if i%8 == 7 {
+			runtime.Gosched()
+		}
+	}
+	nap := 200 * time.Microsecond
+	if shm {
+		nap = 20 * time.Millisecond
+	}
+	for {
+		if v := atomic.LoadInt32(w); ok(v) {
+			return v
+		}
+		d := nap
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return 0
+			}
+			if left < d {
+				d = left
+			}
+		}
+		transfer.WaitWord(uintptr(unsafe.Pointer(w)), 0, d)
+	}
+}
+
+// deadlineAfter converts timeout_us (-1 or any negative: forever).
+func deadlineAfter(timeoutUs int64) time.Time {
+	if timeoutUs < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(timeoutUs) * time.Microsecond)
+}
+
+// sendTCP runs reqs (WRITEs) as one batch and waits for them; failures are
+// logged and reported, never fatal to the call: the receiver's deadline
+// decides what a lost message means.
+// ok[i] reports whether request i completed.
+func (b *Buffer) sendTCP(reqs []transfer.Request) (ok []bool) {
+	ok = make([]bool, len(reqs))
+	if len(reqs) == 0 {
+		return ok
+	}
+	id, err := b.eng.AllocateBatch(len(reqs))
+	if err != nil {
+		slog.Warn("ep: allocate batch", "err", err)
+		return ok
+	}
+	defer b.eng.FreeBatch(id)
+	if err := b.eng.SubmitTransfer(id, reqs); err != nil {
+		slog.Warn("ep: submit", "err", err)
+		return ok
+	}
+	st, _ := b.eng.WaitBatch(id)
+	for i := range reqs {
+		if st.Status == transfer.StatusCompleted {
+			ok[i] = true
+			continue
+		}
+		ts, err := b.eng.TransferStatus(id, i)
+		ok[i] = err == nil && ts.Status == transfer.StatusCompleted
+	}
+	if st.Status != transfer.StatusCompleted {
+		slog.Warn("ep: some writes failed", "status", st.Status)
+	}
+	return ok
+}

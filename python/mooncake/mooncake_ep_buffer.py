@@ -1,0 +1,518 @@
+"""mooncake.mooncake_ep_buffer: MoE token dispatch and combine (upstream's legacy ``Buffer``).
+
+A CPU implementation of upstream Mooncake's expert-parallel ``Buffer`` (a
+DeepEP low-latency clone with fault tolerance). Pack, transport, waits and
+reductions run in Go (package ``ep`` of libmooncake.so): each rank writes its
+messages and then its counts straight into the other ranks' EP buffers through
+the Transfer Engine (shared memory on one host, TCP across hosts). See
+docs/ep.md for the layout, the protocol and what differs from upstream.
+
+Example (one process per rank, any torch.distributed group)::
+
+    buf = Buffer(group, Buffer.get_ep_buffer_size_hint(N, H, R, E))
+    active = torch.ones(R, dtype=torch.int32)
+    recv_x, recv_count, handle, event, hook = buf.dispatch(
+        x, topk_idx, active, N, E, timeout_us=-1, use_fp8=False)
+    y = experts(recv_x, recv_count)               # [L, R*N, H] bf16
+    out, event, hook = buf.combine(y, topk_idx, topk_weights, active, -1, handle)
+
+Tensors must be CPU tensors. ``active_ranks[r]`` is set to 0 in place when
+rank r misses ``timeout_us`` (-1: wait forever); it is then skipped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from mooncake import _lib
+
+__all__ = ["Buffer", "EventHandle", "EventOverlap"]
+
+_MODE_SYNC, _MODE_HOOK, _MODE_ASYNC = 0, 1, 2
+_MAX_TOPK = 11
+_CODE_INVALID_ARGUMENT = -1
+
+_u64 = ctypes.c_uint64
+_i64 = ctypes.c_int64
+_int = ctypes.c_int
+_ptr = ctypes.c_void_p
+_errp = ctypes.POINTER(ctypes.c_void_p)
+
+_SIGNATURES: dict[str, tuple[list[Any], Any]] = {
+    "mc_ep_size_hint": ([_i64, _i64, _i64, _i64], _i64),
+    "mc_ep_buffer_create": ([_int, _int, _i64, ctypes.c_char_p, _int, _errp], _u64),
+    "mc_ep_buffer_self": ([_u64], _ptr),
+    "mc_ep_buffer_connect": ([_u64, ctypes.c_char_p, _errp], _int),
+    "mc_ep_buffer_destroy": ([_u64], None),
+    "mc_ep_dispatch": (
+        [
+            _u64,
+            _int,
+            _ptr,
+            _i64,
+            _ptr,
+            _i64,
+            _ptr,
+            _i64,
+            _i64,
+            _i64,
+            _i64,
+            _int,
+            _ptr,
+            _ptr,
+            _ptr,
+            _ptr,
+            _ptr,
+            ctypes.POINTER(_u64),
+            _errp,
+        ],
+        _int,
+    ),
+    "mc_ep_combine": (
+        [
+            _u64,
+            _int,
+            _ptr,
+            _ptr,
+            _ptr,
+            _i64,
+            _i64,
+            _ptr,
+            _i64,
+            _i64,
+            _i64,
+            _i64,
+            _ptr,
+            _ptr,
+            _ptr,
+            ctypes.POINTER(_u64),
+            _errp,
+        ],
+        _int,
+    ),
+    "mc_ep_op_wait": ([_u64, _errp], _int),
+    "mc_ep_op_done": ([_u64], _int),
+}
+_declared = False
+
+
+def _lib_ep() -> ctypes.CDLL:
+    global _declared
+    cdll = _lib.lib()
+    if not _declared:
+        for name, (args, res) in _SIGNATURES.items():
+            fn = getattr(cdll, name)
+            fn.argtypes = args
+            fn.restype = res
+        _declared = True
+    return cdll
+
+
+def _check(rc: int, err: ctypes.c_void_p) -> None:
+    if rc == 0:
+        return
+    msg = _lib.take_string(err.value) or f"error {rc}"
+    if rc == _CODE_INVALID_ARGUMENT:
+        raise ValueError(msg)
+    raise RuntimeError(f"{msg} (error {rc})")
+
+
+def _need(cond: bool, exc: type[Exception], msg: str) -> None:
+    if not cond:
+        raise exc(f"mooncake ep: {msg}")
+
+
+# Output tensors are recycled (see Buffer._empty): fresh CPU allocations of
+# this size are page-faulted in on every call, which costs more than the
+# transfer itself. Recycling needs to know that nobody holds the tensor or a
+# view of it; torch exposes the storage's use count only privately, so
+# without it every call allocates.
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+_POOL_PER_SHAPE = 4
+
+
+def _only_pool_holds(t: torch.Tensor) -> bool:
+    """True when `t` is referenced by the pool list alone (no views, no names)."""
+    if _storage_use_count is None:
+        return False
+    # refs: pool list, caller's loop variable, this parameter, getrefcount's argument
+    if sys.getrefcount(t) > 4:
+        return False
+    # the TensorImpl alone (no view, no storage object)
+    return _storage_use_count(t.untyped_storage()._cdata) == 1
+
+
+def _cpu_contig(t: torch.Tensor, name: str, dtype: torch.dtype, dim: int) -> None:
+    _need(isinstance(t, torch.Tensor), TypeError, f"{name} must be a tensor")
+    _need(t.dtype == dtype, TypeError, f"{name} must be {dtype}, got {t.dtype}")
+    _need(t.dim() == dim, ValueError, f"{name} must have {dim} dims, got shape {tuple(t.shape)}")
+    _need(
+        t.device.type == "cpu",
+        ValueError,
+        f"{name} must be a CPU tensor (no GPU path in this build)",
+    )
+    _need(t.is_contiguous(), ValueError, f"{name} must be contiguous")
+
+
+class EventHandle:
+    """Completion of an ``async_finish`` call (upstream's native EventHandle)."""
+
+    def __init__(self, op: int, on_done: Callable[[], None] | None = None) -> None:
+        self._op = op
+        self._on_done = on_done
+
+    def synchronize(self) -> None:
+        """Block until the call's receive has finished."""
+        if self._op:
+            op, self._op = self._op, 0
+            err = ctypes.c_void_p()
+            rc = _lib_ep().mc_ep_op_wait(op, ctypes.byref(err))
+            if self._on_done is not None:
+                self._on_done()
+            _check(rc, err)
+
+    def current_stream_wait(self, stream_ptr: int | None = None) -> None:
+        """CPU tensors have no streams: waits like `synchronize`."""
+        del stream_ptr
+        self.synchronize()
+
+    def query(self) -> bool:
+        """True when the call has finished."""
+        return not self._op or bool(_lib_ep().mc_ep_op_done(self._op))
+
+
+class EventOverlap:
+    """Upstream's EventOverlap: wraps an EventHandle (async_finish) or None."""
+
+    def __init__(
+        self, event: EventHandle | None = None, extra_tensors: tuple | None = None
+    ) -> None:
+        self.event = event
+        self.extra_tensors = extra_tensors
+
+    def current_stream_wait(self) -> None:
+        assert self.event is not None
+        self.event.current_stream_wait()
+
+    def synchronize(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+    def __enter__(self) -> EventOverlap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.event is not None:
+            self.event.current_stream_wait()
+
+
+class Buffer:
+    """Expert-parallel dispatch/combine buffer (upstream's legacy ``Buffer``).
+
+    Create one per process. ``group`` may be any torch.distributed group whose
+    backend can ``all_gather_object`` (``mooncake``, ``gloo``): rendezvous only
+    exchanges each rank's Transfer Engine segment name and EP buffer address.
+    """
+
+    _warned_active = False
+
+    def __init__(
+        self, group: dist.ProcessGroup, num_ep_buffer_bytes: int = 0, disable_p2p: bool = False
+    ) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.group_size = dist.get_world_size(group)
+        self.num_ep_buffer_bytes = int(num_ep_buffer_bytes)
+        self.disable_p2p = bool(disable_p2p)
+        host = os.environ.get("MOONCAKE_EP_LOCAL_HOSTNAME", "127.0.0.1")
+        err = ctypes.c_void_p()
+        self._h = _lib_ep().mc_ep_buffer_create(
+            self.rank,
+            self.group_size,
+            self.num_ep_buffer_bytes,
+            host.encode(),
+            int(self.disable_p2p),
+            ctypes.byref(err),
+        )
+        if not self._h:
+            _check(-1 if err.value else -302, err)
+        self._pool: dict[tuple, list[torch.Tensor]] = {}
+        self.connect()
+
+    # ------------------------------------------------------------------ setup
+
+    @staticmethod
+    def get_ep_buffer_size_hint(
+        num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int, num_experts: int
+    ) -> int:
+        """Bytes per rank: ``16*E + 8*E*N*(16+H)`` (upstream's formula)."""
+        return int(
+            _lib_ep().mc_ep_size_hint(
+                num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts
+            )
+        )
+
+    def connect(self, is_update: bool = False) -> None:
+        """Exchange segment names and buffer addresses over the group and connect."""
+        del is_update
+        me = json.loads(_lib.take_string(_lib_ep().mc_ep_buffer_self(self._h)) or "null")
+        peers: list[Any] = [None] * self.group_size
+        dist.all_gather_object(peers, me, group=self.group)
+        err = ctypes.c_void_p()
+        _check(
+            _lib_ep().mc_ep_buffer_connect(self._h, json.dumps(peers).encode(), ctypes.byref(err)),
+            err,
+        )
+        # No rank may send into a buffer whose signals are still being cleared.
+        done: list[Any] = [None] * self.group_size
+        dist.all_gather_object(done, True, group=self.group)
+
+    def update_ep_member(self) -> None:
+        """Reconnect after the process group recovered ranks (collective)."""
+        self.connect(True)
+
+    def destroy(self) -> None:
+        """Free the EP buffer (the object is unusable afterwards)."""
+        if getattr(self, "_h", 0):
+            _lib_ep().mc_ep_buffer_destroy(self._h)
+            self._h = 0
+
+    def __del__(self) -> None:
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
+    # --------------------------------------------------------------- helpers
+
+    def _active_ranks_tensor(self, active_ranks: torch.Tensor | None) -> torch.Tensor:
+        if active_ranks is not None and active_ranks.numel() == self.group_size:
+            _cpu_contig(active_ranks.view(-1), "active_ranks", torch.int32, 1)
+            return active_ranks
+        if active_ranks is not None:
+            warnings.warn(
+                f"mooncake ep: active_ranks has {active_ranks.numel()} entries "
+                f"for {self.group_size} ranks; "
+                "using a fresh all-ones mask (updates will not be visible to the caller)",
+                stacklevel=3,
+            )
+        elif not Buffer._warned_active:
+            Buffer._warned_active = True
+            warnings.warn(
+                "mooncake ep: active_ranks=None: assuming every rank is active", stacklevel=3
+            )
+        return torch.ones(self.group_size, dtype=torch.int32)
+
+    def _finish(
+        self, mode: int, op: ctypes.c_uint64, keep: tuple
+    ) -> tuple[EventOverlap, Callable[[], None] | None]:
+        if mode == _MODE_HOOK:
+            state = {"op": op.value, "keep": keep}
+
+            def hook() -> None:
+                o = state.get("op", 0)
+                if o:
+                    err = ctypes.c_void_p()
+                    rc = _lib_ep().mc_ep_op_wait(o, ctypes.byref(err))
+                    _check(rc, err)  # out-of-order hooks raise and stay pending
+                    state.clear()
+
+            return EventOverlap(None), hook
+        if mode == _MODE_ASYNC:
+            return EventOverlap(EventHandle(op.value), extra_tensors=keep), None
+        return EventOverlap(None), None
+
+    def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """torch.empty(shape, dtype), reusing an earlier output nobody holds anymore.
+
+        Only tensors the caller has dropped (no reference, no view) are reused,
+        so returned tensors behave like fresh ones; their unused rows hold stale
+        values, as upstream's torch.empty outputs hold garbage.
+        """
+        pool = self._pool.setdefault((shape, dtype), [])
+        for t in pool:
+            if _only_pool_holds(t):
+                return t
+        t = torch.empty(shape, dtype=dtype)
+        if _storage_use_count is not None and len(pool) < _POOL_PER_SHAPE:
+            pool.append(t)
+        return t
+
+    @staticmethod
+    def _mode(async_finish: bool, return_recv_hook: bool) -> int:
+        _need(
+            not (async_finish and return_recv_hook),
+            ValueError,
+            "async_finish and return_recv_hook are mutually exclusive",
+        )
+        return _MODE_ASYNC if async_finish else _MODE_HOOK if return_recv_hook else _MODE_SYNC
+
+    # ------------------------------------------------------------- dispatch
+
+    def dispatch(
+        self,
+        x: torch.Tensor,
+        topk_idx: torch.Tensor,
+        active_ranks: torch.Tensor | None,
+        num_max_dispatch_tokens_per_rank: int,
+        num_experts: int,
+        timeout_us: int = -1,
+        use_fp8: bool | None = None,
+        async_finish: bool = False,
+        return_recv_hook: bool = False,
+    ) -> tuple[Any, torch.Tensor, tuple, EventOverlap, Callable[[], None] | None]:
+        """Send each token to the ranks owning its top-k experts.
+
+        Returns ``(recv_x, recv_count, handle, event, hook)``: ``recv_x`` is bf16
+        ``[L, R*N, H]``, or with ``use_fp8`` (default True, as upstream) the pair
+        ``(e4m3 [L, R*N, H], float32 scales [L, R*N, H/128])`` (column-major
+        scales); ``recv_count`` int32 ``[L]``; ``handle = (src_info [L, R*N]
+        int32, layout_range [L, R] int64, N, H, E)``. Only the first
+        ``recv_count[l]`` rows of expert ``l`` are valid.
+        """
+        mode = self._mode(async_finish, return_recv_hook)
+        fp8 = True if use_fp8 is None else bool(use_fp8)
+        _cpu_contig(x, "x", torch.bfloat16, 2)
+        _cpu_contig(topk_idx, "topk_idx", torch.int64, 2)
+        T, H = x.shape
+        K = topk_idx.shape[1]
+        R, N, E = self.group_size, int(num_max_dispatch_tokens_per_rank), int(num_experts)
+        _need(
+            topk_idx.shape[0] == T, ValueError, f"topk_idx has {topk_idx.shape[0]} rows, x has {T}"
+        )
+        _need(T <= N, ValueError, f"{T} tokens exceed num_max_dispatch_tokens_per_rank={N}")
+        _need(H % 128 == 0, ValueError, f"hidden={H} is not a multiple of 128")
+        _need(E > 0 and E % R == 0, ValueError, f"num_experts={E} is not divisible by {R} ranks")
+        _need(0 < K <= _MAX_TOPK, ValueError, f"top-k={K} out of range [1, {_MAX_TOPK}]")
+        active = self._active_ranks_tensor(active_ranks)
+        L = E // R
+        recv_x = self._empty((L, R * N, H), torch.float8_e4m3fn if fp8 else torch.bfloat16)
+        scales = self._empty((L, H // 128, R * N), torch.float32) if fp8 else None
+        recv_count = torch.empty(L, dtype=torch.int32)
+        src_info = self._empty((L, R * N), torch.int32)
+        layout_range = torch.empty((L, R), dtype=torch.int64)
+        op, err = _u64(0), ctypes.c_void_p()
+        rc = _lib_ep().mc_ep_dispatch(
+            self._h,
+            mode,
+            x.data_ptr(),
+            T,
+            topk_idx.data_ptr(),
+            K,
+            active.data_ptr(),
+            N,
+            H,
+            E,
+            int(timeout_us),
+            int(fp8),
+            recv_x.data_ptr(),
+            scales.data_ptr() if scales is not None else None,
+            recv_count.data_ptr(),
+            src_info.data_ptr(),
+            layout_range.data_ptr(),
+            ctypes.byref(op),
+            ctypes.byref(err),
+        )
+        _check(rc, err)
+        keep = (x, topk_idx, active, recv_x, scales, recv_count, src_info, layout_range)
+        event, hook = self._finish(mode, op, keep)
+        out_x: Any = (recv_x, scales.transpose(1, 2)) if scales is not None else recv_x
+        return out_x, recv_count, (src_info, layout_range, N, H, E), event, hook
+
+    # -------------------------------------------------------------- combine
+
+    def combine(
+        self,
+        x: torch.Tensor,
+        topk_idx: torch.Tensor,
+        topk_weights: torch.Tensor,
+        active_ranks: torch.Tensor | None,
+        timeout_us: int,
+        handle: tuple,
+        zero_copy: bool = False,
+        async_finish: bool = False,
+        return_recv_hook: bool = False,
+        out: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, EventOverlap, Callable[[], None] | None]:
+        """Return each token's weighted sum of its experts' outputs.
+
+        ``combined[t] = sum_k w[t,k] * y_{e_k}[t]`` accumulated in float32 over
+        entries ``e_k >= 0`` whose owner is alive (no renormalisation), as bf16
+        ``[T, H]`` (written into ``out`` when given).
+        """
+        if zero_copy:
+            raise NotImplementedError(
+                "mooncake ep: zero_copy combine is not supported (as upstream)"
+            )
+        mode = self._mode(async_finish, return_recv_hook)
+        src_info, layout_range, N, H, E = handle
+        R = self.group_size
+        L = E // R
+        _cpu_contig(x, "x", torch.bfloat16, 3)
+        _cpu_contig(topk_idx, "topk_idx", torch.int64, 2)
+        _cpu_contig(topk_weights, "topk_weights", torch.float32, 2)
+        _cpu_contig(src_info, "handle src_info", torch.int32, 2)
+        _cpu_contig(layout_range, "handle layout_range", torch.int64, 2)
+        _need(
+            tuple(x.shape) == (L, R * N, H),
+            ValueError,
+            f"x must be [{L}, {R * N}, {H}], got {tuple(x.shape)}",
+        )
+        _need(
+            tuple(src_info.shape) == (L, R * N) and tuple(layout_range.shape) == (L, R),
+            ValueError,
+            "handle does not match this buffer",
+        )
+        T, K = topk_idx.shape
+        _need(
+            tuple(topk_weights.shape) == (T, K),
+            ValueError,
+            "topk_weights must have topk_idx's shape",
+        )
+        _need(T <= N, ValueError, f"{T} tokens exceed num_max_dispatch_tokens_per_rank={N}")
+        _need(0 < K <= _MAX_TOPK, ValueError, f"top-k={K} out of range [1, {_MAX_TOPK}]")
+        if out is None:
+            out = self._empty((T, H), torch.bfloat16)
+        else:
+            _cpu_contig(out, "out", torch.bfloat16, 2)
+            _need(tuple(out.shape) == (T, H), ValueError, f"out must be [{T}, {H}]")
+        active = self._active_ranks_tensor(active_ranks)
+        op, err = _u64(0), ctypes.c_void_p()
+        rc = _lib_ep().mc_ep_combine(
+            self._h,
+            mode,
+            x.data_ptr(),
+            topk_idx.data_ptr(),
+            topk_weights.data_ptr(),
+            T,
+            K,
+            active.data_ptr(),
+            N,
+            H,
+            E,
+            int(timeout_us),
+            src_info.data_ptr(),
+            layout_range.data_ptr(),
+            out.data_ptr(),
+            ctypes.byref(op),
+            ctypes.byref(err),
+        )
+        _check(rc, err)
+        keep = (x, topk_idx, topk_weights, active, src_info, layout_range, out)
+        event, hook = self._finish(mode, op, keep)
+        return out, event, hook
+
+    def get_next_combine_buffer(self, handle: tuple) -> torch.Tensor:
+        """Not supported (as upstream since commit 90c5ce09)."""
+        raise NotImplementedError(
+            "mooncake ep: get_next_combine_buffer is not supported (as upstream)"
+        )
