@@ -1,11 +1,20 @@
-"""Collectives demo: a 4-process torch job on backend="mooncake".
+"""The main demo job: a 4-process torch job on backend="mooncake".
 
 Usage: collectives_demo.py [WORLD_SIZE]. Starts WORLD_SIZE (default 4)
 processes on loopback; each joins the default process group on
-backend="mooncake" (rendezvous through a TCPStore), then runs all_reduce,
-all_gather, broadcast and all_to_all_single, and trains a small model with
-DistributedDataParallel for a few steps. Rank 0 prints what it got; every
-rank checks the results, and that all ranks end with identical parameters.
+backend="mooncake" (rendezvous through a TCPStore), then:
+
+1. runs all_reduce, all_gather, broadcast and all_to_all_single;
+2. trains a small model with DistributedDataParallel for a few steps;
+3. runs a small MoE layer (router + one linear expert per rank) through
+   expert-parallel dispatch/combine (`mooncake.mooncake_ep_buffer.Buffer`)
+   and checks it against the same layer computed locally;
+4. when MOONCAKE_DEMO_MASTER and MOONCAKE_DEMO_METADATA name a running
+   mooncake_master (demo/demo.py sets them), checkpoints the trained
+   parameters into the KV store, one tensor-parallel shard per rank's view,
+   and reads them back on another rank.
+
+Rank 0 prints what it got; every rank checks the results.
 `run(world)` does the same from Python and returns the exit status.
 """
 
@@ -24,8 +33,13 @@ def worker(rank: int, world: int, port: int) -> None:
 
     torch.set_num_threads(1)
     active = torch.zeros(world, dtype=torch.int32)
-    dist.init_process_group("mooncake", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, pg_options=pg.MooncakeBackendOptions(active))
+    dist.init_process_group(
+        "mooncake",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        pg_options=pg.MooncakeBackendOptions(active),
+    )
 
     def say(*a: object) -> None:
         if rank == 0:
@@ -70,7 +84,91 @@ def worker(rank: int, world: int, port: int) -> None:
     dist.all_gather(every, flat)
     assert all(torch.equal(e, flat) for e in every), "parameters differ across ranks"
     say("DDP: parameters identical on every rank")
+    moe(rank, world, say)
+    checkpoint(rank, world, model, say)
     dist.destroy_process_group()
+
+
+def moe(rank: int, world: int, say) -> None:
+    """A top-2 MoE layer with one linear expert per rank, through dispatch/combine."""
+    import torch
+    import torch.distributed as dist
+
+    from mooncake.mooncake_ep_buffer import Buffer
+
+    tokens, hidden, experts, topk = 32, 256, world, 2
+    torch.manual_seed(1)  # same router and experts everywhere
+    router = torch.nn.Linear(hidden, experts, bias=False)
+    weights = [torch.nn.Linear(hidden, hidden, bias=False) for _ in range(experts)]
+    buf = Buffer(dist.group.WORLD, Buffer.get_ep_buffer_size_hint(tokens, hidden, world, experts))
+    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(rank)).to(
+        torch.bfloat16
+    )
+    with torch.no_grad():
+        probs = router(x.float()).softmax(-1)
+        w, idx = probs.topk(topk, dim=-1)
+        active = torch.ones(world, dtype=torch.int32)
+        recv_x, recv_count, handle, _, _ = buf.dispatch(
+            x, idx, active, tokens, experts, -1, use_fp8=False
+        )
+        y = torch.zeros_like(recv_x)
+        c = int(recv_count[0])  # one local expert per rank
+        y[0, :c] = weights[rank](recv_x[0, :c].float()).to(torch.bfloat16)
+        out, _, _ = buf.combine(y, idx, w, active, -1, handle)
+        ref = sum(
+            w[:, j : j + 1]
+            * torch.stack([weights[int(e)](x[t].float()) for t, e in enumerate(idx[:, j])])
+            for j in range(topk)
+        )
+    err = float((out.float() - ref).abs().max())
+    assert err < 0.05, err
+    say(
+        f"MoE layer via EP dispatch/combine: {tokens} tokens x top-{topk} of {experts} experts, "
+        f"max |diff| vs local {err:.3g}"
+    )
+
+
+def checkpoint(rank: int, world: int, model, say) -> None:
+    """Store the trained parameters in the KV store and read them back elsewhere."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    master, metadata = (
+        os.environ.get("MOONCAKE_DEMO_MASTER"),
+        os.environ.get("MOONCAKE_DEMO_METADATA"),
+    )
+    if not master or not metadata:
+        say("KV store checkpoint: skipped (no MOONCAKE_DEMO_MASTER / MOONCAKE_DEMO_METADATA)")
+        return
+    from mooncake.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    assert store.setup("127.0.0.1", metadata, "64MB", "16MB", "tcp", "", master) == 0
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    key = f"demo/ckpt/{dist.get_world_size()}"
+    if rank == 0:
+        for name, t in params.items():
+            assert store.put_tensor(f"{key}/{name}", t) == 0
+        w = params["0.weight"]
+        assert store.put_tensor_with_tp(f"{key}/0.weight.tp", w, tp_size=world, split_dim=0) == 0
+    dist.barrier()
+    if rank == world - 1:
+        for name, t in params.items():
+            got = store.get_tensor(f"{key}/{name}")
+            assert got is not None and torch.equal(got, t), name
+        shards = [
+            store.get_tensor_with_tp(f"{key}/0.weight.tp", tp_rank=r, tp_size=world)
+            for r in range(world)
+        ]
+        assert torch.equal(torch.cat(shards), params["0.weight"])
+    dist.barrier()
+    say(
+        f"KV store checkpoint: rank 0 stored {len(params)} tensors (+{world} TP shards), "
+        f"rank {world - 1} read them back identical"
+    )
+    store.close()
 
 
 def run(world: int = 4) -> int:
@@ -78,8 +176,10 @@ def run(world: int = 4) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(world), str(port)])
-             for r in range(world)]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(world), str(port)])
+        for r in range(world)
+    ]
     rc = 0
     try:
         for p in procs:

@@ -5,8 +5,10 @@
    one-sided WRITE and READ (shared memory on one host, and TCP).
 3. KV store: a storage process contributes memory; a second process puts
    bytes and a tensor (with tensor-parallel shards), a third reads them.
-4. Collectives: a multi-process torch job on backend="mooncake", when the
-   torch plugin is built (demo/collectives_demo.py).
+4. The main job (demo/collectives_demo.py): a 4-process torch job on
+   backend="mooncake" running collectives, DDP training, an MoE layer
+   through expert-parallel dispatch/combine, and a checkpoint into the
+   KV store.
 
 Every process it starts is stopped when it ends, also on Ctrl-C.
 """
@@ -87,8 +89,8 @@ def main() -> None:
         procs.append(master)
         wait_http(f"http://127.0.0.1:{meta}/health")
         wait_http(f"http://127.0.0.1:{metrics}/health")
-        print(f"master rpc 127.0.0.1:{rpc}, metadata http://127.0.0.1:{meta}/metadata, metrics :{metrics}")
         metadata = f"http://127.0.0.1:{meta}/metadata"
+        print(f"master rpc 127.0.0.1:{rpc}, metadata {metadata}, metrics :{metrics}")
 
         section("Transfer Engine: two processes, one-sided WRITE and READ")
         for transport, force_tcp in (("shared memory", "false"), ("tcp", "true")):
@@ -99,18 +101,18 @@ def main() -> None:
         section("KV store: put and get across processes")
         run_step("store_demo.py", metadata, f"127.0.0.1:{rpc}")
 
-        section("Collectives: torch.distributed on backend='mooncake'")
-        coll = HERE / "collectives_demo.py"
-        if coll.exists():
-            run_step("collectives_demo.py")
-        else:
-            print("the torch plugin is not built yet in this version: skipped")
-
-        section("Expert parallelism (mooncake_ep_buffer)")
-        print("not implemented yet in this version: skipped")
+        section("Main job: 4 ranks on backend='mooncake' (collectives, DDP, EP, store)")
+        env = dict(
+            os.environ, MOONCAKE_DEMO_MASTER=f"127.0.0.1:{rpc}", MOONCAKE_DEMO_METADATA=metadata
+        )
+        run_step("collectives_demo.py", env=env)
 
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=2) as r:
-            lines = [ln for ln in r.read().decode().splitlines() if ln.startswith("master_") and "_total" in ln]
+            lines = [
+                ln
+                for ln in r.read().decode().splitlines()
+                if ln.startswith("master_") and "_total" in ln
+            ]
         section("master metrics after the demo")
         print("\n".join(lines[:8]))
         print("\ndemo: done")

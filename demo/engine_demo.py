@@ -30,7 +30,12 @@ def target(metadata: str) -> None:
 
 
 def initiator(metadata: str) -> None:
-    peer = subprocess.Popen([sys.executable, __file__, metadata, "--target"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    peer = subprocess.Popen(
+        [sys.executable, __file__, metadata, "--target"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         info = json.loads(peer.stdout.readline())
         engine = TransferEngine()
@@ -49,7 +54,10 @@ def initiator(metadata: str) -> None:
         if engine.transfer_sync_read(info["segment"], buf, info["addr"], SIZE) != 0:
             sys.exit("initiator: read failed: " + engine.last_error())
         ok = engine.read_bytes_from_buffer(buf, SIZE) == pattern
-        print(f"target segment {info['segment']}: wrote {rounds} x 64 MiB at {rounds * SIZE / dt / 1e9:.2f} GB/s, read back {'OK' if ok else 'MISMATCH'}")
+        print(
+            f"target segment {info['segment']}: wrote {rounds} x 64 MiB at "
+            f"{rounds * SIZE / dt / 1e9:.2f} GB/s, read back {'OK' if ok else 'MISMATCH'}"
+        )
         peer.stdin.write("done\n")
         peer.stdin.flush()
         sampled = json.loads(peer.stdout.readline())["sampled_sum"]

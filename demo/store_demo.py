@@ -53,7 +53,12 @@ def reader(metadata: str, master: str) -> None:
 def writer(metadata: str, master: str) -> None:
     import torch
 
-    host = subprocess.Popen([sys.executable, __file__, metadata, master, "--storage"], stdin=subprocess.PIPE, text=True, stdout=subprocess.PIPE)
+    host = subprocess.Popen(
+        [sys.executable, __file__, metadata, master, "--storage"],
+        stdin=subprocess.PIPE,
+        text=True,
+        stdout=subprocess.PIPE,
+    )
     try:
         print(host.stdout.readline().strip())
         store = client(metadata, master, "0")
@@ -63,7 +68,10 @@ def writer(metadata: str, master: str) -> None:
         t = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
         assert store.put_tensor("demo/tensor", t) == 0
         assert store.put_tensor_with_tp("demo/sharded", t, tp_size=2, split_dim=1) == 0
-        print(f"writer: stored 3 objects; is_exist(demo/tensor) = {store.is_exist('demo/tensor')}, size {store.get_size('demo/tensor')} B")
+        print(
+            f"writer: stored 3 objects; is_exist(demo/tensor) = {store.is_exist('demo/tensor')}, "
+            f"size {store.get_size('demo/tensor')} B"
+        )
         rc = subprocess.run([sys.executable, __file__, metadata, master, "--reader"]).returncode
         store.close()
         host.stdin.write("done\n")

@@ -90,7 +90,17 @@ def build_header(
     if len(axes) > MAX_AXES:
         raise ValueError("too many layout axes")
     layout = LAYOUT_SHARD if axes else LAYOUT_FULL
-    head = _HEAD.pack(MAGIC, VERSION, HEADER_SIZE, dtype_code(dtype), len(local_shape), layout, 0, HEADER_SIZE, data_bytes)
+    head = _HEAD.pack(
+        MAGIC,
+        VERSION,
+        HEADER_SIZE,
+        dtype_code(dtype),
+        len(local_shape),
+        layout,
+        0,
+        HEADER_SIZE,
+        data_bytes,
+    )
     body = _SHAPE.pack(*_shape(global_shape if global_shape is not None else local_shape))
     body += _SHAPE.pack(*_shape(local_shape))
     body += _AXES_HEAD.pack(len(axes), 0)
@@ -132,17 +142,25 @@ def uniform_shards(tensor: Any, tp_size: int, split_dim: int) -> list[Any]:
 def shard_header(full: Any, shard: Any, rank: int, count: int, split_dim: int) -> bytes:
     """Header of TP shard `rank` of `count` of `full`, split along `split_dim`."""
     axis = (AXIS_TP, 0, rank, count, split_dim, 0, shard.shape[split_dim])
-    return build_header(shard.dtype, shard.shape, shard.numel() * shard.element_size(), full.shape, [axis])
+    return build_header(
+        shard.dtype, shard.shape, shard.numel() * shard.element_size(), full.shape, [axis]
+    )
 
 
 def parse_header(header: bytes, total: int) -> dict | None:
     """Validate a header against the object's total size; its fields, or None."""
     if len(header) < HEADER_SIZE:
         return None
-    magic, version, hsize, dtype, ndim, layout, _flags, data_offset, data_bytes = _HEAD.unpack_from(header, 0)
+    magic, version, hsize, dtype, ndim, layout, _flags, data_offset, data_bytes = _HEAD.unpack_from(
+        header, 0
+    )
     if magic != MAGIC or version != VERSION or hsize != HEADER_SIZE:
         return None
-    if not 0 <= dtype < len(_DTYPES) or not 0 <= ndim <= MAX_DIMS or layout not in (LAYOUT_FULL, LAYOUT_SHARD):
+    if (
+        not 0 <= dtype < len(_DTYPES)
+        or not 0 <= ndim <= MAX_DIMS
+        or layout not in (LAYOUT_FULL, LAYOUT_SHARD)
+    ):
         return None
     if data_offset < HEADER_SIZE or data_offset > total or data_bytes != total - data_offset:
         return None
@@ -159,7 +177,12 @@ def parse_header(header: bytes, total: int) -> dict | None:
         return None
     axes = [_AXIS.unpack_from(header, 176 + 32 * i) for i in range(axis_count)]
     for kind, _idx, rank, count, split_dim, _r0, _r1 in axes:
-        if not 0 <= kind <= 4 or count < 1 or not 0 <= rank < count or not -1 <= split_dim < max(ndim, 1):
+        if (
+            not 0 <= kind <= 4
+            or count < 1
+            or not 0 <= rank < count
+            or not -1 <= split_dim < max(ndim, 1)
+        ):
             return None
     return {
         "dtype": _DTYPES[dtype][0],

@@ -81,7 +81,9 @@ class ReplicateConfig:
             {
                 "replica_num": int(self.replica_num),
                 "soft_pin_action": int(self.soft_pin_action),
-                "soft_pin_ttl_ms": None if self.soft_pin_ttl_ms is None else int(self.soft_pin_ttl_ms),
+                "soft_pin_ttl_ms": None
+                if self.soft_pin_ttl_ms is None
+                else int(self.soft_pin_ttl_ms),
                 "with_hard_pin": bool(self.with_hard_pin),
                 "preferred_segments": list(self.preferred_segments),
                 "preferred_segment": self.preferred_segment,
@@ -91,9 +93,11 @@ class ReplicateConfig:
 
     def __str__(self) -> str:
         return (
-            f"ReplicateConfig(replica_num={self.replica_num}, soft_pin_action={self.soft_pin_action.name}, "
+            f"ReplicateConfig(replica_num={self.replica_num}, "
+            f"soft_pin_action={self.soft_pin_action.name}, "
             f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
-            f"preferred_segments={self.preferred_segments}, preferred_segment={self.preferred_segment!r}, "
+            f"preferred_segments={self.preferred_segments}, "
+            f"preferred_segment={self.preferred_segment!r}, "
             f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node})"
         )
 
@@ -134,8 +138,14 @@ _SIGNATURES = {
     "mc_store_close": ([_u64], _int),
     "mc_store_health_check": ([_u64], _int),
     "mc_store_get_hostname": ([_u64], _ptr),
-    "mc_store_put": ([_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _str, _int, _P(_int)], _int),
-    "mc_store_get_into": ([_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _int, _P(_i64)], None),
+    "mc_store_put": (
+        [_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _str, _int, _P(_int)],
+        _int,
+    ),
+    "mc_store_get_into": (
+        [_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _int, _P(_i64)],
+        None,
+    ),
     "mc_store_get": ([_u64, _int, _P(_str), _P(_u64), _P(_i64)], None),
     "mc_store_get_ranges": ([_u64, _int, _P(_str), _P(_u64), _P(_u64), _P(_u64), _P(_i64)], None),
     "mc_store_exist": ([_u64, _int, _P(_str), _P(_int)], None),
@@ -286,11 +296,15 @@ class MooncakeDistributedStore:
         good = [i for i, b in enumerate(bad) if not b]
         out = [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         if good:
-            for i, r in zip(good, fn([keys[i] for i in good], [parts[i] for i in good], *rest), strict=True):
+            for i, r in zip(
+                good, fn([keys[i] for i in good], [parts[i] for i in good], *rest), strict=True
+            ):
                 out[i] = r
         return out
 
-    def _put(self, keys: Sequence[str], parts: Sequence[Sequence[tuple[int, int]]], config, flags: int) -> list[int]:
+    def _put(
+        self, keys: Sequence[str], parts: Sequence[Sequence[tuple[int, int]]], config, flags: int
+    ) -> list[int]:
         n = len(keys)
         if n == 0:
             return []
@@ -304,7 +318,15 @@ class MooncakeDistributedStore:
         results = (_int * n)()
         cfg = (config or ReplicateConfig())._json()
         self._lib.mc_store_put(
-            self._handle, n, _keys(keys), _ints(counts), _u64s(ptrs), _u64s(sizes), cfg, flags, results
+            self._handle,
+            n,
+            _keys(keys),
+            _ints(counts),
+            _u64s(ptrs),
+            _u64s(sizes),
+            cfg,
+            flags,
+            results,
         )
         return list(results)
 
@@ -325,14 +347,19 @@ class MooncakeDistributedStore:
         return next((r for r in results if r != 0), 0)
 
     def put(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
-        """Store `value` (bytes-like) under `key`; 0 or negative. An existing key is left as is (0)."""
+        """Store `value` (bytes-like) under `key`; 0 or negative.
+
+        An existing key is left as it is, and the call returns 0 (upstream).
+        """
         return self._put_buffers([key], [[value]], config, 0)[0]
 
     def put_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
         """Store the concatenation of `parts` under `key`."""
         return self._put_buffers([key], [list(parts)], config, 0)[0]
 
-    def put_batch(self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None) -> int:
+    def put_batch(
+        self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
+    ) -> int:
         """Store several values; 0, or the first failing key's error."""
         if len(keys) != len(values):
             return int(ErrorCode.INVALID_PARAMS)
@@ -346,40 +373,61 @@ class MooncakeDistributedStore:
         """Insert or overwrite `key` with the concatenation of `parts`."""
         return self._put_buffers([key], [list(parts)], config, _PUT_UPSERT)[0]
 
-    def upsert_batch(self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None) -> int:
+    def upsert_batch(
+        self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
+    ) -> int:
         """Insert or overwrite several keys; 0 or the first error."""
         if len(keys) != len(values):
             return int(ErrorCode.INVALID_PARAMS)
         return self._first(self._put_buffers(keys, [[v] for v in values], config, _PUT_UPSERT))
 
-    def put_from(self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None) -> int:
+    def put_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> int:
         """Zero-copy put of `size` bytes at `buffer_ptr`. Size 0 stores nothing (0)."""
         return self._put([key], [[(buffer_ptr, size)]], config, _PUT_ZERO_COPY)[0]
 
-    def upsert_from(self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None) -> int:
+    def upsert_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> int:
         """Zero-copy insert or overwrite."""
         return self._put([key], [[(buffer_ptr, size)]], config, _PUT_ZERO_COPY | _PUT_UPSERT)[0]
 
-    def batch_put_from(self, keys, buffer_ptrs, sizes, config: ReplicateConfig | None = None) -> list[int]:
+    def batch_put_from(
+        self, keys, buffer_ptrs, sizes, config: ReplicateConfig | None = None
+    ) -> list[int]:
         """Zero-copy put of several buffers; a code per key."""
         if not (len(keys) == len(buffer_ptrs) == len(sizes)):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._put(keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], config, _PUT_ZERO_COPY)
+        return self._put(
+            keys,
+            [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)],
+            config,
+            _PUT_ZERO_COPY,
+        )
 
-    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config: ReplicateConfig | None = None) -> list[int]:
+    def batch_upsert_from(
+        self, keys, buffer_ptrs, sizes, config: ReplicateConfig | None = None
+    ) -> list[int]:
         """Zero-copy insert or overwrite of several buffers; a code per key."""
         if not (len(keys) == len(buffer_ptrs) == len(sizes)):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         flags = _PUT_ZERO_COPY | _PUT_UPSERT
-        return self._put(keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], config, flags)
+        return self._put(
+            keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], config, flags
+        )
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None) -> list[int]:
+    def batch_put_from_multi_buffers(
+        self, keys, all_buffer_ptrs, all_sizes, config=None
+    ) -> list[int]:
         """Zero-copy put where key i is the concatenation of its buffers."""
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)) or any(
             len(p) != len(s) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)
         ):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        parts = [list(zip(p, s, strict=True)) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)]
+        parts = [
+            list(zip(p, s, strict=True)) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)
+        ]
         return self._put(keys, parts, config, _PUT_ZERO_COPY)
 
     # -- gets --------------------------------------------------------------
@@ -418,43 +466,72 @@ class MooncakeDistributedStore:
         sizes = [s for p in parts for _, s in p]
         results = (_i64 * n)()
         self._lib.mc_store_get_into(
-            self._handle, n, _keys(keys), _ints(counts), _u64s(ptrs), _u64s(sizes), int(zero_copy), results
+            self._handle,
+            n,
+            _keys(keys),
+            _ints(counts),
+            _u64s(ptrs),
+            _u64s(sizes),
+            int(zero_copy),
+            results,
         )
         return list(results)
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
-        """Read `key` into `size` bytes at `buffer_ptr`: bytes read, or negative (-600 if too small)."""
+        """Read `key` into `size` bytes at `buffer_ptr`.
+
+        Returns the bytes read, or negative (-600 if the buffer is too small).
+        """
         return self._get_into([key], [[(buffer_ptr, size)]], True)[0]
 
     def batch_get_into(self, keys, buffer_ptrs, sizes) -> list[int]:
         """`get_into` for several keys; bytes read or negative per key."""
         if not (len(keys) == len(buffer_ptrs) == len(sizes)):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._get_into(keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], True)
+        return self._get_into(
+            keys, [[(p, s)] for p, s in zip(buffer_ptrs, sizes, strict=True)], True
+        )
 
-    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False) -> list[int]:
+    def batch_get_into_multi_buffers(
+        self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False
+    ) -> list[int]:
         """Read each key scattered in order over its buffers; bytes read or negative per key."""
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)) or any(
             len(p) != len(s) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)
         ):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        parts = [list(zip(p, s, strict=True)) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)]
+        parts = [
+            list(zip(p, s, strict=True)) for p, s in zip(all_buffer_ptrs, all_sizes, strict=True)
+        ]
         return self._get_into(keys, parts, True)
 
-    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes) -> list:
+    def get_into_ranges(
+        self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes
+    ) -> list:
         """Ranged reads, indexed [buffer][key][fragment]: bytes read or negative.
 
         Fragment k of key j for buffer i reads all_sizes[i][j][k] bytes at
         all_src_offsets[i][j][k] of the object into buffer_ptrs[i] +
         all_dst_offsets[i][j][k]. A range past the object's end is -600.
         """
-        shape_ok = len(buffer_ptrs) == len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)
+        shape_ok = (
+            len(buffer_ptrs)
+            == len(all_keys)
+            == len(all_dst_offsets)
+            == len(all_src_offsets)
+            == len(all_sizes)
+        )
         flat: list[tuple[str, int, int, int]] = []
         layout: list[list[int]] = []
         if shape_ok:
             for i, base in enumerate(buffer_ptrs):
                 keys_i = all_keys[i]
-                if not (len(keys_i) == len(all_dst_offsets[i]) == len(all_src_offsets[i]) == len(all_sizes[i])):
+                if not (
+                    len(keys_i)
+                    == len(all_dst_offsets[i])
+                    == len(all_src_offsets[i])
+                    == len(all_sizes[i])
+                ):
                     shape_ok = False
                     break
                 counts = []
@@ -464,12 +541,19 @@ class MooncakeDistributedStore:
                         shape_ok = False
                         break
                     counts.append(len(size))
-                    flat.extend((key, base + d, s, z) for d, s, z in zip(dst, src, size, strict=True))
+                    flat.extend(
+                        (key, base + d, s, z) for d, s, z in zip(dst, src, size, strict=True)
+                    )
                     if base < 0 or any(v < 0 for v in (*dst, *src, *size)):
-                        raise ValueError("get_into_ranges: pointers, offsets and sizes must not be negative")
+                        raise ValueError(
+                            "get_into_ranges: pointers, offsets and sizes must not be negative"
+                        )
                 layout.append(counts)
         if not shape_ok:
-            raise ValueError("get_into_ranges: nested lists of keys, offsets and sizes must have matching lengths")
+            raise ValueError(
+                "get_into_ranges: nested lists of keys, offsets and sizes "
+                "must have matching lengths"
+            )
         n = len(flat)
         results = (_i64 * n)()
         if n:
@@ -586,7 +670,9 @@ class MooncakeDistributedStore:
                 self._lib.mc_free(ptr)
         return out
 
-    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
+    def put_tensor_with_tp(
+        self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
         """Store a tensor as `tp_size` shards `{key}_tp_{r}` split along `split_dim`.
 
         All shards are written whatever `tp_rank` is (upstream behaviour);
@@ -595,7 +681,9 @@ class MooncakeDistributedStore:
         """
         return self.batch_put_tensor_with_tp([key], [tensor], tp_rank, tp_size, split_dim)[0]
 
-    def batch_put_tensor_with_tp(self, base_keys, tensors_list, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> list[int]:
+    def batch_put_tensor_with_tp(
+        self, base_keys, tensors_list, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> list[int]:
         """`put_tensor_with_tp` for several tensors; a code per base key."""
         if len(base_keys) != len(tensors_list):
             return [int(ErrorCode.INVALID_PARAMS)] * len(base_keys)
@@ -609,11 +697,15 @@ class MooncakeDistributedStore:
                 out.append(int(ErrorCode.INVALID_PARAMS))
                 continue
             keys = [f"{key}_tp_{r}" for r in range(tp_size)]
-            headers = [shard_header(tensor, shard, r, tp_size, split_dim) for r, shard in enumerate(shards)]
+            headers = [
+                shard_header(tensor, shard, r, tp_size, split_dim) for r, shard in enumerate(shards)
+            ]
             out.append(self._first(self._put_tensors(keys, shards, headers, _PUT_ZERO_COPY)))
         return out
 
-    def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> Any:
+    def get_tensor_with_tp(
+        self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> Any:
         """This rank's shard (`{key}_tp_{tp_rank}`), or the whole tensor when tp_size <= 1."""
         return self.batch_get_tensor_with_tp([key], tp_rank, tp_size)[0]
 
@@ -661,7 +753,15 @@ class MooncakeDistributedStore:
 class ParallelAxis:
     """One parallelism axis: kind in {"tp", "dp", "ep", "pp"}, this rank, the axis size."""
 
-    def __init__(self, kind: str, rank: int, size: int, split_dim: int | None = None, expert_id=None, stage_id=None):
+    def __init__(
+        self,
+        kind: str,
+        rank: int,
+        size: int,
+        split_dim: int | None = None,
+        expert_id=None,
+        stage_id=None,
+    ):
         if kind not in ("tp", "dp", "ep", "pp"):
             raise ValueError(f"ParallelAxis kind must be tp, dp, ep or pp, not {kind!r}")
         if size < 1 or not 0 <= rank < size:
