@@ -14,6 +14,7 @@ import ctypes
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 ENV_VAR = "MOONCAKE_LIB"
 LIB_NAME = "libmooncake.so"
@@ -57,6 +58,25 @@ def _declare(cdll: ctypes.CDLL) -> None:
     cdll.mc_version.restype = ctypes.c_void_p
     cdll.mc_free.argtypes = [ctypes.c_void_p]
     cdll.mc_free.restype = None
+
+
+_bound: set[int] = set()
+
+
+def bind(signatures: dict[str, tuple[list, Any]]) -> ctypes.CDLL:
+    """Return the library with argtypes/restype set from `signatures`.
+
+    `signatures` maps a function name to (argtypes, restype); each table is
+    applied once per process.
+    """
+    cdll = lib()
+    if id(signatures) not in _bound:
+        with _lock:
+            for name, (args, res) in signatures.items():
+                fn = getattr(cdll, name)
+                fn.argtypes, fn.restype = args, res
+            _bound.add(id(signatures))
+    return cdll
 
 
 def take_string(ptr: int | None) -> str | None:

@@ -63,13 +63,7 @@ _SIGNATURES = {
 
 
 def _native() -> ctypes.CDLL:
-    lib = _lib.lib()
-    if not getattr(lib, "_mc_engine_declared", False):
-        for name, (args, res) in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, res
-        lib._mc_engine_declared = True
-    return lib
+    return _lib.bind(_SIGNATURES)
 
 
 class TransferOpcode(enum.IntEnum):

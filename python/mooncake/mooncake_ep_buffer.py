@@ -102,19 +102,10 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "mc_ep_op_wait": ([_u64, _errp], _int),
     "mc_ep_op_done": ([_u64], _int),
 }
-_declared = False
 
 
 def _lib_ep() -> ctypes.CDLL:
-    global _declared
-    cdll = _lib.lib()
-    if not _declared:
-        for name, (args, res) in _SIGNATURES.items():
-            fn = getattr(cdll, name)
-            fn.argtypes = args
-            fn.restype = res
-        _declared = True
-    return cdll
+    return _lib.bind(_SIGNATURES)
 
 
 def _check(rc: int, err: ctypes.c_void_p) -> None:

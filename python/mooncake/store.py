@@ -162,13 +162,7 @@ _PUT_ZERO_COPY = 2
 
 
 def _native() -> ctypes.CDLL:
-    lib = _lib.lib()
-    if not getattr(lib, "_mc_store_declared", False):
-        for name, (args, res) in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, res
-        lib._mc_store_declared = True
-    return lib
+    return _lib.bind(_SIGNATURES)
 
 
 def _keys(keys: Sequence[str]) -> ctypes.Array:
