@@ -12,24 +12,28 @@ func allReduceDirect(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 	if err := g.send(chColl, msgs); err != nil {
 		return err
 	}
-	srcs := make([][]byte, g.size)
-	srcs[g.rank] = buf
-	for _, p := range others {
+	srcs := make([][]byte, 0, len(g.act)) // ascending rank
+	for _, p := range g.act {
+		if p == g.rank {
+			srcs = append(srcs, buf)
+			continue
+		}
 		s, err := g.recv(chColl, p)
 		if err != nil {
 			return err
 		}
-		srcs[p] = s[:len(buf)]
+		srcs = append(srcs, s[:len(buf)])
 	}
+	g.dirty = true
 	err := Reduce(buf, srcs, dt, op, count)
 	g.release(chColl, others...)
 	return err
 }
 
-// others lists every rank but this one, ascending.
+// others lists every active rank but this one, ascending.
 func (g *Group) others() []int {
-	o := make([]int, 0, g.size-1)
-	for p := range g.size {
+	o := make([]int, 0, len(g.act))
+	for _, p := range g.act {
 		if p != g.rank {
 			o = append(o, p)
 		}

@@ -7,7 +7,8 @@ package backend
 // and reduces 1/n of it.
 func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
 	es := dt.Size()
-	n := g.size
+	// Slices are cut among the active ranks: position i of g.act owns slice i.
+	n := len(g.act)
 	per := n * (g.SlotBytes() / es)
 	others := g.others()
 	msgs := make([]out, 0, len(others))
@@ -22,21 +23,27 @@ func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
 		}
 		// reduce-scatter
 		msgs = msgs[:0]
-		for _, p := range others {
-			msgs = append(msgs, out{peer: p, data: slice(p)})
+		for i, p := range g.act {
+			if p != g.rank {
+				msgs = append(msgs, out{peer: p, data: slice(i)})
+			}
 		}
 		if err := g.send(chColl, msgs); err != nil {
 			return err
 		}
-		mine := slice(g.rank)
-		srcs[g.rank] = mine
-		for _, p := range others {
+		mine := slice(g.pos)
+		for i, p := range g.act {
+			if p == g.rank {
+				srcs[i] = mine
+				continue
+			}
 			s, err := g.recv(chColl, p)
 			if err != nil {
 				return err
 			}
-			srcs[p] = s[:len(mine)]
+			srcs[i] = s[:len(mine)]
 		}
+		g.dirty = true
 		err := Reduce(mine, srcs, dt, op, len(mine)/es)
 		g.release(chColl, others...)
 		if err != nil {
@@ -50,12 +57,15 @@ func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
 		if err := g.send(chColl, msgs); err != nil {
 			return err
 		}
-		for _, p := range others {
+		for i, p := range g.act {
+			if p == g.rank {
+				continue
+			}
 			s, err := g.recv(chColl, p)
 			if err != nil {
 				return err
 			}
-			dst := slice(p)
+			dst := slice(i)
 			copy(dst, s[:len(dst)])
 		}
 		g.release(chColl, others...)

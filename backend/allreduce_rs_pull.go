@@ -8,7 +8,8 @@ package backend
 // copies (n-1)/n + 1/n of the data there instead of 2(n-1)/n.
 func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
 	es := dt.Size()
-	n := g.size
+	// Slices are cut among the active ranks: position i of g.act owns slice i.
+	n := len(g.act)
 	per := n * (g.SlotBytes() / es)
 	others := g.others()
 	msgs := make([]out, 0, len(others))
@@ -22,20 +23,25 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 			return buf[a*es : b*es]
 		}
 		msgs = msgs[:0]
-		for _, p := range others {
-			msgs = append(msgs, out{peer: p, data: slice(p)})
+		for i, p := range g.act {
+			if p != g.rank {
+				msgs = append(msgs, out{peer: p, data: slice(i)})
+			}
 		}
 		if err := g.send(chColl, msgs); err != nil {
 			return err
 		}
-		mine := slice(g.rank)
-		srcs[g.rank] = mine
-		for _, p := range others {
+		mine := slice(g.pos)
+		for i, p := range g.act {
+			if p == g.rank {
+				srcs[i] = mine
+				continue
+			}
 			s, err := g.recv(chColl, p)
 			if err != nil {
 				return err
 			}
-			srcs[p] = s[:len(mine)]
+			srcs[i] = s[:len(mine)]
 		}
 		s := g.pullSlot(k)
 		ps, err := g.claimPull(s)
@@ -50,9 +56,13 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 		if err := g.lendPull(s, others); err != nil {
 			return err
 		}
+		g.dirty = true
 		copy(mine, ps[:len(mine)])
-		for _, p := range others {
-			if err := g.pullFrom(p, s, slice(p)); err != nil {
+		for i, p := range g.act {
+			if p == g.rank {
+				continue
+			}
+			if err := g.pullFrom(p, s, slice(i)); err != nil {
 				return err
 			}
 		}

@@ -19,8 +19,10 @@ type coordinatorServer struct {
 	coordpb.UnimplementedCoordinatorServer
 	mu    sync.Mutex
 	table joinTable
-	srv   *grpc.Server
-	ln    net.Listener
+	// groups holds each formed group's membership (coordinator_sync.go).
+	groups map[string]*groupMembers
+	srv    *grpc.Server
+	ln     net.Listener
 }
 
 // startCoordinator listens on host:0 and serves until stop.
@@ -29,7 +31,8 @@ func startCoordinator(host string) (*coordinatorServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator listen: %w", err)
 	}
-	c := &coordinatorServer{srv: grpc.NewServer(), ln: ln}
+	c := &coordinatorServer{srv: grpc.NewServer(), ln: ln, groups: map[string]*groupMembers{}}
+	c.table.formed = c.formed
 	coordpb.RegisterCoordinatorServer(c.srv, c)
 	go c.srv.Serve(ln)
 	return c, nil

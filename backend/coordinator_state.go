@@ -15,6 +15,9 @@ import (
 // destroy_process_group followed by a re-init under the same name works.
 type joinTable struct {
 	rounds map[string]*joinRound
+	// formed, when set, is called when a round completes (the coordinator
+	// starts the group's membership then).
+	formed func(groupID string, size int, manual bool)
 }
 
 type joinRound struct {
@@ -59,6 +62,9 @@ func (t *joinTable) join(r *coordpb.JoinRequest) <-chan joinResult {
 	rd.eps[rank] = r.GetEndpoint()
 	rd.waiters = append(rd.waiters, ch)
 	if rd.joined == size {
+		if t.formed != nil {
+			t.formed(r.GetGroupId(), size, r.GetManual())
+		}
 		for _, w := range rd.waiters {
 			w <- joinResult{eps: rd.eps}
 		}

@@ -15,4 +15,7 @@ var (
 	// ErrBroken: an earlier op failed during communication; the group's
 	// sequence state is no longer consistent across ranks.
 	ErrBroken = errors.New("process group broken by an earlier failure")
+	// ErrInactive: this rank is not active in the group (it was deactivated
+	// after a failure), so it takes part in no collective.
+	ErrInactive = errors.New("rank is not active in this group")
 )

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -23,6 +24,9 @@ type GroupConfig struct {
 	Store Store
 	// CollSlot and P2PSlot override the slot sizes (bytes) when > 0.
 	CollSlot, P2PSlot int
+	// Manual turns auto_deactivate_on_failure off: a failed peer is left
+	// out of the op it failed in, but stays in the active mask.
+	Manual bool
 }
 
 type peer struct {
@@ -53,6 +57,27 @@ type Group struct {
 	// peer p read this rank's pull slot s. Both owned by the collective FIFO.
 	collOps  uint64
 	pullLent [nSlots][]uint64
+	// seqBase[ch] is where the channel's sequence numbers started: the
+	// collective channel restarts at epoch<<32 on every membership epoch
+	// (faults.go), so words written in an older epoch never satisfy a wait.
+	seqBase [numChannels]uint64
+
+	// Membership (faults.go). view is the last view applied; the rest is
+	// owned by the collective FIFO: the epoch its sequence numbers follow,
+	// the active ranks it runs ops over (ascending) and this rank's
+	// position among them, and whether the running op has written into
+	// the caller's buffers.
+	client     coordpb.CoordinatorClient
+	manual     bool
+	view       atomic.Pointer[View]
+	abortBelow atomic.Uint64 // collective waits give up while collEpoch < this
+	collEpoch  uint64
+	act        []int
+	pos        int
+	dirty      bool
+	watchCtx   context.Context
+	stopWatch  context.CancelFunc
+	syncMu     sync.Mutex
 
 	coll    *fifo
 	sendQ   []*fifo
@@ -90,7 +115,8 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if cfg.P2PSlot > 0 {
 		p2p = alignUp(cfg.P2PSlot, slotGranularity)
 	}
-	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: cfg.Size, id: cfg.GroupID, lay: newLayout(cfg.Size, coll, p2p)}
+	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: cfg.Size, id: cfg.GroupID, lay: newLayout(cfg.Size, coll, p2p),
+		client: client, manual: cfg.Manual}
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
@@ -101,6 +127,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 		Size:     int32(cfg.Size),
 		Endpoint: &coordpb.Endpoint{Segment: e.Name(), Buffer: uint64(g.base), BufferLen: uint64(g.lay.total)},
 		Layout:   g.lay.key(),
+		Manual:   cfg.Manual,
 	})
 	if err != nil {
 		e.FreeManagedBuffer(g.base)
@@ -139,6 +166,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 			g.sendQ[i], g.recvQ[i] = newFifo(0), newFifo(0)
 		}
 	}
+	g.startMembership()
 	return g, nil
 }
 
@@ -163,6 +191,7 @@ func (g *Group) Close() {
 	if g.closed.Swap(true) {
 		return
 	}
+	g.stopWatch()
 	var dones []<-chan struct{}
 	dones = append(dones, g.coll.close())
 	for i := range g.size {
@@ -181,9 +210,10 @@ func (g *Group) Close() {
 	g.engine.FreeManagedBuffer(g.base)
 }
 
-// fail records a communication failure: the group is unusable afterwards.
+// fail records a communication failure that reconciliation could not
+// handle: the group is unusable afterwards.
 func (g *Group) fail(err error) error {
-	if err == nil || errors.Is(err, ErrInvalid) {
+	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) {
 		return err
 	}
 	g.broken.CompareAndSwap(nil, &err)
@@ -211,9 +241,19 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 			return
 		}
 		if q == g.coll {
+			g.catchUp()
+			if !g.isActive() {
+				w.complete(fmt.Errorf("%w: rank %d", ErrInactive, g.rank))
+				return
+			}
 			g.collOps++
+			g.dirty = false
 		}
-		w.complete(g.fail(fn()))
+		err := fn()
+		if err != nil && recoverable(err) && !g.closed.Load() {
+			err = g.recover(q == g.coll, fn, w, err)
+		}
+		w.complete(g.fail(err))
 	}
 	if inline && q.tryInline(task) {
 		return w

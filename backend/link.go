@@ -2,6 +2,7 @@ package backend
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -56,10 +57,11 @@ func (g *Group) send(ch int, msgs []out) error {
 		return nil
 	}
 	var data []transfer.Request
+	var dataPeers []int
 	for _, m := range msgs {
 		seq := g.sent[ch][m.peer] + 1
-		if seq > nSlots {
-			if err := g.waitAtLeast(g.word(g.lay.flag(fAck, ch, m.peer)), seq-nSlots, m.peer, g.timeout(ch)); err != nil {
+		if seq-g.seqBase[ch] > nSlots {
+			if err := g.waitAtLeast(ch, g.word(g.lay.flag(fAck, ch, m.peer)), seq-nSlots, m.peer, g.timeout(ch)); err != nil {
 				return err
 			}
 		}
@@ -70,19 +72,21 @@ func (g *Group) send(ch int, msgs []out) error {
 		dst := p.base + uint64(g.lay.recv(ch, g.rank, seq))
 		ok, err := g.engine.AccessRemote(p.seg, dst, uint64(len(m.data)), func(mem []byte) { copy(mem, m.data) })
 		if err != nil {
-			return fmt.Errorf("%w: write to rank %d (%s): %v", ErrPeer, m.peer, p.name, err)
+			return peerFailure(m.peer, "write to rank %d (%s): %v", m.peer, p.name, err)
 		}
 		if !ok {
 			st, sa := g.stage(ch, m.peer)
 			copy(st, m.data)
 			data = append(data, transfer.Request{Opcode: transfer.OpWrite, Source: sa, Target: p.seg,
 				TargetOffset: dst, Length: uint64(len(m.data))})
+			dataPeers = append(dataPeers, m.peer)
 		}
 	}
-	if err := g.transfer(data, msgs); err != nil {
+	if err := g.transfer(data, dataPeers); err != nil {
 		return err
 	}
 	var flags []transfer.Request
+	var flagPeers []int
 	for _, m := range msgs {
 		seq := g.sent[ch][m.peer] + 1
 		req, err := g.setRemote(ch, fReady, fOutReady, m.peer, seq)
@@ -91,9 +95,10 @@ func (g *Group) send(ch int, msgs []out) error {
 		}
 		if req != nil {
 			flags = append(flags, *req)
+			flagPeers = append(flagPeers, m.peer)
 		}
 	}
-	if err := g.transfer(flags, msgs); err != nil {
+	if err := g.transfer(flags, flagPeers); err != nil {
 		return err
 	}
 	for _, m := range msgs {
@@ -113,7 +118,7 @@ func (g *Group) setRemote(ch, kind, src, peer int, v uint64) (*transfer.Request,
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[0])), v)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: write to rank %d (%s): %v", ErrPeer, peer, p.name, err)
+		return nil, peerFailure(peer, "write to rank %d (%s): %v", peer, p.name, err)
 	}
 	if ok {
 		return nil, nil
@@ -135,7 +140,7 @@ func (g *Group) wake(peer, off int) {
 // release.
 func (g *Group) recv(ch, peer int) ([]byte, error) {
 	seq := g.rcvd[ch][peer] + 1
-	if err := g.waitAtLeast(g.word(g.lay.flag(fReady, ch, peer)), seq, peer, g.timeout(ch)); err != nil {
+	if err := g.waitAtLeast(ch, g.word(g.lay.flag(fReady, ch, peer)), seq, peer, g.timeout(ch)); err != nil {
 		return nil, err
 	}
 	off := g.lay.recv(ch, peer, seq)
@@ -147,49 +152,74 @@ func (g *Group) recv(ch, peer int) ([]byte, error) {
 // only rank that needs it is the sender, and it notices on its own.
 func (g *Group) release(ch int, peers ...int) {
 	var reqs []transfer.Request
+	var to []int
 	for _, pr := range peers {
 		g.rcvd[ch][pr]++
 		if req, err := g.setRemote(ch, fAck, fOutAck, pr, g.rcvd[ch][pr]); err == nil && req != nil {
 			reqs = append(reqs, *req)
+			to = append(to, pr)
 		}
 	}
-	if g.transfer(reqs, nil) == nil {
+	if g.transfer(reqs, to) == nil {
 		for _, pr := range peers {
 			g.wake(pr, g.lay.flag(fAck, ch, g.rank))
 		}
 	}
 }
 
-// transfer runs reqs as one batch and waits for it.
-func (g *Group) transfer(reqs []transfer.Request, msgs []out) error {
+// transfer runs reqs (reqs[i] goes to peers[i]) as one batch and waits
+// for it. When the batch fails, each request is run again on its own (the
+// writes and reads are idempotent) to learn which peers failed: the error
+// names them; nil when every request succeeded the second time.
+func (g *Group) transfer(reqs []transfer.Request, peers []int) error {
 	if len(reqs) == 0 {
 		return nil
 	}
+	err := g.runBatch(reqs)
+	if err == nil || len(reqs) == 1 {
+		if err != nil {
+			return &peerError{ranks: peers, msg: fmt.Sprintf("transfer to %s: %v", g.describe(peers), err)}
+		}
+		return nil
+	}
+	var failed []int
+	for i, r := range reqs {
+		if g.runBatch([]transfer.Request{r}) != nil && !slices.Contains(failed, peers[i]) {
+			failed = append(failed, peers[i])
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return &peerError{ranks: failed, msg: fmt.Sprintf("transfer to %s: %v", g.describe(failed), err)}
+}
+
+func (g *Group) runBatch(reqs []transfer.Request) error {
 	id, err := g.engine.AllocateBatch(len(reqs))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPeer, err)
+		return err
 	}
 	defer g.engine.FreeBatch(id)
 	if err := g.engine.SubmitTransfer(id, reqs); err != nil {
-		return fmt.Errorf("%w: write to %s: %v", ErrPeer, g.describe(msgs), err)
+		return err
 	}
 	st, err := g.engine.WaitBatch(id)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPeer, err)
+		return err
 	}
 	if st.Status != transfer.StatusCompleted {
-		return fmt.Errorf("%w: write to %s: %v", ErrPeer, g.describe(msgs), st.Status)
+		return fmt.Errorf("%v", st.Status)
 	}
 	return nil
 }
 
-func (g *Group) describe(msgs []out) string {
+func (g *Group) describe(peers []int) string {
 	var b strings.Builder
-	for i, m := range msgs {
+	for i, p := range peers {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "rank %d (%s)", m.peer, g.peers[m.peer].name)
+		fmt.Fprintf(&b, "rank %d (%s)", p, g.peers[p].name)
 	}
 	return b.String()
 }

@@ -61,7 +61,12 @@ func (g *Group) Broadcast(buf []byte, root int, opts ...OpOption) (*Work, error)
 	if err := g.checkRank("broadcast root", root); err != nil {
 		return nil, err
 	}
-	return g.start(g.coll, func() error { return chooseBroadcast(g)(g, buf, root) }, opts)
+	return g.start(g.coll, func() error {
+		if err := g.needActive("broadcast root", root); err != nil {
+			return err
+		}
+		return chooseBroadcast(g)(g, buf, root)
+	}, opts)
 }
 
 // AllGather concatenates every rank's in, in rank order, into out.
@@ -85,7 +90,12 @@ func (g *Group) ReduceScatter(in, out []byte, count int, dt DType, op ReduceOp, 
 	if err := needBytes("reduce_scatter output", len(out), nb); err != nil {
 		return nil, err
 	}
-	return g.start(g.coll, func() error { return reduceScatterDirect(g, in[:g.size*nb], out[:nb], count, dt, op) }, opts)
+	return g.start(g.coll, func() error {
+		if err := g.needAllActive("reduce_scatter"); err != nil {
+			return err
+		}
+		return reduceScatterDirect(g, in[:g.size*nb], out[:nb], count, dt, op)
+	}, opts)
 }
 
 // AllToAll sends sendBytes[p] bytes of in (packed in rank order) to each
@@ -112,7 +122,12 @@ func (g *Group) AllToAll(in, out []byte, sendBytes, recvBytes []int, opts ...OpO
 		return nil, err
 	}
 	s, r := append([]int(nil), sendBytes...), append([]int(nil), recvBytes...)
-	return g.start(g.coll, func() error { return allToAllPairwise(g, in, out, s, r) }, opts)
+	return g.start(g.coll, func() error {
+		if err := g.needAllActive("all_to_all"); err != nil {
+			return err
+		}
+		return allToAllPairwise(g, in, out, s, r)
+	}, opts)
 }
 
 // Reduce reduces count elements of buf across the group into root's buf;
@@ -128,7 +143,12 @@ func (g *Group) Reduce(buf []byte, count int, dt DType, op ReduceOp, root int, o
 		return nil, err
 	}
 	buf = buf[:count*dt.Size()]
-	return g.start(g.coll, func() error { return reduceToRoot(g, buf, count, dt, op, root) }, opts)
+	return g.start(g.coll, func() error {
+		if err := g.needAllActive("reduce"); err != nil {
+			return err
+		}
+		return reduceToRoot(g, buf, count, dt, op, root)
+	}, opts)
 }
 
 // Gather concatenates every rank's in into root's out (ignored elsewhere).
@@ -142,7 +162,12 @@ func (g *Group) Gather(in, out []byte, root int, opts ...OpOption) (*Work, error
 		}
 		out = out[:g.size*len(in)]
 	}
-	return g.start(g.coll, func() error { return gatherToRoot(g, in, out, root) }, opts)
+	return g.start(g.coll, func() error {
+		if err := g.needAllActive("gather"); err != nil {
+			return err
+		}
+		return gatherToRoot(g, in, out, root)
+	}, opts)
 }
 
 // Scatter sends block p of root's in (size blocks of len(out)) to rank p.
@@ -156,7 +181,12 @@ func (g *Group) Scatter(in, out []byte, root int, opts ...OpOption) (*Work, erro
 		}
 		in = in[:g.size*len(out)]
 	}
-	return g.start(g.coll, func() error { return scatterFromRoot(g, in, out, root) }, opts)
+	return g.start(g.coll, func() error {
+		if err := g.needAllActive("scatter"); err != nil {
+			return err
+		}
+		return scatterFromRoot(g, in, out, root)
+	}, opts)
 }
 
 // Barrier completes on every rank once every rank has entered it.

@@ -1,10 +1,6 @@
 package backend
 
-import (
-	"fmt"
-
-	"github.com/mooncake-go/mooncake/transfer"
-)
+import "github.com/mooncake-go/mooncake/transfer"
 
 // Pull slots: a rank puts data once into one of its own nSlots pull slots,
 // sends each reader an empty message, and the readers copy the data
@@ -20,7 +16,7 @@ func (g *Group) pullSlot(k int) int { return int((g.collOps + uint64(k)) % nSlot
 func (g *Group) claimPull(s int) ([]byte, error) {
 	for p, seq := range g.pullLent[s] {
 		if seq > 0 {
-			if err := g.waitAtLeast(g.word(g.lay.flag(fAck, chColl, p)), seq, p, g.collTimeout()); err != nil {
+			if err := g.waitAtLeast(chColl, g.word(g.lay.flag(fAck, chColl, p)), seq, p, g.collTimeout()); err != nil {
 				return nil, err
 			}
 		}
@@ -56,14 +52,14 @@ func (g *Group) pullFrom(peer, s int, dst []byte) error {
 	addr := p.base + uint64(g.lay.pull(s))
 	ok, err := g.engine.AccessRemote(p.seg, addr, uint64(len(dst)), func(mem []byte) { copy(dst, mem) })
 	if err != nil {
-		return fmt.Errorf("%w: read from rank %d (%s): %v", ErrPeer, peer, p.name, err)
+		return peerFailure(peer, "read from rank %d (%s): %v", peer, p.name, err)
 	}
 	if ok || len(dst) == 0 {
 		return nil
 	}
 	st, sa := g.stage(chColl, peer)
 	req := []transfer.Request{{Opcode: transfer.OpRead, Source: sa, Target: p.seg, TargetOffset: addr, Length: uint64(len(dst))}}
-	if err := g.transfer(req, []out{{peer: peer}}); err != nil {
+	if err := g.transfer(req, []int{peer}); err != nil {
 		return err
 	}
 	copy(dst, st[:len(dst)])

@@ -24,6 +24,7 @@ func reduceToRoot(g *Group, buf []byte, count int, dt DType, op ReduceOp, root i
 			}
 			srcs[p] = s[:len(chunk)]
 		}
+		g.dirty = true
 		err := Reduce(chunk, srcs, dt, op, c)
 		g.release(chColl, others...)
 		if err != nil {

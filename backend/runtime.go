@@ -25,7 +25,11 @@ const CoordinatorKey = "coordinator_addr"
 const (
 	DefaultCollectiveTimeout = 10 * time.Second
 	DefaultP2PTimeout        = 10 * time.Second
-	defaultInitTimeout       = 300 * time.Second
+	// DefaultFaultWindow is the reconciliation window (upstream's 30 s). A
+	// window closes earlier once every active rank has synced or was
+	// reported failed; the full time only passes when a rank stays silent.
+	DefaultFaultWindow = 30 * time.Second
+	defaultInitTimeout = 300 * time.Second
 )
 
 // Runtime is the per-process state of the backend: the Transfer Engine all
@@ -45,6 +49,7 @@ type Runtime struct {
 
 	collTimeout atomic.Int64 // ns
 	p2pTimeout  atomic.Int64 // ns
+	faultWindow atomic.Int64 // ns
 }
 
 // NewRuntime returns a Runtime with upstream's defaults (host 127.0.0.1).
@@ -52,6 +57,7 @@ func NewRuntime() *Runtime {
 	rt := &Runtime{hostIP: "127.0.0.1"}
 	rt.collTimeout.Store(int64(DefaultCollectiveTimeout))
 	rt.p2pTimeout.Store(int64(DefaultP2PTimeout))
+	rt.faultWindow.Store(int64(DefaultFaultWindow))
 	return rt
 }
 
@@ -124,6 +130,16 @@ func (rt *Runtime) SetCollectiveTimeout(d time.Duration) error {
 		return fmt.Errorf("%w: collective timeout must be positive", ErrInvalid)
 	}
 	rt.collTimeout.Store(int64(d))
+	return nil
+}
+
+// SetFaultReconciliationWindow sets how long a failure reconciliation
+// waits at most for every active rank of the group to take part.
+func (rt *Runtime) SetFaultReconciliationWindow(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: reconciliation window must be positive", ErrInvalid)
+	}
+	rt.faultWindow.Store(int64(d))
 	return nil
 }
 

@@ -18,7 +18,8 @@ var directAllReduceMax = envBytes("MC_PG_DIRECT_MAX", 64<<10)
 var forcedAllReduce = os.Getenv("MC_PG_ALLREDUCE_ALGO")
 
 func chooseAllReduce(g *Group, nbytes int) allReduceFn {
-	if g.size == 1 {
+	n := len(g.act) // active ranks
+	if n == 1 {
 		return allReduceLocal
 	}
 	switch forcedAllReduce {
@@ -31,10 +32,10 @@ func chooseAllReduce(g *Group, nbytes int) allReduceFn {
 	case "rspull":
 		return allReduceRSPull
 	}
-	if nbytes <= min(directAllReduceMax, g.SlotBytes()) || g.size == 2 && nbytes <= g.SlotBytes() {
+	if nbytes <= min(directAllReduceMax, g.SlotBytes()) || n == 2 && nbytes <= g.SlotBytes() {
 		return allReduceDirect
 	}
-	if g.size == 2 { // pulling saves nothing between two ranks
+	if n == 2 { // pulling saves nothing between two ranks
 		return allReduceRSAG
 	}
 	return allReduceRSPull
@@ -45,7 +46,7 @@ type broadcastFn func(g *Group, buf []byte, root int) error
 // chooseBroadcast: with two ranks pushing and pulling cost the same (one
 // copy on each side); from three on, pulling saves the root n-2 copies.
 func chooseBroadcast(g *Group) broadcastFn {
-	if g.size <= 2 {
+	if len(g.act) <= 2 {
 		return broadcastOneToAll
 	}
 	return broadcastPull

@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -29,7 +28,9 @@ const (
 )
 
 // waitAtLeast waits until *w >= want. peer is the rank whose write it is.
-func (g *Group) waitAtLeast(w *uint64, want uint64, peer int, timeout time.Duration) error {
+// A wait of the collective channel gives up (errAborted) when a failure
+// reconciliation of the group is pending (faults.go).
+func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout time.Duration) error {
 	if atomic.LoadUint64(w) >= want {
 		return nil
 	}
@@ -52,10 +53,13 @@ func (g *Group) waitAtLeast(w *uint64, want uint64, peer int, timeout time.Durat
 		if g.closed.Load() {
 			return ErrClosed
 		}
+		if ch == chColl && g.abortBelow.Load() > g.collEpoch {
+			return errAborted
+		}
 		if now := time.Now(); now.After(deadline) {
 			if err := g.probe(peer); err != nil {
-				return fmt.Errorf("%w: rank %d (%s) stopped answering after %v: %v",
-					ErrPeer, peer, g.peers[peer].name, now.Sub(start).Round(time.Millisecond), err)
+				return peerFailure(peer, "rank %d (%s) stopped answering after %v: %v",
+					peer, g.peers[peer].name, now.Sub(start).Round(time.Millisecond), err)
 			}
 			deadline = now.Add(timeout)
 		}

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -11,6 +12,52 @@ type Work struct {
 	mu   sync.Mutex
 	err  error
 	cbs  []func(error)
+	// failed marks the peers (in-group ranks) that failed during the op;
+	// lost: this rank itself was left out of the group during the op. Both
+	// set before completion (faults.go).
+	failed []int
+	lost   bool
+}
+
+// FailedRanks lists the peers that failed during the op (ascending; empty
+// when none did). Valid once Completed.
+func (w *Work) FailedRanks() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.failed)
+}
+
+// LocalSuccess reports whether the op ran with every peer it started with:
+// false when a peer failed during it (the op then completed without them)
+// or this rank was left out of the group during it.
+func (w *Work) LocalSuccess() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err == nil && len(w.failed) == 0 && !w.lost
+}
+
+// Lost reports whether this rank was left out of the group during the op.
+func (w *Work) Lost() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lost
+}
+
+func (w *Work) markLost() {
+	w.mu.Lock()
+	w.lost = true
+	w.mu.Unlock()
+}
+
+func (w *Work) markFailed(ranks []int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range ranks {
+		if !slices.Contains(w.failed, r) {
+			w.failed = append(w.failed, r)
+		}
+	}
+	slices.Sort(w.failed)
 }
 
 func newWork() *Work { return &Work{done: make(chan struct{})} }

@@ -6,7 +6,7 @@ package main
 
 typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key, const char *value, uint64_t len);
 typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf, uint64_t cap, int64_t timeout_ms);
-typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message);
+typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message, uint64_t failed);
 
 typedef struct mc_pg_op {
 	int32_t kind;
@@ -29,8 +29,8 @@ static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const 
 static int64_t mc_pg_call_get(mc_pg_store_get_fn f, void *ctx, const char *k, char *buf, uint64_t cap, int64_t ms) {
 	return f(ctx, k, buf, cap, ms);
 }
-static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg) {
-	f(ctx, st, msg);
+static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg, uint64_t failed) {
+	f(ctx, st, msg, failed);
 }
 */
 import "C"
@@ -141,6 +141,14 @@ func mc_pg_set_p2p_timeout_us(us C.int64_t, errOut **C.char) C.int {
 	return pgOK
 }
 
+//export mc_pg_set_fault_reconciliation_window_us
+func mc_pg_set_fault_reconciliation_window_us(us C.int64_t, errOut **C.char) C.int {
+	if err := pgRuntime.SetFaultReconciliationWindow(time.Duration(us) * time.Microsecond); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
 // cStore adapts the caller's store callbacks to backend.Store.
 type cStore struct {
 	ctx unsafe.Pointer
@@ -172,16 +180,20 @@ func (s cStore) Get(key string, timeout time.Duration) ([]byte, error) {
 	return C.GoBytes(buf, C.int(n)), nil
 }
 
+// Group flags of mc_pg_group_create.
+const groupFlagManual = 1
+
 //export mc_pg_group_create
 func mc_pg_group_create(rank, size C.int, groupID *C.char, storeCtx unsafe.Pointer,
-	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, errOut **C.char) C.uint64_t {
+	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) C.uint64_t {
 	if set == nil || get == nil {
 		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
 		return 0
 	}
 	g, err := pgRuntime.NewGroup(backend.GroupConfig{
 		Rank: int(rank), Size: int(size), GroupID: C.GoString(groupID),
-		Store: cStore{ctx: storeCtx, set: set, get: get},
+		Store:  cStore{ctx: storeCtx, set: set, get: get},
+		Manual: flags&groupFlagManual != 0,
 	})
 	if err != nil {
 		pgFail(err, errOut)
@@ -195,6 +207,40 @@ func mc_pg_group_destroy(group C.uint64_t) {
 	if g, ok := pgGroups.take(uint64(group)); ok {
 		g.Close()
 	}
+}
+
+//export mc_pg_group_view
+func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uint64_t) C.int {
+	g, ok := pgGroups.get(uint64(group))
+	if !ok {
+		return -1
+	}
+	v := g.View()
+	if active != nil && n > 0 {
+		out := unsafe.Slice(active, int(n))
+		for i := range out {
+			out[i] = 0
+			if i < len(v.Active) && v.Active[i] {
+				out[i] = 1
+			}
+		}
+	}
+	if epoch != nil {
+		*epoch = C.uint64_t(v.Epoch)
+	}
+	return C.int(len(v.Active))
+}
+
+//export mc_pg_inject_link_failure
+func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut **C.char) C.int {
+	g, ok := pgGroups.get(uint64(group))
+	if !ok {
+		return pgFail(fmt.Errorf("%w: unknown process group handle %d", backend.ErrClosed, group), errOut)
+	}
+	if err := g.InjectLinkFailure(int(peer), fail != 0); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
 }
 
 //export mc_pg_group_slot_bytes
@@ -292,13 +338,22 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx un
 		return pgFail(err, errOut)
 	}
 	w.OnDone(func(err error) {
+		var failed uint64
+		for _, r := range w.FailedRanks() {
+			if r < 64 {
+				failed |= 1 << r
+			}
+		}
+		if w.Lost() && g.Rank() < 64 { // this rank itself was left out
+			failed |= 1 << g.Rank()
+		}
 		if err == nil {
-			C.mc_pg_call_done(done, ctx, pgOK, nil)
+			C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed))
 			return
 		}
 		msg := C.CString(err.Error())
 		defer C.free(unsafe.Pointer(msg))
-		C.mc_pg_call_done(done, ctx, pgStatus(err), msg)
+		C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed))
 	})
 	return pgOK
 }

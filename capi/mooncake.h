@@ -237,8 +237,13 @@ typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf,
 
 /* Completion callback of a submitted op: called exactly once, with the
  * status and (if it failed) a message valid only during the call, on a
- * runtime thread (or on the submitting thread if the op completed first). */
-typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message);
+ * runtime thread (or on the submitting thread if the op completed first).
+ * failed has bit r set for each in-group rank r that failed during the op
+ * (the caller's own bit: it was itself left out of the group): a peer's
+ * death does not fail the op (status 0); the op completed without it
+ * (docs/collectives.md, "Fault tolerance"). */
+typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message,
+                              uint64_t failed);
 
 /* Op kinds (mc_pg_op.kind). */
 enum {
@@ -288,17 +293,35 @@ int mc_pg_set_device_filter(const char *const *names, int n, char **err);
 int mc_pg_set_transfer_engine(uint64_t engine, char **err);
 int mc_pg_set_collective_timeout_us(int64_t us, char **err);
 int mc_pg_set_p2p_timeout_us(int64_t us, char **err);
+/* How long a failure reconciliation waits at most for every active rank of
+ * the group (default 30 s; it ends as soon as all took part). */
+int mc_pg_set_fault_reconciliation_window_us(int64_t us, char **err);
+
+/* mc_pg_group_create flags: auto_deactivate_on_failure off (a failed peer
+ * is left out of the op it failed in but stays in the active mask). */
+#define MC_PG_GROUP_MANUAL 1
 
 /* Join group group_id as rank of size: the first group of the process
  * bootstraps through the store (rank 0 publishes "coordinator_addr").
  * Blocks until every rank joined (MC_PG_INIT_TIMEOUT, default 300 s).
- * Returns the group handle, or 0 with *err set. */
+ * flags: MC_PG_GROUP_MANUAL or 0. Returns the group handle, or 0 with *err
+ * set. */
 uint64_t mc_pg_group_create(int rank, int size, const char *group_id,
                             void *store_ctx, mc_pg_store_set_fn set,
-                            mc_pg_store_get_fn get, char **err);
+                            mc_pg_store_get_fn get, int32_t flags, char **err);
+
+/* The group's membership view: writes 1 (active) or 0 for each of the
+ * first n slots into active (if non-NULL) and the epoch into *epoch (if
+ * non-NULL). Returns the number of slots, or -1 for an unknown handle. */
+int mc_pg_group_view(uint64_t group, int32_t *active, int n, uint64_t *epoch);
 
 /* Destroy a group: queued ops complete with -3. */
 void mc_pg_group_destroy(uint64_t group);
+
+/* Test only: make this rank's transfers to in-group rank peer fail (fail
+ * != 0: as a broken link would) or work again. Refused unless the
+ * environment has MC_TE_FAULT_INJECTION=1. */
+int mc_pg_inject_link_failure(uint64_t group, int peer, int fail, char **err);
 
 /* Size in bytes of the group's collective slots (staging chunk), or -1. */
 int64_t mc_pg_group_slot_bytes(uint64_t group);

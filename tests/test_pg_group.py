@@ -39,9 +39,15 @@ def case_registration_and_options(rank: int, world: int, port: int) -> None:
     assert dist.Backend._plugins["MOONCAKE-CPU"].extended_api
     assert dist.Backend.backend_capability["mooncake"] == ["cpu", "cuda"]
     assert dist.Backend.backend_capability["mooncake-cpu"] == ["cpu"]
+    # Default-mode fault tolerance is there (tests/test_pg_faults.py); manual
+    # membership and the elastic paths are not.
     for name in ("get_active_ranks", "get_failed_ranks_hint", "get_local_success",
-                 "get_current_epoch"):
-        assert not hasattr(pg, name), f"{name} exists but membership is not implemented"
+                 "get_current_epoch", "set_fault_reconciliation_window_us"):
+        assert callable(getattr(pg, name)), name
+    for name in ("sync_after_failure", "deactivate_ranks", "activate_ranks", "recover_ranks",
+                 "join_group", "get_peer_state", "get_num_synced_ranks",
+                 "extend_group_size_to", "ProposalStatus", "SyncAfterFailureStatus"):
+        assert not hasattr(pg, name), f"{name} exists but is not implemented"
 
     # All upstream constructors; tensor forms take precedence over int forms.
     Opts = pg.MooncakeBackendOptions

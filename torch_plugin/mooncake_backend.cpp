@@ -40,9 +40,9 @@ int64_t storeGet(void* ctx, const char* key, char* buf, uint64_t cap,
 
 // ---- completion --------------------------------------------------------
 
-void onDone(void* ctx, int status, const char* message) {
+void onDone(void* ctx, int status, const char* message, uint64_t failed) {
   auto* work = static_cast<MooncakeWork*>(ctx);
-  work->complete(status, message);
+  work->complete(status, message, failed);
   c10::raw::intrusive_ptr::decref(work);  // the reference submit() gave us
 }
 
@@ -134,12 +134,29 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture(
 MooncakeWork::MooncakeWork(int rank, c10d::OpType type,
                            std::vector<at::Tensor> outputs,
                            std::vector<at::Tensor> keepAlive,
-                           std::function<void()> post)
+                           std::function<void()> post,
+                           MooncakeBackend* backend, int maxGroupSize)
     : Work(rank, type),
       outputs_(std::move(outputs)),
       keepAlive_(std::move(keepAlive)),
       post_(std::move(post)),
-      future_(makeFuture(outputs_)) {}
+      future_(makeFuture(outputs_)),
+      backend_(backend),
+      maxGroupSize_(maxGroupSize) {}
+
+at::Tensor MooncakeWork::failedRanksHint() const {
+  auto hint = at::zeros({maxGroupSize_}, at::TensorOptions().dtype(at::kInt));
+  const uint64_t failed = failed_.load();
+  auto* p = hint.data_ptr<int32_t>();
+  for (int r = 0; r < maxGroupSize_ && r < 64; r++) {
+    p[r] = (failed >> r) & 1;
+  }
+  return hint;
+}
+
+bool MooncakeWork::localSuccess() const {
+  return ok_.load() && failed_.load() == 0;
+}
 
 c10::intrusive_ptr<c10::ivalue::Future> MooncakeWork::getFuture() {
   return future_;
@@ -148,9 +165,15 @@ c10::intrusive_ptr<c10::ivalue::Future> MooncakeWork::getFuture() {
 std::vector<at::Tensor> MooncakeWork::result() { return outputs_; }
 
 
-void MooncakeWork::complete(int status, const char* message) {
+void MooncakeWork::complete(int status, const char* message,
+                            uint64_t failed) {
+  failed_.store(failed);
+  ok_.store(status == 0);
   std::exception_ptr err;
   try {
+    if (backend_ != nullptr) {
+      backend_->refreshMirror();
+    }
     TORCH_CHECK(status == 0, c10d::opTypeToString(opType_),
                 " failed: ", message ? message : "unknown error",
                 " (status ", status, ")");
@@ -191,6 +214,7 @@ MooncakeBackend::MooncakeBackend(
   }
   const int maxSize =
       options_->maxGroupSize_ <= 0 ? size_ : options_->maxGroupSize_;
+  maxSize_ = maxSize;
   TORCH_CHECK(size_ <= maxSize && maxSize <= kMaxGroupSize,
               "Mooncake backend: need group_size (", size_,
               ") <= max_group_size (", maxSize, ") <= ", kMaxGroupSize);
@@ -226,8 +250,10 @@ MooncakeBackend::MooncakeBackend(
   char* err = nullptr;
   {
     pybind11::gil_scoped_release noGil;
-    group_ = mc_pg_group_create(rank_, size_, opts.group_id.c_str(),
-                                opts.store.get(), &storeSet, &storeGet, &err);
+    group_ = mc_pg_group_create(
+        rank_, size_, opts.group_id.c_str(), opts.store.get(), &storeSet,
+        &storeGet,
+        options_->autoDeactivateOnFailure_ ? 0 : MC_PG_GROUP_MANUAL, &err);
   }
   TORCH_CHECK(group_ != 0, "Mooncake backend: creating group '",
               opts.group_id, "' failed: ", takeError(err));
@@ -236,6 +262,39 @@ MooncakeBackend::MooncakeBackend(
   if (active.numel() > size_) {
     active.flatten().narrow(0, size_, active.numel() - size_).fill_(0);
   }
+}
+
+void MooncakeBackend::refreshMirror() {
+  std::lock_guard<std::mutex> lock(mirrorMu_);
+  uint64_t epoch = 0;
+  if (mc_pg_group_view(group_, nullptr, 0, &epoch) < 0 ||
+      epoch == mirrorEpoch_) {
+    return;  // the common case: one call, no allocation
+  }
+  auto view = at::zeros({maxSize_}, at::TensorOptions().dtype(at::kInt));
+  if (mc_pg_group_view(group_, view.data_ptr<int32_t>(), maxSize_, &epoch) <
+      0) {
+    return;
+  }
+  mirrorEpoch_ = epoch;
+  uint64_t mask = 0;
+  const auto* v = view.data_ptr<int32_t>();
+  for (int i = 0; i < maxSize_ && i < 64; i++) {
+    mask |= static_cast<uint64_t>(v[i] != 0) << i;
+  }
+  activeMask_.store(mask);
+  options_->activeRanks_.flatten().narrow(0, 0, maxSize_).copy_(view);
+}
+
+at::Tensor MooncakeBackend::activeRanks() {
+  refreshMirror();
+  return options_->activeRanks_;
+}
+
+uint64_t MooncakeBackend::currentEpoch() {
+  refreshMirror();
+  std::lock_guard<std::mutex> lock(mirrorMu_);
+  return mirrorEpoch_;
 }
 
 MooncakeBackend::~MooncakeBackend() {
@@ -297,7 +356,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::submit(const char* name,
   }
   auto work = c10::make_intrusive<MooncakeWork>(
       rank_, op.type, std::move(op.outputs), std::move(op.keep),
-      std::move(post));
+      std::move(post), this, maxSize_);
   MooncakeWork* raw = work.get();
   c10::raw::intrusive_ptr::incref(raw);  // released by onDone
   char* err = nullptr;
@@ -392,9 +451,13 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
                           input.options().device(at::kCPU));
   op.keep.push_back(packed);
   op.outputs = outs;
-  op.post.emplace_back([outs, packed, n = input.numel()]() mutable {
+  // Slots inactive when the op completes were not gathered: their outputs
+  // keep what the caller put there (upstream).
+  op.post.emplace_back([outs, packed, n = input.numel(), this]() mutable {
     for (size_t i = 0; i < outs.size(); i++) {
-      outs[i].copy_(packed.narrow(0, i * n, n).view(outs[i].sizes()));
+      if (slotActive(static_cast<int>(i))) {
+        outs[i].copy_(packed.narrow(0, i * n, n).view(outs[i].sizes()));
+      }
     }
   });
   op.c.kind = MC_PG_ALLGATHER;

@@ -12,7 +12,9 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,23 +35,38 @@ struct MooncakeBackendOptions : c10d::Backend::Options {
   bool autoSyncOnFailure_ = true;
 };
 
+class MooncakeBackend;
+
 // Work completed by the Go runtime's callback. Post-processing (copying a
 // packed or staged result back into the caller's tensors) runs before the
-// Work is marked complete and before its Future is.
+// Work is marked complete and before its Future is; so does the update of
+// the backend's active_ranks mirror (a view a failure changed is visible
+// when the op returns).
 class MooncakeWork : public c10d::Work {
  public:
   MooncakeWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-               std::vector<at::Tensor> keepAlive, std::function<void()> post);
+               std::vector<at::Tensor> keepAlive, std::function<void()> post,
+               MooncakeBackend* backend, int maxGroupSize);
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
-  // Called once, from libmooncake's completion callback.
-  void complete(int status, const char* message);
+  // Called once, from libmooncake's completion callback. failed: bit r set
+  // for each in-group rank that failed during the op.
+  void complete(int status, const char* message, uint64_t failed);
+  // int32[max_group_size], in-group indexed: 1 for the ranks that failed
+  // during the op (valid once completed).
+  at::Tensor failedRanksHint() const;
+  // The op completed with every peer it started with.
+  bool localSuccess() const;
 
  private:
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;
   std::function<void()> post_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  MooncakeBackend* backend_;  // outlives the Work's completion
+  int maxGroupSize_;
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<bool> ok_{false};
 };
 
 class MooncakeBackend : public c10d::Backend {
@@ -63,7 +80,16 @@ class MooncakeBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
     return options_;
   }
-  at::Tensor activeRanks() const { return options_->activeRanks_; }
+  // The active_ranks mirror, refreshed from the group's current view.
+  at::Tensor activeRanks();
+  // The epoch of the view last applied.
+  uint64_t currentEpoch();
+  // Writes the group's current view into the mirror if it changed.
+  void refreshMirror();
+  // The libmooncake group handle.
+  uint64_t groupHandle() const { return group_; }
+  // Whether slot i is active in the view last applied (host-side copy).
+  bool slotActive(int i) const { return (activeMask_.load() >> i) & 1; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -117,7 +143,11 @@ class MooncakeBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> submit(const char* name, Op& op);
 
   uint64_t group_ = 0;
+  int maxSize_ = 0;
   c10::intrusive_ptr<MooncakeBackendOptions> options_;
+  std::mutex mirrorMu_;
+  uint64_t mirrorEpoch_ = 0;
+  std::atomic<uint64_t> activeMask_{~0ull};
 };
 
 // The creators registered with torch.distributed (extended API).

@@ -1,6 +1,7 @@
 // pybind11 module mooncake._pg_ext: the creators of the backends, the
 // MooncakeBackendOptions class and the module functions of mooncake.pg.
 // Registration with torch.distributed happens in python/mooncake/pg.py.
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/python.h>
 #include <torch/version.h>
 
@@ -11,7 +12,9 @@ extern "C" {
 }
 
 namespace py = pybind11;
+using mooncake_pg::MooncakeBackend;
 using mooncake_pg::MooncakeBackendOptions;
+using mooncake_pg::MooncakeWork;
 
 namespace {
 
@@ -40,6 +43,16 @@ c10::intrusive_ptr<MooncakeBackendOptions> makeOptions(
   o->autoDeactivateOnFailure_ = autoDeactivate;
   o->autoSyncOnFailure_ = autoSync;
   return o;
+}
+
+// The Mooncake backend of a ProcessGroup (its CPU backend: "mooncake"
+// serves both devices with one backend).
+MooncakeBackend* backendOf(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto b = pg->getBackend(c10::DeviceType::CPU);
+  auto* m = dynamic_cast<MooncakeBackend*>(b.get());
+  TORCH_CHECK(m != nullptr, "not a Mooncake process group (backend ",
+              b->getBackendName(), ")");
+  return m;
 }
 
 }  // namespace
@@ -149,4 +162,53 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         check("set_p2p_timeout_us", st, err);
       },
       py::arg("timeout_us"));
+  m.def(
+      "set_fault_reconciliation_window_us",
+      [](int64_t us) {
+        char* err = nullptr;
+        int st = mc_pg_set_fault_reconciliation_window_us(us, &err);
+        check("set_fault_reconciliation_window_us", st, err);
+      },
+      py::arg("window_us"));
+  m.def(
+      "get_active_ranks",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        return backendOf(pg)->activeRanks();
+      },
+      py::arg("backend"));
+  m.def(
+      "get_current_epoch",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        return backendOf(pg)->currentEpoch();
+      },
+      py::arg("backend"));
+  m.def(
+      "get_failed_ranks_hint",
+      [](const c10::intrusive_ptr<c10d::Work>& work) -> py::object {
+        auto* w = dynamic_cast<MooncakeWork*>(work.get());
+        if (w == nullptr) {
+          return py::none();
+        }
+        return py::cast(w->failedRanksHint());
+      },
+      py::arg("work"));
+  m.def(
+      "get_local_success",
+      [](const c10::intrusive_ptr<c10d::Work>& work) {
+        auto* w = dynamic_cast<MooncakeWork*>(work.get());
+        return w != nullptr && w->isCompleted() && w->localSuccess();
+      },
+      py::arg("work"));
+  // Test only (MC_TE_FAULT_INJECTION=1): break or repair this rank's link
+  // to an in-group peer.
+  m.def(
+      "_inject_link_failure",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int peer,
+         bool fail) {
+        char* err = nullptr;
+        int st = mc_pg_inject_link_failure(backendOf(pg)->groupHandle(), peer,
+                                           fail ? 1 : 0, &err);
+        check("_inject_link_failure", st, err);
+      },
+      py::arg("backend"), py::arg("peer"), py::arg("fail") = true);
 }

@@ -32,7 +32,14 @@ type Engine struct {
 	rpcLn   net.Listener
 	dataLn  net.Listener
 	closeMu sync.Mutex
-	closed  bool
+	// ctlMu orders uses of the control page (ctl) against Close unmapping
+	// it: a handshake served while the engine closes must not touch it.
+	ctlMu     sync.Mutex
+	ctlClosed bool
+	// Test-only injected link failures (faultinject.go), by peer name.
+	faultMu     sync.Mutex
+	brokenLinks map[string]bool
+	closed      bool
 
 	segMu    sync.Mutex
 	segs     map[string]*remoteSegment
@@ -189,7 +196,10 @@ func (e *Engine) Close() error {
 		}
 	}
 	if e.ctl != nil {
+		e.ctlMu.Lock()
+		e.ctlClosed = true
 		e.ctl.close()
+		e.ctlMu.Unlock()
 	}
 	return nil
 }
@@ -223,9 +233,13 @@ func (e *Engine) descriptor() *SegmentDesc {
 		Buffers:         []BufferDesc{},
 	}
 	if e.ctl != nil {
-		d.HostID, d.PID = localHostID(), os.Getpid()
-		d.CtlFD, d.CtlInode = e.ctl.fd, e.ctl.inode
-		d.Version = e.ctl.version().Load()
+		e.ctlMu.Lock()
+		if !e.ctlClosed {
+			d.HostID, d.PID = localHostID(), os.Getpid()
+			d.CtlFD, d.CtlInode = e.ctl.fd, e.ctl.inode
+			d.Version = e.ctl.version().Load()
+		}
+		e.ctlMu.Unlock()
 	}
 	for i, r := range e.reg.inOrder() {
 		if r.localOnly {
@@ -336,7 +350,11 @@ func firstErr(a, b error) error {
 // bumpVersion tells same-host peers that cached descriptors are stale.
 func (e *Engine) bumpVersion() {
 	if e.ctl != nil {
-		e.ctl.version().Add(1)
+		e.ctlMu.Lock()
+		if !e.ctlClosed {
+			e.ctl.version().Add(1)
+		}
+		e.ctlMu.Unlock()
 	}
 }
 
@@ -400,6 +418,9 @@ func (e *Engine) SendNotify(target string, n Notify) error {
 
 // Probe checks that the segment named target answers its handshake port.
 func (e *Engine) Probe(target string) error {
+	if err := e.linkBroken(target); err != nil {
+		return err
+	}
 	s, err := e.openSegment(target)
 	if err != nil {
 		return err

@@ -66,6 +66,9 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 		if segs[i], err = e.segment(r.Target); err != nil {
 			return err
 		}
+		if err := e.linkBroken(segs[i].name); err != nil {
+			return err
+		}
 	}
 	deadline := time.Now().Add(e.cfg.TransferTimeout)
 	tasks, err := b.add(reqs, deadline)

@@ -91,6 +91,9 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 	if err != nil {
 		return false, err
 	}
+	if err := e.linkBroken(s.name); err != nil {
+		return false, err
+	}
 	if s.name == e.name {
 		r := e.reg.acquire(uintptr(addr), length)
 		if r == nil {

@@ -134,3 +134,93 @@ func TestAccessRemoteOverTCPFallsBack(t *testing.T) {
 		t.Fatal("WakeWord over TCP reported delivery")
 	}
 }
+
+// Close while peers handshake and probe (a process dying in the middle of
+// a collective): descriptors built concurrently must not touch the
+// unmapped control page.
+func TestCloseDuringHandshakes(t *testing.T) {
+	for range 5 {
+		a, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.AllocateManagedBuffer(4096); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 200 {
+				_, _ = a.descriptorJSON()
+				a.bumpVersion()
+			}
+		}()
+		time.Sleep(50 * time.Microsecond)
+		a.Close()
+		<-done
+	}
+}
+
+// An injected link failure fails transfers, direct access and probes to
+// that peer only, and is refused without MC_TE_FAULT_INJECTION=1.
+func TestInjectLinkFailure(t *testing.T) {
+	a, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dst, err := b.AllocateManagedBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := a.AllocateManagedBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := a.OpenSegment(b.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(FaultInjectionEnv, "0")
+	if err := a.InjectLinkFailure(b.Name(), true); err == nil {
+		t.Fatal("injection accepted without the environment switch")
+	}
+	t.Setenv(FaultInjectionEnv, "1")
+	if err := a.InjectLinkFailure(b.Name(), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AccessRemote(h, uint64(dst), 8, func([]byte) {}); err == nil {
+		t.Error("direct access through a broken link succeeded")
+	}
+	if err := a.Probe(b.Name()); err == nil {
+		t.Error("probe through a broken link succeeded")
+	}
+	id, err := a.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := []Request{{Opcode: OpWrite, Source: src, Target: h, TargetOffset: uint64(dst), Length: 8}}
+	if err := a.SubmitTransfer(id, req); err == nil {
+		t.Error("transfer through a broken link was submitted")
+	}
+	if err := b.Probe(a.Name()); err != nil {
+		t.Errorf("the other direction broke too: %v", err)
+	}
+	if err := a.InjectLinkFailure(b.Name(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Probe(b.Name()); err != nil {
+		t.Errorf("probe after repairing the link: %v", err)
+	}
+	if err := a.SubmitTransfer(id, req); err != nil {
+		t.Errorf("transfer after repairing the link: %v", err)
+	}
+	if _, err := a.WaitBatch(id); err != nil {
+		t.Error(err)
+	}
+}

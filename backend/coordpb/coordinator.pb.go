@@ -93,7 +93,8 @@ type JoinRequest struct {
 	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`                     // in-group rank
 	Size          int32                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`                     // group size
 	Endpoint      *Endpoint              `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Layout        string                 `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"` // buffer layout parameters; must match on all ranks
+	Layout        string                 `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"`  // buffer layout parameters; must match on all ranks
+	Manual        bool                   `protobuf:"varint,6,opt,name=manual,proto3" json:"manual,omitempty"` // auto_deactivate_on_failure off: failures leave the mask as it is
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -163,6 +164,13 @@ func (x *JoinRequest) GetLayout() string {
 	return ""
 }
 
+func (x *JoinRequest) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
 type JoinResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoints     []*Endpoint            `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"` // indexed by in-group rank
@@ -207,6 +215,343 @@ func (x *JoinResponse) GetEndpoints() []*Endpoint {
 	return nil
 }
 
+// View is a group's membership as ranks apply it.
+type View struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Active        []bool                 `protobuf:"varint,2,rep,packed,name=active,proto3" json:"active,omitempty"` // per slot (in-group rank)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *View) Reset() {
+	*x = View{}
+	mi := &file_coordinator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *View) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*View) ProtoMessage() {}
+
+func (x *View) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use View.ProtoReflect.Descriptor instead.
+func (*View) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *View) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *View) GetActive() []bool {
+	if x != nil {
+		return x.Active
+	}
+	return nil
+}
+
+// SyncRequest: a rank's op hit a failure (failed lists the peers it saw
+// fail; empty when it only aborted because a reconciliation is pending).
+type SyncRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"` // the rank's current epoch
+	Failed        []int32                `protobuf:"varint,4,rep,packed,name=failed,proto3" json:"failed,omitempty"`
+	Clean         bool                   `protobuf:"varint,5,opt,name=clean,proto3" json:"clean,omitempty"`                       // the op's buffers are untouched: it can run again
+	WindowUs      int64                  `protobuf:"varint,6,opt,name=window_us,json=windowUs,proto3" json:"window_us,omitempty"` // reconciliation window, if this sync opens one
+	Op            uint64                 `protobuf:"varint,7,opt,name=op,proto3" json:"op,omitempty"`                             // index (in the epoch) of the collective the rank completes next
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncRequest) Reset() {
+	*x = SyncRequest{}
+	mi := &file_coordinator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncRequest) ProtoMessage() {}
+
+func (x *SyncRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
+func (*SyncRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SyncRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *SyncRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *SyncRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SyncRequest) GetFailed() []int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+func (x *SyncRequest) GetClean() bool {
+	if x != nil {
+		return x.Clean
+	}
+	return false
+}
+
+func (x *SyncRequest) GetWindowUs() int64 {
+	if x != nil {
+		return x.WindowUs
+	}
+	return 0
+}
+
+func (x *SyncRequest) GetOp() uint64 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+type SyncResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        int32                  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"` // 0 no pending, 1 reconciled, 2 rejected (backend.SyncStatus)
+	View          *View                  `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
+	Excluded      []int32                `protobuf:"varint,3,rep,packed,name=excluded,proto3" json:"excluded,omitempty"`
+	Retry         bool                   `protobuf:"varint,4,opt,name=retry,proto3" json:"retry,omitempty"`
+	Diverged      bool                   `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"` // the ranks were at different collectives: the group cannot go on
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncResponse) Reset() {
+	*x = SyncResponse{}
+	mi := &file_coordinator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncResponse) ProtoMessage() {}
+
+func (x *SyncResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
+func (*SyncResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SyncResponse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *SyncResponse) GetView() *View {
+	if x != nil {
+		return x.View
+	}
+	return nil
+}
+
+func (x *SyncResponse) GetExcluded() []int32 {
+	if x != nil {
+		return x.Excluded
+	}
+	return nil
+}
+
+func (x *SyncResponse) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
+func (x *SyncResponse) GetDiverged() bool {
+	if x != nil {
+		return x.Diverged
+	}
+	return false
+}
+
+// WatchRequest waits until the group's epoch passes `epoch`, or (unless
+// skip_pending) a reconciliation window opens at that epoch.
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	SkipPending   bool                   `protobuf:"varint,3,opt,name=skip_pending,json=skipPending,proto3" json:"skip_pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_coordinator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetSkipPending() bool {
+	if x != nil {
+		return x.SkipPending
+	}
+	return false
+}
+
+type WatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pending       bool                   `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_coordinator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WatchResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
+}
+
 var File_coordinator_proto protoreflect.FileDescriptor
 
 const file_coordinator_proto_rawDesc = "" +
@@ -216,16 +561,43 @@ const file_coordinator_proto_rawDesc = "" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
 	"\x06buffer\x18\x02 \x01(\x04R\x06buffer\x12\x1d\n" +
 	"\n" +
-	"buffer_len\x18\x03 \x01(\x04R\tbufferLen\"\x9e\x01\n" +
+	"buffer_len\x18\x03 \x01(\x04R\tbufferLen\"\xb6\x01\n" +
 	"\vJoinRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x05R\x04size\x124\n" +
 	"\bendpoint\x18\x04 \x01(\v2\x18.mooncake.pg.v1.EndpointR\bendpoint\x12\x16\n" +
-	"\x06layout\x18\x05 \x01(\tR\x06layout\"F\n" +
+	"\x06layout\x18\x05 \x01(\tR\x06layout\x12\x16\n" +
+	"\x06manual\x18\x06 \x01(\bR\x06manual\"F\n" +
 	"\fJoinResponse\x126\n" +
-	"\tendpoints\x18\x01 \x03(\v2\x18.mooncake.pg.v1.EndpointR\tendpoints2P\n" +
+	"\tendpoints\x18\x01 \x03(\v2\x18.mooncake.pg.v1.EndpointR\tendpoints\"4\n" +
+	"\x04View\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06active\x18\x02 \x03(\bR\x06active\"\xad\x01\n" +
+	"\vSyncRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06failed\x18\x04 \x03(\x05R\x06failed\x12\x14\n" +
+	"\x05clean\x18\x05 \x01(\bR\x05clean\x12\x1b\n" +
+	"\twindow_us\x18\x06 \x01(\x03R\bwindowUs\x12\x0e\n" +
+	"\x02op\x18\a \x01(\x04R\x02op\"\x9e\x01\n" +
+	"\fSyncResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12(\n" +
+	"\x04view\x18\x02 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1a\n" +
+	"\bexcluded\x18\x03 \x03(\x05R\bexcluded\x12\x14\n" +
+	"\x05retry\x18\x04 \x01(\bR\x05retry\x12\x1a\n" +
+	"\bdiverged\x18\x05 \x01(\bR\bdiverged\"b\n" +
+	"\fWatchRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
+	"\fskip_pending\x18\x03 \x01(\bR\vskipPending\"?\n" +
+	"\rWatchResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\apending\x18\x02 \x01(\bR\apending2\xd9\x01\n" +
 	"\vCoordinator\x12A\n" +
+	"\x04Sync\x12\x1b.mooncake.pg.v1.SyncRequest\x1a\x1c.mooncake.pg.v1.SyncResponse\x12D\n" +
+	"\x05Watch\x12\x1c.mooncake.pg.v1.WatchRequest\x1a\x1d.mooncake.pg.v1.WatchResponse\x12A\n" +
 	"\x04Join\x12\x1b.mooncake.pg.v1.JoinRequest\x1a\x1c.mooncake.pg.v1.JoinResponseB1Z/github.com/mooncake-go/mooncake/backend/coordpbb\x06proto3"
 
 var (
@@ -240,22 +612,32 @@ func file_coordinator_proto_rawDescGZIP() []byte {
 	return file_coordinator_proto_rawDescData
 }
 
-var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_coordinator_proto_goTypes = []any{
-	(*Endpoint)(nil),     // 0: mooncake.pg.v1.Endpoint
-	(*JoinRequest)(nil),  // 1: mooncake.pg.v1.JoinRequest
-	(*JoinResponse)(nil), // 2: mooncake.pg.v1.JoinResponse
+	(*Endpoint)(nil),      // 0: mooncake.pg.v1.Endpoint
+	(*JoinRequest)(nil),   // 1: mooncake.pg.v1.JoinRequest
+	(*JoinResponse)(nil),  // 2: mooncake.pg.v1.JoinResponse
+	(*View)(nil),          // 3: mooncake.pg.v1.View
+	(*SyncRequest)(nil),   // 4: mooncake.pg.v1.SyncRequest
+	(*SyncResponse)(nil),  // 5: mooncake.pg.v1.SyncResponse
+	(*WatchRequest)(nil),  // 6: mooncake.pg.v1.WatchRequest
+	(*WatchResponse)(nil), // 7: mooncake.pg.v1.WatchResponse
 }
 var file_coordinator_proto_depIdxs = []int32{
 	0, // 0: mooncake.pg.v1.JoinRequest.endpoint:type_name -> mooncake.pg.v1.Endpoint
 	0, // 1: mooncake.pg.v1.JoinResponse.endpoints:type_name -> mooncake.pg.v1.Endpoint
-	1, // 2: mooncake.pg.v1.Coordinator.Join:input_type -> mooncake.pg.v1.JoinRequest
-	2, // 3: mooncake.pg.v1.Coordinator.Join:output_type -> mooncake.pg.v1.JoinResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 2: mooncake.pg.v1.SyncResponse.view:type_name -> mooncake.pg.v1.View
+	4, // 3: mooncake.pg.v1.Coordinator.Sync:input_type -> mooncake.pg.v1.SyncRequest
+	6, // 4: mooncake.pg.v1.Coordinator.Watch:input_type -> mooncake.pg.v1.WatchRequest
+	1, // 5: mooncake.pg.v1.Coordinator.Join:input_type -> mooncake.pg.v1.JoinRequest
+	5, // 6: mooncake.pg.v1.Coordinator.Sync:output_type -> mooncake.pg.v1.SyncResponse
+	7, // 7: mooncake.pg.v1.Coordinator.Watch:output_type -> mooncake.pg.v1.WatchResponse
+	2, // 8: mooncake.pg.v1.Coordinator.Join:output_type -> mooncake.pg.v1.JoinResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_proto_init() }
@@ -269,7 +651,7 @@ func file_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_proto_rawDesc), len(file_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

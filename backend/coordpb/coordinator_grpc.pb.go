@@ -24,13 +24,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_Join_FullMethodName = "/mooncake.pg.v1.Coordinator/Join"
+	Coordinator_Sync_FullMethodName  = "/mooncake.pg.v1.Coordinator/Sync"
+	Coordinator_Watch_FullMethodName = "/mooncake.pg.v1.Coordinator/Watch"
+	Coordinator_Join_FullMethodName  = "/mooncake.pg.v1.Coordinator/Join"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type CoordinatorClient interface {
+	// Sync joins (or opens) the group's reconciliation window and answers
+	// when it closes (spec/pg.md §3.6; backend/membership.go).
+	Sync(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*SyncResponse, error)
+	// Watch lets ranks notice a pending reconciliation and abort their op.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (*WatchResponse, error)
 	// Join blocks until every rank of the group has joined (or the call's
 	// deadline passes), then answers all of them with the same endpoints.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
@@ -42,6 +49,26 @@ type coordinatorClient struct {
 
 func NewCoordinatorClient(cc grpc.ClientConnInterface) CoordinatorClient {
 	return &coordinatorClient{cc}
+}
+
+func (c *coordinatorClient) Sync(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*SyncResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SyncResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Sync_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (*WatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WatchResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Watch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *coordinatorClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error) {
@@ -58,6 +85,11 @@ func (c *coordinatorClient) Join(ctx context.Context, in *JoinRequest, opts ...g
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
 type CoordinatorServer interface {
+	// Sync joins (or opens) the group's reconciliation window and answers
+	// when it closes (spec/pg.md §3.6; backend/membership.go).
+	Sync(context.Context, *SyncRequest) (*SyncResponse, error)
+	// Watch lets ranks notice a pending reconciliation and abort their op.
+	Watch(context.Context, *WatchRequest) (*WatchResponse, error)
 	// Join blocks until every rank of the group has joined (or the call's
 	// deadline passes), then answers all of them with the same endpoints.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
@@ -71,6 +103,12 @@ type CoordinatorServer interface {
 // pointer dereference when methods are called.
 type UnimplementedCoordinatorServer struct{}
 
+func (UnimplementedCoordinatorServer) Sync(context.Context, *SyncRequest) (*SyncResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Sync not implemented")
+}
+func (UnimplementedCoordinatorServer) Watch(context.Context, *WatchRequest) (*WatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Watch not implemented")
+}
 func (UnimplementedCoordinatorServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Join not implemented")
 }
@@ -93,6 +131,42 @@ func RegisterCoordinatorServer(s grpc.ServiceRegistrar, srv CoordinatorServer) {
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&Coordinator_ServiceDesc, srv)
+}
+
+func _Coordinator_Sync_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Sync(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Sync_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Sync(ctx, req.(*SyncRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Watch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Watch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Watch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Watch(ctx, req.(*WatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _Coordinator_Join_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -120,6 +194,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "mooncake.pg.v1.Coordinator",
 	HandlerType: (*CoordinatorServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Sync",
+			Handler:    _Coordinator_Sync_Handler,
+		},
+		{
+			MethodName: "Watch",
+			Handler:    _Coordinator_Watch_Handler,
+		},
 		{
 			MethodName: "Join",
 			Handler:    _Coordinator_Join_Handler,

@@ -13,9 +13,12 @@ The backend is the Go collectives runtime of libmooncake.so (package
 ``c10d::Backend`` compiled against the torch installed at build time. See
 docs/collectives.md.
 
-Membership and fault-tolerance functions of upstream (``get_active_ranks``,
-``get_failed_ranks_hint``, ``get_local_success``, ``get_current_epoch``, ...)
-are not provided by this version.
+Fault tolerance (default mode): a peer's death does not fail an op; the op
+completes without it, ``get_failed_ranks_hint(work)`` marks it,
+``get_local_success(work)`` is False, and ``get_active_ranks(pg)`` already
+shows it inactive. Manual membership (``sync_after_failure``,
+``deactivate_ranks``) and the elastic paths (``join_group``,
+``activate_ranks``, ...) are not provided by this version.
 """
 
 from __future__ import annotations
@@ -30,8 +33,13 @@ __all__ = [
     "MooncakeBackendOptions",
     "createMooncakeBackend",
     "createMooncakeCpuBackend",
+    "get_active_ranks",
+    "get_current_epoch",
+    "get_failed_ranks_hint",
+    "get_local_success",
     "set_collective_timeout_us",
     "set_device_filter",
+    "set_fault_reconciliation_window_us",
     "set_host_ip",
     "set_p2p_timeout_us",
     "set_transfer_engine",
@@ -73,6 +81,13 @@ set_device_filter = _ext.set_device_filter
 set_transfer_engine = _ext.set_transfer_engine
 set_collective_timeout_us = _ext.set_collective_timeout_us
 set_p2p_timeout_us = _ext.set_p2p_timeout_us
+set_fault_reconciliation_window_us = _ext.set_fault_reconciliation_window_us
+get_active_ranks = _ext.get_active_ranks
+get_current_epoch = _ext.get_current_epoch
+get_failed_ranks_hint = _ext.get_failed_ranks_hint
+get_local_success = _ext.get_local_success
+# Test only: needs MC_TE_FAULT_INJECTION=1 (docs/collectives.md).
+_inject_link_failure = _ext._inject_link_failure
 
 
 def _register() -> None:

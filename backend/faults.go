@@ -1,0 +1,309 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/backend/coordpb"
+)
+
+// Surviving a peer's death (spec/pg.md §3.3, default mode).
+//
+// An op that hits a failure — a transfer to a peer fails, or a peer stays
+// silent past the op's timeout and no longer answers a liveness probe —
+// does not fail. It syncs with the coordinator (membership.go): the first
+// sync opens the group's reconciliation window, every other rank of the
+// group notices (watch), aborts its collective and syncs too, and once
+// every active rank has synced or was reported failed (or the window's
+// time is over) all of them get the same outcome: the excluded ranks, the
+// new view (the failed ranks inactive, unless Manual), a new epoch, and
+// whether the op can run again. Each rank applies the view, restarts its
+// collective sequence numbers at the new epoch (so nothing written in the
+// old one is mistaken for new), and, when every participant's buffers were
+// still untouched, runs the op again among the survivors: its result then
+// covers the survivors only. Otherwise the op completes with its buffers
+// in an unspecified state. Either way it completes without an error, with
+// the failed ranks in Work.FailedRanks and LocalSuccess false.
+
+// errAborted: a collective gave up waiting because a reconciliation of the
+// group is pending.
+var errAborted = fmt.Errorf("%w: aborted: a failure reconciliation is pending", ErrPeer)
+
+// peerError is a communication failure blamed on ranks.
+type peerError struct {
+	ranks []int
+	msg   string
+}
+
+func (e *peerError) Error() string        { return fmt.Sprintf("%v: %s", ErrPeer, e.msg) }
+func (e *peerError) Is(target error) bool { return target == ErrPeer }
+
+func peerFailure(peer int, format string, args ...any) error {
+	return &peerError{ranks: []int{peer}, msg: fmt.Sprintf(format, args...)}
+}
+
+func recoverable(err error) bool { return errors.Is(err, ErrPeer) }
+
+func failedPeers(err error) []int {
+	var pe *peerError
+	if errors.As(err, &pe) {
+		return pe.ranks
+	}
+	return nil
+}
+
+// startMembership sets the initial view (every rank active, epoch 0) and
+// starts watching the coordinator for reconciliations.
+func (g *Group) startMembership() {
+	v := View{Active: make([]bool, g.size)}
+	for i := range v.Active {
+		v.Active[i] = true
+	}
+	g.view.Store(&v)
+	g.setColl(v, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	g.watchCtx, g.stopWatch = ctx, cancel
+	if g.size > 1 {
+		go g.watch(ctx)
+	}
+}
+
+// InjectLinkFailure (test only; the engine refuses it unless
+// MC_TE_FAULT_INJECTION=1) makes this rank's transfers to peer fail, or work
+// again.
+func (g *Group) InjectLinkFailure(peer int, fail bool) error {
+	if err := g.checkPeer(peer); err != nil {
+		return err
+	}
+	if err := g.engine.InjectLinkFailure(g.peers[peer].name, fail); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// View returns the group's current membership view.
+func (g *Group) View() View {
+	v := g.view.Load()
+	return View{Epoch: v.Epoch, Active: slices.Clone(v.Active)}
+}
+
+func (g *Group) isActive() bool { return g.view.Load().Active[g.rank] }
+
+func (g *Group) needActive(what string, r int) error {
+	if !slices.Contains(g.act, r) {
+		return fmt.Errorf("%w: %s %d", ErrInactive, what, r)
+	}
+	return nil
+}
+
+// needAllActive refuses ops this version runs only over the full group.
+func (g *Group) needAllActive(what string) error {
+	if len(g.act) != g.size {
+		return fmt.Errorf("%w: %s with inactive ranks in the group is not supported", ErrInvalid, what)
+	}
+	return nil
+}
+
+// setColl makes the collective FIFO follow view v, leaving out excluded
+// too (for the op being re-run in manual mode). A new epoch restarts the
+// collective channel's sequence numbers.
+func (g *Group) setColl(v View, excluded []int) {
+	if v.Epoch != g.collEpoch || g.act == nil {
+		g.collEpoch = v.Epoch
+		g.seqBase[chColl] = v.Epoch << 32
+		for p := range g.size {
+			g.sent[chColl][p], g.rcvd[chColl][p] = g.seqBase[chColl], g.seqBase[chColl]
+		}
+		for s := range nSlots {
+			clear(g.pullLent[s])
+		}
+		g.collOps = 0
+	}
+	g.act, g.pos = g.act[:0], -1
+	for p, a := range v.Active {
+		if a && !slices.Contains(excluded, p) {
+			if p == g.rank {
+				g.pos = len(g.act)
+			}
+			g.act = append(g.act, p)
+		}
+	}
+}
+
+// catchUp, at the start of each collective, applies a view that arrived
+// through another path (a point-to-point failure), and ends a manual-mode
+// exclusion.
+func (g *Group) catchUp() {
+	v := g.view.Load()
+	if v.Epoch != g.collEpoch || len(g.act) != countActive(v) {
+		g.setColl(*v, nil)
+	}
+}
+
+func countActive(v *View) int {
+	n := 0
+	for _, a := range v.Active {
+		if a {
+			n++
+		}
+	}
+	return n
+}
+
+// applyView publishes v unless a newer view is already there, and returns
+// the ranks it deactivated.
+func (g *Group) applyView(v View) (dropped []int) {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	cur := g.view.Load()
+	if v.Epoch < cur.Epoch || len(v.Active) != g.size {
+		return nil
+	}
+	for p, a := range cur.Active {
+		if a && !v.Active[p] {
+			dropped = append(dropped, p)
+		}
+	}
+	v.Active = slices.Clone(v.Active)
+	g.view.Store(&v)
+	return dropped
+}
+
+// recover handles a failed op (err) on its queue: it reconciles, and for a
+// collective re-runs fn among the survivors when everyone can.
+func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
+	for attempt := 0; ; attempt++ {
+		w.markFailed(failedPeers(err))
+		// A point-to-point op reports no collective position (op 0) and
+		// nothing that would prevent a retry.
+		epoch, op, clean := g.view.Load().Epoch, uint64(0), true
+		if coll {
+			epoch, op, clean = g.collEpoch, g.collOps, !g.dirty
+		}
+		rep, serr := g.syncFailure(epoch, op, failedPeers(err), clean)
+		if serr != nil {
+			return fmt.Errorf("%w (reconciling the failure: %v)", err, serr)
+		}
+		var excl []int
+		for _, x := range rep.Excluded {
+			if x != g.rank {
+				excl = append(excl, x)
+			}
+		}
+		w.markFailed(excl)
+		for _, d := range g.applyView(rep.View) {
+			if d != g.rank {
+				w.markFailed([]int{d})
+			}
+		}
+		if !g.isActive() { // this rank itself was left out (seen failed by a peer)
+			w.markLost()
+		}
+		if rep.Diverged {
+			return fmt.Errorf("%w: %v; the survivors were at different collectives when it was reconciled", ErrBroken, err)
+		}
+		if !coll {
+			return nil
+		}
+		if !g.manual {
+			excl = nil
+		}
+		g.setColl(rep.View, excl)
+		if !rep.Retry || !g.isActive() || attempt >= g.size {
+			return nil
+		}
+		g.dirty = false
+		g.collOps++ // the op runs again as the first of the new epoch
+		err = fn()
+		switch {
+		case err == nil || errors.Is(err, ErrInactive):
+			return nil // done, or nothing left to run (e.g. the broadcast root died)
+		case !recoverable(err):
+			return err
+		}
+	}
+}
+
+// joinReconciliation runs on the collective FIFO when the watch saw a
+// window open at epoch: an idle rank takes part too.
+func (g *Group) joinReconciliation(epoch uint64) {
+	if g.closed.Load() || g.usable() != nil {
+		return
+	}
+	g.catchUp()
+	if g.collEpoch > epoch || !g.isActive() {
+		return
+	}
+	rep, err := g.syncFailure(g.collEpoch, g.collOps+1, nil, true)
+	if err != nil {
+		g.fail(fmt.Errorf("%w: reconciling a failure: %v", ErrPeer, err))
+		return
+	}
+	if rep.Diverged {
+		g.fail(fmt.Errorf("%w: the survivors were at different collectives when a failure was reconciled", ErrBroken))
+	}
+	g.applyView(rep.View)
+	g.setColl(rep.View, nil)
+}
+
+// syncFailure asks the coordinator to reconcile (bounded: the window plus
+// a margin; Close ends it).
+func (g *Group) syncFailure(epoch, op uint64, failed []int, clean bool) (SyncReply, error) {
+	window := time.Duration(g.rt.faultWindow.Load())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*window+g.collTimeout()+30*time.Second)
+	defer cancel()
+	stop := context.AfterFunc(g.watchCtx, cancel)
+	defer stop()
+	req := &coordpb.SyncRequest{GroupId: g.id, Rank: int32(g.rank), Epoch: epoch, Op: op, Clean: clean, WindowUs: window.Microseconds()}
+	for _, f := range failed {
+		req.Failed = append(req.Failed, int32(f))
+	}
+	resp, err := g.client.Sync(ctx, req)
+	if err != nil {
+		return SyncReply{}, err
+	}
+	return syncReply(resp)
+}
+
+// watch follows the group's epochs at the coordinator; when a
+// reconciliation window opens it aborts this rank's collective waits and
+// queues its participation.
+func (g *Group) watch(ctx context.Context) {
+	var epoch uint64
+	skip := false
+	for ctx.Err() == nil {
+		resp, err := g.client.Watch(ctx, &coordpb.WatchRequest{GroupId: g.id, Epoch: epoch, SkipPending: skip})
+		if err != nil {
+			if status.Code(err) == codes.NotFound {
+				return // the group has no membership (more than MaxGroupSlots ranks)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if resp.GetEpoch() > epoch {
+			epoch, skip = resp.GetEpoch(), false
+			continue
+		}
+		if resp.GetPending() {
+			for {
+				cur := g.abortBelow.Load()
+				if cur > epoch || g.abortBelow.CompareAndSwap(cur, epoch+1) {
+					break
+				}
+			}
+			e := epoch
+			g.coll.submit(func() { g.joinReconciliation(e) })
+			skip = true
+		}
+	}
+}

@@ -1,0 +1,292 @@
+"""Fault tolerance of the "mooncake" backend, default mode (multi-process,
+loopback; see tests/pg_harness.py): a rank dies (os._exit) and the survivors'
+ops complete without raising, exclude it, mark it in the failed-ranks hint,
+and the group goes on among the survivors. Short timeouts keep each test
+well under a minute; every launch has its own deadline that kills
+stragglers. Each survivor prints the time from the death to its op's
+completion (DEATH_TO_COMPLETION), for the closing note."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from pg_harness import launch
+
+DEAD = 2
+SURVIVORS_SUM = 1 + 2 + 4  # ranks 0, 1, 3 contribute rank + 1
+SHORT = {"collective_us": 1_000_000, "p2p_us": 1_000_000, "window_us": 5_000_000}
+
+
+def _setup(timeouts: dict[str, int] | None) -> None:
+    from mooncake import pg
+
+    if timeouts:
+        pg.set_collective_timeout_us(timeouts["collective_us"])
+        pg.set_p2p_timeout_us(timeouts["p2p_us"])
+        pg.set_fault_reconciliation_window_us(timeouts["window_us"])
+
+
+def _die() -> None:
+    """Record the time of death in the store, then exit without cleanup."""
+    store = dist.distributed_c10d._get_default_store()
+    store.set("death_time", repr(time.time()))
+    os._exit(0)
+
+
+def _report_since_death(what: str) -> None:
+    store = dist.distributed_c10d._get_default_store()
+    died = float(store.get("death_time").decode())
+    print(f"DEATH_TO_COMPLETION {what} rank={dist.get_rank()} {time.time() - died:.3f}s",
+          flush=True)
+
+
+def _check_failed_op(work, *, lenient_result=None) -> None:
+    """The op that met the death: no exception, rank 2 marked, local success
+    false, rank 2 already inactive in the mirror when the op returns."""
+    from mooncake import pg
+
+    work.wait()
+    hint = pg.get_failed_ranks_hint(work)
+    assert hint is not None and hint.dtype == torch.int32
+    assert hint.tolist() == [0, 0, 1, 0], hint
+    assert not pg.get_local_success(work)
+    assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1, 1, 0, 1]
+
+
+def _survivors_continue() -> None:
+    from mooncake import pg
+
+    world = dist.group.WORLD
+    rank = dist.get_rank()
+    assert pg.get_active_ranks(world).tolist() == [1, 1, 0, 1]
+    assert pg.get_current_epoch(world) >= 1
+    t = torch.full((3,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert t.tolist() == [float(SURVIVORS_SUM)] * 3, t
+    assert pg.get_local_success(w) and pg.get_failed_ranks_hint(w).tolist() == [0, 0, 0, 0]
+    # all_gather: the inactive slot keeps what the caller put there.
+    outs = [torch.full((2,), -1.0) for _ in range(4)]
+    dist.all_gather(outs, torch.full((2,), float(rank)))
+    assert [o.tolist() for o in outs] == [[0.0, 0.0], [1.0, 1.0], [-1.0, -1.0], [3.0, 3.0]]
+    b = torch.full((5,), float(rank))
+    dist.broadcast(b, src=3)
+    assert b.tolist() == [3.0] * 5
+    dist.barrier()
+    # point-to-point among survivors
+    if rank == 0:
+        dist.send(torch.arange(10, dtype=torch.float32), dst=3)
+        got = torch.zeros(4)
+        dist.recv(got, src=1)
+        assert got.tolist() == [1.0] * 4
+    elif rank == 1:
+        dist.send(torch.ones(4), dst=0)
+    elif rank == 3:
+        got = torch.zeros(10)
+        dist.recv(got, src=0)
+        assert got.tolist() == list(map(float, range(10)))
+    dist.barrier()
+
+
+# ---- cases ----------------------------------------------------------------------------------
+
+
+def case_death_between_all_reduces(rank: int, world: int, timeouts=None) -> None:
+    _setup(timeouts)
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [10.0] * 4
+    if rank == DEAD:
+        _die()
+    t = torch.full((4,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    _check_failed_op(w)
+    _report_since_death("all_reduce")
+    assert t.tolist() == [float(SURVIVORS_SUM)] * 4, t
+    _survivors_continue()
+
+
+def case_death_during_large_all_reduce(rank: int, world: int, timeouts=None) -> None:
+    _setup(timeouts)
+    n = 1 << 24  # 64 MiB of float32 in 64 KiB slots: hundreds of chunks
+    t = torch.ones(n)
+    dist.barrier()
+    if rank == DEAD:
+        dist.all_reduce(t, async_op=True)
+        time.sleep(0.02)  # well inside the op
+        _die()
+    w = dist.all_reduce(t, async_op=True)
+    _check_failed_op(w)
+    _report_since_death("large all_reduce")
+    # Its result is the survivors' sum when every survivor's buffer was
+    # still untouched (the op ran again among them), otherwise unspecified.
+    t = torch.full((n,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((n,), float(SURVIVORS_SUM)))
+    _survivors_continue()
+
+
+def case_death_during_send(rank: int, world: int, timeouts=None) -> None:
+    from mooncake import pg
+
+    _setup(timeouts)
+    dist.barrier()
+    if rank == DEAD:
+        _die()
+    if rank == 1:
+        # 64 KiB in 4 KiB slots: needs the receiver, which is gone.
+        w = dist.isend(torch.ones(16384), dst=DEAD)
+        w.wait()
+        assert pg.get_failed_ranks_hint(w).tolist() == [0, 0, 1, 0]
+        assert not pg.get_local_success(w)
+        assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1, 1, 0, 1]
+        _report_since_death("send")
+    # The survivors' next collective completes without raising over the
+    # survivors (whether it met the death itself or ran after it was seen).
+    t = torch.full((2,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert t.tolist() == [float(SURVIVORS_SUM)] * 2, t
+    _survivors_continue()
+
+
+def case_manual_mode(rank: int, world: int, timeouts=None, port=None) -> None:
+    """auto_deactivate_on_failure=False: the op that meets the death still
+    leaves the dead rank out of its result and marks it, but the mask is
+    unchanged (sync_after_failure / deactivate_ranks are not provided)."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    active = torch.zeros(4, dtype=torch.int32)
+    opts = pg.MooncakeBackendOptions(active, False, 4)
+    opts.auto_deactivate_on_failure = False
+    opts.auto_sync_on_failure = False
+    dist.init_process_group(backend="mooncake", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world, pg_options=opts)
+    try:
+        t = torch.full((4,), float(rank + 1))
+        dist.all_reduce(t)
+        assert t.tolist() == [10.0] * 4
+        if rank == DEAD:
+            _die()
+        for _ in range(2):  # every op meets the dead rank again
+            t = torch.full((4,), float(rank + 1))
+            w = dist.all_reduce(t, async_op=True)
+            w.wait()
+            assert t.tolist() == [float(SURVIVORS_SUM)] * 4, t
+            assert pg.get_failed_ranks_hint(w).tolist() == [0, 0, 1, 0]
+            assert not pg.get_local_success(w)
+            assert active.tolist() == [1, 1, 1, 1]
+            assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1, 1, 1, 1]
+        _report_since_death("manual all_reduce")
+    finally:
+        dist.destroy_process_group()
+
+
+def case_injected_link_failure(rank: int, world: int, timeouts=None) -> None:
+    """Rank 0's link to rank 2 breaks (test-only fault injection); rank 2
+    stays alive. The op completes everywhere without raising; rank 2 is left
+    out (its own hint bit set, local success false) and its later
+    collectives raise; the others go on without it."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    world_pg = dist.group.WORLD
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [10.0] * 4
+    if rank == 0:
+        pg._inject_link_failure(world_pg, DEAD)
+    t = torch.full((4,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    if rank == DEAD:
+        # Left out while in the op (own hint bit, no success), or before it
+        # started (it took part from its idle queue): then the op raises.
+        try:
+            w.wait()
+        except Exception as e:  # noqa: BLE001 (torch raises its own subclasses)
+            assert "not active" in str(e), e
+        else:
+            assert pg.get_failed_ranks_hint(w).tolist() == [0, 0, 1, 0]
+            assert not pg.get_local_success(w)
+        assert pg.get_active_ranks(world_pg).tolist() == [1, 1, 0, 1]
+        try:
+            dist.all_reduce(torch.ones(1))
+        except Exception as e:  # noqa: BLE001
+            assert "not active" in str(e), e
+        else:
+            raise AssertionError("a rank left out of the group ran a collective")
+        return
+    w.wait()
+    hint = pg.get_failed_ranks_hint(w).tolist()
+    if rank == 0:  # it met the broken link itself
+        assert hint == [0, 0, 1, 0] and not pg.get_local_success(w), hint
+    else:  # it met the reconciliation in the op, or ran the op after it
+        assert hint in ([0, 0, 1, 0], [0, 0, 0, 0]), hint
+        assert pg.get_local_success(w) == (hint == [0, 0, 0, 0])
+    assert pg.get_active_ranks(world_pg).tolist() == [1, 1, 0, 1]
+    assert t.tolist() == [float(SURVIVORS_SUM)] * 4, t
+    _survivors_continue()
+
+
+# ---- tests ----------------------------------------------------------------------------------
+
+SLOTS = {"MC_PG_SLOT_BYTES": "65536", "MC_PG_P2P_SLOT_BYTES": "4096"}
+
+
+def _print_times(outs: list[str]) -> None:
+    for o in outs:
+        for line in o.splitlines():
+            if line.startswith("DEATH_TO_COMPLETION"):
+                print(line)
+
+
+def test_death_between_all_reduces() -> None:
+    _print_times(launch(4, "test_pg_faults", "case_death_between_all_reduces", timeout=50,
+                        env=SLOTS, timeouts=SHORT))
+
+
+def test_death_during_large_all_reduce() -> None:
+    _print_times(launch(4, "test_pg_faults", "case_death_during_large_all_reduce", timeout=50,
+                        env=SLOTS, timeouts=SHORT))
+
+
+def test_death_during_send() -> None:
+    _print_times(launch(4, "test_pg_faults", "case_death_during_send", timeout=50,
+                        env=SLOTS, timeouts=SHORT))
+
+
+def test_death_between_all_reduces_default_timeouts() -> None:
+    """Default timeouts (10 s collective timeout): still well under a minute."""
+    _print_times(launch(4, "test_pg_faults", "case_death_between_all_reduces", timeout=55,
+                        env=SLOTS))
+
+
+def test_manual_mode() -> None:
+    _print_times(launch(4, "test_pg_faults", "case_manual_mode", timeout=50, init="none",
+                        env=SLOTS, timeouts=SHORT))
+
+
+def test_injected_link_failure() -> None:
+    launch(4, "test_pg_faults", "case_injected_link_failure", timeout=50,
+           env={**SLOTS, "MC_TE_FAULT_INJECTION": "1"}, timeouts=SHORT)
+
+
+def case_injection_refused(rank: int, world: int) -> None:
+    from mooncake import pg
+
+    try:
+        pg._inject_link_failure(dist.group.WORLD, 1 - rank)
+    except RuntimeError as e:
+        assert "fault injection is disabled" in str(e), e
+    else:
+        raise AssertionError("fault injection accepted without MC_TE_FAULT_INJECTION=1")
+
+
+def test_injection_needs_env() -> None:
+    launch(2, "test_pg_faults", "case_injection_refused", timeout=50,
+           env={"MC_TE_FAULT_INJECTION": "0"})
