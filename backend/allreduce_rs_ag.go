@@ -14,37 +14,13 @@ func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
 	msgs := make([]out, 0, len(others))
 	srcs := make([][]byte, n)
 	for lo := 0; lo < count; lo += per {
-		c := min(per, count-lo)
-		slice := func(r int) []byte {
-			q, rem := c/n, c%n
-			a := lo + r*q + min(r, rem)
-			b := lo + (r+1)*q + min(r+1, rem)
-			return buf[a*es : b*es]
-		}
-		// reduce-scatter
-		msgs = msgs[:0]
-		for i, p := range g.act {
-			if p != g.rank {
-				msgs = append(msgs, out{peer: p, data: slice(i)})
-			}
-		}
-		if err := g.send(chColl, msgs); err != nil {
+		slice := chunkSlices(buf, es, lo, min(per, count-lo), n)
+		mine, err := scatterChunk(g, slice, msgs, srcs)
+		if err != nil {
 			return err
 		}
-		mine := slice(g.pos)
-		for i, p := range g.act {
-			if p == g.rank {
-				srcs[i] = mine
-				continue
-			}
-			s, err := g.recv(chColl, p)
-			if err != nil {
-				return err
-			}
-			srcs[i] = s[:len(mine)]
-		}
 		g.dirty = true
-		err := Reduce(mine, srcs, dt, op, len(mine)/es)
+		err = Reduce(mine, srcs, dt, op, len(mine)/es)
 		g.release(chColl, others...)
 		if err != nil {
 			return err
@@ -71,4 +47,45 @@ func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
 		g.release(chColl, others...)
 	}
 	return nil
+}
+
+// chunkSlices cuts the chunk of c elements at element lo of buf into n
+// slices, one per active position, as evenly as possible.
+func chunkSlices(buf []byte, es, lo, c, n int) func(r int) []byte {
+	return func(r int) []byte {
+		q, rem := c/n, c%n
+		a := lo + r*q + min(r, rem)
+		b := lo + (r+1)*q + min(r+1, rem)
+		return buf[a*es : b*es]
+	}
+}
+
+// scatterChunk is the reduce-scatter exchange of one chunk: it sends every
+// peer its slice and receives this rank's slice from every peer, so that
+// srcs[i] holds active position i's copy (this rank's own at g.pos). It
+// returns this rank's slice; the caller reduces srcs and then releases the
+// collective channel, since the received slices live in the peers' slots.
+func scatterChunk(g *Group, slice func(int) []byte, msgs []out, srcs [][]byte) ([]byte, error) {
+	msgs = msgs[:0]
+	for i, p := range g.act {
+		if p != g.rank {
+			msgs = append(msgs, out{peer: p, data: slice(i)})
+		}
+	}
+	if err := g.send(chColl, msgs); err != nil {
+		return nil, err
+	}
+	mine := slice(g.pos)
+	for i, p := range g.act {
+		if p == g.rank {
+			srcs[i] = mine
+			continue
+		}
+		s, err := g.recv(chColl, p)
+		if err != nil {
+			return nil, err
+		}
+		srcs[i] = s[:len(mine)]
+	}
+	return mine, nil
 }

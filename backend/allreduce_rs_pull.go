@@ -15,33 +15,10 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 	msgs := make([]out, 0, len(others))
 	srcs := make([][]byte, n)
 	for k, lo := 0, 0; lo < count; k, lo = k+1, lo+per {
-		c := min(per, count-lo)
-		slice := func(r int) []byte {
-			q, rem := c/n, c%n
-			a := lo + r*q + min(r, rem)
-			b := lo + (r+1)*q + min(r+1, rem)
-			return buf[a*es : b*es]
-		}
-		msgs = msgs[:0]
-		for i, p := range g.act {
-			if p != g.rank {
-				msgs = append(msgs, out{peer: p, data: slice(i)})
-			}
-		}
-		if err := g.send(chColl, msgs); err != nil {
+		slice := chunkSlices(buf, es, lo, min(per, count-lo), n)
+		mine, err := scatterChunk(g, slice, msgs, srcs)
+		if err != nil {
 			return err
-		}
-		mine := slice(g.pos)
-		for i, p := range g.act {
-			if p == g.rank {
-				srcs[i] = mine
-				continue
-			}
-			s, err := g.recv(chColl, p)
-			if err != nil {
-				return err
-			}
-			srcs[i] = s[:len(mine)]
 		}
 		s := g.pullSlot(k)
 		ps, err := g.claimPull(s)
