@@ -288,7 +288,7 @@ func TestEngineDeadPeer(t *testing.T) {
 		if err == nil && forceTCP {
 			t.Fatal("write to a closed peer succeeded")
 		}
-		if d := time.Since(start); d > initiator.Timeout()+time.Second {
+		if d := time.Since(start); d > initiator.Timeout()+5*time.Second { // bounded, not a speed claim
 			t.Fatalf("failure took %v", d)
 		}
 	}
