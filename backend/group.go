@@ -27,6 +27,14 @@ type GroupConfig struct {
 	// Manual turns auto_deactivate_on_failure off: a failed peer is left
 	// out of the op it failed in, but stays in the active mask.
 	Manual bool
+	// MaxSize is the group's number of slots (<= 0: Size; at most
+	// MaxGroupSlots): founders hold slots 0..Size-1, the rest are for
+	// ranks that join later.
+	MaxSize int
+	// Extension joins an existing group (upstream's is_extension): in an
+	// empty slot, or replacing a member that is no longer active. The rank
+	// starts inactive and isolated until JoinGroup.
+	Extension bool
 }
 
 type peer struct {

@@ -181,19 +181,23 @@ func (s cStore) Get(key string, timeout time.Duration) ([]byte, error) {
 }
 
 // Group flags of mc_pg_group_create.
-const groupFlagManual = 1
+const (
+	groupFlagManual    = 1
+	groupFlagExtension = 2
+)
 
 //export mc_pg_group_create
-func mc_pg_group_create(rank, size C.int, groupID *C.char, storeCtx unsafe.Pointer,
+func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.char, storeCtx unsafe.Pointer,
 	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) C.uint64_t {
 	if set == nil || get == nil {
 		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
 		return 0
 	}
 	g, err := pgRuntime.NewGroup(backend.GroupConfig{
-		Rank: int(rank), Size: int(size), GroupID: C.GoString(groupID),
-		Store:  cStore{ctx: storeCtx, set: set, get: get},
-		Manual: flags&groupFlagManual != 0,
+		Rank: int(rank), Size: int(size), MaxSize: int(maxSize), GroupID: C.GoString(groupID),
+		Store:     cStore{ctx: storeCtx, set: set, get: get},
+		Manual:    flags&groupFlagManual != 0,
+		Extension: flags&groupFlagExtension != 0,
 	})
 	if err != nil {
 		pgFail(err, errOut)
@@ -318,7 +322,8 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx un
 		if op.send_bytes == nil || op.recv_bytes == nil {
 			return pgFail(fmt.Errorf("%w: all_to_all without sizes", backend.ErrInvalid), errOut)
 		}
-		w, err = g.AllToAll(in, out, sizes(op.send_bytes, g.Size()), sizes(op.recv_bytes, g.Size()), opts...)
+		n := g.WorldSize()
+		w, err = g.AllToAll(in, out, sizes(op.send_bytes, n), sizes(op.recv_bytes, n), opts...)
 	case opReduce:
 		w, err = g.Reduce(out, count, dt, rop, root, opts...)
 	case opGather:

@@ -298,17 +298,83 @@ int mc_pg_set_p2p_timeout_us(int64_t us, char **err);
 int mc_pg_set_fault_reconciliation_window_us(int64_t us, char **err);
 
 /* mc_pg_group_create flags: auto_deactivate_on_failure off (a failed peer
- * is left out of the op it failed in but stays in the active mask). */
+ * is left out of the op it failed in but stays in the active mask), and
+ * is_extension (join an existing group: as a new rank in one of its empty
+ * slots, or as the replacement of a member that is no longer active). */
 #define MC_PG_GROUP_MANUAL 1
+#define MC_PG_GROUP_EXTENSION 2
 
-/* Join group group_id as rank of size: the first group of the process
+/* Join group group_id as rank of size, in a group of max_size slots
+ * (max_size <= 0: size; at most 64). The first group of the process
  * bootstraps through the store (rank 0 publishes "coordinator_addr").
- * Blocks until every rank joined (MC_PG_INIT_TIMEOUT, default 300 s).
- * flags: MC_PG_GROUP_MANUAL or 0. Returns the group handle, or 0 with *err
- * set. */
-uint64_t mc_pg_group_create(int rank, int size, const char *group_id,
-                            void *store_ctx, mc_pg_store_set_fn set,
-                            mc_pg_store_get_fn get, int32_t flags, char **err);
+ * Founders (no MC_PG_GROUP_EXTENSION) block until every founder joined
+ * (MC_PG_INIT_TIMEOUT, default 300 s) and start active. An extension
+ * attaches to the existing group as an inactive, isolated member (its
+ * collectives run over itself only) until mc_pg_join_group; while the
+ * slot is still held by an active member it retries for up to 30 s.
+ * flags: MC_PG_GROUP_MANUAL | MC_PG_GROUP_EXTENSION or 0. Returns the group
+ * handle, or 0 with *err set. */
+uint64_t mc_pg_group_create(int rank, int size, int max_size,
+                            const char *group_id, void *store_ctx,
+                            mc_pg_store_set_fn set, mc_pg_store_get_fn get,
+                            int32_t flags, char **err);
+
+/* The group's size as torch sees it (upstream's slot semantics): the
+ * highest active slot + 1; the declared size while this rank is isolated
+ * (an extension not yet activated) or quiescing (in mc_pg_join_group).
+ * -1 for an unknown handle. */
+int mc_pg_group_world_size(uint64_t group);
+
+/* join_group: quiesce (new ops are refused), drain this rank's queued ops,
+ * announce that it is ready, and block until a member activates it
+ * (mc_pg_propose), at most 300 s. Allowed for an isolated extension and
+ * for a member whose own slot was deactivated (in-place rejoin). */
+int mc_pg_join_group(uint64_t group, char **err);
+
+/* Proposal outcomes (upstream's ProposalStatus). */
+enum {
+  MC_PG_PROPOSAL_REJECTED = 0,
+  MC_PG_PROPOSAL_APPLIED = 1,
+  MC_PG_PROPOSAL_APPLIED_WITH_DROPPED_RANKS = 2
+};
+
+/* activate_ranks (activate != 0) or deactivate_ranks: propose a view
+ * change for the n in-group ranks. Blocks until the coordinator answered:
+ * activation waits (at most 20 s) until every target is ready (joined and
+ * awaiting activation), then every online rank active before or after the
+ * change must apply the new view (20 s); those that do not are dropped
+ * (made inactive) and reported. Returns 0 when answered: *status, the new
+ * epoch, the dropped ranks as a bitmask and, for a rejection, *reason
+ * (malloc'd, free with mc_free; NULL when there is none). */
+int mc_pg_propose(uint64_t group, int activate, const int32_t *ranks, int n,
+                  int32_t *status, uint64_t *new_epoch, uint64_t *dropped,
+                  char **reason, char **err);
+
+/* sync_after_failure outcomes (upstream's SyncAfterFailureStatus). */
+enum {
+  MC_PG_SYNC_RECONCILED = 0,
+  MC_PG_SYNC_NO_PENDING = 1,
+  MC_PG_SYNC_REJECTED = 2
+};
+
+/* sync_after_failure: take part in the group's pending failure
+ * reconciliation (if one is open) and apply the current view. *status:
+ * RECONCILED when a failure was reconciled since this rank's last call (or
+ * by this call), NO_PENDING otherwise, REJECTED (with *reason) when this
+ * rank is not a member. */
+int mc_pg_sync_after_failure(uint64_t group, int32_t *status, char **reason,
+                             char **err);
+
+/* get_peer_state: out[i] = 1 when in-group rank ranks[i] is healthy,
+ * active or awaiting activation, and has published its endpoint (from the
+ * local view, no communication), else 0. */
+int mc_pg_peer_state(uint64_t group, const int32_t *ranks, int n,
+                     int32_t *out, char **err);
+
+/* get_num_synced_ranks: the number of slots that could be active now
+ * (healthy, active or awaiting activation, endpoint published); -1 for an
+ * unknown handle. */
+int mc_pg_num_synced_ranks(uint64_t group);
 
 /* The group's membership view: writes 1 (active) or 0 for each of the
  * first n slots into active (if non-NULL) and the epoch into *epoch (if
