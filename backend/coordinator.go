@@ -14,7 +14,7 @@ import (
 	"github.com/mooncake-go/mooncake/backend/coordpb"
 )
 
-// coordinatorServer serves group rendezvous over gRPC.
+// coordinatorServer serves group rendezvous and membership over gRPC.
 type coordinatorServer struct {
 	coordpb.UnimplementedCoordinatorServer
 	mu    sync.Mutex
@@ -44,6 +44,9 @@ func (c *coordinatorServer) stop() { c.srv.Stop() }
 
 // Join implements coordpb.CoordinatorServer.
 func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
+	if r.GetExtension() {
+		return c.extend(r)
+	}
 	c.mu.Lock()
 	ch := c.table.join(r)
 	c.mu.Unlock()
@@ -52,7 +55,7 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 		if res.err != nil {
 			return nil, status.Error(codes.InvalidArgument, res.err.Error())
 		}
-		return &coordpb.JoinResponse{Endpoints: res.eps}, nil
+		return &coordpb.JoinResponse{Endpoints: res.eps, View: res.view}, nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		c.table.cancel(r.GetGroupId(), int(r.GetRank()), ch)
@@ -60,7 +63,7 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 		select { // completed while we were cancelling
 		case res := <-ch:
 			if res.err == nil {
-				return &coordpb.JoinResponse{Endpoints: res.eps}, nil
+				return &coordpb.JoinResponse{Endpoints: res.eps, View: res.view}, nil
 			}
 		default:
 		}

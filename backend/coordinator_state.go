@@ -15,13 +15,14 @@ import (
 // destroy_process_group followed by a re-init under the same name works.
 type joinTable struct {
 	rounds map[string]*joinRound
-	// formed, when set, is called when a round completes (the coordinator
-	// starts the group's membership then).
-	formed func(groupID string, size int, manual bool)
+	// formed, when set, is called when a round completes: the coordinator
+	// starts the group's membership then and returns its first view.
+	formed func(groupID string, rd *joinRound, manual bool) *coordpb.View
 }
 
 type joinRound struct {
 	size    int
+	maxSize int
 	layout  string
 	eps     []*coordpb.Endpoint
 	joined  int
@@ -29,8 +30,9 @@ type joinRound struct {
 }
 
 type joinResult struct {
-	eps []*coordpb.Endpoint
-	err error
+	eps  []*coordpb.Endpoint
+	view *coordpb.View
+	err  error
 }
 
 // join records r and returns the channel its result will arrive on; when r
@@ -40,20 +42,20 @@ func (t *joinTable) join(r *coordpb.JoinRequest) <-chan joinResult {
 	if t.rounds == nil {
 		t.rounds = map[string]*joinRound{}
 	}
-	size, rank := int(r.GetSize()), int(r.GetRank())
+	size, rank, maxSize := int(r.GetSize()), int(r.GetRank()), max(int(r.GetMaxSize()), int(r.GetSize()))
 	if size <= 0 || rank < 0 || rank >= size {
 		ch <- joinResult{err: fmt.Errorf("%w: rank %d of size %d", ErrInvalid, rank, size)}
 		return ch
 	}
 	rd := t.rounds[r.GetGroupId()]
-	if rd != nil && (rd.size != size || rd.layout != r.GetLayout()) {
-		err := fmt.Errorf("%w: group %q joined with size %d layout %q, but an earlier rank used size %d layout %q",
-			ErrInvalid, r.GetGroupId(), size, r.GetLayout(), rd.size, rd.layout)
+	if rd != nil && (rd.size != size || rd.maxSize != maxSize || rd.layout != r.GetLayout()) {
+		err := fmt.Errorf("%w: group %q joined with size %d of %d slots, layout %q, but an earlier rank used size %d of %d, layout %q",
+			ErrInvalid, r.GetGroupId(), size, maxSize, r.GetLayout(), rd.size, rd.maxSize, rd.layout)
 		ch <- joinResult{err: err}
 		return ch
 	}
 	if rd == nil {
-		rd = &joinRound{size: size, layout: r.GetLayout(), eps: make([]*coordpb.Endpoint, size)}
+		rd = &joinRound{size: size, maxSize: maxSize, layout: r.GetLayout(), eps: make([]*coordpb.Endpoint, size)}
 		t.rounds[r.GetGroupId()] = rd
 	}
 	if rd.eps[rank] == nil {
@@ -62,11 +64,12 @@ func (t *joinTable) join(r *coordpb.JoinRequest) <-chan joinResult {
 	rd.eps[rank] = r.GetEndpoint()
 	rd.waiters = append(rd.waiters, ch)
 	if rd.joined == size {
+		var view *coordpb.View
 		if t.formed != nil {
-			t.formed(r.GetGroupId(), size, r.GetManual())
+			view = t.formed(r.GetGroupId(), rd, r.GetManual())
 		}
 		for _, w := range rd.waiters {
-			w <- joinResult{eps: rd.eps}
+			w <- joinResult{eps: rd.eps, view: view}
 		}
 		delete(t.rounds, r.GetGroupId())
 	}

@@ -11,31 +11,42 @@ import (
 	"github.com/mooncake-go/mooncake/backend/coordpb"
 )
 
-// The coordinator's side of failure reconciliation: it drives each group's
-// membership state machine (membership.go) with the wall clock and delivers
-// its replies. Calls are serialised by coordinatorServer.mu.
+// The coordinator's side of membership: it drives each group's state
+// machine (membership.go) with the wall clock and delivers its replies.
+// Calls are serialised by coordinatorServer.mu. This file: group
+// formation, failure reconciliation (Sync) and view following (Watch);
+// coordinator_elastic.go: extension joins, Confirm, Propose, Leave.
 
 type groupMembers struct {
-	m       *membership
-	waiters map[int][]chan SyncReply // per rank, syncs waiting for the window
-	changed chan struct{}            // closed (and replaced) when the window opens or closes
-	timer   *time.Timer
+	m         *membership
+	layout    string
+	waiters   map[int][]chan SyncReply // per rank, syncs waiting for the window
+	proposals map[uint64]chan ProposalResult
+	changed   chan struct{} // closed (and replaced) on every change of the view or window
+	timer     *time.Timer
 }
 
 // formed starts (or, on re-init under the same name, restarts) a group's
-// membership. Called with c.mu held (from joinTable.join).
-func (c *coordinatorServer) formed(id string, size int, manual bool) {
-	m, err := newMembership(size, max(size, 1), 0, !manual)
-	if err != nil { // size > MaxGroupSlots: the group works, without fault tolerance
-		m = nil
-	}
+// membership and returns its first view. Called with c.mu held (from
+// joinTable.join).
+func (c *coordinatorServer) formed(id string, rd *joinRound, manual bool) *coordpb.View {
 	if old := c.groups[id]; old != nil {
 		c.drop(old)
 	}
-	c.groups[id] = &groupMembers{m: m, waiters: map[int][]chan SyncReply{}, changed: make(chan struct{})}
+	m, err := newMembership(rd.size, rd.maxSize, 0, !manual)
+	if err != nil { // more than MaxGroupSlots: the group works, without fault tolerance
+		c.groups[id] = &groupMembers{changed: make(chan struct{})}
+		return nil
+	}
+	for i, ep := range rd.eps {
+		m.setEndpoint(i, endpointFromPB(ep))
+	}
+	c.groups[id] = &groupMembers{m: m, layout: rd.layout, waiters: map[int][]chan SyncReply{},
+		proposals: map[uint64]chan ProposalResult{}, changed: make(chan struct{})}
+	return viewToPB(m.view())
 }
 
-// drop ends a replaced group's pending syncs and watches.
+// drop ends a replaced group's pending syncs, proposals and watches.
 func (c *coordinatorServer) drop(gm *groupMembers) {
 	if gm.timer != nil {
 		gm.timer.Stop()
@@ -45,31 +56,69 @@ func (c *coordinatorServer) drop(gm *groupMembers) {
 			close(w)
 		}
 	}
-	gm.waiters = nil
+	for _, p := range gm.proposals {
+		close(p)
+	}
+	gm.waiters, gm.proposals = nil, nil
 	close(gm.changed)
 }
 
-func (gm *groupMembers) notify() {
-	close(gm.changed)
-	gm.changed = make(chan struct{})
+// member returns the membership of group id (c.mu held).
+func (c *coordinatorServer) member(id string) (*groupMembers, error) {
+	gm := c.groups[id]
+	if gm == nil || gm.m == nil {
+		return nil, status.Errorf(codes.NotFound, "group %q has no membership", id)
+	}
+	return gm, nil
 }
 
-func (gm *groupMembers) deliver(replies map[int]SyncReply) {
+// settle, after any call into gm's state machine (c.mu held), delivers the
+// sync replies and proposal answers it produced, wakes watchers when the
+// view or the window changed, and arms the timer for the next deadline.
+func (c *coordinatorServer) settle(gm *groupMembers, replies map[int]SyncReply, epoch uint64, wasOpen bool) {
 	for rank, r := range replies {
 		for _, w := range gm.waiters[rank] {
 			w <- r
 		}
 		delete(gm.waiters, rank)
 	}
+	for id, res := range gm.m.takeAnswers() {
+		if ch := gm.proposals[id]; ch != nil {
+			ch <- res
+			delete(gm.proposals, id)
+		}
+	}
+	if gm.m.epoch != epoch || gm.m.pending() != wasOpen {
+		close(gm.changed)
+		gm.changed = make(chan struct{})
+	}
+	if gm.timer != nil {
+		gm.timer.Stop()
+		gm.timer = nil
+	}
+	if at, ok := gm.m.deadline(); ok {
+		gm.timer = time.AfterFunc(time.Until(at), func() { c.tick(gm) })
+	}
+}
+
+// tick runs gm's deadlines.
+func (c *coordinatorServer) tick(gm *groupMembers) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gm.waiters == nil { // dropped
+		return
+	}
+	epoch, open := gm.m.epoch, gm.m.pending()
+	c.settle(gm, gm.m.tick(time.Now()), epoch, open)
 }
 
 // Sync implements coordpb.CoordinatorServer.
 func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*coordpb.SyncResponse, error) {
 	c.mu.Lock()
-	gm := c.groups[r.GetGroupId()]
-	if gm == nil || gm.m == nil {
+	gm, err := c.member(r.GetGroupId())
+	if err != nil {
 		c.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "group %q has no membership", r.GetGroupId())
+		return nil, err
 	}
 	if !gm.m.pending() {
 		gm.m.window = time.Duration(r.GetWindowUs()) * time.Microsecond
@@ -79,21 +128,16 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 		failed[i] = int(f)
 	}
 	rank := int(r.GetRank())
-	wasOpen := gm.m.pending()
+	epoch, wasOpen := gm.m.epoch, gm.m.pending()
 	replies := gm.m.sync(time.Now(), rank, r.GetEpoch(), r.GetOp(), failed, r.GetClean())
 	ch := make(chan SyncReply, 1)
 	if rep, ok := replies[rank]; ok && rep.Status != SyncReconciled {
 		ch <- rep
+		delete(replies, rank)
 	} else {
 		gm.waiters[rank] = append(gm.waiters[rank], ch)
-		gm.deliver(replies)
 	}
-	if gm.m.pending() != wasOpen {
-		gm.notify()
-	}
-	if at, open := gm.m.deadline(); open && gm.timer == nil {
-		gm.timer = time.AfterFunc(time.Until(at), func() { c.tick(gm) })
-	}
+	c.settle(gm, replies, epoch, wasOpen)
 	c.mu.Unlock()
 	select {
 	case rep, ok := <-ch:
@@ -106,36 +150,37 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 	}
 }
 
-// tick closes gm's window once its time is over.
-func (c *coordinatorServer) tick(gm *groupMembers) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	gm.timer = nil
-	if gm.waiters == nil { // dropped
-		return
-	}
-	if replies := gm.m.tick(time.Now()); replies != nil {
-		gm.deliver(replies)
-		gm.notify()
-	} else if at, open := gm.m.deadline(); open {
-		gm.timer = time.AfterFunc(time.Until(at), func() { c.tick(gm) })
-	}
-}
-
-// Watch implements coordpb.CoordinatorServer.
+// Watch implements coordpb.CoordinatorServer: it records the caller's
+// acknowledgement of the epoch it has applied, then waits for a newer view
+// or (unless skipped) a pending reconciliation.
 func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) (*coordpb.WatchResponse, error) {
+	c.mu.Lock()
+	gm, err := c.member(r.GetGroupId())
+	if err == nil {
+		epoch, open := gm.m.epoch, gm.m.pending()
+		gm.m.ack(time.Now(), int(r.GetRank()), r.GetGen(), r.GetEpoch())
+		c.settle(gm, nil, epoch, open)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	for {
 		c.mu.Lock()
-		gm := c.groups[r.GetGroupId()]
-		if gm == nil || gm.m == nil {
+		gm, err := c.member(r.GetGroupId())
+		if err != nil {
 			c.mu.Unlock()
-			return nil, status.Errorf(codes.NotFound, "group %q has no membership", r.GetGroupId())
+			return nil, err
 		}
 		e, open := gm.m.epoch, gm.m.pending()
 		changed := gm.changed
-		c.mu.Unlock()
+		var resp *coordpb.WatchResponse
 		if e > r.GetEpoch() || open && e == r.GetEpoch() && !r.GetSkipPending() {
-			return &coordpb.WatchResponse{Epoch: e, Pending: open}, nil
+			resp = &coordpb.WatchResponse{Epoch: e, Pending: open, View: viewToPB(gm.m.view())}
+		}
+		c.mu.Unlock()
+		if resp != nil {
+			return resp, nil
 		}
 		select {
 		case <-changed:
@@ -146,8 +191,7 @@ func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) 
 }
 
 func syncResponse(r SyncReply) *coordpb.SyncResponse {
-	resp := &coordpb.SyncResponse{Status: int32(r.Status), View: &coordpb.View{Epoch: r.View.Epoch, Active: r.View.Active},
-		Retry: r.Retry, Diverged: r.Diverged}
+	resp := &coordpb.SyncResponse{Status: int32(r.Status), View: viewToPB(r.View), Retry: r.Retry, Diverged: r.Diverged}
 	for _, x := range r.Excluded {
 		resp.Excluded = append(resp.Excluded, int32(x))
 	}
@@ -155,8 +199,7 @@ func syncResponse(r SyncReply) *coordpb.SyncResponse {
 }
 
 func syncReply(r *coordpb.SyncResponse) (SyncReply, error) {
-	rep := SyncReply{Status: SyncStatus(r.GetStatus()), View: View{Epoch: r.GetView().GetEpoch(), Active: r.GetView().GetActive()},
-		Retry: r.GetRetry(), Diverged: r.GetDiverged()}
+	rep := SyncReply{Status: SyncStatus(r.GetStatus()), View: viewFromPB(r.GetView()), Retry: r.GetRetry(), Diverged: r.GetDiverged()}
 	for _, x := range r.GetExcluded() {
 		rep.Excluded = append(rep.Excluded, int(x))
 	}
@@ -164,4 +207,34 @@ func syncReply(r *coordpb.SyncResponse) (SyncReply, error) {
 		return rep, fmt.Errorf("coordinator rejected the sync: not a member of the group")
 	}
 	return rep, nil
+}
+
+func endpointFromPB(e *coordpb.Endpoint) Endpoint {
+	return Endpoint{Segment: e.GetSegment(), Buffer: e.GetBuffer(), Len: e.GetBufferLen(), Gen: e.GetGen()}
+}
+
+func endpointToPB(e Endpoint) *coordpb.Endpoint {
+	return &coordpb.Endpoint{Segment: e.Segment, Buffer: e.Buffer, BufferLen: e.Len, Gen: e.Gen}
+}
+
+func viewToPB(v View) *coordpb.View {
+	pb := &coordpb.View{Epoch: v.Epoch, Base: v.Base, Active: v.Active, Healthy: v.Healthy}
+	for _, s := range v.State {
+		pb.State = append(pb.State, int32(s))
+	}
+	for _, e := range v.Endpoints {
+		pb.Endpoints = append(pb.Endpoints, endpointToPB(e))
+	}
+	return pb
+}
+
+func viewFromPB(pb *coordpb.View) View {
+	v := View{Epoch: pb.GetEpoch(), Base: pb.GetBase(), Active: pb.GetActive(), Healthy: pb.GetHealthy()}
+	for _, s := range pb.GetState() {
+		v.State = append(v.State, MemberState(s))
+	}
+	for _, e := range pb.GetEndpoints() {
+		v.Endpoints = append(v.Endpoints, endpointFromPB(e))
+	}
+	return v
 }

@@ -58,13 +58,9 @@ func failedPeers(err error) []int {
 	return nil
 }
 
-// startMembership sets the initial view (every rank active, epoch 0) and
-// starts watching the coordinator for reconciliations.
-func (g *Group) startMembership() {
-	v := View{Active: make([]bool, g.size)}
-	for i := range v.Active {
-		v.Active[i] = true
-	}
+// startMembership applies the group's first view and starts watching the
+// coordinator for reconciliations and view changes.
+func (g *Group) startMembership(v View) {
 	g.view.Store(&v)
 	g.setColl(v, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -81,7 +77,11 @@ func (g *Group) InjectLinkFailure(peer int, fail bool) error {
 	if err := g.checkPeer(peer); err != nil {
 		return err
 	}
-	if err := g.engine.InjectLinkFailure(g.peers[peer].name, fail); err != nil {
+	p := g.peer(peer)
+	if p == nil {
+		return fmt.Errorf("%w: rank %d has no endpoint", ErrInvalid, peer)
+	}
+	if err := g.engine.InjectLinkFailure(p.name, fail); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
@@ -111,12 +111,12 @@ func (g *Group) needAllActive(what string) error {
 }
 
 // setColl makes the collective FIFO follow view v, leaving out excluded
-// too (for the op being re-run in manual mode). A new epoch restarts the
+// too (for the op being re-run in manual mode). A new base restarts the
 // collective channel's sequence numbers.
 func (g *Group) setColl(v View, excluded []int) {
-	if v.Epoch != g.collEpoch || g.act == nil {
-		g.collEpoch = v.Epoch
-		g.seqBase[chColl] = v.Epoch << 32
+	if v.Base != g.collBase || g.act == nil {
+		g.collBase = v.Base
+		g.seqBase[chColl] = v.Base << 32
 		for p := range g.size {
 			g.sent[chColl][p], g.rcvd[chColl][p] = g.seqBase[chColl], g.seqBase[chColl]
 		}
@@ -125,6 +125,7 @@ func (g *Group) setColl(v View, excluded []int) {
 		}
 		g.collOps = 0
 	}
+	g.collIso = false
 	g.act, g.pos = g.act[:0], -1
 	for p, a := range v.Active {
 		if a && !slices.Contains(excluded, p) {
@@ -137,11 +138,16 @@ func (g *Group) setColl(v View, excluded []int) {
 }
 
 // catchUp, at the start of each collective, applies a view that arrived
-// through another path (a point-to-point failure), and ends a manual-mode
-// exclusion.
+// through another path (the watch, a point-to-point failure, a proposal),
+// and ends a manual-mode exclusion. An isolated rank (an extension not yet
+// activated) runs its collectives over itself alone.
 func (g *Group) catchUp() {
+	if g.isolated.Load() {
+		g.act, g.pos, g.collIso = append(g.act[:0], g.rank), 0, true
+		return
+	}
 	v := g.view.Load()
-	if v.Epoch != g.collEpoch || len(g.act) != countActive(v) {
+	if g.collIso || v.Base != g.collBase || len(g.act) != countActive(v) {
 		g.setColl(*v, nil)
 	}
 }
@@ -156,8 +162,9 @@ func countActive(v *View) int {
 	return n
 }
 
-// applyView publishes v unless a newer view is already there, and returns
-// the ranks it deactivated.
+// applyView publishes v unless a newer view is already there, following
+// the slots whose incarnation changed (elastic.go), and returns the ranks
+// it deactivated.
 func (g *Group) applyView(v View) (dropped []int) {
 	g.syncMu.Lock()
 	defer g.syncMu.Unlock()
@@ -170,7 +177,12 @@ func (g *Group) applyView(v View) (dropped []int) {
 			dropped = append(dropped, p)
 		}
 	}
-	v.Active = slices.Clone(v.Active)
+	g.followEndpoints(v)
+	if v.Active[g.rank] {
+		g.isolated.Store(false)
+	}
+	v = View{Epoch: v.Epoch, Base: v.Base, Active: slices.Clone(v.Active), State: slices.Clone(v.State),
+		Healthy: slices.Clone(v.Healthy), Endpoints: slices.Clone(v.Endpoints)}
 	g.view.Store(&v)
 	return dropped
 }
@@ -182,11 +194,11 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 		w.markFailed(failedPeers(err))
 		// A point-to-point op reports no collective position (op 0) and
 		// nothing that would prevent a retry.
-		epoch, op, clean := g.view.Load().Epoch, uint64(0), true
+		base, op, clean := g.view.Load().Base, uint64(0), true
 		if coll {
-			epoch, op, clean = g.collEpoch, g.collOps, !g.dirty
+			base, op, clean = g.collBase, g.collOps, !g.dirty
 		}
-		rep, serr := g.syncFailure(epoch, op, failedPeers(err), clean)
+		rep, serr := g.syncFailure(base, op, failedPeers(err), clean)
 		if serr != nil {
 			return fmt.Errorf("%w (reconciling the failure: %v)", err, serr)
 		}
@@ -197,6 +209,7 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 			}
 		}
 		w.markFailed(excl)
+		g.reconciled.Store(true)
 		for _, d := range g.applyView(rep.View) {
 			if d != g.rank {
 				w.markFailed([]int{d})
@@ -231,16 +244,16 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 }
 
 // joinReconciliation runs on the collective FIFO when the watch saw a
-// window open at epoch: an idle rank takes part too.
-func (g *Group) joinReconciliation(epoch uint64) {
-	if g.closed.Load() || g.usable() != nil {
+// window open at base: an idle rank takes part too.
+func (g *Group) joinReconciliation(base uint64) {
+	if g.closed.Load() || g.usable() != nil || g.isolated.Load() {
 		return
 	}
 	g.catchUp()
-	if g.collEpoch > epoch || !g.isActive() {
+	if g.collBase > base || !g.isActive() {
 		return
 	}
-	rep, err := g.syncFailure(g.collEpoch, g.collOps+1, nil, true)
+	rep, err := g.syncFailure(g.collBase, g.collOps+1, nil, true)
 	if err != nil {
 		g.fail(fmt.Errorf("%w: reconciling a failure: %v", ErrPeer, err))
 		return
@@ -248,19 +261,20 @@ func (g *Group) joinReconciliation(epoch uint64) {
 	if rep.Diverged {
 		g.fail(fmt.Errorf("%w: the survivors were at different collectives when a failure was reconciled", ErrBroken))
 	}
+	g.reconciled.Store(true)
 	g.applyView(rep.View)
 	g.setColl(rep.View, nil)
 }
 
 // syncFailure asks the coordinator to reconcile (bounded: the window plus
-// a margin; Close ends it).
-func (g *Group) syncFailure(epoch, op uint64, failed []int, clean bool) (SyncReply, error) {
+// a margin; Close ends it). base is the view base the op ran in.
+func (g *Group) syncFailure(base, op uint64, failed []int, clean bool) (SyncReply, error) {
 	window := time.Duration(g.rt.faultWindow.Load())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*window+g.collTimeout()+30*time.Second)
 	defer cancel()
 	stop := context.AfterFunc(g.watchCtx, cancel)
 	defer stop()
-	req := &coordpb.SyncRequest{GroupId: g.id, Rank: int32(g.rank), Epoch: epoch, Op: op, Clean: clean, WindowUs: window.Microseconds()}
+	req := &coordpb.SyncRequest{GroupId: g.id, Rank: int32(g.rank), Epoch: base, Op: op, Clean: clean, WindowUs: window.Microseconds()}
 	for _, f := range failed {
 		req.Failed = append(req.Failed, int32(f))
 	}
@@ -271,14 +285,16 @@ func (g *Group) syncFailure(epoch, op uint64, failed []int, clean bool) (SyncRep
 	return syncReply(resp)
 }
 
-// watch follows the group's epochs at the coordinator; when a
-// reconciliation window opens it aborts this rank's collective waits and
-// queues its participation.
+// watch follows the group's views at the coordinator: it applies each new
+// view (its next request acknowledges it), and when a reconciliation
+// window opens it aborts this rank's collective waits and queues its
+// participation.
 func (g *Group) watch(ctx context.Context) {
-	var epoch uint64
+	epoch := g.view.Load().Epoch
 	skip := false
 	for ctx.Err() == nil {
-		resp, err := g.client.Watch(ctx, &coordpb.WatchRequest{GroupId: g.id, Epoch: epoch, SkipPending: skip})
+		resp, err := g.client.Watch(ctx, &coordpb.WatchRequest{GroupId: g.id, Epoch: epoch, SkipPending: skip,
+			Rank: int32(g.rank), Gen: g.gen()})
 		if err != nil {
 			if status.Code(err) == codes.NotFound {
 				return // the group has no membership (more than MaxGroupSlots ranks)
@@ -290,19 +306,21 @@ func (g *Group) watch(ctx context.Context) {
 			}
 			continue
 		}
-		if resp.GetEpoch() > epoch {
-			epoch, skip = resp.GetEpoch(), false
+		v := viewFromPB(resp.GetView())
+		if v.Epoch > epoch {
+			g.applyView(v)
+			epoch, skip = v.Epoch, false
 			continue
 		}
 		if resp.GetPending() {
 			for {
 				cur := g.abortBelow.Load()
-				if cur > epoch || g.abortBelow.CompareAndSwap(cur, epoch+1) {
+				if cur > v.Base || g.abortBelow.CompareAndSwap(cur, v.Base+1) {
 					break
 				}
 			}
-			e := epoch
-			g.coll.submit(func() { g.joinReconciliation(e) })
+			b := v.Base
+			g.coll.submit(func() { g.joinReconciliation(b) })
 			skip = true
 		}
 	}

@@ -37,10 +37,13 @@ type GroupConfig struct {
 	Extension bool
 }
 
+// peer is how this rank reaches one slot's rank: its segment and buffer,
+// and which incarnation of the slot published them.
 type peer struct {
 	name string
 	seg  transfer.SegmentHandle
 	base uint64
+	gen  uint64
 }
 
 // Group is one process group as seen by one rank.
@@ -48,12 +51,16 @@ type Group struct {
 	rt     *Runtime
 	engine *transfer.Engine
 	rank   int
-	size   int
-	id     string
-	lay    layout
-	base   uintptr
-	mem    []byte
-	peers  []peer
+	size   int // slots
+	// declared is the size this rank was created with (torch's group size).
+	declared int
+	id       string
+	lay      layout
+	base     uintptr
+	mem      []byte
+	// peers, per slot: nil while the slot has no endpoint (and for this
+	// rank). Replaced when the slot's incarnation changes (elastic.go).
+	peers []atomic.Pointer[peer]
 
 	// Sequence numbers per [channel][peer]: messages sent to the peer and
 	// messages from it consumed. Each element has exactly one owner: the
@@ -78,14 +85,21 @@ type Group struct {
 	client     coordpb.CoordinatorClient
 	manual     bool
 	view       atomic.Pointer[View]
-	abortBelow atomic.Uint64 // collective waits give up while collEpoch < this
-	collEpoch  uint64
+	abortBelow atomic.Uint64 // collective waits give up while collBase < this
+	collBase   uint64
+	collIso    bool // the collective FIFO runs over this rank alone (isolated)
 	act        []int
 	pos        int
 	dirty      bool
 	watchCtx   context.Context
 	stopWatch  context.CancelFunc
 	syncMu     sync.Mutex
+	// Elastic membership (elastic.go): isolated until an extension is
+	// first activated; quiescing while join_group runs; reconciled when a
+	// failure was reconciled since the last SyncAfterFailure.
+	isolated   atomic.Bool
+	quiescing  atomic.Bool
+	reconciled atomic.Bool
 
 	coll    *fifo
 	sendQ   []*fifo
@@ -96,11 +110,22 @@ type Group struct {
 	closeMu sync.Mutex
 }
 
-// NewGroup joins a group: it allocates this rank's buffer, exchanges
-// endpoints through the coordinator and opens every peer's segment.
+// NewGroup joins a group: it allocates this rank's buffer, registers it
+// with the coordinator (founding the group with the other founders, or, for
+// an extension, attaching to it) and opens the segments of the members.
 func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if cfg.Size <= 0 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("%w: rank %d of group size %d", ErrInvalid, cfg.Rank, cfg.Size)
+	}
+	slots := cfg.MaxSize
+	if slots <= 0 {
+		slots = cfg.Size
+	}
+	if slots < cfg.Size || slots > MaxGroupSlots && slots != cfg.Size {
+		return nil, fmt.Errorf("%w: group of %d ranks in %d slots (at most %d)", ErrInvalid, cfg.Size, slots, MaxGroupSlots)
+	}
+	if cfg.Extension && slots > MaxGroupSlots {
+		return nil, fmt.Errorf("%w: an extension needs a group of at most %d slots", ErrInvalid, MaxGroupSlots)
 	}
 	if cfg.GroupID == "" {
 		return nil, fmt.Errorf("%w: empty group id", ErrInvalid)
@@ -116,72 +141,86 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	coll, p2p := slotSizes(cfg.Size)
+	coll, p2p := slotSizes(slots)
 	if cfg.CollSlot > 0 {
 		coll = alignUp(cfg.CollSlot, slotGranularity)
 	}
 	if cfg.P2PSlot > 0 {
 		p2p = alignUp(cfg.P2PSlot, slotGranularity)
 	}
-	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: cfg.Size, id: cfg.GroupID, lay: newLayout(cfg.Size, coll, p2p),
-		client: client, manual: cfg.Manual}
+	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: slots, declared: cfg.Size, id: cfg.GroupID,
+		lay: newLayout(slots, coll, p2p), client: client, manual: cfg.Manual}
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
 	g.mem = bytesAt(g.base, g.lay.total)
-	eps, err := rt.join(client, &coordpb.JoinRequest{
-		GroupId:  cfg.GroupID,
-		Rank:     int32(cfg.Rank),
-		Size:     int32(cfg.Size),
-		Endpoint: &coordpb.Endpoint{Segment: e.Name(), Buffer: uint64(g.base), BufferLen: uint64(g.lay.total)},
-		Layout:   g.lay.key(),
-		Manual:   cfg.Manual,
+	resp, err := rt.join(client, &coordpb.JoinRequest{
+		GroupId:   cfg.GroupID,
+		Rank:      int32(cfg.Rank),
+		Size:      int32(cfg.Size),
+		MaxSize:   int32(slots),
+		Extension: cfg.Extension,
+		Endpoint:  &coordpb.Endpoint{Segment: e.Name(), Buffer: uint64(g.base), BufferLen: uint64(g.lay.total)},
+		Layout:    g.lay.key(),
+		Manual:    cfg.Manual,
 	})
 	if err != nil {
 		e.FreeManagedBuffer(g.base)
 		return nil, err
 	}
-	g.peers = make([]peer, cfg.Size)
-	for i, ep := range eps {
-		g.peers[i] = peer{name: ep.GetSegment(), base: ep.GetBuffer()}
-		if i == cfg.Rank {
-			continue
-		}
-		if g.peers[i].seg, err = e.OpenSegment(ep.GetSegment()); err != nil {
-			e.FreeManagedBuffer(g.base)
-			return nil, fmt.Errorf("open segment of rank %d (%s): %w", i, ep.GetSegment(), err)
-		}
+	v := firstView(resp, slots)
+	g.peers = make([]atomic.Pointer[peer], slots)
+	if err := g.openPeers(v); err != nil {
+		g.closePeers()
+		e.FreeManagedBuffer(g.base)
+		return nil, err
 	}
 	for ch := range numChannels {
-		g.sent[ch] = make([]uint64, cfg.Size)
-		g.rcvd[ch] = make([]uint64, cfg.Size)
+		g.sent[ch] = make([]uint64, slots)
+		g.rcvd[ch] = make([]uint64, slots)
 	}
 	for s := range nSlots {
-		g.pullLent[s] = make([]uint64, cfg.Size)
+		g.pullLent[s] = make([]uint64, slots)
 	}
 	g.spin = spinFor
-	if cfg.Size > runtime.NumCPU() {
+	if slots > runtime.NumCPU() {
 		g.spin = spinOversubscribed
 	}
 	if us := envBytes("MC_PG_SPIN_US", -1); us > 0 {
 		g.spin = time.Duration(us) * time.Microsecond
 	}
 	g.coll = newFifo(g.spin)
-	g.sendQ = make([]*fifo, cfg.Size)
-	g.recvQ = make([]*fifo, cfg.Size)
-	for i := range cfg.Size {
+	g.sendQ = make([]*fifo, slots)
+	g.recvQ = make([]*fifo, slots)
+	for i := range slots {
 		if i != cfg.Rank {
 			g.sendQ[i], g.recvQ[i] = newFifo(0), newFifo(0)
 		}
 	}
-	g.startMembership()
+	g.isolated.Store(cfg.Extension)
+	g.startMembership(v)
 	return g, nil
+}
+
+// firstView is the view a group starts from: the coordinator's, or for a
+// group without membership (more than MaxGroupSlots ranks) every founder
+// active.
+func firstView(resp *coordpb.JoinResponse, slots int) View {
+	if resp.GetView() != nil {
+		return viewFromPB(resp.GetView())
+	}
+	v := View{Active: make([]bool, slots), State: make([]MemberState, slots), Healthy: make([]bool, slots),
+		Endpoints: make([]Endpoint, slots)}
+	for i, ep := range resp.GetEndpoints() {
+		v.Active[i], v.State[i], v.Healthy[i], v.Endpoints[i] = true, MemberActive, true, endpointFromPB(ep)
+	}
+	return v
 }
 
 // Rank is this rank's index in the group.
 func (g *Group) Rank() int { return g.rank }
 
-// Size is the number of ranks in the group.
+// Size is the group's number of slots (in-group ranks it can hold).
 func (g *Group) Size() int { return g.size }
 
 // ID is the group's name.
@@ -199,6 +238,7 @@ func (g *Group) Close() {
 	if g.closed.Swap(true) {
 		return
 	}
+	g.leave()
 	g.stopWatch()
 	var dones []<-chan struct{}
 	dones = append(dones, g.coll.close())
@@ -210,11 +250,7 @@ func (g *Group) Close() {
 	for _, d := range dones {
 		<-d
 	}
-	for i, p := range g.peers {
-		if i != g.rank {
-			g.engine.CloseSegment(p.seg)
-		}
-	}
+	g.closePeers()
 	g.engine.FreeManagedBuffer(g.base)
 }
 
@@ -250,7 +286,7 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 		}
 		if q == g.coll {
 			g.catchUp()
-			if !g.isActive() {
+			if !g.collIso && !g.isActive() {
 				w.complete(fmt.Errorf("%w: rank %d", ErrInactive, g.rank))
 				return
 			}

@@ -68,7 +68,7 @@ func (g *Group) send(ch int, msgs []out) error {
 		if len(m.data) == 0 {
 			continue
 		}
-		p := g.peers[m.peer]
+		p := g.peer(m.peer)
 		dst := p.base + uint64(g.lay.recv(ch, g.rank, seq))
 		ok, err := g.engine.AccessRemote(p.seg, dst, uint64(len(m.data)), func(mem []byte) { copy(mem, m.data) })
 		if err != nil {
@@ -112,7 +112,7 @@ func (g *Group) send(ch int, msgs []out) error {
 // when the peer is on this host, else it returns the transfer that does it
 // (from this rank's outgoing word `src`).
 func (g *Group) setRemote(ch, kind, src, peer int, v uint64) (*transfer.Request, error) {
-	p := g.peers[peer]
+	p := g.peer(peer)
 	addr := p.base + uint64(g.lay.flag(kind, ch, g.rank))
 	ok, err := g.engine.AccessRemote(p.seg, addr, 8, func(mem []byte) {
 		atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[0])), v)
@@ -131,7 +131,7 @@ func (g *Group) setRemote(ch, kind, src, peer int, v uint64) (*transfer.Request,
 
 // wake wakes peer if it blocks on the word at offset off of its buffer.
 func (g *Group) wake(peer, off int) {
-	p := g.peers[peer]
+	p := g.peer(peer)
 	_, _ = g.engine.WakeWord(p.seg, p.base+uint64(off))
 }
 
@@ -219,7 +219,7 @@ func (g *Group) describe(peers []int) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "rank %d (%s)", p, g.peers[p].name)
+		fmt.Fprintf(&b, "rank %d (%s)", p, g.peer(p).name)
 	}
 	return b.String()
 }

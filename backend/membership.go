@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -9,59 +10,100 @@ import (
 // Membership of one group, as the coordinator keeps it (spec/pg.md §3): a
 // pure state machine in the style of etcd raft. It does no I/O and reads no
 // clock: every call that depends on time takes `now` from the caller, and
-// replies are returned as values for the caller to deliver. The coordinator
-// serialises calls to it.
+// replies are returned as values (sync) or queued in an outbox (proposals)
+// for the caller to deliver. The coordinator serialises calls to it.
 //
-// Slots. A group has maxSize fixed slots (at most MaxGroupSlots); slot i is
-// in-group rank i, never renumbered. Founders hold slots 0..size-1 and start
-// Active; the other slots are empty (MemberNone).
+// Slots. A group has a fixed number of slots (at most MaxGroupSlots); slot
+// i is in-group rank i, never renumbered. Founders hold slots 0..size-1 and
+// start Active; the other slots are empty (MemberNone) until a rank
+// registers there. Each slot has an endpoint and an incarnation (gen),
+// bumped by every registration and rejoin, so ranks notice a new process
+// (or a rejoined one) and reset their links to it.
+//
+// Views. Every change bumps the epoch. The base is the epoch of the last
+// change of the set of active slots (or reconciliation): ranks restart
+// their collective sequence numbers from it, so it must only change at a
+// point every active rank reaches between the same two collectives — a
+// reconciliation (every participant aborted its op) or a proposal (the
+// application drives it; spec/pg.md §3.4: all ranks issue the same ops
+// between membership changes). Endpoint-only changes (a rank registers or
+// confirms) keep the base.
 //
 // Agreeing on the failed set. A rank whose op hit a failure (a peer that
 // failed a transfer or stopped answering) calls sync with the peers it saw
 // fail. The first such call opens the group's reconciliation window
 // (window long, never extended); every sync arriving while it is open joins
 // it, and a rank that learns a window is open (pending) aborts its current
-// op and syncs too. When the window closes (tick at or after its end) the
-// outcome is the same for everyone who synced:
+// op and syncs too. When the window closes (tick at or after its end, or
+// once every active slot synced or was reported failed) the outcome is the
+// same for everyone who synced:
 //
 //   - excluded: the Active slots that were reported failed by anyone, or
 //     that did not sync within the window (dead, or too slow to take part:
-//     for the op in progress they are equally absent);
+//     for the op in progress they are equally absent); they are unhealthy
+//     until they register again or rejoin;
 //   - with autoDeactivate the excluded slots become Inactive (the view's
 //     active mask drops them); without it the mask is unchanged and the
 //     exclusion applies to the failed op only (manual mode);
-//   - the epoch advances (every reconciliation starts a new epoch: ranks
-//     restart their collective sequence numbers from it);
+//   - the epoch advances and becomes the base;
 //   - retry is true when every syncing rank reported its op's buffers
 //     untouched (clean), so the survivors can run the op again among
 //     themselves and get a result over the survivors only;
 //   - diverged is true when the participants are not at the same
 //     collective (each reports `op`, the index of the collective it will
-//     complete next in this epoch; 0 from a point-to-point op, which has
+//     complete next in this base; 0 from a point-to-point op, which has
 //     none): some completed an op others gave up. No retry can realign
 //     them, so the group cannot go on.
 //
 // A sync that names no failed peer while no window is open, or that comes
-// from an older epoch after its window closed, is answered at once with the
+// from an older base after its window closed, is answered at once with the
 // current view (NoPending): the rank was left out and must take the view as
 // it is.
+//
+// Elastic paths (spec/pg.md §3.5). A rank registers in a slot that is
+// empty, inactive or left (a new rank, or the replacement of a dead or
+// departed one): it is Inactive until it confirms (join_group), which makes
+// it AwaitingActivation. Proposals (activate or deactivate ranks) queue per
+// group and run one at a time: an activation waits (at most admission)
+// until every target is healthy, awaiting activation (or already active)
+// and has an endpoint; then the view changes, and the proposal is answered
+// once every healthy rank active before or after the change has
+// acknowledged the new epoch (ack), or when barrier has passed: the ranks
+// that did not are dropped (unhealthy, and inactive).
 type membership struct {
-	state          []MemberState
-	epoch          uint64
+	state   []MemberState
+	healthy []bool
+	eps     []Endpoint
+	seen    []uint64 // per slot: the highest epoch its rank acknowledged
+	epoch   uint64
+	base    uint64
+
 	window         time.Duration
 	autoDeactivate bool
+	admission      time.Duration
+	barrier        time.Duration
 
 	open     bool
 	closesAt time.Time
 	synced   map[int]syncRequest // by reporting slot, while open
 	failed   map[int]bool
+
+	proposals []*proposal // FIFO; the head runs
+	nextID    uint64
+	outbox    map[uint64]ProposalResult
 }
 
 // MaxGroupSlots is the most slots a group can have (upstream's limit).
 const MaxGroupSlots = 64
 
-// MemberState is a slot's state in its group (upstream's GroupMemberState,
-// the subset this version uses).
+// Upstream's proposal limits: admission (every target ready) and the
+// acknowledgement barrier, 20 s each.
+const (
+	defaultAdmission = 20 * time.Second
+	defaultBarrier   = 20 * time.Second
+)
+
+// MemberState is a slot's state in its group (upstream's GroupMemberState).
 type MemberState int
 
 const (
@@ -69,8 +111,12 @@ const (
 	MemberNone MemberState = iota
 	// MemberInactive: assigned, but takes no part in collectives.
 	MemberInactive
+	// MemberAwaiting: joined (join_group) and waiting to be activated.
+	MemberAwaiting
 	// MemberActive: takes part in collectives.
 	MemberActive
+	// MemberLeft: its rank destroyed the group.
+	MemberLeft
 )
 
 func (s MemberState) String() string {
@@ -79,16 +125,34 @@ func (s MemberState) String() string {
 		return "none"
 	case MemberInactive:
 		return "inactive"
+	case MemberAwaiting:
+		return "awaiting"
 	case MemberActive:
 		return "active"
+	case MemberLeft:
+		return "left"
 	}
 	return fmt.Sprintf("MemberState(%d)", int(s))
 }
 
-// View is what ranks apply: the epoch and, per slot, whether it is active.
+// Endpoint is where a slot's rank keeps its group buffer, and which
+// incarnation of the slot published it.
+type Endpoint struct {
+	Segment string
+	Buffer  uint64
+	Len     uint64
+	Gen     uint64
+}
+
+// View is what ranks apply.
 type View struct {
-	Epoch  uint64
-	Active []bool
+	Epoch uint64
+	// Base is the epoch collective sequence numbers restart from.
+	Base      uint64
+	Active    []bool
+	State     []MemberState
+	Healthy   []bool
+	Endpoints []Endpoint
 }
 
 // WorldSize is upstream's slot semantics: the highest active slot + 1.
@@ -99,6 +163,16 @@ func (v View) WorldSize() int {
 		}
 	}
 	return 0
+}
+
+// Activatable reports whether slot r could take part now: healthy, active
+// or awaiting activation, with an endpoint (upstream's get_peer_state).
+func (v View) Activatable(r int) bool {
+	if r < 0 || r >= len(v.State) {
+		return false
+	}
+	s := v.State[r]
+	return (s == MemberActive || s == MemberAwaiting) && v.Healthy[r] && v.Endpoints[r].Segment != ""
 }
 
 // SyncStatus is how a sync was answered.
@@ -127,11 +201,10 @@ func (s SyncStatus) String() string {
 }
 
 type syncRequest struct {
-	rank   int
-	epoch  uint64
-	op     uint64
-	failed []int
-	clean  bool
+	rank  int
+	base  uint64
+	op    uint64
+	clean bool
 }
 
 // SyncReply answers one sync.
@@ -146,24 +219,59 @@ type SyncReply struct {
 	Diverged bool
 }
 
+type proposal struct {
+	id       uint64
+	activate bool
+	ranks    []int
+	deadline time.Time // admission, then (once applied) the barrier
+	applied  bool
+	epoch    uint64 // applied: the epoch acknowledgements must reach
+	ackers   []int  // applied: the ranks that must acknowledge
+}
+
+// Errors of register and confirm (the coordinator maps them to codes).
+var (
+	// errSlotBusy: the slot is held by an active (or ready) member; a
+	// replacement retries until it is not.
+	errSlotBusy = errors.New("slot is held by a live member")
+	// errStale: the request comes from an older incarnation of the slot.
+	errStale = errors.New("stale incarnation")
+)
+
 func newMembership(size, maxSize int, window time.Duration, autoDeactivate bool) (*membership, error) {
 	if size <= 0 || maxSize < size || maxSize > MaxGroupSlots {
 		return nil, fmt.Errorf("%w: group of %d in %d slots (at most %d)", ErrInvalid, size, maxSize, MaxGroupSlots)
 	}
-	m := &membership{state: make([]MemberState, maxSize), window: window, autoDeactivate: autoDeactivate}
+	m := &membership{
+		state: make([]MemberState, maxSize), healthy: make([]bool, maxSize),
+		eps: make([]Endpoint, maxSize), seen: make([]uint64, maxSize),
+		window: window, autoDeactivate: autoDeactivate,
+		admission: defaultAdmission, barrier: defaultBarrier,
+		outbox: map[uint64]ProposalResult{},
+	}
 	for i := range size {
-		m.state[i] = MemberActive
+		m.state[i], m.healthy[i], m.eps[i].Gen = MemberActive, true, 1
 	}
 	return m, nil
 }
 
+// setEndpoint records a founder's endpoint (before any view is taken).
+func (m *membership) setEndpoint(rank int, ep Endpoint) {
+	ep.Gen = m.eps[rank].Gen
+	m.eps[rank] = ep
+}
+
 func (m *membership) view() View {
-	v := View{Epoch: m.epoch, Active: make([]bool, len(m.state))}
+	n := len(m.state)
+	v := View{Epoch: m.epoch, Base: m.base, Active: make([]bool, n), State: slices.Clone(m.state),
+		Healthy: slices.Clone(m.healthy), Endpoints: slices.Clone(m.eps)}
 	for i, s := range m.state {
 		v.Active[i] = s == MemberActive
 	}
 	return v
 }
+
+func (m *membership) valid(rank int) bool { return rank >= 0 && rank < len(m.state) }
 
 // pending reports whether a reconciliation window is open: ranks that see
 // it abort their current op and sync.
@@ -175,15 +283,15 @@ func (m *membership) pending() bool { return m.open }
 // in the window when this sync was the last one the window waited for
 // (every Active slot has synced or was reported failed), which closes it
 // early.
-func (m *membership) sync(now time.Time, rank int, epoch, op uint64, failed []int, clean bool) map[int]SyncReply {
-	if rank < 0 || rank >= len(m.state) || m.state[rank] == MemberNone {
+func (m *membership) sync(now time.Time, rank int, base, op uint64, failed []int, clean bool) map[int]SyncReply {
+	if !m.valid(rank) || m.state[rank] == MemberNone || m.state[rank] == MemberLeft {
 		return map[int]SyncReply{rank: {Status: SyncRejected, View: m.view()}}
 	}
 	// Only active peers can fail: reports about others change nothing.
 	failed = slices.DeleteFunc(slices.Clone(failed), func(f int) bool {
-		return f < 0 || f >= len(m.state) || f == rank || m.state[f] != MemberActive
+		return !m.valid(f) || f == rank || m.state[f] != MemberActive
 	})
-	if m.state[rank] != MemberActive || epoch < m.epoch || (!m.open && len(failed) == 0) {
+	if m.state[rank] != MemberActive || base < m.base || (!m.open && len(failed) == 0) {
 		return map[int]SyncReply{rank: {Status: SyncNoPending, View: m.view()}}
 	}
 	if !m.open {
@@ -192,7 +300,7 @@ func (m *membership) sync(now time.Time, rank int, epoch, op uint64, failed []in
 	}
 	// A rank may sync twice in one window (a point-to-point op and its
 	// collectives): the requests merge.
-	req := syncRequest{rank: rank, epoch: epoch, op: op, failed: failed, clean: clean}
+	req := syncRequest{rank: rank, base: base, op: op, clean: clean}
 	if prev, ok := m.synced[rank]; ok {
 		if req.op == 0 {
 			req.op = prev.op
@@ -208,22 +316,43 @@ func (m *membership) sync(now time.Time, rank int, epoch, op uint64, failed []in
 			return nil
 		}
 	}
-	return m.close()
+	return m.close(now)
 }
 
 // tick closes the window when its time has come and returns the reply for
-// each rank that synced in it (nil when nothing closed).
+// each rank that synced in it (nil when nothing closed). It also runs the
+// proposals' deadlines (their answers go to the outbox).
 func (m *membership) tick(now time.Time) map[int]SyncReply {
-	if !m.open || now.Before(m.closesAt) {
-		return nil
+	var replies map[int]SyncReply
+	if m.open && !now.Before(m.closesAt) {
+		replies = m.close(now)
 	}
-	return m.close()
+	m.advance(now)
+	return replies
 }
 
-// deadline is when the open window closes at the latest (ok false: none open).
-func (m *membership) deadline() (time.Time, bool) { return m.closesAt, m.open }
+// deadline is the next time tick has work to do (ok false: none).
+func (m *membership) deadline() (at time.Time, ok bool) {
+	if m.open {
+		at, ok = m.closesAt, true
+	}
+	if len(m.proposals) > 0 {
+		if d := m.proposals[0].deadline; !ok || d.Before(at) {
+			at, ok = d, true
+		}
+	}
+	return at, ok
+}
 
-func (m *membership) close() map[int]SyncReply {
+// bump records a change; a change of the participants moves the base.
+func (m *membership) bump(participants bool) {
+	m.epoch++
+	if participants {
+		m.base = m.epoch
+	}
+}
+
+func (m *membership) close(now time.Time) map[int]SyncReply {
 	var excluded []int
 	for i, s := range m.state {
 		if _, ok := m.synced[i]; s == MemberActive && (m.failed[i] || !ok) {
@@ -244,12 +373,13 @@ func (m *membership) close() map[int]SyncReply {
 		first, op = false, r.op
 	}
 	retry = retry && !diverged
-	if m.autoDeactivate {
-		for _, i := range excluded {
+	for _, i := range excluded {
+		m.healthy[i] = false
+		if m.autoDeactivate {
 			m.state[i] = MemberInactive
 		}
 	}
-	m.epoch++
+	m.bump(true)
 	// A rank that synced but was itself excluded (reported failed by a
 	// peer: a link failure seen from both ends) does not run the op again.
 	replies := make(map[int]SyncReply, len(m.synced))
@@ -258,5 +388,193 @@ func (m *membership) close() map[int]SyncReply {
 			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged}
 	}
 	m.open, m.synced, m.failed = false, nil, nil
+	m.advance(now) // a proposal may have waited for healthy ranks
 	return replies
+}
+
+// register puts a new incarnation (a new rank, or the replacement of a
+// dead or departed one) into slot rank: Inactive until it confirms.
+// It returns the endpoint's incarnation.
+func (m *membership) register(now time.Time, rank int, ep Endpoint) (uint64, error) {
+	if !m.valid(rank) {
+		return 0, fmt.Errorf("%w: rank %d is not a slot of this group of %d", ErrInvalid, rank, len(m.state))
+	}
+	switch s := m.state[rank]; {
+	case s == MemberActive, s == MemberAwaiting && m.healthy[rank]:
+		return 0, fmt.Errorf("%w: rank %d is %s", errSlotBusy, rank, s)
+	}
+	ep.Gen = m.eps[rank].Gen + 1
+	m.eps[rank], m.state[rank], m.healthy[rank], m.seen[rank] = ep, MemberInactive, true, 0
+	m.bump(false)
+	m.advance(now)
+	return ep.Gen, nil
+}
+
+// confirm is join_group's readiness: the slot's incarnation gen awaits
+// activation. A rejoin (a live member whose slot was deactivated) starts a
+// new incarnation, so peers reset their links to it.
+func (m *membership) confirm(now time.Time, rank int, gen uint64, rejoin bool) error {
+	if !m.valid(rank) {
+		return fmt.Errorf("%w: rank %d is not a slot of this group", ErrInvalid, rank)
+	}
+	if m.eps[rank].Gen != gen {
+		return fmt.Errorf("%w: rank %d incarnation %d (current %d)", errStale, rank, gen, m.eps[rank].Gen)
+	}
+	switch m.state[rank] {
+	case MemberInactive, MemberAwaiting:
+	default:
+		return fmt.Errorf("%w: rank %d is %s, not inactive: nothing to join", ErrInvalid, rank, m.state[rank])
+	}
+	if rejoin {
+		m.eps[rank].Gen++
+		m.seen[rank] = 0
+	}
+	m.state[rank], m.healthy[rank] = MemberAwaiting, true
+	m.bump(false)
+	m.advance(now)
+	return nil
+}
+
+// leave: the slot's rank destroyed its group. An inactive or waiting slot
+// is Left. An active one stays in the mask, unhealthy, until a
+// reconciliation or a proposal takes it out: changing the mask here would
+// change the participants of collectives the others may be running.
+func (m *membership) leave(now time.Time, rank int, gen uint64) {
+	if !m.valid(rank) || m.eps[rank].Gen != gen {
+		return
+	}
+	m.healthy[rank] = false
+	if m.state[rank] != MemberActive && m.state[rank] != MemberNone {
+		m.state[rank] = MemberLeft
+	}
+	m.advance(now)
+}
+
+// ack records that rank (incarnation gen) has applied epoch.
+func (m *membership) ack(now time.Time, rank int, gen, epoch uint64) {
+	if !m.valid(rank) || m.eps[rank].Gen != gen || epoch <= m.seen[rank] {
+		return
+	}
+	m.seen[rank] = epoch
+	m.advance(now)
+}
+
+// propose queues a view change; its answer appears in the outbox under the
+// returned id (maybe at once).
+func (m *membership) propose(now time.Time, activate bool, ranks []int) uint64 {
+	m.nextID++
+	id := m.nextID
+	p := &proposal{id: id, activate: activate, deadline: now.Add(m.admission)}
+	for _, r := range ranks {
+		if !m.valid(r) {
+			m.outbox[id] = ProposalResult{Status: ProposalRejected, Epoch: m.epoch,
+				Reason: fmt.Sprintf("rank %d is not a slot of this group of %d", r, len(m.state))}
+			return id
+		}
+		if m.state[r] == MemberNone {
+			m.outbox[id] = ProposalResult{Status: ProposalRejected, Epoch: m.epoch,
+				Reason: fmt.Sprintf("rank %d has never joined this group", r)}
+			return id
+		}
+		if !slices.Contains(p.ranks, r) {
+			p.ranks = append(p.ranks, r)
+		}
+	}
+	slices.Sort(p.ranks)
+	m.proposals = append(m.proposals, p)
+	m.advance(now)
+	return id
+}
+
+// takeAnswers returns the proposals answered so far and forgets them.
+func (m *membership) takeAnswers() map[uint64]ProposalResult {
+	if len(m.outbox) == 0 {
+		return nil
+	}
+	out := m.outbox
+	m.outbox = map[uint64]ProposalResult{}
+	return out
+}
+
+// advance runs the proposal queue as far as it can at now.
+func (m *membership) advance(now time.Time) {
+	for len(m.proposals) > 0 {
+		p := m.proposals[0]
+		if !p.applied {
+			if !m.apply(now, p) {
+				if now.Before(p.deadline) {
+					return
+				}
+				m.answer(ProposalResult{Status: ProposalRejected, Epoch: m.epoch, Reason: "proposal admission timed out"})
+				continue
+			}
+			if len(m.proposals) == 0 || m.proposals[0] != p {
+				continue // answered by apply: nothing to change
+			}
+		}
+		var missing []int
+		for _, r := range p.ackers {
+			if m.healthy[r] && m.seen[r] < p.epoch {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) > 0 && now.Before(p.deadline) {
+			return
+		}
+		res := ProposalResult{Status: ProposalApplied, Epoch: p.epoch}
+		if len(missing) > 0 {
+			changed := false
+			for _, r := range missing {
+				m.healthy[r] = false
+				if m.state[r] == MemberActive || m.state[r] == MemberAwaiting {
+					changed = changed || m.state[r] == MemberActive
+					m.state[r] = MemberInactive
+				}
+			}
+			m.bump(changed)
+			res = ProposalResult{Status: ProposalAppliedWithDroppedRanks, Epoch: m.epoch, Dropped: missing}
+		}
+		m.answer(res)
+	}
+}
+
+// answer completes the head proposal.
+func (m *membership) answer(res ProposalResult) {
+	m.outbox[m.proposals[0].id] = res
+	m.proposals = m.proposals[1:]
+}
+
+// apply changes the view for proposal p if it is admitted now (false:
+// not yet). A proposal that changes nothing is answered Applied at once.
+func (m *membership) apply(now time.Time, p *proposal) bool {
+	want := MemberInactive
+	if p.activate {
+		want = MemberActive
+	}
+	var change []int
+	for _, r := range p.ranks {
+		if m.state[r] == want {
+			continue
+		}
+		if p.activate && !(m.state[r] == MemberAwaiting && m.healthy[r] && m.eps[r].Segment != "") {
+			return false
+		}
+		change = append(change, r)
+	}
+	p.applied = true
+	if len(change) == 0 {
+		m.answer(ProposalResult{Status: ProposalApplied, Epoch: m.epoch})
+		return true
+	}
+	for i, s := range m.state {
+		if s == MemberActive && m.healthy[i] || slices.Contains(change, i) && m.healthy[i] {
+			p.ackers = append(p.ackers, i)
+		}
+	}
+	for _, r := range change {
+		m.state[r] = want
+	}
+	m.bump(true)
+	p.epoch, p.deadline = m.epoch, now.Add(m.barrier)
+	return true
 }

@@ -30,6 +30,9 @@ func (g *Group) start(q *fifo, fn func() error, opts []OpOption) (*Work, error) 
 	if err := g.usable(); err != nil {
 		return nil, err
 	}
+	if g.quiescing.Load() {
+		return nil, fmt.Errorf("%w: rank %d is joining the group (join_group in progress)", ErrInvalid, g.rank)
+	}
 	var c opConfig
 	for _, o := range opts {
 		o(&c)
@@ -219,6 +222,9 @@ func (g *Group) checkPeer(peer int) error {
 	}
 	if peer == g.rank {
 		return fmt.Errorf("%w: send/recv with oneself (rank %d)", ErrInvalid, peer)
+	}
+	if g.peer(peer) == nil {
+		return fmt.Errorf("%w: rank %d has not joined the group", ErrInvalid, peer)
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func (g *Group) pullFrom(peer, s int, dst []byte) error {
 	if _, err := g.recv(chColl, peer); err != nil {
 		return err
 	}
-	p := g.peers[peer]
+	p := g.peer(peer)
 	addr := p.base + uint64(g.lay.pull(s))
 	ok, err := g.engine.AccessRemote(p.seg, addr, uint64(len(dst)), func(mem []byte) { copy(dst, mem) })
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
 	"github.com/mooncake-go/mooncake/transfer"
@@ -201,18 +203,35 @@ func (rt *Runtime) coordinator(store Store, rank int) (coordpb.CoordinatorClient
 	return client, nil
 }
 
-// join registers this rank's endpoint for a group and returns everyone's.
-func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest) ([]*coordpb.Endpoint, error) {
+// join registers this rank's endpoint for a group: founders wait for each
+// other and get everyone's endpoints; an extension attaches to the formed
+// group, retrying for up to extensionWait while its slot is still held by a
+// live member (a replacement started before the failure was reconciled)
+// or the group is still being founded.
+func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout())
 	defer cancel()
-	resp, err := client.Join(ctx, r)
-	if err != nil {
-		return nil, fmt.Errorf("join group %q as rank %d of %d: %w", r.GroupId, r.Rank, r.Size, err)
+	giveUp := time.Now().Add(extensionWait)
+	for {
+		resp, err := client.Join(ctx, r)
+		if err == nil {
+			if !r.Extension && len(resp.Endpoints) != int(r.Size) {
+				return nil, fmt.Errorf("join group %q: coordinator returned %d endpoints for %d ranks", r.GroupId, len(resp.Endpoints), r.Size)
+			}
+			if r.Extension && len(resp.GetView().GetEndpoints()) != int(r.MaxSize) {
+				return nil, fmt.Errorf("join group %q: coordinator returned a view of %d slots for %d", r.GroupId, len(resp.GetView().GetEndpoints()), r.MaxSize)
+			}
+			return resp, nil
+		}
+		if !r.Extension || status.Code(err) != codes.FailedPrecondition || time.Now().After(giveUp) {
+			return nil, fmt.Errorf("join group %q as rank %d of %d: %w", r.GroupId, r.Rank, r.Size, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("join group %q as rank %d of %d: %w", r.GroupId, r.Rank, r.Size, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	if len(resp.Endpoints) != int(r.Size) {
-		return nil, fmt.Errorf("join group %q: coordinator returned %d endpoints for %d ranks", r.GroupId, len(resp.Endpoints), r.Size)
-	}
-	return resp.Endpoints, nil
 }
 
 // Close stops the coordinator (if this runtime serves it) and the engine
@@ -233,6 +252,10 @@ func (rt *Runtime) Close() {
 	}
 	rt.engine = nil
 }
+
+// extensionWait bounds how long an extension waits for its slot
+// (upstream's registration wait).
+const extensionWait = 30 * time.Second
 
 // initTimeout bounds rendezvous (MC_PG_INIT_TIMEOUT seconds, default 300 as
 // upstream's group-ready wait).

@@ -53,13 +53,13 @@ func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout ti
 		if g.closed.Load() {
 			return ErrClosed
 		}
-		if ch == chColl && g.abortBelow.Load() > g.collEpoch {
+		if ch == chColl && g.abortBelow.Load() > g.collBase {
 			return errAborted
 		}
 		if now := time.Now(); now.After(deadline) {
 			if err := g.probe(peer); err != nil {
 				return peerFailure(peer, "rank %d (%s) stopped answering after %v: %v",
-					peer, g.peers[peer].name, now.Sub(start).Round(time.Millisecond), err)
+					peer, g.peer(peer).name, now.Sub(start).Round(time.Millisecond), err)
 			}
 			deadline = now.Add(timeout)
 		}
@@ -71,5 +71,5 @@ func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout ti
 }
 
 func (g *Group) probe(peer int) error {
-	return g.engine.Probe(g.peers[peer].name)
+	return g.engine.Probe(g.peer(peer).name)
 }

@@ -1,0 +1,122 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/backend/coordpb"
+)
+
+// The coordinator's elastic calls (spec/pg.md §3.5): extension joins,
+// join_group's Confirm, proposals and Leave. Calls are serialised by
+// coordinatorServer.mu; the logic is the group's membership state machine.
+
+// extend attaches r (is_extension) to its existing group: a new rank in an
+// empty slot or a replacement. FailedPrecondition while the slot is held
+// by a live member or the group is still being founded (the caller
+// retries).
+func (c *coordinatorServer) extend(r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gm := c.groups[r.GetGroupId()]
+	if gm == nil || gm.m == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "no group %q to extend (yet)", r.GetGroupId())
+	}
+	if gm.layout != r.GetLayout() || len(gm.m.state) != int(r.GetMaxSize()) {
+		return nil, status.Errorf(codes.InvalidArgument, "group %q has %d slots, layout %q; the extension asked for %d slots, layout %q",
+			r.GetGroupId(), len(gm.m.state), gm.layout, r.GetMaxSize(), r.GetLayout())
+	}
+	epoch, open := gm.m.epoch, gm.m.pending()
+	_, err := gm.m.register(time.Now(), int(r.GetRank()), endpointFromPB(r.GetEndpoint()))
+	if err != nil {
+		return nil, coordError(err)
+	}
+	c.settle(gm, nil, epoch, open)
+	return &coordpb.JoinResponse{View: viewToPB(gm.m.view())}, nil
+}
+
+// Confirm implements coordpb.CoordinatorServer.
+func (c *coordinatorServer) Confirm(_ context.Context, r *coordpb.ConfirmRequest) (*coordpb.ConfirmResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gm, err := c.member(r.GetGroupId())
+	if err != nil {
+		return nil, err
+	}
+	epoch, open := gm.m.epoch, gm.m.pending()
+	if err := gm.m.confirm(time.Now(), int(r.GetRank()), r.GetGen(), r.GetRejoin()); err != nil {
+		return nil, coordError(err)
+	}
+	c.settle(gm, nil, epoch, open)
+	return &coordpb.ConfirmResponse{View: viewToPB(gm.m.view())}, nil
+}
+
+// Propose implements coordpb.CoordinatorServer: it answers once the
+// proposal was applied and acknowledged, or rejected.
+func (c *coordinatorServer) Propose(ctx context.Context, r *coordpb.ProposeRequest) (*coordpb.ProposeResponse, error) {
+	c.mu.Lock()
+	gm, err := c.member(r.GetGroupId())
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	ranks := make([]int, len(r.GetRanks()))
+	for i, x := range r.GetRanks() {
+		ranks[i] = int(x)
+	}
+	ch := make(chan ProposalResult, 1)
+	epoch, open := gm.m.epoch, gm.m.pending()
+	id := gm.m.propose(time.Now(), r.GetActivate(), ranks)
+	gm.proposals[id] = ch
+	c.settle(gm, nil, epoch, open)
+	c.mu.Unlock()
+	select {
+	case res, ok := <-ch:
+		if !ok {
+			return nil, status.Errorf(codes.Aborted, "group %q was re-created", r.GetGroupId())
+		}
+		c.mu.Lock()
+		view := viewToPB(gm.m.view())
+		c.mu.Unlock()
+		resp := &coordpb.ProposeResponse{Status: int32(res.Status), Epoch: res.Epoch, Reason: res.Reason, View: view}
+		for _, d := range res.Dropped {
+			resp.Dropped = append(resp.Dropped, int32(d))
+		}
+		return resp, nil
+	case <-ctx.Done():
+		// The proposal stays queued and takes effect; only the answer is lost.
+		c.mu.Lock()
+		delete(gm.proposals, id)
+		c.mu.Unlock()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// Leave implements coordpb.CoordinatorServer.
+func (c *coordinatorServer) Leave(_ context.Context, r *coordpb.LeaveRequest) (*coordpb.LeaveResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gm, err := c.member(r.GetGroupId())
+	if err != nil {
+		return nil, err
+	}
+	epoch, open := gm.m.epoch, gm.m.pending()
+	gm.m.leave(time.Now(), int(r.GetRank()), r.GetGen())
+	c.settle(gm, nil, epoch, open)
+	return &coordpb.LeaveResponse{}, nil
+}
+
+// coordError maps the state machine's errors to gRPC codes.
+func coordError(err error) error {
+	switch {
+	case errors.Is(err, errSlotBusy):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, errStale):
+		return status.Error(codes.Aborted, err.Error())
+	}
+	return status.Error(codes.InvalidArgument, err.Error())
+}
