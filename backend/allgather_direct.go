@@ -1,7 +1,8 @@
 package backend
 
-// allGatherDirect: every rank writes each slot-sized chunk of its input into
-// every peer's slot, and copies what it receives to its place in out.
+// allGatherDirect: every active rank writes each slot-sized chunk of its
+// input into every active peer's slot, and copies what it receives to its
+// place (by slot) in out; blocks of inactive slots are left as they were.
 func allGatherDirect(g *Group, in, outBuf []byte) error {
 	nb := len(in)
 	slot := g.SlotBytes()

@@ -1,11 +1,14 @@
 package backend
 
-// allToAllPairwise: in round r every rank writes chunk r of its block for
-// each peer into that peer's slot and receives chunk r of each peer's block
-// for it. Pairs exchange ceil(bytes/slot) messages, so uneven splits (and
-// empty blocks) need no extra agreement.
+// allToAllPairwise: in round r every active rank writes chunk r of its
+// block for each active peer into that peer's slot and receives chunk r of
+// each active peer's block for it. Pairs exchange ceil(bytes/slot)
+// messages, so uneven splits (and empty blocks) need no extra agreement;
+// the peers are g.act, the same on every active rank. The sizes have one
+// entry per slot (the world size): blocks of inactive slots are neither
+// sent nor written.
 func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) error {
-	n := g.size
+	n := len(sendBytes)
 	soff, roff := make([]int, n+1), make([]int, n+1)
 	for p := range n {
 		soff[p+1] = soff[p] + sendBytes[p]

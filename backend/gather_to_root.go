@@ -1,7 +1,8 @@
 package backend
 
-// gatherToRoot: every rank writes each chunk of its input into the root's
-// slot; the root copies them to their places in out.
+// gatherToRoot: every active rank writes each chunk of its input into the
+// root's slot; the root copies them to their places (by slot) in out,
+// leaving the blocks of inactive slots as they were.
 func gatherToRoot(g *Group, in, outBuf []byte, root int) error {
 	nb := len(in)
 	slot := g.SlotBytes()

@@ -40,6 +40,16 @@ func (g *Group) start(q *fifo, fn func() error, opts []OpOption) (*Work, error) 
 	return g.run(q, fn, c.inline), nil
 }
 
+// needWithin refuses, before any communication, an op whose buffers were
+// validated for world size ws when an active slot lies beyond it (the
+// group grew between submission and run): blocks are indexed by slot.
+func (g *Group) needWithin(what string, ws int) error {
+	if n := len(g.act); n > 0 && g.act[n-1] >= ws {
+		return fmt.Errorf("%w: %s was sized for world size %d, which is now %d", ErrInvalid, what, ws, g.act[n-1]+1)
+	}
+	return nil
+}
+
 func needBytes(what string, have, want int) error {
 	if have < want {
 		return fmt.Errorf("%w: %s holds %d bytes, needs %d", ErrInvalid, what, have, want)
@@ -72,50 +82,66 @@ func (g *Group) Broadcast(buf []byte, root int, opts ...OpOption) (*Work, error)
 	}, opts)
 }
 
-// AllGather concatenates every rank's in, in rank order, into out.
+// Ops with one block per rank take WorldSize blocks (holes counted, see
+// Group.WorldSize), indexed by slot: they move only the active ranks'
+// blocks, and leave an inactive slot's block of the output as it was.
+
+// AllGather concatenates every active rank's in, in rank order, into out
+// (WorldSize blocks).
 func (g *Group) AllGather(in, out []byte, opts ...OpOption) (*Work, error) {
-	if err := needBytes("all_gather output", len(out), g.size*len(in)); err != nil {
+	ws := g.WorldSize()
+	if err := needBytes("all_gather output", len(out), ws*len(in)); err != nil {
 		return nil, err
 	}
-	return g.start(g.coll, func() error { return allGatherDirect(g, in, out[:g.size*len(in)]) }, opts)
+	out = out[:ws*len(in)]
+	return g.start(g.coll, func() error {
+		if err := g.needWithin("all_gather", ws); err != nil {
+			return err
+		}
+		return allGatherDirect(g, in, out)
+	}, opts)
 }
 
-// ReduceScatter reduces in (size blocks of count elements) across the
-// group; rank r gets the reduction of block r in out.
+// ReduceScatter reduces in (WorldSize blocks of count elements) across
+// the active ranks; rank r gets the reduction of block r in out.
 func (g *Group) ReduceScatter(in, out []byte, count int, dt DType, op ReduceOp, opts ...OpOption) (*Work, error) {
 	if err := CheckReduction(dt, op); err != nil {
 		return nil, err
 	}
-	nb := count * dt.Size()
-	if err := needBytes("reduce_scatter input", len(in), g.size*nb); err != nil {
+	ws, nb := g.WorldSize(), count*dt.Size()
+	if err := needBytes("reduce_scatter input", len(in), ws*nb); err != nil {
 		return nil, err
 	}
 	if err := needBytes("reduce_scatter output", len(out), nb); err != nil {
 		return nil, err
 	}
+	in, out = in[:ws*nb], out[:nb]
 	return g.start(g.coll, func() error {
-		if err := g.needAllActive("reduce_scatter"); err != nil {
+		if err := g.needWithin("reduce_scatter", ws); err != nil {
 			return err
 		}
-		return reduceScatterDirect(g, in[:g.size*nb], out[:nb], count, dt, op)
+		return reduceScatterDirect(g, in, out, count, dt, op)
 	}, opts)
 }
 
 // AllToAll sends sendBytes[p] bytes of in (packed in rank order) to each
-// rank p and receives recvBytes[p] bytes from each into out (packed).
+// active rank p and receives recvBytes[p] bytes from each into out
+// (packed); both have WorldSize entries.
 func (g *Group) AllToAll(in, out []byte, sendBytes, recvBytes []int, opts ...OpOption) (*Work, error) {
-	if len(sendBytes) != g.size || len(recvBytes) != g.size {
-		return nil, fmt.Errorf("%w: all_to_all needs %d send and receive sizes, got %d and %d", ErrInvalid, g.size, len(sendBytes), len(recvBytes))
+	ws := g.WorldSize()
+	if len(sendBytes) != ws || len(recvBytes) != ws {
+		return nil, fmt.Errorf("%w: all_to_all needs %d send and receive sizes, got %d and %d", ErrInvalid, ws, len(sendBytes), len(recvBytes))
 	}
 	ts, tr := 0, 0
-	for p := range g.size {
+	for p := range ws {
 		if sendBytes[p] < 0 || recvBytes[p] < 0 {
 			return nil, fmt.Errorf("%w: negative all_to_all size", ErrInvalid)
 		}
 		ts += sendBytes[p]
 		tr += recvBytes[p]
 	}
-	if sendBytes[g.rank] != recvBytes[g.rank] {
+	// (A rank beyond the world size is inactive: its op fails when it runs.)
+	if g.rank < ws && sendBytes[g.rank] != recvBytes[g.rank] {
 		return nil, fmt.Errorf("%w: all_to_all sends %d bytes to itself but expects %d", ErrInvalid, sendBytes[g.rank], recvBytes[g.rank])
 	}
 	if err := needBytes("all_to_all input", len(in), ts); err != nil {
@@ -126,15 +152,15 @@ func (g *Group) AllToAll(in, out []byte, sendBytes, recvBytes []int, opts ...OpO
 	}
 	s, r := append([]int(nil), sendBytes...), append([]int(nil), recvBytes...)
 	return g.start(g.coll, func() error {
-		if err := g.needAllActive("all_to_all"); err != nil {
+		if err := g.needWithin("all_to_all", ws); err != nil {
 			return err
 		}
 		return allToAllPairwise(g, in, out, s, r)
 	}, opts)
 }
 
-// Reduce reduces count elements of buf across the group into root's buf;
-// other ranks' bufs are left as they were.
+// Reduce reduces count elements of buf across the active ranks into the
+// (active) root's buf; other ranks' bufs are left as they were.
 func (g *Group) Reduce(buf []byte, count int, dt DType, op ReduceOp, root int, opts ...OpOption) (*Work, error) {
 	if err := CheckReduction(dt, op); err != nil {
 		return nil, err
@@ -147,45 +173,55 @@ func (g *Group) Reduce(buf []byte, count int, dt DType, op ReduceOp, root int, o
 	}
 	buf = buf[:count*dt.Size()]
 	return g.start(g.coll, func() error {
-		if err := g.needAllActive("reduce"); err != nil {
+		if err := g.needActive("reduce root", root); err != nil {
 			return err
 		}
 		return reduceToRoot(g, buf, count, dt, op, root)
 	}, opts)
 }
 
-// Gather concatenates every rank's in into root's out (ignored elsewhere).
+// Gather concatenates every active rank's in into the (active) root's out
+// (WorldSize blocks; ignored elsewhere).
 func (g *Group) Gather(in, out []byte, root int, opts ...OpOption) (*Work, error) {
 	if err := g.checkRank("gather root", root); err != nil {
 		return nil, err
 	}
+	ws := g.WorldSize()
 	if g.rank == root {
-		if err := needBytes("gather output", len(out), g.size*len(in)); err != nil {
+		if err := needBytes("gather output", len(out), ws*len(in)); err != nil {
 			return nil, err
 		}
-		out = out[:g.size*len(in)]
+		out = out[:ws*len(in)]
 	}
 	return g.start(g.coll, func() error {
-		if err := g.needAllActive("gather"); err != nil {
+		if err := g.needActive("gather root", root); err != nil {
+			return err
+		}
+		if err := g.needWithin("gather", ws); err != nil {
 			return err
 		}
 		return gatherToRoot(g, in, out, root)
 	}, opts)
 }
 
-// Scatter sends block p of root's in (size blocks of len(out)) to rank p.
+// Scatter sends block p of the (active) root's in (WorldSize blocks of
+// len(out)) to each active rank p.
 func (g *Group) Scatter(in, out []byte, root int, opts ...OpOption) (*Work, error) {
 	if err := g.checkRank("scatter root", root); err != nil {
 		return nil, err
 	}
+	ws := g.WorldSize()
 	if g.rank == root {
-		if err := needBytes("scatter input", len(in), g.size*len(out)); err != nil {
+		if err := needBytes("scatter input", len(in), ws*len(out)); err != nil {
 			return nil, err
 		}
-		in = in[:g.size*len(out)]
+		in = in[:ws*len(out)]
 	}
 	return g.start(g.coll, func() error {
-		if err := g.needAllActive("scatter"); err != nil {
+		if err := g.needActive("scatter root", root); err != nil {
+			return err
+		}
+		if err := g.needWithin("scatter", ws); err != nil {
 			return err
 		}
 		return scatterFromRoot(g, in, out, root)

@@ -1,14 +1,14 @@
 package backend
 
-// reduceScatterDirect: every rank writes block p of its input (chunk by
-// chunk) into rank p's slot; each rank reduces the blocks it receives in
-// rank order into out.
+// reduceScatterDirect: every active rank writes block p of its input
+// (chunk by chunk) into active rank p's slot; each reduces the blocks it
+// receives in rank order into out. Blocks of inactive slots are not read.
 func reduceScatterDirect(g *Group, in, outBuf []byte, count int, dt DType, op ReduceOp) error {
 	es := dt.Size()
 	per := g.SlotBytes() / es
 	others := g.others()
 	msgs := make([]out, 0, len(others))
-	srcs := make([][]byte, g.size)
+	srcs := make([][]byte, len(g.act)) // srcs[i]: active position i's block
 	for lo := 0; lo < count; lo += per {
 		c := min(per, count-lo)
 		block := func(r int) []byte { return in[(r*count+lo)*es : (r*count+lo+c)*es] }
@@ -19,13 +19,16 @@ func reduceScatterDirect(g *Group, in, outBuf []byte, count int, dt DType, op Re
 		if err := g.send(chColl, msgs); err != nil {
 			return err
 		}
-		srcs[g.rank] = block(g.rank)
-		for _, p := range others {
+		for i, p := range g.act {
+			if p == g.rank {
+				srcs[i] = block(p)
+				continue
+			}
 			s, err := g.recv(chColl, p)
 			if err != nil {
 				return err
 			}
-			srcs[p] = s[:c*es]
+			srcs[i] = s[:c*es]
 		}
 		// out may be the input's own block (in place); Reduce allows that.
 		err := Reduce(outBuf[lo*es:(lo+c)*es], srcs, dt, op, c)

@@ -1,12 +1,12 @@
 package backend
 
-// reduceToRoot: every rank writes each chunk into the root's slot; the root
-// reduces them in rank order into its buffer.
+// reduceToRoot: every active rank writes each chunk into the root's slot;
+// the root reduces them in rank order into its buffer.
 func reduceToRoot(g *Group, buf []byte, count int, dt DType, op ReduceOp, root int) error {
 	es := dt.Size()
 	per := g.SlotBytes() / es
 	others := g.others()
-	srcs := make([][]byte, g.size)
+	srcs := make([][]byte, len(g.act)) // srcs[i]: active position i's chunk
 	for lo := 0; lo < count; lo += per {
 		c := min(per, count-lo)
 		chunk := buf[lo*es : (lo+c)*es]
@@ -16,13 +16,16 @@ func reduceToRoot(g *Group, buf []byte, count int, dt DType, op ReduceOp, root i
 			}
 			continue
 		}
-		srcs[g.rank] = chunk
-		for _, p := range others {
+		for i, p := range g.act {
+			if p == g.rank {
+				srcs[i] = chunk
+				continue
+			}
 			s, err := g.recv(chColl, p)
 			if err != nil {
 				return err
 			}
-			srcs[p] = s[:len(chunk)]
+			srcs[i] = s[:len(chunk)]
 		}
 		g.dirty = true
 		err := Reduce(chunk, srcs, dt, op, c)

@@ -1,7 +1,8 @@
 package backend
 
 // scatterFromRoot: the root writes each chunk of block p of its input into
-// rank p's slot; every rank copies its block to out.
+// active rank p's slot; every active rank copies its block to out. Blocks
+// of inactive slots are not read.
 func scatterFromRoot(g *Group, in, outBuf []byte, root int) error {
 	nb := len(outBuf)
 	slot := g.SlotBytes()
