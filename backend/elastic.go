@@ -28,6 +28,18 @@ const (
 	ProposalAppliedWithDroppedRanks
 )
 
+func (s ProposalStatus) String() string {
+	switch s {
+	case ProposalRejected:
+		return "rejected"
+	case ProposalApplied:
+		return "applied"
+	case ProposalAppliedWithDroppedRanks:
+		return "applied-with-dropped-ranks"
+	}
+	return fmt.Sprintf("ProposalStatus(%d)", int(s))
+}
+
 // ProposalResult answers Propose.
 type ProposalResult struct {
 	Status  ProposalStatus

@@ -88,24 +88,13 @@ func (g *Group) InjectLinkFailure(peer int, fail bool) error {
 }
 
 // View returns the group's current membership view.
-func (g *Group) View() View {
-	v := g.view.Load()
-	return View{Epoch: v.Epoch, Active: slices.Clone(v.Active)}
-}
+func (g *Group) View() View { return g.view.Load().clone() }
 
 func (g *Group) isActive() bool { return g.view.Load().Active[g.rank] }
 
 func (g *Group) needActive(what string, r int) error {
 	if !slices.Contains(g.act, r) {
 		return fmt.Errorf("%w: %s %d", ErrInactive, what, r)
-	}
-	return nil
-}
-
-// needAllActive refuses ops this version runs only over the full group.
-func (g *Group) needAllActive(what string) error {
-	if len(g.act) != g.size {
-		return fmt.Errorf("%w: %s with inactive ranks in the group is not supported", ErrInvalid, what)
 	}
 	return nil
 }
@@ -181,8 +170,7 @@ func (g *Group) applyView(v View) (dropped []int) {
 	if v.Active[g.rank] {
 		g.isolated.Store(false)
 	}
-	v = View{Epoch: v.Epoch, Base: v.Base, Active: slices.Clone(v.Active), State: slices.Clone(v.State),
-		Healthy: slices.Clone(v.Healthy), Endpoints: slices.Clone(v.Endpoints)}
+	v = v.clone()
 	g.view.Store(&v)
 	return dropped
 }

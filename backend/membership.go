@@ -262,13 +262,17 @@ func (m *membership) setEndpoint(rank int, ep Endpoint) {
 }
 
 func (m *membership) view() View {
-	n := len(m.state)
-	v := View{Epoch: m.epoch, Base: m.base, Active: make([]bool, n), State: slices.Clone(m.state),
-		Healthy: slices.Clone(m.healthy), Endpoints: slices.Clone(m.eps)}
+	v := View{Epoch: m.epoch, Base: m.base, Active: make([]bool, len(m.state)), State: m.state,
+		Healthy: m.healthy, Endpoints: m.eps}
 	for i, s := range m.state {
 		v.Active[i] = s == MemberActive
 	}
-	return v
+	return v.clone()
+}
+
+func (v View) clone() View {
+	return View{Epoch: v.Epoch, Base: v.Base, Active: slices.Clone(v.Active), State: slices.Clone(v.State),
+		Healthy: slices.Clone(v.Healthy), Endpoints: slices.Clone(v.Endpoints)}
 }
 
 func (m *membership) valid(rank int) bool { return rank >= 0 && rank < len(m.state) }

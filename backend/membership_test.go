@@ -25,6 +25,15 @@ import (
 //	tick                               prints one line per reply, by rank
 //	view                               prints epoch, mask and world size
 //	pending                            prints whether a window is open
+//	register rank=R seg=S              a new incarnation in slot R; prints its gen
+//	confirm rank=R gen=G [rejoin=1]    join_group's readiness
+//	propose activate=0|1 ranks=a,b     queues a proposal; prints its id
+//	ack rank=R gen=G epoch=E           rank R applied epoch E
+//	leave rank=R gen=G                 rank R destroyed the group
+//	members                            prints epoch, base and every slot
+//	                                   (state, ! when unhealthy, @gen)
+//
+// Every command also prints the proposals it answered.
 func TestMembershipScenarios(t *testing.T) {
 	files, _ := filepath.Glob("testdata/membership/*.txt")
 	if len(files) == 0 {
@@ -93,13 +102,7 @@ func runMembershipScript(t *testing.T, path string) {
 				got = append(got, "error: "+err.Error())
 			}
 		case "sync":
-			var failed []int
-			if v := args["failed"]; v != "" {
-				for _, s := range strings.Split(v, ",") {
-					n, _ := strconv.Atoi(s)
-					failed = append(failed, n)
-				}
-			}
+			failed := intList(args["failed"])
 			replies := m.sync(now, num("rank", -1), uint64(num("epoch", 0)), uint64(num("op", 1)), failed, num("clean", 1) == 1)
 			if len(replies) == 0 {
 				got = append(got, "waiting")
@@ -114,9 +117,31 @@ func runMembershipScript(t *testing.T, path string) {
 			got = append(got, formatView(m.view()))
 		case "pending":
 			got = append(got, strconv.FormatBool(m.pending()))
+		case "register":
+			gen, err := m.register(now, num("rank", -1), Endpoint{Segment: args["seg"], Buffer: 4096, Len: 4096})
+			if err != nil {
+				got = append(got, "error: "+err.Error())
+			} else {
+				got = append(got, fmt.Sprintf("gen=%d", gen))
+			}
+		case "confirm":
+			if err := m.confirm(now, num("rank", -1), uint64(num("gen", 0)), num("rejoin", 0) == 1); err != nil {
+				got = append(got, "error: "+err.Error())
+			} else {
+				got = append(got, "ok")
+			}
+		case "propose":
+			got = append(got, fmt.Sprintf("id=%d", m.propose(now, num("activate", 1) == 1, intList(args["ranks"]))))
+		case "ack":
+			m.ack(now, num("rank", -1), uint64(num("gen", 0)), uint64(num("epoch", 0)))
+		case "leave":
+			m.leave(now, num("rank", -1), uint64(num("gen", 0)))
+		case "members":
+			got = append(got, formatMembers(m.view()))
 		default:
 			t.Fatalf("%s:%d: unknown command %q", path, st.line, fields[0])
 		}
+		got = append(got, formatAnswers(m)...)
 		if !slices.Equal(got, st.want) {
 			t.Errorf("%s:%d: > %s\ngot:\n  %s\nwant:\n  %s", path, st.line, st.cmd,
 				strings.Join(got, "\n  "), strings.Join(st.want, "\n  "))
@@ -158,4 +183,54 @@ func formatReply(r SyncReply) string {
 		}
 	}
 	return s
+}
+
+func intList(v string) []int {
+	var out []int
+	if v == "" {
+		return nil
+	}
+	for _, s := range strings.Split(v, ",") {
+		n, _ := strconv.Atoi(s)
+		out = append(out, n)
+	}
+	return out
+}
+
+func formatAnswers(m *membership) []string {
+	if m == nil {
+		return nil
+	}
+	answers := m.takeAnswers()
+	ids := make([]uint64, 0, len(answers))
+	for id := range answers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var out []string
+	for _, id := range ids {
+		a := answers[id]
+		s := fmt.Sprintf("proposal %d: %s epoch=%d", id, a.Status, a.Epoch)
+		if len(a.Dropped) > 0 {
+			s += fmt.Sprintf(" dropped=%v", a.Dropped)
+		}
+		if a.Reason != "" {
+			s += " reason=" + strconv.Quote(a.Reason)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func formatMembers(v View) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "epoch=%d base=%d", v.Epoch, v.Base)
+	for i, s := range v.State {
+		fmt.Fprintf(&b, " %d:%s", i, s)
+		if !v.Healthy[i] {
+			b.WriteByte('!')
+		}
+		fmt.Fprintf(&b, "@%d", v.Endpoints[i].Gen)
+	}
+	return b.String()
 }

@@ -1,0 +1,354 @@
+package backend
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// In-process elastic membership: each rank has its own Runtime (engine),
+// all share one MemStore; rank 0's runtime serves the coordinator.
+
+type elasticRanks struct {
+	t     *testing.T
+	store *MemStore
+	rts   []*Runtime
+	gs    []*Group
+}
+
+func newElasticRank(t *testing.T) *Runtime {
+	rt := NewRuntime()
+	_ = rt.SetCollectiveTimeout(300 * time.Millisecond)
+	_ = rt.SetP2PTimeout(300 * time.Millisecond)
+	_ = rt.SetFaultReconciliationWindow(2 * time.Second)
+	return rt
+}
+
+// found starts founders 0..size-1 of a group of slots slots.
+func found(t *testing.T, size, slots int, manual bool) *elasticRanks {
+	t.Helper()
+	e := &elasticRanks{t: t, store: NewMemStore(), rts: make([]*Runtime, slots), gs: make([]*Group, slots)}
+	var wg sync.WaitGroup
+	for r := range size {
+		e.rts[r] = newElasticRank(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			e.gs[r], err = e.rts[r].NewGroup(GroupConfig{Rank: r, Size: size, MaxSize: slots, GroupID: "elastic",
+				Store: e.store, Manual: manual, CollSlot: 4096, P2PSlot: 4096})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		for r := len(e.gs) - 1; r >= 0; r-- { // rank 0 (the coordinator) last
+			e.kill(r)
+		}
+	})
+	return e
+}
+
+// kill closes rank r's group and runtime, as if its process died.
+func (e *elasticRanks) kill(r int) {
+	if e.gs[r] != nil {
+		e.gs[r].Close()
+		e.gs[r] = nil
+	}
+	if e.rts[r] != nil {
+		e.rts[r].Close()
+		e.rts[r] = nil
+	}
+}
+
+// extend starts a new process for slot r (an extension or replacement).
+func (e *elasticRanks) extend(r, size, slots int) *Group {
+	e.t.Helper()
+	e.rts[r] = newElasticRank(e.t)
+	g, err := e.rts[r].NewGroup(GroupConfig{Rank: r, Size: size, MaxSize: slots, GroupID: "elastic", Store: e.store,
+		Extension: true, CollSlot: 4096, P2PSlot: 4096})
+	if err != nil {
+		e.t.Fatalf("extension as rank %d: %v", r, err)
+	}
+	e.gs[r] = g
+	return g
+}
+
+// each runs fn on every live rank at once and waits (60 s at most).
+func (e *elasticRanks) each(fn func(t *testing.T, r int, g *Group)) {
+	e.t.Helper()
+	var wg sync.WaitGroup
+	for r, g := range e.gs {
+		if g == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(e.t, r, g)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		e.t.Fatal("ranks did not finish within 60 s")
+	}
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func mask(g *Group) string {
+	v := g.View()
+	b := make([]byte, len(v.Active))
+	for i, a := range v.Active {
+		b[i] = '0'
+		if a {
+			b[i] = '1'
+		}
+	}
+	return string(b)
+}
+
+// allReduceRanks: every rank contributes rank+1; want is the expected sum.
+func allReduceRanks(t *testing.T, r int, g *Group, want float32) *Work {
+	t.Helper()
+	buf := f32bytes(float32(r+1), float32(10*(r+1)))
+	w, err := g.AllReduce(buf, 2, Float32, Sum)
+	if err != nil {
+		t.Errorf("rank %d: all_reduce: %v", r, err)
+		return nil
+	}
+	if _, err := w.Wait(0); err != nil {
+		t.Errorf("rank %d: all_reduce: %v", r, err)
+	}
+	if !bytes.Equal(buf, f32bytes(want, 10*want)) {
+		t.Errorf("rank %d: all_reduce = %v, want %v", r, buf, f32bytes(want, 10*want))
+	}
+	return w
+}
+
+// activate: the joiner (rank j) runs JoinGroup while rank 0 waits for its
+// peer state and activates it; everyone then sees the full mask.
+func (e *elasticRanks) activate(j int, want string) {
+	e.t.Helper()
+	e.each(func(t *testing.T, r int, g *Group) {
+		switch r {
+		case j:
+			if err := g.JoinGroup(); err != nil {
+				t.Errorf("rank %d: join_group: %v", r, err)
+			}
+		case 0:
+			waitFor(t, "peer state", func() bool { ok, _ := g.PeerState([]int{j}); return ok[0] })
+			res, err := g.Propose(true, []int{j})
+			if err != nil || res.Status != ProposalApplied {
+				t.Errorf("activate %d: %+v, %v", j, res, err)
+			}
+		}
+		waitFor(t, "mask "+want, func() bool { return mask(g) == want })
+	})
+}
+
+func TestReplacementJoinsAndFullGroupComputes(t *testing.T) {
+	e := found(t, 4, 4, false)
+	e.kill(2)
+	e.each(func(t *testing.T, r int, g *Group) {
+		w := allReduceRanks(t, r, g, 1+2+4)
+		if w != nil && (w.LocalSuccess() || fmt.Sprint(w.FailedRanks()) != "[2]") && !(w.LocalSuccess() && mask(g) == "1101") {
+			t.Errorf("rank %d: failed %v success %v", r, w.FailedRanks(), w.LocalSuccess())
+		}
+		if mask(g) != "1101" {
+			t.Errorf("rank %d: mask %s", r, mask(g))
+		}
+	})
+	g2 := e.extend(2, 4, 4)
+	if g2.WorldSize() != 4 || mask(g2) != "1101" {
+		t.Fatalf("replacement: world size %d, mask %s", g2.WorldSize(), mask(g2))
+	}
+	allReduceRanks(t, 2, g2, 3) // isolated: over itself
+	if ok, _ := g2.PeerState([]int{0, 1, 2, 3}); fmt.Sprint(ok) != "[true true false true]" {
+		t.Errorf("replacement's peer state before join_group: %v", ok)
+	}
+	e.activate(2, "1111")
+	e.each(func(t *testing.T, r int, g *Group) {
+		if w := allReduceRanks(t, r, g, 10); w != nil && !w.LocalSuccess() {
+			t.Errorf("rank %d: full all_reduce not a local success", r)
+		}
+		if n := g.NumSyncedRanks(); n != 4 {
+			t.Errorf("rank %d: synced ranks %d", r, n)
+		}
+		in := f32bytes(float32(r))
+		out := make([]byte, 16)
+		w, err := g.AllGather(in, out)
+		must(t, g, "all_gather", w, err)
+		if !bytes.Equal(out, f32bytes(0, 1, 2, 3)) {
+			t.Errorf("rank %d: all_gather %v", r, out)
+		}
+		// Point-to-point between the replacement and a survivor.
+		switch r {
+		case 2:
+			w, err := g.Send(f32bytes(42), 0)
+			must(t, g, "send", w, err)
+		case 0:
+			buf := make([]byte, 4)
+			w, err := g.Recv(buf, 2)
+			must(t, g, "recv", w, err)
+			if !bytes.Equal(buf, f32bytes(42)) {
+				t.Errorf("recv from the replacement: %v", buf)
+			}
+		}
+	})
+}
+
+func TestExtensionFromThreeFounders(t *testing.T) {
+	e := found(t, 3, 4, false)
+	e.each(func(t *testing.T, r int, g *Group) {
+		if g.WorldSize() != 3 || mask(g) != "1110" {
+			t.Errorf("rank %d: world size %d, mask %s", r, g.WorldSize(), mask(g))
+		}
+		allReduceRanks(t, r, g, 6)
+	})
+	g3 := e.extend(3, 4, 4)
+	if g3.WorldSize() != 4 {
+		t.Errorf("joiner's world size %d, want its declared 4", g3.WorldSize())
+	}
+	if _, err := g3.AllReduce(make([]byte, 4), 1, Float32, Sum); err != nil {
+		t.Errorf("isolated all_reduce: %v", err)
+	}
+	e.activate(3, "1111")
+	e.each(func(t *testing.T, r int, g *Group) {
+		if g.WorldSize() != 4 {
+			t.Errorf("rank %d: world size %d", r, g.WorldSize())
+		}
+		allReduceRanks(t, r, g, 10)
+	})
+	// A second extension of a taken slot waits for it, then gives up.
+	if _, err := e.rts[3].NewGroup(GroupConfig{Rank: 9, Size: 4, MaxSize: 4, GroupID: "elastic", Store: e.store, Extension: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("rank 9 of 4 slots: %v", err)
+	}
+}
+
+func TestGracefulLeaveAndReplacement(t *testing.T) {
+	e := found(t, 4, 4, false)
+	res, err := e.gs[3].Propose(false, []int{3})
+	if err != nil || res.Status != ProposalApplied {
+		t.Fatalf("deactivate self: %+v, %v", res, err)
+	}
+	e.kill(3)
+	e.each(func(t *testing.T, r int, g *Group) {
+		waitFor(t, "mask 1110", func() bool { return mask(g) == "1110" })
+		if g.WorldSize() != 3 {
+			t.Errorf("rank %d: world size %d", r, g.WorldSize())
+		}
+		if w := allReduceRanks(t, r, g, 6); w != nil && !w.LocalSuccess() {
+			t.Errorf("rank %d: all_reduce after a graceful leave is not a local success", r)
+		}
+	})
+	e.extend(3, 4, 4)
+	e.activate(3, "1111")
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 10) })
+}
+
+func TestManualModeDeactivate(t *testing.T) {
+	e := found(t, 4, 4, true)
+	e.kill(2)
+	e.each(func(t *testing.T, r int, g *Group) {
+		w := allReduceRanks(t, r, g, 7)
+		if w != nil && (w.LocalSuccess() || fmt.Sprint(w.FailedRanks()) != "[2]") {
+			t.Errorf("rank %d: failed %v success %v", r, w.FailedRanks(), w.LocalSuccess())
+		}
+		if mask(g) != "1111" {
+			t.Errorf("rank %d: manual mode changed the mask: %s", r, mask(g))
+		}
+		res, err := g.SyncAfterFailure()
+		if err != nil || res.Status != AfterFailureReconciled {
+			t.Errorf("rank %d: sync_after_failure: %+v, %v", r, res, err)
+		}
+		if res, _ := g.SyncAfterFailure(); res.Status != AfterFailureNoPending {
+			t.Errorf("rank %d: second sync_after_failure: %+v", r, res)
+		}
+		if ok, _ := g.PeerState([]int{2}); ok[0] {
+			t.Errorf("rank %d: the dead rank looks healthy", r)
+		}
+	})
+	res, err := e.gs[0].Propose(false, []int{2})
+	if err != nil || res.Status != ProposalApplied {
+		t.Fatalf("deactivate 2: %+v, %v", res, err)
+	}
+	e.each(func(t *testing.T, r int, g *Group) {
+		waitFor(t, "mask 1101", func() bool { return mask(g) == "1101" })
+		if w := allReduceRanks(t, r, g, 7); w != nil && !w.LocalSuccess() {
+			t.Errorf("rank %d: all_reduce after deactivation is not a local success", r)
+		}
+	})
+}
+
+func TestInPlaceRejoinAfterLinkFailure(t *testing.T) {
+	t.Setenv("MC_TE_FAULT_INJECTION", "1")
+	e := found(t, 4, 4, false)
+	if err := e.gs[0].InjectLinkFailure(2, true); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 2 is left out alive: its op completes without it (it was lost
+	// during the op), or fails because it started after the others had
+	// reconciled it away.
+	e.each(func(t *testing.T, r int, g *Group) {
+		if r == 2 {
+			w, err := g.AllReduce(make([]byte, 8), 2, Float32, Sum)
+			if err == nil {
+				_, err = w.Wait(0)
+			}
+			if err != nil && !errors.Is(err, ErrInactive) {
+				t.Errorf("left-out rank's all_reduce: %v", err)
+			}
+		} else if w := allReduceRanks(t, r, g, 7); w != nil && !w.LocalSuccess() && fmt.Sprint(w.FailedRanks()) != "[2]" {
+			t.Errorf("rank %d: failed %v", r, w.FailedRanks())
+		}
+		waitFor(t, "mask 1101", func() bool { return mask(g) == "1101" })
+	})
+	w, err := e.gs[2].AllReduce(make([]byte, 4), 1, Float32, Sum)
+	if err == nil {
+		_, err = w.Wait(0)
+	}
+	if !errors.Is(err, ErrInactive) {
+		t.Errorf("left-out rank's collective: %v, want ErrInactive", err)
+	}
+	if err := e.gs[0].InjectLinkFailure(2, false); err != nil {
+		t.Fatal(err)
+	}
+	e.activate(2, "1111")
+	e.each(func(t *testing.T, r int, g *Group) {
+		allReduceRanks(t, r, g, 10)
+		switch r {
+		case 0:
+			w, err := g.Send(f32bytes(7), 2)
+			must(t, g, "send to the rejoined rank", w, err)
+		case 2:
+			buf := make([]byte, 4)
+			w, err := g.Recv(buf, 0)
+			must(t, g, "recv on the rejoined rank", w, err)
+			if !bytes.Equal(buf, f32bytes(7)) {
+				t.Errorf("recv after rejoin: %v", buf)
+			}
+		}
+	})
+}
