@@ -137,7 +137,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := rt.coordinator(cfg.Store, cfg.Rank)
+	client, err := rt.coordinator(cfg.Store, cfg.Rank == 0 && !cfg.Extension)
 	if err != nil {
 		return nil, err
 	}

@@ -173,14 +173,15 @@ func (rt *Runtime) Engine() (*transfer.Engine, error) {
 }
 
 // coordinator returns the coordinator client, bootstrapping through store
-// on first use: rank 0 starts the coordinator and publishes its address.
-func (rt *Runtime) coordinator(store Store, rank int) (coordpb.CoordinatorClient, error) {
+// on first use: the founding rank 0 (serve) starts the coordinator and
+// publishes its address.
+func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClient, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.client != nil {
 		return rt.client, nil
 	}
-	if rank == 0 {
+	if serve {
 		c, err := startCoordinator(rt.hostIP)
 		if err != nil {
 			return nil, err
