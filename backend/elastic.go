@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -162,6 +163,17 @@ func (g *Group) WorldSize() int {
 		return n
 	}
 	return g.declared
+}
+
+// Mask is the active_ranks mirror (spec/pg.md §3.4): the view's active
+// slots, or this rank alone while it is isolated or joining.
+func (g *Group) Mask() []bool {
+	m := slices.Clone(g.view.Load().Active)
+	if g.isolated.Load() || g.quiescing.Load() {
+		clear(m)
+		m[g.rank] = true
+	}
+	return m
 }
 
 // JoinGroup is join_group: it quiesces this rank (new ops are refused),

@@ -228,8 +228,8 @@ func TestExtensionFromThreeFounders(t *testing.T) {
 		allReduceRanks(t, r, g, 6)
 	})
 	g3 := e.extend(3, 4, 4)
-	if g3.WorldSize() != 4 {
-		t.Errorf("joiner's world size %d, want its declared 4", g3.WorldSize())
+	if g3.WorldSize() != 4 || fmt.Sprint(g3.Mask()) != "[false false false true]" {
+		t.Errorf("joiner's world size %d (want its declared 4), mask %v (want itself)", g3.WorldSize(), g3.Mask())
 	}
 	if _, err := g3.AllReduce(make([]byte, 4), 1, Float32, Sum); err != nil {
 		t.Errorf("isolated all_reduce: %v", err)

@@ -219,20 +219,20 @@ func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uin
 	if !ok {
 		return -1
 	}
-	v := g.View()
+	mask := g.Mask()
 	if active != nil && n > 0 {
 		out := unsafe.Slice(active, int(n))
 		for i := range out {
 			out[i] = 0
-			if i < len(v.Active) && v.Active[i] {
+			if i < len(mask) && mask[i] {
 				out[i] = 1
 			}
 		}
 	}
 	if epoch != nil {
-		*epoch = C.uint64_t(v.Epoch)
+		*epoch = C.uint64_t(g.View().Epoch)
 	}
-	return C.int(len(v.Active))
+	return C.int(len(mask))
 }
 
 //export mc_pg_inject_link_failure

@@ -376,8 +376,9 @@ int mc_pg_peer_state(uint64_t group, const int32_t *ranks, int n,
  * unknown handle. */
 int mc_pg_num_synced_ranks(uint64_t group);
 
-/* The group's membership view: writes 1 (active) or 0 for each of the
- * first n slots into active (if non-NULL) and the epoch into *epoch (if
+/* The group's membership view (the active_ranks mirror): writes 1 (active)
+ * or 0 for each of the first n slots into active (if non-NULL; only this
+ * rank while it is isolated or joining) and the epoch into *epoch (if
  * non-NULL). Returns the number of slots, or -1 for an unknown handle. */
 int mc_pg_group_view(uint64_t group, int32_t *active, int n, uint64_t *epoch);
 
