@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,15 +40,25 @@ def case_registration_and_options(rank: int, world: int, port: int) -> None:
     assert dist.Backend._plugins["MOONCAKE-CPU"].extended_api
     assert dist.Backend.backend_capability["mooncake"] == ["cpu", "cuda"]
     assert dist.Backend.backend_capability["mooncake-cpu"] == ["cpu"]
-    # Default-mode fault tolerance is there (tests/test_pg_faults.py); manual
-    # membership and the elastic paths are not.
+    # Upstream's module surface, fault tolerance and membership included.
     for name in ("get_active_ranks", "get_failed_ranks_hint", "get_local_success",
-                 "get_current_epoch", "set_fault_reconciliation_window_us"):
-        assert callable(getattr(pg, name)), name
-    for name in ("sync_after_failure", "deactivate_ranks", "activate_ranks", "recover_ranks",
+                 "get_current_epoch", "set_fault_reconciliation_window_us",
+                 "sync_after_failure", "deactivate_ranks", "activate_ranks", "recover_ranks",
                  "join_group", "get_peer_state", "get_num_synced_ranks",
-                 "extend_group_size_to", "ProposalStatus", "SyncAfterFailureStatus"):
-        assert not hasattr(pg, name), f"{name} exists but is not implemented"
+                 "extend_group_size_to"):
+        assert callable(getattr(pg, name)), name
+        assert name in pg.__all__, name
+    assert pg.ViewUpdateStatus is pg.ProposalStatus
+    assert [int(pg.ProposalStatus.Rejected), int(pg.ProposalStatus.Applied),
+            int(pg.ProposalStatus.AppliedWithDroppedRanks)] == [0, 1, 2]
+    assert [int(pg.SyncAfterFailureStatus.Reconciled), int(pg.SyncAfterFailureStatus.NoPending),
+            int(pg.SyncAfterFailureStatus.Rejected)] == [0, 1, 2]
+    for cls, attrs in ((pg.ProposeViewUpdateResponse,
+                        ("status", "new_epoch", "dropped_ranks", "reject_reason")),
+                       (pg.SyncAfterFailureResponse, ("status", "reject_reason"))):
+        for a in attrs:
+            assert isinstance(getattr(cls, a), property), (cls, a)
+    assert issubclass(pg.MooncakeProcessGroup, dist.ProcessGroup)
 
     # All upstream constructors; tensor forms take precedence over int forms.
     Opts = pg.MooncakeBackendOptions
@@ -77,7 +88,6 @@ def case_registration_and_options(rank: int, world: int, port: int) -> None:
         (Opts(torch.zeros(8, dtype=torch.int64)), "int32"),
         (Opts(torch.zeros(max(world - 1, 0), dtype=torch.int32)), "active_ranks"),
         (Opts(8, False, False, True), "auto_sync_on_failure"),
-        (Opts(8, True), "is_extension"),
     ]
     for i, (opts, needle) in enumerate(bad):
         expect_error(lambda opts=opts, i=i: init(f"bad{i}", pg_options=opts), needle)
@@ -88,10 +98,27 @@ def case_registration_and_options(rank: int, world: int, port: int) -> None:
     active = torch.full((8,), 7, dtype=torch.int32)
     init("opt", pg_options=Opts(active, False, 8))
     assert active.tolist() == [1] * world + [0] * (8 - world)
+    # The group is the plugin's ProcessGroup; its size is the highest active
+    # slot + 1: the declared size, not max_group_size.
+    assert isinstance(dist.group.WORLD, pg.MooncakeProcessGroup)
+    assert dist.get_world_size() == world and dist.group.WORLD.size() == world
     t = torch.ones(3)
     dist.all_reduce(t)
     assert t.tolist() == [float(world)] * 3
     assert dist.get_backend() == "mooncake"
+    # Membership calls: arguments are checked in the plugin; a tensor of
+    # ranks works like a list.
+    wg = dist.group.WORLD
+    expect_error(lambda: pg.get_peer_state(wg, [8]), "get_peer_state", "not a slot")
+    expect_error(lambda: pg.activate_ranks(wg, torch.tensor([-1])), "activate_ranks",
+                 "not a slot")
+    expect_error(lambda: pg.deactivate_ranks(wg, torch.tensor([[0]])), "1-D integer tensor")
+    expect_error(lambda: pg.recover_ranks(wg, torch.tensor([0.0])), "1-D integer tensor")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert pg.extend_group_size_to(wg, 8) is None
+    assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert active.tolist() == [1] * world + [0] * (8 - world)
     # Host IP is immutable once the backend runs.
     expect_error(lambda: pg.set_host_ip("127.0.0.2"), "immutable")
     pg.set_collective_timeout_us(5_000_000)
@@ -146,11 +173,17 @@ def case_env(rank: int, world: int) -> None:
 
 
 def case_subgroups(rank: int, world: int) -> None:
+    from mooncake import pg
+
     assert world == 4
     ga = dist.new_group([0, 1, 2])
     gb = dist.new_group([1, 2, 3])  # overlaps ga
     gc = dist.new_group([0, 3])
     gloo = dist.new_group(backend="gloo")
+    expect_error(lambda: pg.get_active_ranks(gloo), "not a Mooncake process group")
+    if rank in (0, 1, 2):
+        assert isinstance(ga, pg.MooncakeProcessGroup)
+        assert pg.get_active_ranks(ga).tolist() == [1, 1, 1]
     for step in range(3):
         x = torch.full((1000,), float(rank + 1 + step))
         if rank in (0, 1, 2):
@@ -295,3 +328,18 @@ def test_version_mismatch_names_both_versions() -> None:
     running = torch.__version__.split("+")[0]
     assert "ImportError" in r.stderr
     assert "torch==2.6.0" in r.stderr and f"torch=={running}" in r.stderr, r.stderr[-2000:]
+
+
+def test_exit_without_destroy() -> None:
+    # The group is freed at process exit, after the interpreter (torch's group
+    # registry holds the last reference): no GIL to release then.
+    code = (
+        "import torch.distributed as dist\n"
+        "from mooncake import pg\n"
+        "store = dist.TCPStore('127.0.0.1', 0, 1, is_master=True)\n"
+        "dist.init_process_group('mooncake', store=store, rank=0, world_size=1,\n"
+        "                        pg_options=pg.MooncakeBackendOptions(4))\n"
+        "assert dist.get_world_size() == 1\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

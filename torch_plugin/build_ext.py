@@ -45,7 +45,15 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     ext = CppExtension(
         name="_pg_ext",
-        sources=[str(HERE / "mooncake_backend.cpp"), str(HERE / "pg_module.cpp")],
+        sources=[
+            str(HERE / name)
+            for name in (
+                "mooncake_backend.cpp",
+                "mooncake_process_group.cpp",
+                "membership.cpp",
+                "pg_module.cpp",
+            )
+        ],
         include_dirs=[str(Path(a.include_dir).resolve()), str(HERE)],
         library_dirs=[str(Path(a.lib_dir).resolve())],
         libraries=["mooncake"],

@@ -5,9 +5,7 @@
 #include <cstdlib>
 #include <numeric>
 
-extern "C" {
-#include "mooncake.h"
-}
+#include "c_errors.hpp"
 
 namespace mooncake_pg {
 
@@ -44,14 +42,6 @@ void onDone(void* ctx, int status, const char* message, uint64_t failed) {
   auto* work = static_cast<MooncakeWork*>(ctx);
   work->complete(status, message, failed);
   c10::raw::intrusive_ptr::decref(work);  // the reference submit() gave us
-}
-
-std::string takeError(char* err) {
-  std::string s = err ? err : "unknown error";
-  if (err) {
-    mc_free(err);
-  }
-  return s;
 }
 
 // ---- argument checks ---------------------------------------------------
@@ -110,6 +100,12 @@ int32_t reduceOp(const char* op, const c10d::ReduceOp& r) {
 void checkRank(const char* op, const char* what, int64_t r, int size) {
   TORCH_CHECK(r >= 0 && r < size, op, ": ", what, " ", r,
               " is not a rank of this group of size ", size);
+}
+
+// P2P may address any slot (an inactive peer's too; upstream).
+void checkSlot(const char* op, const char* what, int64_t r, int maxSize) {
+  TORCH_CHECK(r >= 0 && r < maxSize, op, ": ", what, " ", r,
+              " is not a slot of this group (max_group_size ", maxSize, ")");
 }
 
 }  // namespace
@@ -204,7 +200,7 @@ bool envFlag(const char* name) {
 
 MooncakeBackend::MooncakeBackend(
     const c10d::DistributedBackendOptions& opts,
-    c10::intrusive_ptr<MooncakeBackendOptions> options, bool cpuOnly)
+    c10::intrusive_ptr<MooncakeBackendOptions> options)
     : Backend(opts.group_rank, opts.group_size), options_(std::move(options)) {
   if (!options_) {
     options_ = c10::make_intrusive<MooncakeBackendOptions>();
@@ -225,9 +221,6 @@ MooncakeBackend::MooncakeBackend(
                   options_->autoDeactivateOnFailure_,
               "Mooncake backend: auto_sync_on_failure requires "
               "auto_deactivate_on_failure");
-  TORCH_CHECK(!options_->isExtension_,
-              "Mooncake backend: is_extension=True (extending or joining an "
-              "existing group) is not supported by this build");
   auto& active = options_->activeRanks_;
   if (active.defined()) {
     TORCH_CHECK(active.scalar_type() == at::kInt,
@@ -240,28 +233,39 @@ MooncakeBackend::MooncakeBackend(
                 " elements, needs max_group_size = ", maxSize);
     TORCH_CHECK(active.is_cpu() || active.is_cuda(),
                 "Mooncake backend: active_ranks must be on cpu or cuda");
-  } else {
-    (void)cpuOnly;  // the mirror lives in host memory for both variants
+  } else {  // the mirror lives in host memory for both variants
     active = at::zeros({maxSize}, at::TensorOptions().dtype(at::kInt));
   }
   options_->group_name = opts.group_id;
   options_->global_ranks_in_group.assign(opts.global_ranks_in_group.begin(),
                                          opts.global_ranks_in_group.end());
+  int32_t flags = 0;
+  if (!options_->autoDeactivateOnFailure_) {
+    flags |= MC_PG_GROUP_MANUAL;
+  }
+  if (options_->isExtension_) {
+    flags |= MC_PG_GROUP_EXTENSION;
+  }
   char* err = nullptr;
   {
     pybind11::gil_scoped_release noGil;
-    group_ = mc_pg_group_create(
-        rank_, size_, opts.group_id.c_str(), opts.store.get(), &storeSet,
-        &storeGet,
-        options_->autoDeactivateOnFailure_ ? 0 : MC_PG_GROUP_MANUAL, &err);
+    group_ = mc_pg_group_create(rank_, size_, maxSize, opts.group_id.c_str(),
+                                opts.store.get(), &storeSet, &storeGet, flags,
+                                &err);
   }
   TORCH_CHECK(group_ != 0, "Mooncake backend: creating group '",
               opts.group_id, "' failed: ", takeError(err));
-  // A healthy group: every member active.
-  active.flatten().narrow(0, 0, size_).fill_(1);
-  if (active.numel() > size_) {
-    active.flatten().narrow(0, size_, active.numel() - size_).fill_(0);
+  // The mirror: the first max_group_size elements follow the group's view
+  // (a new group: every founder active), any further ones are zero.
+  if (active.numel() > maxSize) {
+    active.flatten().narrow(0, maxSize, active.numel() - maxSize).fill_(0);
   }
+  refreshMirror();
+}
+
+int MooncakeBackend::worldSize() const {
+  const int n = mc_pg_group_world_size(group_);
+  return n > 0 ? n : size_;  // -1: the handle is gone (destroyed)
 }
 
 void MooncakeBackend::refreshMirror() {
@@ -301,8 +305,11 @@ MooncakeBackend::~MooncakeBackend() {
   if (group_ == 0) {
     return;
   }
-  // Destroying waits for queued ops, whose completion may need the GIL.
-  if (PyGILState_Check()) {
+  // Destroying waits for queued ops, whose completion may need the GIL:
+  // release it if this thread holds it. A group never destroyed goes at
+  // process exit, after the interpreter (torch's group registry keeps the
+  // last reference), where PyGILState_Check() is 1 but there is no GIL.
+  if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release noGil;
     mc_pg_group_destroy(group_);
   } else {
@@ -377,7 +384,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   checkSingle("broadcast", tensors);
   TORCH_CHECK(opts.rootTensor == 0, "broadcast: rootTensor must be 0");
-  checkRank("broadcast", "root", opts.rootRank, size_);
+  checkRank("broadcast", "root", opts.rootRank, worldSize());
   Op op;
   op.type = c10d::OpType::BROADCAST;
   auto buf = op.out(tensors[0], /*copyIn=*/rank_ == opts.rootRank);
@@ -411,7 +418,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   checkSingle("reduce", tensors);
   TORCH_CHECK(opts.rootTensor == 0, "reduce: rootTensor must be 0");
-  checkRank("reduce", "root", opts.rootRank, size_);
+  checkRank("reduce", "root", opts.rootRank, worldSize());
   Op op;
   op.type = c10d::OpType::REDUCE;
   auto buf = op.out(tensors[0], true);
@@ -435,9 +442,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
               "allgather: expects one output list, got ", outputTensors.size());
   auto& outs = outputTensors[0];
   const auto& input = inputTensors[0];
-  TORCH_CHECK(static_cast<int>(outs.size()) == size_,
-              "allgather: output list must have one tensor per rank (",
-              size_, "), got ", outs.size());
+  const int n = worldSize();
+  TORCH_CHECK(static_cast<int>(outs.size()) == n,
+              "allgather: output list must have one tensor per rank (", n,
+              "), got ", outs.size());
   for (const auto& o : outs) {
     checkSame("allgather", input, o);
     TORCH_CHECK(o.numel() == input.numel(),
@@ -447,16 +455,16 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
   Op op;
   op.type = c10d::OpType::ALLGATHER;
   auto in = op.in(input);
-  auto packed = at::empty({size_ * input.numel()},
+  auto packed = at::empty({n * input.numel()},
                           input.options().device(at::kCPU));
   op.keep.push_back(packed);
   op.outputs = outs;
   // Slots inactive when the op completes were not gathered: their outputs
   // keep what the caller put there (upstream).
-  op.post.emplace_back([outs, packed, n = input.numel(), this]() mutable {
+  op.post.emplace_back([outs, packed, k = input.numel(), this]() mutable {
     for (size_t i = 0; i < outs.size(); i++) {
       if (slotActive(static_cast<int>(i))) {
-        outs[i].copy_(packed.narrow(0, i * n, n).view(outs[i].sizes()));
+        outs[i].copy_(packed.narrow(0, i * k, k).view(outs[i].sizes()));
       }
     }
   });
@@ -474,9 +482,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
     const c10d::AllgatherOptions& opts) {
   checkTensor("all_gather_into_tensor", inputBuffer);
   checkSame("all_gather_into_tensor", inputBuffer, outputBuffer);
-  TORCH_CHECK(outputBuffer.numel() == size_ * inputBuffer.numel(),
+  const int n = worldSize();
+  TORCH_CHECK(outputBuffer.numel() == n * inputBuffer.numel(),
               "all_gather_into_tensor: output numel (", outputBuffer.numel(),
-              ") must be world size (", size_, ") x input numel (",
+              ") must be world size (", n, ") x input numel (",
               inputBuffer.numel(), ")");
   Op op;
   op.type = c10d::OpType::_ALLGATHER_BASE;
@@ -496,7 +505,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors, const c10d::GatherOptions& opts) {
   checkSingle("gather", inputTensors);
-  checkRank("gather", "root", opts.rootRank, size_);
+  const int n = worldSize();
+  checkRank("gather", "root", opts.rootRank, n);
   const auto& input = inputTensors[0];
   Op op;
   op.type = c10d::OpType::GATHER;
@@ -504,8 +514,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
   at::Tensor packed;
   if (rank_ == opts.rootRank) {
     TORCH_CHECK(outputTensors.size() == 1 &&
-                    static_cast<int>(outputTensors[0].size()) == size_,
-                "gather: the root needs one output list of ", size_,
+                    static_cast<int>(outputTensors[0].size()) == n,
+                "gather: the root needs one output list of ", n,
                 " tensors");
     auto outs = outputTensors[0];
     for (const auto& o : outs) {
@@ -513,13 +523,13 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
       TORCH_CHECK(o.numel() == input.numel(),
                   "gather: every output must have the input's numel");
     }
-    packed = at::empty({size_ * input.numel()},
+    packed = at::empty({n * input.numel()},
                        input.options().device(at::kCPU));
     op.keep.push_back(packed);
     op.outputs = outs;
-    op.post.emplace_back([outs, packed, n = input.numel()]() mutable {
+    op.post.emplace_back([outs, packed, k = input.numel()]() mutable {
       for (size_t i = 0; i < outs.size(); i++) {
-        outs[i].copy_(packed.narrow(0, i * n, n).view(outs[i].sizes()));
+        outs[i].copy_(packed.narrow(0, i * k, k).view(outs[i].sizes()));
       }
     });
     op.c.out = ptr(packed);
@@ -542,15 +552,16 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
   checkSingle("scatter", outputTensors);
-  checkRank("scatter", "root", opts.rootRank, size_);
+  const int n = worldSize();
+  checkRank("scatter", "root", opts.rootRank, n);
   const auto& output = outputTensors[0];
   Op op;
   op.type = c10d::OpType::SCATTER;
   at::Tensor packed;
   if (rank_ == opts.rootRank) {
     TORCH_CHECK(inputTensors.size() == 1 &&
-                    static_cast<int>(inputTensors[0].size()) == size_,
-                "scatter: the root needs one input list of ", size_,
+                    static_cast<int>(inputTensors[0].size()) == n,
+                "scatter: the root needs one input list of ", n,
                 " tensors");
     std::vector<at::Tensor> flat;
     for (const auto& i : inputTensors[0]) {
@@ -583,9 +594,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
   checkSingle("reduce_scatter", outputTensors);
+  const int n = worldSize();
   TORCH_CHECK(inputTensors.size() == 1 &&
-                  static_cast<int>(inputTensors[0].size()) == size_,
-              "reduce_scatter: needs one input list of ", size_,
+                  static_cast<int>(inputTensors[0].size()) == n,
+              "reduce_scatter: needs one input list of ", n,
               " tensors");
   const auto& output = outputTensors[0];
   std::vector<at::Tensor> flat;
@@ -619,9 +631,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
     const c10d::ReduceScatterOptions& opts) {
   checkTensor("reduce_scatter_tensor", outputBuffer);
   checkSame("reduce_scatter_tensor", outputBuffer, inputBuffer);
-  TORCH_CHECK(inputBuffer.numel() == size_ * outputBuffer.numel(),
+  const int n = worldSize();
+  TORCH_CHECK(inputBuffer.numel() == n * outputBuffer.numel(),
               "reduce_scatter_tensor: input numel (", inputBuffer.numel(),
-              ") must be world size (", size_, ") x output numel (",
+              ") must be world size (", n, ") x output numel (",
               outputBuffer.numel(), ")");
   Op op;
   op.type = c10d::OpType::_REDUCE_SCATTER_BASE;
@@ -688,8 +701,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
   checkSame("all_to_all_single", inputBuffer, outputBuffer);
   Op op;
   op.type = c10d::OpType::ALLTOALL_BASE;
-  op.sendBytes = splitBytes("input", inputBuffer, inputSplitSizes, size_);
-  op.recvBytes = splitBytes("output", outputBuffer, outputSplitSizes, size_);
+  const int n = worldSize();
+  op.sendBytes = splitBytes("input", inputBuffer, inputSplitSizes, n);
+  op.recvBytes = splitBytes("output", outputBuffer, outputSplitSizes, n);
   auto in = op.in(inputBuffer);
   auto out = op.out(outputBuffer, false);
   op.outputs = {outputBuffer};
@@ -707,16 +721,17 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors, const c10d::AllToAllOptions& opts) {
-  TORCH_CHECK(static_cast<int>(inputTensors.size()) == size_ &&
-                  static_cast<int>(outputTensors.size()) == size_,
+  const int n = worldSize();
+  TORCH_CHECK(static_cast<int>(inputTensors.size()) == n &&
+                  static_cast<int>(outputTensors.size()) == n,
               "all_to_all: input and output lists must have one tensor per "
-              "rank (", size_, "), got ", inputTensors.size(), " and ",
+              "rank (", n, "), got ", inputTensors.size(), " and ",
               outputTensors.size());
   Op op;
   op.type = c10d::OpType::ALLTOALL;
   std::vector<at::Tensor> flat;
   int64_t outNumel = 0;
-  for (int i = 0; i < size_; i++) {
+  for (int i = 0; i < n; i++) {
     checkTensor("all_to_all", inputTensors[i]);
     checkSame("all_to_all", inputTensors[i], outputTensors[i]);
     TORCH_CHECK(inputTensors[i].scalar_type() == inputTensors[0].scalar_type(),
@@ -761,7 +776,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::barrier(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::send(
     std::vector<at::Tensor>& tensors, int dstRank, int) {
   checkSingle("send", tensors);
-  checkRank("send", "destination", dstRank, size_);
+  checkSlot("send", "destination", dstRank, maxSize_);
   Op op;
   op.type = c10d::OpType::SEND;
   auto in = op.in(tensors[0]);
@@ -776,7 +791,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::send(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::recv(
     std::vector<at::Tensor>& tensors, int srcRank, int) {
   checkSingle("recv", tensors);
-  checkRank("recv", "source", srcRank, size_);
+  checkSlot("recv", "source", srcRank, maxSize_);
   Op op;
   op.type = c10d::OpType::RECV;
   auto out = op.out(tensors[0], false);
@@ -786,32 +801,6 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::recv(
   op.c.out = ptr(out);
   op.c.out_bytes = nbytes(out);
   return submit("recv", op);
-}
-
-// ---- creators ------------------------------------------------------------
-
-namespace {
-c10::intrusive_ptr<MooncakeBackendOptions> optionsOf(pybind11::object o) {
-  if (o.is_none()) {
-    return {};
-  }
-  TORCH_CHECK(pybind11::isinstance<MooncakeBackendOptions>(o),
-              "Mooncake backend: pg_options must be a MooncakeBackendOptions, "
-              "got ", std::string(pybind11::str(o.get_type())));
-  return o.cast<c10::intrusive_ptr<MooncakeBackendOptions>>();
-}
-}  // namespace
-
-c10::intrusive_ptr<c10d::Backend> createMooncakeBackend(
-    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions) {
-  return c10::make_intrusive<MooncakeBackend>(opts, optionsOf(pgOptions),
-                                              false);
-}
-
-c10::intrusive_ptr<c10d::Backend> createMooncakeCpuBackend(
-    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions) {
-  return c10::make_intrusive<MooncakeBackend>(opts, optionsOf(pgOptions),
-                                              true);
 }
 
 }  // namespace mooncake_pg

@@ -1,12 +1,12 @@
 // The c10d::Backend of torch.distributed's backends "mooncake" and
-// "mooncake-cpu". Marshalling only: every op is validated here for what
-// torch's API shape requires (list lengths, sizes, dtypes), flattened into
-// contiguous host buffers, and handed to the Go collectives runtime in
-// libmooncake.so (capi/collective.go, package backend), which completes it
-// on its own thread.
+// "mooncake-cpu" (installed in a MooncakeProcessGroup, which torch uses as
+// the group). Marshalling only: every op is validated here for what torch's
+// API shape requires (list lengths, sizes, dtypes, against the group's
+// current world size), flattened into contiguous host buffers, and handed
+// to the Go collectives runtime in libmooncake.so (capi/collective.go,
+// package backend), which completes it on its own thread.
 #pragma once
 
-#include <pybind11/pybind11.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -71,9 +71,10 @@ class MooncakeWork : public c10d::Work {
 
 class MooncakeBackend : public c10d::Backend {
  public:
+  // Joins (creates or, with is_extension, attaches to) the group; options
+  // may be null (defaults, failure flags from the environment).
   MooncakeBackend(const c10d::DistributedBackendOptions& opts,
-                  c10::intrusive_ptr<MooncakeBackendOptions> options,
-                  bool cpuOnly);
+                  c10::intrusive_ptr<MooncakeBackendOptions> options);
   ~MooncakeBackend() override;
 
   const std::string getBackendName() const override { return "mooncake"; }
@@ -88,6 +89,13 @@ class MooncakeBackend : public c10d::Backend {
   void refreshMirror();
   // The libmooncake group handle.
   uint64_t groupHandle() const { return group_; }
+  // The group's number of slots (max_group_size).
+  int maxGroupSize() const { return maxSize_; }
+  // The world size in upstream's slot semantics (highest active slot + 1;
+  // the declared size while this rank is isolated or quiescing). What
+  // dist.get_world_size() returns and what list lengths and buffer sizes
+  // are checked against.
+  int worldSize() const;
   // Whether slot i is active in the view last applied (host-side copy).
   bool slotActive(int i) const { return (activeMask_.load() >> i) & 1; }
 
@@ -146,14 +154,8 @@ class MooncakeBackend : public c10d::Backend {
   int maxSize_ = 0;
   c10::intrusive_ptr<MooncakeBackendOptions> options_;
   std::mutex mirrorMu_;
-  uint64_t mirrorEpoch_ = 0;
+  uint64_t mirrorEpoch_ = ~0ull;  // none written yet
   std::atomic<uint64_t> activeMask_{~0ull};
 };
-
-// The creators registered with torch.distributed (extended API).
-c10::intrusive_ptr<c10d::Backend> createMooncakeBackend(
-    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions);
-c10::intrusive_ptr<c10d::Backend> createMooncakeCpuBackend(
-    const c10d::DistributedBackendOptions& opts, pybind11::object pgOptions);
 
 }  // namespace mooncake_pg

@@ -1,35 +1,31 @@
 // pybind11 module mooncake._pg_ext: the creators of the backends, the
-// MooncakeBackendOptions class and the module functions of mooncake.pg.
-// Registration with torch.distributed happens in python/mooncake/pg.py.
+// MooncakeProcessGroup and MooncakeBackendOptions classes, the membership
+// types and the module functions of mooncake.pg. Registration with
+// torch.distributed happens in python/mooncake/pg.py.
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/python.h>
 #include <torch/version.h>
 
-#include "mooncake_backend.hpp"
+#include <sstream>
 
-extern "C" {
-#include "mooncake.h"
-}
+#include "c_errors.hpp"
+#include "membership.hpp"
+#include "mooncake_backend.hpp"
+#include "mooncake_process_group.hpp"
 
 namespace py = pybind11;
+using mooncake_pg::check;
 using mooncake_pg::MooncakeBackend;
 using mooncake_pg::MooncakeBackendOptions;
+using mooncake_pg::MooncakeProcessGroup;
 using mooncake_pg::MooncakeWork;
+using mooncake_pg::ProposalStatus;
+using mooncake_pg::ProposeViewUpdateResponse;
+using mooncake_pg::SyncAfterFailureResponse;
+using mooncake_pg::SyncAfterFailureStatus;
 
 namespace {
-
-// Call as `int st = mc_pg_...(..., &err); check(name, st, err);` (argument
-// evaluation order would otherwise read err before the call sets it).
-void check(const char* what, int status, char* err) {
-  if (status == 0) {
-    return;
-  }
-  std::string msg = err ? err : "unknown error";
-  if (err) {
-    mc_free(err);
-  }
-  TORCH_CHECK(false, what, " failed: ", msg);
-}
 
 c10::intrusive_ptr<MooncakeBackendOptions> makeOptions(
     std::optional<at::Tensor> active, bool isExtension, int maxGroupSize,
@@ -45,14 +41,55 @@ c10::intrusive_ptr<MooncakeBackendOptions> makeOptions(
   return o;
 }
 
-// The Mooncake backend of a ProcessGroup (its CPU backend: "mooncake"
-// serves both devices with one backend).
+// The Mooncake backend of a process group (such as dist.group.WORLD).
 MooncakeBackend* backendOf(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-  auto b = pg->getBackend(c10::DeviceType::CPU);
-  auto* m = dynamic_cast<MooncakeBackend*>(b.get());
+  auto* m = dynamic_cast<MooncakeProcessGroup*>(pg.get());
   TORCH_CHECK(m != nullptr, "not a Mooncake process group (backend ",
-              b->getBackendName(), ")");
-  return m;
+              pg->getBackendName(), ")");
+  return &m->mooncakeBackend();
+}
+
+// In-group ranks given as a list of ints or a 1-D integer tensor.
+std::vector<int32_t> ranksArg(const py::handle& ranks) {
+  if (THPVariable_Check(ranks.ptr())) {
+    const at::Tensor& t = THPVariable_Unpack(ranks.ptr());
+    TORCH_CHECK(t.dim() == 1 && at::isIntegralType(t.scalar_type(), false),
+                "ranks: expected a 1-D integer tensor, got ", t.dim(),
+                "-D ", t.scalar_type());
+    auto c = t.to(at::kCPU, at::kInt).contiguous();
+    const int32_t* p = c.data_ptr<int32_t>();
+    return std::vector<int32_t>(p, p + c.numel());
+  }
+  return ranks.cast<std::vector<int32_t>>();
+}
+
+// activate_ranks / recover_ranks / deactivate_ranks.
+ProposeViewUpdateResponse propose(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const py::handle& ranks,
+    bool activate) {
+  auto* b = backendOf(pg);
+  auto r = ranksArg(ranks);
+  py::gil_scoped_release noGil;
+  return mooncake_pg::proposeViewUpdate(*b, activate, r);
+}
+
+std::string reprOf(const ProposeViewUpdateResponse& r) {
+  std::ostringstream s;
+  s << "ProposeViewUpdateResponse(status="
+    << py::str(py::cast(r.status)).cast<std::string>()
+    << ", new_epoch=" << r.newEpoch << ", dropped_ranks=[";
+  for (size_t i = 0; i < r.droppedRanks.size(); i++) {
+    s << (i ? ", " : "") << r.droppedRanks[i];
+  }
+  s << "], reject_reason="
+    << py::repr(py::str(r.rejectReason)).cast<std::string>() << ")";
+  return s.str();
+}
+
+std::string reprOf(const SyncAfterFailureResponse& r) {
+  return "SyncAfterFailureResponse(status=" +
+         py::str(py::cast(r.status)).cast<std::string>() + ", reject_reason=" +
+         py::repr(py::str(r.rejectReason)).cast<std::string>() + ")";
 }
 
 }  // namespace
@@ -107,6 +144,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                      &MooncakeBackendOptions::autoDeactivateOnFailure_)
       .def_readwrite("auto_sync_on_failure",
                      &MooncakeBackendOptions::autoSyncOnFailure_);
+
+  // What the creators return; torch uses it as the process group.
+  py::class_<MooncakeProcessGroup, c10d::ProcessGroup,
+             c10::intrusive_ptr<MooncakeProcessGroup>>(
+      m, "MooncakeProcessGroup",
+      "The ProcessGroup of the mooncake backends: size() follows the "
+      "group's membership (highest active slot + 1)");
 
   m.def("createMooncakeBackend", &mooncake_pg::createMooncakeBackend,
         py::arg("distributed_backend_options"), py::arg("pg_options"));
@@ -199,6 +243,91 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return w != nullptr && w->isCompleted() && w->localSuccess();
       },
       py::arg("work"));
+
+  // ---- membership (upstream's names; docs/collectives.md) ----
+  auto proposalStatus =
+      py::enum_<ProposalStatus>(m, "ProposalStatus")
+          .value("Rejected", ProposalStatus::Rejected)
+          .value("Applied", ProposalStatus::Applied)
+          .value("AppliedWithDroppedRanks",
+                 ProposalStatus::AppliedWithDroppedRanks);
+  m.attr("ViewUpdateStatus") = proposalStatus;  // upstream's former name
+  py::enum_<SyncAfterFailureStatus>(m, "SyncAfterFailureStatus")
+      .value("Reconciled", SyncAfterFailureStatus::Reconciled)
+      .value("NoPending", SyncAfterFailureStatus::NoPending)
+      .value("Rejected", SyncAfterFailureStatus::Rejected);
+  py::class_<ProposeViewUpdateResponse>(m, "ProposeViewUpdateResponse")
+      .def_readonly("status", &ProposeViewUpdateResponse::status)
+      .def_readonly("new_epoch", &ProposeViewUpdateResponse::newEpoch)
+      .def_readonly("dropped_ranks", &ProposeViewUpdateResponse::droppedRanks)
+      .def_readonly("reject_reason", &ProposeViewUpdateResponse::rejectReason)
+      .def("__repr__", [](const ProposeViewUpdateResponse& r) {
+        return reprOf(r);
+      });
+  py::class_<SyncAfterFailureResponse>(m, "SyncAfterFailureResponse")
+      .def_readonly("status", &SyncAfterFailureResponse::status)
+      .def_readonly("reject_reason", &SyncAfterFailureResponse::rejectReason)
+      .def("__repr__", [](const SyncAfterFailureResponse& r) {
+        return reprOf(r);
+      });
+
+  m.def(
+      "join_group",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        auto* b = backendOf(pg);
+        py::gil_scoped_release noGil;
+        mooncake_pg::joinGroup(*b);
+      },
+      py::arg("backend"));
+  auto activate = [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                     const py::object& ranks) {
+    return propose(pg, ranks, true);
+  };
+  m.def("activate_ranks", activate, py::arg("backend"), py::arg("ranks"));
+  m.def("recover_ranks", activate, py::arg("backend"), py::arg("ranks"));
+  m.def(
+      "deactivate_ranks",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+         const py::object& ranks) { return propose(pg, ranks, false); },
+      py::arg("backend"), py::arg("ranks"));
+  m.def(
+      "sync_after_failure",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        auto* b = backendOf(pg);
+        py::gil_scoped_release noGil;
+        return mooncake_pg::syncAfterFailure(*b);
+      },
+      py::arg("backend"));
+  m.def(
+      "get_peer_state",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+         const py::object& ranks) {
+        return mooncake_pg::peerState(*backendOf(pg), ranksArg(ranks));
+      },
+      py::arg("backend"), py::arg("ranks"));
+  m.def(
+      "get_num_synced_ranks",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+        return mooncake_pg::numSyncedRanks(*backendOf(pg));
+      },
+      py::arg("backend"));
+  // Upstream's former resizing call: a group's slots are fixed at creation
+  // (max_group_size), so this only warns.
+  m.def(
+      "extend_group_size_to",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int /*size*/) {
+        backendOf(pg);
+        if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                         "extend_group_size_to is deprecated and does "
+                         "nothing: pass max_group_size in "
+                         "MooncakeBackendOptions and use join_group / "
+                         "activate_ranks",
+                         1) != 0) {
+          throw py::error_already_set();
+        }
+      },
+      py::arg("backend"), py::arg("size"));
+
   // Test only (MC_TE_FAULT_INJECTION=1): break or repair this rank's link
   // to an in-group peer.
   m.def(

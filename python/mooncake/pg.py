@@ -9,16 +9,22 @@ Importing this module registers both backends (``extended_api=True``)::
                             pg_options=pg.MooncakeBackendOptions(active_ranks))
 
 The backend is the Go collectives runtime of libmooncake.so (package
-``backend``), reached through the torch plugin ``mooncake._pg_ext``, a C++
-``c10d::Backend`` compiled against the torch installed at build time. See
-docs/collectives.md.
+``backend``), reached through the torch plugin ``mooncake._pg_ext``, compiled
+against the torch installed at build time: a ``c10d::ProcessGroup`` subclass
+(``MooncakeProcessGroup``, whose ``size()`` -- ``dist.get_world_size()`` --
+is the highest active slot + 1) with a ``c10d::Backend`` that runs every op.
+See docs/collectives.md.
 
 Fault tolerance (default mode): a peer's death does not fail an op; the op
 completes without it, ``get_failed_ranks_hint(work)`` marks it,
 ``get_local_success(work)`` is False, and ``get_active_ranks(pg)`` already
-shows it inactive. Manual membership (``sync_after_failure``,
-``deactivate_ranks``) and the elastic paths (``join_group``,
-``activate_ranks``, ...) are not provided by this version.
+shows it inactive. Membership (upstream's API; ``backend`` is the process
+group, ranks are in-group ranks as a list or a 1-D integer tensor):
+``sync_after_failure``, ``activate_ranks`` (alias ``recover_ranks``) and
+``deactivate_ranks`` (returning ``ProposeViewUpdateResponse``),
+``join_group`` for a rank created with ``MooncakeBackendOptions(max,
+is_extension=True)`` or whose slot was deactivated, ``get_peer_state``,
+``get_num_synced_ranks``; ``extend_group_size_to`` is a deprecated no-op.
 """
 
 from __future__ import annotations
@@ -31,18 +37,32 @@ import torch.distributed as dist
 
 __all__ = [
     "MooncakeBackendOptions",
+    "MooncakeProcessGroup",
+    "ProposalStatus",
+    "ProposeViewUpdateResponse",
+    "SyncAfterFailureResponse",
+    "SyncAfterFailureStatus",
+    "ViewUpdateStatus",
+    "activate_ranks",
     "createMooncakeBackend",
     "createMooncakeCpuBackend",
+    "deactivate_ranks",
+    "extend_group_size_to",
     "get_active_ranks",
     "get_current_epoch",
     "get_failed_ranks_hint",
     "get_local_success",
+    "get_num_synced_ranks",
+    "get_peer_state",
+    "join_group",
+    "recover_ranks",
     "set_collective_timeout_us",
     "set_device_filter",
     "set_fault_reconciliation_window_us",
     "set_host_ip",
     "set_p2p_timeout_us",
     "set_transfer_engine",
+    "sync_after_failure",
 ]
 
 
@@ -74,6 +94,7 @@ def _load_plugin() -> Any:
 _ext = _load_plugin()
 
 MooncakeBackendOptions = _ext.MooncakeBackendOptions
+MooncakeProcessGroup = _ext.MooncakeProcessGroup
 createMooncakeBackend = _ext.createMooncakeBackend
 createMooncakeCpuBackend = _ext.createMooncakeCpuBackend
 set_host_ip = _ext.set_host_ip
@@ -86,6 +107,19 @@ get_active_ranks = _ext.get_active_ranks
 get_current_epoch = _ext.get_current_epoch
 get_failed_ranks_hint = _ext.get_failed_ranks_hint
 get_local_success = _ext.get_local_success
+ProposalStatus = _ext.ProposalStatus
+ViewUpdateStatus = _ext.ViewUpdateStatus
+SyncAfterFailureStatus = _ext.SyncAfterFailureStatus
+ProposeViewUpdateResponse = _ext.ProposeViewUpdateResponse
+SyncAfterFailureResponse = _ext.SyncAfterFailureResponse
+join_group = _ext.join_group
+activate_ranks = _ext.activate_ranks
+recover_ranks = _ext.recover_ranks
+deactivate_ranks = _ext.deactivate_ranks
+sync_after_failure = _ext.sync_after_failure
+get_peer_state = _ext.get_peer_state
+get_num_synced_ranks = _ext.get_num_synced_ranks
+extend_group_size_to = _ext.extend_group_size_to
 # Test only: needs MC_TE_FAULT_INJECTION=1 (docs/collectives.md).
 _inject_link_failure = _ext._inject_link_failure
 
