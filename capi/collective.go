@@ -322,8 +322,7 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx un
 		if op.send_bytes == nil || op.recv_bytes == nil {
 			return pgFail(fmt.Errorf("%w: all_to_all without sizes", backend.ErrInvalid), errOut)
 		}
-		n := g.WorldSize()
-		w, err = g.AllToAll(in, out, sizes(op.send_bytes, n), sizes(op.recv_bytes, n), opts...)
+		w, err = g.AllToAll(in, out, sizes(op.send_bytes, count), sizes(op.recv_bytes, count), opts...)
 	case opReduce:
 		w, err = g.Reduce(out, count, dt, rop, root, opts...)
 	case opGather:

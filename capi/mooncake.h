@@ -251,7 +251,7 @@ enum {
   MC_PG_BROADCAST = 2,      /* out: out_bytes from rank root               */
   MC_PG_ALLGATHER = 3,      /* in -> out (size * in_bytes, rank order)     */
   MC_PG_REDUCE_SCATTER = 4, /* in: size blocks of count -> out: count      */
-  MC_PG_ALLTOALL = 5,       /* in/out packed per rank; send/recv_bytes[size] */
+  MC_PG_ALLTOALL = 5,       /* in/out packed per rank; send/recv_bytes[count] */
   MC_PG_REDUCE = 6,         /* out: count elements, result on root         */
   MC_PG_GATHER = 7,         /* in -> out (root only)                       */
   MC_PG_SCATTER = 8,        /* in (root only) -> out                       */
@@ -262,8 +262,10 @@ enum {
 
 /* One operation. dtype is a c10::ScalarType number and reduce_op a
  * c10d::ReduceOp::RedOpType number (used by reducing ops only); count is
- * in elements of dtype, sizes elsewhere in bytes. Buffers are contiguous
- * and must stay valid until the completion callback. */
+ * in elements of dtype (for MC_PG_ALLTOALL: the number of entries of
+ * send_bytes and recv_bytes, the world size the caller validated
+ * against), sizes elsewhere in bytes. Buffers are contiguous and must stay
+ * valid until the completion callback. */
 typedef struct mc_pg_op {
   int32_t kind;
   int32_t dtype;

@@ -7,6 +7,27 @@ a TCPStore at a free port, or env://), calls ``module.func(rank, world,
 **kwargs)``, destroys the group and exits 0. A case fails the test by
 raising. Every launch has a deadline; stragglers are killed and their output
 is part of the failure message.
+
+Late processes (elastic membership: replacements, extensions). ``launch(...,
+late=[Late(rank, world, func, gates=[...]), ...])`` also runs, per `Late`,
+one more process with its own rank, world size and function (of the same
+module; kwargs merged over the launch's), sharing the launch's rendezvous
+(the TCPStore that rank 0's process hosts, same port, same init mode).
+It is started together with the others, so that Python and torch are
+already loaded, but waits for its *gates* before it imports mooncake or
+touches the store: nothing of it exists for the group until then. The same
+deadline, kill and output collection apply to it; its output follows the
+ranks' in the returned list.
+
+Gates are files in a directory private to the launch (env
+``MC_PG_HARNESS_DIR``), usable by any case as cross-process signals:
+`open_gate(name, value)` opens one (atomically), `wait_gate(name, timeout)`
+waits for it and returns its value, `gate_is_open(name)`. The harness
+itself opens ``exited-<r>`` once launched rank r's process has exited (e.g.
+a replacement that must not start before the old incarnation is gone gates
+on it). A late process still waiting at an unopened gate once every
+launched rank has exited fails the launch at once instead of at the
+deadline.
 """
 
 from __future__ import annotations
@@ -15,19 +36,86 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+GATE_DIR_ENV = "MC_PG_HARNESS_DIR"
 
 
 def _free_port() -> int:
     from conftest import free_port
 
     return free_port()
+
+
+@dataclass
+class Late:
+    """A process started late (see the module docstring).
+
+    rank, world: what it passes to the rendezvous (e.g. the slot of a dead
+    rank and the group's full size). func: the case function (same module
+    as the launch); None means the launch's. gates: gate names it waits for
+    (all of them) before starting; empty means at once. kwargs: merged over
+    the launch's kwargs. env: merged over the launch's env.
+    """
+
+    rank: int
+    world: int
+    func: str | None = None
+    gates: list[str] = field(default_factory=list)
+    kwargs: dict[str, object] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# ---- gates (usable from the cases, in the worker processes) ----------------------------------
+
+
+def _gate_dir() -> Path:
+    d = os.environ.get(GATE_DIR_ENV)
+    if not d:
+        raise RuntimeError(f"{GATE_DIR_ENV} is not set (not running under pg_harness.launch)")
+    return Path(d)
+
+
+def _gate_path(name: str, base: Path | None = None) -> Path:
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad gate name {name!r}")
+    return (base or _gate_dir()) / f"{name}.gate"
+
+
+def open_gate(name: str, value: str = "", *, base: Path | None = None) -> None:
+    """Open gate `name` (idempotent; the last value wins)."""
+    path = _gate_path(name, base)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(value)
+    os.replace(tmp, path)
+
+
+def gate_is_open(name: str, *, base: Path | None = None) -> bool:
+    return _gate_path(name, base).exists()
+
+
+def wait_gate(name: str, timeout: float = 60.0) -> str:
+    """Wait until gate `name` is open and return its value; TimeoutError after `timeout` s."""
+    path = _gate_path(name)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {name!r} not opened within {timeout:.0f} s")
+        time.sleep(0.01)
+
+
+# ---- launching ---------------------------------------------------------------------------------
 
 
 def launch(
@@ -39,16 +127,19 @@ def launch(
     backend: str = "mooncake",
     init: str = "tcp",
     env: dict[str, str] | None = None,
+    late: list[Late] | None = None,
     **kwargs: object,
 ) -> list[str]:
-    """Run module.func on `world` ranks; return each rank's output.
+    """Run module.func on `world` ranks (plus the `late` processes); return
+    each process's output: ranks 0..world-1, then the late ones in order.
 
     A rendezvous port taken between choosing it and binding it (other tests
     run on this machine too) is retried with another port.
     """
     for attempt in range(3):
         try:
-            return _launch_once(world, module, func, timeout, backend, init, env, kwargs)
+            return _launch_once(world, module, func, timeout, backend, init, env, kwargs,
+                                list(late or []))
         except _PortTaken:
             if attempt == 2:
                 raise
@@ -68,39 +159,75 @@ def _launch_once(
     init: str,
     env: dict[str, str] | None,
     kwargs: dict[str, object],
+    late: list[Late],
 ) -> list[str]:
+    from conftest import _die_with_parent  # children die with the test process
+
     port = _free_port()
+    gate_dir = Path(tempfile.mkdtemp(prefix="mc-pg-gates-"))
     base_env = dict(os.environ)
     base_env.update(env or {})
     base_env.setdefault("OMP_NUM_THREADS", "1")
+    base_env[GATE_DIR_ENV] = str(gate_dir)
     procs: list[subprocess.Popen] = []
+    names: list[str] = []
     logs = []
     deadline = time.monotonic() + timeout
-    for rank in range(world):
+
+    def start(name: str, rank: int, size: int, fn: str, kw: dict[str, object],
+              extra_env: dict[str, str], gates: list[str]) -> None:
         e = dict(base_env)
+        e.update(extra_env)
         if init == "env":
             e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                     WORLD_SIZE=str(world))
-        cmd = [sys.executable, str(HERE / "pg_harness.py"), "--module", module, "--func", func,
-               "--rank", str(rank), "--world", str(world), "--port", str(port),
-               "--backend", backend, "--init", init, "--kwargs", json.dumps(kwargs)]
+                     WORLD_SIZE=str(size))
+        cmd = [sys.executable, str(HERE / "pg_harness.py"), "--module", module, "--func", fn,
+               "--rank", str(rank), "--world", str(size), "--port", str(port),
+               "--backend", backend, "--init", init, "--kwargs", json.dumps(kw)]
+        for g in gates:
+            cmd += ["--gate", g]
+        if gates:
+            cmd += ["--gate-timeout", str(timeout)]
         log = tempfile.TemporaryFile(mode="w+")
         logs.append(log)
+        names.append(name)
         procs.append(subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT,
-                                      text=True, cwd=HERE))
+                                      text=True, cwd=HERE, preexec_fn=_die_with_parent))
+
     failed: list[str] = []
     first_failure = None
     try:
+        for rank in range(world):
+            start(f"rank {rank}", rank, world, func, kwargs, {}, [])
+        for i, lt in enumerate(late):
+            start(f"late {i} (rank {lt.rank}, world {lt.world})", lt.rank, lt.world,
+                  lt.func or func, {**kwargs, **lt.kwargs}, lt.env, list(lt.gates))
+        exited: set[int] = set()
+        stuck_since = None
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+            for r in range(world):
+                if r not in exited and procs[r].poll() is not None:
+                    exited.add(r)
+                    open_gate(f"exited-{r}", repr(time.time()), base=gate_dir)
+            bad = [names[i] for i, p in enumerate(procs) if p.poll() not in (None, 0)]
             if bad and first_failure is None:
                 first_failure = now
             # A failed rank leaves its peers waiting: give them a moment to
             # report their own errors, then stop them.
             if first_failure is not None and now - first_failure > 5:
-                failed.append(f"rank(s) {bad} failed; stopped the others")
+                failed.append(f"{bad} failed; stopped the others")
                 break
+            # Every launched rank is gone but a late process still waits at
+            # a gate: nobody will open it.
+            stuck = [(names[world + i], g) for i, lt in enumerate(late)
+                     if procs[world + i].poll() is None
+                     for g in lt.gates if not gate_is_open(g, base=gate_dir)]
+            if len(exited) == world and stuck:
+                stuck_since = stuck_since or now
+                if now - stuck_since > 2:
+                    failed.append(f"every rank exited; still waiting at unopened gates: {stuck}")
+                    break
             if now > deadline:
                 failed.append(f"killed after the {timeout:.0f} s deadline")
                 break
@@ -110,18 +237,21 @@ def _launch_once(
             if p.poll() is None:
                 p.kill()
             p.wait()
+        shutil.rmtree(gate_dir, ignore_errors=True)
     outs = []
-    for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
+    for name, p, log in zip(names, procs, logs, strict=True):
         log.seek(0)
         outs.append(log.read())
         log.close()
         if p.returncode != 0:
-            failed.append(f"rank {r}: exit status {p.returncode}")
+            failed.append(f"{name}: exit status {p.returncode}")
     if failed and any("EADDRINUSE" in o for o in outs):
         raise _PortTaken()
     if failed:
-        detail = "\n".join(f"----- rank {r} -----\n{o[-6000:]}" for r, o in enumerate(outs))
-        raise AssertionError(f"{module}.{func} on {world} ranks failed: {failed}\n{detail}")
+        detail = "\n".join(f"----- {n} -----\n{o[-6000:]}" for n, o in zip(names, outs,
+                                                                             strict=True))
+        what = f"{world} ranks" + (f" + {len(late)} late" if late else "")
+        raise AssertionError(f"{module}.{func} on {what} failed: {failed}\n{detail}")
     return outs
 
 
@@ -135,9 +265,15 @@ def _worker() -> int:
     ap.add_argument("--backend", default="mooncake")
     ap.add_argument("--init", default="tcp", choices=["tcp", "env", "none"])
     ap.add_argument("--kwargs", default="{}")
+    ap.add_argument("--gate", action="append", default=[])
+    ap.add_argument("--gate-timeout", type=float, default=180.0)
     a = ap.parse_args()
 
     import torch.distributed as dist
+
+    # A late process: wait for its gates before anything of mooncake exists here.
+    for g in a.gate:
+        wait_gate(g, a.gate_timeout)
 
     from mooncake import pg  # noqa: F401  (registers the backends)
 

@@ -527,9 +527,12 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
                        input.options().device(at::kCPU));
     op.keep.push_back(packed);
     op.outputs = outs;
-    op.post.emplace_back([outs, packed, k = input.numel()]() mutable {
+    // As all_gather: inactive slots' outputs keep their contents.
+    op.post.emplace_back([outs, packed, k = input.numel(), this]() mutable {
       for (size_t i = 0; i < outs.size(); i++) {
-        outs[i].copy_(packed.narrow(0, i * k, k).view(outs[i].sizes()));
+        if (slotActive(static_cast<int>(i))) {
+          outs[i].copy_(packed.narrow(0, i * k, k).view(outs[i].sizes()));
+        }
       }
     });
     op.c.out = ptr(packed);
@@ -714,6 +717,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
   op.c.out_bytes = nbytes(out);
   op.c.send_bytes = op.sendBytes.data();
   op.c.recv_bytes = op.recvBytes.data();
+  op.c.count = static_cast<uint64_t>(n);
   op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
   return submit("all_to_all_single", op);
 }
@@ -729,21 +733,20 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
               outputTensors.size());
   Op op;
   op.type = c10d::OpType::ALLTOALL;
-  std::vector<at::Tensor> flat;
-  int64_t outNumel = 0;
+  std::vector<at::Tensor> flat, flatOut;
   for (int i = 0; i < n; i++) {
     checkTensor("all_to_all", inputTensors[i]);
     checkSame("all_to_all", inputTensors[i], outputTensors[i]);
     TORCH_CHECK(inputTensors[i].scalar_type() == inputTensors[0].scalar_type(),
                 "all_to_all: all tensors must have the same dtype");
     flat.push_back(inputTensors[i].reshape({-1}).to(at::kCPU));
+    flatOut.push_back(outputTensors[i].reshape({-1}).to(at::kCPU));
     op.sendBytes.push_back(nbytes(inputTensors[i]));
     op.recvBytes.push_back(nbytes(outputTensors[i]));
-    outNumel += outputTensors[i].numel();
   }
   auto packedIn = at::cat(flat).contiguous();
-  auto packedOut =
-      at::empty({outNumel}, outputTensors[0].options().device(at::kCPU));
+  // Packed from the outputs: blocks of inactive slots keep their contents.
+  auto packedOut = at::cat(flatOut).contiguous();
   op.keep = {packedIn, packedOut};
   op.outputs = outputTensors;
   op.post.emplace_back([outs = outputTensors, packedOut]() mutable {
@@ -760,6 +763,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
   op.c.out_bytes = nbytes(packedOut);
   op.c.send_bytes = op.sendBytes.data();
   op.c.recv_bytes = op.recvBytes.data();
+  op.c.count = static_cast<uint64_t>(n);
   op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
   return submit("all_to_all", op);
 }
