@@ -254,7 +254,7 @@ func (g *Group) Propose(activate bool, ranks []int) (ProposalResult, error) {
 		return ProposalResult{}, err
 	}
 	if len(ranks) == 0 {
-		return ProposalResult{}, fmt.Errorf("%w: no ranks to %s", ErrInvalid, map[bool]string{true: "activate", false: "deactivate"}[activate])
+		return ProposalResult{}, fmt.Errorf("%w: a proposal needs at least one rank", ErrInvalid)
 	}
 	req := &coordpb.ProposeRequest{GroupId: g.id, Rank: int32(g.rank), Activate: activate}
 	for _, r := range ranks {

@@ -12,7 +12,12 @@ backend="mooncake" (rendezvous through a TCPStore), then:
 4. when MOONCAKE_DEMO_MASTER and MOONCAKE_DEMO_METADATA name a running
    mooncake_master (demo/demo.py sets them), checkpoints the trained
    parameters into the KV store, one tensor-parallel shard per rank's view,
-   and reads them back on another rank.
+   and reads them back on another rank;
+5. fault tolerance: the last rank dies abruptly; the survivors' next
+   all_reduce completes without it and `active_ranks` shows the hole; the
+   launcher starts a replacement process (`is_extension=True`), which calls
+   `join_group`; rank 0 takes it back with `recover_ranks`, and the full
+   group computes again.
 
 Rank 0 prints what it got; every rank checks the results.
 `run(world)` does the same from Python and returns the exit status.
@@ -20,9 +25,11 @@ Rank 0 prints what it got; every rank checks the results.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import time
 
 
 def worker(rank: int, world: int, port: int) -> None:
@@ -32,6 +39,7 @@ def worker(rank: int, world: int, port: int) -> None:
     from mooncake import pg
 
     torch.set_num_threads(1)
+    pg.set_collective_timeout_us(1_000_000)  # a dead peer is noticed after 1 s
     active = torch.zeros(world, dtype=torch.int32)
     dist.init_process_group(
         "mooncake",
@@ -86,6 +94,75 @@ def worker(rank: int, world: int, port: int) -> None:
     say("DDP: parameters identical on every rank")
     moe(rank, world, say)
     checkpoint(rank, world, model, say)
+    if world > 2:
+        survive_and_replace(rank, world, active, say)
+    dist.destroy_process_group()
+
+
+def survive_and_replace(rank: int, world: int, active, say) -> None:
+    """Step 5 on the founders: the last rank dies, the others go on, then
+    take its replacement back (the launcher starts it: replacement())."""
+    import torch
+    import torch.distributed as dist
+
+    from mooncake import pg
+
+    victim = world - 1
+    dist.barrier()
+    say(f"fault tolerance: rank {victim} dies now (os._exit)")
+    if rank == victim:
+        os._exit(0)
+    t0 = time.time()
+    x = torch.ones(1)
+    w = dist.all_reduce(x, async_op=True)
+    w.wait()
+    assert x.item() == world - 1, x
+    assert not pg.get_local_success(w)
+    say(
+        f"all_reduce(1) without it -> {x.item():.0f} after {time.time() - t0:.2f} s; "
+        f"failed_ranks_hint={pg.get_failed_ranks_hint(w).tolist()}, active_ranks={active.tolist()}"
+    )
+    world_pg = dist.group.WORLD
+    if rank == 0:
+        deadline = time.time() + 60
+        while not pg.get_peer_state(world_pg, [victim])[0]:
+            assert time.time() < deadline, "the replacement did not join within 60 s"
+            time.sleep(0.01)
+        resp = pg.recover_ranks(world_pg, [victim])
+        assert resp.status == pg.ProposalStatus.Applied, (resp.status, resp.reject_reason)
+        say(f"recover_ranks([{victim}]) -> {resp.status.name}, epoch {resp.new_epoch}")
+    deadline = time.time() + 60
+    while active.tolist() != [1] * world:
+        assert time.time() < deadline, active.tolist()
+        time.sleep(0.01)
+        pg.get_active_ranks(world_pg)  # refreshes the mirror
+    x = torch.full((1,), float(rank + 1))
+    dist.all_reduce(x)
+    assert x.item() == world * (world + 1) / 2, x
+    say(f"all_reduce(rank+1) with the replacement -> {x.item():.0f}, "
+        f"active_ranks={active.tolist()}")
+
+
+def replacement(rank: int, world: int, port: int) -> None:
+    """Step 5 on the new process for slot `rank`: join the running group."""
+    import torch
+    import torch.distributed as dist
+
+    from mooncake import pg
+
+    torch.set_num_threads(1)
+    pg.set_collective_timeout_us(1_000_000)
+    dist.init_process_group(
+        "mooncake",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        pg_options=pg.MooncakeBackendOptions(world, True),
+    )
+    pg.join_group(dist.group.WORLD)
+    x = torch.full((1,), float(rank + 1))
+    dist.all_reduce(x)
+    assert x.item() == world * (world + 1) / 2, x
     dist.destroy_process_group()
 
 
@@ -182,6 +259,11 @@ def run(world: int = 4) -> int:
     ]
     rc = 0
     try:
+        if world > 2:  # step 5: once the last rank has died, start its replacement
+            victim = world - 1
+            rc = procs[victim].wait(timeout=180)
+            args = ["--replace", str(victim), str(world), str(port)]
+            procs.append(subprocess.Popen([sys.executable, __file__, *args]))
         for p in procs:
             rc = p.wait(timeout=180) or rc
     except subprocess.TimeoutExpired:
@@ -196,7 +278,8 @@ def run(world: int = 4) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--rank":
-        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("--rank", "--replace"):
+        role = worker if sys.argv[1] == "--rank" else replacement
+        role(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     else:
         sys.exit(run(int(sys.argv[1]) if len(sys.argv) > 1 else 4))

@@ -7,8 +7,9 @@
    bytes and a tensor (with tensor-parallel shards), a third reads them.
 4. The main job (demo/collectives_demo.py): a 4-process torch job on
    backend="mooncake" running collectives, DDP training, an MoE layer
-   through expert-parallel dispatch/combine, and a checkpoint into the
-   KV store.
+   through expert-parallel dispatch/combine, a checkpoint into the
+   KV store, and fault tolerance: a rank dies, the survivors go on, and a
+   replacement process is taken back into the group.
 
 Every process it starts is stopped when it ends, also on Ctrl-C.
 """
