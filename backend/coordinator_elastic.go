@@ -39,41 +39,56 @@ func (c *coordinatorServer) extend(r *coordpb.JoinRequest) (*coordpb.JoinRespons
 	return &coordpb.JoinResponse{View: viewToPB(gm.m.view())}, nil
 }
 
-// Confirm implements coordpb.CoordinatorServer.
-func (c *coordinatorServer) Confirm(_ context.Context, r *coordpb.ConfirmRequest) (*coordpb.ConfirmResponse, error) {
+// update runs fn on group id's membership (c.mu held) and delivers what
+// it produced.
+func (c *coordinatorServer) update(id string, fn func(gm *groupMembers, now time.Time) error) (*groupMembers, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	gm, err := c.member(r.GetGroupId())
+	gm, err := c.member(id)
 	if err != nil {
 		return nil, err
 	}
 	epoch, open := gm.m.epoch, gm.m.pending()
-	if err := gm.m.confirm(time.Now(), int(r.GetRank()), r.GetGen(), r.GetRejoin()); err != nil {
-		return nil, coordError(err)
+	if err := fn(gm, time.Now()); err != nil {
+		return nil, err
 	}
 	c.settle(gm, nil, epoch, open)
-	return &coordpb.ConfirmResponse{View: viewToPB(gm.m.view())}, nil
+	return gm, nil
+}
+
+// Confirm implements coordpb.CoordinatorServer.
+func (c *coordinatorServer) Confirm(_ context.Context, r *coordpb.ConfirmRequest) (*coordpb.ConfirmResponse, error) {
+	var view *coordpb.View
+	_, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+		if err := gm.m.confirm(now, int(r.GetRank()), r.GetGen(), r.GetRejoin()); err != nil {
+			return coordError(err)
+		}
+		view = viewToPB(gm.m.view())
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &coordpb.ConfirmResponse{View: view}, nil
 }
 
 // Propose implements coordpb.CoordinatorServer: it answers once the
 // proposal was applied and acknowledged, or rejected.
 func (c *coordinatorServer) Propose(ctx context.Context, r *coordpb.ProposeRequest) (*coordpb.ProposeResponse, error) {
-	c.mu.Lock()
-	gm, err := c.member(r.GetGroupId())
-	if err != nil {
-		c.mu.Unlock()
-		return nil, err
-	}
 	ranks := make([]int, len(r.GetRanks()))
 	for i, x := range r.GetRanks() {
 		ranks[i] = int(x)
 	}
 	ch := make(chan ProposalResult, 1)
-	epoch, open := gm.m.epoch, gm.m.pending()
-	id := gm.m.propose(time.Now(), r.GetActivate(), ranks)
-	gm.proposals[id] = ch
-	c.settle(gm, nil, epoch, open)
-	c.mu.Unlock()
+	var id uint64
+	gm, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+		id = gm.m.propose(now, r.GetActivate(), ranks)
+		gm.proposals[id] = ch // settle delivers an immediate answer
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case res, ok := <-ch:
 		if !ok {
@@ -98,15 +113,13 @@ func (c *coordinatorServer) Propose(ctx context.Context, r *coordpb.ProposeReque
 
 // Leave implements coordpb.CoordinatorServer.
 func (c *coordinatorServer) Leave(_ context.Context, r *coordpb.LeaveRequest) (*coordpb.LeaveResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	gm, err := c.member(r.GetGroupId())
+	_, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+		gm.m.leave(now, int(r.GetRank()), r.GetGen())
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	epoch, open := gm.m.epoch, gm.m.pending()
-	gm.m.leave(time.Now(), int(r.GetRank()), r.GetGen())
-	c.settle(gm, nil, epoch, open)
 	return &coordpb.LeaveResponse{}, nil
 }
 

@@ -154,14 +154,10 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 // acknowledgement of the epoch it has applied, then waits for a newer view
 // or (unless skipped) a pending reconciliation.
 func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) (*coordpb.WatchResponse, error) {
-	c.mu.Lock()
-	gm, err := c.member(r.GetGroupId())
-	if err == nil {
-		epoch, open := gm.m.epoch, gm.m.pending()
-		gm.m.ack(time.Now(), int(r.GetRank()), r.GetGen(), r.GetEpoch())
-		c.settle(gm, nil, epoch, open)
-	}
-	c.mu.Unlock()
+	_, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+		gm.m.ack(now, int(r.GetRank()), r.GetGen(), r.GetEpoch())
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

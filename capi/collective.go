@@ -281,8 +281,9 @@ func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
 	return unsafe.Slice((*byte)(p), int(n))
 }
 
-func sizes(p *C.uint64_t, n int) []int {
-	if p == nil {
+// ints copies n C integers at p (nil: none).
+func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
+	if p == nil || n <= 0 {
 		return nil
 	}
 	out := make([]int, n)
@@ -322,7 +323,7 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx un
 		if op.send_bytes == nil || op.recv_bytes == nil {
 			return pgFail(fmt.Errorf("%w: all_to_all without sizes", backend.ErrInvalid), errOut)
 		}
-		w, err = g.AllToAll(in, out, sizes(op.send_bytes, count), sizes(op.recv_bytes, count), opts...)
+		w, err = g.AllToAll(in, out, ints(op.send_bytes, count), ints(op.recv_bytes, count), opts...)
 	case opReduce:
 		w, err = g.Reduce(out, count, dt, rop, root, opts...)
 	case opGather:

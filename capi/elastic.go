@@ -23,17 +23,6 @@ func pgGroup(group C.uint64_t) (*backend.Group, error) {
 	return g, nil
 }
 
-func int32s(p *C.int32_t, n C.int) []int {
-	if p == nil || n <= 0 {
-		return nil
-	}
-	out := make([]int, int(n))
-	for i, v := range unsafe.Slice(p, int(n)) {
-		out[i] = int(v)
-	}
-	return out
-}
-
 //export mc_pg_group_world_size
 func mc_pg_group_world_size(group C.uint64_t) C.int {
 	g, ok := pgGroups.get(uint64(group))
@@ -62,7 +51,7 @@ func mc_pg_propose(group C.uint64_t, activate C.int, ranks *C.int32_t, n C.int, 
 	if err != nil {
 		return pgFail(err, errOut)
 	}
-	res, err := g.Propose(activate != 0, int32s(ranks, n))
+	res, err := g.Propose(activate != 0, ints(ranks, int(n)))
 	if err != nil {
 		return pgFail(err, errOut)
 	}
@@ -116,7 +105,7 @@ func mc_pg_peer_state(group C.uint64_t, ranks *C.int32_t, n C.int, out *C.int32_
 	if err != nil {
 		return pgFail(err, errOut)
 	}
-	st, err := g.PeerState(int32s(ranks, n))
+	st, err := g.PeerState(ints(ranks, int(n)))
 	if err != nil {
 		return pgFail(err, errOut)
 	}

@@ -181,6 +181,22 @@ def _admit(targets: list[int], epoch_before: int, proposer: int, op: str) -> Non
     assert pg.get_peer_state(_pg(), [0, 1, 2, 3]) == [True] * 4
 
 
+def _all_reduce_past_death(op: str):
+    """Rank DEAD dies after a full all_reduce; the survivors' next
+    all_reduce completes over them (prints the time since the death).
+    Returns its Work."""
+    rank = dist.get_rank()
+    _all_reduce_over([0, 1, 2, 3])
+    if rank == DEAD:
+        _die()
+    t = torch.full((4,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    _timing("DEATH_TO_COMPLETION", _since("death_time"), op=op)
+    assert t.tolist() == [7.0] * 4, t
+    return w
+
+
 def _full_group_ops(pair: list[int], since: str) -> None:
     """Ops over all 4 ranks (one of them just (re)joined): all_reduce (small
     and chunked), all_gather, broadcast from pair[0], send/recv both ways
@@ -269,14 +285,7 @@ def case_replacement(rank: int, world: int, port: int, timeouts=None) -> None:
     try:
         world_pg = _pg()
         assert dist.get_world_size() == 4 and _mask() == FULL
-        _all_reduce_over([0, 1, 2, 3])
-        if rank == DEAD:
-            _die()
-        t = torch.full((4,), float(rank + 1))
-        w = dist.all_reduce(t, async_op=True)
-        w.wait()
-        _timing("DEATH_TO_COMPLETION", _since("death_time"), op="all_reduce")
-        assert t.tolist() == [7.0] * 4, t
+        _all_reduce_past_death("all_reduce")
         assert _mask() == [1, 1, 0, 1], _mask()
         assert dist.get_world_size() == 4  # slot 3 is still active
         assert pg.get_peer_state(world_pg, [DEAD]) == [False]
@@ -363,14 +372,7 @@ def case_manual_deactivate(rank: int, world: int, port: int, timeouts=None) -> N
     _init(rank, world, port, pg.MooncakeBackendOptions(4, False, False, False))
     try:
         world_pg = _pg()
-        _all_reduce_over([0, 1, 2, 3])
-        if rank == DEAD:
-            _die()
-        t = torch.full((4,), float(rank + 1))
-        w = dist.all_reduce(t, async_op=True)
-        w.wait()
-        _timing("DEATH_TO_COMPLETION", _since("death_time"), op="manual all_reduce")
-        assert t.tolist() == [7.0] * 4, t
+        w = _all_reduce_past_death("manual all_reduce")
         assert pg.get_failed_ranks_hint(w).tolist() == [0, 0, 1, 0]
         assert not pg.get_local_success(w)
         assert _mask() == FULL, _mask()
