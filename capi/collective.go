@@ -51,6 +51,14 @@ var pgRuntime = backend.NewRuntime()
 
 var pgGroups handleTable[*backend.Group]
 
+func pgGroup(group C.uint64_t) (*backend.Group, error) {
+	g, ok := pgGroups.get(uint64(group))
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown process group handle %d", backend.ErrClosed, group)
+	}
+	return g, nil
+}
+
 // Status numbers of the collectives calls (see mooncake.h).
 const (
 	pgOK      = 0
@@ -237,9 +245,9 @@ func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uin
 
 //export mc_pg_inject_link_failure
 func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut **C.char) C.int {
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return pgFail(fmt.Errorf("%w: unknown process group handle %d", backend.ErrClosed, group), errOut)
+	g, err := pgGroup(group)
+	if err != nil {
+		return pgFail(err, errOut)
 	}
 	if err := g.InjectLinkFailure(int(peer), fail != 0); err != nil {
 		return pgFail(err, errOut)
@@ -295,9 +303,9 @@ func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
 
 //export mc_pg_submit
 func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) C.int {
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return pgFail(fmt.Errorf("%w: unknown process group handle %d", backend.ErrClosed, group), errOut)
+	g, err := pgGroup(group)
+	if err != nil {
+		return pgFail(err, errOut)
 	}
 	if op == nil || done == nil {
 		return pgFail(fmt.Errorf("%w: NULL op or callback", backend.ErrInvalid), errOut)
@@ -309,7 +317,6 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx un
 		opts = append(opts, backend.Inline())
 	}
 	var w *backend.Work
-	var err error
 	switch op.kind {
 	case opAllReduce:
 		w, err = g.AllReduce(out, count, dt, rop, opts...)

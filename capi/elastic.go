@@ -5,23 +5,10 @@ package main
 */
 import "C"
 
-import (
-	"fmt"
-	"unsafe"
-
-	"github.com/mooncake-go/mooncake/backend"
-)
+import "unsafe"
 
 // Marshalling of the membership calls (join_group, proposals,
 // sync_after_failure, peer state); the logic is package backend.
-
-func pgGroup(group C.uint64_t) (*backend.Group, error) {
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return nil, fmt.Errorf("%w: unknown process group handle %d", backend.ErrClosed, group)
-	}
-	return g, nil
-}
 
 //export mc_pg_group_world_size
 func mc_pg_group_world_size(group C.uint64_t) C.int {
