@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
 )
@@ -176,6 +177,48 @@ func (g *Group) Mask() []bool {
 	return m
 }
 
+// SetMirror makes the group write its Mask (1 or 0 per slot) into the n
+// int32s at p now and whenever it changes — the moment a view is applied,
+// as upstream writes the active_ranks tensor. p must stay valid until
+// SetMirror(nil, 0) or Close; nil stops the writes.
+func (g *Group) SetMirror(p unsafe.Pointer, n int) {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	g.mirror = nil
+	if p != nil && n > 0 {
+		g.mirror = unsafe.Slice((*int32)(p), n)
+	}
+	g.publishMask()
+}
+
+// publishMask writes the mask into the mirror (syncMu held).
+func (g *Group) publishMask() {
+	if g.mirror == nil {
+		return
+	}
+	for i, a := range g.Mask() {
+		if i >= len(g.mirror) {
+			break
+		}
+		v := int32(0)
+		if a {
+			v = 1
+		}
+		atomic.StoreInt32(&g.mirror[i], v)
+	}
+}
+
+// setQuiescing starts or ends join_group's quiescing (the mask follows).
+func (g *Group) setQuiescing(on bool) bool {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	if !g.quiescing.CompareAndSwap(!on, on) {
+		return false
+	}
+	g.publishMask()
+	return true
+}
+
 // JoinGroup is join_group: it quiesces this rank (new ops are refused),
 // drains its queued ops, tells the coordinator it is ready, and waits until
 // a member activates it. Allowed for an isolated extension and for a
@@ -188,10 +231,10 @@ func (g *Group) JoinGroup() error {
 	if !iso && g.isActive() {
 		return fmt.Errorf("%w: rank %d is already active in the group", ErrInvalid, g.rank)
 	}
-	if !g.quiescing.CompareAndSwap(false, true) {
+	if !g.setQuiescing(true) {
 		return fmt.Errorf("%w: join_group is already running", ErrInvalid)
 	}
-	defer g.quiescing.Store(false)
+	defer g.setQuiescing(false)
 	if err := g.drain(drainTimeout); err != nil {
 		return err
 	}

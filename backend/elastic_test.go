@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // In-process elastic membership: each rank has its own Runtime (engine),
@@ -168,8 +171,27 @@ func (e *elasticRanks) activate(j int, want string) {
 	})
 }
 
+// mirrorOf gives g a mirror (as the torch plugin's active_ranks tensor)
+// and returns a reader of it.
+func mirrorOf(g *Group) func() string {
+	m := make([]int32, len(g.View().Active)+1) // one more: never written
+	m[len(m)-1] = 7
+	g.SetMirror(unsafe.Pointer(&m[0]), len(m)-1)
+	return func() string {
+		var b strings.Builder
+		for i := range m {
+			fmt.Fprint(&b, atomic.LoadInt32(&m[i]))
+		}
+		return b.String()
+	}
+}
+
 func TestReplacementJoinsAndFullGroupComputes(t *testing.T) {
 	e := found(t, 4, 4, false)
+	mirror0 := mirrorOf(e.gs[0])
+	if got := mirror0(); got != "11117" {
+		t.Errorf("rank 0's mirror at the start: %s", got)
+	}
 	e.kill(2)
 	e.each(func(t *testing.T, r int, g *Group) {
 		w := allReduceRanks(t, r, g, 1+2+4)
@@ -180,15 +202,25 @@ func TestReplacementJoinsAndFullGroupComputes(t *testing.T) {
 			t.Errorf("rank %d: mask %s", r, mask(g))
 		}
 	})
+	if got := mirror0(); got != "11017" {
+		t.Errorf("rank 0's mirror after the death: %s", got)
+	}
 	g2 := e.extend(2, 4, 4)
 	if g2.WorldSize() != 4 || mask(g2) != "1101" {
 		t.Fatalf("replacement: world size %d, mask %s", g2.WorldSize(), mask(g2))
+	}
+	mirror2 := mirrorOf(g2)
+	if got := mirror2(); got != "00107" {
+		t.Errorf("isolated replacement's mirror: %s", got)
 	}
 	allReduceRanks(t, 2, g2, 3) // isolated: over itself
 	if ok, _ := g2.PeerState([]int{0, 1, 2, 3}); fmt.Sprint(ok) != "[true true false true]" {
 		t.Errorf("replacement's peer state before join_group: %v", ok)
 	}
 	e.activate(2, "1111")
+	if got, got2 := mirror0(), mirror2(); got != "11117" || got2 != "11117" {
+		t.Errorf("mirrors after the activation: rank 0 %s, rank 2 %s", got, got2)
+	}
 	e.each(func(t *testing.T, r int, g *Group) {
 		if w := allReduceRanks(t, r, g, 10); w != nil && !w.LocalSuccess() {
 			t.Errorf("rank %d: full all_reduce not a local success", r)

@@ -172,6 +172,7 @@ func (g *Group) applyView(v View) (dropped []int) {
 	}
 	v = v.clone()
 	g.view.Store(&v)
+	g.publishMask()
 	return dropped
 }
 

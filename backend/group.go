@@ -100,6 +100,7 @@ type Group struct {
 	isolated   atomic.Bool
 	quiescing  atomic.Bool
 	reconciled atomic.Bool
+	mirror     []int32 // the caller's active_ranks memory (SetMirror); syncMu
 
 	coll    *fifo
 	sendQ   []*fifo
@@ -238,6 +239,7 @@ func (g *Group) Close() {
 	if g.closed.Swap(true) {
 		return
 	}
+	g.SetMirror(nil, 0)
 	g.leave()
 	g.stopWatch()
 	var dones []<-chan struct{}

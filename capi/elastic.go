@@ -10,6 +10,16 @@ import "unsafe"
 // Marshalling of the membership calls (join_group, proposals,
 // sync_after_failure, peer state); the logic is package backend.
 
+//export mc_pg_group_set_mirror
+func mc_pg_group_set_mirror(group C.uint64_t, mirror *C.int32_t, n C.int, errOut **C.char) C.int {
+	g, err := pgGroup(group)
+	if err != nil {
+		return pgFail(err, errOut)
+	}
+	g.SetMirror(unsafe.Pointer(mirror), int(n))
+	return pgOK
+}
+
 //export mc_pg_group_world_size
 func mc_pg_group_world_size(group C.uint64_t) C.int {
 	g, ok := pgGroups.get(uint64(group))

@@ -384,6 +384,13 @@ int mc_pg_num_synced_ranks(uint64_t group);
  * non-NULL). Returns the number of slots, or -1 for an unknown handle. */
 int mc_pg_group_view(uint64_t group, int32_t *active, int n, uint64_t *epoch);
 
+/* Make the runtime write the group's active_ranks mirror (as
+ * mc_pg_group_view's active) into the n int32s at mirror now and the
+ * moment each later view is applied, from a runtime thread (each element
+ * a single aligned store). The memory must stay valid until the group is
+ * destroyed or this is called again (NULL stops the writes). */
+int mc_pg_group_set_mirror(uint64_t group, int32_t *mirror, int n, char **err);
+
 /* Destroy a group: queued ops complete with -3. */
 void mc_pg_group_destroy(uint64_t group);
 

@@ -318,7 +318,12 @@ def case_extension_founder(rank: int, world: int, port: int, timeouts=None) -> N
         dist.barrier()  # every member read its epoch before the change can start
         if rank == 0:
             open_gate("extension")
-        _admit([3], epoch, proposer=0, op="activate_ranks")
+            _admit([3], epoch, proposer=0, op="activate_ranks")
+        else:
+            # The runtime writes the user's tensor itself when it applies a
+            # view: no mooncake call is needed to see the change.
+            _wait_until(lambda: active.tolist() == FULL, JOIN_WAIT, "the tensor to show rank 3")
+            assert pg.get_current_epoch(world_pg) > epoch
         assert dist.get_world_size() == 4
         assert active.tolist() == FULL, active
         _full_group_ops([3, 0], "join_time")

@@ -261,6 +261,15 @@ MooncakeBackend::MooncakeBackend(
     active.flatten().narrow(0, maxSize, active.numel() - maxSize).fill_(0);
   }
   refreshMirror();
+  // A host tensor is also written by the runtime itself, the moment a view
+  // is applied (as upstream); a CUDA one follows through refreshMirror.
+  if (active.is_cpu()) {
+    char* mirrorErr = nullptr;
+    const int st = mc_pg_group_set_mirror(group_, active.data_ptr<int32_t>(),
+                                          maxSize, &mirrorErr);
+    TORCH_CHECK(st == 0, "Mooncake backend: active_ranks mirror: ",
+                takeError(mirrorErr));
+  }
 }
 
 int MooncakeBackend::worldSize() const {
