@@ -24,7 +24,12 @@ type groupMembers struct {
 	proposals map[uint64]chan ProposalResult
 	changed   chan struct{} // closed (and replaced) on every change of the view or window
 	timer     *time.Timer
+	watching  map[int]int // per rank, watches in progress
 }
+
+// offlineGrace is how long a rank whose watch connection broke has to
+// come back before it is offline.
+const offlineGrace = 2 * time.Second
 
 // formed starts (or, on re-init under the same name, restarts) a group's
 // membership and returns its first view. Called with c.mu held (from
@@ -42,7 +47,7 @@ func (c *coordinatorServer) formed(id string, rd *joinRound, manual bool) *coord
 		m.setEndpoint(i, endpointFromPB(ep))
 	}
 	c.groups[id] = &groupMembers{m: m, layout: rd.layout, waiters: map[int][]chan SyncReply{},
-		proposals: map[uint64]chan ProposalResult{}, changed: make(chan struct{})}
+		proposals: map[uint64]chan ProposalResult{}, changed: make(chan struct{}), watching: map[int]int{}}
 	return viewToPB(m.view())
 }
 
@@ -154,13 +159,16 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 // acknowledgement of the epoch it has applied, then waits for a newer view
 // or (unless skipped) a pending reconciliation.
 func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) (*coordpb.WatchResponse, error) {
-	_, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
-		gm.m.ack(now, int(r.GetRank()), r.GetGen(), r.GetEpoch())
+	rank, gen := int(r.GetRank()), r.GetGen()
+	gm, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+		gm.m.ack(now, rank, gen, r.GetEpoch())
+		gm.watching[rank]++
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	defer c.unwatch(ctx, gm, rank, gen)
 	for {
 		c.mu.Lock()
 		gm, err := c.member(r.GetGroupId())
@@ -184,6 +192,28 @@ func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) 
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// unwatch ends one of rank's watches. One that ended because the
+// connection broke (the process died, or its group was destroyed) makes
+// the rank offline unless it watches again within offlineGrace.
+func (c *coordinatorServer) unwatch(ctx context.Context, gm *groupMembers, rank int, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gm.watching[rank]--
+	if ctx.Err() == nil {
+		return // answered: the rank watches again at once
+	}
+	time.AfterFunc(offlineGrace, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if gm.waiters == nil || gm.watching[rank] > 0 { // dropped, or back
+			return
+		}
+		epoch, open := gm.m.epoch, gm.m.pending()
+		gm.m.offline(time.Now(), rank, gen)
+		c.settle(gm, nil, epoch, open)
+	})
 }
 
 func syncResponse(r SyncReply) *coordpb.SyncResponse {

@@ -384,3 +384,37 @@ func TestInPlaceRejoinAfterLinkFailure(t *testing.T) {
 		}
 	})
 }
+
+func TestDeadRankGoesOfflineWithoutAnOp(t *testing.T) {
+	e := found(t, 4, 4, false)
+	coord := e.rts[0].coord
+	waitFor(t, "rank 3's watch", func() bool { // a process watches within moments of its init
+		coord.mu.Lock()
+		defer coord.mu.Unlock()
+		return coord.groups["elastic"].watching[3] > 0
+	})
+	e.rts[3].Close() // the process dies: its connections break, nobody waits for it
+	e.rts[3] = nil
+	g0 := e.gs[0]
+	waitFor(t, "rank 3 offline", func() bool { ok, _ := g0.PeerState([]int{3}); return !ok[0] })
+	if mask(g0) != "1111" {
+		t.Errorf("going offline changed the mask: %s", mask(g0))
+	}
+	start := time.Now()
+	res, err := g0.Propose(false, []int{3})
+	if err != nil || res.Status != ProposalApplied {
+		t.Fatalf("deactivate 3: %+v, %v", res, err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the proposal waited %v for the offline rank", d)
+	}
+	gs := e.gs
+	e.gs = gs[:3]
+	e.each(func(t *testing.T, r int, g *Group) {
+		waitFor(t, "mask 1110", func() bool { return mask(g) == "1110" })
+		if w := allReduceRanks(t, r, g, 6); w != nil && !w.LocalSuccess() {
+			t.Errorf("rank %d: all_reduce after deactivation is not a local success", r)
+		}
+	})
+	e.gs = gs
+}

@@ -60,6 +60,11 @@ import (
 // current view (NoPending): the rank was left out and must take the view as
 // it is.
 //
+// Liveness. There are no heartbeats: every rank keeps a watch (a long
+// poll) open on the coordinator, and a rank whose watches stopped because
+// its connection broke, and did not come back within a grace period, is
+// offline: unhealthy, so proposals do not wait for it.
+//
 // Elastic paths (spec/pg.md §3.5). A rank registers in a slot that is
 // empty, inactive or left (a new rank, or the replacement of a dead or
 // departed one): it is Inactive until it confirms (join_group), which makes
@@ -451,6 +456,22 @@ func (m *membership) leave(now time.Time, rank int, gen uint64) {
 	if m.state[rank] != MemberActive && m.state[rank] != MemberNone {
 		m.state[rank] = MemberLeft
 	}
+	m.advance(now)
+}
+
+// offline: the process of rank's incarnation gen is gone (the coordinator
+// lost its connection). It is unhealthy, and a rank awaiting activation is
+// inactive again (upstream); the mask does not change here — a failure
+// reconciliation or a proposal does that, between collectives.
+func (m *membership) offline(now time.Time, rank int, gen uint64) {
+	if !m.valid(rank) || m.eps[rank].Gen != gen || !m.healthy[rank] {
+		return
+	}
+	m.healthy[rank] = false
+	if m.state[rank] == MemberAwaiting {
+		m.state[rank] = MemberInactive
+	}
+	m.bump(false)
 	m.advance(now)
 }
 

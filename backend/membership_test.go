@@ -30,6 +30,7 @@ import (
 //	propose activate=0|1 ranks=a,b     queues a proposal; prints its id
 //	ack rank=R gen=G epoch=E           rank R applied epoch E
 //	leave rank=R gen=G                 rank R destroyed the group
+//	offline rank=R gen=G               rank R's connection is gone
 //	members                            prints epoch, base and every slot
 //	                                   (state, ! when unhealthy, @gen)
 //
@@ -136,6 +137,8 @@ func runMembershipScript(t *testing.T, path string) {
 			m.ack(now, num("rank", -1), uint64(num("gen", 0)), uint64(num("epoch", 0)))
 		case "leave":
 			m.leave(now, num("rank", -1), uint64(num("gen", 0)))
+		case "offline":
+			m.offline(now, num("rank", -1), uint64(num("gen", 0)))
 		case "members":
 			got = append(got, formatMembers(m.view()))
 		default:
