@@ -464,8 +464,8 @@ def case_inplace_rejoin(rank: int, world: int, port: int, timeouts=None) -> None
                 pg._inject_link_failure(world_pg, DEAD, False)
                 open_gate("link_repaired")
             _admit([DEAD], epoch, proposer=0, op="activate_ranks")
-        _full_group_ops([DEAD, 0], "join_time")
         _timing("FAULT_TO_REJOINED", _since("fault_time"))
+        _full_group_ops([DEAD, 0], "join_time")  # ends with a barrier: the store stays up
     finally:
         dist.destroy_process_group()
 

@@ -183,6 +183,9 @@ def case_manual_mode(rank: int, world: int, timeouts=None, port=None) -> None:
             assert active.tolist() == [1, 1, 1, 1]
             assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1, 1, 1, 1]
         _report_since_death("manual all_reduce")
+        # Rank 0 hosts the store the report reads: nobody leaves before all
+        # read it (the barrier meets the dead rank again, and completes).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
