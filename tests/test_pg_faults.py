@@ -157,7 +157,8 @@ def case_death_during_send(rank: int, world: int, timeouts=None) -> None:
 def case_manual_mode(rank: int, world: int, timeouts=None, port=None) -> None:
     """auto_deactivate_on_failure=False: the op that meets the death still
     leaves the dead rank out of its result and marks it, but the mask is
-    unchanged (sync_after_failure / deactivate_ranks are not provided)."""
+    unchanged, so every op meets it again (test_pg_elastic.py covers
+    sync_after_failure and deactivate_ranks)."""
     from mooncake import pg
 
     _setup(timeouts)
