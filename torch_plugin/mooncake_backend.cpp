@@ -326,6 +326,11 @@ MooncakeBackend::~MooncakeBackend() {
   }
 }
 
+namespace {
+void* ptr(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
+uint64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+}  // namespace
+
 struct MooncakeBackend::Op {
   mc_pg_op c{};
   c10d::OpType type = c10d::OpType::UNKNOWN;
@@ -357,10 +362,21 @@ struct MooncakeBackend::Op {
     post.emplace_back([t, h]() mutable { t.copy_(h); });
     return h;
   }
+  // The host buffers the runtime reads from and writes into.
+  void source(const at::Tensor& h) {
+    c.in = ptr(h);
+    c.in_bytes = nbytes(h);
+  }
+  void sink(const at::Tensor& h) {
+    c.out = ptr(h);
+    c.out_bytes = nbytes(h);
+  }
 };
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::submit(const char* name,
-                                                       Op& op) {
+                                                       Op& op, bool async) {
+  // A caller that waits at once lets the op run on its thread.
+  op.c.flags = async ? 0 : MC_PG_OP_SYNC;
   auto posts = std::move(op.post);
   std::function<void()> post;
   if (!posts.empty()) {
@@ -384,11 +400,6 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::submit(const char* name,
   return work;
 }
 
-namespace {
-void* ptr(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
-uint64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
-}  // namespace
-
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   checkSingle("broadcast", tensors);
@@ -400,10 +411,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::broadcast(
   op.outputs = tensors;
   op.c.kind = MC_PG_BROADCAST;
   op.c.root = opts.rootRank;
-  op.c.out = ptr(buf);
-  op.c.out_bytes = nbytes(buf);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("broadcast", op);
+  op.sink(buf);
+  return submit("broadcast", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::allreduce(
@@ -416,11 +425,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allreduce(
   op.c.kind = MC_PG_ALLREDUCE;
   op.c.dtype = static_cast<int32_t>(buf.scalar_type());
   op.c.reduce_op = reduceOp("allreduce", opts.reduceOp);
-  op.c.out = ptr(buf);
-  op.c.out_bytes = nbytes(buf);
+  op.sink(buf);
   op.c.count = buf.numel();
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("allreduce", op);
+  return submit("allreduce", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
@@ -436,11 +443,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
   op.c.dtype = static_cast<int32_t>(buf.scalar_type());
   op.c.reduce_op = reduceOp("reduce", opts.reduceOp);
   op.c.root = opts.rootRank;
-  op.c.out = ptr(buf);
-  op.c.out_bytes = nbytes(buf);
+  op.sink(buf);
   op.c.count = buf.numel();
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("reduce", op);
+  return submit("reduce", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
@@ -478,12 +483,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
     }
   });
   op.c.kind = MC_PG_ALLGATHER;
-  op.c.in = ptr(in);
-  op.c.in_bytes = nbytes(in);
-  op.c.out = ptr(packed);
-  op.c.out_bytes = nbytes(packed);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("allgather", op);
+  op.source(in);
+  op.sink(packed);
+  return submit("allgather", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
@@ -502,12 +504,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
   auto out = op.out(outputBuffer, false);
   op.outputs = {outputBuffer};
   op.c.kind = MC_PG_ALLGATHER;
-  op.c.in = ptr(in);
-  op.c.in_bytes = nbytes(in);
-  op.c.out = ptr(out);
-  op.c.out_bytes = nbytes(out);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("all_gather_into_tensor", op);
+  op.source(in);
+  op.sink(out);
+  return submit("all_gather_into_tensor", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
@@ -544,8 +543,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
         }
       }
     });
-    op.c.out = ptr(packed);
-    op.c.out_bytes = nbytes(packed);
+    op.sink(packed);
   } else {
     TORCH_CHECK(outputTensors.empty() ||
                     (outputTensors.size() == 1 && outputTensors[0].empty()),
@@ -553,10 +551,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
   }
   op.c.kind = MC_PG_GATHER;
   op.c.root = opts.rootRank;
-  op.c.in = ptr(in);
-  op.c.in_bytes = nbytes(in);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("gather", op);
+  op.source(in);
+  return submit("gather", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
@@ -584,8 +580,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
     }
     packed = at::cat(flat).contiguous();
     op.keep.push_back(packed);
-    op.c.in = ptr(packed);
-    op.c.in_bytes = nbytes(packed);
+    op.source(packed);
   } else {
     TORCH_CHECK(inputTensors.empty() ||
                     (inputTensors.size() == 1 && inputTensors[0].empty()),
@@ -595,10 +590,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
   op.outputs = outputTensors;
   op.c.kind = MC_PG_SCATTER;
   op.c.root = opts.rootRank;
-  op.c.out = ptr(out);
-  op.c.out_bytes = nbytes(out);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("scatter", op);
+  op.sink(out);
+  return submit("scatter", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter(
@@ -629,13 +622,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter(
   op.c.kind = MC_PG_REDUCE_SCATTER;
   op.c.dtype = static_cast<int32_t>(output.scalar_type());
   op.c.reduce_op = reduceOp("reduce_scatter", opts.reduceOp);
-  op.c.in = ptr(packed);
-  op.c.in_bytes = nbytes(packed);
-  op.c.out = ptr(out);
-  op.c.out_bytes = nbytes(out);
+  op.source(packed);
+  op.sink(out);
   op.c.count = output.numel();
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("reduce_scatter", op);
+  return submit("reduce_scatter", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
@@ -656,13 +646,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
   op.c.kind = MC_PG_REDUCE_SCATTER;
   op.c.dtype = static_cast<int32_t>(out.scalar_type());
   op.c.reduce_op = reduceOp("reduce_scatter_tensor", opts.reduceOp);
-  op.c.in = ptr(in);
-  op.c.in_bytes = nbytes(in);
-  op.c.out = ptr(out);
-  op.c.out_bytes = nbytes(out);
+  op.source(in);
+  op.sink(out);
   op.c.count = out.numel();
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("reduce_scatter_tensor", op);
+  return submit("reduce_scatter_tensor", op, opts.asyncOp);
 }
 
 namespace {
@@ -720,15 +707,12 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
   auto out = op.out(outputBuffer, false);
   op.outputs = {outputBuffer};
   op.c.kind = MC_PG_ALLTOALL;
-  op.c.in = ptr(in);
-  op.c.in_bytes = nbytes(in);
-  op.c.out = ptr(out);
-  op.c.out_bytes = nbytes(out);
+  op.source(in);
+  op.sink(out);
   op.c.send_bytes = op.sendBytes.data();
   op.c.recv_bytes = op.recvBytes.data();
   op.c.count = static_cast<uint64_t>(n);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("all_to_all_single", op);
+  return submit("all_to_all_single", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
@@ -766,15 +750,12 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
     }
   });
   op.c.kind = MC_PG_ALLTOALL;
-  op.c.in = ptr(packedIn);
-  op.c.in_bytes = nbytes(packedIn);
-  op.c.out = ptr(packedOut);
-  op.c.out_bytes = nbytes(packedOut);
+  op.source(packedIn);
+  op.sink(packedOut);
   op.c.send_bytes = op.sendBytes.data();
   op.c.recv_bytes = op.recvBytes.data();
   op.c.count = static_cast<uint64_t>(n);
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("all_to_all", op);
+  return submit("all_to_all", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::barrier(
@@ -782,8 +763,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::barrier(
   Op op;
   op.type = c10d::OpType::BARRIER;
   op.c.kind = MC_PG_BARRIER;
-  op.c.flags = opts.asyncOp ? 0 : MC_PG_OP_SYNC;
-  return submit("barrier", op);
+  return submit("barrier", op, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::send(
@@ -796,9 +776,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::send(
   op.outputs = tensors;
   op.c.kind = MC_PG_SEND;
   op.c.root = dstRank;
-  op.c.in = ptr(in);
-  op.c.in_bytes = nbytes(in);
-  return submit("send", op);
+  op.source(in);
+  return submit("send", op, true);
 }
 
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::recv(
@@ -811,9 +790,8 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::recv(
   op.outputs = tensors;
   op.c.kind = MC_PG_RECV;
   op.c.root = srcRank;
-  op.c.out = ptr(out);
-  op.c.out_bytes = nbytes(out);
-  return submit("recv", op);
+  op.sink(out);
+  return submit("recv", op, true);
 }
 
 }  // namespace mooncake_pg

@@ -148,7 +148,8 @@ class MooncakeBackend : public c10d::Backend {
 
  private:
   struct Op;
-  c10::intrusive_ptr<c10d::Work> submit(const char* name, Op& op);
+  // Submits op; async false: the caller waits for it at once.
+  c10::intrusive_ptr<c10d::Work> submit(const char* name, Op& op, bool async);
 
   uint64_t group_ = 0;
   int maxSize_ = 0;
