@@ -121,6 +121,46 @@ def kill_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
                     f.close()
 
 
+def supervise(procs: list[subprocess.Popen], names: list[str], logs: list, deadline: float,
+              stop: Callable[[float], str | None] | None = None) -> tuple[list[str], list[str]]:
+    """Wait for the processes of a multi-process test (procs[i] is called
+    names[i]; its output goes to the temporary file logs[i]) until all have
+    exited, one failed (the others get 5 s to report their own errors, then
+    are stopped), the monotonic `deadline` passes, or `stop(now)` gives a
+    reason to give up. Kills what is left and returns (each one's output,
+    the failures)."""
+    failed: list[str] = []
+    first_failure = None
+    try:
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            bad = [names[i] for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if bad and first_failure is None:
+                first_failure = now
+            if first_failure is not None and now - first_failure > 5:
+                failed.append(f"{bad[0]} failed; stopped the others")
+                break
+            reason = stop(now) if stop else None
+            if reason:
+                failed.append(reason)
+                break
+            if now > deadline:
+                failed.append("killed at the launch's deadline")
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            kill_process(p)
+    outs = []
+    for name, p, log in zip(names, procs, logs, strict=True):
+        log.seek(0)
+        outs.append(log.read())
+        log.close()
+        if p.returncode != 0:
+            failed.append(f"{name}: exit status {p.returncode}")
+    return outs, failed
+
+
 class ProcessReaper:
     """Starts subprocesses and kills every one of them in `kill_all`.
 

@@ -39,7 +39,7 @@ def launch(
 
     `pg_backend` overrides the process group's backend (default: `backend()`).
     """
-    from conftest import free_port, kill_process
+    from conftest import free_port, supervise
 
     port = free_port()
     env = dict(os.environ)
@@ -70,31 +70,8 @@ def launch(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=HERE
             )
         )
-    deadline = time.monotonic() + timeout
-    failed: list[str] = []
-    first_failure = None
-    try:
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            if first_failure is None and any(p.poll() not in (None, 0) for p in procs):
-                first_failure = now
-            if first_failure is not None and now - first_failure > 5:
-                failed.append("a rank failed; stopped the others")
-                break
-            if now > deadline:
-                failed.append(f"killed after the {timeout:.0f} s deadline")
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            kill_process(p)
-    outs = []
-    for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
-        log.seek(0)
-        outs.append(log.read())
-        log.close()
-        if p.returncode != 0:
-            failed.append(f"rank {r}: exit status {p.returncode}")
+    names = [f"rank {r}" for r in range(world)]
+    outs, failed = supervise(procs, names, logs, time.monotonic() + timeout)
     if failed:
         detail = "\n".join(f"----- rank {r} -----\n{o[-5000:]}" for r, o in enumerate(outs))
         raise AssertionError(f"ep_cases.{func} on {world} ranks failed: {failed}\n{detail}")

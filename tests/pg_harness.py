@@ -161,7 +161,8 @@ def _launch_once(
     kwargs: dict[str, object],
     late: list[Late],
 ) -> list[str]:
-    from conftest import _die_with_parent  # children die with the test process
+    # _die_with_parent: children die with the test process.
+    from conftest import _die_with_parent, kill_process, supervise
 
     port = _free_port()
     gate_dir = Path(tempfile.mkdtemp(prefix="mc-pg-gates-"))
@@ -194,57 +195,41 @@ def _launch_once(
         procs.append(subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT,
                                       text=True, cwd=HERE, preexec_fn=_die_with_parent))
 
-    failed: list[str] = []
-    first_failure = None
     try:
         for rank in range(world):
             start(f"rank {rank}", rank, world, func, kwargs, {}, [])
         for i, lt in enumerate(late):
             start(f"late {i} (rank {lt.rank}, world {lt.world})", lt.rank, lt.world,
                   lt.func or func, {**kwargs, **lt.kwargs}, lt.env, list(lt.gates))
-        exited: set[int] = set()
-        stuck_since = None
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            for r in range(world):
-                if r not in exited and procs[r].poll() is not None:
-                    exited.add(r)
-                    open_gate(f"exited-{r}", repr(time.time()), base=gate_dir)
-            bad = [names[i] for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-            if bad and first_failure is None:
-                first_failure = now
-            # A failed rank leaves its peers waiting: give them a moment to
-            # report their own errors, then stop them.
-            if first_failure is not None and now - first_failure > 5:
-                failed.append(f"{bad} failed; stopped the others")
-                break
-            # Every launched rank is gone but a late process still waits at
-            # a gate: nobody will open it.
-            stuck = [(names[world + i], g) for i, lt in enumerate(late)
-                     if procs[world + i].poll() is None
-                     for g in lt.gates if not gate_is_open(g, base=gate_dir)]
-            if len(exited) == world and stuck:
-                stuck_since = stuck_since or now
-                if now - stuck_since > 2:
-                    failed.append(f"every rank exited; still waiting at unopened gates: {stuck}")
-                    break
-            if now > deadline:
-                failed.append(f"killed after the {timeout:.0f} s deadline")
-                break
-            time.sleep(0.05)
-    finally:
+    except BaseException:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+            kill_process(p)
         shutil.rmtree(gate_dir, ignore_errors=True)
-    outs = []
-    for name, p, log in zip(names, procs, logs, strict=True):
-        log.seek(0)
-        outs.append(log.read())
-        log.close()
-        if p.returncode != 0:
-            failed.append(f"{name}: exit status {p.returncode}")
+        raise
+    exited: set[int] = set()
+    stuck_since: float | None = None
+
+    def stop(now: float) -> str | None:
+        """Opens exited-<r> as founders exit; gives up when every founder is
+        gone but a late process still waits at a gate nobody will open."""
+        nonlocal stuck_since
+        for r in range(world):
+            if r not in exited and procs[r].poll() is not None:
+                exited.add(r)
+                open_gate(f"exited-{r}", repr(time.time()), base=gate_dir)
+        stuck = [(names[world + i], g) for i, lt in enumerate(late)
+                 if procs[world + i].poll() is None
+                 for g in lt.gates if not gate_is_open(g, base=gate_dir)]
+        if len(exited) == world and stuck:
+            stuck_since = stuck_since or now
+            if now - stuck_since > 2:
+                return f"every rank exited; still waiting at unopened gates: {stuck}"
+        return None
+
+    try:
+        outs, failed = supervise(procs, names, logs, deadline, stop)
+    finally:
+        shutil.rmtree(gate_dir, ignore_errors=True)
     if failed and any("EADDRINUSE" in o for o in outs):
         raise _PortTaken()
     if failed:
