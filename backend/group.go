@@ -32,7 +32,7 @@ type GroupConfig struct {
 	// ranks that join later.
 	MaxSize int
 	// Extension joins an existing group (upstream's is_extension): in an
-	// empty slot, or replacing a member that is no longer active. The rank
+	// empty slot, or replacing a member that died, was excluded or left. The rank
 	// starts inactive and isolated until JoinGroup.
 	Extension bool
 }

@@ -236,8 +236,8 @@ type proposal struct {
 
 // Errors of register and confirm (the coordinator maps them to codes).
 var (
-	// errSlotBusy: the slot is held by an active (or ready) member; a
-	// replacement retries until it is not.
+	// errSlotBusy: the slot is held by a live incarnation (active, or
+	// healthy); a replacement retries until it is not.
 	errSlotBusy = errors.New("slot is held by a live member")
 	// errStale: the request comes from an older incarnation of the slot.
 	errStale = errors.New("stale incarnation")
@@ -408,8 +408,11 @@ func (m *membership) register(now time.Time, rank int, ep Endpoint) (uint64, err
 	if !m.valid(rank) {
 		return 0, fmt.Errorf("%w: rank %d is not a slot of this group of %d", ErrInvalid, rank, len(m.state))
 	}
+	// As upstream, a slot is taken over only from an incarnation that is
+	// not healthy (dead, excluded or departed); an active one first has to
+	// be deactivated.
 	switch s := m.state[rank]; {
-	case s == MemberActive, s == MemberAwaiting && m.healthy[rank]:
+	case s == MemberActive, (s == MemberAwaiting || s == MemberInactive) && m.healthy[rank]:
 		return 0, fmt.Errorf("%w: rank %d is %s", errSlotBusy, rank, s)
 	}
 	ep.Gen = m.eps[rank].Gen + 1

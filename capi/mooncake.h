@@ -302,7 +302,8 @@ int mc_pg_set_fault_reconciliation_window_us(int64_t us, char **err);
 /* mc_pg_group_create flags: auto_deactivate_on_failure off (a failed peer
  * is left out of the op it failed in but stays in the active mask), and
  * is_extension (join an existing group: as a new rank in one of its empty
- * slots, or as the replacement of a member that is no longer active). */
+ * slots, or as the replacement of a member that died, was excluded or
+ * left). */
 #define MC_PG_GROUP_MANUAL 1
 #define MC_PG_GROUP_EXTENSION 2
 
@@ -313,7 +314,7 @@ int mc_pg_set_fault_reconciliation_window_us(int64_t us, char **err);
  * (MC_PG_INIT_TIMEOUT, default 300 s) and start active. An extension
  * attaches to the existing group as an inactive, isolated member (its
  * collectives run over itself only) until mc_pg_join_group; while the
- * slot is still held by an active member it retries for up to 30 s.
+ * slot is still held by a live member it retries for up to 30 s.
  * flags: MC_PG_GROUP_MANUAL | MC_PG_GROUP_EXTENSION or 0. Returns the group
  * handle, or 0 with *err set. */
 uint64_t mc_pg_group_create(int rank, int size, int max_size,
