@@ -16,7 +16,8 @@ import (
 // bounded and the bound grows while nobody wakes us. Every wait has a
 // deadline; when it passes, the peer's engine is probed and the wait goes on
 // only while the peer answers (a slow but live peer never fails an op, as
-// upstream; a dead one fails it).
+// upstream; a dead one fails it). A same-host peer whose process exited
+// fails the wait at once: the engine knows it through a pidfd.
 const (
 	// spinFor is how long a waiter spins before it blocks when the group
 	// has no more ranks than this host has CPUs; oversubscribed groups
@@ -25,6 +26,10 @@ const (
 	spinOversubscribed = 5 * time.Microsecond
 	firstNap           = 20 * time.Microsecond
 	maxNap             = 200 * time.Microsecond
+	// exitCheckEvery: how often a blocked waiter asks the engine whether a
+	// same-host peer's process has exited (a pidfd poll): such a death
+	// fails the op at once instead of after the timeout.
+	exitCheckEvery = 5 * time.Millisecond
 )
 
 // waitAtLeast waits until *w >= want. peer is the rank whose write it is.
@@ -44,6 +49,7 @@ func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout ti
 		}
 	}
 	deadline := start.Add(timeout)
+	nextExitCheck := start.Add(exitCheckEvery)
 	nap := firstNap
 	for {
 		cur := atomic.LoadUint64(w)
@@ -56,7 +62,14 @@ func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout ti
 		if ch == chColl && g.abortBelow.Load() > g.collBase {
 			return errAborted
 		}
-		if now := time.Now(); now.After(deadline) {
+		now := time.Now()
+		if now.After(nextExitCheck) {
+			if p := g.peer(peer); p != nil && g.engine.PeerExited(p.seg) {
+				return peerFailure(peer, "rank %d (%s) exited", peer, p.name)
+			}
+			nextExitCheck = now.Add(exitCheckEvery)
+		}
+		if now.After(deadline) {
 			if err := g.probe(peer); err != nil {
 				return peerFailure(peer, "rank %d (%s) stopped answering after %v: %v",
 					peer, g.peer(peer).name, now.Sub(start).Round(time.Millisecond), err)

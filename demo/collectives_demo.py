@@ -39,7 +39,7 @@ def worker(rank: int, world: int, port: int) -> None:
     from mooncake import pg
 
     torch.set_num_threads(1)
-    pg.set_collective_timeout_us(1_000_000)  # a dead peer is noticed after 1 s
+    pg.set_collective_timeout_us(1_000_000)  # a silent peer is probed after 1 s
     active = torch.zeros(world, dtype=torch.int32)
     dist.init_process_group(
         "mooncake",

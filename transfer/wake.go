@@ -28,6 +28,21 @@ func WaitWord(addr uintptr, old uint32, d time.Duration) bool {
 	return errno != unix.ETIMEDOUT
 }
 
+// PeerExited reports whether the process behind segment h is known to
+// have exited: true only for a same-host peer (reached through shared
+// memory) whose process is gone, which the engine sees at once through a
+// pidfd; false while it runs, and for peers that only a probe can judge
+// (another host). It never blocks.
+func (e *Engine) PeerExited(h SegmentHandle) bool {
+	s, err := e.segment(h)
+	if err != nil || s.name == e.name {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shm != nil && !s.shm.alive()
+}
+
 // WakeWord wakes every WaitWord on the 32-bit word at absolute address addr
 // of segment h. It reports whether the wake-up was delivered: true when the
 // word lies in a managed buffer of a same-host peer (or of this engine),

@@ -1,0 +1,81 @@
+package transfer
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/testutil"
+)
+
+// peerProcessEnv makes the test binary run peerProcess instead of the
+// tests: an engine with a managed buffer in another process, which prints
+// its segment name and waits to be killed.
+const peerProcessEnv = "MOONCAKE_TEST_TRANSFER_PEER"
+
+func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, peerProcessEnv, peerProcess) }
+
+func peerProcess() {
+	e, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: P2PHandshake})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	if _, err := e.AllocateManagedBuffer(1 << 16); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(e.Name())
+	select {}
+}
+
+// TestPeerExitedSeesADeadProcess: a same-host peer's death is known at once
+// (pidfd), without a probe or a timeout.
+func TestPeerExitedSeesADeadProcess(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), peerProcessEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.HasPrefix(line, "error:") {
+		t.Fatalf("peer process: %q, %v", line, err)
+	}
+	e := newTestEngine(t, false)
+	h, err := e.OpenSegment(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reach it once so the shared-memory route is attached.
+	if _, err := e.WakeWord(h, 0); err != nil {
+		t.Fatal(err)
+	}
+	if e.PeerExited(h) {
+		t.Fatal("a running peer reported exited")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for !e.PeerExited(h) {
+		if time.Now().After(deadline) {
+			t.Fatal("a killed peer not reported exited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	local := newTestEngine(t, false)
+	self, err := local.OpenSegment(local.Name())
+	if err == nil && local.PeerExited(self) {
+		t.Fatal("the engine's own segment reported exited")
+	}
+}
