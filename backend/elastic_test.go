@@ -418,3 +418,50 @@ func TestDeadRankGoesOfflineWithoutAnOp(t *testing.T) {
 	})
 	e.gs = gs
 }
+
+// TestManualModeIdleRanksRunTheSameOp: in manual mode a failure met by one
+// rank while the others are idle is reconciled with all of them; the idle
+// ranks' next collective then leaves the dead rank out just like the
+// failed op's re-run (the same participants everywhere).
+func TestManualModeIdleRanksRunTheSameOp(t *testing.T) {
+	e := found(t, 4, 4, true)
+	e.kill(2)
+	w0, err := e.gs[0].Barrier() // alone: it meets the death first
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "rank 0's barrier to reconcile", func() bool {
+		for _, r := range []int{1, 3} { // the idle ranks took part from their queues
+			if e.gs[r].View().Epoch == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	e.each(func(t *testing.T, r int, g *Group) {
+		w := w0
+		if r != 0 {
+			var err error
+			if w, err = g.Barrier(); err != nil {
+				t.Errorf("rank %d: barrier: %v", r, err)
+				return
+			}
+		}
+		if _, err := w.Wait(0); err != nil {
+			t.Errorf("rank %d: barrier: %v", r, err)
+		}
+		if got, want := fmt.Sprint(w.FailedRanks()), map[bool]string{true: "[2]", false: "[]"}[r == 0]; got != want {
+			t.Errorf("rank %d: barrier failed ranks %s, want %s", r, got, want)
+		}
+		// The next op meets the dead rank again (a rank that starts it only
+		// after the others reconciled runs it without it from the start).
+		if w = allReduceRanks(t, r, g, 7); w != nil {
+			if f := fmt.Sprint(w.FailedRanks()); f != "[2]" && f != "[]" {
+				t.Errorf("rank %d: all_reduce failed ranks %s, want [2]", r, f)
+			}
+		}
+		if mask(g) != "1111" {
+			t.Errorf("rank %d: manual mode changed the mask: %s", r, mask(g))
+		}
+	})
+}

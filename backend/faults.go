@@ -100,8 +100,11 @@ func (g *Group) needActive(what string, r int) error {
 }
 
 // setColl makes the collective FIFO follow view v, leaving out excluded
-// too (for the op being re-run in manual mode). A new base restarts the
-// collective channel's sequence numbers.
+// too: in manual mode, the ranks a reconciliation excluded sit out the
+// first collective of the new base on every rank — the failed op's re-run,
+// or, on a rank that took part from its idle queue, its next op — so all
+// run it over the same ranks. A new base restarts the collective channel's
+// sequence numbers.
 func (g *Group) setColl(v View, excluded []int) {
 	if v.Base != g.collBase || g.act == nil {
 		g.collBase = v.Base
@@ -115,6 +118,10 @@ func (g *Group) setColl(v View, excluded []int) {
 		g.collOps = 0
 	}
 	g.collIso = false
+	g.exclOps = 0
+	if len(excluded) > 0 {
+		g.exclOps = g.collOps + 1
+	}
 	g.act, g.pos = g.act[:0], -1
 	for p, a := range v.Active {
 		if a && !slices.Contains(excluded, p) {
@@ -136,7 +143,7 @@ func (g *Group) catchUp() {
 		return
 	}
 	v := g.view.Load()
-	if g.collIso || v.Base != g.collBase || len(g.act) != countActive(v) {
+	if g.collIso || v.Base != g.collBase || len(g.act) != countActive(v) && g.collOps >= g.exclOps {
 		g.setColl(*v, nil)
 	}
 }
@@ -252,7 +259,11 @@ func (g *Group) joinReconciliation(base uint64) {
 	}
 	g.reconciled.Store(true)
 	g.applyView(rep.View)
-	g.setColl(rep.View, nil)
+	var excl []int
+	if g.manual {
+		excl = slices.DeleteFunc(slices.Clone(rep.Excluded), func(r int) bool { return r == g.rank })
+	}
+	g.setColl(rep.View, excl)
 }
 
 // syncFailure asks the coordinator to reconcile (bounded: the window plus

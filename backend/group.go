@@ -87,7 +87,8 @@ type Group struct {
 	view       atomic.Pointer[View]
 	abortBelow atomic.Uint64 // collective waits give up while collBase < this
 	collBase   uint64
-	collIso    bool // the collective FIFO runs over this rank alone (isolated)
+	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
+	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
 	act        []int
 	pos        int
 	dirty      bool
