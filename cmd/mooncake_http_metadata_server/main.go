@@ -91,9 +91,11 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Logged before serving (the listener already accepts): whoever sees
+	// the server answer has the line.
+	log.Info("HTTP metadata server started", "addr", ln.Addr().String())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("HTTP metadata server started", "addr", ln.Addr().String())
 
 	select {
 	case err := <-served:
