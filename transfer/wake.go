@@ -48,39 +48,9 @@ func (e *Engine) PeerExited(h SegmentHandle) bool {
 // word lies in a managed buffer of a same-host peer (or of this engine),
 // false when the peer is reached over TCP.
 func (e *Engine) WakeWord(h SegmentHandle, addr uint64) (bool, error) {
-	s, err := e.segment(h)
-	if err != nil {
-		return false, err
-	}
-	if s.name == e.name {
-		r := e.reg.acquire(uintptr(addr), 4)
-		if r == nil {
-			return false, errorf(CodeAddressNotRegistered, nil, "[%#x,+4) is not registered", addr)
-		}
-		defer r.release()
-		futexWake(uintptr(addr))
-		return true, nil
-	}
-	desc, shm, _, err := s.route()
-	if err != nil {
-		return false, err
-	}
-	if shm == nil {
-		return false, nil
-	}
-	i := desc.findBuffer(addr, 4)
-	if i < 0 || desc.Buffers[i].ShmFD == 0 {
-		return false, nil
-	}
-	bd := desc.Buffers[i]
-	shm.use.RLock()
-	defer shm.use.RUnlock()
-	m, err := shm.buffer(desc.PID, bd)
-	if err != nil {
-		return false, nil
-	}
-	futexWake(uintptr(unsafe.Pointer(&m[addr-bd.Addr])))
-	return true, nil
+	return e.AccessRemote(h, addr, 4, func(mem []byte) {
+		futexWake(uintptr(unsafe.Pointer(&mem[0])))
+	})
 }
 
 // futex operations (linux/futex.h). Not FUTEX_PRIVATE_FLAG: the word is in
