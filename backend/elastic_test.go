@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 )
 
-// In-process elastic membership: each rank has its own Runtime (engine),
-// all share one MemStore; rank 0's runtime serves the coordinator.
-
+// elasticRanks drives in-process elastic membership: each rank has its own
+// Runtime (engine), all share one MemStore; rank 0's runtime serves the
+// coordinator.
 type elasticRanks struct {
 	t     *testing.T
 	store *MemStore
@@ -22,36 +21,12 @@ type elasticRanks struct {
 	gs    []*Group
 }
 
-func newElasticRank(t *testing.T) *Runtime {
-	rt := NewRuntime()
-	_ = rt.SetCollectiveTimeout(300 * time.Millisecond)
-	_ = rt.SetP2PTimeout(300 * time.Millisecond)
-	_ = rt.SetFaultReconciliationWindow(2 * time.Second)
-	return rt
-}
-
 // found starts founders 0..size-1 of a group of slots slots.
 func found(t *testing.T, size, slots int, manual bool) *elasticRanks {
 	t.Helper()
-	e := &elasticRanks{t: t, store: NewMemStore(), rts: make([]*Runtime, slots), gs: make([]*Group, slots)}
-	var wg sync.WaitGroup
-	for r := range size {
-		e.rts[r] = newElasticRank(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var err error
-			e.gs[r], err = e.rts[r].NewGroup(GroupConfig{Rank: r, Size: size, MaxSize: slots, GroupID: "elastic",
-				Store: e.store, Manual: manual, CollSlot: 4096, P2PSlot: 4096})
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	e := &elasticRanks{t: t, store: NewMemStore()}
+	e.rts, e.gs = startRanks(t, size, shortTimeoutRuntime, GroupConfig{MaxSize: slots, GroupID: "elastic",
+		Store: e.store, Manual: manual, CollSlot: 4096, P2PSlot: 4096})
 	t.Cleanup(func() {
 		for r := len(e.gs) - 1; r >= 0; r-- { // rank 0 (the coordinator) last
 			e.kill(r)
@@ -75,7 +50,7 @@ func (e *elasticRanks) kill(r int) {
 // extend starts a new process for slot r (an extension or replacement).
 func (e *elasticRanks) extend(r, size, slots int) *Group {
 	e.t.Helper()
-	e.rts[r] = newElasticRank(e.t)
+	e.rts[r] = shortTimeoutRuntime()
 	g, err := e.rts[r].NewGroup(GroupConfig{Rank: r, Size: size, MaxSize: slots, GroupID: "elastic", Store: e.store,
 		Extension: true, CollSlot: 4096, P2PSlot: 4096})
 	if err != nil {
@@ -88,24 +63,7 @@ func (e *elasticRanks) extend(r, size, slots int) *Group {
 // each runs fn on every live rank at once and waits (60 s at most).
 func (e *elasticRanks) each(fn func(t *testing.T, r int, g *Group)) {
 	e.t.Helper()
-	var wg sync.WaitGroup
-	for r, g := range e.gs {
-		if g == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(e.t, r, g)
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		e.t.Fatal("ranks did not finish within 60 s")
-	}
+	runAll(e.t, e.gs, 60*time.Second, fn)
 }
 
 // waitFor polls cond for up to 20 s.

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 )
@@ -31,58 +30,32 @@ func filled(v float32, n int) []byte {
 // so probes of it fail); the others run live.
 func deathScenario(t *testing.T, n, dead, slot int, die func(g *Group), live func(t *testing.T, g *Group)) {
 	t.Helper()
-	store := NewMemStore()
-	rts := make([]*Runtime, n)
-	gs := make([]*Group, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		rts[r] = NewRuntime()
-		_ = rts[r].SetCollectiveTimeout(300 * time.Millisecond)
-		_ = rts[r].SetP2PTimeout(300 * time.Millisecond)
-		_ = rts[r].SetFaultReconciliationWindow(2 * time.Second)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var err error
-			if gs[r], err = rts[r].NewGroup(GroupConfig{Rank: r, Size: n, GroupID: "faults", Store: store, CollSlot: slot, P2PSlot: slot}); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	rts, gs := startRanks(t, n, shortTimeoutRuntime, GroupConfig{GroupID: "faults", Store: NewMemStore(), CollSlot: slot, P2PSlot: slot})
 	defer func() {
 		for r := range n {
 			gs[r].Close()
 			rts[r].Close()
 		}
 	}()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var wg sync.WaitGroup
-		for r := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if r == dead {
-					die(gs[r])
-					gs[r].Close()
-					rts[r].Close()
-					return
-				}
-				live(t, gs[r])
-			}()
+	runAll(t, gs, 60*time.Second, func(t *testing.T, r int, g *Group) {
+		if r != dead {
+			live(t, g)
+			return
 		}
-		wg.Wait()
-	}()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("ranks did not finish within 60 s")
-	}
+		die(g)
+		g.Close()
+		rts[r].Close()
+	})
+}
+
+// shortTimeoutRuntime is a Runtime that judges a silent peer after 300 ms
+// and reconciles within 2 s.
+func shortTimeoutRuntime() *Runtime {
+	rt := NewRuntime()
+	_ = rt.SetCollectiveTimeout(300 * time.Millisecond)
+	_ = rt.SetP2PTimeout(300 * time.Millisecond)
+	_ = rt.SetFaultReconciliationWindow(2 * time.Second)
+	return rt
 }
 
 // expectFailedOp checks an op that ran while rank `dead` died: it

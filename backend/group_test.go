@@ -12,53 +12,80 @@ import (
 	"time"
 )
 
-// ranks runs fn for every rank of a fresh group of n in-process ranks, each
-// with its own Runtime (its own Transfer Engine), over real transports.
-func ranks(t *testing.T, n, slot int, fn func(t *testing.T, g *Group)) {
+// startRanks creates founders 0..n-1 of a group in-process, all at once,
+// each with its own Runtime (its own Transfer Engine) from newRuntime, over
+// real transports; cfg is every rank's GroupConfig but for Rank and Size.
+// The returned slices have max(n, cfg.MaxSize) entries (nil past the
+// founders); the test fails at once if a rank cannot join.
+func startRanks(t *testing.T, n int, newRuntime func() *Runtime, cfg GroupConfig) ([]*Runtime, []*Group) {
 	t.Helper()
-	store := NewMemStore()
-	rts := make([]*Runtime, n)
-	groups := make([]*Group, n)
+	rts := make([]*Runtime, max(n, cfg.MaxSize))
+	gs := make([]*Group, len(rts))
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		rts[r] = NewRuntime()
+		rts[r] = newRuntime()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			groups[r], errs[r] = rts[r].NewGroup(GroupConfig{Rank: r, Size: n, GroupID: "test", Store: store, CollSlot: slot, P2PSlot: slot})
+			c := cfg
+			c.Rank, c.Size = r, n
+			gs[r], errs[r] = rts[r].NewGroup(c)
 		}()
 	}
 	wg.Wait()
 	for r, err := range errs {
 		if err != nil {
+			for i := range n {
+				if gs[i] != nil {
+					gs[i].Close()
+				}
+				rts[i].Close()
+			}
 			t.Fatalf("rank %d: NewGroup: %v", r, err)
 		}
 	}
-	defer func() {
-		for r := range n {
-			groups[r].Close()
-			rts[r].Close()
-		}
-	}()
+	return rts, gs
+}
+
+// runAll runs fn on every rank of gs that is not nil, all at once, and
+// waits for them, failing the test after limit.
+func runAll(t *testing.T, gs []*Group, limit time.Duration, fn func(t *testing.T, r int, g *Group)) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
-		for r := range n {
+		for r, g := range gs {
+			if g == nil {
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				fn(t, groups[r])
+				fn(t, r, g)
 			}()
 		}
 		wg.Wait()
 	}()
 	select {
 	case <-done:
-	case <-time.After(120 * time.Second):
-		t.Fatal("ranks did not finish within 120 s")
+	case <-time.After(limit):
+		t.Fatalf("ranks did not finish within %v", limit)
 	}
+}
+
+// ranks runs fn for every rank of a fresh group of n in-process ranks.
+func ranks(t *testing.T, n, slot int, fn func(t *testing.T, g *Group)) {
+	t.Helper()
+	rts, gs := startRanks(t, n, NewRuntime, GroupConfig{GroupID: "test", Store: NewMemStore(), CollSlot: slot, P2PSlot: slot})
+	defer func() {
+		for r := range n {
+			gs[r].Close()
+			rts[r].Close()
+		}
+	}()
+	runAll(t, gs, 120*time.Second, func(t *testing.T, _ int, g *Group) { fn(t, g) })
 }
 
 // must waits for an op and reports its error.
