@@ -166,6 +166,9 @@ func (g *Group) WorldSize() int {
 	return g.declared
 }
 
+// Epoch is the epoch of the view this rank applied last.
+func (g *Group) Epoch() uint64 { return g.view.Load().Epoch }
+
 // Mask is the active_ranks mirror (spec/pg.md §3.4): the view's active
 // slots, or this rank alone while it is isolated or joining.
 func (g *Group) Mask() []bool {

@@ -227,8 +227,10 @@ func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uin
 	if !ok {
 		return -1
 	}
-	mask := g.Mask()
+	// Called at every op completion for the epoch alone: the mask is only
+	// built when asked for.
 	if active != nil && n > 0 {
+		mask := g.Mask()
 		out := unsafe.Slice(active, int(n))
 		for i := range out {
 			out[i] = 0
@@ -238,9 +240,9 @@ func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uin
 		}
 	}
 	if epoch != nil {
-		*epoch = C.uint64_t(g.View().Epoch)
+		*epoch = C.uint64_t(g.Epoch())
 	}
-	return C.int(len(mask))
+	return C.int(g.Size())
 }
 
 //export mc_pg_inject_link_failure
