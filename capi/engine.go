@@ -72,6 +72,7 @@ func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol,
 		LocalHostname:  C.GoString(localHostname),
 		MetadataServer: C.GoString(metadataServer),
 		Protocol:       C.GoString(protocol),
+		DeviceName:     C.GoString(deviceName),
 	})
 	if err != nil {
 		return s.fail(err)

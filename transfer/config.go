@@ -30,8 +30,12 @@ type Config struct {
 	LocalHostname string
 	// MetadataServer is a connection string accepted by ParseMetadataConn.
 	MetadataServer string
-	// Protocol is the transport protocol; "tcp" (or "") is supported.
+	// Protocol is the transport protocol asked for: "tcp" (or ""), or
+	// "rdma"/"efa", which resolve to TCP in this build (resolveProtocol).
 	Protocol string
+	// DeviceName lists the RDMA devices an "rdma" protocol should use
+	// ("mlx5_0,mlx5_1"); "" or "auto-discovery" means any.
+	DeviceName string
 	// TransferTimeout bounds every transfer (MC_TRANSFER_TIMEOUT, seconds).
 	TransferTimeout time.Duration
 	// ForceTCP disables the shared-memory transport (MC_FORCE_TCP).
@@ -57,9 +61,6 @@ func (c Config) withEnv() Config {
 	}
 	if c.LanesPerPeer == 0 {
 		c.LanesPerPeer = envInt("MC_TCP_LANES_PER_PEER", defaultLanesPerPeer)
-	}
-	if c.Protocol == "" {
-		c.Protocol = "tcp"
 	}
 	return c
 }

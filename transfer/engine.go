@@ -57,9 +57,14 @@ type Engine struct {
 // backend and publishes the (empty) local segment.
 func New(cfg Config) (*Engine, error) {
 	cfg = cfg.withEnv()
-	if cfg.Protocol != "tcp" {
-		return nil, errorf(CodeNotImplemented, nil, "protocol %q is not available in this build (tcp only)", cfg.Protocol)
+	transport, warning, err := resolveProtocol(cfg.Protocol, cfg.DeviceName, cfg.ForceTCP)
+	if err != nil {
+		return nil, err
 	}
+	if warning != "" {
+		slog.Warn("transfer: " + warning)
+	}
+	cfg.Protocol = transport
 	conn, err := ParseMetadataConn(cfg.MetadataServer)
 	if err != nil {
 		return nil, err

@@ -65,10 +65,15 @@ func New(cfg Config) (*Client, error) {
 	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
 		return nil, err
 	}
+	// Upstream answers an unusable protocol with -1 (INTERNAL_ERROR).
+	if _, _, err := transfer.ResolveProtocol(cfg.Protocol, cfg.DeviceName); err != nil {
+		return nil, fmt.Errorf("%w: %v", kvstore.InternalError, err)
+	}
 	if cfg.Engine != nil {
 		c.engine = cfg.Engine
 	} else {
-		c.engine, err = transfer.New(transfer.Config{LocalHostname: c.hostname, MetadataServer: cfg.MetadataServer, Protocol: cfg.Protocol})
+		c.engine, err = transfer.New(transfer.Config{LocalHostname: c.hostname, MetadataServer: cfg.MetadataServer,
+			Protocol: cfg.Protocol, DeviceName: cfg.DeviceName})
 		if err != nil {
 			return nil, fmt.Errorf("%w: transfer engine: %v", kvstore.InvalidParams, err)
 		}
