@@ -38,6 +38,9 @@ const (
 	EtcdOperationError         ErrorCode = -1000
 	UnavailableInCurrentStatus ErrorCode = -1010
 	NotSupported               ErrorCode = -1012
+	TenantQuotaExceeded        ErrorCode = -1700
+	TenantNotRegistered        ErrorCode = -1701
+	TenantNotEmpty             ErrorCode = -1702
 )
 
 var names = map[ErrorCode]string{
@@ -52,7 +55,8 @@ var names = map[ErrorCode]string{
 	ObjectReplicaBusy: "OBJECT_REPLICA_BUSY", TransferFail: "TRANSFER_FAIL",
 	ChecksumMismatch: "CHECKSUM_MISMATCH", RPCFail: "RPC_FAIL", RPCTimeout: "RPC_TIMEOUT",
 	EtcdOperationError: "ETCD_OPERATION_ERROR", UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
-	NotSupported: "NOT_SUPPORTED",
+	NotSupported: "NOT_SUPPORTED", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
+	TenantNotRegistered: "TENANT_NOT_REGISTERED", TenantNotEmpty: "TENANT_NOT_EMPTY",
 }
 
 func (c ErrorCode) String() string {

@@ -70,6 +70,9 @@ type options struct {
 	memoryAllocator, allocStrat string
 	ignoredInt                  int
 	ignoredBool                 bool
+	minLogLevel, verbosity      int
+	logToStderr                 bool
+	glogLevel                   *slog.Level // set when --minloglevel or -v is given
 }
 
 // newFlagSet declares every flag into o.
@@ -113,6 +116,12 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 		fs.IntVar(&o.ignoredInt, name, 0, "accepted for compatibility; ignored")
 	}
 	fs.BoolVar(&o.ignoredBool, "rpc_enable_tcp_no_delay", true, "accepted for compatibility; ignored")
+	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
+	// glog's flags, which upstream's launch scripts pass.
+	fs.IntVar(&o.minLogLevel, "minloglevel", 0, "glog compatibility: 0 info, 1 warning, 2 error (overrides MC_LOG_LEVEL)")
+	fs.IntVar(&o.verbosity, "v", 0, "glog compatibility: above 0 adds debug messages (overrides MC_LOG_LEVEL)")
+	fs.BoolVar(&o.logToStderr, "logtostderr", true, "glog compatibility: logs always go to stderr (false is refused)")
+	fs.BoolVar(&o.logToStderr, "alsologtostderr", true, "glog compatibility: alias of --logtostderr")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
 			"Runs the Mooncake KV store master (metadata service). Flags accept --flag=value or\n"+
@@ -148,6 +157,13 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if err := o.cfg.Validate(); err != nil {
 		return fail("%v", err)
 	}
+	if !o.logToStderr {
+		return fail("--logtostderr=false is not supported: mooncake_master logs to stderr only (redirect it to a file)")
+	}
+	if set["minloglevel"] || set["v"] {
+		l := logging.GlogLevel(o.minLogLevel, o.verbosity)
+		o.glogLevel = &l
+	}
 	if o.memoryAllocator != "offset" {
 		return fail("--memory_allocator=%s is not supported (only offset)", o.memoryAllocator)
 	}
@@ -174,6 +190,9 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	o, err := parse(args, out)
 	if err != nil {
 		return err
+	}
+	if o.glogLevel != nil {
+		logging.SetupLevel(*o.glogLevel)
 	}
 	log := slog.Default()
 	rpcAddr := net.JoinHostPort(o.rpcAddress, strconv.Itoa(o.rpcPort))
@@ -207,7 +226,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		"put_start_release_timeout", o.cfg.PutStartReleaseTimeout,
 		"enable_http_metadata_server", o.enableHTTPMetadata, "http_metadata", sc.HTTPMetadataAddress,
 		"enable_metadata_cleanup_on_timeout", o.cleanupOnTimeout,
-		"enable_ha", o.enableHA, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID)
+		"enable_ha", o.enableHA, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID,
+		"enable_multi_tenants", o.cfg.MultiTenant)
 
 	svc, err := master.StartService(sc)
 	if err != nil {

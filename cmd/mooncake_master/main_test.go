@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,6 +68,7 @@ func TestBadArguments(t *testing.T) {
 		{"--enable_ha"},
 		{"--enable_ha", "--etcd_endpoints=x:1", "--ha_backend_type=redis"},
 		{"--memory_allocator=cachelib"},
+		{"--logtostderr=false"},
 		{"stray"},
 	} {
 		var out bytes.Buffer
@@ -101,6 +103,12 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--enable_ha", "--etcd_endpoints=h1:2379;h2:2379", "--cluster_id=c"}, func(o *options) bool {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},
+		{[]string{"--enable_multi_tenants=true"}, func(o *options) bool { return o.cfg.MultiTenant }},
+		{nil, func(o *options) bool { return !o.cfg.MultiTenant && o.glogLevel == nil }},
+		// glog's flags from upstream's launch scripts.
+		{[]string{"--logtostderr", "--minloglevel=1"}, func(o *options) bool { return *o.glogLevel == slog.LevelWarn }},
+		{[]string{"-v=1", "--alsologtostderr=true"}, func(o *options) bool { return *o.glogLevel == slog.LevelDebug }},
+		{[]string{"--minloglevel", "2"}, func(o *options) bool { return *o.glogLevel == slog.LevelError }},
 	} {
 		o, err := parse(tc.args, io.Discard)
 		if err != nil || !tc.check(o) {

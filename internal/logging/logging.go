@@ -23,6 +23,24 @@ func Level() slog.Level {
 }
 
 // Setup makes a text handler on stderr at Level the default logger.
-func Setup() {
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: Level()})))
+func Setup() { SetupLevel(Level()) }
+
+// SetupLevel makes a text handler on stderr at level the default logger.
+func SetupLevel(level slog.Level) {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+}
+
+// GlogLevel is the level glog's flags ask for, for binaries that accept
+// them as upstream's do: any -v above 0 adds debug messages; otherwise
+// --minloglevel 0 is info, 1 warning, 2 and above error.
+func GlogLevel(minLogLevel, verbosity int) slog.Level {
+	switch {
+	case verbosity > 0:
+		return slog.LevelDebug
+	case minLogLevel <= 0:
+		return slog.LevelInfo
+	case minLogLevel == 1:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }

@@ -101,7 +101,7 @@ func (c *Client) setup(cfg Config) error {
 	}
 	c.staging = newStagingPool(c.local)
 	var err error
-	if c.master, err = dialMaster(cfg.MasterServerAddr); err != nil {
+	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID); err != nil {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
 	}
 	if cfg.GlobalSegmentSize > 0 {

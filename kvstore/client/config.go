@@ -30,6 +30,10 @@ type Config struct {
 	// Engine, when set, is shared instead of starting a new one; the
 	// client does not close it.
 	Engine *transfer.Engine
+	// TenantID is sent with every request to the master ("" and
+	// "default" are the default tenant). Only a master started with
+	// --enable_multi_tenants isolates tenants.
+	TenantID string
 }
 
 // ReplicateConfig is how an object is placed (upstream ReplicateConfig).

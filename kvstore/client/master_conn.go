@@ -12,7 +12,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -20,9 +22,10 @@ import (
 // "etcd://..." address it reads the elected leader from
 // mooncake-store/<cluster_id>/master_view and reconnects when it changes.
 type masterConn struct {
-	addr string // as configured
-	etcd *clientv3.Client
-	key  string
+	addr   string // as configured
+	tenant string // sent with every RPC unless it is the default
+	etcd   *clientv3.Client
+	key    string
 
 	mu     sync.Mutex
 	leader string
@@ -39,8 +42,8 @@ func masterViewKey() string {
 	return "mooncake-store/" + id + "/master_view"
 }
 
-func dialMaster(addr string) (*masterConn, error) {
-	m := &masterConn{addr: addr}
+func dialMaster(addr, tenant string) (*masterConn, error) {
+	m := &masterConn{addr: addr, tenant: tenant}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
 		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -85,7 +88,11 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 	if m.conn != nil && addr == m.leader {
 		return false, nil
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
+		opts = append(opts, grpc.WithUnaryInterceptor(withTenant(m.tenant)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return false, fmt.Errorf("master %s: %w", addr, err)
 	}
@@ -112,5 +119,14 @@ func (m *masterConn) close() {
 	}
 	if m.etcd != nil {
 		m.etcd.Close()
+	}
+}
+
+// withTenant adds the tenant id to the metadata of every call, where the
+// master reads it (kvstore.TenantMetadataKey).
+func withTenant(tenant string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx = metadata.AppendToOutgoingContext(ctx, kvstore.TenantMetadataKey, tenant)
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }

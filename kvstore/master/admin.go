@@ -16,8 +16,13 @@ import (
 //	GET /get_all_segments  JSON list of mounted segments
 //	GET /get_all_keys      JSON list of keys
 //	GET /query_key?key=K   JSON metadata of K (404 when absent); grants no lease
+//	/api/v1/tenant_quotas  tenant quota policy (handleTenantQuotas)
+//
+// With multi-tenancy, /get_all_keys and /query_key take ?tenant_id=T (the
+// default tenant when absent) and show that tenant's keys.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/tenant_quotas", s.handleTenantQuotas)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		st := s.Stats()
@@ -60,8 +65,12 @@ func (s *Server) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := adminTenant(w, r, s.opts.Config)
+		if !ok {
+			return
+		}
 		var keys []string
-		s.WithState(func(st *State, _ time.Time) { keys = st.Keys() })
+		s.WithState(func(st *State, _ time.Time) { keys = st.TenantKeys(tenant) })
 		if keys == nil {
 			keys = []string{}
 		}
@@ -71,6 +80,10 @@ func (s *Server) AdminHandler() http.Handler {
 		key := r.URL.Query().Get("key")
 		if key == "" {
 			http.Error(w, "missing key", http.StatusBadRequest)
+			return
+		}
+		tenant, found := adminTenant(w, r, s.opts.Config)
+		if !found {
 			return
 		}
 		type rep struct {
@@ -91,14 +104,13 @@ func (s *Server) AdminHandler() http.Handler {
 			Replicas    []rep  `json:"replicas"`
 		}
 		var out info
-		var ok bool
 		s.WithState(func(st *State, now time.Time) {
 			var o ObjectInfo
-			o, ok = st.QueryKey(key)
-			if !ok {
+			o, found = st.QueryKey(s.opts.Config.ObjectKey(tenant, key))
+			if !found {
 				return
 			}
-			out = info{Key: o.Key, Size: o.Size, Writing: o.Writing, SoftPinned: o.SoftPinned,
+			out = info{Key: key, Size: o.Size, Writing: o.Writing, SoftPinned: o.SoftPinned,
 				HardPinned: o.HardPinned, Replicas: []rep{}}
 			if left := o.LeaseUntil.Sub(now); left > 0 {
 				out.LeaseMsLeft = left.Milliseconds()
@@ -107,7 +119,7 @@ func (s *Server) AdminHandler() http.Handler {
 				out.Replicas = append(out.Replicas, rep{r.ID, r.Status.String(), r.SegmentName, r.Endpoint, r.Address, r.Size})
 			}
 		})
-		if !ok {
+		if !found {
 			http.Error(w, "key not found", http.StatusNotFound)
 			return
 		}

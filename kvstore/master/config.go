@@ -39,6 +39,11 @@ type Config struct {
 	// write that never finished is discarded
 	// (--put_start_release_timeout_sec, 600 s).
 	PutStartReleaseTimeout time.Duration
+	// MultiTenant isolates tenants (--enable_multi_tenants, false): each
+	// request works in its tenant's key namespace, and writes need the
+	// tenant registered with a quota (SetTenantQuota). Off, every tenant
+	// id maps to DefaultTenant and all clients share one namespace.
+	MultiTenant bool
 	// Seed seeds the random start segment of the allocation strategy.
 	Seed int64
 }

@@ -71,6 +71,7 @@ type Stats struct {
 	PreemptedWrites uint64
 	PartialAllocs   uint64
 	ExpiredClients  uint64
+	Tenants         []TenantInfo
 }
 
 // Stats returns the current gauges and a copy of the counters.
@@ -84,6 +85,7 @@ func (s *State) Stats() Stats {
 		Failures:    make(map[string]uint64, len(s.m.failures)),
 		EvictedKeys: s.m.evictedKeys, EvictedBytes: s.m.evictedBytes, EvictionRuns: s.m.evictionRuns,
 		PreemptedWrites: s.m.preempted, PartialAllocs: s.m.partialAllocs, ExpiredClients: s.m.expiredClients,
+		Tenants: s.Tenants(),
 	}
 	for _, sg := range s.segOrder {
 		st.CapacityBytes += sg.alloc.Size()
@@ -139,6 +141,30 @@ func (st Stats) WritePrometheus(w io.Writer) error {
 	for _, m := range ms {
 		if _, err := fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", m.name, m.help, m.name, m.typ, m.name, strconv.FormatFloat(m.v, 'f', -1, 64)); err != nil {
 			return err
+		}
+	}
+	return st.writeTenantMetrics(w)
+}
+
+// writeTenantMetrics writes the per-tenant gauges, one sample per
+// registered tenant labelled tenant_id.
+func (st Stats) writeTenantMetrics(w io.Writer) error {
+	gauges := []struct {
+		name, help string
+		v          func(TenantInfo) uint64
+	}{
+		{"master_tenant_used_bytes", "Bytes of replicas a tenant's objects hold.", func(t TenantInfo) uint64 { return t.UsedBytes }},
+		{"master_tenant_quota_bytes", "A tenant's quota in bytes of replicas (0: no limit).", func(t TenantInfo) uint64 { return t.QuotaBytes }},
+		{"master_tenant_key_count", "Number of a tenant's objects.", func(t TenantInfo) uint64 { return uint64(t.Objects) }},
+	}
+	for _, g := range gauges {
+		if _, err := fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", g.name, g.help, g.name); err != nil {
+			return err
+		}
+		for _, t := range st.Tenants {
+			if _, err := fmt.Fprintf(w, "%s{tenant_id=%s} %d\n", g.name, strconv.Quote(t.ID), g.v(t)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

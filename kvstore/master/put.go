@@ -65,7 +65,11 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 		// the buffers, so they are quarantined, not freed.
 		s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
 		delete(s.objects, key)
+		s.charge(o)
 		s.m.preempted++
+	}
+	if code := s.admitWrite(key, size, cfg.ReplicaNum, 0); code != kvstore.OK {
+		return nil, code
 	}
 	return s.create(clientID, key, size, cfg, pinTTL, cfg.HardPin, now)
 }
@@ -87,6 +91,7 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
 	}
 	s.objects[key] = o
+	s.charge(o)
 	return describeAll(reps), kvstore.OK
 }
 
@@ -111,6 +116,13 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		return nil, code
 	}
 	o, ok := s.objects[key]
+	var held uint64
+	if ok {
+		held = o.charged
+	}
+	if code := s.admitWrite(key, size, cfg.ReplicaNum, held); code != kvstore.OK {
+		return nil, code
+	}
 	if !ok {
 		return s.create(clientID, key, size, cfg, pinTTL, cfg.HardPin, now)
 	}
@@ -149,6 +161,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		}
 		o.replicas = reps
 		o.size = size
+		s.charge(o)
 	}
 	o.writer, o.putStart, o.writing = clientID, now, true
 	o.hardPin = hardPin

@@ -38,32 +38,34 @@ func (s *State) BatchRemove(keys []string, force bool, now time.Time) []kvstore.
 	return out
 }
 
-// RemoveByRegex removes every key in which pattern matches somewhere (a
-// search, like upstream's std::regex_search, not a full match), skipping
+// RemoveByRegex removes every key of tenant in which pattern matches
+// somewhere (a search, like upstream's std::regex_search, not a full
+// match; the pattern sees the caller's keys, without the tenant), skipping
 // leased objects unless force and always skipping objects being written.
 // The pattern is Go RE2 syntax, not ECMAScript: backreferences and
 // lookaround are rejected with INVALID_PARAMS. It returns how many keys
 // were removed.
-func (s *State) RemoveByRegex(pattern string, force bool, now time.Time) (int64, kvstore.ErrorCode) {
+func (s *State) RemoveByRegex(tenant, pattern string, force bool, now time.Time) (int64, kvstore.ErrorCode) {
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return 0, s.m.result("remove_by_regex", kvstore.InvalidParams)
 	}
 	s.m.result("remove_by_regex", kvstore.OK)
-	return s.removeMatching(re.MatchString, force, now), kvstore.OK
+	return s.removeMatching(tenant, re.MatchString, force, now), kvstore.OK
 }
 
-// RemoveAll removes every object it may: leased ones are skipped unless
-// force, ones being written always. It returns how many were removed.
-func (s *State) RemoveAll(force bool, now time.Time) int64 {
+// RemoveAll removes every object of tenant it may: leased ones are skipped
+// unless force, ones being written always. It returns how many were
+// removed.
+func (s *State) RemoveAll(tenant string, force bool, now time.Time) int64 {
 	s.m.result("remove_all", kvstore.OK)
-	return s.removeMatching(func(string) bool { return true }, force, now)
+	return s.removeMatching(tenant, func(string) bool { return true }, force, now)
 }
 
-func (s *State) removeMatching(match func(string) bool, force bool, now time.Time) int64 {
+func (s *State) removeMatching(tenant string, match func(string) bool, force bool, now time.Time) int64 {
 	var n int64
-	for _, key := range s.sortedKeys() {
-		if !match(key) {
+	for _, key := range s.tenantKeys(tenant) {
+		if !match(s.UserKey(key)) {
 			continue
 		}
 		o := s.objects[key]

@@ -4,11 +4,43 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
 // This file translates the Master RPCs to State calls; it holds no logic.
+
+// scope is the tenant namespace one request works in: the tenant id its
+// gRPC metadata carries (kvstore.TenantMetadataKey), resolved by the
+// configuration. code is not OK for an id the master refuses; every key
+// of the request then fails with it.
+type scope struct {
+	cfg    Config
+	tenant string
+	code   kvstore.ErrorCode
+}
+
+func (s *Server) scope(ctx context.Context) scope {
+	var id string
+	if v := metadata.ValueFromIncomingContext(ctx, kvstore.TenantMetadataKey); len(v) > 0 {
+		id = v[0]
+	}
+	t, code := s.opts.Config.ResolveTenant(id)
+	return scope{cfg: s.opts.Config, tenant: t, code: code}
+}
+
+// key is the object key of the caller's key k.
+func (sc scope) key(k string) string { return sc.cfg.ObjectKey(sc.tenant, k) }
+
+// or is the scope's refusal, or else what op returns.
+func (sc scope) or(op func() kvstore.ErrorCode) kvstore.ErrorCode {
+	if sc.code != kvstore.OK {
+		return sc.code
+	}
+	return op()
+}
 
 func toConfig(c *masterpb.ReplicateConfig) ReplicateConfig {
 	if c == nil {
@@ -62,36 +94,52 @@ func getResp(res ReadResult, code kvstore.ErrorCode) *masterpb.GetReplicaListRes
 
 // PutStart implements masterpb.MasterServer.
 func (s *Server) PutStart(ctx context.Context, req *masterpb.PutStartRequest) (*masterpb.PutStartResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return putStartResp(nil, sc.code), nil
+	}
 	var resp *masterpb.PutStartResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = putStartResp(st.PutStart(req.GetClientId(), req.GetKey(), req.GetSize(), toConfig(req.GetConfig()), now))
+		resp = putStartResp(st.PutStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req.GetConfig()), now))
 	})
 	return resp, err
 }
 
 // UpsertStart implements masterpb.MasterServer.
 func (s *Server) UpsertStart(ctx context.Context, req *masterpb.PutStartRequest) (*masterpb.PutStartResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return putStartResp(nil, sc.code), nil
+	}
 	var resp *masterpb.PutStartResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = putStartResp(st.UpsertStart(req.GetClientId(), req.GetKey(), req.GetSize(), toConfig(req.GetConfig()), now))
+		resp = putStartResp(st.UpsertStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req.GetConfig()), now))
 	})
 	return resp, err
 }
 
 // PutEnd implements masterpb.MasterServer.
 func (s *Server) PutEnd(ctx context.Context, req *masterpb.PutEndRequest) (*masterpb.StatusResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return &masterpb.StatusResponse{ErrorCode: code32(sc.code)}, nil
+	}
 	var resp *masterpb.StatusResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutEnd(req.GetClientId(), req.GetKey(), req.Checksum, now))}
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutEnd(req.GetClientId(), sc.key(req.GetKey()), req.Checksum, now))}
 	})
 	return resp, err
 }
 
 // PutRevoke implements masterpb.MasterServer.
 func (s *Server) PutRevoke(ctx context.Context, req *masterpb.PutRevokeRequest) (*masterpb.StatusResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return &masterpb.StatusResponse{ErrorCode: code32(sc.code)}, nil
+	}
 	var resp *masterpb.StatusResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutRevoke(req.GetClientId(), req.GetKey(), now))}
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutRevoke(req.GetClientId(), sc.key(req.GetKey()), now))}
 	})
 	return resp, err
 }
@@ -99,10 +147,15 @@ func (s *Server) PutRevoke(ctx context.Context, req *masterpb.PutRevokeRequest) 
 // BatchPutStart implements masterpb.MasterServer: PutStart per item.
 func (s *Server) BatchPutStart(ctx context.Context, req *masterpb.BatchPutStartRequest) (*masterpb.BatchPutStartResponse, error) {
 	resp := &masterpb.BatchPutStartResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_start")
 		for _, it := range req.GetItems() {
-			resp.Items = append(resp.Items, putStartResp(st.PutStart(it.GetClientId(), it.GetKey(), it.GetSize(), toConfig(it.GetConfig()), now)))
+			if sc.code != kvstore.OK {
+				resp.Items = append(resp.Items, putStartResp(nil, sc.code))
+				continue
+			}
+			resp.Items = append(resp.Items, putStartResp(st.PutStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it.GetConfig()), now)))
 		}
 	})
 	return resp, err
@@ -111,10 +164,15 @@ func (s *Server) BatchPutStart(ctx context.Context, req *masterpb.BatchPutStartR
 // BatchUpsertStart implements masterpb.MasterServer: UpsertStart per item.
 func (s *Server) BatchUpsertStart(ctx context.Context, req *masterpb.BatchPutStartRequest) (*masterpb.BatchPutStartResponse, error) {
 	resp := &masterpb.BatchPutStartResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_upsert_start")
 		for _, it := range req.GetItems() {
-			resp.Items = append(resp.Items, putStartResp(st.UpsertStart(it.GetClientId(), it.GetKey(), it.GetSize(), toConfig(it.GetConfig()), now)))
+			if sc.code != kvstore.OK {
+				resp.Items = append(resp.Items, putStartResp(nil, sc.code))
+				continue
+			}
+			resp.Items = append(resp.Items, putStartResp(st.UpsertStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it.GetConfig()), now)))
 		}
 	})
 	return resp, err
@@ -123,10 +181,13 @@ func (s *Server) BatchUpsertStart(ctx context.Context, req *masterpb.BatchPutSta
 // BatchPutEnd implements masterpb.MasterServer: PutEnd per item.
 func (s *Server) BatchPutEnd(ctx context.Context, req *masterpb.BatchPutEndRequest) (*masterpb.BatchStatusResponse, error) {
 	resp := &masterpb.BatchStatusResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_end")
 		for _, it := range req.GetItems() {
-			resp.ErrorCodes = append(resp.ErrorCodes, code32(st.PutEnd(it.GetClientId(), it.GetKey(), it.Checksum, now)))
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode {
+				return st.PutEnd(it.GetClientId(), sc.key(it.GetKey()), it.Checksum, now)
+			})))
 		}
 	})
 	return resp, err
@@ -135,10 +196,13 @@ func (s *Server) BatchPutEnd(ctx context.Context, req *masterpb.BatchPutEndReque
 // BatchPutRevoke implements masterpb.MasterServer: PutRevoke per item.
 func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevokeRequest) (*masterpb.BatchStatusResponse, error) {
 	resp := &masterpb.BatchStatusResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_revoke")
 		for _, it := range req.GetItems() {
-			resp.ErrorCodes = append(resp.ErrorCodes, code32(st.PutRevoke(it.GetClientId(), it.GetKey(), now)))
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode {
+				return st.PutRevoke(it.GetClientId(), sc.key(it.GetKey()), now)
+			})))
 		}
 	})
 	return resp, err
@@ -146,18 +210,27 @@ func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevok
 
 // GetReplicaList implements masterpb.MasterServer.
 func (s *Server) GetReplicaList(ctx context.Context, req *masterpb.KeyRequest) (*masterpb.GetReplicaListResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return getResp(ReadResult{}, sc.code), nil
+	}
 	var resp *masterpb.GetReplicaListResponse
-	err := s.do(func(st *State, now time.Time) { resp = getResp(st.GetReplicaList(req.GetKey(), now)) })
+	err := s.do(func(st *State, now time.Time) { resp = getResp(st.GetReplicaList(sc.key(req.GetKey()), now)) })
 	return resp, err
 }
 
 // BatchGetReplicaList implements masterpb.MasterServer.
 func (s *Server) BatchGetReplicaList(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.BatchGetReplicaListResponse, error) {
 	resp := &masterpb.BatchGetReplicaListResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_get_replica_list")
 		for _, k := range req.GetKeys() {
-			resp.Items = append(resp.Items, getResp(st.GetReplicaList(k, now)))
+			if sc.code != kvstore.OK {
+				resp.Items = append(resp.Items, getResp(ReadResult{}, sc.code))
+				continue
+			}
+			resp.Items = append(resp.Items, getResp(st.GetReplicaList(sc.key(k), now)))
 		}
 	})
 	return resp, err
@@ -165,9 +238,13 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *masterpb.BatchKey
 
 // ExistKey implements masterpb.MasterServer.
 func (s *Server) ExistKey(ctx context.Context, req *masterpb.KeyRequest) (*masterpb.ExistKeyResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return &masterpb.ExistKeyResponse{ErrorCode: code32(sc.code)}, nil
+	}
 	var resp *masterpb.ExistKeyResponse
 	err := s.do(func(st *State, now time.Time) {
-		ok, code := st.ExistKey(req.GetKey(), now)
+		ok, code := st.ExistKey(sc.key(req.GetKey()), now)
 		resp = &masterpb.ExistKeyResponse{ErrorCode: code32(code), Exists: ok}
 	})
 	return resp, err
@@ -176,10 +253,15 @@ func (s *Server) ExistKey(ctx context.Context, req *masterpb.KeyRequest) (*maste
 // BatchExistKey implements masterpb.MasterServer.
 func (s *Server) BatchExistKey(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.BatchExistKeyResponse, error) {
 	resp := &masterpb.BatchExistKeyResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_exist_key")
 		for _, k := range req.GetKeys() {
-			ok, code := st.ExistKey(k, now)
+			if sc.code != kvstore.OK {
+				resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(sc.code)})
+				continue
+			}
+			ok, code := st.ExistKey(sc.key(k), now)
 			resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(code), Exists: ok})
 		}
 	})
@@ -188,9 +270,13 @@ func (s *Server) BatchExistKey(ctx context.Context, req *masterpb.BatchKeyReques
 
 // Remove implements masterpb.MasterServer.
 func (s *Server) Remove(ctx context.Context, req *masterpb.RemoveRequest) (*masterpb.StatusResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return &masterpb.StatusResponse{ErrorCode: code32(sc.code)}, nil
+	}
 	var resp *masterpb.StatusResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.StatusResponse{ErrorCode: code32(st.Remove(req.GetKey(), req.GetForce(), now))}
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.Remove(sc.key(req.GetKey()), req.GetForce(), now))}
 	})
 	return resp, err
 }
@@ -198,10 +284,19 @@ func (s *Server) Remove(ctx context.Context, req *masterpb.RemoveRequest) (*mast
 // BatchRemove implements masterpb.MasterServer.
 func (s *Server) BatchRemove(ctx context.Context, req *masterpb.BatchRemoveRequest) (*masterpb.BatchStatusResponse, error) {
 	resp := &masterpb.BatchStatusResponse{}
+	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_remove")
-		for _, c := range st.BatchRemove(req.GetKeys(), req.GetForce(), now) {
-			resp.ErrorCodes = append(resp.ErrorCodes, code32(c))
+		keys := make([]string, len(req.GetKeys()))
+		for i, k := range req.GetKeys() {
+			keys[i] = sc.key(k)
+		}
+		codes := make([]kvstore.ErrorCode, len(keys))
+		if sc.code == kvstore.OK {
+			codes = st.BatchRemove(keys, req.GetForce(), now)
+		}
+		for _, c := range codes {
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode { return c })))
 		}
 	})
 	return resp, err
@@ -209,9 +304,13 @@ func (s *Server) BatchRemove(ctx context.Context, req *masterpb.BatchRemoveReque
 
 // RemoveByRegex implements masterpb.MasterServer.
 func (s *Server) RemoveByRegex(ctx context.Context, req *masterpb.RemoveByRegexRequest) (*masterpb.CountResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return &masterpb.CountResponse{ErrorCode: code32(sc.code)}, nil
+	}
 	var resp *masterpb.CountResponse
 	err := s.do(func(st *State, now time.Time) {
-		n, code := st.RemoveByRegex(req.GetPattern(), req.GetForce(), now)
+		n, code := st.RemoveByRegex(sc.tenant, req.GetPattern(), req.GetForce(), now)
 		resp = &masterpb.CountResponse{ErrorCode: code32(code), Count: n}
 	})
 	return resp, err
@@ -219,9 +318,13 @@ func (s *Server) RemoveByRegex(ctx context.Context, req *masterpb.RemoveByRegexR
 
 // RemoveAll implements masterpb.MasterServer.
 func (s *Server) RemoveAll(ctx context.Context, req *masterpb.RemoveAllRequest) (*masterpb.CountResponse, error) {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
+		return &masterpb.CountResponse{ErrorCode: code32(sc.code)}, nil
+	}
 	var resp *masterpb.CountResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.CountResponse{Count: st.RemoveAll(req.GetForce(), now)}
+		resp = &masterpb.CountResponse{Count: st.RemoveAll(sc.tenant, req.GetForce(), now)}
 	})
 	return resp, err
 }

@@ -36,7 +36,12 @@ import (
 //	put_end | put_revoke key=            put key= size= ...  (start + end)
 //	get | exist | query key=             remove key= [force]
 //	remove_all [force] | remove_regex pattern= [force]
-//	evict | release | stats | keys
+//	evict | release | stats | keys [raw] (raw: quoted object keys)
+//	quota tenant= bytes= | unquota tenant= | tenants
+//
+// With "config multi_tenant=true", tenant=T on any command names the
+// tenant whose keys it works on (the default tenant when absent); an id
+// the master refuses prints its code.
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of scenario files")
 
@@ -154,7 +159,17 @@ func (s *scenario) rel(t time.Time) string {
 
 func (s *scenario) run(c cmd) string {
 	t := s.t
+	tenant := DefaultTenant
+	if id, ok := c.args["tenant"]; ok && c.name != "quota" && c.name != "unquota" {
+		var code kvstore.ErrorCode
+		if tenant, code = s.st.Config().ResolveTenant(id); code != kvstore.OK {
+			return code.String() + "\n"
+		}
+	}
 	key := c.str("key", "")
+	if s.st != nil {
+		key = s.st.Config().ObjectKey(tenant, key)
+	}
 	cl := c.str("client", "c1")
 	force := c.flags["force"]
 	switch c.name {
@@ -169,6 +184,7 @@ func (s *scenario) run(c cmd) string {
 		cfg.PutStartDiscardTimeout = c.dur(t, "discard", cfg.PutStartDiscardTimeout)
 		cfg.PutStartReleaseTimeout = c.dur(t, "release", cfg.PutStartReleaseTimeout)
 		cfg.AllowEvictSoftPinned = c.str("allow_soft", "true") == "true"
+		cfg.MultiTenant = c.str("multi_tenant", "false") == "true"
 		st, err := NewState(cfg)
 		if err != nil {
 			return "error: " + err.Error() + "\n"
@@ -243,9 +259,9 @@ func (s *scenario) run(c cmd) string {
 	case "remove":
 		return s.st.Remove(key, force, s.now).String() + "\n"
 	case "remove_all":
-		return fmt.Sprintf("removed %d\n", s.st.RemoveAll(force, s.now))
+		return fmt.Sprintf("removed %d\n", s.st.RemoveAll(tenant, force, s.now))
 	case "remove_regex":
-		n, code := s.st.RemoveByRegex(c.str("pattern", ""), force, s.now)
+		n, code := s.st.RemoveByRegex(tenant, c.str("pattern", ""), force, s.now)
 		return fmt.Sprintf("%s removed %d\n", code.String(), n)
 	case "evict":
 		r := s.st.Evict(s.now)
@@ -264,7 +280,23 @@ func (s *scenario) run(c cmd) string {
 			st.KeyCount, st.AllocatedBytes, st.CapacityBytes, st.ActiveClients, st.Segments,
 			st.SoftPinKeyCount, st.Quarantined, st.EvictedKeys)
 	case "keys":
+		if _, ok := c.args["tenant"]; ok {
+			return fmt.Sprintf("%v\n", s.st.TenantKeys(tenant))
+		}
+		if c.flags["raw"] {
+			return fmt.Sprintf("%q\n", s.st.Keys())
+		}
 		return fmt.Sprintf("%v\n", s.st.Keys())
+	case "quota":
+		return s.st.SetTenantQuota(c.str("tenant", ""), c.num(t, "bytes", 0)).String() + "\n"
+	case "unquota":
+		return s.st.DeleteTenantQuota(c.str("tenant", "")).String() + "\n"
+	case "tenants":
+		var b strings.Builder
+		for _, ti := range s.st.Tenants() {
+			fmt.Fprintf(&b, "%s quota=%d used=%d objects=%d\n", ti.ID, ti.QuotaBytes, ti.UsedBytes, ti.Objects)
+		}
+		return b.String()
 	case "query":
 		o, ok := s.st.QueryKey(key)
 		if !ok {
@@ -326,6 +358,7 @@ func TestScenarios(t *testing.T) {
 			comments := leadingComments(string(data))
 			for i, b := range blocks {
 				got := s.run(parseCmd(b.cmd))
+				checkTenantUsage(t, s.st, b.cmd)
 				if *rewrite {
 					out.WriteString(comments[i])
 					fmt.Fprintf(&out, "%s\n----\n%s\n", b.cmd, got)
@@ -368,4 +401,26 @@ func leadingComments(data string) []string {
 		}
 	}
 	return slices.Clip(out)
+}
+
+// checkTenantUsage verifies the incremental quota accounting against a
+// recount of every object's replicas.
+func checkTenantUsage(t *testing.T, st *State, after string) {
+	t.Helper()
+	used, objects := map[string]uint64{}, map[string]int{}
+	for k, o := range st.objects {
+		tenant, _ := st.splitKey(k)
+		used[tenant] += o.size * uint64(len(o.replicas))
+		objects[tenant]++
+	}
+	for _, ti := range st.Tenants() {
+		if ti.UsedBytes != used[ti.ID] || ti.Objects != objects[ti.ID] {
+			t.Fatalf("after %q: tenant %s accounts used=%d objects=%d, recount %d, %d",
+				after, ti.ID, ti.UsedBytes, ti.Objects, used[ti.ID], objects[ti.ID])
+		}
+		delete(used, ti.ID)
+	}
+	for tenant := range used {
+		t.Fatalf("after %q: objects of unregistered tenant %q", after, tenant)
+	}
 }

@@ -126,6 +126,7 @@ func (s *State) unmount(segID string) {
 		if len(o.replicas) == 0 {
 			delete(s.objects, key)
 		}
+		s.charge(o)
 	}
 	keptD := s.discarded[:0]
 	for _, d := range s.discarded {

@@ -33,6 +33,9 @@ type object struct {
 	softPinUntil time.Time
 	hardPin      bool
 	checksum     *uint64
+	// charged is what the object counts against its tenant's quota
+	// (size × replicas when last charged; see State.charge).
+	charged uint64
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -57,6 +60,7 @@ type State struct {
 	discarded    []discarded
 	needEviction bool
 	nextReplica  uint64
+	tenants      map[string]*tenant // registered tenants; DefaultTenant always
 	m            counters
 }
 
@@ -71,6 +75,7 @@ func NewState(cfg Config) (*State, error) {
 		objects:  make(map[string]*object),
 		segments: make(map[string]*segment),
 		clients:  make(map[string]*client),
+		tenants:  map[string]*tenant{DefaultTenant: {}},
 		m:        newCounters(),
 	}, nil
 }
@@ -115,6 +120,7 @@ func (s *State) erase(o *object) {
 	}
 	o.replicas = nil
 	delete(s.objects, o.key)
+	s.charge(o)
 }
 
 // readable returns the object's COMPLETE replicas.
@@ -196,6 +202,7 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 	if len(o.replicas) == 0 {
 		delete(s.objects, o.key)
 	}
+	s.charge(o)
 }
 
 // sortedKeys returns all keys in order, so that bulk operations are

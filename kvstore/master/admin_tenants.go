@@ -1,0 +1,124 @@
+package master
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// tenantQuotaRequest is the body of PUT /api/v1/tenant_quotas.
+type tenantQuotaRequest struct {
+	TenantID   string  `json:"tenant_id"`
+	QuotaBytes *uint64 `json:"quota_bytes"`
+}
+
+// adminError is the JSON body of a refused admin request.
+type adminError struct {
+	ErrorCode int32  `json:"error_code"`
+	Error     string `json:"error"`
+}
+
+// tenantStatus is the HTTP status of a tenant operation's result.
+func tenantStatus(code kvstore.ErrorCode) int {
+	switch code {
+	case kvstore.OK:
+		return http.StatusOK
+	case kvstore.TenantNotRegistered:
+		return http.StatusNotFound
+	case kvstore.TenantNotEmpty:
+		return http.StatusConflict
+	}
+	return http.StatusBadRequest
+}
+
+func writeAdminError(w http.ResponseWriter, code kvstore.ErrorCode, msg string) {
+	if msg == "" {
+		msg = code.String()
+	}
+	writeJSON(w, tenantStatus(code), adminError{ErrorCode: int32(code), Error: msg})
+}
+
+// handleTenantQuotas serves the tenant quota policy (upstream's
+// /api/v1/tenant_quotas on the metrics port):
+//
+//	GET    /api/v1/tenant_quotas              {"tenants": [TenantInfo...]}
+//	GET    /api/v1/tenant_quotas?tenant_id=T  TenantInfo, 404 if T is not registered
+//	PUT    /api/v1/tenant_quotas              body {"tenant_id": T, "quota_bytes": N}: register T
+//	                                          or set its quota (0: no limit); answers TenantInfo
+//	DELETE /api/v1/tenant_quotas?tenant_id=T  unregister T: 409 while it holds objects
+//
+// Refusals answer {"error_code": N, "error": "..."} with 400 (bad id or
+// body), 404 (TENANT_NOT_REGISTERED) or 409 (TENANT_NOT_EMPTY).
+func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("tenant_id")
+	switch r.Method {
+	case http.MethodGet:
+		if !r.URL.Query().Has("tenant_id") {
+			var all []TenantInfo
+			s.WithState(func(st *State, _ time.Time) { all = st.Tenants() })
+			writeJSON(w, http.StatusOK, map[string][]TenantInfo{"tenants": all})
+			return
+		}
+		var info TenantInfo
+		var code kvstore.ErrorCode
+		s.WithState(func(st *State, _ time.Time) { info, code = st.Tenant(id) })
+		if code != kvstore.OK {
+			writeAdminError(w, code, "")
+			return
+		}
+		writeJSON(w, http.StatusOK, info)
+	case http.MethodPut:
+		var req tenantQuotaRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+			writeAdminError(w, kvstore.InvalidParams, "body must be JSON {\"tenant_id\": ..., \"quota_bytes\": N}: "+err.Error())
+			return
+		}
+		if req.QuotaBytes == nil {
+			writeAdminError(w, kvstore.InvalidParams, "quota_bytes is required (0 for no limit)")
+			return
+		}
+		var info TenantInfo
+		var code kvstore.ErrorCode
+		s.WithState(func(st *State, _ time.Time) {
+			if code = st.SetTenantQuota(req.TenantID, *req.QuotaBytes); code == kvstore.OK {
+				info, code = st.Tenant(req.TenantID)
+			}
+		})
+		if code != kvstore.OK {
+			writeAdminError(w, code, "")
+			return
+		}
+		s.log.Info("tenant quota set", "tenant_id", info.ID, "quota_bytes", info.QuotaBytes)
+		writeJSON(w, http.StatusOK, info)
+	case http.MethodDelete:
+		if id == "" {
+			writeAdminError(w, kvstore.InvalidParams, "tenant_id is required")
+			return
+		}
+		var code kvstore.ErrorCode
+		s.WithState(func(st *State, _ time.Time) { code = st.DeleteTenantQuota(id) })
+		if code != kvstore.OK {
+			writeAdminError(w, code, "")
+			return
+		}
+		s.log.Info("tenant unregistered", "tenant_id", id)
+		writeJSON(w, http.StatusOK, map[string]string{"tenant_id": id, "status": "deleted"})
+	default:
+		w.Header().Set("Allow", "GET, PUT, DELETE")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+// adminTenant is the tenant an admin key query names (?tenant_id=, the
+// default tenant when absent), or a 400 already written.
+func adminTenant(w http.ResponseWriter, r *http.Request, cfg Config) (string, bool) {
+	t, code := cfg.ResolveTenant(r.URL.Query().Get("tenant_id"))
+	if code != kvstore.OK {
+		writeAdminError(w, code, "invalid tenant_id "+strconv.Quote(r.URL.Query().Get("tenant_id")))
+		return "", false
+	}
+	return t, true
+}
