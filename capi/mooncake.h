@@ -145,12 +145,15 @@ uint64_t mc_store_create(void);
  * (engine != 0: an initialized mc_engine handle), allocate the local
  * staging buffer, connect to the master ("host:port" or
  * "etcd://h1:p1;h2:p2" for HA) and mount global_segment_size bytes.
- * 0 or a negative error number. */
+ * protocol "rdma"/"efa" falls back to tcp (see mooncake.h's engine notes);
+ * tenant_id ("" or "default": the default tenant) goes with every request
+ * to the master. 0 or a negative error number. A closed handle cannot be
+ * set up again: create a new one. */
 int mc_store_setup(uint64_t store, const char *local_hostname,
                    const char *metadata_server, uint64_t global_segment_size,
                    uint64_t local_buffer_size, const char *protocol,
                    const char *device_name, const char *master_server_addr,
-                   uint64_t engine);
+                   uint64_t engine, const char *tenant_id);
 
 /* Unmount, release everything and the handle. Always 0. */
 int mc_store_close(uint64_t store);
@@ -199,6 +202,13 @@ void mc_store_exist(uint64_t store, int n, const char **keys, int *results);
 
 /* Size of an object, or an error number. */
 int64_t mc_store_get_size(uint64_t store, const char *key);
+
+/* Replica descriptors of n objects, as JSON (free with mc_free): an array
+ * with, per key, either {"replicas": [{"status": 3, "size": N,
+ * "buffer_address": A, "transport_endpoint": "host:port"}, ...]} or
+ * {"error_code": N}. Grants read leases, as a get does. NULL if the
+ * handle is not set up. */
+char *mc_store_replica_desc(uint64_t store, int n, const char **keys);
 
 /* Remove n objects; leased ones only with force. results[i]: 0 or error. */
 void mc_store_remove(uint64_t store, int n, const char **keys, int force,

@@ -41,7 +41,7 @@ func mc_store_create() C.uint64_t { return C.uint64_t(stores.put(&storeSlot{})) 
 
 //export mc_store_setup
 func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
-	protocol, deviceName, masterAddr *C.char, engine C.uint64_t) C.int {
+	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char) C.int {
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return notReady
@@ -54,6 +54,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 		Protocol:          C.GoString(protocol),
 		DeviceName:        C.GoString(deviceName),
 		MasterServerAddr:  C.GoString(masterAddr),
+		TenantID:          C.GoString(tenantID),
 	}
 	if engine != 0 {
 		if _, e := liveEngine(engine); e != nil {
@@ -300,6 +301,42 @@ func mc_store_get_size(h C.uint64_t, key *C.char) C.int64_t {
 		return C.int64_t(kvstore.CodeOf(err))
 	}
 	return C.int64_t(n)
+}
+
+// replicaDesc is one replica in mc_store_replica_desc's JSON.
+type replicaDesc struct {
+	Status            int32  `json:"status"`
+	Size              uint64 `json:"size"`
+	BufferAddress     uint64 `json:"buffer_address"`
+	TransportEndpoint string `json:"transport_endpoint"`
+}
+
+// replicaList is one key's entry in mc_store_replica_desc's JSON.
+type replicaList struct {
+	Replicas  []replicaDesc `json:"replicas,omitempty"`
+	ErrorCode int32         `json:"error_code,omitempty"`
+}
+
+//export mc_store_replica_desc
+func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) *C.char {
+	c := storeOf(h)
+	if c == nil {
+		return nil
+	}
+	lists := c.ReplicaLists(goStrings(keys, n))
+	out := make([]replicaList, len(lists))
+	for i, l := range lists {
+		if l.GetErrorCode() != 0 {
+			out[i].ErrorCode = l.GetErrorCode()
+			continue
+		}
+		out[i].Replicas = []replicaDesc{}
+		for _, r := range l.GetReplicas() {
+			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(), r.GetTransportEndpoint()})
+		}
+	}
+	b, _ := json.Marshal(out)
+	return C.CString(string(b))
 }
 
 //export mc_store_remove

@@ -510,8 +510,15 @@ def test_get_into_ranges(store):
     assert res == [[[INVALID, 5]]]
     res = store.get_into_ranges([buf1.ctypes.data], [[kb]], [[[0]]], [[[301]]], [[[0]]])
     assert res == [[[INVALID]]]
-    with pytest.raises(ValueError):
-        store.get_into_ranges([buf1.ctypes.data], [[kb]], [[[0, 1]]], [[[0]]], [[[1]]])
+    # a key whose offset and size lists differ is -600; the other keys still read
+    buf1[:] = 0
+    res = store.get_into_ranges(
+        [buf1.ctypes.data], [[kb, ka]], [[[0, 1], [10]]], [[[0], [0]]], [[[1], [4]]]
+    )
+    assert res == [[[INVALID], [4]]]
+    assert buf1[10:14].tobytes() == obj_a[:4] and buf1[0] == 0
+    with pytest.raises(ValueError):  # buffers and key lists cannot be paired
+        store.get_into_ranges([buf1.ctypes.data], [[kb], [ka]], [[[0]]], [[[0]]], [[[1]]])
 
 
 # -- config types -----------------------------------------------------------------
@@ -631,6 +638,8 @@ def test_invalid_sizes_and_pointers(store):
     res = store.batch_get_into_multi_buffers([k], [[buf.ctypes.data, 0]], [[5, 5]])
     assert res == [INVALID]
     assert store.get_into_ranges([0], [[k]], [[[0]]], [[[0]]], [[[5]]]) == [[[INVALID]]]
-    with pytest.raises(ValueError):
-        store.get_into_ranges([buf.ctypes.data], [[k]], [[[0]]], [[[-1]]], [[[5]]])
+    res = store.get_into_ranges(
+        [buf.ctypes.data], [[k, k]], [[[0], [0]]], [[[-1], [0]]], [[[5], [5]]]
+    )
+    assert res == [[[INVALID], [5]]]
     assert store.get(k) == b"y" * 10

@@ -45,6 +45,11 @@ type ReplicateConfig struct {
 	PreferredSegments     []string `json:"preferred_segments"`
 	PreferredSegment      string   `json:"preferred_segment"`
 	PreferAllocInSameNode bool     `json:"prefer_alloc_in_same_node"`
+	// DataType is upstream's ObjectDataType, kept with the object.
+	DataType int `json:"data_type"`
+	// GroupIDs name each key's storage group ("" for none); nil means
+	// none, otherwise a batch needs one per key.
+	GroupIDs []string `json:"group_ids"`
 }
 
 // DefaultReplicateConfig is one replica, no pins.
@@ -63,7 +68,16 @@ func (c ReplicateConfig) proto(hostID string) *pb.ReplicateConfig {
 		PreferredSegments:     segs,
 		PreferAllocInSameNode: c.PreferAllocInSameNode,
 		HostId:                hostID,
+		DataType:              uint32(max(c.DataType, 0)),
 	}
+}
+
+// groupID is key i's storage group.
+func (c ReplicateConfig) groupID(i int) string {
+	if i < len(c.GroupIDs) {
+		return c.GroupIDs[i]
+	}
+	return ""
 }
 
 func envInt(name string, def int) int {

@@ -57,6 +57,13 @@ func (c *Client) batchGet(keys []string, dest func(i int, key string, n uint64) 
 	return out
 }
 
+// ReplicaLists returns each key's readable replicas as the master lists
+// them (upstream get_replica_desc), granting read leases as a get does.
+func (c *Client) ReplicaLists(keys []string) []*pb.GetReplicaListResponse {
+	lists, _ := c.replicaLists(keys)
+	return lists
+}
+
 // replicaLists asks the master where each key's replicas are (granting
 // read leases), noting when it asked.
 func (c *Client) replicaLists(keys []string) ([]*pb.GetReplicaListResponse, time.Time) {

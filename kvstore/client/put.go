@@ -33,6 +33,9 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 	if !opt.ZeroCopy && cfg.PreferAllocInSameNode {
 		return fill(errs, kvstore.InvalidParams) // upstream: copying put rejects it
 	}
+	if cfg.GroupIDs != nil && len(cfg.GroupIDs) != len(keys) {
+		return fill(errs, kvstore.InvalidParams) // upstream: one group id per key
+	}
 	var starts []*pb.PutStartRequest
 	var idx []int
 	pcfg := cfg.proto(c.hostID)
@@ -46,7 +49,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 		case size == 0 || (!opt.ZeroCopy && c.staging.size == 0):
 			errs[i] = kvstore.InvalidParams
 		default:
-			starts = append(starts, &pb.PutStartRequest{ClientId: c.id, Key: k, Size: size, Config: pcfg})
+			starts = append(starts, &pb.PutStartRequest{ClientId: c.id, Key: k, Size: size, Config: pcfg, GroupId: cfg.groupID(i)})
 			idx = append(idx, i)
 		}
 	}

@@ -101,6 +101,8 @@ func (s *Server) AdminHandler() http.Handler {
 			LeaseMsLeft int64  `json:"lease_ms_left"`
 			SoftPinned  bool   `json:"soft_pinned"`
 			HardPinned  bool   `json:"hard_pinned"`
+			DataType    int    `json:"data_type"`
+			GroupID     string `json:"group_id"`
 			Replicas    []rep  `json:"replicas"`
 		}
 		var out info
@@ -111,7 +113,7 @@ func (s *Server) AdminHandler() http.Handler {
 				return
 			}
 			out = info{Key: key, Size: o.Size, Writing: o.Writing, SoftPinned: o.SoftPinned,
-				HardPinned: o.HardPinned, Replicas: []rep{}}
+				HardPinned: o.HardPinned, DataType: o.DataType, GroupID: o.GroupID, Replicas: []rep{}}
 			if left := o.LeaseUntil.Sub(now); left > 0 {
 				out.LeaseMsLeft = left.Milliseconds()
 			}

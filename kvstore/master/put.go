@@ -89,6 +89,7 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 	o := &object{
 		key: key, size: size, writer: clientID, putStart: now, writing: true,
 		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
+		dataType: cfg.DataType, groupID: cfg.GroupID,
 	}
 	s.objects[key] = o
 	s.charge(o)
@@ -165,6 +166,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	}
 	o.writer, o.putStart, o.writing = clientID, now, true
 	o.hardPin = hardPin
+	o.dataType, o.groupID = cfg.DataType, cfg.GroupID
 	if pinChange || o.softPinTTL != pinTTL {
 		o.softPinUntil = time.Time{}
 	}

@@ -42,14 +42,17 @@ func (sc scope) or(op func() kvstore.ErrorCode) kvstore.ErrorCode {
 	return op()
 }
 
-func toConfig(c *masterpb.ReplicateConfig) ReplicateConfig {
+// toConfig is the write configuration of a put request.
+func toConfig(req *masterpb.PutStartRequest) ReplicateConfig {
+	c := req.GetConfig()
 	if c == nil {
-		return ReplicateConfig{ReplicaNum: 1}
+		return ReplicateConfig{ReplicaNum: 1, GroupID: req.GetGroupId()}
 	}
 	rc := ReplicateConfig{
 		ReplicaNum: int(c.GetReplicaNum()), SoftPin: SoftPinAction(c.GetSoftPinAction()),
 		HardPin: c.GetWithHardPin(), PreferredSegments: c.GetPreferredSegments(),
 		PreferSameNode: c.GetPreferAllocInSameNode(), HostID: c.GetHostId(),
+		DataType: int(c.GetDataType()), GroupID: req.GetGroupId(),
 	}
 	if c.SoftPinTtlMs != nil {
 		d := time.Duration(c.GetSoftPinTtlMs()) * time.Millisecond
@@ -100,7 +103,7 @@ func (s *Server) PutStart(ctx context.Context, req *masterpb.PutStartRequest) (*
 	}
 	var resp *masterpb.PutStartResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = putStartResp(st.PutStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req.GetConfig()), now))
+		resp = putStartResp(st.PutStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req), now))
 	})
 	return resp, err
 }
@@ -113,7 +116,7 @@ func (s *Server) UpsertStart(ctx context.Context, req *masterpb.PutStartRequest)
 	}
 	var resp *masterpb.PutStartResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = putStartResp(st.UpsertStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req.GetConfig()), now))
+		resp = putStartResp(st.UpsertStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req), now))
 	})
 	return resp, err
 }
@@ -155,7 +158,7 @@ func (s *Server) BatchPutStart(ctx context.Context, req *masterpb.BatchPutStartR
 				resp.Items = append(resp.Items, putStartResp(nil, sc.code))
 				continue
 			}
-			resp.Items = append(resp.Items, putStartResp(st.PutStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it.GetConfig()), now)))
+			resp.Items = append(resp.Items, putStartResp(st.PutStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it), now)))
 		}
 	})
 	return resp, err
@@ -172,7 +175,7 @@ func (s *Server) BatchUpsertStart(ctx context.Context, req *masterpb.BatchPutSta
 				resp.Items = append(resp.Items, putStartResp(nil, sc.code))
 				continue
 			}
-			resp.Items = append(resp.Items, putStartResp(st.UpsertStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it.GetConfig()), now)))
+			resp.Items = append(resp.Items, putStartResp(st.UpsertStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it), now)))
 		}
 	})
 	return resp, err

@@ -33,6 +33,8 @@ type object struct {
 	softPinUntil time.Time
 	hardPin      bool
 	checksum     *uint64
+	dataType int    // upstream ObjectDataType, metadata only
+	groupID  string // storage group, metadata only
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
@@ -227,6 +229,8 @@ type ObjectInfo struct {
 	SoftPinned   bool
 	SoftPinUntil time.Time
 	HardPinned   bool
+	DataType     int
+	GroupID      string
 }
 
 // QueryKey returns a snapshot of key's metadata without granting a lease.
@@ -239,6 +243,7 @@ func (s *State) QueryKey(key string) (ObjectInfo, bool) {
 		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
 		Replicas: describeAll(o.replicas), LeaseUntil: o.lease,
 		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil, HardPinned: o.hardPin,
+		DataType: o.dataType, GroupID: o.groupID,
 	}, true
 }
 

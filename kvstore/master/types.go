@@ -61,6 +61,10 @@ type ReplicateConfig struct {
 	// PreferSameNode tries segments whose host id is HostID first.
 	PreferSameNode bool
 	HostID         string
+	// DataType (upstream ObjectDataType) and GroupID are kept with the
+	// object as metadata; they do not change placement.
+	DataType int
+	GroupID  string
 }
 
 // Segment is memory a client contributes: Size bytes at Base inside the

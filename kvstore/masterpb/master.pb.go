@@ -196,7 +196,10 @@ type ReplicateConfig struct {
 	PreferredSegments     []string `protobuf:"bytes,5,rep,name=preferred_segments,json=preferredSegments,proto3" json:"preferred_segments,omitempty"`
 	PreferAllocInSameNode bool     `protobuf:"varint,6,opt,name=prefer_alloc_in_same_node,json=preferAllocInSameNode,proto3" json:"prefer_alloc_in_same_node,omitempty"`
 	// Host of the writing client, for prefer_alloc_in_same_node.
-	HostId        string `protobuf:"bytes,7,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	HostId string `protobuf:"bytes,7,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// What the object holds (upstream ObjectDataType: 0 UNKNOWN, 1 KVCACHE,
+	// ...); kept as object metadata, it does not change placement.
+	DataType      uint32 `protobuf:"varint,8,opt,name=data_type,json=dataType,proto3" json:"data_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +281,13 @@ func (x *ReplicateConfig) GetHostId() string {
 		return x.HostId
 	}
 	return ""
+}
+
+func (x *ReplicateConfig) GetDataType() uint32 {
+	if x != nil {
+		return x.DataType
+	}
+	return 0
 }
 
 // A memory replica: size bytes at buffer_address inside the Transfer Engine
@@ -367,11 +377,14 @@ func (x *ReplicaDescriptor) GetSegmentName() string {
 }
 
 type PutStartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Config        *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Size     uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Config   *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
+	// The storage group the object belongs to ("" = none; upstream
+	// ReplicateConfig.group_ids[i]); kept as object metadata.
+	GroupId       string `protobuf:"bytes,5,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -432,6 +445,13 @@ func (x *PutStartRequest) GetConfig() *ReplicateConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *PutStartRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
 }
 
 type PutStartResponse struct {
@@ -1769,7 +1789,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\x11mooncake.store.v1\"\xe2\x02\n" +
+	"\fmaster.proto\x12\x11mooncake.store.v1\"\xff\x02\n" +
 	"\x0fReplicateConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12H\n" +
@@ -1778,7 +1798,8 @@ const file_master_proto_rawDesc = "" +
 	"\rwith_hard_pin\x18\x04 \x01(\bR\vwithHardPin\x12-\n" +
 	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\x128\n" +
 	"\x19prefer_alloc_in_same_node\x18\x06 \x01(\bR\x15preferAllocInSameNode\x12\x17\n" +
-	"\ahost_id\x18\a \x01(\tR\x06hostIdB\x12\n" +
+	"\ahost_id\x18\a \x01(\tR\x06hostId\x12\x1b\n" +
+	"\tdata_type\x18\b \x01(\rR\bdataTypeB\x12\n" +
 	"\x10_soft_pin_ttl_ms\"\xea\x01\n" +
 	"\x11ReplicaDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
@@ -1786,12 +1807,13 @@ const file_master_proto_rawDesc = "" +
 	"\x12transport_endpoint\x18\x03 \x01(\tR\x11transportEndpoint\x12%\n" +
 	"\x0ebuffer_address\x18\x04 \x01(\x04R\rbufferAddress\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12!\n" +
-	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\"\x90\x01\n" +
+	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\"\xab\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12:\n" +
-	"\x06config\x18\x04 \x01(\v2\".mooncake.store.v1.ReplicateConfigR\x06config\"s\n" +
+	"\x06config\x18\x04 \x01(\v2\".mooncake.store.v1.ReplicateConfigR\x06config\x12\x19\n" +
+	"\bgroup_id\x18\x05 \x01(\tR\agroupId\"s\n" +
 	"\x10PutStartResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12@\n" +

@@ -53,6 +53,10 @@ const (
 // MasterClient is the client API for Master service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Every object RPC works in the tenant named by the call's
+// "mooncake-tenant-id" metadata (the default tenant when absent); only a
+// master with --enable_multi_tenants isolates tenants.
 type MasterClient interface {
 	// Two-phase write: reserve replicas, move bytes, then publish or cancel.
 	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
@@ -291,6 +295,10 @@ func (c *masterClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.C
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
+//
+// Every object RPC works in the tenant named by the call's
+// "mooncake-tenant-id" metadata (the default tenant when absent); only a
+// master with --enable_multi_tenants isolates tenants.
 type MasterServer interface {
 	// Two-phase write: reserve replicas, move bytes, then publish or cancel.
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)

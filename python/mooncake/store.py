@@ -21,12 +21,24 @@ from __future__ import annotations
 import ctypes
 import enum
 import json
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from mooncake import _lib
 from mooncake._buffers import address_of
+from mooncake._numa import bind_to_numa_node
+from mooncake._store_types import (
+    BufferHandle,
+    Descriptor,
+    DiskDescriptor,
+    MemoryDescriptor,
+    ObjectDataType,
+    ReplicaDescriptor,
+    ReplicaStatus,
+    take_buffer,
+)
 from mooncake._tensor import (
     deserialize_tensor,
     serialize_tensor,
@@ -54,6 +66,10 @@ class ErrorCode(enum.IntEnum):
     CHECKSUM_MISMATCH = -801
     RPC_FAIL = -900
     RPC_TIMEOUT = -901
+    NOT_SUPPORTED = -1012
+    TENANT_QUOTA_EXCEEDED = -1700
+    TENANT_NOT_REGISTERED = -1701
+    TENANT_NOT_EMPTY = -1702
 
 
 class SoftPinAction(enum.IntEnum):
@@ -64,17 +80,57 @@ class SoftPinAction(enum.IntEnum):
     DISABLE = 2
 
 
+__all__ = [
+    "BufferHandle",
+    "Descriptor",
+    "DiskDescriptor",
+    "ErrorCode",
+    "MemoryDescriptor",
+    "MooncakeDistributedStore",
+    "ObjectDataType",
+    "ParallelAxis",
+    "ReadTarget",
+    "ReplicaDescriptor",
+    "ReplicaStatus",
+    "ReplicateConfig",
+    "SoftPinAction",
+    "TensorParallelism",
+    "bind_to_numa_node",
+    "parse_size",
+]
+
+_U64_MAX = (1 << 64) - 1
+
+
 class ReplicateConfig:
     """Placement of an object (upstream `ReplicateConfig`)."""
 
     def __init__(self) -> None:
         self.replica_num: int = 1
         self.soft_pin_action: SoftPinAction = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms: int | None = None
+        self._soft_pin_ttl_ms: int | None = None
         self.with_hard_pin: bool = False
         self.preferred_segments: list[str] = []
         self.preferred_segment: str = ""
         self.prefer_alloc_in_same_node: bool = False
+        self.data_type: ObjectDataType = ObjectDataType.UNKNOWN
+        self.group_ids: list[str] | None = None
+
+    @property
+    def soft_pin_ttl_ms(self) -> int | None:
+        """Soft pin TTL in ms (None: the master's default)."""
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, value: int | None) -> None:
+        # As upstream's Optional[uint64] field: anything else is a TypeError.
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX
+        ):
+            raise TypeError(
+                f"soft_pin_ttl_ms must be None or an integer in [0, 2**64-1], not {value!r}"
+            )
+        self._soft_pin_ttl_ms = value
 
     def _json(self) -> bytes:
         return json.dumps(
@@ -88,6 +144,8 @@ class ReplicateConfig:
                 "preferred_segments": list(self.preferred_segments),
                 "preferred_segment": self.preferred_segment,
                 "prefer_alloc_in_same_node": bool(self.prefer_alloc_in_same_node),
+                "data_type": int(ObjectDataType(self.data_type)),
+                "group_ids": None if self.group_ids is None else [str(g) for g in self.group_ids],
             }
         ).encode()
 
@@ -98,7 +156,8 @@ class ReplicateConfig:
             f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
             f"preferred_segments={self.preferred_segments}, "
             f"preferred_segment={self.preferred_segment!r}, "
-            f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node})"
+            f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, "
+            f"data_type={ObjectDataType(self.data_type).name}, group_ids={self.group_ids})"
         )
 
     __repr__ = __str__
@@ -134,7 +193,7 @@ _P = ctypes.POINTER
 
 _SIGNATURES = {
     "mc_store_create": ([], _u64),
-    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64], _int),
+    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64, _str], _int),
     "mc_store_close": ([_u64], _int),
     "mc_store_health_check": ([_u64], _int),
     "mc_store_get_hostname": ([_u64], _ptr),
@@ -150,6 +209,7 @@ _SIGNATURES = {
     "mc_store_get_ranges": ([_u64, _int, _P(_str), _P(_u64), _P(_u64), _P(_u64), _P(_i64)], None),
     "mc_store_exist": ([_u64, _int, _P(_str), _P(_int)], None),
     "mc_store_get_size": ([_u64, _str], _i64),
+    "mc_store_replica_desc": ([_u64, _int, _P(_str)], _ptr),
     "mc_store_remove": ([_u64, _int, _P(_str), _int, _P(_int)], None),
     "mc_store_remove_by_regex": ([_u64, _str, _int], _i64),
     "mc_store_remove_all": ([_u64, _int], _i64),
@@ -177,6 +237,140 @@ def _ints(values: Sequence[int]) -> ctypes.Array:
     return (_int * len(values))(*[int(v) for v in values])
 
 
+_log = logging.getLogger("mooncake.store")
+
+
+class _SetupError(Exception):
+    """A setup argument that is invalid or asks for what this build lacks."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _SetupParams:
+    """setup()'s arguments, parsed and validated."""
+
+    __slots__ = (
+        "local_hostname",
+        "metadata_server",
+        "global_segment_size",
+        "local_buffer_size",
+        "protocol",
+        "rdma_devices",
+        "master_server_addr",
+        "engine",
+        "tenant_id",
+    )
+
+
+_SETUP_NAMES = (
+    "local_hostname",
+    "metadata_server",
+    "global_segment_size",
+    "local_buffer_size",
+    "protocol",
+    "rdma_devices",
+    "master_server_addr",
+    "engine",
+    "enable_ssd_offload",
+    "ssd_offload_path",
+    "tenant_id",
+    "enable_client_http_server",
+    "client_http_port",
+)
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _setup_params(args: Sequence[Any], kwargs: dict[str, Any]) -> _SetupParams:
+    if len(args) > len(_SETUP_NAMES):
+        raise TypeError(f"setup() takes at most {len(_SETUP_NAMES)} arguments ({len(args)} given)")
+    values = dict(zip(_SETUP_NAMES, args, strict=False))
+    for k, v in kwargs.items():
+        if k not in _SETUP_NAMES:
+            raise TypeError(f"setup() got an unexpected keyword argument {k!r}")
+        if k in values:
+            raise TypeError(f"setup() got multiple values for argument {k!r}")
+        values[k] = v
+    missing = [n for n in _SETUP_NAMES[:7] if n not in values]
+    if missing:
+        raise TypeError(f"setup() missing arguments: {', '.join(missing)}")
+    return _validated(values)
+
+
+def _dict_setup_params(config: dict[str, Any]) -> _SetupParams:
+    cfg = {k: str(v) for k, v in config.items()}
+    if "local_hostname" not in cfg or "metadata_server" not in cfg:
+        raise _SetupError(
+            ErrorCode.INVALID_PARAMS, "config needs local_hostname and metadata_server"
+        )
+    values: dict[str, Any] = {
+        "local_hostname": cfg["local_hostname"],
+        "metadata_server": cfg["metadata_server"],
+        "global_segment_size": cfg.get("global_segment_size", 16 << 20),
+        "local_buffer_size": cfg.get("local_buffer_size", 16 << 20),
+        "protocol": cfg.get("protocol", "tcp"),
+        "rdma_devices": cfg.get("device_name", cfg.get("rdma_devices", "")),
+        "master_server_addr": cfg.get(
+            "master_server_addr", cfg.get("master_server_address", "127.0.0.1:50051")
+        ),
+        "ipc_socket_path": cfg.get("ipc_socket_path", ""),
+    }
+    for k in (
+        "tenant_id",
+        "enable_ssd_offload",
+        "ssd_offload_path",
+        "enable_client_http_server",
+        "client_http_port",
+    ):
+        if k in cfg:
+            values[k] = cfg[k]
+    return _validated(values)
+
+
+def _validated(values: dict[str, Any]) -> _SetupParams:
+    if _truthy(values.get("enable_ssd_offload", False)):
+        raise _SetupError(
+            ErrorCode.NOT_SUPPORTED,
+            "enable_ssd_offload=True: this build has no SSD offload tier",
+        )
+    if _truthy(values.get("enable_client_http_server", False)):
+        raise _SetupError(
+            ErrorCode.NOT_SUPPORTED,
+            "enable_client_http_server=True: this build has no client metrics server",
+        )
+    if values.get("ipc_socket_path"):
+        raise _SetupError(
+            ErrorCode.NOT_SUPPORTED,
+            "ipc_socket_path: this build does not serve dummy clients",
+        )
+    port = values.get("client_http_port", 9300)
+    try:
+        if isinstance(port, bool) or not 0 < int(port) < 65536:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise _SetupError(ErrorCode.INVALID_PARAMS, f"invalid client_http_port {port!r}") from None
+    p = _SetupParams()
+    try:
+        p.global_segment_size = parse_size(values["global_segment_size"])
+        p.local_buffer_size = parse_size(values["local_buffer_size"])
+    except ValueError as e:
+        raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
+    p.local_hostname = str(values["local_hostname"])
+    p.metadata_server = str(values["metadata_server"])
+    p.protocol = str(values["protocol"] or "tcp")
+    p.rdma_devices = str(values["rdma_devices"] or "")
+    p.master_server_addr = str(values["master_server_addr"])
+    p.engine = values.get("engine")
+    p.tenant_id = str(values.get("tenant_id") or "default")
+    return p
+
+
 class MooncakeDistributedStore:
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
@@ -198,60 +392,40 @@ class MooncakeDistributedStore:
 
         Forms: ``setup(local_hostname, metadata_server, global_segment_size,
         local_buffer_size, protocol, rdma_devices, master_server_addr,
-        engine=None, ...)`` or ``setup(config: dict)`` (required keys
+        engine=None, enable_ssd_offload=False, ssd_offload_path="",
+        tenant_id="default", enable_client_http_server=False,
+        client_http_port=9300)`` or ``setup(config: dict)`` (required keys
         ``local_hostname`` and ``metadata_server``; defaults 16 MiB segment,
         16 MiB buffer, "tcp", "", "127.0.0.1:50051"). Sizes may be strings
-        such as "16MB".
+        such as "16MB". ``protocol="rdma"`` runs TCP on a host without an
+        RDMA transport (see docs/store.md). Options this build does not
+        implement (SSD offload, the client metrics server, an IPC socket
+        for dummy clients) return NOT_SUPPORTED (-1012) when enabled. A
+        closed store can be set up again.
         """
-        if len(args) == 1 and not kwargs and isinstance(args[0], dict):
-            cfg = {k: str(v) for k, v in args[0].items()}
-            if "local_hostname" not in cfg or "metadata_server" not in cfg:
-                return int(ErrorCode.INVALID_PARAMS)
-            params = (
-                cfg["local_hostname"],
-                cfg["metadata_server"],
-                cfg.get("global_segment_size", 16 << 20),
-                cfg.get("local_buffer_size", 16 << 20),
-                cfg.get("protocol", "tcp"),
-                cfg.get("device_name", cfg.get("rdma_devices", "")),
-                cfg.get("master_server_addr", cfg.get("master_server_address", "127.0.0.1:50051")),
-                None,
-            )
-        else:
-            names = (
-                "local_hostname",
-                "metadata_server",
-                "global_segment_size",
-                "local_buffer_size",
-                "protocol",
-                "rdma_devices",
-                "master_server_addr",
-                "engine",
-            )
-            values = dict(zip(names, args, strict=False))
-            for k, v in kwargs.items():
-                if k in names:
-                    values[k] = v
-            missing = [n for n in names[:7] if n not in values]
-            if missing:
-                raise TypeError(f"setup() missing arguments: {', '.join(missing)}")
-            params = tuple(values.get(n) for n in names)
-        host, meta, seg, buf, proto, devices, master, engine = params
         try:
-            seg_size, buf_size = parse_size(seg), parse_size(buf)
-        except ValueError:
-            return int(ErrorCode.INVALID_PARAMS)
-        engine_handle = engine.get_engine_ptr() if engine is not None else 0
+            params = (
+                _dict_setup_params(args[0])
+                if len(args) == 1 and not kwargs and isinstance(args[0], dict)
+                else _setup_params(args, kwargs)
+            )
+        except _SetupError as e:
+            _log.error("setup: %s", e)
+            return int(e.code)
+        if not self._handle:  # closed: start over with a new native handle
+            self._handle = self._lib.mc_store_create()
+        engine_handle = params.engine.get_engine_ptr() if params.engine is not None else 0
         return self._lib.mc_store_setup(
             self._handle,
-            str(host).encode(),
-            str(meta).encode(),
-            seg_size,
-            buf_size,
-            str(proto or "tcp").encode(),
-            str(devices or "").encode(),
-            str(master).encode(),
+            params.local_hostname.encode(),
+            params.metadata_server.encode(),
+            params.global_segment_size,
+            params.local_buffer_size,
+            params.protocol.encode(),
+            params.rdma_devices.encode(),
+            params.master_server_addr.encode(),
             engine_handle,
+            params.tenant_id.encode(),
         )
 
     def close(self) -> int:
@@ -310,7 +484,10 @@ class MooncakeDistributedStore:
         ptrs = [a for p in parts for a, _ in p]
         sizes = [s for p in parts for _, s in p]
         results = (_int * n)()
-        cfg = (config or ReplicateConfig())._json()
+        try:
+            cfg = (config or ReplicateConfig())._json()
+        except (TypeError, ValueError):  # e.g. a data_type that is no ObjectDataType
+            return [int(ErrorCode.INVALID_PARAMS)] * n
         self._lib.mc_store_put(
             self._handle,
             n,
@@ -449,6 +626,42 @@ class MooncakeDistributedStore:
             return []
         return [self._take_bytes(p, r) if r >= 0 else b"" for p, r in self._get_alloc(keys)]
 
+    def get_buffer(self, key: str) -> BufferHandle | None:
+        """A copy of the object in memory this client owns, or None on a miss.
+
+        The `BufferHandle` supports the buffer protocol and `ptr()`/`size()`;
+        its memory is freed when it is collected.
+        """
+        return self.batch_get_buffer([key])[0]
+
+    def batch_get_buffer(self, keys: Sequence[str]) -> list[BufferHandle | None]:
+        """`get_buffer` per key; None for each miss."""
+        if not keys:
+            return []
+        free = self._lib.mc_free
+        return [
+            take_buffer(p, r, free) if r >= 0 else None for p, r in self._get_alloc(keys)
+        ]
+
+    def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
+        """The object's readable replicas; [] on a miss. Grants a read lease."""
+        return self.batch_get_replica_desc([key]).get(key, [])
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> dict[str, list[ReplicaDescriptor]]:
+        """Replicas per key; keys that are missing (or fail) are left out."""
+        if not keys:
+            return {}
+        raw = _lib.take_string(
+            self._lib.mc_store_replica_desc(self._handle, len(keys), _keys(keys))
+        )
+        if not raw:
+            return {}
+        out: dict[str, list[ReplicaDescriptor]] = {}
+        for key, entry in zip(keys, json.loads(raw), strict=True):
+            if "replicas" in entry:
+                out[key] = [ReplicaDescriptor.from_json(r) for r in entry["replicas"]]
+        return out
+
     def _get_into(self, keys, parts, zero_copy: bool) -> list[int]:
         n = len(keys)
         if n == 0:
@@ -506,48 +719,48 @@ class MooncakeDistributedStore:
 
         Fragment k of key j for buffer i reads all_sizes[i][j][k] bytes at
         all_src_offsets[i][j][k] of the object into buffer_ptrs[i] +
-        all_dst_offsets[i][j][k]. A range past the object's end is -600.
+        all_dst_offsets[i][j][k]. A range past the object's end is -600. A
+        key whose offset and size lists differ in length (or hold negative
+        values) gets ``[-600]`` and the other keys are still read; lists of
+        buffers that differ in length raise ValueError.
         """
-        shape_ok = (
+        if not (
             len(buffer_ptrs)
             == len(all_keys)
             == len(all_dst_offsets)
             == len(all_src_offsets)
             == len(all_sizes)
-        )
-        flat: list[tuple[str, int, int, int]] = []
-        layout: list[list[int]] = []
-        if shape_ok:
-            for i, base in enumerate(buffer_ptrs):
-                keys_i = all_keys[i]
-                if not (
-                    len(keys_i)
-                    == len(all_dst_offsets[i])
-                    == len(all_src_offsets[i])
-                    == len(all_sizes[i])
-                ):
-                    shape_ok = False
-                    break
-                counts = []
-                for j, key in enumerate(keys_i):
-                    dst, src, size = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
-                    if not (len(dst) == len(src) == len(size)):
-                        shape_ok = False
-                        break
-                    counts.append(len(size))
-                    flat.extend(
-                        (key, base + d, s, z) for d, s, z in zip(dst, src, size, strict=True)
-                    )
-                    if base < 0 or any(v < 0 for v in (*dst, *src, *size)):
-                        raise ValueError(
-                            "get_into_ranges: pointers, offsets and sizes must not be negative"
-                        )
-                layout.append(counts)
-        if not shape_ok:
+        ):
             raise ValueError(
-                "get_into_ranges: nested lists of keys, offsets and sizes "
-                "must have matching lengths"
+                "get_into_ranges: buffer_ptrs, all_keys, all_dst_offsets, "
+                "all_src_offsets and all_sizes must have one entry per buffer"
             )
+        bad = [int(ErrorCode.INVALID_PARAMS)]
+        flat: list[tuple[str, int, int, int]] = []
+        # layout[i][j]: fragment count of key j of buffer i, or None if refused.
+        layout: list[list[int | None]] = []
+        for i, base in enumerate(buffer_ptrs):
+            keys_i, dsts_i, srcs_i, sizes_i = (
+                all_keys[i],
+                all_dst_offsets[i],
+                all_src_offsets[i],
+                all_sizes[i],
+            )
+            counts: list[int | None] = []
+            for j, key in enumerate(keys_i):
+                try:
+                    dst, src, size = dsts_i[j], srcs_i[j], sizes_i[j]
+                    ok = len(dst) == len(src) == len(size) and all(
+                        int(v) >= 0 for v in (base, *dst, *src, *size)
+                    )
+                except (IndexError, TypeError, ValueError):
+                    ok = False
+                if not ok:
+                    counts.append(None)
+                    continue
+                counts.append(len(size))
+                flat.extend((key, base + d, o, z) for d, o, z in zip(dst, src, size, strict=True))
+            layout.append(counts)
         n = len(flat)
         results = (_i64 * n)()
         if n:
@@ -564,6 +777,9 @@ class MooncakeDistributedStore:
         for counts in layout:
             per_key = []
             for c in counts:
+                if c is None:
+                    per_key.append(list(bad))
+                    continue
                 per_key.append(list(results[k : k + c]))
                 k += c
             out.append(per_key)
