@@ -151,9 +151,11 @@ class Master:
 
     # admin endpoint --------------------------------------------------------
 
-    def query_key(self, key: str) -> dict | None:
+    def query_key(self, key: str, tenant: str | None = None) -> dict | None:
         """The master's view of `key` (GET /query_key), None when absent. Grants no lease."""
         url = self.admin + "/query_key?key=" + urllib.parse.quote(key, safe="")
+        if tenant is not None:
+            url += "&tenant_id=" + urllib.parse.quote(tenant, safe="")
         try:
             with urllib.request.urlopen(url, timeout=3) as r:
                 return json.loads(r.read())
@@ -162,9 +164,23 @@ class Master:
                 return None
             raise
 
-    def keys(self) -> list[str]:
-        with urllib.request.urlopen(self.admin + "/get_all_keys", timeout=3) as r:
+    def keys(self, tenant: str | None = None) -> list[str]:
+        url = self.admin + "/get_all_keys"
+        if tenant is not None:
+            url += "?tenant_id=" + urllib.parse.quote(tenant, safe="")
+        with urllib.request.urlopen(url, timeout=3) as r:
             return json.loads(r.read())
+
+    def admin_call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        """(HTTP status, JSON body) of an admin request such as
+        ``admin_call("PUT", "/api/v1/tenant_quotas", {...})``."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.admin + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=3) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
 
     def segments(self) -> list[dict]:
         with urllib.request.urlopen(self.admin + "/get_all_segments", timeout=3) as r:
@@ -232,6 +248,8 @@ if __name__ != "__main__":
             buffer="16MB",
             master_addr: str | None = None,
             metadata=None,
+            protocol="tcp",
+            **setup_kwargs,
         ):
             from mooncake.store import MooncakeDistributedStore
 
@@ -241,9 +259,10 @@ if __name__ != "__main__":
                 metadata or master.metadata_url,
                 segment,
                 buffer,
-                "tcp",
+                protocol,
                 "",
                 master_addr or master.rpc,
+                **setup_kwargs,
             )
             assert rc == 0, f"setup failed: {rc}"
             made.append(s)
@@ -259,7 +278,13 @@ if __name__ != "__main__":
         made = []
 
         def make(
-            master: Master, segment="64MB", buffer="16MB", env=None, master_addr=None, metadata=None
+            master: Master,
+            segment="64MB",
+            buffer="16MB",
+            env=None,
+            master_addr=None,
+            metadata=None,
+            **setup_kwargs,
         ) -> StoragePeer:
             p = StoragePeer(
                 process_reaper,
@@ -268,6 +293,7 @@ if __name__ != "__main__":
                 segment,
                 buffer,
                 env,
+                setup_kwargs,
             )
             made.append(p)
             return p
@@ -314,10 +340,13 @@ class StoragePeer:
     the peer's segment name. `kill()` SIGKILLs it.
     """
 
-    def __init__(self, reaper, metadata: str, master: str, segment, buffer, env=None):
+    def __init__(
+        self, reaper, metadata: str, master: str, segment, buffer, env=None, setup_kwargs=None
+    ):
         full_env = dict(os.environ, **(env or {}))
+        kwargs = json.dumps(setup_kwargs or {})
         self.proc = reaper.popen(
-            [sys.executable, str(HERE), metadata, master, str(segment), str(buffer)],
+            [sys.executable, str(HERE), metadata, master, str(segment), str(buffer), kwargs],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -348,11 +377,13 @@ class StoragePeer:
 
 
 def _peer_main(argv: list[str]) -> None:
-    metadata, master, segment, buffer = argv
+    metadata, master, segment, buffer, kwargs = argv
     from mooncake.store import MooncakeDistributedStore
 
+    kw = json.loads(kwargs)
+    protocol = kw.pop("protocol", "tcp")
     store = MooncakeDistributedStore()
-    rc = store.setup(LOOPBACK, metadata, segment, buffer, "tcp", "", master)
+    rc = store.setup(LOOPBACK, metadata, segment, buffer, protocol, "", master, **kw)
     if rc != 0:
         print(f"FAILED {rc}", flush=True)
         sys.exit(1)
