@@ -6,6 +6,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"unsafe"
 
@@ -70,6 +71,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 	}
 	c, err := client.New(cfg)
 	if err != nil {
+		slog.Error("store setup failed", "err", err)
 		return code(err)
 	}
 	s.c = c
