@@ -38,7 +38,6 @@ import os
 import random
 import struct
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -380,14 +379,6 @@ def main() -> None:
         emit(ready=True)
         emit(ok=False, error=f"{type(e).__name__}: {e}")
         sys.exit(1)
-
-
-def write_sglang_config_file(cfg: dict) -> str:
-    """A JSON config file as SGLang's SGLANG_HICACHE_MOONCAKE_CONFIG_PATH names."""
-    fd, path = tempfile.mkstemp(prefix="sglang-mooncake-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(cfg, f)
-    return path
 
 
 if __name__ == "__main__":
