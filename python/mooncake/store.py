@@ -815,6 +815,15 @@ class MooncakeDistributedStore:
             return -1
         return 0
 
+    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
+        """Drain the SSD-offload tier: 0, as this client has none (no SSD offload).
+
+        -1 for a grace period outside [0, 3600] or a store not set up.
+        """
+        if not 0 <= int(grace_period_seconds) <= 3600 or self.health_check() == 1:
+            return -1
+        return 0
+
     def _segments(self) -> ctypes.CDLL:
         return _lib.bind(_SEGMENT_SIGNATURES)
 
