@@ -26,7 +26,7 @@ func TestArenaAllocAlignFreeCoalesce(t *testing.T) {
 	if _, ok := a.tryAlloc(1<<20, 64); ok {
 		t.Fatal("a range larger than what is free was handed out")
 	}
-	if a.release(p1+1) {
+	if a.release(p1 + 1) {
 		t.Fatal("release of an address inside a range succeeded")
 	}
 	if !a.release(p1) || !a.release(p2) || a.release(p2) {
