@@ -14,7 +14,12 @@ call; Redis: a pipeline of as many SET/GET), with two store APIs:
 
 * ``zero-copy``: ``put_from`` / ``get_into`` (``batch_put_from`` /
   ``batch_get_into``) on a numpy buffer registered with ``register_buffer``;
-* ``copy``: ``put`` / ``get`` with bytes (``put_batch`` / ``get_batch``).
+* ``copy``: ``put`` / ``get`` with bytes (``put_batch`` / ``get_batch``);
+* ``bufferpool`` (single, 4 KiB and 1 MiB): each call leases a buffer from a
+  ``BufferPool`` (carved from the client's registered local buffer), copies
+  the value in (put) or out (get) and calls ``put_from`` / ``get_into`` on
+  the lease, then releases it: the zero-copy API without registering
+  anything yourself.
 
 Each case runs for ``--seconds`` (or until its byte cap, so the pool never
 fills) after a few warm-up calls; latency is per call (a batch call counts
@@ -144,7 +149,7 @@ def master_binary(tmp: Path) -> str:
 @dataclass
 class Result:
     system: str  # "store" or "redis"
-    api: str  # "zero-copy", "copy", "pipelined"
+    api: str  # "zero-copy", "copy", "bufferpool", "pipelined"
     mode: str  # "single" or "batch"
     op: str  # "put" or "get"
     size: int
@@ -193,8 +198,19 @@ def warmup_for(size: int, n_keys: int) -> int:
     return 1 if size * n_keys >= 64 * MIB else 3
 
 
+BUFFERPOOL_SIZES = (4 * 1024, MIB)  # sizes of the bufferpool rows
+
+
 def bench_store(
-    store, size: int, batch: int, seconds: float, cap_bytes: int, api: str, mode: str, np
+    store,
+    size: int,
+    batch: int,
+    seconds: float,
+    cap_bytes: int,
+    api: str,
+    mode: str,
+    np,
+    pool=None,
 ) -> list[Result]:
     n_keys = batch if mode == "batch" else 1
     max_calls = max(4, min(20000, cap_bytes // (size * n_keys)))
@@ -219,7 +235,11 @@ def bench_store(
 
     def put(i: int) -> None:
         ks = keys(i)
-        if api == "zero-copy":
+        if api == "bufferpool":
+            with pool.acquire(size) as lease:
+                ctypes.memmove(lease.ptr, ptrs[0], size)
+                rc = store.put_from(ks[0], lease.ptr, size)
+        elif api == "zero-copy":
             rc = (
                 store.put_from(ks[0], ptrs[0], size)
                 if n_keys == 1
@@ -234,7 +254,11 @@ def bench_store(
 
     def get(i: int) -> None:
         ks = keys(i % written if i >= 0 else -1 - ((-1 - i) % warm))
-        if api == "zero-copy":
+        if api == "bufferpool":
+            with pool.acquire(size) as lease:
+                ok = store.get_into(ks[0], lease.ptr, size) == size
+                ctypes.memmove(dptrs[0], lease.ptr, size)
+        elif api == "zero-copy":
             if n_keys == 1:
                 ok = store.get_into(ks[0], dptrs[0], size) == size
             else:
@@ -253,7 +277,7 @@ def bench_store(
             file=sys.stderr,
         )
     # check the data once
-    if api == "zero-copy":
+    if api in ("zero-copy", "bufferpool"):
         assert store.get_into(keys(0)[0], dptrs[0], size) == size and np.array_equal(
             dst[:size], src[:size]
         )
@@ -470,6 +494,19 @@ def report(results: list[Result], out_dir: Path) -> None:
             + ", ".join(f"{op} {mode} {human(s)} {kind}" for op, mode, s, kind, _ in missed)
         )
     )
+    pool_rows = [r for r in results if r.api == "bufferpool"]
+    if pool_rows:
+        print()
+        print("BufferPool lease + put_from/get_into beside plain put/get (single key per call):")
+        cols = f"{'GB/s':>9} {'p50 us':>8}"
+        print(f"{'op':<4} {'size':>7} | pool {cols} | copy {cols}")
+        for r in pool_rows:
+            cp = idx.get(("store", "copy", r.mode, r.op, r.size))
+            if cp:
+                print(
+                    f"{r.op:<4} {human(r.size):>7} | pool {r.gbps:>9.3f} {r.pct(0.5):>8.0f} | "
+                    f"copy {cp.gbps:>9.3f} {cp.pct(0.5):>8.0f}"
+                )
     print(f"csv: {out_dir / 'store_bench.csv'}")
 
     try:
@@ -481,7 +518,7 @@ def report(results: list[Result], out_dir: Path) -> None:
         print("matplotlib not importable: no PNG")
         return
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    series = [("store", "zero-copy"), ("store", "copy"), ("redis", None)]
+    series = [("store", "zero-copy"), ("store", "copy"), ("store", "bufferpool"), ("redis", None)]
     for ax, (op, mode) in zip(axes[:2], [("put", "single"), ("get", "single")], strict=True):
         for system, api in series:
             ys = []
@@ -497,7 +534,7 @@ def report(results: list[Result], out_dir: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     ax = axes[2]
-    labels, width = [], 0.25
+    labels, width = [], 0.8 / len(series)
     for i, (system, api) in enumerate(series):
         vals = []
         labels = []
@@ -549,7 +586,7 @@ def main() -> None:
     import numpy as np
     import redis
 
-    from mooncake.store import MooncakeDistributedStore
+    from mooncake.store import BufferPool, MooncakeDistributedStore
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     cap = parse_size(args.cap)
@@ -641,6 +678,7 @@ def main() -> None:
             flush=True,
         )
         warm_pool(store, min(parse_size(args.pool), 2 * cap), np)
+        pool = BufferPool(store)
         results: list[Result] = []
         t0 = time.monotonic()
         for size in sizes:
@@ -649,6 +687,10 @@ def main() -> None:
                 for api in ("zero-copy", "copy"):
                     results += bench_store(
                         store, size, args.batch, args.seconds, cap, api, mode, np
+                    )
+                if mode == "single" and size in BUFFERPOOL_SIZES:
+                    results += bench_store(
+                        store, size, 1, args.seconds, cap, "bufferpool", mode, np, pool
                     )
                 results += bench_redis(r, size, args.batch, args.seconds, cap, mode, np)
                 last = results[-4:]

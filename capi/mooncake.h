@@ -227,6 +227,49 @@ int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
 /* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
 int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
 
+/* ---- KV store client: segments mounted after setup, local buffer ----- *
+ * Where a function takes `char **err`, a failure stores a message there
+ * (free with mc_free) when err is not NULL. */
+
+/* Map size bytes of the file at path from offset (page-aligned), shared,
+ * and mount them as a segment. *ids gets the new segment ids, separated by
+ * newlines (free with mc_free). protocol: "" or "tcp". location: placement
+ * hint of the memory ("" = "*"). 0 or an error number. */
+int mc_store_mount_segment(uint64_t store, const char *path, uint64_t size,
+                           uint64_t offset, const char *protocol,
+                           const char *location, char **ids, char **err);
+
+/* Allocate size bytes (rounded up to 16 MiB) and mount them; *allocated
+ * gets the rounded size, *ids the segment ids as above. location: "", "*"
+ * or "cpu". 0 or an error number. */
+int mc_store_allocate_and_mount_segment(uint64_t store, uint64_t size,
+                                        const char *protocol,
+                                        const char *location,
+                                        uint64_t *allocated, char **ids,
+                                        char **err);
+
+/* Unmount n segments and release their memory: ones from
+ * mc_store_mount_segment (allocated == 0) or from
+ * mc_store_allocate_and_mount_segment (allocated != 0). Every id is
+ * processed; returns 0 or the first error (-101 unknown id).
+ * grace_seconds must be 0 (no grace period: -600). */
+int mc_store_unmount_segment(uint64_t store, const char **ids, int n,
+                             int64_t grace_seconds, int allocated,
+                             char **err);
+
+/* The registered local buffer: *base and *size (0, 0 without one). 0 or
+ * -600 for a handle that is not set up. */
+int mc_store_local_buffer(uint64_t store, uint64_t *base, uint64_t *size);
+
+/* Take size bytes of the local buffer, aligned to align (a power of two,
+ * at least 64), without waiting; 0 when they are not free. The memory is
+ * registered already (zero-copy puts and gets need nothing more). */
+uint64_t mc_store_local_alloc(uint64_t store, uint64_t size, uint64_t align);
+
+/* Return memory from mc_store_local_alloc; 0, or -600 if ptr is not the
+ * start of a live allocation. */
+int mc_store_local_free(uint64_t store, uint64_t ptr);
+
 /* ---- Collectives (backend "mooncake"; owned by backend/) ------------- */
 /*
  * One process-wide collectives runtime. Status results: 0 ok, -1 invalid

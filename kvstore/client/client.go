@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,11 @@ type Client struct {
 	ownsTE   bool
 	master   *masterConn
 
-	segments []*pb.Segment
-	local    []byte // local (staging) buffer, mmap'd
+	segMu    sync.Mutex        // guards segments and mounts
+	segments []*pb.Segment     // every segment mounted, in mount order
+	mounts   map[string]*mount // segments mounted after setup, by id
+	local    []byte            // local buffer, mmap'd; staging chunks and leases
+	arena    *arena            // allocator over local
 	staging  *stagingPool
 	tempMu   sync.Mutex
 	temps    map[uintptr]*tempReg // by address; see useDirect
@@ -60,7 +64,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MetadataServer == "" || cfg.LocalHostname == "" {
 		return nil, fmt.Errorf("%w: local_hostname and metadata_server are required", kvstore.InvalidParams)
 	}
-	c := &Client{id: newID(), stop: make(chan struct{}), hostID: hostID(), temps: map[uintptr]*tempReg{}}
+	c := &Client{id: newID(), stop: make(chan struct{}), hostID: hostID(), temps: map[uintptr]*tempReg{}, mounts: map[string]*mount{}}
 	var err error
 	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
 		return nil, err
@@ -99,7 +103,8 @@ func (c *Client) setup(cfg Config) error {
 			return err
 		}
 	}
-	c.staging = newStagingPool(c.local)
+	c.arena = newArena(c.local)
+	c.staging = newStagingPool(c.arena)
 	var err error
 	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID); err != nil {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
@@ -131,6 +136,8 @@ func (c *Client) Close() error {
 	}
 	close(c.stop)
 	c.wg.Wait()
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
 	if c.master != nil {
 		for _, s := range c.segments {
 			ctx, cancel := rpcContext()
@@ -140,7 +147,7 @@ func (c *Client) Close() error {
 		c.master.close()
 	}
 	for _, s := range c.segments {
-		c.engine.FreeManagedBuffer(uintptr(s.Base))
+		c.releaseSegmentMemory(s)
 	}
 	if c.local != nil {
 		c.engine.UnregisterLocalMemory(addrOf(c.local))
@@ -213,9 +220,12 @@ func (c *Client) remount() {
 	if err := c.engine.Republish(); err != nil {
 		slog.Warn("store client: republishing the transfer engine segment failed", "err", err)
 	}
+	c.segMu.Lock()
+	segs := slices.Clone(c.segments)
+	c.segMu.Unlock()
 	ctx, cancel := rpcContext()
 	defer cancel()
-	resp, err := c.master.client().ReMountSegment(ctx, &pb.ReMountSegmentRequest{ClientId: c.id, Segments: c.segments})
+	resp, err := c.master.client().ReMountSegment(ctx, &pb.ReMountSegmentRequest{ClientId: c.id, Segments: segs})
 	if err := rpcResult(resp.GetErrorCode(), err); err != nil {
 		slog.Warn("store client: remount failed", "err", err)
 	}

@@ -5,42 +5,34 @@ import (
 	"unsafe"
 )
 
-// maxStageChunk bounds one staging chunk; a client's local buffer is cut
-// into chunks of this size (or one smaller chunk) so concurrent copying
-// operations each get their own.
+// maxStageChunk bounds one staging chunk: a copying operation takes a
+// chunk of this size (or the whole buffer, when smaller) from the local
+// buffer's arena, so concurrent operations each get their own.
 const maxStageChunk = 4 << 20
+
+// stageAlign aligns staging chunks and local-buffer leases.
+const stageAlign = 64
 
 // stagingPool hands out chunks of the registered local buffer.
 type stagingPool struct {
-	chunks chan []byte
-	size   int
+	arena *arena
+	size  int
 }
 
-func newStagingPool(buf []byte) *stagingPool {
-	size := min(len(buf), maxStageChunk)
-	p := &stagingPool{size: size}
-	if size == 0 {
-		return p
-	}
-	n := len(buf) / size
-	p.chunks = make(chan []byte, n)
-	for i := range n {
-		p.chunks <- buf[i*size : (i+1)*size : (i+1)*size]
-	}
-	return p
+func newStagingPool(a *arena) *stagingPool {
+	return &stagingPool{arena: a, size: int(min(a.size, maxStageChunk))}
 }
 
 // get waits for a free chunk.
 func (p *stagingPool) get(ctx context.Context) ([]byte, error) {
-	select {
-	case c := <-p.chunks:
-		return c, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	addr, err := p.arena.alloc(ctx, uint64(p.size), stageAlign)
+	if err != nil {
+		return nil, err
 	}
+	return mem(addr, uint64(p.size))[:p.size:p.size], nil
 }
 
-func (p *stagingPool) put(c []byte) { p.chunks <- c }
+func (p *stagingPool) put(c []byte) { p.arena.release(addrOf(c)) }
 
 // Part is a range of the caller's memory.
 type Part struct {

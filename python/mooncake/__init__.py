@@ -13,3 +13,12 @@ programs (``mooncake_master``, ``mooncake_http_metadata_server``,
 ``transfer_engine_bench``) ship inside the package and are installed as
 console scripts by ``mooncake.cli``.
 """
+
+
+def __getattr__(name: str):
+    """`mooncake.BufferPool` (= `RegisteredBufferPool`), loaded on first use."""
+    if name in ("BufferPool", "RegisteredBufferPool"):
+        from mooncake.buffer_pool import BufferPool
+
+        return BufferPool
+    raise AttributeError(f"module 'mooncake' has no attribute {name!r}")

@@ -49,3 +49,8 @@ def transfer_engine_bench() -> NoReturn:
 def mooncake() -> NoReturn:
     """Entry point of the ``mooncake`` console script (diagnostics: info, probe)."""
     run("mooncake")
+
+
+def main() -> NoReturn:
+    """Upstream's name for the ``mooncake_master`` entry point (``mooncake.cli:main``)."""
+    run("mooncake_master")

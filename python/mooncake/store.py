@@ -959,6 +959,98 @@ class MooncakeDistributedStore:
         start, end = extent * axis.rank // axis.size, extent * (axis.rank + 1) // axis.size
         return whole.narrow(dim, start, end - start).contiguous()
 
+    # -- segments mounted after setup, BufferPool support (issue 10) -----------
+
+    def mount_segment(
+        self, path: str, size: int, offset: int = 0, protocol: str = "tcp", location: str = ""
+    ) -> dict:
+        """Map `size` bytes of the file at `path` from `offset` (page-aligned) and mount them.
+
+        Returns ``{"ret": 0, "segment_ids": [...]}``, or ``{"ret": -1,
+        "segment_ids": []}`` on any failure (the reason is logged).
+        """
+        ids, err = _lib_ptr(), _lib_ptr()
+        rc = self._segments().mc_store_mount_segment(
+            self._handle,
+            str(path).encode(),
+            int(size),
+            int(offset),
+            str(protocol).encode(),
+            str(location).encode(),
+            ctypes.byref(ids),
+            ctypes.byref(err),
+        )
+        if rc != 0:
+            _segment_failure("mount_segment", rc, err)
+            return {"ret": -1, "segment_ids": []}
+        return {"ret": 0, "segment_ids": _split_ids(ids)}
+
+    def allocate_and_mount_segment(
+        self, size: int, protocol: str = "tcp", location: str = ""
+    ) -> dict:
+        """Allocate `size` bytes (rounded up to 16 MiB) and mount them.
+
+        Returns ``{"ret", "segment_ids", "allocated_size"}``; ret -1 on failure.
+        """
+        ids, err, allocated = _lib_ptr(), _lib_ptr(), _u64()
+        rc = -1
+        if isinstance(size, int) and size > 0:
+            rc = self._segments().mc_store_allocate_and_mount_segment(
+                self._handle,
+                size,
+                str(protocol).encode(),
+                str(location).encode(),
+                ctypes.byref(allocated),
+                ctypes.byref(ids),
+                ctypes.byref(err),
+            )
+        if rc != 0:
+            _segment_failure("allocate_and_mount_segment", rc, err)
+            return {"ret": -1, "segment_ids": [], "allocated_size": 0}
+        return {"ret": 0, "segment_ids": _split_ids(ids), "allocated_size": allocated.value}
+
+    def unmount_segment(self, segment_ids, grace_period_seconds: int = 0) -> int:
+        """Unmount segments from `mount_segment`; 0, or -1 (unknown id, grace period > 0)."""
+        return self._unmount("unmount_segment", segment_ids, grace_period_seconds, False)
+
+    def unmount_and_free_segment(self, segment_ids, grace_period_seconds: int = 0) -> int:
+        """Unmount and free segments from `allocate_and_mount_segment`; 0 or -1."""
+        return self._unmount("unmount_and_free_segment", segment_ids, grace_period_seconds, True)
+
+    def _unmount(self, name: str, segment_ids, grace: int, allocated: bool) -> int:
+        ids = [segment_ids] if isinstance(segment_ids, str) else list(segment_ids)
+        if not ids or not all(isinstance(i, str) for i in ids):
+            return -1
+        err = _lib_ptr()
+        rc = self._segments().mc_store_unmount_segment(
+            self._handle, _keys(ids), len(ids), int(grace), int(allocated), ctypes.byref(err)
+        )
+        if rc != 0:
+            _segment_failure(name, rc, err)
+            return -1
+        return 0
+
+    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
+        """Drain the SSD-offload tier: 0, as this client has none (no SSD offload).
+
+        -1 for a grace period outside [0, 3600] or a store not set up.
+        """
+        if not 0 <= int(grace_period_seconds) <= 3600 or self.health_check() == 1:
+            return -1
+        return 0
+
+    def _segments(self) -> ctypes.CDLL:
+        return _lib.bind(_SEGMENT_SIGNATURES)
+
+    def _get_pyclient_capsule(self) -> Any:
+        """A capsule ("mooncake.PyClient.shared_ptr") naming this set-up client, or None.
+
+        `mooncake.buffer_pool.BufferPool` takes its client from it.
+        """
+        if not self._handle or self.health_check() == 1:
+            return None
+        return _new_capsule(self._handle)
+
 
 class ParallelAxis:
     """One parallelism axis: kind in {"tp", "dp", "ep", "pp"}, this rank, the axis size."""
@@ -1017,3 +1109,51 @@ def _deserialize_tensor(data: bytes) -> Any:
     tensor = deserialize_tensor(addr, size)
     del keep
     return tensor
+
+
+# -- segment calls and the client capsule (issue 10) ---------------------------
+
+_SEGMENT_SIGNATURES = {
+    "mc_store_mount_segment": ([_u64, _str, _u64, _u64, _str, _str, _P(_ptr), _P(_ptr)], _int),
+    "mc_store_allocate_and_mount_segment": (
+        [_u64, _u64, _str, _str, _P(_u64), _P(_ptr), _P(_ptr)],
+        _int,
+    ),
+    "mc_store_unmount_segment": ([_u64, _P(_str), _int, _i64, _int, _P(_ptr)], _int),
+}
+
+_log = logging.getLogger(__name__)
+
+
+def _lib_ptr() -> ctypes.c_void_p:
+    return ctypes.c_void_p()
+
+
+def _split_ids(ids: ctypes.c_void_p) -> list[str]:
+    text = _lib.take_string(ids.value) or ""
+    return [i for i in text.split("\n") if i]
+
+
+def _segment_failure(name: str, rc: int, err: ctypes.c_void_p) -> None:
+    _log.warning("%s failed (%d): %s", name, rc, _lib.take_string(err.value) or "")
+
+
+CAPSULE_NAME = b"mooncake.PyClient.shared_ptr"
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_new.restype = ctypes.py_object
+
+
+def _new_capsule(handle: int) -> Any:
+    """A PyCapsule whose pointer is the native store handle."""
+    return _capsule_new(handle, CAPSULE_NAME, None)
+
+
+from mooncake.buffer_pool import (  # noqa: E402, F401  (re-exports; buffer_pool does not import this module)
+    BufferLease,
+    BufferPool,
+    MooncakeHostMemAllocator,
+)
+
+RegisteredBufferPool = BufferPool
+RegisteredBufferLease = BufferLease

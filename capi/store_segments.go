@@ -1,0 +1,98 @@
+package main
+
+// #include <stdint.h>
+// #include <stdlib.h>
+import "C"
+
+import (
+	"strings"
+)
+
+// storeFail reports a failed store call: the error's number, and its
+// message in *errOut when errOut is not NULL (free with mc_free).
+func storeFail(err error, errOut **C.char) C.int {
+	if errOut != nil {
+		*errOut = C.CString(err.Error())
+	}
+	return code(err)
+}
+
+// joinIDs returns segment ids as one malloc'd newline-separated string.
+func joinIDs(ids []string) *C.char { return C.CString(strings.Join(ids, "\n")) }
+
+//export mc_store_mount_segment
+func mc_store_mount_segment(h C.uint64_t, path *C.char, size, offset C.uint64_t, protocol, location *C.char,
+	idsOut, errOut **C.char) C.int {
+	c := storeOf(h)
+	if c == nil || idsOut == nil {
+		return notReady
+	}
+	ids, err := c.MountFile(C.GoString(path), uint64(size), uint64(offset), C.GoString(protocol), C.GoString(location))
+	if err != nil {
+		return storeFail(err, errOut)
+	}
+	*idsOut = joinIDs(ids)
+	return 0
+}
+
+//export mc_store_allocate_and_mount_segment
+func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, protocol, location *C.char,
+	allocated *C.uint64_t, idsOut, errOut **C.char) C.int {
+	c := storeOf(h)
+	if c == nil || idsOut == nil || allocated == nil {
+		return notReady
+	}
+	ids, n, err := c.AllocateAndMount(uint64(size), C.GoString(protocol), C.GoString(location))
+	if err != nil {
+		return storeFail(err, errOut)
+	}
+	*allocated = C.uint64_t(n)
+	*idsOut = joinIDs(ids)
+	return 0
+}
+
+//export mc_store_unmount_segment
+func mc_store_unmount_segment(h C.uint64_t, ids **C.char, n C.int, graceSeconds C.int64_t, allocated C.int,
+	errOut **C.char) C.int {
+	c := storeOf(h)
+	if c == nil {
+		return notReady
+	}
+	if err := c.Unmount(goStrings(ids, n), int64(graceSeconds), allocated != 0); err != nil {
+		return storeFail(err, errOut)
+	}
+	return 0
+}
+
+//export mc_store_local_buffer
+func mc_store_local_buffer(h C.uint64_t, base, size *C.uint64_t) C.int {
+	c := storeOf(h)
+	if c == nil || base == nil || size == nil {
+		return notReady
+	}
+	b, n := c.LocalBuffer()
+	*base, *size = C.uint64_t(b), C.uint64_t(n)
+	return 0
+}
+
+//export mc_store_local_alloc
+func mc_store_local_alloc(h C.uint64_t, size, align C.uint64_t) C.uint64_t {
+	c := storeOf(h)
+	if c == nil {
+		return 0
+	}
+	p, ok := c.LocalAlloc(uint64(size), uint64(align))
+	if !ok {
+		return 0
+	}
+	return C.uint64_t(p)
+}
+
+//export mc_store_local_free
+func mc_store_local_free(h C.uint64_t, ptr C.uint64_t) C.int {
+	c := storeOf(h)
+	if c == nil || !c.LocalFree(uintptr(ptr)) {
+		return notReady
+	}
+	return 0
+}

@@ -1,0 +1,450 @@
+"""mooncake.mooncake_store_service: a store client behind a small REST API.
+
+``mc_store_rest_server [--config PATH] [-D key=value ...] [--port 8080]
+[--max-wait-time 60]`` sets up a `MooncakeDistributedStore` from a
+`MooncakeConfig` (the file, else the environment; ``-D`` overrides fields)
+and serves, with aiohttp on <host>:<port> (``--host``, default 0.0.0.0):
+
+* ``PUT /api/put`` (JSON key, value), ``GET /api/get/{key}``,
+  ``GET /api/exist/{key}``, ``DELETE /api/remove/{key}``,
+  ``DELETE /api/remove_all``;
+* ``POST /api/mount_shm`` / ``/api/unmount_shm`` (a /dev/shm file as a
+  segment), ``POST /api/mount`` / ``/api/unmount`` (allocated segments),
+  ``POST /api/unmount_local_disk``, ``POST /api/reconfigure`` (decode mode
+  mounts a file segment, prefill mode unmounts it).
+
+Responses are JSON (``{"status": "success", ...}`` or ``{"error": ...}``)
+except a successful GET of a value, which is the raw bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+from aiohttp import web
+
+from mooncake.mooncake_config import MooncakeConfig
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 100 << 20
+MAX_GRACE_SECONDS = 3600
+
+
+def _json(body: dict, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+def _error(message: str, status: int, **extra: Any) -> web.Response:
+    return _json({"error": message, **extra}, status)
+
+
+def _shm_name_to_path(name: Any) -> str | None:
+    """/dev/shm/<name> for a plain shared-memory name; None for anything else."""
+    if not isinstance(name, str) or not name:
+        return None
+    if name.startswith("/"):
+        name = name[1:]
+    if not name or "/" in name or name in (".", ".."):
+        return None
+    return f"/dev/shm/{name}"
+
+
+def _segment_ids(body: dict) -> list[str]:
+    ids = body.get("segment_ids")
+    if isinstance(ids, str):
+        return [ids] if ids else []
+    if isinstance(ids, list):
+        return [i for i in ids if i]
+    return []
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+class MooncakeStoreService:
+    """The store client and the HTTP handlers of `mc_store_rest_server`."""
+
+    def __init__(self, config_path: str | None = None, cli_config: dict | None = None) -> None:
+        try:
+            self.config = (
+                MooncakeConfig.from_file(config_path)
+                if config_path
+                else MooncakeConfig.load_from_env()
+            )
+        except Exception as e:
+            logger.error("invalid store service configuration: %s", e)
+            raise
+        for key, value in (cli_config or {}).items():
+            if hasattr(self.config, key):
+                setattr(self.config, key, value)
+            else:
+                logger.warning("ignoring unknown config override %r", key)
+        self.store: Any = None
+        self.current_mode = "prefill"
+        self.mounted_segment_ids: list[str] = []
+        self.last_mount_info: dict = {}
+        self._lock = asyncio.Lock()
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def _setup_args(self) -> dict:
+        c = self.config
+        return {
+            "local_hostname": c.local_hostname,
+            "metadata_server": c.metadata_server,
+            "global_segment_size": c.global_segment_size,
+            "local_buffer_size": c.local_buffer_size,
+            "protocol": c.protocol,
+            "rdma_devices": c.device_name or "",
+            "master_server_addr": c.master_server_address,
+            "enable_ssd_offload": c.enable_ssd_offload,
+            "ssd_offload_path": c.ssd_offload_path,
+            "tenant_id": c.tenant_id,
+            "enable_client_http_server": c.enable_client_http_server,
+            "client_http_port": c.client_http_port,
+        }
+
+    async def start_store_service(
+        self, max_wait_time: float = 60, shutdown_event: asyncio.Event | None = None
+    ) -> bool:
+        """Set the store up, retrying for up to `max_wait_time` seconds; True when it is."""
+        from mooncake.store import MooncakeDistributedStore
+
+        start = time.monotonic()
+        while time.monotonic() - start < max_wait_time:
+            if shutdown_event is not None and shutdown_event.is_set():
+                self.stop()
+                return False
+            store = MooncakeDistributedStore()
+            rc = await asyncio.to_thread(store.setup, self._setup_args())
+            if rc == 0:
+                self.store = store
+                if shutdown_event is not None and shutdown_event.is_set():
+                    self.stop()
+                    return False
+                return True
+            store.close()
+            logger.warning("store setup failed (%d); retrying", rc)
+            await asyncio.sleep(min(1.0, max(0.0, max_wait_time - (time.monotonic() - start))))
+        return False
+
+    def stop(self) -> None:
+        """Close the store (once)."""
+        store, self.store = self.store, None
+        if store is not None:
+            rc = store.close()
+            if rc != 0:
+                logger.warning("store close returned %d", rc)
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_put("/api/put", self.handle_put)
+        app.router.add_get("/api/get/{key}", self.handle_get)
+        app.router.add_get("/api/exist/{key}", self.handle_exist)
+        app.router.add_delete("/api/remove/{key}", self.handle_remove)
+        app.router.add_delete("/api/remove_all", self.handle_remove_all)
+        app.router.add_post("/api/mount_shm", self.handle_mount_shm)
+        app.router.add_post("/api/unmount_shm", self.handle_unmount_shm)
+        app.router.add_post("/api/mount", self.handle_mount)
+        app.router.add_post("/api/unmount", self.handle_unmount)
+        app.router.add_post("/api/unmount_local_disk", self.handle_unmount_local_disk)
+        app.router.add_post("/api/reconfigure", self.handle_reconfigure)
+        return app
+
+    async def start_http_service(self, port: int = 8080, host: str = "0.0.0.0") -> None:
+        self._runner = web.AppRunner(self.make_app())
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        logger.info("mc_store_rest_server listening on %s:%d", host, port)
+
+    async def stop_http_service(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- key/value -------------------------------------------------------------
+
+    @staticmethod
+    def _guard(fn):
+        async def wrapped(self, request: web.Request) -> web.Response:
+            try:
+                return await fn(self, request)
+            except Exception as e:
+                logger.exception("request failed")
+                return _error(str(e), 500)
+
+        wrapped.__name__ = fn.__name__
+        wrapped.__doc__ = fn.__doc__
+        return wrapped
+
+    @_guard
+    async def handle_put(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        key, value = body.get("key"), body.get("value")
+        if not key or value is None:
+            return _error("Missing key or value", 400)
+        if not isinstance(value, str):
+            return _error("value must be a string", 500)
+        if await asyncio.to_thread(self.store.put, key, value.encode()) != 0:
+            return _error("PUT operation failed", 500)
+        return _json({"status": "success"})
+
+    def _exist_error(self, rc: int) -> web.Response | None:
+        if rc == 0:
+            return _error("Key not found", 404)
+        if rc < 0:
+            return _error("Exist check failed", 500)
+        return None
+
+    @_guard
+    async def handle_get(self, request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        bad = self._exist_error(await asyncio.to_thread(self.store.is_exist, key))
+        if bad is not None:
+            return bad
+        value = await asyncio.to_thread(self.store.get, key)
+        if value is None:
+            return _error("GET operation failed", 500)
+        if value == b"":
+            bad = self._exist_error(await asyncio.to_thread(self.store.is_exist, key))
+            if bad is not None:
+                return bad
+        return web.Response(body=value, content_type="application/octet-stream")
+
+    @_guard
+    async def handle_exist(self, request: web.Request) -> web.Response:
+        rc = await asyncio.to_thread(self.store.is_exist, request.match_info["key"])
+        if rc < 0:
+            return _error("Exist check failed", 500)
+        return _json({"exists": rc > 0})
+
+    @_guard
+    async def handle_remove(self, request: web.Request) -> web.Response:
+        if await asyncio.to_thread(self.store.remove, request.match_info["key"]) != 0:
+            return _error("Remove operation failed", 500)
+        return _json({"status": "success"})
+
+    @_guard
+    async def handle_remove_all(self, request: web.Request) -> web.Response:
+        n = await asyncio.to_thread(self.store.remove_all)
+        if n < 0:
+            return _error("RemoveAll operation failed", 500)
+        return _json({"status": f"success removed {n} keys"})
+
+    # -- segments --------------------------------------------------------------
+
+    async def _mount(self, path: str, size: int, offset: int, protocol: str, location: str):
+        return await asyncio.to_thread(
+            self.store.mount_segment, path, size, offset, protocol, location
+        )
+
+    @_guard
+    async def handle_mount_shm(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        path, size = _shm_name_to_path(body.get("name")), body.get("size")
+        if path is None or size is None:
+            return _error("Missing or invalid name or size", 400)
+        res = await self._mount(
+            path,
+            size,
+            body.get("offset", 0),
+            body.get("protocol", self.config.protocol),
+            body.get("location", ""),
+        )
+        if res["ret"] != 0:
+            return _error(f"Mount failed, ret={res['ret']}", 500)
+        return _json({"status": "success", "segment_ids": res["segment_ids"]})
+
+    @_guard
+    async def handle_unmount_shm(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        ids = _segment_ids(body)
+        if not ids:
+            return _error("Missing segment_ids", 400)
+        grace = body.get("grace_period_seconds", 0)
+        failed = []
+        for sid in ids:
+            if await asyncio.to_thread(self.store.unmount_segment, [sid], grace) != 0:
+                failed.append(sid)
+            elif sid in self.mounted_segment_ids:
+                self.mounted_segment_ids.remove(sid)
+        if not self.mounted_segment_ids:
+            self.current_mode = "prefill"
+        if failed:
+            return _error("Unmount failed for one or more segments", 500, failed_segment_ids=failed)
+        return _json({"status": "success"})
+
+    @_guard
+    async def handle_mount(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        size = body.get("size")
+        if not _is_int(size) or size <= 0:
+            return _error("Invalid size, must be a positive integer", 400)
+        res = await asyncio.to_thread(
+            self.store.allocate_and_mount_segment,
+            size,
+            body.get("protocol", self.config.protocol),
+            body.get("location", ""),
+        )
+        if res["ret"] != 0:
+            return _error(f"Allocate and mount failed, ret={res['ret']}", 500)
+        return _json(
+            {
+                "status": "success",
+                "segment_ids": res["segment_ids"],
+                "allocated_size": res["allocated_size"],
+            }
+        )
+
+    @_guard
+    async def handle_unmount(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        ids = _segment_ids(body)
+        if not ids:
+            return _error("Missing segment_ids", 400)
+        rc = await asyncio.to_thread(
+            self.store.unmount_and_free_segment, ids, body.get("grace_period_seconds", 0)
+        )
+        if rc != 0:
+            return _error(f"Unmount and free failed, ret={rc}", 500)
+        return _json({"status": "success"})
+
+    @_guard
+    async def handle_unmount_local_disk(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json() if await request.read() else {}
+        except ValueError:
+            return _error("Malformed JSON body", 400)
+        if not isinstance(body, dict):
+            return _error("Request body must be a JSON object", 400)
+        grace = body.get("grace_period_seconds", 0)
+        if not _is_int(grace) or not 0 <= grace <= MAX_GRACE_SECONDS:
+            return _error(
+                f"grace_period_seconds must be an integer in [0, {MAX_GRACE_SECONDS}]", 400
+            )
+        rc = await asyncio.to_thread(self.store.unmount_local_disk_segment, grace)
+        if rc != 0:
+            return _error(f"Unmount local disk failed, ret={rc}", 500)
+        return _json({"status": "success"})
+
+    @_guard
+    async def handle_reconfigure(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        mode = str(body.get("mode", "")).lower()
+        if mode not in ("decode", "prefill"):
+            return _error("Invalid mode. Use 'decode' or 'prefill'", 400)
+        async with self._lock:
+            if mode == "decode":
+                return await self._to_decode(body)
+            return await self._to_prefill()
+
+    async def _to_decode(self, body: dict) -> web.Response:
+        path, size = body.get("path"), body.get("size")
+        if not path or size is None:
+            return _error("Missing path or size for decode mode", 400)
+        info = {
+            "path": path,
+            "offset": body.get("offset", 0),
+            "size": size,
+            "protocol": body.get("protocol", self.config.protocol),
+            "location": body.get("location", ""),
+        }
+        res = await self._mount(path, size, info["offset"], info["protocol"], info["location"])
+        previous = list(self.mounted_segment_ids)
+        if res["ret"] != 0:
+            if previous:
+                return _error(
+                    f"Mount failed, ret={res['ret']}; keeping previous decode segments",
+                    500,
+                    mode=self.current_mode,
+                )
+            self.current_mode, self.mounted_segment_ids, self.last_mount_info = "prefill", [], {}
+            return _error(
+                f"Mount failed, ret={res['ret']}; rolled back to prefill", 500, mode="prefill"
+            )
+        failed_old = [
+            sid
+            for sid in previous
+            if await asyncio.to_thread(self.store.unmount_segment, [sid]) != 0
+        ]
+        self.mounted_segment_ids = list(res["segment_ids"]) + failed_old
+        self.last_mount_info = info
+        self.current_mode = "decode"
+        return _json({"status": "success", "mode": "decode", "segment_ids": res["segment_ids"]})
+
+    async def _to_prefill(self) -> web.Response:
+        if self.mounted_segment_ids:
+            rc = await asyncio.to_thread(self.store.unmount_segment, list(self.mounted_segment_ids))
+            if rc != 0:
+                return _error(f"Unmount failed, ret={rc}", 500)
+        self.mounted_segment_ids, self.last_mount_info = [], {}
+        self.current_mode = "prefill"
+        return _json({"status": "success", "mode": "prefill"})
+
+
+def _parse_defines(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            logger.warning("ignoring -D %r: expected key=value", item)
+            continue
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="mc_store_rest_server", description="A Mooncake store client behind a REST API."
+    )
+    p.add_argument("--config", help="JSON config file (default: MOONCAKE_* environment)")
+    p.add_argument(
+        "-D",
+        "--define",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field (repeatable)",
+    )
+    p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    p.add_argument("--host", default="0.0.0.0", help="HTTP bind address (default 0.0.0.0)")
+    p.add_argument(
+        "--max-wait-time",
+        type=float,
+        default=60,
+        help="seconds to keep retrying store setup (default 60)",
+    )
+    return p.parse_args(argv)
+
+
+async def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    service = MooncakeStoreService(args.config, _parse_defines(args.define))
+    shutdown = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, shutdown.set)
+    try:
+        if not await service.start_store_service(args.max_wait_time, shutdown):
+            if shutdown.is_set():
+                return
+            raise RuntimeError("Failed to start store service")
+        await service.start_http_service(args.port, args.host)
+        await shutdown.wait()
+    finally:
+        await service.stop_http_service()
+        service.stop()
+
+
+def sync_main() -> None:
+    """Entry point of the ``mc_store_rest_server`` console script."""
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(main())

@@ -1,0 +1,876 @@
+"""mooncake.structured_object_store: objects of named members over a Mooncake store.
+
+`MooncakeBundleTransfer(store)` writes one logical object as several store
+keys and reads it back whole or in part, with upstream's on-store layout,
+so objects written by either implementation read back in the other:
+
+* ``{prefix}/{partition}/{hex}/meta``: the object's metadata (JSON for
+  structured objects);
+* ``{prefix}/{partition}/{hex}/buffer/{name}``: one member; a member larger
+  than `chunk_bytes` is split into ``.../buffer/{name}/chunk/{i}``; an empty
+  member writes no key;
+* ``{prefix}/{partition}/{hex}/manifest``: compact JSON naming every key and
+  its size, written last.
+
+Structured objects (`put_structured_object`) record each member's encoding
+in the metadata under ``"__mooncake_structured_fields__"``: ``bytes``,
+``ndarray`` (numpy ``dtype.str`` and shape; the payload is the C-order
+bytes) or ``torch_tensor``. Reads start from `read_spec(ref)`, narrowed
+with `select_members` and `slice_member` (axis 0, ranged reads of only the
+slice's bytes), then `materialize` (new objects) or `materialize_into`
+(caller-owned ndarrays). `remove_bundle` removes every key of an object.
+
+The DataProto layer of upstream's module (``put_dataproto`` and its
+codecs) is not part of this implementation.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+DEFAULT_BUNDLE_CHUNK_BYTES = 64 << 20
+AUTO_PARALLEL_MIN_BYTES = 64 << 20
+AUTO_PARALLEL_MIN_CHUNKS = 8
+MISSING_OBJECT_ERROR = -704
+STRUCTURED_FIELD_SPECS_KEY = "__mooncake_structured_fields__"
+ALREADY_REGISTERED = -600
+
+_CONFIG_FIELDS = (
+    "data_type",
+    "group_ids",
+    "nof_replica_num",
+    "prefer_alloc_in_same_node",
+    "preferred_nof_segments",
+    "preferred_segment",
+    "preferred_segments",
+    "replica_num",
+    "with_hard_pin",
+    "with_soft_pin",
+)
+
+_STORE_METHODS = (
+    "put",
+    "get",
+    "remove",
+    "batch_remove",
+    "batch_put_from",
+    "put_from",
+    "put_tensor_from",
+    "batch_get_into",
+    "get_into",
+    "get_into_ranges",
+    "register_buffer",
+    "unregister_buffer",
+    "put_tensor",
+    "pub_tensor",
+    "get_tensor",
+    "get_tensor_into",
+)
+
+
+@dataclass(frozen=True)
+class BundleTransferPolicy:
+    """How writes run: `put_mode` auto|batch|parallel, `copy_mode` auto|zero_copy|copy."""
+
+    max_inflight_put: int = 1
+    put_mode: str = "auto"
+    copy_mode: str = "auto"
+
+
+@dataclass
+class RemoteBundleRef:
+    """Where an object lives: its manifest key, and the manifest when known."""
+
+    manifest_key: str
+    manifest: dict
+
+
+@dataclass(frozen=True)
+class StructuredObjectPayload:
+    """An object to write: `metadata` (a JSON-able mapping) and named member `buffers`."""
+
+    metadata: Mapping[str, Any] | None = None
+    buffers: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.buffers is None:
+            raise TypeError("StructuredObjectPayload requires buffers")
+        if self.metadata is None:
+            object.__setattr__(self, "metadata", {})
+
+
+@dataclass
+class StructuredObjectResult:
+    """A read object: its full metadata and the selected members, in selection order."""
+
+    metadata: dict
+    objects: dict
+
+
+@dataclass(frozen=True)
+class StructuredMemberSlice:
+    """Rows [start:end:step] of a member along `axis` (axis 0 only)."""
+
+    axis: int
+    start: int
+    end: int
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class StructuredObjectReadSpec:
+    """What to read of an object: the members (None = all) and per-member slices."""
+
+    ref: Any
+    member_names: tuple | None = None
+    member_slices: tuple = field(default_factory=tuple)
+
+    def select_members(self, names: Sequence[str] | None) -> StructuredObjectReadSpec:
+        return replace(self, member_names=None if names is None else tuple(names))
+
+    def slice_member(
+        self, name: str, axis: int, start: int, end: int, step: int = 1
+    ) -> StructuredObjectReadSpec:
+        kept = tuple((n, s) for n, s in self.member_slices if n != name)
+        return replace(
+            self, member_slices=(*kept, (name, StructuredMemberSlice(axis, start, end, step)))
+        )
+
+    def member_slice(self, name: str) -> StructuredMemberSlice | None:
+        return next((s for n, s in self.member_slices if n == name), None)
+
+
+def _config_for_grouped_keys(config: Any, n: int) -> Any:
+    """`config` adapted to a call writing `n` keys of one logical group (never mutated)."""
+    if config is None:
+        return None
+    ids = getattr(config, "group_ids", None)
+    if ids is None:
+        return config
+    if isinstance(ids, str):
+        ids = [ids]
+    elif len(ids) == 0:
+        return _copy_config(config, None)
+    elif len(ids) != 1:
+        raise ValueError(
+            "config.group_ids must contain exactly one logical group id for a bundle write"
+        )
+    elif n == 1 and isinstance(config.group_ids, list):
+        return config
+    return _copy_config(config, [ids[0]] * n)
+
+
+def _copy_config(config: Any, group_ids: list | None) -> Any:
+    try:
+        out = copy.copy(config)
+    except TypeError:
+        try:
+            out = type(config)()
+        except TypeError as e:
+            raise TypeError(f"cannot copy {type(config).__name__} for a grouped write") from e
+        for name in _CONFIG_FIELDS:
+            if hasattr(config, name):
+                setattr(out, name, getattr(config, name))
+    out.group_ids = group_ids
+    return out
+
+
+def _valid_name(name: Any) -> bool:
+    return (
+        isinstance(name, str)
+        and name != ""
+        and "/" not in name
+        and all(ord(c) >= 0x20 for c in name)
+    )
+
+
+def _bytes_view(value: Any, what: str) -> memoryview:
+    try:
+        m = memoryview(value)
+    except TypeError as e:
+        raise TypeError(f"{what} must be bytes-like") from e
+    if not m.c_contiguous:
+        m = memoryview(m.tobytes())
+    return m.cast("B") if m.format != "B" or m.ndim != 1 else m
+
+
+def _decode_manifest(raw: Any) -> dict:
+    """The manifest JSON as a dict (ValueError if it is not one)."""
+    try:
+        doc = json.loads(bytes(raw).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"invalid bundle manifest: {e}") from e
+    if not isinstance(doc, dict):
+        raise ValueError("invalid bundle manifest: not a JSON object")
+    return doc
+
+
+class _PoolArray(np.ndarray):
+    """An ndarray over a BufferPool lease; `_mooncake_pool_owner` is the lease."""
+
+    _mooncake_pool_owner: Any = None
+
+
+class MooncakeBundleTransfer:
+    """Writes and reads bundles and structured objects on `store`."""
+
+    def __init__(
+        self,
+        store: Any,
+        key_prefix: str = "bundle",
+        default_chunk_bytes: int = DEFAULT_BUNDLE_CHUNK_BYTES,
+        buffer_pool: Any = None,
+    ) -> None:
+        prefix = key_prefix.strip("/") if isinstance(key_prefix, str) else ""
+        if not prefix or any(ord(c) < 0x20 for c in prefix):
+            raise ValueError(f"key_prefix must be a non-empty key prefix, got {key_prefix!r}")
+        if default_chunk_bytes <= 0:
+            raise ValueError("chunk_bytes must be positive")
+        self.store = store
+        self.key_prefix = prefix
+        self.default_chunk_bytes = default_chunk_bytes
+        self._pool = buffer_pool
+        self._pool_checked = buffer_pool is not None
+        self._fn = {name: getattr(store, name, None) for name in _STORE_METHODS}
+
+    # -- pool ------------------------------------------------------------------
+
+    def _buffer_pool(self) -> Any:
+        if not self._pool_checked:
+            self._pool_checked = True
+            capsule = getattr(self.store, "_get_pyclient_capsule", None)
+            try:
+                if capsule is not None and capsule() is not None:
+                    from mooncake.buffer_pool import BufferPool
+
+                    self._pool = BufferPool(self.store)
+            except (ImportError, AttributeError, RuntimeError, TypeError):
+                self._pool = None
+        return self._pool
+
+    # -- writes ----------------------------------------------------------------
+
+    def put_bundle(
+        self,
+        meta: Any,
+        buffers: Mapping[str, Any],
+        partition: str = "default",
+        chunk_bytes: int | None = None,
+        policy: BundleTransferPolicy | None = None,
+        max_inflight_put: int | None = None,
+        config: Any = None,
+    ) -> RemoteBundleRef:
+        """Write `meta` and named raw `buffers` as one object; its ref."""
+        meta_view = _bytes_view(meta, "meta")
+        members = {}
+        for name, value in buffers.items():
+            if not _valid_name(name):
+                raise ValueError(f"invalid bundle buffer name: {name!r}")
+            members[name] = ("bytes", _bytes_view(value, name), {})
+        return self._write(
+            meta_view, members, partition, chunk_bytes, policy, max_inflight_put, config
+        )
+
+    def put_structured_object(
+        self,
+        payload: StructuredObjectPayload,
+        partition: str = "default",
+        chunk_bytes: int | None = None,
+        policy: BundleTransferPolicy | None = None,
+        max_inflight_put: int | None = None,
+        config: Any = None,
+    ) -> RemoteBundleRef:
+        """Write a structured object (metadata + bytes/ndarray/tensor members); its ref."""
+        metadata = payload.metadata
+        if not isinstance(metadata, Mapping):
+            raise TypeError("structured object metadata must be a mapping")
+        if STRUCTURED_FIELD_SPECS_KEY in metadata:
+            raise ValueError(f"metadata key {STRUCTURED_FIELD_SPECS_KEY!r} is reserved")
+        if "layout" in metadata and not isinstance(metadata["layout"], str):
+            raise TypeError("structured object metadata 'layout' must be a string")
+        members, specs = {}, {}
+        for name, value in payload.buffers.items():
+            if not _valid_name(name):
+                raise ValueError(f"invalid bundle buffer name: {name!r}")
+            kind, data, spec = self._encode_member(name, value)
+            members[name] = (kind, data, {})
+            specs[name] = spec
+        doc = {"layout": "structured", **metadata}
+        if specs:
+            doc[STRUCTURED_FIELD_SPECS_KEY] = specs
+        try:
+            meta = json.dumps(doc, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"structured object metadata must be JSON-serializable: {e}") from e
+        return self._write(
+            memoryview(meta), members, partition, chunk_bytes, policy, max_inflight_put, config
+        )
+
+    def _encode_member(self, name: str, value: Any) -> tuple[str, Any, dict]:
+        if isinstance(value, np.ndarray):
+            arr = np.ascontiguousarray(value)
+            if arr.dtype.hasobject:
+                raise TypeError(f"{name}: object ndarrays cannot be stored")
+            spec = {"encoding": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
+            return "bytes", memoryview(arr.reshape(-1).view(np.uint8)), spec
+        if _is_tensor(value):
+            if getattr(value, "is_nested", False):
+                raise ValueError(f"{name}: nested tensors are not supported")
+            spec = {
+                "encoding": "torch_tensor",
+                "dtype": str(value.dtype),
+                "shape": list(value.shape),
+                "element_size": value.element_size(),
+            }
+            return "tensor", value, spec
+        return "bytes", _bytes_view(value, name), {"encoding": "bytes"}
+
+    def _write(
+        self, meta, members, partition, chunk_bytes, policy, max_inflight, config
+    ) -> RemoteBundleRef:
+        if not _valid_name(partition):
+            raise ValueError(f"invalid bundle partition: {partition!r}")
+        chunk = self.default_chunk_bytes if chunk_bytes is None else chunk_bytes
+        if chunk <= 0:
+            raise ValueError("chunk_bytes must be positive")
+        policy = policy or BundleTransferPolicy()
+        if policy.copy_mode not in ("auto", "zero_copy", "copy"):
+            raise ValueError(f"unknown copy_mode {policy.copy_mode!r}")
+        if policy.put_mode not in ("auto", "batch", "parallel"):
+            raise ValueError(f"unknown put_mode {policy.put_mode!r}")
+        inflight = policy.max_inflight_put if max_inflight is None else max_inflight
+        if inflight < 1:
+            raise ValueError("max_inflight_put must be at least 1")
+        policy = replace(policy, max_inflight_put=inflight)
+        object_id = f"{partition}/{uuid.uuid4().hex}"
+        base = f"{self.key_prefix}/{object_id}"
+        written: list[str] = []
+        try:
+            meta_spec = self._put_payload(
+                f"{base}/meta", meta, chunk, BundleTransferPolicy(copy_mode="copy"), config, written
+            )
+            specs = {}
+            for name, (kind, data, extra) in members.items():
+                key = f"{base}/buffer/{name}"
+                if kind == "tensor":
+                    spec = self._put_tensor(key, data, policy.copy_mode, config, written)
+                else:
+                    spec = self._put_payload(key, data, chunk, policy, config, written)
+                specs[name] = {**spec, **extra}
+            manifest = {
+                "version": 1,
+                "layout": "bundle",
+                "object_id": object_id,
+                "meta": meta_spec,
+                "buffers": specs,
+            }
+            manifest_key = f"{base}/manifest"
+            raw = json.dumps(manifest, separators=(",", ":")).encode()
+            written.append(manifest_key)
+            rc = self._call("put", config, 1, manifest_key, memoryview(raw))
+            self._check("put", manifest_key, rc)
+        except BaseException:
+            self._cleanup(written, strict=False)
+            raise
+        return RemoteBundleRef(manifest_key, manifest)
+
+    def _call(self, name: str, config: Any, n: int, *args: Any) -> Any:
+        fn = self._fn[name]
+        if fn is None:
+            raise RuntimeError(f"{name} is unavailable")
+        cfg = _config_for_grouped_keys(config, n)
+        return fn(*args) if cfg is None else fn(*args, config=cfg)
+
+    @staticmethod
+    def _check(op: str, key: str, status: Any) -> None:
+        if isinstance(status, list):
+            status = next((s for s in status if s not in (None, 0)), 0)
+        if status not in (None, 0):
+            raise RuntimeError(f"{op} failed for {key}: {status}")
+
+    def _put_payload(self, key, data: memoryview, chunk, policy, config, written) -> dict:
+        n = data.nbytes
+        if n <= chunk:
+            pieces = [(key, data)] if n else []
+        else:
+            pieces = [
+                (f"{key}/chunk/{i}", data[off : off + chunk])
+                for i, off in enumerate(range(0, n, chunk))
+            ]
+        spec = {
+            "key": key,
+            "bytes": n,
+            "chunks": [{"key": k, "bytes": p.nbytes} for k, p in pieces],
+        }
+        if policy.copy_mode == "zero_copy":
+            raise RuntimeError("zero-copy put requires tensor-object buffers")
+        pool = None if policy.copy_mode == "copy" else self._buffer_pool()
+        if pool is not None and self._fn["batch_put_from"] is None:
+            raise RuntimeError("batch_put_from is unavailable")
+
+        def put_one(k: str, piece: memoryview) -> None:
+            if pool is None:
+                self._check("put", k, self._call("put", config, 1, k, piece))
+                return
+            with pool.acquire(piece.nbytes) as lease:
+                lease.copy_from_buffers([piece])
+                rc = self._call("batch_put_from", config, 1, [k], [lease.ptr], [piece.nbytes])
+            self._check("batch_put_from", k, rc)
+
+        workers = min(policy.max_inflight_put, len(pieces))
+        parallel = workers > 1 and (
+            policy.put_mode == "parallel"
+            or (
+                policy.put_mode == "auto"
+                and len(pieces) >= AUTO_PARALLEL_MIN_CHUNKS
+                and n >= AUTO_PARALLEL_MIN_BYTES
+            )
+        )
+        if not parallel:
+            for k, piece in pieces:
+                written.append(k)  # removed on failure whether or not it landed
+                put_one(k, piece)
+            return spec
+        from concurrent.futures import ThreadPoolExecutor
+
+        written.extend(k for k, _ in pieces)
+        with ThreadPoolExecutor(workers) as ex:
+            for f in [ex.submit(put_one, k, p) for k, p in pieces]:
+                f.result()
+        return spec
+
+    def _put_tensor(self, key: str, tensor: Any, copy_mode: str, config, written) -> dict:
+        from mooncake.store import _serialize_tensor, _tensor_metadata_size
+
+        if copy_mode == "zero_copy":
+            raise ValueError(
+                "zero-copy structured tensor fields require a BufferPool tensor-object buffer"
+            )
+        header, ptr, nbytes, owner = _serialize_tensor(tensor)
+        size = _tensor_metadata_size() + nbytes
+        if copy_mode != "copy":
+            name = "put_tensor" if config is None else "pub_tensor"
+            if self._fn[name] is not None:
+                args = (key, tensor)
+                rc = (
+                    self._fn[name](*args)
+                    if config is None
+                    else self._fn[name](*args, config=_config_for_grouped_keys(config, 1))
+                )
+                written.append(key)
+                self._check(name, key, rc)
+                return {
+                    "key": key,
+                    "bytes": size,
+                    "chunks": [{"key": key, "bytes": size}],
+                    "kind": "tensor",
+                    "dtype": str(tensor.dtype),
+                    "shape": list(tensor.shape),
+                    "metadata_bytes": _tensor_metadata_size(),
+                }
+        import ctypes
+
+        raw = header + (ctypes.string_at(ptr, nbytes) if nbytes else b"")
+        spec = self._put_payload(
+            key,
+            memoryview(raw),
+            max(size, 1),
+            BundleTransferPolicy(copy_mode="copy"),
+            config,
+            written,
+        )
+        return {**spec, "metadata_bytes": _tensor_metadata_size()}
+
+    # -- manifests -------------------------------------------------------------
+
+    def _resolve(self, ref: Any) -> tuple[str, dict]:
+        if isinstance(ref, RemoteBundleRef):
+            key, manifest = ref.manifest_key, ref.manifest
+        elif isinstance(ref, Mapping) and "manifest_key" in ref:
+            key, manifest = ref["manifest_key"], ref.get("manifest")
+        else:
+            raise ValueError("bundle ref must include manifest_key")
+        if manifest is None:
+            raw = self._fn["get"](key) if self._fn["get"] else None
+            if not raw:
+                raise RuntimeError(f"get failed for {key}: manifest not found")
+            manifest = _decode_manifest(raw)
+        self._validate(manifest)
+        return key, manifest
+
+    def _validate(self, m: dict) -> None:
+        if m.get("version") != 1 or m.get("layout") != "bundle":
+            raise ValueError("unsupported bundle manifest: version 1 and layout 'bundle' required")
+        oid = m.get("object_id")
+        if not isinstance(oid, str):
+            raise ValueError("bundle manifest object_id must be a string")
+        allowed = m.get("buffer_object_ids", [oid])
+        if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
+            raise ValueError("bundle manifest buffer_object_ids must be a list of strings")
+        if not isinstance(m.get("meta"), dict) or not isinstance(m.get("buffers"), dict):
+            raise ValueError("bundle manifest needs meta and buffers objects")
+        self._validate_payload("meta", m["meta"], [oid])
+        for name, spec in m["buffers"].items():
+            if not isinstance(spec, dict):
+                raise ValueError(f"bundle manifest buffer {name!r} is not an object")
+            self._validate_payload(name, spec, allowed)
+        bases = [f"{self.key_prefix}/{a}" for a in allowed]
+        for k in m.get("cleanup_keys", []):
+            if not isinstance(k, str) or not any(
+                k == f"{b}/manifest" or k.startswith(f"{b}/") for b in bases
+            ):
+                raise ValueError(f"bundle manifest cleanup key {k!r} is outside its namespace")
+
+    def _validate_payload(self, name: str, spec: dict, allowed: list[str]) -> None:
+        key, n, chunks = spec.get("key"), spec.get("bytes"), spec.get("chunks")
+        if not isinstance(key, str) or not any(
+            key.startswith(f"{self.key_prefix}/{a}/") for a in allowed
+        ):
+            raise ValueError(f"bundle payload {name!r} key {key!r} is outside the bundle namespace")
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"bundle payload {name!r} has an invalid byte count")
+        if not isinstance(chunks, list) or (n > 0 and not chunks):
+            raise ValueError(f"bundle payload {name!r} has invalid chunks")
+        seen, total = set(), 0
+        for c in chunks:
+            ck, cn = (c.get("key"), c.get("bytes")) if isinstance(c, dict) else (None, None)
+            if not isinstance(ck, str) or not (ck == key or ck.startswith(f"{key}/")):
+                raise ValueError(f"bundle payload {name!r} chunk key {ck!r} is invalid")
+            if ck in seen or not isinstance(cn, int) or cn < 0:
+                raise ValueError(f"bundle payload {name!r} chunk {ck!r} is invalid")
+            seen.add(ck)
+            total += cn
+        if total != n:
+            raise ValueError(f"bundle payload {name!r} chunks hold {total} bytes, not {n}")
+
+    # -- reads -----------------------------------------------------------------
+
+    def read_spec(self, ref: Any) -> StructuredObjectReadSpec:
+        """A read of the whole object behind `ref`; narrow it with select_members/slice_member."""
+        return StructuredObjectReadSpec(ref)
+
+    def materialize(self, spec: StructuredObjectReadSpec) -> StructuredObjectResult:
+        """Read the selected members into new objects."""
+        return self.materialize_into(spec, None)
+
+    def materialize_into(
+        self, spec: StructuredObjectReadSpec, destinations: Mapping[str, Any] | None
+    ) -> StructuredObjectResult:
+        """Read the selected members; ndarray members named in `destinations` fill those arrays."""
+        if spec.member_names == ():
+            raise ValueError("structured object read selected no members")
+        _, manifest = self._resolve(spec.ref)
+        metadata = json.loads(bytes(self._read_payload(manifest["meta"])).decode("utf-8"))
+        buffers = manifest["buffers"]
+        names = list(buffers) if spec.member_names is None else list(spec.member_names)
+        unknown = [n for n in names if n not in buffers]
+        if unknown:
+            raise KeyError(f"unknown bundle buffers: {unknown}")
+        fields = metadata.get(STRUCTURED_FIELD_SPECS_KEY, {}) if isinstance(metadata, dict) else {}
+        dests = destinations or {}
+        objects = {}
+        for name in names:
+            fspec = fields.get(name, {"encoding": "bytes"})
+            enc = fspec.get("encoding")
+            payload, sl, dest = buffers[name], spec.member_slice(name), dests.get(name)
+            if enc == "bytes":
+                if sl is not None:
+                    raise ValueError(f"bytes member {name!r} does not support slicing")
+                if dest is not None:
+                    raise ValueError(f"bytes member {name!r} does not support materialize_into")
+                objects[name] = self._read_bytes(payload)
+            elif enc == "ndarray":
+                objects[name] = self._read_ndarray(name, payload, fspec, sl, dest)
+            elif enc == "torch_tensor":
+                if sl is not None or dest is not None:
+                    raise ValueError(
+                        f"tensor member {name!r}: slicing and destinations are not supported"
+                    )
+                objects[name] = self._read_tensor(name, payload)
+            else:
+                raise ValueError(f"unsupported structured field encoding: {enc!r}")
+        return StructuredObjectResult(metadata, objects)
+
+    def _read_payload(self, payload: dict) -> bytearray:
+        out = bytearray(payload["bytes"])
+        if not out:
+            return out
+        chunks = payload["chunks"]
+        bgi, reg, unreg = (
+            self._fn[n] for n in ("batch_get_into", "register_buffer", "unregister_buffer")
+        )
+        if bgi is not None and reg is not None and unreg is not None:
+            import ctypes
+
+            base = ctypes.addressof(ctypes.c_char.from_buffer(out))
+            rc = reg(base, len(out))
+            try:
+                offs = np.cumsum([0] + [c["bytes"] for c in chunks[:-1]]).tolist()
+                res = bgi(
+                    [c["key"] for c in chunks],
+                    [base + o for o in offs],
+                    [c["bytes"] for c in chunks],
+                )
+                for c, r in zip(chunks, res, strict=True):
+                    if r != c["bytes"]:
+                        raise RuntimeError(f"batch_get_into failed for {c['key']}: {r}")
+            finally:
+                if rc == 0:
+                    unreg(base)
+            return out
+        off = 0
+        for c in chunks:
+            data = self._fn["get"](c["key"])
+            if data is None or len(data) != c["bytes"]:
+                raise RuntimeError(f"get failed for {c['key']}")
+            out[off : off + len(data)] = data
+            off += len(data)
+        return out
+
+    def _ranges_into(self, payload: dict, start: int, length: int, ptr: int) -> None:
+        """Read object bytes [start, start+length) of a payload into ptr, ranged."""
+        keys, dst, src, sizes = [], [], [], []
+        off = 0
+        for c in payload["chunks"]:
+            lo, hi = max(start, off), min(start + length, off + c["bytes"])
+            if lo < hi:
+                keys.append(c["key"])
+                dst.append([lo - start])
+                src.append([lo - off])
+                sizes.append([hi - lo])
+            off += c["bytes"]
+        if not keys:
+            return
+        gir = self._fn["get_into_ranges"]
+        if gir is None:
+            raise RuntimeError("get_into_ranges is unavailable")
+        res = gir([ptr], [keys], [dst], [src], [sizes])
+        for k, want, got in zip(keys, sizes, res[0], strict=True):
+            if list(got) != want:
+                raise RuntimeError(f"get_into_ranges failed for {k}: {got}")
+
+    def _pool_array(self, nbytes: int) -> tuple[np.ndarray, Any] | None:
+        pool = self._buffer_pool()
+        if pool is None or nbytes == 0 or self._fn["get_into_ranges"] is None:
+            return None
+        lease = pool.acquire(nbytes)
+        import ctypes
+
+        raw = (ctypes.c_ubyte * nbytes).from_address(lease.ptr)
+        arr = np.ctypeslib.as_array(raw).view(_PoolArray)
+        arr._mooncake_pool_owner = lease
+        return arr, lease
+
+    def _read_bytes(self, payload: dict) -> Any:
+        got = self._pool_array(payload["bytes"])
+        if got is None:
+            return bytes(self._read_payload(payload))
+        arr, lease = got
+        try:
+            self._ranges_into(payload, 0, payload["bytes"], lease.ptr)
+        except BaseException:
+            arr._mooncake_pool_owner = None
+            lease.release()
+            raise
+        return arr
+
+    def _read_ndarray(self, name, payload, fspec, sl, dest) -> Any:
+        dtype, shape = fspec.get("dtype"), fspec.get("shape")
+        if not isinstance(dtype, str) or not isinstance(shape, list):
+            raise ValueError(f"ndarray member {name!r} needs a dtype string and a shape list")
+        dt = np.dtype(dtype)
+        rows = shape[0] if shape else 1
+        row_bytes = dt.itemsize * int(np.prod(shape[1:], dtype=np.int64)) if shape else dt.itemsize
+        start, count, step = 0, rows, 1
+        out_shape = list(shape)
+        if sl is not None:
+            if sl.axis != 0 or not shape:
+                raise ValueError(f"ndarray member {name!r}: slicing supports axis=0 only")
+            if sl.step <= 0:
+                raise ValueError(f"ndarray member {name!r}: slice step must be positive")
+            start, stop, step = slice(sl.start, sl.end, sl.step).indices(rows)
+            count = len(range(start, stop, step))
+            out_shape[0] = count
+        nbytes = count * row_bytes
+        span = 0 if count == 0 else ((count - 1) * step + 1) * row_bytes
+        src_off = start * row_bytes
+        if dest is None and step == 1:
+            got = self._pool_array(nbytes)
+            if got is not None:
+                arr, lease = got
+                try:
+                    self._ranges_into(payload, src_off, nbytes, lease.ptr)
+                except BaseException:
+                    arr._mooncake_pool_owner = None
+                    lease.release()
+                    raise
+                return arr.view(dt).reshape(out_shape)
+        if dest is None:
+            out = np.empty(out_shape, dtype=dt)
+        else:
+            out = self._check_destination(name, dest, dt, out_shape)
+        if span == 0:
+            return out
+        if step == 1:
+            self._fill(payload, src_off, nbytes, out)
+        else:
+            tmp = np.empty(span, dtype=np.uint8)
+            self._fill(payload, src_off, span, tmp)
+            rows_all = tmp.view(dt).reshape([(count - 1) * step + 1, *out_shape[1:]])
+            out[...] = rows_all[::step]
+        return out
+
+    @staticmethod
+    def _check_destination(name: str, dest: Any, dt: np.dtype, shape: list) -> np.ndarray:
+        if not isinstance(dest, np.ndarray):
+            raise TypeError(f"destination for {name!r} must be a numpy ndarray")
+        if dest.dtype != dt:
+            raise ValueError(f"destination for {name!r}: dtype mismatch ({dest.dtype} != {dt})")
+        if list(dest.shape) != shape:
+            raise ValueError(
+                f"destination for {name!r}: shape mismatch ({list(dest.shape)} != {shape})"
+            )
+        if not dest.flags.c_contiguous:
+            raise ValueError(f"destination for {name!r} must be C-contiguous")
+        if not dest.flags.writeable:
+            raise ValueError(f"destination for {name!r} must be writeable")
+        return dest
+
+    def _fill(self, payload: dict, src_off: int, nbytes: int, out: np.ndarray) -> None:
+        """Fill out (C-contiguous) with payload bytes [src_off, src_off+nbytes)."""
+        ptr = out.ctypes.data
+        reg, unreg = self._fn["register_buffer"], self._fn["unregister_buffer"]
+        chunks = payload["chunks"]
+        if (
+            reg is None
+            or unreg is None
+            or (self._fn["get_into"] is None and self._fn["get_into_ranges"] is None)
+        ):
+            full = self._read_payload(payload)
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(full, np.uint8)[
+                src_off : src_off + nbytes
+            ]
+            return
+        rc = reg(ptr, nbytes)
+        try:
+            whole = len(chunks) == 1 and src_off == 0 and nbytes == payload["bytes"]
+            if whole and self._fn["get_into"] is not None:
+                got = self._fn["get_into"](chunks[0]["key"], ptr, nbytes)
+                if got != nbytes:
+                    raise RuntimeError(f"get_into failed for {chunks[0]['key']}: {got}")
+            else:
+                self._ranges_into(payload, src_off, nbytes, ptr)
+        finally:
+            if rc == 0:
+                unreg(ptr)
+
+    def _read_tensor(self, name: str, payload: dict) -> Any:
+        if payload.get("kind") == "tensor":
+            if self._fn["get_tensor"] is None:
+                raise RuntimeError(f"tensor member {name!r}: store does not support get_tensor")
+            t = self._fn["get_tensor"](payload["key"])
+            if t is None:
+                raise RuntimeError(f"get_tensor failed for {payload['key']}")
+            return t
+        raw = bytes(self._read_payload(payload))
+        if payload.get("format") == "torch_save":
+            import io
+
+            import torch
+
+            return torch.load(io.BytesIO(raw), weights_only=True)
+        from mooncake.store import _deserialize_tensor
+
+        t = _deserialize_tensor(raw)
+        if t is None:
+            raise ValueError(f"tensor member {name!r} is not a valid tensor object")
+        return t
+
+    @staticmethod
+    def release_result(obj: Any) -> None:
+        """Return the pool leases behind a read result (each once); idempotent."""
+        seen: set[int] = set()
+
+        def walk(o: Any) -> None:
+            if isinstance(o, StructuredObjectResult):
+                walk(o.objects)
+            elif isinstance(o, Mapping):
+                for v in o.values():
+                    walk(v)
+            elif isinstance(o, (list, tuple)):
+                for v in o:
+                    walk(v)
+            elif isinstance(o, np.ndarray):
+                if o.dtype.hasobject:
+                    for v in o.flat:
+                        walk(v)
+                    return
+                base = o
+                while base is not None:
+                    owner = getattr(base, "_mooncake_pool_owner", None)
+                    if owner is not None and id(owner) not in seen:
+                        seen.add(id(owner))
+                        owner.release()
+                    base = base.base if isinstance(base.base, np.ndarray) else None
+
+        walk(obj)
+
+    # -- removal ---------------------------------------------------------------
+
+    def remove_bundle(self, ref: Any) -> None:
+        """Remove every key of the object behind `ref` (RuntimeError if some stay)."""
+        key, manifest = self._resolve(ref)
+        expected = f"{self.key_prefix}/{manifest['object_id']}/manifest"
+        if key != expected:
+            raise ValueError(f"bundle manifest_key does not match its object id: {key!r}")
+        keys = [c["key"] for c in manifest["meta"]["chunks"]]
+        for spec in manifest["buffers"].values():
+            keys.extend(c["key"] for c in spec["chunks"])
+        keys.extend(manifest.get("cleanup_keys", []))
+        keys.append(key)
+        self._cleanup(keys, strict=True)
+
+    def _cleanup(self, keys: list[str], strict: bool) -> None:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return
+        retry = keys
+        br = self._fn["batch_remove"]
+        if br is not None:
+            try:
+                res = br(keys, True)
+            except TypeError:
+                res = br(keys)
+            if len(res) != len(keys):
+                if strict:
+                    raise RuntimeError(
+                        f"batch_remove returned {len(res)} results for {len(keys)} keys"
+                    )
+                return
+            retry = [
+                k
+                for k, r in zip(keys, res, strict=True)
+                if r not in (None, 0, MISSING_OBJECT_ERROR)
+            ]
+        failed = []
+        for k in retry:
+            try:
+                r = self._fn["remove"](k, True) if self._fn["remove"] else -1
+            except KeyError:
+                continue
+            if r not in (None, 0, MISSING_OBJECT_ERROR):
+                failed.append((k, r))
+        if failed and strict:
+            raise RuntimeError(f"failed to remove {len(failed)} Mooncake keys: {failed}")
+
+
+def _is_tensor(value: Any) -> bool:
+    t = type(value)
+    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")

@@ -1,0 +1,412 @@
+"""mooncake.structured_object_store against a real mooncake_master."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mooncake.structured_object_store import (
+    STRUCTURED_FIELD_SPECS_KEY,
+    BundleTransferPolicy,
+    MooncakeBundleTransfer,
+    RemoteBundleRef,
+    StructuredMemberSlice,
+    StructuredObjectPayload,
+    _config_for_grouped_keys,
+)
+
+
+class Recorder:
+    """A real store whose calls are counted (to check which bytes a read fetches)."""
+
+    def __init__(self, store):
+        self._store = store
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name):
+        fn = getattr(self._store, name)
+        if not callable(fn):
+            return fn
+
+        def wrapped(*args, **kwargs):
+            self.calls.append((name, args))
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    def named(self, name):
+        return [a for n, a in self.calls if n == name]
+
+
+def example_payload():
+    weights = np.arange(12, dtype=np.int16).reshape(3, 4)
+    return weights, StructuredObjectPayload(
+        metadata={"type": "example", "fields": ["weights", "tokens"]},
+        buffers={"weights": weights, "tokens": b"abc"},
+    )
+
+
+def test_payload_requires_buffers():
+    with pytest.raises(TypeError, match="requires buffers"):
+        StructuredObjectPayload(metadata={})
+    assert StructuredObjectPayload(buffers={}).metadata == {}
+
+
+def test_constructor_checks(store_master, stores):
+    s = stores(store_master)
+    for bad in ("", "///", "a\x01b"):
+        with pytest.raises(ValueError, match="key_prefix"):
+            MooncakeBundleTransfer(s, key_prefix=bad)
+    with pytest.raises(ValueError, match="chunk_bytes must be positive"):
+        MooncakeBundleTransfer(s, default_chunk_bytes=0)
+
+
+def test_layout_and_full_read(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="/demo/structured/")
+    weights, payload = example_payload()
+    ref = t.put_structured_object(payload, partition="p0")
+    m = ref.manifest
+    oid = m["object_id"]
+    assert oid.startswith("p0/") and len(oid) == 3 + 32
+    base = f"demo/structured/{oid}"
+    assert ref.manifest_key == f"{base}/manifest"
+    assert m["version"] == 1 and m["layout"] == "bundle"
+    assert m["meta"]["key"] == f"{base}/meta"
+    assert m["buffers"]["weights"] == {
+        "key": f"{base}/buffer/weights",
+        "bytes": 24,
+        "chunks": [{"key": f"{base}/buffer/weights", "bytes": 24}],
+    }
+    # The manifest on the store is compact JSON equal to the ref's.
+    raw = s.get(ref.manifest_key)
+    assert raw == json.dumps(m, separators=(",", ":")).encode()
+    assert s.get(f"{base}/buffer/weights") == weights.tobytes()
+    assert s.get(f"{base}/buffer/tokens") == b"abc"
+    result = t.materialize(t.read_spec(ref))
+    assert result.metadata == {
+        "layout": "structured",
+        "type": "example",
+        "fields": ["weights", "tokens"],
+        STRUCTURED_FIELD_SPECS_KEY: {
+            "weights": {"encoding": "ndarray", "dtype": "<i2", "shape": [3, 4]},
+            "tokens": {"encoding": "bytes"},
+        },
+    }
+    assert list(result.objects) == ["weights", "tokens"]
+    np.testing.assert_array_equal(result.objects["weights"], weights)
+    assert bytes(result.objects["tokens"]) == b"abc"
+    t.release_result(result)
+    t.release_result(result)  # idempotent
+
+
+def test_read_from_mapping_ref_without_manifest(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    weights, payload = example_payload()
+    ref = t.put_structured_object(payload)
+    spec = t.read_spec({"manifest_key": ref.manifest_key}).select_members(["weights"])
+    out = t.materialize(spec)
+    assert list(out.objects) == ["weights"]
+    np.testing.assert_array_equal(out.objects["weights"], weights)
+    with pytest.raises(ValueError, match="must include manifest_key"):
+        t.materialize(t.read_spec({"manifest": ref.manifest}))
+
+
+def test_selection_errors(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    _, payload = example_payload()
+    ref = t.put_structured_object(payload)
+    with pytest.raises(ValueError, match="selected no members"):
+        t.materialize(t.read_spec(ref).select_members([]))
+    with pytest.raises(KeyError, match="unknown bundle buffers"):
+        t.materialize(t.read_spec(ref).select_members(["nope"]))
+    with pytest.raises(ValueError, match="does not support slicing"):
+        t.materialize(t.read_spec(ref).slice_member("tokens", 0, 0, 1))
+    with pytest.raises(ValueError, match="does not support materialize_into"):
+        t.materialize_into(t.read_spec(ref), {"tokens": np.empty(3, np.uint8)})
+
+
+def test_sliced_read_fetches_only_the_slice(store_master, stores):
+    rec = Recorder(stores(store_master))
+    t = MooncakeBundleTransfer(rec, default_chunk_bytes=4096)
+    rows = np.arange(1000 * 16, dtype=np.float32).reshape(1000, 16)  # 64 000 bytes, 16 chunks
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"rows": rows}))
+    assert len(ref.manifest["buffers"]["rows"]["chunks"]) == 16
+    rec.calls.clear()
+    spec = t.read_spec(ref).slice_member("rows", axis=0, start=100, end=110)
+    out = t.materialize(spec).objects["rows"]
+    np.testing.assert_array_equal(out, rows[100:110])
+    ranges = rec.named("get_into_ranges")
+    assert len(ranges) == 1
+    fetched = sum(z for per_key in ranges[0][4] for frag in per_key for z in frag)
+    assert fetched == 10 * 16 * 4  # the slice's bytes, not the member's
+    assert not rec.named("get") and not rec.named("batch_get_into")[1:]
+
+
+def test_stepped_and_negative_slices(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master), default_chunk_bytes=100)
+    rows = np.arange(50 * 3, dtype=np.int64).reshape(50, 3)
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"r": rows}))
+    for start, end, step in ((0, 50, 7), (-10, 50, 3), (5, 6, 1), (10, 5, 1), (0, 1000, 1)):
+        spec = t.read_spec(ref).slice_member("r", 0, start, end, step)
+        np.testing.assert_array_equal(t.materialize(spec).objects["r"], rows[start:end:step])
+    with pytest.raises(ValueError, match="axis=0 only"):
+        t.materialize(t.read_spec(ref).slice_member("r", 1, 0, 1))
+    with pytest.raises(ValueError, match="step must be positive"):
+        t.materialize(t.read_spec(ref).slice_member("r", 0, 0, 1, 0))
+    spec = t.read_spec(ref).slice_member("r", 0, 0, 1).slice_member("r", 0, 2, 4)
+    assert spec.member_slice("r") == StructuredMemberSlice(0, 2, 4)
+
+
+def test_materialize_into_caller_buffers(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master), default_chunk_bytes=64)
+    tokens = np.array(range(24), dtype=np.int32).reshape(6, 4)
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"tokens": tokens}))
+    dest = np.zeros((3, 4), dtype=np.int32)
+    spec = t.read_spec(ref).select_members(["tokens"]).slice_member("tokens", 0, 2, 5)
+    result = t.materialize_into(spec, {"tokens": dest})
+    assert result.objects["tokens"] is dest
+    np.testing.assert_array_equal(dest, tokens[2:5])
+    full = np.zeros((6, 4), dtype=np.int32)
+    assert t.materialize_into(t.read_spec(ref), {"tokens": full}).objects["tokens"] is full
+    np.testing.assert_array_equal(full, tokens)
+    bad = {
+        "dtype mismatch": np.zeros((6, 4), np.int64),
+        "shape mismatch": np.zeros((5, 4), np.int32),
+        "C-contiguous": np.zeros((4, 6), np.int32).T,
+    }
+    for msg, arr in bad.items():
+        with pytest.raises(ValueError, match=msg):
+            t.materialize_into(t.read_spec(ref), {"tokens": arr})
+    ro = np.zeros((6, 4), np.int32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        t.materialize_into(t.read_spec(ref), {"tokens": ro})
+    with pytest.raises(TypeError):
+        t.materialize_into(t.read_spec(ref), {"tokens": bytearray(96)})
+
+
+def test_chunked_bundle_and_removal(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="bundles")
+    big = bytes(range(256)) * 40  # 10 240 bytes
+    ref = t.put_bundle(
+        b'{"k":1}', {"big": big, "empty": b"", "small": bytearray(b"xy")}, chunk_bytes=4096
+    )
+    spec = ref.manifest["buffers"]
+    assert [c["bytes"] for c in spec["big"]["chunks"]] == [4096, 4096, 2048]
+    assert spec["big"]["chunks"][2]["key"] == spec["big"]["key"] + "/chunk/2"
+    assert spec["empty"] == {"key": spec["empty"]["key"], "bytes": 0, "chunks": []}
+    assert s.is_exist(spec["empty"]["key"]) == 0  # an empty payload writes no key
+    assert s.is_exist(spec["big"]["key"]) == 0  # chunked: only the chunk keys
+    out = t.materialize(t.read_spec(ref))
+    assert bytes(out.objects["big"]) == big and bytes(out.objects["small"]) == b"xy"
+    assert bytes(out.objects["empty"]) == b""
+    t.release_result(out)
+    keys = [c["key"] for p in spec.values() for c in p["chunks"]] + [ref.manifest_key]
+    assert all(s.is_exist(k) == 1 for k in keys)
+    t.remove_bundle(RemoteBundleRef(ref.manifest_key, None))  # fetched from the store
+    assert all(s.is_exist(k) == 0 for k in keys + [ref.manifest["meta"]["key"]])
+    with pytest.raises(RuntimeError, match="manifest not found"):
+        t.materialize(t.read_spec(ref.manifest_key and {"manifest_key": ref.manifest_key}))
+
+
+def test_remove_rejects_foreign_manifest_key(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    ref = t.put_bundle(b"{}", {"a": b"1"})
+    with pytest.raises(ValueError, match="manifest_key does not match"):
+        t.remove_bundle(RemoteBundleRef("bundle/default/other/manifest", ref.manifest))
+
+
+def test_put_errors_and_rollback(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="rb")
+    with pytest.raises(TypeError, match="must be bytes-like"):
+        t.put_bundle(b"{}", {"a": 12})
+    with pytest.raises(ValueError, match="invalid bundle buffer name"):
+        t.put_bundle(b"{}", {"a/b": b"1"})
+    with pytest.raises(ValueError, match="invalid bundle partition"):
+        t.put_bundle(b"{}", {"a": b"1"}, partition="x/y")
+    with pytest.raises(ValueError, match="reserved"):
+        t.put_structured_object(StructuredObjectPayload({STRUCTURED_FIELD_SPECS_KEY: 1}, {}))
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        t.put_structured_object(StructuredObjectPayload({"x": object()}, {"a": b"1"}))
+    with pytest.raises(RuntimeError, match="zero-copy put requires"):
+        t.put_bundle(b"{}", {"a": b"1"}, policy=BundleTransferPolicy(copy_mode="zero_copy"))
+    # A write that fails midway (the second member is too large for the
+    # pool) removes what it wrote.
+    assert s.remove_all(True) >= 0
+    with pytest.raises(RuntimeError):
+        t.put_bundle(b"{}", {"a": b"1", "huge": bytes(200 << 20)})
+    assert s.remove_by_regex("^rb/") == 0
+
+
+CORRUPTIONS = {
+    "version": lambda m: m.update(version=2),
+    "layout": lambda m: m.update(layout="flat"),
+    "namespace": lambda m: m["buffers"]["a"].update(key="elsewhere/x"),
+    "bytes": lambda m: m["buffers"]["a"].update(bytes=-1),
+    "chunk sum": lambda m: m["buffers"]["a"]["chunks"][0].update(bytes=99),
+    "empty chunks": lambda m: m["buffers"]["a"].update(chunks=[]),
+    "meta namespace": lambda m: m["meta"].update(key="bundle/other/x/meta"),
+    "cleanup": lambda m: m.update(cleanup_keys=["bundle/zzz"]),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CORRUPTIONS))
+def test_corrupted_manifests(store_master, stores, what):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    ref = t.put_bundle(b"{}", {"a": b"123"})
+    bad = json.loads(json.dumps(ref.manifest))
+    CORRUPTIONS[what](bad)
+    with pytest.raises(ValueError):
+        t.materialize(t.read_spec(RemoteBundleRef(ref.manifest_key, bad)))
+    # The same manifest written over the stored one fails the same way.
+    assert s.upsert(ref.manifest_key, json.dumps(bad).encode()) == 0
+    with pytest.raises(ValueError):
+        t.materialize(t.read_spec({"manifest_key": ref.manifest_key}))
+
+
+def test_garbage_manifest_on_store(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    assert s.put("bundle/default/x/manifest", b"\xffnot json") == 0
+    with pytest.raises(ValueError, match="invalid bundle manifest"):
+        t.materialize(t.read_spec({"manifest_key": "bundle/default/x/manifest"}))
+
+
+def test_pool_backed_results(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    _, payload = example_payload()
+    ref = t.put_structured_object(payload)
+    out = t.materialize(t.read_spec(ref))
+    tokens = out.objects["tokens"]
+    assert isinstance(tokens, np.ndarray) and tokens.dtype == np.uint8
+    assert tokens._mooncake_pool_owner is not None
+    pool = t._buffer_pool()
+    assert pool.active_leases == 2
+    t.release_result(out)
+    assert pool.active_leases == 0
+
+
+def test_explicit_copy_mode_without_pool(store_master, stores):
+    rec = Recorder(stores(store_master))
+    t = MooncakeBundleTransfer(rec)
+    ref = t.put_bundle(b"{}", {"a": b"xyz"}, policy=BundleTransferPolicy(copy_mode="copy"))
+    assert not rec.named("batch_put_from") and len(rec.named("put")) == 3  # meta, a, manifest
+    assert bytes(t.materialize(t.read_spec(ref)).objects["a"]) == b"xyz"
+
+
+def test_parallel_puts(store_master, stores):
+    rec = Recorder(stores(store_master))
+    t = MooncakeBundleTransfer(rec)
+    data = np.random.default_rng(3).integers(0, 256, 40_000, dtype=np.uint8).tobytes()
+    policy = BundleTransferPolicy(max_inflight_put=4, put_mode="parallel")
+    ref = t.put_bundle(b"{}", {"d": data}, chunk_bytes=1000, policy=policy)
+    assert len(rec.named("batch_put_from")) == 40
+    assert bytes(t.materialize(t.read_spec(ref)).objects["d"]) == data
+
+
+def test_tensor_members(store_master, stores):
+    torch = pytest.importorskip("torch")
+    t = MooncakeBundleTransfer(stores(store_master))
+    x = torch.arange(10, dtype=torch.int64).reshape(2, 5)
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"x": x}))
+    assert ref.manifest["buffers"]["x"]["kind"] == "tensor"
+    out = t.materialize(t.read_spec(ref))
+    assert out.metadata[STRUCTURED_FIELD_SPECS_KEY]["x"] == {
+        "encoding": "torch_tensor",
+        "dtype": "torch.int64",
+        "shape": [2, 5],
+        "element_size": 8,
+    }
+    assert torch.equal(out.objects["x"], x)
+    copied = t.put_structured_object(
+        StructuredObjectPayload(buffers={"x": x}), policy=BundleTransferPolicy(copy_mode="copy")
+    )
+    assert copied.manifest["buffers"]["x"]["metadata_bytes"] == 304
+    assert torch.equal(t.materialize(t.read_spec(copied)).objects["x"], x)
+
+
+class Cfg:
+    def __init__(self):
+        self.group_ids = None
+        self.replica_num = 1
+
+
+def test_config_for_grouped_keys():
+    assert _config_for_grouped_keys(None, 3) is None
+    c = Cfg()
+    assert _config_for_grouped_keys(c, 3) is c
+    c.group_ids = "g"
+    out = _config_for_grouped_keys(c, 3)
+    assert out.group_ids == ["g"] * 3 and c.group_ids == "g"
+    c.group_ids = ["g"]
+    assert _config_for_grouped_keys(c, 1) is c
+    c.group_ids = []
+    assert _config_for_grouped_keys(c, 2).group_ids is None
+    c.group_ids = ["a", "b"]
+    with pytest.raises(ValueError, match="exactly one logical group id"):
+        _config_for_grouped_keys(c, 2)
+
+
+PEER_SCRIPT = """
+import json, sys
+import numpy as np
+from mooncake.store import MooncakeDistributedStore
+from mooncake.structured_object_store import MooncakeBundleTransfer, StructuredObjectPayload
+
+metadata, master, manifest_key = sys.argv[1:]
+store = MooncakeDistributedStore()
+assert store.setup("127.0.0.1", metadata, "32MB", "8MB", "tcp", "", master) == 0
+t = MooncakeBundleTransfer(store, key_prefix="shared")
+got = t.materialize(t.read_spec({"manifest_key": manifest_key}).slice_member("rows", 0, 10, 20))
+rows = got.objects["rows"]
+members = {"sum": rows.sum(axis=1), "echo": bytes(got.objects["b"])}
+ref = t.put_structured_object(StructuredObjectPayload({"from": "peer"}, members))
+t.release_result(got)
+print(json.dumps({"step": got.metadata["step"], "manifest_key": ref.manifest_key}), flush=True)
+sys.stdin.readline()  # keep the segment (and the object on it) until told
+store.close()
+"""
+
+
+def test_two_processes_share_objects(store_master, stores, process_reaper):
+    """Objects written through MooncakeBundleTransfer in one process read back in another."""
+    import subprocess
+    import sys
+
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="shared")
+    rows = np.arange(300, dtype=np.float64).reshape(100, 3)
+    ref = t.put_structured_object(StructuredObjectPayload({"step": 3}, {"rows": rows, "b": b"hi"}))
+    peer = process_reaper.popen(
+        [
+            sys.executable,
+            "-c",
+            PEER_SCRIPT,
+            store_master.metadata_url,
+            store_master.rpc,
+            ref.manifest_key,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    reply = json.loads(peer.stdout.readline())
+    assert reply["step"] == 3
+    out = t.materialize(t.read_spec({"manifest_key": reply["manifest_key"]}))
+    assert out.metadata["from"] == "peer"
+    np.testing.assert_array_equal(out.objects["sum"], rows[10:20].sum(axis=1))
+    assert bytes(out.objects["echo"]) == b"hi"
+    t.release_result(out)
+    t.remove_bundle({"manifest_key": reply["manifest_key"]})
+    assert s.is_exist(reply["manifest_key"]) == 0
+    peer.stdin.write("done\n")
+    peer.stdin.flush()
+    assert peer.wait(30) == 0
