@@ -263,21 +263,20 @@ def te_flow(role: str, cfg: dict) -> None:
 # vLLM store connector
 
 
-def vllm_store(role: str, cfg: dict) -> None:
+def default_store(cfg: dict):
+    """A store set up as vLLM's and LMCache's configs do by default:
+    protocol "rdma", device_name ""."""
     from mooncake.store import MooncakeDistributedStore
 
     store = MooncakeDistributedStore()
-    # MooncakeStoreConfig defaults: protocol "rdma", device_name "".
-    rc = store.setup(
-        "127.0.0.1",
-        cfg["metadata_server"],
-        64 << 20,
-        16 << 20,
-        "rdma",
-        "",
-        cfg["master"],
-    )
+    meta, master = cfg["metadata_server"], cfg["master"]
+    rc = store.setup("127.0.0.1", meta, 64 << 20, 16 << 20, "rdma", "", master)
     expect(rc == 0, f"setup {rc}")
+    return store
+
+
+def vllm_store(role: str, cfg: dict) -> None:
+    store = default_store(cfg)
     seed, prefix = cfg["seed"], cfg["prefix"]
     n_keys = PAGES // LAYERS
     keys = [f"{prefix}@tp0@{i}" for i in range(n_keys)]
@@ -318,19 +317,7 @@ _META = struct.Struct("<iiiiii")
 
 
 def lmcache(role: str, cfg: dict) -> None:
-    from mooncake.store import MooncakeDistributedStore
-
-    store = MooncakeDistributedStore()
-    rc = store.setup(
-        "127.0.0.1",
-        cfg["metadata_server"],
-        64 << 20,
-        16 << 20,
-        "rdma",
-        "",
-        cfg["master"],
-    )
-    expect(rc == 0, f"setup {rc}")
+    store = default_store(cfg)
     seed, prefix = cfg["seed"], cfg["prefix"]
     keys = [f"{prefix}@vllm@0@{i:016x}" for i in range(PAGES)]
     shape = (2, 4, 16, PAGE // (2 * 4 * 16 * 2))  # bf16: 2 bytes per element

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import enum
 import json
 import logging
@@ -248,20 +249,19 @@ class _SetupError(Exception):
         self.code = code
 
 
+@dataclasses.dataclass(frozen=True)
 class _SetupParams:
-    """setup()'s arguments, parsed and validated."""
+    """setup()'s arguments, parsed and validated: what reaches the library."""
 
-    __slots__ = (
-        "local_hostname",
-        "metadata_server",
-        "global_segment_size",
-        "local_buffer_size",
-        "protocol",
-        "rdma_devices",
-        "master_server_addr",
-        "engine",
-        "tenant_id",
-    )
+    local_hostname: str
+    metadata_server: str
+    global_segment_size: int
+    local_buffer_size: int
+    protocol: str
+    rdma_devices: str
+    master_server_addr: str
+    engine: Any
+    tenant_id: str
 
 
 _SETUP_NAMES = (
@@ -355,20 +355,22 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
             raise ValueError
     except (TypeError, ValueError):
         raise _SetupError(ErrorCode.INVALID_PARAMS, f"invalid client_http_port {port!r}") from None
-    p = _SetupParams()
     try:
-        p.global_segment_size = parse_size(values["global_segment_size"])
-        p.local_buffer_size = parse_size(values["local_buffer_size"])
+        segment = parse_size(values["global_segment_size"])
+        buffer = parse_size(values["local_buffer_size"])
     except ValueError as e:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
-    p.local_hostname = str(values["local_hostname"])
-    p.metadata_server = str(values["metadata_server"])
-    p.protocol = str(values["protocol"] or "tcp")
-    p.rdma_devices = str(values["rdma_devices"] or "")
-    p.master_server_addr = str(values["master_server_addr"])
-    p.engine = values.get("engine")
-    p.tenant_id = str(values.get("tenant_id") or "default")
-    return p
+    return _SetupParams(
+        local_hostname=str(values["local_hostname"]),
+        metadata_server=str(values["metadata_server"]),
+        global_segment_size=segment,
+        local_buffer_size=buffer,
+        protocol=str(values["protocol"] or "tcp"),
+        rdma_devices=str(values["rdma_devices"] or ""),
+        master_server_addr=str(values["master_server_addr"]),
+        engine=values.get("engine"),
+        tenant_id=str(values.get("tenant_id") or "default"),
+    )
 
 
 class MooncakeDistributedStore:
