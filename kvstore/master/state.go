@@ -33,8 +33,8 @@ type object struct {
 	softPinUntil time.Time
 	hardPin      bool
 	checksum     *uint64
-	dataType int    // upstream ObjectDataType, metadata only
-	groupID  string // storage group, metadata only
+	dataType     int    // upstream ObjectDataType, metadata only
+	groupID      string // storage group, metadata only
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
