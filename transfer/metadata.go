@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 // ErrMetadataNotFound is returned by a MetadataStore for a missing key.
@@ -67,7 +68,7 @@ type metadataKeys struct{ prefix string }
 
 func newMetadataKeys() metadataKeys {
 	p := "mooncake/"
-	if id := os.Getenv("MC_METADATA_CLUSTER_ID"); id != "" {
+	if id := envvars.MetadataClusterID.Value(); id != "" {
 		p += id + "/"
 	}
 	return metadataKeys{prefix: p}

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
@@ -106,7 +107,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
 	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
 	clusterDefault := master.DefaultClusterID
-	if v := os.Getenv("MC_STORE_CLUSTER_ID"); v != "" {
+	if v := envvars.StoreClusterID.Value(); v != "" {
 		clusterDefault = v
 	}
 	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")

@@ -6,12 +6,13 @@ package logging
 import (
 	"log/slog"
 	"os"
-	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 // Level is the level MC_LOG_LEVEL asks for.
 func Level() slog.Level {
-	switch strings.TrimSpace(os.Getenv("MC_LOG_LEVEL")) {
+	switch envvars.LogLevel.Value() {
 	case "-1":
 		return slog.LevelDebug
 	case "1":
