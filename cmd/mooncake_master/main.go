@@ -202,7 +202,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		MetricsAddress: net.JoinHostPort(o.metricsHost, strconv.Itoa(o.metricsPort)),
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
-			Logger: log,
+			Logger: log, ClusterID: o.clusterID,
 		},
 		Logger: log,
 	}
