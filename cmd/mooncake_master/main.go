@@ -24,6 +24,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
+	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
 
@@ -48,6 +49,9 @@ func main() {
 		os.Exit(2) // the message and usage are already printed
 	default:
 		fmt.Fprintln(os.Stderr, "mooncake_master:", err)
+		if hint := troubleshoot.HintFor(err); hint != "" {
+			fmt.Fprintln(os.Stderr, "mooncake_master:", hint)
+		}
 		os.Exit(1)
 	}
 }

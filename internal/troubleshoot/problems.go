@@ -114,3 +114,15 @@ func Match(line string) []*Problem {
 	}
 	return out
 }
+
+// HintFor returns the Hint of the first known problem err shows, or "".
+// A binary prints it under its error.
+func HintFor(err error) string {
+	if err == nil {
+		return ""
+	}
+	if ps := Match(err.Error()); len(ps) > 0 {
+		return ps[0].Hint()
+	}
+	return ""
+}
