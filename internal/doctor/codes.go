@@ -57,6 +57,11 @@ var storeExplanations = map[kvstore.ErrorCode]explanation{
 	kvstore.UnavailableInCurrentStatus: {"the master is not serving: it is an HA standby or not yet elected",
 		"connect with master_server_address=\"etcd://...\" so the client follows the leader"},
 	kvstore.NotSupported: {"the operation is not supported by Mooncake-Go", "see docs/store.md for what is implemented"},
+	kvstore.TenantQuotaExceeded: {"the write would take the tenant past its quota (master --enable_multi_tenants)",
+		"remove the tenant's objects, or raise its quota with the master's /api/v1/tenant_quotas"},
+	kvstore.TenantNotRegistered: {"the tenant has no quota registered, so it may not write",
+		"register the tenant's quota at the master's /api/v1/tenant_quotas, or check the client's tenant_id"},
+	kvstore.TenantNotEmpty: {"the tenant still holds objects, so its quota cannot be removed", "remove the tenant's objects first"},
 }
 
 // engineExplanations explain the Transfer Engine's codes (transfer/errors.go
