@@ -23,7 +23,19 @@ import (
 // /dev/shm test runs it inside a private mount namespace).
 const reexecEnv = "MOONCAKE_TEST_RUN_MOONCAKE_MAIN"
 
-func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, reexecEnv, main) }
+// TestMain runs main() for the re-executed binary, else the tests, then
+// removes the mooncake_master they built.
+func TestMain(m *testing.M) {
+	if os.Getenv(reexecEnv) == "1" {
+		main()
+		return
+	}
+	code := m.Run()
+	if masterBin != "" {
+		os.RemoveAll(filepath.Dir(masterBin))
+	}
+	os.Exit(code)
+}
 
 var (
 	masterBinOnce sync.Once
