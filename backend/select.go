@@ -1,6 +1,6 @@
 package backend
 
-import "os"
+import "github.com/mooncake-go/mooncake/internal/envvars"
 
 // Algorithm choice by size and world size: the one place it is made.
 
@@ -10,12 +10,12 @@ type allReduceFn func(g *Group, buf []byte, count int, dt DType, op ReduceOp) er
 // every rank sending its whole input to every other rank and reducing all
 // of them locally: one round trip instead of two, at n-1 times the traffic.
 // MC_PG_DIRECT_MAX overrides it.
-var directAllReduceMax = envBytes("MC_PG_DIRECT_MAX", 64<<10)
+var directAllReduceMax = envvars.PGDirectMax.Int(64 << 10)
 
 // forcedAllReduce (MC_PG_ALLREDUCE_ALGO=direct|rsag|rspull) overrides the
 // choice for sizes the algorithm can take, for benchmarking the algorithms
 // against each other.
-var forcedAllReduce = os.Getenv("MC_PG_ALLREDUCE_ALGO")
+var forcedAllReduce = envvars.PGAllReduceAlgo.Value()
 
 func chooseAllReduce(g *Group, nbytes int) allReduceFn {
 	n := len(g.act) // active ranks

@@ -3,15 +3,17 @@ package main
 // #include <stdlib.h>
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
 
-// version is the library version reported by mc_version.
-const version = "0.1.0"
+	"github.com/mooncake-go/mooncake/internal/version"
+)
 
-// mc_version returns the library version string. Free it with mc_free.
+// mc_version returns the library version string (internal/version). Free
+// it with mc_free.
 //
 //export mc_version
-func mc_version() *C.char { return C.CString(version) }
+func mc_version() *C.char { return C.CString(version.String()) }
 
 // mc_free releases memory returned by this library.
 //

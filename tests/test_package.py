@@ -28,9 +28,9 @@ HEADER = REPO / "capi" / "mooncake.h"
 
 
 def _repo_version() -> str:
-    text = (REPO / "capi" / "version.go").read_text()
+    text = (REPO / "internal" / "version" / "version.go").read_text()
     m = re.search(r'const version = "([^"]+)"', text)
-    assert m, 'capi/version.go has no `const version = "..."`'
+    assert m, 'internal/version/version.go has no `const version = "..."`'
     return m.group(1)
 
 

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 // SegmentHandle names a remote segment opened with Engine.OpenSegment.
@@ -133,8 +135,8 @@ func New(cfg Config) (*Engine, error) {
 // listenRPC binds the handshake listener on a random port in
 // [MC_MIN_RPC_PORT, MC_MAX_RPC_PORT] (default 15000-17000).
 func listenRPC(bind string) (net.Listener, error) {
-	lo := envInt("MC_MIN_RPC_PORT", defaultMinRPCPort)
-	hi := envInt("MC_MAX_RPC_PORT", defaultMaxRPCPort)
+	lo := envvars.MinRPCPort.Int(defaultMinRPCPort)
+	hi := envvars.MaxRPCPort.Int(defaultMaxRPCPort)
 	if hi < lo {
 		hi = lo
 	}
@@ -150,8 +152,8 @@ func listenRPC(bind string) (net.Listener, error) {
 }
 
 func handshakeMaxLength() uint64 {
-	n := envInt("MC_HANDSHAKE_MAX_LENGTH", defaultHandshakeMaxLength)
-	return uint64(min(max(n, 1), 128<<20))
+	n := envvars.HandshakeMaxLength.Int(defaultHandshakeMaxLength)
+	return uint64(n)
 }
 
 // Name is the local segment name peers open this engine by.

@@ -2,7 +2,8 @@ package transfer
 
 import (
 	"fmt"
-	"os"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 // Test-only fault injection: with MC_TE_FAULT_INJECTION=1 in the
@@ -17,7 +18,7 @@ const FaultInjectionEnv = "MC_TE_FAULT_INJECTION"
 // InjectLinkFailure makes transfers from this engine to the segment named
 // peer fail (fail true) or work again (fail false).
 func (e *Engine) InjectLinkFailure(peer string, fail bool) error {
-	if os.Getenv(FaultInjectionEnv) != "1" {
+	if envvars.FaultInjection.Value() != "1" {
 		return errorf(CodeInvalidArgument, nil, "fault injection is disabled (set %s=1)", FaultInjectionEnv)
 	}
 	e.faultMu.Lock()

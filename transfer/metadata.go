@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 // ErrMetadataNotFound is returned by a MetadataStore for a missing key.
@@ -65,9 +66,12 @@ func ParseMetadataConn(s string) (MetadataConn, error) {
 // MC_METADATA_CLUSTER_ID prefix.
 type metadataKeys struct{ prefix string }
 
-func newMetadataKeys() metadataKeys {
+func newMetadataKeys() metadataKeys { return keysOfCluster(envvars.MetadataClusterID.Value()) }
+
+// keysOfCluster is the key layout of cluster id ("" for none).
+func keysOfCluster(id string) metadataKeys {
 	p := "mooncake/"
-	if id := os.Getenv("MC_METADATA_CLUSTER_ID"); id != "" {
+	if id != "" {
 		p += id + "/"
 	}
 	return metadataKeys{prefix: p}
@@ -95,3 +99,8 @@ func openMetadataStore(c MetadataConn) (MetadataStore, error) {
 		return nil, fmt.Errorf("no metadata store for %q", c.Kind)
 	}
 }
+
+// SegmentMetadataKey is the metadata key under which the segment named name
+// publishes its descriptor when MC_METADATA_CLUSTER_ID is clusterID ("" for
+// unset); `mooncake doctor` looks descriptors up by it.
+func SegmentMetadataKey(clusterID, name string) string { return keysOfCluster(clusterID).segment(name) }

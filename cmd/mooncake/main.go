@@ -3,6 +3,10 @@
 //	mooncake info                      host topology and GPUs, as JSON
 //	mooncake probe --metadata_server=S SEGMENT
 //	                                   is a Transfer Engine segment reachable?
+//	mooncake doctor [--master A] [--metadata URL] [--json]
+//	                                   check a live deployment (docs/doctor.md)
+//	mooncake doctor logs FILE...       known problems in logs, with fixes
+//	mooncake doctor error CODE         explain a store or engine error number
 package main
 
 import (
@@ -24,6 +28,10 @@ commands:
   info    print the host's topology and GPUs as JSON
   probe   check that a Transfer Engine segment answers
           mooncake probe [--metadata_server=P2PHANDSHAKE] [--local_hostname=127.0.0.1] SEGMENT
+  doctor  check a live deployment and say what is wrong and how to fix it
+          mooncake doctor [--master host:port] [--metadata URL] [--json]
+          mooncake doctor logs FILE...    mooncake doctor error CODE
+          (mooncake doctor --help lists every flag)
 `
 
 func main() {
@@ -44,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return info(stdout, stderr)
 	case "probe":
 		return probe(args[1:], stdout, stderr)
+	case "doctor":
+		return doctorCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "mooncake: unknown command %q\n\n%s", args[0], usage)
 		return 2
@@ -63,9 +73,7 @@ func info(stdout, stderr io.Writer) int {
 	default:
 		out["gpus"], out["driver_version"] = inv.Devices, inv.DriverVersion
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	enc.Encode(out)
+	writeJSON(stdout, out)
 	return 0
 }
 

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -46,6 +47,9 @@ func main() {
 		os.Exit(2) // flag has already printed the error and usage
 	default:
 		fmt.Fprintln(os.Stderr, "mooncake_http_metadata_server:", err)
+		if hint := troubleshoot.HintFor(err); hint != "" {
+			fmt.Fprintln(os.Stderr, "mooncake_http_metadata_server:", hint)
+		}
 		os.Exit(1)
 	}
 }

@@ -22,7 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
+	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
 
@@ -47,6 +49,9 @@ func main() {
 		os.Exit(2) // the message and usage are already printed
 	default:
 		fmt.Fprintln(os.Stderr, "mooncake_master:", err)
+		if hint := troubleshoot.HintFor(err); hint != "" {
+			fmt.Fprintln(os.Stderr, "mooncake_master:", hint)
+		}
 		os.Exit(1)
 	}
 }
@@ -106,7 +111,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
 	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
 	clusterDefault := master.DefaultClusterID
-	if v := os.Getenv("MC_STORE_CLUSTER_ID"); v != "" {
+	if v := envvars.StoreClusterID.Value(); v != "" {
 		clusterDefault = v
 	}
 	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")
@@ -201,7 +206,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		MetricsAddress: net.JoinHostPort(o.metricsHost, strconv.Itoa(o.metricsPort)),
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
-			Logger: log,
+			Logger: log, ClusterID: o.clusterID,
 		},
 		Logger: log,
 	}

@@ -1,22 +1,24 @@
 // Package logging configures log/slog for Mooncake-Go processes and
 // libraries from MC_LOG_LEVEL, as upstream: 0 info (default), 1 warning,
-// 2 error; -1 adds debug messages.
+// 2 error; -1 adds debug messages. The names DEBUG, INFO, WARNING and ERROR
+// work too.
 package logging
 
 import (
 	"log/slog"
 	"os"
-	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 // Level is the level MC_LOG_LEVEL asks for.
 func Level() slog.Level {
-	switch strings.TrimSpace(os.Getenv("MC_LOG_LEVEL")) {
-	case "-1":
+	switch envvars.LogLevel.Value() {
+	case "-1", "DEBUG":
 		return slog.LevelDebug
-	case "1":
+	case "1", "WARNING":
 		return slog.LevelWarn
-	case "2":
+	case "2", "ERROR":
 		return slog.LevelError
 	}
 	return slog.LevelInfo

@@ -1,11 +1,9 @@
 package client
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/envvars"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -80,20 +78,12 @@ func (c ReplicateConfig) groupID(i int) string {
 	return ""
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil {
-		return v
-	}
-	return def
-}
-
 // rpcTimeout bounds one master RPC (MC_RPC_TIMEOUT_MS, default 10 s).
 func rpcTimeout() time.Duration {
-	return time.Duration(envInt("MC_RPC_TIMEOUT_MS", 10000)) * time.Millisecond
+	return time.Duration(envvars.RPCTimeoutMs.Int(10000)) * time.Millisecond
 }
 
-// checksumEnabled reports MOONCAKE_STORE_CHECKSUM=1.
+// checksumEnabled reports MOONCAKE_STORE_CHECKSUM=1 (or true/yes/on).
 func checksumEnabled() bool {
-	v := strings.TrimSpace(os.Getenv("MOONCAKE_STORE_CHECKSUM"))
-	return v == "1" || strings.EqualFold(v, "true")
+	return envvars.StoreChecksum.Enabled()
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -35,7 +35,7 @@ type masterConn struct {
 
 // masterViewKey is where HA masters publish the leader's address.
 func masterViewKey() string {
-	id := os.Getenv("MC_STORE_CLUSTER_ID")
+	id := envvars.StoreClusterID.Value()
 	if id == "" {
 		id = "mooncake_cluster"
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/mooncake-go/mooncake/internal/version"
 )
 
 // AdminHandler serves the master's HTTP admin endpoints (upstream's
@@ -13,6 +15,7 @@ import (
 //	GET /metrics           Prometheus text format (master_* metrics)
 //	GET /health            200 "OK"
 //	GET /role              "leader" or "standby"
+//	GET /status            JSON: version, role, HA, cluster id, lease TTL, clock
 //	GET /get_all_segments  JSON list of mounted segments
 //	GET /get_all_keys      JSON list of keys
 //	GET /query_key?key=K   JSON metadata of K (404 when absent); grants no lease
@@ -43,6 +46,9 @@ func (s *Server) AdminHandler() http.Handler {
 		} else {
 			_, _ = w.Write([]byte("standby"))
 		}
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.status())
 	})
 	mux.HandleFunc("GET /get_all_segments", func(w http.ResponseWriter, r *http.Request) {
 		type seg struct {
@@ -128,6 +134,34 @@ func (s *Server) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	return mux
+}
+
+// Status is what GET /status reports (`mooncake doctor` reads it).
+type Status struct {
+	Version       string `json:"version"`
+	Role          string `json:"role"` // "leader" or "standby"
+	HA            bool   `json:"ha"`
+	ClusterID     string `json:"cluster_id"`
+	ViewVersion   uint64 `json:"view_version"`
+	LeaseTTLMs    int64  `json:"default_kv_lease_ttl_ms"`
+	ClientTTLMs   int64  `json:"client_ttl_ms"`
+	TimeUnixNano  int64  `json:"time_unix_nano"` // the master's clock when it answered
+	ActiveClients int    `json:"active_clients"`
+	Segments      int    `json:"segments"`
+}
+
+func (s *Server) status() Status {
+	st := s.Stats()
+	role := "standby"
+	if s.IsLeader() {
+		role = "leader"
+	}
+	return Status{
+		Version: version.String(), Role: role, HA: s.opts.HA, ClusterID: s.opts.ClusterID,
+		ViewVersion: s.view.Load(), LeaseTTLMs: s.opts.Config.DefaultLeaseTTL.Milliseconds(),
+		ClientTTLMs: s.opts.Config.ClientTTL.Milliseconds(), ActiveClients: st.ActiveClients,
+		Segments: st.Segments, TimeUnixNano: s.clock().UnixNano(),
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -46,6 +46,10 @@ type Options struct {
 	// Standby makes the server start refusing RPCs (gRPC Unavailable)
 	// until SetLeader(true, ...) is called; HA mode uses it.
 	Standby bool
+	// HA and ClusterID are reported by GET /status: whether the master
+	// runs leader election, and its --cluster_id.
+	HA        bool
+	ClusterID string
 }
 
 // Server serves the Master gRPC service over one State guarded by a

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -331,6 +332,17 @@ func TestServiceOverTCP(t *testing.T) {
 	}
 	if code, body := get(svc.MetricsAddr(), "/role"); code != 200 || body != "leader" {
 		t.Fatalf("/role = %d %s", code, body)
+	}
+	before := time.Now()
+	code, body := get(svc.MetricsAddr(), "/status")
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+		t.Fatalf("/status = %d %s: %v", code, body, err)
+	}
+	if st.Version == "" || st.Role != "leader" || st.HA || st.ClusterID != DefaultClusterID || st.Segments != 1 ||
+		st.LeaseTTLMs != DefaultConfig().DefaultLeaseTTL.Milliseconds() ||
+		st.TimeUnixNano < before.UnixNano() || st.TimeUnixNano > time.Now().UnixNano() {
+		t.Fatalf("/status = %+v", st)
 	}
 	if code, _ := get(svc.MetricsAddr(), "/query_key?key=nope"); code != 404 {
 		t.Fatalf("/query_key missing = %d", code)

@@ -96,6 +96,13 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		}
 	}
 	opts.Standby = cfg.HA != nil
+	opts.HA = cfg.HA != nil
+	if cfg.HA != nil && cfg.HA.ClusterID != "" {
+		opts.ClusterID = cfg.HA.ClusterID
+	}
+	if opts.ClusterID == "" {
+		opts.ClusterID = DefaultClusterID
+	}
 	srv, err := NewServer(opts)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,162 @@
+package envvars
+
+// The variables the Go runtime reads, each through its accessor.
+var (
+	LogLevel = &Var{Name: "MC_LOG_LEVEL", Kind: Enum, Values: []string{"-1", "0", "1", "2", "DEBUG", "INFO", "WARNING", "ERROR"}, Default: "0",
+		ReadBy: "internal/logging", Doc: "log level: -1 (DEBUG), 0 (INFO), 1 (WARNING), 2 (ERROR)"}
+
+	TransferTimeout = &Var{Name: "MC_TRANSFER_TIMEOUT", Kind: Seconds, Min: 0.001, Default: "30",
+		ReadBy: "transfer", Doc: "deadline of one transfer, seconds"}
+	ForceTCP = &Var{Name: "MC_FORCE_TCP", Kind: Bool, Default: "false",
+		ReadBy: "transfer", Doc: "use TCP to every peer (no shared memory)"}
+	TCPBindAddress = &Var{Name: "MC_TCP_BIND_ADDRESS", Kind: IP, Default: "host of local_hostname if an IP, else all",
+		ReadBy: "transfer", Doc: "address the engine's listeners bind to"}
+	TCPLanesPerPeer = &Var{Name: "MC_TCP_LANES_PER_PEER", Kind: Int, Min: 1, Default: "4",
+		ReadBy: "transfer", Doc: "TCP connections per peer"}
+	MinRPCPort = &Var{Name: "MC_MIN_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "15000",
+		ReadBy: "transfer", Doc: "lowest handshake port the engine binds"}
+	MaxRPCPort = &Var{Name: "MC_MAX_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "17000",
+		ReadBy: "transfer", Doc: "highest handshake port the engine binds"}
+	HandshakeMaxLength = &Var{Name: "MC_HANDSHAKE_MAX_LENGTH", Kind: Int, Min: 1, Max: 128 << 20, Default: "1048576",
+		ReadBy: "transfer", Doc: "largest handshake message, bytes"}
+	MetadataClusterID = &Var{Name: "MC_METADATA_CLUSTER_ID", Kind: Text, Default: "none",
+		ReadBy: "transfer", Doc: "prefix of the engine's metadata keys: mooncake/<id>/..."}
+	FaultInjection = &Var{Name: "MC_TE_FAULT_INJECTION", Kind: Enum, Values: []string{"0", "1"}, Default: "0",
+		ReadBy: "transfer", Doc: "test only: 1 allows injected link failures"}
+
+	StoreClusterID = &Var{Name: "MC_STORE_CLUSTER_ID", Kind: Text, Default: "mooncake_cluster",
+		ReadBy: "kvstore/client, mooncake_master", Doc: "HA cluster id: etcd key mooncake-store/<id>/master_view"}
+	StoreClientMinPort = &Var{Name: "MC_STORE_CLIENT_MIN_PORT", Kind: Int, Min: 1, Max: 65535, Default: "12300",
+		ReadBy: "kvstore/client", Doc: "lowest port picked for a local_hostname without one"}
+	StoreClientMaxPort = &Var{Name: "MC_STORE_CLIENT_MAX_PORT", Kind: Int, Min: 1, Max: 65535, Default: "14300",
+		ReadBy: "kvstore/client", Doc: "highest port picked for a local_hostname without one"}
+	StoreClientSetupRetries = &Var{Name: "MC_STORE_CLIENT_SETUP_RETRIES", Kind: Int, Min: 1, Default: "20",
+		ReadBy: "kvstore/client", Doc: "ports tried in that range"}
+	RPCTimeoutMs = &Var{Name: "MC_RPC_TIMEOUT_MS", Kind: Int, Min: 1, Default: "10000",
+		ReadBy: "kvstore/client", Doc: "timeout of one master RPC, ms"}
+	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
+		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
+
+	PGInitTimeout = &Var{Name: "MC_PG_INIT_TIMEOUT", Kind: Seconds, Min: 0.001, Default: "300",
+		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
+	PGDirectMax = &Var{Name: "MC_PG_DIRECT_MAX", Kind: Int, Min: 1, Default: "65536",
+		ReadBy: "backend", Doc: "largest all_reduce done in one direct step, bytes"}
+	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "rsag", "rspull"}, Default: "chosen by size",
+		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
+	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
+		ReadBy: "backend", Doc: "spin before blocking, microseconds"}
+	PGSlotBytes = &Var{Name: "MC_PG_SLOT_BYTES", Kind: Int, Min: 1, Default: "chosen by group size",
+		ReadBy: "backend", Doc: "collective slot size, bytes"}
+	PGP2PSlotBytes = &Var{Name: "MC_PG_P2P_SLOT_BYTES", Kind: Int, Min: 1, Default: "1048576",
+		ReadBy: "backend", Doc: "point-to-point slot size, bytes"}
+
+	// MetadataServer is read by `mooncake doctor` as the default of --metadata.
+	MetadataServer = &Var{Name: "MC_METADATA_SERVER", Kind: Text, Default: "none",
+		ReadBy: "mooncake doctor", Doc: "metadata server the doctor checks when --metadata is not given"}
+)
+
+// All is every variable: those above, those read by Python, C++ and the
+// scripts, and upstream's that Mooncake-Go does not read.
+var All = []*Var{
+	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, MinRPCPort, MaxRPCPort,
+	HandshakeMaxLength, MetadataClusterID, FaultInjection,
+	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreChecksum,
+	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGSlotBytes, PGP2PSlotBytes,
+	MetadataServer,
+
+	{Name: "MOONCAKE_LIB", Kind: File, Default: "the installed libmooncake.so",
+		ReadBy: "python", Doc: "path of the libmooncake.so the Python package loads"},
+	{Name: "MOONCAKE_EP_LOCAL_HOSTNAME", Kind: Text, Default: "127.0.0.1",
+		ReadBy: "python", Doc: "address peers reach an EP Buffer's engine at"},
+	{Name: "MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
+		ReadBy: "torch_plugin", Doc: "0 turns off excluding failed ranks automatically (any other value turns it on)"},
+	{Name: "MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
+		ReadBy: "torch_plugin", Doc: "0 turns off the automatic sync after a failure (any other value turns it on)"},
+	{Name: "MOONCAKE_CONFIG_PATH", Kind: File, Default: "none",
+		ReadBy: "python", Doc: "store config file of MooncakeConfig.load_from_env (mooncake_config.py)"},
+	{Name: "MOONCAKE_MASTER", Kind: Text, Default: "none (required without MOONCAKE_CONFIG_PATH)",
+		ReadBy: "python", Doc: "MooncakeConfig: master_server_address"},
+	{Name: "MOONCAKE_LOCAL_HOSTNAME", Kind: Text, Default: "localhost",
+		ReadBy: "python", Doc: "MooncakeConfig: local_hostname"},
+	{Name: "MOONCAKE_TE_META_DATA_SERVER", Kind: Text, Default: "P2PHANDSHAKE",
+		ReadBy: "python", Doc: "MooncakeConfig: metadata_server"},
+	{Name: "MOONCAKE_GLOBAL_SEGMENT_SIZE", Kind: Text, Default: "MooncakeConfig's default",
+		ReadBy: "python", Doc: "MooncakeConfig: global_segment_size (bytes, or with a unit)"},
+	{Name: "MOONCAKE_LOCAL_BUFFER_SIZE", Kind: Text, Default: "MooncakeConfig's default",
+		ReadBy: "python", Doc: "MooncakeConfig: local_buffer_size (bytes, or with a unit)"},
+	{Name: "MOONCAKE_PROTOCOL", Kind: Text, Default: "tcp",
+		ReadBy: "python", Doc: "MooncakeConfig: protocol"},
+	{Name: "MOONCAKE_DEVICE", Kind: Text, Default: "none",
+		ReadBy: "python", Doc: "MooncakeConfig: device_name"},
+	{Name: "MOONCAKE_OFFLOAD_ENABLED", Kind: Text, Default: "false",
+		ReadBy: "python", Doc: "MooncakeConfig: enable_ssd_offload (true/yes/on/1, ...)"},
+	{Name: "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Kind: Text, Default: "none",
+		ReadBy: "python", Doc: "MooncakeConfig: ssd_offload_path"},
+	{Name: "MOONCAKE_TENANT_ID", Kind: Text, Default: "default",
+		ReadBy: "python", Doc: "MooncakeConfig: tenant_id"},
+	{Name: "MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", Kind: Text, Default: "false",
+		ReadBy: "python", Doc: "MooncakeConfig: enable_client_http_server (true/yes/on/1, ...)"},
+	{Name: "MOONCAKE_CLIENT_HTTP_PORT", Kind: Int, Min: 1, Max: 65535, Default: "9300",
+		ReadBy: "python", Doc: "MooncakeConfig: client_http_port"},
+	{Name: "MC_USE_TENT", Kind: Text, Default: "unset",
+		ReadBy: "python", Doc: "transfer_engine_topology_dump: set means upstream's TENT layout"},
+	{Name: "MC_USE_TEV1", Kind: Text, Default: "unset",
+		ReadBy: "python", Doc: "transfer_engine_topology_dump: same as MC_USE_TENT"},
+	{Name: "MC_CUSTOM_TOPO_JSON", Kind: Text, Default: "none",
+		ReadBy: "python", Doc: "transfer_engine_topology_dump: topology file for --use-custom-topo"},
+	{Name: "MOONCAKE_WHEELHOUSE", Kind: Text, Default: "~/.cache/mooncake-go/wheels",
+		ReadBy: "scripts/setup.sh", Doc: "wheel cache of make setup"},
+	{Name: "MOONCAKE_DEMO_MASTER", Kind: Text, Default: "none",
+		ReadBy: "demo", Doc: "master the collectives demo checkpoints to"},
+	{Name: "MOONCAKE_DEMO_METADATA", Kind: Text, Default: "none",
+		ReadBy: "demo", Doc: "metadata server of the collectives demo's checkpoint"},
+	{Name: "MOONCAKE_MOONCAKE_MASTER", Kind: File, Default: "the installed mooncake_master",
+		ReadBy: "benchmarks", Doc: "mooncake_master binary the store benchmark runs"},
+
+	upstream("MC_YLT_LOG_LEVEL", "yalantinglibs log level"),
+	upstream("MC_LOG_DIR", "log directory"),
+	upstream("MC_MS_AUTO_DISC", "RDMA topology auto-discovery"),
+	upstream("MC_MS_FILTERS", "RDMA devices to use"),
+	upstream("MC_TE_FILTERS", "RDMA devices to use"),
+	upstream("MC_FORCE_HCA", "force RDMA"),
+	upstream("MC_GID_INDEX", "RDMA GID index"),
+	upstream("MC_MTU", "RDMA MTU"),
+	upstream("MC_IB_PORT", "RDMA port"),
+	upstream("MC_ENABLE_DEST_DEVICE_AFFINITY", "fewer RDMA QPs"),
+	upstream("MC_RDMA_BIND_ADDRESS", "RDMA bind address"),
+	upstream("MC_SLICE_SIZE", "RDMA slice size"),
+	upstream("MC_RETRY_CNT", "RDMA retries"),
+	upstream("MC_NUM_QP_PER_EP", "RDMA QPs per endpoint"),
+	upstream("MC_MAX_EP_PER_CTX", "RDMA endpoints per context"),
+	upstream("MC_WORKERS_PER_CTX", "RDMA workers per context"),
+	upstream("MC_ENDPOINT_STORE_TYPE", "RDMA endpoint cache"),
+	upstream("MC_LEGACY_RPC_PORT_BINDING", "legacy handshake port binding"),
+	upstream("MC_TE_METRIC", "engine metrics"),
+	upstream("MC_TE_METRIC_INTERVAL_SECONDS", "engine metrics interval"),
+	upstream("MC_REDIS_USERNAME", "Redis metadata"),
+	upstream("MC_REDIS_PASSWORD", "Redis metadata"),
+	upstream("MC_REDIS_DB_INDEX", "Redis metadata"),
+	upstream("MC_DISABLE_METACACHE", "descriptor cache"),
+	upstream("MC_TE_METADATA_REFRESH_INTERVAL_SECONDS", "descriptor refresh"),
+	upstream("MC_HANDSHAKE_CONNECT_TIMEOUT", "handshake connect timeout"),
+	upstream("MC_TCP_ENABLE_CONNECTION_POOL", "TCP connection pool (always on here)"),
+	upstream("MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER", "TCP admission queue"),
+	upstream("MC_TCP_ADMISSION_TIMEOUT_MS", "TCP admission timeout"),
+	upstream("MC_TCP_PROTO", "TCP wire version (v2 here)"),
+	upstream("MC_TCP_SLICE_SIZE", "TCP slice size"),
+	upstream("MC_TCP_STATUS_TIMEOUT_SEC", "TCP status frame timeout"),
+	upstream("MC_STORE_MEMCPY", "local memcpy path"),
+	upstream("MC_STORE_USE_HUGEPAGE", "segments in huge pages"),
+	upstream("MC_STORE_HUGEPAGE_SIZE", "huge page size"),
+	upstream("MC_STORE_CLIENT_METRIC", "client metrics"),
+	upstream("MC_STORE_CLIENT_METRIC_INTERVAL", "client metrics interval"),
+	upstream("MC_STORE_LOCAL_HOT_CACHE_SIZE", "client hot cache"),
+	upstream("MC_MMAP_ARENA_POOL_SIZE", "mmap arena pool"),
+	upstream("MC_RPC_CONNECT_TIMEOUT_MS", "master connect timeout"),
+	upstream("MC_RPC_PROTOCOL", "master RPC protocol"),
+	upstream("MOONCAKE_HOST_ID", "placement host id"),
+}
+
+func upstream(name, doc string) *Var {
+	return &Var{Name: name, Kind: Text, Default: "not read", Doc: "upstream: " + doc}
+}
