@@ -20,8 +20,9 @@ with `select_members` and `slice_member` (axis 0, ranged reads of only the
 slice's bytes), then `materialize` (new objects) or `materialize_into`
 (caller-owned ndarrays). `remove_bundle` removes every key of an object.
 
-The DataProto layer of upstream's module (``put_dataproto`` and its
-codecs) is not part of this implementation.
+The DataProto layer (``put_dataproto``/``get_dataproto``, refs and their
+handles, non-tensor codecs) lives in `mooncake._dataproto` and
+`mooncake._dataproto_codecs`; its names are exported here.
 """
 
 from __future__ import annotations
@@ -334,8 +335,64 @@ class _PoolArray(np.ndarray):
     _mooncake_pool_owner: Any = None
 
 
-class MooncakeBundleTransfer:
-    """Writes and reads bundles and structured objects on `store`."""
+from mooncake._dataproto import (  # noqa: E402  (the DataProto layer uses the names above)
+    DATAPROTO_REF_HANDLE_TYPE,
+    DATAPROTO_REF_HANDLE_VERSION,
+    STORAGE_GROUP_ID,
+    MooncakeDataProtoRef,
+    StructuredFieldLocation,
+    _DataProtoMixin,
+    export_dataproto_ref,
+    export_ref,
+    import_dataproto_ref,
+    import_ref,
+    is_dataproto_ref_handle,
+)
+from mooncake._dataproto_codecs import (  # noqa: E402
+    MISSING,
+    FieldSchema,
+    _choose_leaf_codec,
+    _CodecDecision,
+    _escape_key,
+    _Missing,
+)
+
+__all__ = [
+    "AUTO_PARALLEL_MIN_BYTES",
+    "AUTO_PARALLEL_MIN_CHUNKS",
+    "DATAPROTO_REF_HANDLE_TYPE",
+    "DATAPROTO_REF_HANDLE_VERSION",
+    "DEFAULT_BUNDLE_CHUNK_BYTES",
+    "MISSING",
+    "MISSING_OBJECT_ERROR",
+    "STORAGE_GROUP_ID",
+    "STRUCTURED_FIELD_SPECS_KEY",
+    "BundleTransferPolicy",
+    "FieldSchema",
+    "MooncakeBundleTransfer",
+    "MooncakeDataProtoRef",
+    "RemoteBundleRef",
+    "StructuredFieldLocation",
+    "StructuredMemberSlice",
+    "StructuredObjectPayload",
+    "StructuredObjectReadSpec",
+    "StructuredObjectResult",
+    "_CodecDecision",
+    "_Missing",
+    "_choose_leaf_codec",
+    "_escape_key",
+    "export_dataproto_ref",
+    "export_ref",
+    "import_dataproto_ref",
+    "import_ref",
+    "is_dataproto_ref_handle",
+    "raw_destination",
+    "tensor_object_buffer",
+]
+
+
+class MooncakeBundleTransfer(_DataProtoMixin):
+    """Writes and reads bundles and structured objects (and DataProtos) on `store`."""
 
     def __init__(
         self,
@@ -542,15 +599,60 @@ class MooncakeBundleTransfer:
                 "meta": meta_spec,
                 "buffers": specs,
             }
-            manifest_key = f"{base}/manifest"
-            raw = json.dumps(manifest, separators=(",", ":")).encode()
-            written.append(manifest_key)
-            rc = self._call("put", config, 1, manifest_key, memoryview(raw))
-            self._check("put", manifest_key, rc)
+            return self._put_manifest(base, manifest, config, written)
         except BaseException:
             self._cleanup(written, strict=False)
             raise
+
+    def _put_manifest(self, base: str, manifest: dict, config, written) -> RemoteBundleRef:
+        manifest_key = f"{base}/manifest"
+        raw = json.dumps(manifest, separators=(",", ":")).encode()
+        written.append(manifest_key)
+        rc = self._call("put", config, 1, manifest_key, memoryview(raw))
+        self._check("put", manifest_key, rc)
         return RemoteBundleRef(manifest_key, manifest)
+
+    def put_bundle_manifest(
+        self,
+        meta: Any,
+        buffers: Mapping[str, dict],
+        *,
+        buffer_object_ids: Sequence[str],
+        cleanup_keys: Sequence[str] = (),
+        partition: str = "default",
+        config: Any = None,
+    ) -> RemoteBundleRef:
+        """A new object whose manifest names payloads already stored by the objects
+        `buffer_object_ids` (a merged manifest); `remove_bundle` of it also removes
+        `cleanup_keys`. Only the new meta and manifest are written."""
+        if not _valid_name(partition):
+            raise ValueError(f"invalid bundle partition: {partition!r}")
+        object_id = f"{partition}/{uuid.uuid4().hex}"
+        base = f"{self.key_prefix}/{object_id}"
+        written: list[str] = []
+        try:
+            meta_spec = self._put_payload(
+                f"{base}/meta",
+                [_bytes_view(meta, "meta")],
+                self.default_chunk_bytes,
+                BundleTransferPolicy(copy_mode="copy"),
+                config,
+                written,
+            )
+            manifest = {
+                "version": 1,
+                "layout": "bundle",
+                "object_id": object_id,
+                "meta": meta_spec,
+                "buffers": dict(buffers),
+                "buffer_object_ids": list(dict.fromkeys(buffer_object_ids)),
+                "cleanup_keys": list(dict.fromkeys(cleanup_keys)),
+            }
+            self._validate(manifest)
+            return self._put_manifest(base, manifest, config, written)
+        except BaseException:
+            self._cleanup(written, strict=False)
+            raise
 
     def _call(self, name: str, config: Any, n: int, *args: Any) -> Any:
         fn = self._fn[name]
