@@ -568,18 +568,10 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         if inflight < 1:
             raise ValueError("max_inflight_put must be at least 1")
         policy = replace(policy, max_inflight_put=inflight)
-        object_id = f"{partition}/{uuid.uuid4().hex}"
-        base = f"{self.key_prefix}/{object_id}"
+        object_id, base = self._new_object(partition)
         written: list[str] = []
         try:
-            meta_spec = self._put_payload(
-                f"{base}/meta",
-                [meta],
-                chunk,
-                BundleTransferPolicy(copy_mode="copy"),
-                config,
-                written,
-            )
+            meta_spec = self._put_meta(base, meta, chunk, config, written)
             specs = {}
             for name, (kind, data, extra) in members.items():
                 key = f"{base}/buffer/{name}"
@@ -604,6 +596,16 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             self._cleanup(written, strict=False)
             raise
 
+    def _new_object(self, partition: str) -> tuple[str, str]:
+        """(object id, key base) of a new object in `partition`."""
+        object_id = f"{partition}/{uuid.uuid4().hex}"
+        return object_id, f"{self.key_prefix}/{object_id}"
+
+    def _put_meta(self, base: str, meta: memoryview, chunk: int, config, written) -> dict:
+        """Write an object's metadata (plain puts, as upstream)."""
+        policy = BundleTransferPolicy(copy_mode="copy")
+        return self._put_payload(f"{base}/meta", [meta], chunk, policy, config, written)
+
     def _put_manifest(self, base: str, manifest: dict, config, written) -> RemoteBundleRef:
         manifest_key = f"{base}/manifest"
         raw = json.dumps(manifest, separators=(",", ":")).encode()
@@ -627,17 +629,11 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         `cleanup_keys`. Only the new meta and manifest are written."""
         if not _valid_name(partition):
             raise ValueError(f"invalid bundle partition: {partition!r}")
-        object_id = f"{partition}/{uuid.uuid4().hex}"
-        base = f"{self.key_prefix}/{object_id}"
+        object_id, base = self._new_object(partition)
         written: list[str] = []
         try:
-            meta_spec = self._put_payload(
-                f"{base}/meta",
-                [_bytes_view(meta, "meta")],
-                self.default_chunk_bytes,
-                BundleTransferPolicy(copy_mode="copy"),
-                config,
-                written,
+            meta_spec = self._put_meta(
+                base, _bytes_view(meta, "meta"), self.default_chunk_bytes, config, written
             )
             manifest = {
                 "version": 1,
