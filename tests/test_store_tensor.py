@@ -121,6 +121,13 @@ def store(store_master):
     s.close()
 
 
+def tp_axis(rank: int, size: int, split_dim: int) -> ParallelAxis:
+    """A TP axis built as upstream's: no-argument constructor, fields set afterwards."""
+    a = ParallelAxis()
+    a.kind, a.rank, a.size, a.split_dim = "tp", rank, size, split_dim
+    return a
+
+
 def test_metadata_size():
     assert _tensor_metadata_size() == 304
 
@@ -272,9 +279,13 @@ def test_put_tensor_with_tp_writes_all_shards(store, split_dim):
     # get_tensor_with_tp ignores split_dim (no reassembly)
     assert torch.equal(store.get_tensor_with_tp(k, tp_rank=0, tp_size=tp, split_dim=1 - split_dim),
                        t.chunk(tp, dim=split_dim)[0])  # fmt: skip
-    full = store.get_tensor_with_parallelism(k, ReadTarget(mode="full"))
-    assert torch.equal(full, t)
-    assert torch.equal(store.get_tensor_with_parallelism(k), t)  # default target is full
+    target = ReadTarget()
+    target.mode = "FULL"  # case-insensitive
+    target.parallelism = TensorParallelism([tp_axis(1, tp, split_dim)])  # the rank is irrelevant
+    assert torch.equal(store.get_tensor_with_parallelism(k, target), t)
+    # without parallelism "full" looks for writer partitions, then the plain key
+    assert store.get_tensor_with_parallelism(k, ReadTarget("full")) is None
+    assert store.get_tensor_with_parallelism(k) is None  # default: as_stored, i.e. get_tensor(k)
 
 
 def test_tp_size_one_is_plain_put(store):
@@ -286,6 +297,7 @@ def test_tp_size_one_is_plain_put(store):
     assert torch.equal(store.get_tensor_with_tp(k, tp_size=1), t)
     assert torch.equal(store.get_tensor_with_tp(k, tp_rank=3, tp_size=0), t)
     assert torch.equal(store.get_tensor_with_parallelism(k, ReadTarget("full")), t)
+    assert torch.equal(store.get_tensor_with_parallelism(k), t)
 
 
 def test_tp_non_uniform_and_bad_dims_rejected(store):
@@ -319,20 +331,20 @@ def test_parallelism_shard_mode(store):
     t = sample(1, (6, 4))
     k = key("par")
     assert store.put_tensor_with_tp(k, t, tp_size=2, split_dim=0) == 0
-    target = ReadTarget(
-        "shard", TensorParallelism([ParallelAxis("tp", rank=2, size=3, split_dim=0)])
-    )
+    # a TP size other than the stored one: re-sliced from the stored shards
+    target = ReadTarget("shard", TensorParallelism([tp_axis(2, 3, 0)]))
     assert torch.equal(store.get_tensor_with_parallelism(k, target), t[4:6])
-    as_stored = store.get_tensor_with_parallelism(k, ReadTarget("as_stored"))
-    assert torch.equal(as_stored, t[:3])
-    assert store.get_tensor_with_parallelism(key("none"), ReadTarget("full")) is None
+    as_stored = ReadTarget("as_stored", TensorParallelism([tp_axis(0, 2, 0)]))
+    assert torch.equal(store.get_tensor_with_parallelism(k, as_stored), t[:3])
+    full = ReadTarget("full", TensorParallelism([tp_axis(0, 2, 0)]))
+    assert store.get_tensor_with_parallelism(key("none"), full) is None
     # a missing shard makes the full read fail
     assert store.remove(f"{k}_tp_1", force=True) == 0
-    assert store.get_tensor_with_parallelism(k, ReadTarget("full")) is None
-    with pytest.raises(ValueError):
+    assert store.get_tensor_with_parallelism(k, full) is None
+    with pytest.raises(RuntimeError, match="Unsupported ReadTarget mode"):
         ReadTarget("everything")
-    with pytest.raises(ValueError):
-        ParallelAxis("xx", 0, 1)
+    bad_kind = ReadTarget("shard", TensorParallelism([ParallelAxis("xx", 0, 1)]))
+    assert store.get_tensor_with_parallelism(k, bad_kind) is None  # checked on use
 
 
 def test_tensor_roundtrip_large(store):
