@@ -403,7 +403,10 @@ class _TensorAPI:
         bad = [int(_store().ErrorCode.INVALID_PARAMS)] * n
         if len(sources) != n or (extra is not None and len(extra) != n):
             return bad
-        if config is not None and config.group_ids is not None and len(config.group_ids) != n:
+        if config is not None and (
+            (config.group_ids is not None and len(config.group_ids) != n)
+            or (config.preferred_segments and len(config.preferred_segments) != config.replica_num)
+        ):
             return bad
         requests: list[list[_Object] | int] = []
         alive: list[_Source] = []  # contiguous copies the objects point into, until the put
@@ -697,6 +700,8 @@ class _TensorAPI:
         None for a null pointer, a miss, a buffer too small for the object,
         or an invalid object.
         """
+        if not buffer_ptr:
+            return None
         return self.batch_get_tensor_into([key], [buffer_ptr], [size])[0]
 
     def batch_get_tensor_into(self, keys, buffer_ptrs, sizes) -> list[Any]:
@@ -742,7 +747,7 @@ class _TensorAPI:
         split_dim: int = 0,
     ) -> Any:
         """`get_tensor_into` of `{key}_tp_{tp_rank}` (or `key` when tp_size <= 1)."""
-        return self.batch_get_tensor_with_tp_into([key], [buffer_ptr], [size], tp_rank, tp_size)[0]
+        return self.get_tensor_into(_tp_keys([key], tp_rank, tp_size)[0], buffer_ptr, size)
 
     def batch_get_tensor_with_tp_into(
         self, base_keys, buffer_ptrs, sizes, tp_rank: int = 0, tp_size: int = 1
