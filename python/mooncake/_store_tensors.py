@@ -811,9 +811,10 @@ class _TensorAPI:
             if mode == "shard":
                 return None
             if mode == "full":
-                plan = self._writer_plan(key)
-                if plan is not None:
-                    return self._run(plan, into)
+                man = parse_manifest(self.get(f"{key}__writer_manifest"))
+                if man is not None:
+                    plan = self._writer_plan(key, man)
+                    return self._run(plan, into) if plan else None
             return self._read_one(key, into, None)
         tp = _tp(axes)
         if mode == "as_stored":
@@ -854,24 +855,12 @@ class _TensorAPI:
             for i, r in enumerate(got)
         ]
 
-    def _writer_plan(self, key: str) -> _Gather | None:
-        """Reassembly of writer partitions, or None if `key` has no writer manifest."""
-        man = parse_manifest(self.get(f"{key}__writer_manifest"))
-        if man is None:
-            return None
+    def _writer_plan(self, key: str, man: dict) -> _Gather | None:
+        """Reassembly of the writer partitions that manifest `man` describes."""
         count, d = man["shard_count"], man["split_dim"]
         shards = [_Axis("tp", r, count, d) for r in range(count)]
-        return (
-            self._gather(
-                [_writer_key(key, a) for a in shards],
-                [[a] for a in shards],
-                man,
-                0,
-                man["global_shape"][d],
-                None,
-            )
-            or _FAILED
-        )
+        keys = [_writer_key(key, a) for a in shards]
+        return self._gather(keys, [[a] for a in shards], man, 0, man["global_shape"][d], None)
 
     def _tp_plan(self, key: str, axes: list[_Axis], full: bool) -> _Gather | None:
         """Reassembly (full) or re-slicing (shard) of the stored TP shards for `axes`."""
@@ -958,8 +947,6 @@ class _TensorAPI:
         """Carry out a gather: into a new tensor, or into the caller's buffer after the header."""
         import torch
 
-        if plan is _FAILED:
-            return None
         if into is None:
             out = torch.empty(plan.nbytes, dtype=torch.uint8)
             data = out.data_ptr()
@@ -1027,9 +1014,6 @@ class _TensorAPI:
                 "%s has no tensor named %r; storing its first, %r", file_name, store_key, name
             )
         return tensor if self.put_tensor(store_key, tensor) == 0 else None
-
-
-_FAILED = _Gather(b"", {"dtype": "uint8", "local_shape": [0]}, [])  # a plan that cannot succeed
 
 
 def _store() -> Any:
