@@ -13,11 +13,12 @@ import struct
 import uuid
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from mooncake.store import MooncakeDistributedStore, ParallelAxis  # noqa: E402
+from mooncake.store import MooncakeDistributedStore, ParallelAxis, _serialize_tensor  # noqa: E402
 
 INVALID = -600
 HEADER = 304
@@ -112,3 +113,17 @@ def tp_axis(rank: int, size: int, split_dim: int) -> ParallelAxis:
     a = ParallelAxis()
     a.kind, a.rank, a.size, a.split_dim = "tp", rank, size, split_dim
     return a
+
+
+def tensor_object(t) -> np.ndarray:
+    """A numpy buffer holding the stored form of `t` (header + bytes)."""
+    header, _ptr, nbytes, owner = _serialize_tensor(t)
+    buf = np.zeros(HEADER + nbytes, dtype=np.uint8)
+    buf[:HEADER] = np.frombuffer(header, dtype=np.uint8)
+    if nbytes:
+        buf[HEADER:] = np.frombuffer(raw(owner), dtype=np.uint8)
+    return buf
+
+
+def ptr(buf: np.ndarray) -> int:
+    return buf.ctypes.data

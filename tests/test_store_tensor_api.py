@@ -15,17 +15,19 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mooncake.async_store import MooncakeDistributedStoreAsync  # noqa: E402
-from mooncake.store import ReplicateConfig, _serialize_tensor  # noqa: E402
+from mooncake.store import ReplicateConfig  # noqa: E402
 from tensor_cases import (  # noqa: E402
     DTYPES,
     HEADER,
     INVALID,
     expected_header,
     key,
+    ptr,
     raw,
     same,
     sample,
     tensor_client,
+    tensor_object,
 )
 
 FILE_NOT_FOUND = -1100
@@ -34,20 +36,6 @@ FILE_NOT_FOUND = -1100
 @pytest.fixture(scope="module")
 def store(store_master):
     yield from tensor_client(store_master)
-
-
-def tensor_object(t) -> np.ndarray:
-    """A numpy buffer holding the stored form of `t` (header + bytes)."""
-    header, _ptr, nbytes, owner = _serialize_tensor(t)
-    buf = np.zeros(HEADER + nbytes, dtype=np.uint8)
-    buf[:HEADER] = np.frombuffer(header, dtype=np.uint8)
-    if nbytes:
-        buf[HEADER:] = np.frombuffer(raw(owner), dtype=np.uint8)
-    return buf
-
-
-def ptr(buf: np.ndarray) -> int:
-    return buf.ctypes.data
 
 
 # -- pub / upsert ---------------------------------------------------------------------

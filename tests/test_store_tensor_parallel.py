@@ -20,12 +20,13 @@ from tensor_cases import (  # noqa: E402
     INVALID,
     expected_header,
     key,
+    ptr,
     raw,
     same,
     sample,
     tensor_client,
+    tensor_object,
 )
-from test_store_tensor_api import ptr, tensor_object  # noqa: E402
 
 N_WRITERS = 4
 TP, DP, EP, PP = 1, 0, 2, 3  # LayoutAxis kinds
