@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 
@@ -10,6 +11,7 @@ import pytest
 
 import mooncake
 from mooncake import buffer_pool
+from mooncake._hugepages import free_pages
 from mooncake.buffer_pool import BufferPool, MooncakeHostMemAllocator
 from mooncake.store import MooncakeDistributedStore
 
@@ -264,13 +266,22 @@ def test_host_mem_registered_with_store(store_master, stores):
 
 
 @pytest.mark.parametrize("size", ["2MB", "1GB"])
-def test_hugepage_allocator(size):
+def test_hugepage_allocator_without_reserved_pages(size):
     page = {"2MB": 2 * MiB, "1GB": 1 << 30}[size]
+    if free_pages(page):
+        pytest.skip(f"this host has {size} huge pages reserved")
     a = MooncakeHostMemAllocator(use_hugepage=True, hugepage_size=size)
-    if buffer_pool._hugepages_free(page) == 0:
-        with pytest.raises(RuntimeError, match=f"no {size} huge pages reserved"):
-            a.alloc(1)
-        return
+    with pytest.raises(RuntimeError, match=f"no {size} huge pages reserved"):
+        a.alloc(1)
+
+
+def test_hugepage_allocator(huge_pages_2mb):
+    huge_pages_2mb(2)
+    a = MooncakeHostMemAllocator(use_hugepage=True, hugepage_size="2MB")
     ptr = a.alloc(1)
-    assert ptr % page == 0
+    assert ptr % (2 * MiB) == 0
+    ctypes.memmove(ptr, b"huge", 4)
+    assert ctypes.string_at(ptr, 4) == b"huge"
     assert a.free(ptr) == 0
+    with pytest.raises(ValueError):
+        MooncakeHostMemAllocator(use_hugepage=True, hugepage_size="4KB")

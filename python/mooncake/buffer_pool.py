@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mooncake import _lib
+from mooncake._hugepages import free_pages, page_shift
 
 CAPSULE_NAME = b"mooncake.PyClient.shared_ptr"
 LOCAL_ALIGNMENT = 64  # alignment of leases carved from the local buffer
@@ -417,17 +418,6 @@ _MAP_POPULATE = 0x08000
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MFD_HUGETLB = 0x0004
 _MFD_HUGE_SHIFT = 26
-_HUGEPAGE_SIZES = {"2MB": 21, "1GB": 30}
-
-
-def _hugepages_free(page_bytes: int) -> int:
-    """Free huge pages of that size the kernel has reserved (0 if none)."""
-    path = f"/sys/kernel/mm/hugepages/hugepages-{page_bytes >> 10}kB/free_hugepages"
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except OSError:
-        return 0
 
 
 class MooncakeHostMemAllocator:
@@ -442,8 +432,7 @@ class MooncakeHostMemAllocator:
     """
 
     def __init__(self, use_hugepage: bool = False, hugepage_size: str = "2MB") -> None:
-        if hugepage_size not in _HUGEPAGE_SIZES:
-            raise ValueError(f"hugepage_size must be one of {sorted(_HUGEPAGE_SIZES)}")
+        page_shift(hugepage_size)  # ValueError for a size there are no pages of
         self.use_hugepage = bool(use_hugepage)
         self.hugepage_size = hugepage_size
         self._lock = threading.Lock()
@@ -455,13 +444,13 @@ class MooncakeHostMemAllocator:
             raise RuntimeError("Failed to map shared memory: Invalid argument")
         flags, length = 0, size
         if self.use_hugepage:
-            shift = _HUGEPAGE_SIZES[self.hugepage_size]
+            shift = page_shift(self.hugepage_size)
             page = 1 << shift
             length = (size + page - 1) // page * page
-            if _hugepages_free(page) < length // page:
+            if free_pages(page) < length // page:
                 raise RuntimeError(
                     f"no {self.hugepage_size} huge pages reserved for {length} bytes "
-                    f"(free: {_hugepages_free(page)}); reserve them with "
+                    f"(free: {free_pages(page)}); reserve them with "
                     "`sysctl vm.nr_hugepages=N` or /sys/kernel/mm/hugepages"
                 )
             flags = _MFD_HUGETLB | (shift << _MFD_HUGE_SHIFT)

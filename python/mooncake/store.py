@@ -23,12 +23,14 @@ import dataclasses
 import enum
 import json
 import logging
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from mooncake import _lib
 from mooncake._buffers import address_of
+from mooncake._hugepages import page_shift
 from mooncake._numa import bind_to_numa_node
 from mooncake._store_tensors import ParallelAxis, ReadTarget, TensorParallelism, _TensorAPI
 from mooncake._store_types import (
@@ -190,7 +192,7 @@ _P = ctypes.POINTER
 
 _SIGNATURES = {
     "mc_store_create": ([], _u64),
-    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64, _str], _int),
+    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64, _str, _u64], _int),
     "mc_store_close": ([_u64], _int),
     "mc_store_health_check": ([_u64], _int),
     "mc_store_get_hostname": ([_u64], _ptr),
@@ -258,6 +260,7 @@ class _SetupParams:
     master_server_addr: str
     engine: Any
     tenant_id: str
+    hugepage_bytes: int  # 0: normal pages
 
 
 _SETUP_NAMES = (
@@ -283,12 +286,17 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
+# Keyword-only setup options (not in upstream's positional signature), as
+# MooncakeHostMemAllocator takes them.
+_SETUP_KEYWORDS = ("use_hugepage", "hugepage_size")
+
+
 def _setup_params(args: Sequence[Any], kwargs: dict[str, Any]) -> _SetupParams:
     if len(args) > len(_SETUP_NAMES):
         raise TypeError(f"setup() takes at most {len(_SETUP_NAMES)} arguments ({len(args)} given)")
     values = dict(zip(_SETUP_NAMES, args, strict=False))
     for k, v in kwargs.items():
-        if k not in _SETUP_NAMES:
+        if k not in _SETUP_NAMES and k not in _SETUP_KEYWORDS:
             raise TypeError(f"setup() got an unexpected keyword argument {k!r}")
         if k in values:
             raise TypeError(f"setup() got multiple values for argument {k!r}")
@@ -323,6 +331,7 @@ def _dict_setup_params(config: dict[str, Any]) -> _SetupParams:
         "ssd_offload_path",
         "enable_client_http_server",
         "client_http_port",
+        *_SETUP_KEYWORDS,
     ):
         if k in cfg:
             values[k] = cfg[k]
@@ -356,6 +365,7 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         buffer = parse_size(values["local_buffer_size"])
     except ValueError as e:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
+    hugepage_bytes = _hugepage_bytes(values)
     return _SetupParams(
         local_hostname=str(values["local_hostname"]),
         metadata_server=str(values["metadata_server"]),
@@ -366,7 +376,22 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         master_server_addr=str(values["master_server_addr"]),
         engine=values.get("engine"),
         tenant_id=str(values.get("tenant_id") or "default"),
+        hugepage_bytes=hugepage_bytes,
     )
+
+
+def _hugepage_bytes(values: dict[str, Any]) -> int:
+    """The huge page size setup asks for (0: none): `use_hugepage` and
+    `hugepage_size`, defaulting to MC_STORE_USE_HUGEPAGE and
+    MC_STORE_HUGEPAGE_SIZE ("2MB" when unset), as upstream's variables."""
+    use = values.get("use_hugepage", os.environ.get("MC_STORE_USE_HUGEPAGE", ""))
+    if not _truthy(use):
+        return 0
+    size = values.get("hugepage_size") or os.environ.get("MC_STORE_HUGEPAGE_SIZE") or "2MB"
+    try:
+        return 1 << page_shift(str(size).strip().upper())
+    except ValueError as e:
+        raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
 class MooncakeDistributedStore(_TensorAPI):
@@ -398,8 +423,12 @@ class MooncakeDistributedStore(_TensorAPI):
         such as "16MB". ``protocol="rdma"`` runs TCP on a host without an
         RDMA transport (see docs/store.md). Options this build does not
         implement (SSD offload, the client metrics server, an IPC socket
-        for dummy clients) return NOT_SUPPORTED (-1012) when enabled. A
-        closed store can be set up again.
+        for dummy clients) return NOT_SUPPORTED (-1012) when enabled.
+        Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
+        MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
+        the local buffer on huge pages, which the kernel must have reserved
+        (-600 otherwise; the log says how many are missing). A closed store
+        can be set up again.
         """
         try:
             params = (
@@ -424,6 +453,7 @@ class MooncakeDistributedStore(_TensorAPI):
             params.master_server_addr.encode(),
             engine_handle,
             params.tenant_id.encode(),
+            params.hugepage_bytes,
         )
 
     def close(self) -> int:
