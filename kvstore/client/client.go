@@ -248,7 +248,11 @@ func (c *Client) remount() {
 	resp, err := c.master.client().ReMountSegment(ctx, &pb.ReMountSegmentRequest{ClientId: c.id, Segments: segs})
 	if err := rpcResult(resp.GetErrorCode(), err); err != nil {
 		slog.Warn("store client: remount failed", "err", err)
+		return
 	}
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	c.redrain()
 }
 
 func rpcContext() (context.Context, context.CancelFunc) {

@@ -1916,7 +1916,7 @@ const file_master_proto_rawDesc = "" +
 	"\fClientStatus\x12\x14\n" +
 	"\x10CLIENT_UNDEFINED\x10\x00\x12\r\n" +
 	"\tCLIENT_OK\x10\x01\x12\x17\n" +
-	"\x13CLIENT_NEED_REMOUNT\x10\x022\x9b\x0e\n" +
+	"\x13CLIENT_NEED_REMOUNT\x10\x022\xf8\x0e\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
@@ -1936,7 +1936,8 @@ const file_master_proto_rawDesc = "" +
 	"\tRemoveAll\x12#.mooncake.store.v1.RemoveAllRequest\x1a .mooncake.store.v1.CountResponse\x12Y\n" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
 	"\x0eReMountSegment\x12(.mooncake.store.v1.ReMountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
-	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12G\n" +
+	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12[\n" +
+	"\fDrainSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponseB2Z0github.com/mooncake-go/mooncake/kvstore/masterpbb\x06proto3"
 
 var (
@@ -2021,29 +2022,31 @@ var file_master_proto_depIdxs = []int32{
 	27, // 30: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
 	28, // 31: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
 	29, // 32: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	30, // 33: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	6,  // 34: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	13, // 35: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	13, // 36: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	10, // 37: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	14, // 38: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	14, // 39: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	6,  // 40: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	10, // 41: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	17, // 42: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	18, // 43: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	19, // 44: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	20, // 45: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	13, // 46: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	14, // 47: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	25, // 48: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	25, // 49: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	13, // 50: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	13, // 51: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	13, // 52: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	31, // 53: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	34, // [34:54] is the sub-list for method output_type
-	14, // [14:34] is the sub-list for method input_type
+	29, // 33: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	30, // 34: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	6,  // 35: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	13, // 36: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	13, // 37: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	10, // 38: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	14, // 39: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	14, // 40: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	6,  // 41: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	10, // 42: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	17, // 43: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	18, // 44: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	19, // 45: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	20, // 46: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	13, // 47: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	14, // 48: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	25, // 49: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	25, // 50: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	13, // 51: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	13, // 52: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	13, // 53: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	13, // 54: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	31, // 55: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	35, // [35:56] is the sub-list for method output_type
+	14, // [14:35] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name

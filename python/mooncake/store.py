@@ -912,7 +912,12 @@ class MooncakeDistributedStore(_TensorAPI):
         return {"ret": 0, "segment_ids": _split_ids(ids), "allocated_size": allocated.value}
 
     def unmount_segment(self, segment_ids, grace_period_seconds: int = 0) -> int:
-        """Unmount segments from `mount_segment`; 0, or -1 (unknown id, grace period > 0)."""
+        """Unmount segments from `mount_segment`; 0, or -1 (an unknown id).
+
+        With ``grace_period_seconds > 0`` each segment takes no new
+        replicas at once, stays readable, and is unmounted when the grace
+        period ends (``0`` afterwards unmounts a draining one at once).
+        """
         return self._unmount("unmount_segment", segment_ids, grace_period_seconds, False)
 
     def unmount_and_free_segment(self, segment_ids, grace_period_seconds: int = 0) -> int:
