@@ -11,8 +11,9 @@ import pytest
 
 import mooncake
 from mooncake import buffer_pool
+from mooncake import store as st
 from mooncake._hugepages import free_pages
-from mooncake.buffer_pool import BufferPool, MooncakeHostMemAllocator
+from mooncake.buffer_pool import BufferLeaseView, BufferPool, MooncakeHostMemAllocator
 from mooncake.store import MooncakeDistributedStore
 
 MiB = 1 << 20
@@ -285,3 +286,34 @@ def test_hugepage_allocator(huge_pages_2mb):
     assert a.free(ptr) == 0
     with pytest.raises(ValueError):
         MooncakeHostMemAllocator(use_hugepage=True, hugepage_size="4KB")
+
+
+def test_lease_views_are_buffer_lease_views(store_master, stores):
+    s = stores(store_master, buffer="4MB")
+    pool = BufferPool(s)
+    lease = pool.acquire(100)
+    view = lease.buffer
+    assert isinstance(view.obj, BufferLeaseView) and isinstance(view.obj, st.BufferLeaseView)
+    assert st.RegisteredBufferLeaseView is BufferLeaseView
+    assert view.obj.ptr() == lease.ptr and view.obj.size() == 100
+    view[:3] = b"abc"
+    with pytest.raises(RuntimeError, match="exported views exist"):
+        lease.release()
+    del view
+    gc.collect()
+    lease.release()
+    pool.close()
+
+
+def test_allocator_c_function_addresses():
+    a = MooncakeHostMemAllocator()
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(a.get_alloc_func_addr())
+    free = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(a.get_free_func_addr())
+    ptr = alloc(4096)
+    assert ptr
+    ctypes.memmove(ptr, b"from C", 6)
+    assert ctypes.string_at(ptr, 6) == b"from C"
+    assert free(ptr) == 0
+    assert free(ptr) == -1  # already freed
+    assert alloc(0) is None  # a failed allocation is NULL
+    assert a.get_alloc_func_addr() == a.get_alloc_func_addr()

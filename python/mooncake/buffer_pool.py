@@ -110,14 +110,36 @@ class _Region:
             pass
 
 
+class BufferLeaseView:
+    """The memory behind a lease's views: ``lease.buffer`` is a memoryview
+    whose ``.obj`` is one of these (1-D bytes, writable). A view keeps the
+    lease's memory alive, and a lease cannot be released while one exists.
+    """
+
+    __slots__ = ()
+
+    def ptr(self) -> int:
+        """Address of the first byte."""
+        return ctypes.addressof(self)  # type: ignore[arg-type]
+
+    def size(self) -> int:
+        """Size in bytes."""
+        return ctypes.sizeof(self)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"BufferLeaseView(ptr={self.ptr():#x}, size={self.size()})"
+
+
 _view_types: dict[int, type] = {}
 
 
 def _view_type(size: int) -> type:
-    """A ctypes byte-array type of `size` whose instances can hold a region."""
+    """A `BufferLeaseView` type of `size` bytes (a ctypes array) whose
+    instances can hold a region."""
     t = _view_types.get(size)
     if t is None:
-        t = type("BufferLeaseBytes", (ctypes.c_ubyte * size,), {})
+        bases = (BufferLeaseView, ctypes.c_ubyte * size)
+        t = type("BufferLeaseView", bases, {"__slots__": ("region",)})
         if len(_view_types) < 1024:
             _view_types[size] = t
     return t
@@ -410,12 +432,15 @@ class BufferPool:
 
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView
 
 # -- shared host memory ---------------------------------------------------------
 
 _MAP_SHARED = 0x01
 _MAP_POPULATE = 0x08000
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_ALLOC_FUNC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
+_FREE_FUNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _MFD_HUGETLB = 0x0004
 _MFD_HUGE_SHIFT = 26
 
@@ -437,6 +462,7 @@ class MooncakeHostMemAllocator:
         self.hugepage_size = hugepage_size
         self._lock = threading.Lock()
         self._maps: dict[int, tuple[int, int]] = {}  # ptr -> (fd, length)
+        self._c_funcs: tuple[Any, Any] | None = None
 
     def alloc(self, size: int) -> int:
         """Map `size` bytes of a new memfd; the address. RuntimeError on failure."""
@@ -488,3 +514,35 @@ class MooncakeHostMemAllocator:
         _libc.munmap(ptr, length)
         os.close(fd)
         return 0
+
+    def get_alloc_func_addr(self) -> int:
+        """Address of a C function ``void *alloc(size_t size)`` that allocates
+        as `alloc` does (NULL on failure), for pluggable allocators. It stays
+        valid while this allocator lives."""
+        return self._c_functions()[0]
+
+    def get_free_func_addr(self) -> int:
+        """Address of a C function ``int free(void *ptr)`` that frees as
+        `free` does (0, or -1 for an unknown pointer)."""
+        return self._c_functions()[1]
+
+    def _c_functions(self) -> tuple[int, int]:
+        with self._lock:
+            if self._c_funcs is None:
+
+                def c_alloc(size: int) -> int | None:
+                    try:
+                        return self.alloc(size)
+                    except RuntimeError:
+                        return None
+
+                def c_free(ptr: int | None) -> int:
+                    return self.free(ptr or 0)
+
+                # The callbacks are kept on the instance: C may call them as long as it lives.
+                self._c_funcs = (_ALLOC_FUNC(c_alloc), _FREE_FUNC(c_free))
+            alloc, free = self._c_funcs
+        return (
+            ctypes.cast(alloc, ctypes.c_void_p).value or 0,
+            ctypes.cast(free, ctypes.c_void_p).value or 0,
+        )

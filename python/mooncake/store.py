@@ -1018,9 +1018,11 @@ def _new_capsule(handle: int) -> Any:
 
 from mooncake.buffer_pool import (  # noqa: E402, F401  (re-exports; buffer_pool does not import this module)
     BufferLease,
+    BufferLeaseView,
     BufferPool,
     MooncakeHostMemAllocator,
 )
 
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView
