@@ -23,6 +23,7 @@ from mooncake.structured_object_store import (
     export_ref,
     import_dataproto_ref,
     import_ref,
+    infer_structure,
     is_dataproto_ref_handle,
 )
 
@@ -460,3 +461,54 @@ def test_spec_of_batch_member(store_master, stores):
         "dtype": "<f4",
         "shape": [2, 5],
     }
+
+
+def test_structured_recursive_codec(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    rows = objects(
+        {"a": 1, "b": {"c": "x", "d": [1.5, 2.5]}, "t": (1, "p")},
+        {"a": 2, "b": {"c": "y"}},  # absent keys stay absent
+        None,
+        {"a": None, "b": {"c": "z", "d": []}, "extra": b"raw"},
+    )
+    ref = t.put(
+        DataProto(non_tensor_batch={"s": rows}),
+        field_schemas={"s": FieldSchema("structured_recursive")},
+    )
+    desc = ref.encoded_non_tensor["s"]
+    assert desc["codec"] == "structured_recursive"
+    names = desc["payloads"]
+    assert {"node.0.missing", "node.0.row_mask"} <= set(names)
+    assert any(n.startswith("leaf.") for n in names)
+    assert any(n.endswith(".lengths") for n in names)  # the list node
+    got = list(t.get_dataproto(ref)["non_tensor_batch"]["s"])
+    assert got == list(rows)
+    assert isinstance(got[0]["t"], tuple)
+    # rows of another shape than dicts are kept whole in one leaf
+    mixed = objects({"a": 1}, 5, "s", None)
+    ref = t.put(
+        DataProto(non_tensor_batch={"m": mixed}),
+        field_schemas={"m": FieldSchema("structured_recursive")},
+    )
+    assert list(t.get_dataproto(ref)["non_tensor_batch"]["m"]) == list(mixed)
+
+
+def test_infer_structure_limits():
+    assert infer_structure([{"a": 1}, {"b": [1, 2]}]) == {
+        "kind": "dict",
+        "keys": ["a", "b"],
+        "children": {
+            "a": {"kind": "leaf"},
+            "b": {"kind": "list", "length": 2, "children": [{"kind": "leaf"}, {"kind": "leaf"}]},
+        },
+    }
+    assert infer_structure([[1] * 9])["kind"] == "leaf"  # lists of more than 8 are leaves
+    assert infer_structure([{f"k{i}": i for i in range(65)}])["kind"] == "leaf"
+    deep: dict = {}
+    cur = deep
+    for _ in range(40):
+        cur["n"] = {}
+        cur = cur["n"]
+    cur["n"] = 1
+    with pytest.raises(ValueError, match="deeper than 32"):
+        infer_structure([deep])

@@ -17,6 +17,8 @@ Codec names are upstream's; the payload layouts are this package's:
   image), ``lengths`` (images per row), ``nulls``.
 * ``ragged_tensor_dict``: dicts of tensors; one ``ragged_tensor`` per key,
   payloads ``<escaped key>.<payload>``.
+* ``structured_recursive``: dict and list rows split into nodes and leaves
+  (`mooncake._dataproto_structure`); only when a `FieldSchema` asks for it.
 
 ``nulls`` (uint8, 1 = None) is present only when a row is None.
 """
@@ -305,6 +307,12 @@ def encode_column(
             sub, parts = encode_column(f"{name}.{k}", column, FieldSchema("ragged_tensor"))
             desc["columns"][k] = sub
             payloads.update({f"{_escape_key(k)}.{p}": a for p, a in parts.items()})
+    elif codec == "structured_recursive":
+        from mooncake._dataproto_structure import encode_structured
+
+        extra, payloads = encode_structured(values, lambda n, v: encode_column(n, v, None))
+        desc.update(extra)
+        nulls = None  # None rows are the root node's row_mask
     else:
         raise ValueError(f"unknown non-tensor codec {codec!r} for field {name!r}")
     if nulls is not None:
@@ -349,6 +357,10 @@ def decode_column(desc: dict, payloads: dict[str, np.ndarray], n: int) -> list:
             for k, sub in desc["columns"].items()
         }
         rows = [{k: columns[k][i] for k in desc["keys"]} for i in range(n)]
+    elif codec == "structured_recursive":
+        from mooncake._dataproto_structure import decode_structured
+
+        rows = decode_structured(desc, payloads, n, decode_column)
     else:
         raise ValueError(f"unknown non-tensor codec {codec!r}")
     if len(rows) != n:

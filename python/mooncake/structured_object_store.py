@@ -356,6 +356,7 @@ from mooncake._dataproto_codecs import (  # noqa: E402
     _escape_key,
     _Missing,
 )
+from mooncake._dataproto_structure import infer_structure  # noqa: E402
 
 __all__ = [
     "AUTO_PARALLEL_MIN_BYTES",
@@ -381,6 +382,7 @@ __all__ = [
     "_Missing",
     "_choose_leaf_codec",
     "_escape_key",
+    "infer_structure",
     "export_dataproto_ref",
     "export_ref",
     "import_dataproto_ref",
