@@ -191,3 +191,20 @@ def test_cli_main_is_master():
     )
     assert r.returncode == 0 and "rpc_port" in (r.stdout + r.stderr)
     assert callable(cli.mooncake_master)
+
+
+def test_cli_bench_returns_the_exit_code():
+    """mooncake.cli_bench runs transfer_engine_bench as a child and returns its code."""
+    code = (
+        "import sys; sys.argv=['x'] + sys.argv[1:]; "
+        "import mooncake.cli_bench as b; print(b.main())"
+    )
+
+    def run(flag: str) -> str:
+        r = subprocess.run(
+            [sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=60
+        )
+        return r.stdout.strip().splitlines()[-1]
+
+    assert run("--help") == "0"
+    assert run("--no_such_flag") == "2"

@@ -15,8 +15,8 @@ from typing import NoReturn
 BIN_DIR = Path(__file__).resolve().parent / "bin"
 
 
-def run(name: str) -> NoReturn:
-    """Exec the shipped Go binary ``name`` with this process's arguments."""
+def binary_path(name: str) -> Path:
+    """The shipped Go binary ``name``; exits 127 with a message if it is missing."""
     path = BIN_DIR / name
     if not (path.is_file() and os.access(path, os.X_OK)):
         sys.stderr.write(
@@ -27,6 +27,12 @@ def run(name: str) -> NoReturn:
             "from a checkout that has it.\n"
         )
         raise SystemExit(127)
+    return path
+
+
+def run(name: str) -> NoReturn:
+    """Exec the shipped Go binary ``name`` with this process's arguments."""
+    path = binary_path(name)
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else name
     os.execv(path, [argv0, *sys.argv[1:]])
 
