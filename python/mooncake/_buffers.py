@@ -9,6 +9,7 @@ address is used.
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 
@@ -31,3 +32,31 @@ def address_of(obj: Any) -> tuple[int, int, Any]:
     flat = view.cast("B")
     arr = (ctypes.c_char * nbytes).from_buffer(flat)
     return ctypes.addressof(arr), nbytes, (flat, arr)
+
+
+class MemoryView:
+    """Base of the types that stand for memory Mooncake hands out (a ctypes
+    byte array of the right length is mixed in by `sized`): they export it
+    through the buffer protocol (1-D, one byte per item) and have `ptr()`
+    and `size()`."""
+
+    __slots__ = ()
+
+    def ptr(self) -> int:
+        """Address of the first byte."""
+        return ctypes.addressof(self)  # type: ignore[arg-type]
+
+    def size(self) -> int:
+        """Size in bytes."""
+        return ctypes.sizeof(self)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(ptr={self.ptr():#x}, size={self.size()})"
+
+
+@functools.lru_cache(maxsize=1024)
+def sized(cls: type, size: int) -> type:
+    """`cls` (a `MemoryView` subclass) over a ctypes array of `size` bytes;
+    ``sized(cls, n).from_address(ptr)`` views n bytes at ptr."""
+    slots = tuple(getattr(cls, "_extra_slots", ()))
+    return type(cls.__name__, (cls, ctypes.c_ubyte * size), {"__slots__": slots})

@@ -7,12 +7,12 @@ Enums and read-only descriptors as upstream's bindings expose them
 
 from __future__ import annotations
 
-import ctypes
 import enum
-import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from mooncake._buffers import MemoryView, sized
 
 
 class ObjectDataType(enum.IntEnum):
@@ -115,7 +115,7 @@ class ReplicaDescriptor:
         return cls(ReplicaStatus(int(d["status"])), MemoryDescriptor(desc))
 
 
-class BufferHandle:
+class BufferHandle(MemoryView):
     """A copy of an object in memory the client owns (upstream `get_buffer`).
 
     It exposes the bytes through the buffer protocol (`memoryview(h)`,
@@ -126,32 +126,14 @@ class BufferHandle:
 
     __slots__ = ()
 
-    def ptr(self) -> int:
-        """Address of the first byte."""
-        return ctypes.addressof(self)  # type: ignore[arg-type]
-
-    def size(self) -> int:
-        """Size in bytes."""
-        return ctypes.sizeof(self)  # type: ignore[arg-type]
-
     def len(self) -> int:
         """Size in bytes (upstream's name for `size`)."""
-        return ctypes.sizeof(self)  # type: ignore[arg-type]
-
-    def __repr__(self) -> str:
-        return f"BufferHandle(ptr={self.ptr():#x}, size={self.size()})"
-
-
-@functools.lru_cache(maxsize=256)
-def _handle_class(size: int) -> type:
-    # A ctypes array of the object's length gives the buffer protocol; the
-    # mixin gives upstream's methods and isinstance(h, BufferHandle).
-    return type("BufferHandle", (BufferHandle, ctypes.c_char * size), {"__slots__": ()})
+        return self.size()
 
 
 def take_buffer(ptr: int, size: int, free: Callable[[int], Any]) -> BufferHandle:
     """Wrap `size` bytes at `ptr` (owned by the caller) in a handle that
     calls `free(ptr)` once it and all its views are collected."""
-    handle = _handle_class(size).from_address(ptr)
+    handle = sized(BufferHandle, size).from_address(ptr)
     weakref.finalize(handle, free, ptr)
     return handle

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mooncake import _lib
+from mooncake._buffers import MemoryView, sized
 from mooncake._hugepages import free_pages, page_shift
 
 CAPSULE_NAME = b"mooncake.PyClient.shared_ptr"
@@ -110,39 +111,15 @@ class _Region:
             pass
 
 
-class BufferLeaseView:
+class BufferLeaseView(MemoryView):
     """The memory behind a lease's views: ``lease.buffer`` is a memoryview
     whose ``.obj`` is one of these (1-D bytes, writable). A view keeps the
-    lease's memory alive, and a lease cannot be released while one exists.
+    lease's memory alive (through `region`), and a lease cannot be released
+    while one exists.
     """
 
     __slots__ = ()
-
-    def ptr(self) -> int:
-        """Address of the first byte."""
-        return ctypes.addressof(self)  # type: ignore[arg-type]
-
-    def size(self) -> int:
-        """Size in bytes."""
-        return ctypes.sizeof(self)  # type: ignore[arg-type]
-
-    def __repr__(self) -> str:
-        return f"BufferLeaseView(ptr={self.ptr():#x}, size={self.size()})"
-
-
-_view_types: dict[int, type] = {}
-
-
-def _view_type(size: int) -> type:
-    """A `BufferLeaseView` type of `size` bytes (a ctypes array) whose
-    instances can hold a region."""
-    t = _view_types.get(size)
-    if t is None:
-        bases = (BufferLeaseView, ctypes.c_ubyte * size)
-        t = type("BufferLeaseView", bases, {"__slots__": ("region",)})
-        if len(_view_types) < 1024:
-            _view_types[size] = t
-    return t
+    _extra_slots = ("region",)
 
 
 class BufferLease:
@@ -159,7 +136,7 @@ class BufferLease:
         self._bytes: Any = None
         self._refs = 0
         if size > 0:
-            self._bytes = _view_type(size).from_address(region.ptr)
+            self._bytes = sized(BufferLeaseView, size).from_address(region.ptr)
             self._bytes.region = region  # views keep the memory alive
             self._refs = sys.getrefcount(self._bytes)
 
