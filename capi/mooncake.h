@@ -227,6 +227,81 @@ int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
 /* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
 int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
 
+/* ---- KV store client: sessions (layer-wise loading) ------------------ *
+ * A session start asks the master once per key; ranged calls then move
+ * bytes without asking it again. Span arrays are flattened over the keys:
+ * key i has span_counts[i] spans (ptrs[j], sizes[j], offsets[j]), each
+ * sizes[j] bytes at object offset offsets[j]. Ranged results are bytes
+ * moved or an error number. */
+
+/* Open read sessions: results[i] 0, the master's error (-704 ...), -707
+ * lease already expired, -702 no complete replica. */
+void mc_store_get_session_start(uint64_t store, int n, const char **keys,
+                                int *results);
+
+/* Read spans of objects with a read session into caller memory:
+ * -600 no session or a span past the end, -707 lease expired (the session
+ * is dropped), -800 no replica could be read. */
+void mc_store_get_session_ranges(uint64_t store, int n, const char **keys,
+                                 const int *span_counts, const uint64_t *ptrs,
+                                 const uint64_t *sizes,
+                                 const uint64_t *src_offsets,
+                                 int64_t *results);
+
+/* Drop read sessions; 0, or -1 for a handle that is not set up. */
+int mc_store_get_session_end(uint64_t store, int n, const char **keys);
+
+/* Open write sessions: reserve sizes[i] bytes per key (PutStart) with
+ * config_json as mc_store_put's. results[i]: 0, -600 (size 0, a session
+ * already open), or the master's error (-705, -200, ...). */
+void mc_store_put_session_start(uint64_t store, int n, const char **keys,
+                                const uint64_t *sizes,
+                                const char *config_json, int *results);
+
+/* Write spans of caller memory into objects with a write session, at
+ * their offsets: -600 no session or a span past the object's end; a
+ * failed transfer's error makes mc_store_put_session_end revoke. */
+void mc_store_put_session_ranges(uint64_t store, int n, const char **keys,
+                                 const int *span_counts, const uint64_t *ptrs,
+                                 const uint64_t *sizes,
+                                 const uint64_t *dst_offsets,
+                                 int64_t *results);
+
+/* Wait for each session's writes, then publish (PutEnd) or, after a failed
+ * write, revoke. results[i]: 0 or an error (-600 no session). */
+void mc_store_put_session_end(uint64_t store, int n, const char **keys,
+                              int *results);
+
+/* Wait for each session's writes, then cancel it (PutRevoke). */
+void mc_store_put_session_revoke(uint64_t store, int n, const char **keys,
+                                 int *results);
+
+/* ---- KV store client: replica management ----------------------------- */
+
+/* Clear this client's objects among keys (segment "" : whole objects, all
+ * replicas COMPLETE; otherwise only their replicas on that segment).
+ * Leased objects and other clients' objects are skipped. cleared[i] gets
+ * 1 or 0. Returns 0 or an error number. */
+int mc_store_replica_clear(uint64_t store, int n, const char **keys,
+                           const char *segment, int *cleared);
+
+/* Create a task copying key to the n segments named in targets (or moving
+ * its replica on segment source to target). The client holding the source
+ * replica executes it. *id_hi, *id_lo get the task id. 0 or an error:
+ * -704 missing key, -600 unknown segment or move to the same segment. */
+int mc_store_create_copy_task(uint64_t store, const char *key, int n,
+                              const char **targets, uint64_t *id_hi,
+                              uint64_t *id_lo);
+int mc_store_create_move_task(uint64_t store, const char *key,
+                              const char *source, const char *target,
+                              uint64_t *id_hi, uint64_t *id_lo);
+
+/* A task as JSON (free with mc_free): {"error_code": 0, "id_hi", "id_lo",
+ * "type" (0 copy, 1 move), "status" (0 PENDING, 1 PROCESSING, 2 SUCCESS,
+ * 3 FAILED), "created_at_ms_epoch", "last_updated_at_ms_epoch",
+ * "assigned_client", "message"}, or {"error_code": N} (-1400 unknown). */
+char *mc_store_query_task(uint64_t store, uint64_t id_hi, uint64_t id_lo);
+
 /* ---- KV store client: segments mounted after setup, local buffer ----- *
  * Where a function takes `char **err`, a failure stores a message there
  * (free with mc_free) when err is not NULL. */

@@ -30,6 +30,12 @@ from typing import Any
 from mooncake import _lib
 from mooncake._buffers import address_of
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
+    QueryTaskResponse,
+    TaskStatus,
+    TaskType,
+    _SessionsAndTasks,
+)
 from mooncake._store_types import (
     BufferHandle,
     Descriptor,
@@ -373,7 +379,7 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
     )
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(_SessionsAndTasks):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
