@@ -104,18 +104,14 @@ func (t *sessions) takePut(key string) *putSession {
 	return s
 }
 
-// addPut records a write session unless key has one already.
-func (t *sessions) addPut(key string, s *putSession) bool {
+// setPut records key's write session.
+func (t *sessions) setPut(key string, s *putSession) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.puts == nil {
 		t.puts = map[string]*putSession{}
 	}
-	if _, dup := t.puts[key]; dup {
-		return false
-	}
 	t.puts[key] = s
-	return true
 }
 
 // GetSessionStart opens a read session per key with one master query for
@@ -163,6 +159,12 @@ func validSpans(spans []Span, size uint64) bool {
 // (the lease ran out before or during the read: the session is dropped),
 // TRANSFER_FAIL (no replica could be read).
 func (c *Client) GetSessionRanges(keys []string, spans [][]Span) []GetResult {
+	return perKey(keys, spans, c.readSpans)
+}
+
+// perKey runs fn for every key and its spans, all keys in parallel; lists
+// of different lengths are INVALID_PARAMS for every key.
+func perKey(keys []string, spans [][]Span, fn func(key string, spans []Span) GetResult) []GetResult {
 	out := make([]GetResult, len(keys))
 	if len(spans) != len(keys) {
 		for i := range out {
@@ -171,7 +173,7 @@ func (c *Client) GetSessionRanges(keys []string, spans [][]Span) []GetResult {
 		return out
 	}
 	parallel(len(keys), func(i int) error {
-		out[i] = c.readSpans(keys[i], spans[i])
+		out[i] = fn(keys[i], spans[i])
 		return nil
 	})
 	return out
@@ -186,7 +188,6 @@ func (c *Client) readSpans(key string, spans []Span) GetResult {
 		c.sessions.setGet(key, nil)
 		return GetResult{Err: kvstore.LeaseExpired}
 	}
-	var total uint64
 	err := parallel(len(spans), func(j int) error {
 		sp := spans[j]
 		if sp.Size == 0 {
@@ -207,10 +208,7 @@ func (c *Client) readSpans(key string, spans []Span) GetResult {
 		c.sessions.setGet(key, nil)
 		return GetResult{Err: kvstore.LeaseExpired}
 	}
-	for _, sp := range spans {
-		total += sp.Size
-	}
-	return GetResult{Size: total}
+	return GetResult{Size: spansSize(spans)}
 }
 
 // GetSessionEnd drops the read sessions of keys.
@@ -249,7 +247,6 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateCon
 	ctx, cancel := rpcContext()
 	resp, err := c.master.client().BatchPutStart(ctx, &pb.BatchPutStartRequest{Items: starts})
 	cancel()
-	var undo []string
 	for j, i := range idx {
 		if err != nil || j >= len(resp.GetItems()) {
 			errs[i] = rpcResult(0, firstNonNil(err, kvstore.RPCFail))
@@ -261,13 +258,12 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateCon
 			errs[i] = kvstore.ErrorCode(item.GetErrorCode())
 		case len(item.GetReplicas()) == 0:
 			errs[i] = kvstore.NoAvailableHandle
-		case !c.sessions.addPut(keys[i], &putSession{size: sizes[i], replicas: item.GetReplicas()}):
-			// opened concurrently by another call: give this reservation back
-			errs[i] = kvstore.InvalidParams
-			undo = append(undo, keys[i])
+		default:
+			// The master's answer is the truth: a session opened meanwhile
+			// by a concurrent call holds a reservation it has replaced.
+			c.sessions.setPut(keys[i], &putSession{size: sizes[i], replicas: item.GetReplicas()})
 		}
 	}
-	c.revoke(undo)
 	return errs
 }
 
@@ -277,53 +273,37 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateCon
 // INVALID_PARAMS (no session, a span outside the object) or the transfer's
 // error; a failed write makes PutSessionEnd revoke the object.
 func (c *Client) PutSessionRanges(keys []string, spans [][]Span) []GetResult {
-	out := make([]GetResult, len(keys))
-	if len(spans) != len(keys) {
-		for i := range out {
-			out[i].Err = kvstore.InvalidParams
-		}
-		return out
+	return perKey(keys, spans, c.writeSpans)
+}
+
+func (c *Client) writeSpans(key string, spans []Span) GetResult {
+	s := c.sessions.holdPut(key) // counted in flight: an end waits for this write
+	if s == nil {
+		return GetResult{Err: kvstore.InvalidParams}
 	}
-	// Count the writes in before any starts, so that an end called
-	// concurrently waits for all of them.
-	held := make([]*putSession, len(keys))
-	for i, k := range keys {
-		s := c.sessions.holdPut(k)
-		if s != nil && !validSpans(spans[i], s.size) {
-			s.inflight.Done()
-			s = nil
-		}
-		if s == nil {
-			out[i].Err = kvstore.InvalidParams
-		}
-		held[i] = s
+	defer s.inflight.Done()
+	if !validSpans(spans, s.size) {
+		return GetResult{Err: kvstore.InvalidParams}
 	}
-	parallel(len(keys), func(i int) error {
-		s := held[i]
-		if s == nil {
-			return nil
-		}
-		defer s.inflight.Done()
-		var total uint64
-		err := parallel(len(spans[i]), func(j int) error {
-			sp := spans[i][j]
-			if sp.Size == 0 {
-				return nil
-			}
+	err := parallel(len(spans), func(j int) error {
+		if sp := spans[j]; sp.Size > 0 {
 			return c.writeReplicas([]Part{{sp.Addr, sp.Size}}, s.replicas, sp.Offset, false)
-		})
-		if err != nil {
-			s.fail(err)
-			out[i].Err = err
-			return nil
 		}
-		for _, sp := range spans[i] {
-			total += sp.Size
-		}
-		out[i].Size = total
 		return nil
 	})
-	return out
+	if err != nil {
+		s.fail(err)
+		return GetResult{Err: err}
+	}
+	return GetResult{Size: spansSize(spans)}
+}
+
+func spansSize(spans []Span) uint64 {
+	var n uint64
+	for _, sp := range spans {
+		n += sp.Size
+	}
+	return n
 }
 
 // PutSessionEnd waits for each key's ranged writes, then publishes the
