@@ -132,6 +132,40 @@ int mc_engine_send_probe(uint64_t engine, const char *peer);
 /* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]}. */
 char *mc_local_topology(void);
 
+/* ---- Engine RPC messages (mooncake.engine.RpcInterface) -------------- *
+ * A server queues typed messages (a kind 0..255 and opaque bytes) sent by
+ * clients over TCP; a client's send returns once the server has queued
+ * the message. Our own wire format (transfer/rpcmsg), not coro_rpc's. */
+
+/* Listen on listen_address ("host:port", port 0 = any free one). Up to
+ * queue_len messages wait (senders block beyond that); payloads over
+ * max_message bytes (0: 1 GiB) are refused. *addr gets the address bound
+ * (free with mc_free). A handle, or 0 with *err set. */
+uint64_t mc_rpc_server_start(const char *listen_address, int queue_len,
+                             uint64_t max_message, char **addr, char **err);
+
+/* Wait up to timeout_ms for the next message: 1 with *kind, *source (the
+ * sender's address) and *data (*len bytes; free both with mc_free), 0 on a
+ * timeout, -1 once the server is stopped (or a bad handle). */
+int mc_rpc_server_next(uint64_t server, int timeout_ms, int *kind,
+                       char **source, void **data, uint64_t *len);
+
+/* Stop the server: it refuses new messages, drops queued ones and wakes
+ * waiting mc_rpc_server_next calls. Always 0. */
+int mc_rpc_server_stop(uint64_t server);
+
+/* A client keeping up to pool_size idle connections per target; every send
+ * is bounded by timeout_ms. */
+uint64_t mc_rpc_client_create(int pool_size, int timeout_ms);
+
+/* Send len bytes at data with kind to the server at target ("host:port");
+ * 0 once queued there, -1 with *err set (free with mc_free). */
+int mc_rpc_client_send(uint64_t client, const char *target, int kind,
+                       const void *data, uint64_t len, char **err);
+
+/* Close the client's connections and the handle. Always 0. */
+int mc_rpc_client_close(uint64_t client);
+
 /* ---- KV store client ------------------------------------------------- *
  * Store results use upstream Mooncake Store error numbers: -600 invalid
  * params, -704 object not found, -706 object has lease, -707 lease expired,
