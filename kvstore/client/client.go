@@ -52,6 +52,7 @@ type Client struct {
 	tempMu   sync.Mutex
 	temps    map[uintptr]*tempReg // by address; see useDirect
 	sessions sessions             // open batch_*_session sessions
+	tasks    runningTasks         // copy/move tasks being executed
 
 	lastPingOK atomic.Bool
 	closed     atomic.Bool

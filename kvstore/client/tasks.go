@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
@@ -76,13 +77,46 @@ func (c *Client) BatchReplicaClear(keys []string, segment string) ([]bool, error
 	return out, nil
 }
 
+// runningTasks holds the ids of the tasks this client is executing: the
+// master hands an unreported task out again, and a copy still in flight
+// must not start twice.
+type runningTasks struct {
+	mu  sync.Mutex
+	ids map[TaskID]bool
+}
+
+// start records id as running; false if it runs already.
+func (r *runningTasks) start(id TaskID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids[id] {
+		return false
+	}
+	if r.ids == nil {
+		r.ids = map[TaskID]bool{}
+	}
+	r.ids[id] = true
+	return true
+}
+
+func (r *runningTasks) done(id TaskID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.ids, id)
+}
+
 // runTasks executes tasks the master assigned to this client in a Ping
 // answer, each on its own goroutine, and reports each outcome.
 func (c *Client) runTasks(tasks []*pb.TaskAssignment) {
 	for _, t := range tasks {
+		id := TaskID{t.GetId().GetHi(), t.GetId().GetLo()}
+		if !c.tasks.start(id) {
+			continue
+		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			defer c.tasks.done(id)
 			err := c.copyReplica(t)
 			msg := "copied to " + fmt.Sprint(len(t.GetTargets())) + " target(s)"
 			if err != nil {

@@ -47,6 +47,11 @@ func (id TaskID) String() string { return fmt.Sprintf("%d-%d", id.Hi, id.Lo) }
 // taskRetention is how long a finished task stays queryable.
 const taskRetention = 10 * time.Minute
 
+// taskRedeliverAfter is how long a handed-out task may go unreported
+// before the next Ping hands it out again (the Ping answer carrying it may
+// have been lost; the client ignores a task it is still running).
+const taskRedeliverAfter = time.Minute
+
 // task is a copy or move of one object's replica, executed by the client
 // that holds the source replica. The master reserves the target buffers
 // when the task is created; they join the object only when the client
@@ -63,6 +68,7 @@ type task struct {
 	assignee string     // what QueryTask reports as assigned_client
 	created  time.Time
 	updated  time.Time
+	sent     time.Time // when it was last handed out
 	message  string
 }
 
@@ -223,11 +229,13 @@ func (s *State) newTaskID() TaskID {
 }
 
 // FetchTasks hands clientID the tasks assigned to it that it has not
-// received yet; they become PROCESSING. The Ping handler calls it.
+// received yet, or received more than a minute ago without reporting;
+// they become PROCESSING. The Ping handler calls it.
 func (s *State) FetchTasks(clientID string, now time.Time) []TaskAssignment {
 	var ids []TaskID
 	for id, t := range s.tasks {
-		if t.client == clientID && t.status == TaskPending {
+		due := t.status == TaskPending || (t.status == TaskProcessing && now.Sub(t.sent) >= taskRedeliverAfter)
+		if t.client == clientID && due {
 			ids = append(ids, id)
 		}
 	}
@@ -237,7 +245,10 @@ func (s *State) FetchTasks(clientID string, now time.Time) []TaskAssignment {
 	out := make([]TaskAssignment, 0, len(ids))
 	for _, id := range ids {
 		t := s.tasks[id]
-		t.status, t.updated = TaskProcessing, now
+		if t.status == TaskPending {
+			t.status, t.updated = TaskProcessing, now
+		}
+		t.sent = now
 		out = append(out, TaskAssignment{ID: id, Type: t.typ, Size: t.size, Source: t.source.describe(), Targets: describeAll(t.targets)})
 	}
 	return out
