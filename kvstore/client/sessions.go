@@ -311,24 +311,20 @@ func spansSize(spans []Span) uint64 {
 // revoked instead and reports that failure; a key without a session is
 // INVALID_PARAMS.
 func (c *Client) PutSessionEnd(keys []string) []error {
-	errs := make([]error, len(keys))
+	errs, held := c.closePuts(keys)
 	var ends []*pb.PutEndRequest
 	var idx []int
 	var revokes []string
-	for i, k := range keys {
-		s := c.sessions.takePut(k)
-		if s == nil {
-			errs[i] = kvstore.InvalidParams
-			continue
-		}
-		s.inflight.Wait()
-		if s.failed != nil {
+	for i, s := range held {
+		switch {
+		case s == nil:
+		case s.failed != nil:
 			errs[i] = s.failed
-			revokes = append(revokes, k)
-			continue
+			revokes = append(revokes, keys[i])
+		default:
+			ends = append(ends, &pb.PutEndRequest{ClientId: c.id, Key: keys[i]})
+			idx = append(idx, i)
 		}
-		ends = append(ends, &pb.PutEndRequest{ClientId: c.id, Key: k})
-		idx = append(idx, i)
 	}
 	c.revoke(revokes)
 	if len(ends) == 0 {
@@ -347,22 +343,33 @@ func (c *Client) PutSessionEnd(keys []string) []error {
 	return errs
 }
 
+// closePuts removes the write sessions of keys and waits for their ranged
+// writes. A key without a session gets INVALID_PARAMS and a nil session.
+func (c *Client) closePuts(keys []string) ([]error, []*putSession) {
+	errs := make([]error, len(keys))
+	held := make([]*putSession, len(keys))
+	for i, k := range keys {
+		if held[i] = c.sessions.takePut(k); held[i] == nil {
+			errs[i] = kvstore.InvalidParams
+		} else {
+			held[i].inflight.Wait()
+		}
+	}
+	return errs, held
+}
+
 // PutSessionRevoke waits for each key's ranged writes, then cancels the
 // write (PutRevoke): the reserved replicas are freed. A key without a
 // session is INVALID_PARAMS.
 func (c *Client) PutSessionRevoke(keys []string) []error {
-	errs := make([]error, len(keys))
+	errs, held := c.closePuts(keys)
 	var revokes []string
 	var idx []int
-	for i, k := range keys {
-		s := c.sessions.takePut(k)
-		if s == nil {
-			errs[i] = kvstore.InvalidParams
-			continue
+	for i, s := range held {
+		if s != nil {
+			revokes = append(revokes, keys[i])
+			idx = append(idx, i)
 		}
-		s.inflight.Wait()
-		revokes = append(revokes, k)
-		idx = append(idx, i)
 	}
 	for j, err := range c.revoke(revokes) {
 		errs[idx[j]] = err

@@ -305,7 +305,7 @@ class _SessionsAndTasks:
         """
         if not self._ready():
             return (0, 0), _INVALID_PARAMS
-        targets = [str(t) for t in targets]
+        targets = [targets] if isinstance(targets, str) else [str(t) for t in targets]
         hi, lo = _u64(), _u64()
         rc = self._native_sessions().mc_store_create_copy_task(
             self._handle,
