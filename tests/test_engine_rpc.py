@@ -148,6 +148,16 @@ def test_failures_and_lifecycle(server):
         create_rpc_server("")
     with pytest.raises(ValueError):
         create_rpc_client(pool_size=0)
+    served = RpcInterface()
+    assert served.initialize_server(f"{LOOPBACK}:0", thread_count=1, timeout_seconds=5)
+    got: queue.Queue = queue.Queue()
+    served.set_data_receive_callback(got.put)
+    assert served.start_server_async()
+    assert not served.start_server_async()  # serving already
+    assert not served.initialize(f"{LOOPBACK}:0")  # no reconfiguring while serving
+    assert client.send_data(served.get_server_address(), b"y") == 0
+    assert got.get(timeout=10).get_bytes() == b"y"
+    served.stop_server()
     # a port in use cannot be served twice
     first = create_rpc_server(f"{LOOPBACK}:0")
     assert first.start_server_async()
