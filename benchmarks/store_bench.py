@@ -559,6 +559,78 @@ def report(results: list[Result], out_dir: Path) -> None:
     print(f"png: {out_dir / 'store_bench.png'}")
 
 
+# -- reassembling a sharded tensor -----------------------------------------------------------
+
+TENSOR_BYTES, TENSOR_SHARDS = 64 * MIB, 8
+
+
+def bench_tensor_full(store, seconds: float, out_dir: Path) -> None:
+    """A 64 MiB tensor stored as 8 TP shards, read whole three ways; prints a table.
+
+    * ``get_tensor_with_parallelism(full)``: shard headers, then one batch of
+      ranged reads straight into a new tensor;
+    * the same ``_into`` a buffer registered with ``register_buffer``;
+    * 8 ``get_tensor`` calls (one per shard) and ``torch.cat``.
+    """
+    import torch
+
+    from mooncake.store import ParallelAxis, ReadTarget, TensorParallelism
+
+    rows = TENSOR_BYTES // 4 // 2048
+    full = torch.randn(rows, 2048)
+    key = "b/tensor/full"
+    rc = store.put_tensor_with_tp(key, full, 0, TENSOR_SHARDS, 0)
+    if rc != 0:
+        raise SystemExit(f"store_bench: put_tensor_with_tp failed: {rc}")
+    axis = ParallelAxis()
+    axis.kind, axis.size, axis.split_dim = "tp", TENSOR_SHARDS, 0
+    target = ReadTarget()
+    target.mode, target.parallelism = "full", TensorParallelism([axis])
+    dst = torch.empty(TENSOR_BYTES + 304, dtype=torch.uint8)
+    assert store.register_buffer(dst.data_ptr(), dst.numel()) == 0
+    shard_keys = [f"{key}_tp_{r}" for r in range(TENSOR_SHARDS)]
+
+    def unified(_i: int):
+        return store.get_tensor_with_parallelism(key, target)
+
+    def unified_into(_i: int):
+        return store.get_tensor_with_parallelism_into(key, dst.data_ptr(), dst.numel(), target)
+
+    def per_shard(_i: int):
+        return torch.cat([store.get_tensor(k) for k in shard_keys], dim=0)
+
+    cases = [
+        ("get_tensor_with_parallelism(full)", unified),
+        ("get_tensor_with_parallelism_into(full), registered", unified_into),
+        (f"{TENSOR_SHARDS} x get_tensor + torch.cat", per_shard),
+    ]
+    measured = []
+    try:
+        for name, fn in cases:
+            got = fn(0)
+            if got is None or not torch.equal(got, full):
+                raise SystemExit(f"store_bench: {name} returned a wrong tensor")
+            calls, wall, lats = timed(fn, 10_000, seconds, warmup=1)
+            measured.append((name, calls, wall, statistics.median(lats)))
+    finally:
+        store.unregister_buffer(dst.data_ptr())
+        store.batch_remove(shard_keys, force=True)
+    base = measured[-1][3]
+    lines = [
+        f"\nfull read of a {human(TENSOR_BYTES)} float32 tensor in {TENSOR_SHARDS} TP shards",
+        f"{'method':<52} {'calls':>5} {'p50 ms':>8} {'GB/s':>6} {'p50 / cat':>9}",
+    ]
+    for name, calls, wall, p50 in measured:
+        gbps = calls * TENSOR_BYTES / wall / 1e9
+        lines.append(f"{name:<52} {calls:>5} {p50 / 1e3:>8.1f} {gbps:>6.2f} {p50 / base:>9.2f}")
+    print("\n".join(lines), flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "store_bench_tensor.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "calls", "seconds", "p50_us"])
+        w.writerows(measured)
+
+
 # -- main ------------------------------------------------------------------------------------
 
 
@@ -572,6 +644,12 @@ def main() -> None:
     ap.add_argument("--pool", default="2GB", help="memory the storage process contributes")
     ap.add_argument(
         "--cap", default="1GB", help="most bytes one case writes (keeps the pool below eviction)"
+    )
+    ap.add_argument(
+        "--only",
+        default="all",
+        choices=["all", "kv", "tensor"],
+        help="kv: the put/get cases and Redis; tensor: the sharded-tensor read; all: both",
     )
     ap.add_argument("--out", default=str(REPO / "bench-out"))
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
@@ -681,7 +759,7 @@ def main() -> None:
         pool = BufferPool(store)
         results: list[Result] = []
         t0 = time.monotonic()
-        for size in sizes:
+        for size in sizes if args.only != "tensor" else []:
             for mode in ("single", "batch"):
                 # interleave: each store case right next to its Redis case
                 for api in ("zero-copy", "copy"):
@@ -699,7 +777,10 @@ def main() -> None:
                     + ", ".join(f"{x.system}/{x.api} {x.op} {x.gbps:.2f} GB/s" for x in last),
                     flush=True,
                 )
-        report(results, Path(args.out))
+        if results:
+            report(results, Path(args.out))
+        if args.only != "kv":
+            bench_tensor_full(store, args.seconds, Path(args.out))
     finally:
         if store is not None:
             store.close()

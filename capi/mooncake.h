@@ -181,13 +181,17 @@ uint64_t mc_store_create(void);
  * "etcd://h1:p1;h2:p2" for HA) and mount global_segment_size bytes.
  * protocol "rdma"/"efa" falls back to tcp (see mooncake.h's engine notes);
  * tenant_id ("" or "default": the default tenant) goes with every request
- * to the master. 0 or a negative error number. A closed handle cannot be
- * set up again: create a new one. */
+ * to the master. hugepage_size (2 MiB or 1 GiB; 0: normal pages) puts the
+ * local buffer and the segment on huge pages, which the kernel must have
+ * reserved (-600 otherwise, the log says how many are missing). 0 or a
+ * negative error number. A closed handle cannot be set up again: create a
+ * new one. */
 int mc_store_setup(uint64_t store, const char *local_hostname,
                    const char *metadata_server, uint64_t global_segment_size,
                    uint64_t local_buffer_size, const char *protocol,
                    const char *device_name, const char *master_server_addr,
-                   uint64_t engine, const char *tenant_id);
+                   uint64_t engine, const char *tenant_id,
+                   uint64_t hugepage_size);
 
 /* Unmount, release everything and the handle. Always 0. */
 int mc_store_close(uint64_t store);

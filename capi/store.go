@@ -42,7 +42,7 @@ func mc_store_create() C.uint64_t { return C.uint64_t(stores.put(&storeSlot{})) 
 
 //export mc_store_setup
 func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
-	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char) C.int {
+	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char, hugePageSize C.uint64_t) C.int {
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return notReady
@@ -56,6 +56,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 		DeviceName:        C.GoString(deviceName),
 		MasterServerAddr:  C.GoString(masterAddr),
 		TenantID:          C.GoString(tenantID),
+		HugePageSize:      uint64(hugePageSize),
 	}
 	if engine != 0 {
 		if _, e := liveEngine(engine); e != nil {

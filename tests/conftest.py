@@ -404,4 +404,10 @@ def http_metadata_server(go_bin_dir) -> Iterator[str]:
 # KV store fixtures, defined in tests/store_fixtures.py: master_factory,
 # store_master, stores, peers (see that module's docstring).
 
-from store_fixtures import master_factory, peers, store_master, stores  # noqa: E402,F401
+from store_fixtures import (  # noqa: E402,F401
+    huge_pages_2mb,
+    master_factory,
+    peers,
+    store_master,
+    stores,
+)

@@ -273,6 +273,30 @@ if __name__ != "__main__":
             s.close()
 
     @pytest.fixture
+    def huge_pages_2mb():
+        """Reserve 2 MiB huge pages for this test: ``huge_pages_2mb(n)`` sets
+        vm.nr_hugepages to at least n (as root), and the old count is
+        restored afterwards. Skips the test where the kernel refuses."""
+        path = Path("/proc/sys/vm/nr_hugepages")
+        try:
+            old = int(path.read_text())
+        except (OSError, ValueError):
+            pytest.skip("no /proc/sys/vm/nr_hugepages")
+
+        def reserve(n: int) -> None:
+            try:
+                path.write_text(str(max(n, old)))
+            except OSError as e:
+                pytest.skip(f"cannot reserve huge pages here: {e}")
+            free = Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            if int(free.read_text()) < n:
+                pytest.skip(f"the kernel reserved fewer than {n} huge pages")
+
+        yield reserve
+        with contextlib.suppress(OSError):
+            path.write_text(str(old))
+
+    @pytest.fixture
     def peers(process_reaper):
         """Factory of `StoragePeer` subprocesses, killed after the test."""
         made = []

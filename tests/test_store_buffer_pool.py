@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 
@@ -10,7 +11,9 @@ import pytest
 
 import mooncake
 from mooncake import buffer_pool
-from mooncake.buffer_pool import BufferPool, MooncakeHostMemAllocator
+from mooncake import store as st
+from mooncake._hugepages import free_pages
+from mooncake.buffer_pool import BufferLeaseView, BufferPool, MooncakeHostMemAllocator
 from mooncake.store import MooncakeDistributedStore
 
 MiB = 1 << 20
@@ -264,13 +267,53 @@ def test_host_mem_registered_with_store(store_master, stores):
 
 
 @pytest.mark.parametrize("size", ["2MB", "1GB"])
-def test_hugepage_allocator(size):
+def test_hugepage_allocator_without_reserved_pages(size):
     page = {"2MB": 2 * MiB, "1GB": 1 << 30}[size]
+    if free_pages(page):
+        pytest.skip(f"this host has {size} huge pages reserved")
     a = MooncakeHostMemAllocator(use_hugepage=True, hugepage_size=size)
-    if buffer_pool._hugepages_free(page) == 0:
-        with pytest.raises(RuntimeError, match=f"no {size} huge pages reserved"):
-            a.alloc(1)
-        return
+    with pytest.raises(RuntimeError, match=f"no {size} huge pages reserved"):
+        a.alloc(1)
+
+
+def test_hugepage_allocator(huge_pages_2mb):
+    huge_pages_2mb(2)
+    a = MooncakeHostMemAllocator(use_hugepage=True, hugepage_size="2MB")
     ptr = a.alloc(1)
-    assert ptr % page == 0
+    assert ptr % (2 * MiB) == 0
+    ctypes.memmove(ptr, b"huge", 4)
+    assert ctypes.string_at(ptr, 4) == b"huge"
     assert a.free(ptr) == 0
+    with pytest.raises(ValueError):
+        MooncakeHostMemAllocator(use_hugepage=True, hugepage_size="4KB")
+
+
+def test_lease_views_are_buffer_lease_views(store_master, stores):
+    s = stores(store_master, buffer="4MB")
+    pool = BufferPool(s)
+    lease = pool.acquire(100)
+    view = lease.buffer
+    assert isinstance(view.obj, BufferLeaseView) and isinstance(view.obj, st.BufferLeaseView)
+    assert st.RegisteredBufferLeaseView is BufferLeaseView
+    assert view.obj.ptr() == lease.ptr and view.obj.size() == 100
+    view[:3] = b"abc"
+    with pytest.raises(RuntimeError, match="exported views exist"):
+        lease.release()
+    del view
+    gc.collect()
+    lease.release()
+    pool.close()
+
+
+def test_allocator_c_function_addresses():
+    a = MooncakeHostMemAllocator()
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(a.get_alloc_func_addr())
+    free = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(a.get_free_func_addr())
+    ptr = alloc(4096)
+    assert ptr
+    ctypes.memmove(ptr, b"from C", 6)
+    assert ctypes.string_at(ptr, 6) == b"from C"
+    assert free(ptr) == 0
+    assert free(ptr) == -1  # already freed
+    assert alloc(0) is None  # a failed allocation is NULL
+    assert a.get_alloc_func_addr() == a.get_alloc_func_addr()

@@ -15,6 +15,10 @@ from mooncake.structured_object_store import (
     StructuredMemberSlice,
     StructuredObjectPayload,
     _config_for_grouped_keys,
+    _DirectCopyPayload,
+    _MultiBufferPayload,
+    raw_destination,
+    tensor_object_buffer,
 )
 
 
@@ -410,3 +414,189 @@ def test_two_processes_share_objects(store_master, stores, process_reaper):
     peer.stdin.write("done\n")
     peer.stdin.flush()
     assert peer.wait(30) == 0
+
+
+class PoolRecorder:
+    """A BufferPool whose acquire sizes are recorded."""
+
+    def __init__(self, pool):
+        self._pool = pool
+        self.sizes: list[int] = []
+
+    def acquire(self, size, *args, **kwargs):
+        self.sizes.append(size)
+        return self._pool.acquire(size, *args, **kwargs)
+
+
+def recorded_transfer(store, **kwargs):
+    from mooncake.buffer_pool import BufferPool
+
+    rec = Recorder(store)
+    pool = PoolRecorder(BufferPool(store))
+    return rec, pool, MooncakeBundleTransfer(rec, buffer_pool=pool, **kwargs)
+
+
+def test_multi_buffer_payload_chunks_straddle_buffers(store_master, stores):
+    rec, pool, t = recorded_transfer(stores(store_master))
+    payload = _MultiBufferPayload((b"ab", bytearray(b"cd"), memoryview(b"ef")))
+    assert payload.nbytes == 6
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"m": payload}), chunk_bytes=4)
+    assert pool.sizes == [4, 2]
+    calls = rec.named("batch_put_from")
+    assert [c[2] for c in calls] == [[4], [2]]
+    chunks = ref.manifest["buffers"]["m"]["chunks"]
+    assert [c["bytes"] for c in chunks] == [4, 2] and chunks[1]["key"].endswith("/chunk/1")
+    pool.sizes.clear()
+    out = t.materialize(t.read_spec(ref))
+    assert pool.sizes == [6] and bytes(out.objects["m"]) == b"abcdef"
+    t.release_result(out)
+    # With dtype and shape it is an ndarray member.
+    arr = np.arange(6, dtype=np.int32)
+    typed = _MultiBufferPayload((arr[:2], arr[2:]), dtype="int32", shape=(3, 2))
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"a": typed}), chunk_bytes=10)
+    got = t.materialize(t.read_spec(ref))
+    assert got.metadata[STRUCTURED_FIELD_SPECS_KEY]["a"] == {
+        "encoding": "ndarray",
+        "dtype": "<i4",
+        "shape": [3, 2],
+    }
+    np.testing.assert_array_equal(got.objects["a"], arr.reshape(3, 2))
+    t.release_result(got)
+    with pytest.raises(ValueError, match="do not match"):
+        t.put_structured_object(
+            StructuredObjectPayload(buffers={"a": _MultiBufferPayload((b"abc",), (), "<i4", (1,))})
+        )
+
+
+def test_direct_copy_payload_groups_whole_arrays(store_master, stores):
+    rec, pool, t = recorded_transfer(stores(store_master))
+    arrays = [np.arange(n, dtype=np.int64) for n in (3, 4, 5, 2)]  # 24, 32, 40, 16 bytes
+    payload = _DirectCopyPayload.from_flat_arrays(arrays, np.int64, 14)
+    assert payload.nbytes == 112 and payload.shape == (14,)
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"d": payload}), chunk_bytes=64)
+    # Whole arrays per chunk: [24+32], [40+16].
+    assert pool.sizes == [56, 56]
+    assert [c[2] for c in rec.named("batch_put_from")] == [[56], [56]]
+    got = t.materialize(t.read_spec(ref).slice_member("d", 0, 5, 9))
+    np.testing.assert_array_equal(got.objects["d"], np.concatenate(arrays)[5:9])
+    t.release_result(got)
+    # An array larger than a chunk: concatenated, chunks of exactly chunk_bytes.
+    pool.sizes.clear()
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"d": payload}), chunk_bytes=36)
+    assert pool.sizes == [36, 36, 36, 4]
+    got = t.materialize(t.read_spec(ref))
+    np.testing.assert_array_equal(got.objects["d"], np.concatenate(arrays))
+    t.release_result(got)
+    with pytest.raises(RuntimeError, match="zero-copy put requires"):
+        t.put_structured_object(
+            StructuredObjectPayload(buffers={"d": payload}),
+            policy=BundleTransferPolicy(copy_mode="zero_copy"),
+        )
+
+
+def test_raw_destination_for_ndarray(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master), default_chunk_bytes=40)
+    rows = np.arange(60, dtype=np.int16).reshape(20, 3)
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"r": rows}))
+    buf = np.zeros(64, dtype=np.uint8)
+    dest = raw_destination(buf.ctypes.data, buf.nbytes, owner=buf)
+    spec = t.read_spec(ref).slice_member("r", 0, 4, 15, 3)
+    assert t.materialize_into(spec, {"r": dest}).objects["r"] is dest
+    np.testing.assert_array_equal(buf[:24].view(np.int16).reshape(4, 3), rows[4:15:3])
+    with pytest.raises(ValueError, match="needs 120"):
+        t.materialize_into(t.read_spec(ref), {"r": raw_destination(buf.ctypes.data, 64)})
+
+
+def test_tensor_object_buffer_member_and_destination(store_master, stores):
+    torch = pytest.importorskip("torch")
+    from mooncake.buffer_pool import BufferPool
+    from mooncake.store import _serialize_tensor
+
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    header, ptr, nbytes, owner = _serialize_tensor(x)
+    pool = BufferPool(s)
+    lease = pool.acquire(len(header) + nbytes)
+    lease.copy_from_buffers([header, memoryview(x.numpy()).cast("B")])
+    obj = tensor_object_buffer(lease.ptr, lease.size, owner=lease, batch_size=3)
+    assert len(obj) == 3
+    with pytest.raises(TypeError, match="requires batch_size"):
+        len(tensor_object_buffer(lease.ptr, lease.size))
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"x": obj}))
+    lease.release()
+    assert ref.manifest["buffers"]["x"]["bytes"] == 304 + 48
+    out = t.materialize(t.read_spec(ref))
+    assert out.metadata[STRUCTURED_FIELD_SPECS_KEY]["x"] == {"encoding": "torch_tensor"}
+    assert torch.equal(out.objects["x"], x)
+    # Reading into a caller buffer returns that buffer, holding the object.
+    with pool.acquire(400) as into:
+        dest = tensor_object_buffer(into.ptr, into.size)
+        assert t.materialize_into(t.read_spec(ref), {"x": dest}).objects["x"] is dest
+        from mooncake.store import _deserialize_tensor
+
+        assert torch.equal(_deserialize_tensor(bytes(into.buffer[: 304 + 48])), x)
+    with pytest.raises(ValueError, match="does not hold a tensor object"):
+        t.put_structured_object(
+            StructuredObjectPayload(buffers={"x": tensor_object_buffer(ptr, nbytes)})
+        )
+
+
+def test_sliced_tensor_reads_fetch_only_the_rows(store_master, stores):
+    torch = pytest.importorskip("torch")
+    rec = Recorder(stores(store_master))
+    t = MooncakeBundleTransfer(rec)
+    x = torch.arange(400, dtype=torch.int64).reshape(100, 4)
+    for policy in (None, BundleTransferPolicy(copy_mode="copy")):
+        ref = t.put_structured_object(StructuredObjectPayload(buffers={"x": x}), policy=policy)
+        rec.calls.clear()
+        got = t.materialize(t.read_spec(ref).slice_member("x", 0, 10, 13)).objects["x"]
+        assert torch.equal(got, x[10:13])
+        fetched = sum(
+            z for call in rec.named("get_into_ranges") for k in call[4] for f in k for z in f
+        )
+        assert fetched == 304 + 3 * 32  # header, then only the three rows
+        assert torch.equal(
+            t.materialize(t.read_spec(ref).slice_member("x", 0, -2, 1000)).objects["x"], x[-2:]
+        )
+        assert t.materialize(t.read_spec(ref).slice_member("x", 0, 5, 5)).objects["x"].shape == (
+            0,
+            4,
+        )
+        with pytest.raises(ValueError, match="requires step=1"):
+            t.materialize(t.read_spec(ref).slice_member("x", 0, 0, 10, 2))
+        with pytest.raises(ValueError, match="axis=0 only"):
+            t.materialize(t.read_spec(ref).slice_member("x", 1, 0, 2))
+        # A sliced read into a caller buffer: a tensor viewing it (tensor API member)
+        # or the buffer itself.
+        buf = np.zeros(304 + 2 * 32, dtype=np.uint8)
+        dest = raw_destination(buf.ctypes.data, buf.nbytes, owner=buf)
+        spec = t.read_spec(ref).slice_member("x", 0, 50, 52)
+        res = t.materialize_into(spec, {"x": dest}).objects["x"]
+        if policy is None:
+            assert torch.equal(res, x[50:52]) and res.data_ptr() == buf.ctypes.data + 304
+        else:
+            assert res is dest
+        assert buf[304:].view(np.int64).reshape(2, 4).tolist() == x[50:52].tolist()
+        with pytest.raises(TypeError, match="tensor_object_buffer"):
+            t.materialize_into(spec, {"x": np.zeros(8)})
+
+
+def test_nested_tensor_members(store_master, stores):
+    torch = pytest.importorskip("torch")
+    t = MooncakeBundleTransfer(stores(store_master))
+    rows = [torch.arange(3.0), torch.arange(5.0), torch.arange(1.0)]
+    nt = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"nt": nt}))
+    out = t.materialize(t.read_spec(ref))
+    spec = out.metadata[STRUCTURED_FIELD_SPECS_KEY]["nt"]
+    assert spec["nested"] is True and spec["format"] == "tensor_parts"
+    assert spec["has_lengths"] is False and spec["ragged_idx"] == 1
+    assert len(spec["part_bytes"]) == 2 and spec["dtype"] == "torch.float32"
+    got = out.objects["nt"]
+    assert got.is_nested and [r.tolist() for r in got.unbind()] == [r.tolist() for r in rows]
+    with pytest.raises(ValueError, match="does not support slicing"):
+        t.materialize(t.read_spec(ref).slice_member("nt", 0, 0, 1))
+    strided = torch.nested.nested_tensor(rows)
+    with pytest.raises(ValueError, match="only jagged"):
+        t.put_structured_object(StructuredObjectPayload(buffers={"nt": strided}))

@@ -210,3 +210,41 @@ def test_setup_argument_errors(store_master):
     args = (LOOPBACK, store_master.metadata_url, "16MB", "16MB", "tcp", "", store_master.rpc)
     assert s.setup(*args, client_http_port=0) == INVALID
     assert s.setup(LOOPBACK, "m", "50%", "1MB", "tcp", "", "x") == INVALID
+
+
+def _hugepages_available() -> int:
+    base = "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+    with open(base + "free_hugepages") as f, open(base + "resv_hugepages") as r:
+        return int(f.read()) - int(r.read())
+
+
+def test_setup_on_huge_pages(store_master, huge_pages_2mb, monkeypatch):
+    huge_pages_2mb(16)
+    before = _hugepages_available()
+    s = MooncakeDistributedStore()
+    args = (LOOPBACK, store_master.metadata_url, "16MB", "16MB", "tcp", "", store_master.rpc)
+    assert s.setup(*args, use_hugepage=True, hugepage_size="2MB") == 0
+    # 8 pages of segment and 8 of local buffer are taken from the pool
+    assert before - _hugepages_available() == 16
+    assert s.put("huge-key", b"h" * 5000) == 0 and s.get("huge-key") == b"h" * 5000
+    s.close()
+    assert _hugepages_available() == before
+    # the upstream variables select the same
+    monkeypatch.setenv("MC_STORE_USE_HUGEPAGE", "1")
+    monkeypatch.setenv("MC_STORE_HUGEPAGE_SIZE", "2MB")
+    assert s.setup(*args) == 0
+    assert before - _hugepages_available() == 16
+    s.close()
+
+
+def test_setup_on_huge_pages_without_reserved_ones(store_master, capfd):
+    if _hugepages_available() >= 16:
+        pytest.skip("this host has huge pages reserved")
+    s = MooncakeDistributedStore()
+    args = (LOOPBACK, store_master.metadata_url, "16MB", "16MB", "tcp", "", store_master.rpc)
+    assert s.setup(*args, use_hugepage=True) == INVALID
+    err = capfd.readouterr().err
+    assert "huge pages of 2048 KiB needed" in err and "nr_hugepages" in err, err
+    assert s.setup(*args, use_hugepage=True, hugepage_size="4KB") == INVALID
+    assert s.setup(*args, use_hugepage=False) == 0  # and the store is still usable
+    s.close()

@@ -8,10 +8,7 @@ raw bytes with `get`).
 
 from __future__ import annotations
 
-import itertools
-import math
 import struct
-import uuid
 
 import numpy as np
 import pytest
@@ -19,7 +16,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mooncake.store import (  # noqa: E402
-    MooncakeDistributedStore,
     ParallelAxis,
     ReadTarget,
     TensorParallelism,
@@ -27,98 +23,23 @@ from mooncake.store import (  # noqa: E402
     _serialize_tensor,
     _tensor_metadata_size,
 )
-
-INVALID = -600
-HEADER = 304
-MAGIC = 0x4D4F4F4E
-
-# dtype code -> (torch dtype, element size), upstream's table
-DTYPES = {
-    0: (torch.float32, 4),
-    1: (torch.float64, 8),
-    2: (torch.int8, 1),
-    3: (torch.uint8, 1),
-    4: (torch.int16, 2),
-    5: (torch.uint16, 2),
-    6: (torch.int32, 4),
-    7: (torch.uint32, 4),
-    8: (torch.int64, 8),
-    9: (torch.uint64, 8),
-    10: (torch.bool, 1),
-    11: (torch.float16, 2),
-    12: (torch.bfloat16, 2),
-    13: (torch.float8_e4m3fn, 1),
-    14: (torch.float8_e5m2, 1),
-}
-_ids = itertools.count()
-
-
-def key(tag="t") -> str:
-    return f"tensor/{tag}/{next(_ids)}/{uuid.uuid4().hex[:6]}"
-
-
-def expected_header(code, local_shape, global_shape=None, axes=()):
-    """Upstream TensorMetadata, packed field by field (native little-endian)."""
-    elem = DTYPES[code][1]
-    nbytes = math.prod(local_shape) * elem
-    pad = lambda dims: list(dims) + [-1] * (8 - len(dims))  # noqa: E731
-    h = struct.pack("<I", MAGIC)  # magic "NOOM"
-    h += struct.pack("<H", 1)  # version
-    h += struct.pack("<H", 304)  # header_size
-    h += struct.pack("<i", code)  # dtype
-    h += struct.pack("<i", len(local_shape))  # ndim
-    h += struct.pack("<I", 1 if axes else 0)  # layout_kind FULL / SHARD
-    h += struct.pack("<I", 0)  # reserved_flags
-    h += struct.pack("<Q", 304)  # data_offset
-    h += struct.pack("<Q", nbytes)  # data_bytes
-    assert len(h) == 40
-    h += struct.pack(
-        "<8q", *pad(global_shape if global_shape is not None else local_shape)
-    )  # offset 40
-    h += struct.pack("<8q", *pad(local_shape))  # offset 104
-    h += struct.pack("<I", len(axes)) + struct.pack("<I", 0)  # axis_count, reserved (offset 168)
-    for i in range(4):  # offset 176: 4 x LayoutAxis (32 bytes)
-        if i < len(axes):
-            kind, axis_index, rank, count, split_dim, r0, r1 = axes[i]
-            h += struct.pack("<iiiiiiq", kind, axis_index, rank, count, split_dim, r0, r1)
-        else:
-            h += bytes(32)
-    assert len(h) == 304
-    return h
-
-
-def sample(code, shape):
-    dtype = DTYPES[code][0]
-    n = math.prod(shape)
-    if dtype == torch.bool:
-        return (torch.arange(n) % 3 == 0).reshape(shape)
-    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        return (torch.arange(n, dtype=torch.float32) / 7).to(dtype).reshape(shape)
-    if dtype in (torch.uint16, torch.uint32, torch.uint64):
-        return torch.arange(n, dtype=torch.int64).to(dtype).reshape(shape)
-    return torch.arange(n).to(dtype).reshape(shape)
-
-
-def raw(t) -> bytes:
-    t = t.contiguous()
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-
-
-def same(a, b) -> bool:
-    return a is not None and a.dtype == b.dtype and a.shape == b.shape and raw(a) == raw(b)
+from tensor_cases import (  # noqa: E402
+    DTYPES,
+    HEADER,
+    INVALID,
+    expected_header,
+    key,
+    raw,
+    same,
+    sample,
+    tensor_client,
+    tp_axis,
+)
 
 
 @pytest.fixture(scope="module")
 def store(store_master):
-    s = MooncakeDistributedStore()
-    assert (
-        s.setup(
-            "127.0.0.1", store_master.metadata_url, "128MB", "16MB", "tcp", "", store_master.rpc
-        )
-        == 0
-    )
-    yield s
-    s.close()
+    yield from tensor_client(store_master)
 
 
 def test_metadata_size():
@@ -272,9 +193,13 @@ def test_put_tensor_with_tp_writes_all_shards(store, split_dim):
     # get_tensor_with_tp ignores split_dim (no reassembly)
     assert torch.equal(store.get_tensor_with_tp(k, tp_rank=0, tp_size=tp, split_dim=1 - split_dim),
                        t.chunk(tp, dim=split_dim)[0])  # fmt: skip
-    full = store.get_tensor_with_parallelism(k, ReadTarget(mode="full"))
-    assert torch.equal(full, t)
-    assert torch.equal(store.get_tensor_with_parallelism(k), t)  # default target is full
+    target = ReadTarget()
+    target.mode = "FULL"  # case-insensitive
+    target.parallelism = TensorParallelism([tp_axis(1, tp, split_dim)])  # the rank is irrelevant
+    assert torch.equal(store.get_tensor_with_parallelism(k, target), t)
+    # without parallelism "full" looks for writer partitions, then the plain key
+    assert store.get_tensor_with_parallelism(k, ReadTarget("full")) is None
+    assert store.get_tensor_with_parallelism(k) is None  # default: as_stored, i.e. get_tensor(k)
 
 
 def test_tp_size_one_is_plain_put(store):
@@ -286,6 +211,7 @@ def test_tp_size_one_is_plain_put(store):
     assert torch.equal(store.get_tensor_with_tp(k, tp_size=1), t)
     assert torch.equal(store.get_tensor_with_tp(k, tp_rank=3, tp_size=0), t)
     assert torch.equal(store.get_tensor_with_parallelism(k, ReadTarget("full")), t)
+    assert torch.equal(store.get_tensor_with_parallelism(k), t)
 
 
 def test_tp_non_uniform_and_bad_dims_rejected(store):
@@ -319,20 +245,20 @@ def test_parallelism_shard_mode(store):
     t = sample(1, (6, 4))
     k = key("par")
     assert store.put_tensor_with_tp(k, t, tp_size=2, split_dim=0) == 0
-    target = ReadTarget(
-        "shard", TensorParallelism([ParallelAxis("tp", rank=2, size=3, split_dim=0)])
-    )
+    # a TP size other than the stored one: re-sliced from the stored shards
+    target = ReadTarget("shard", TensorParallelism([tp_axis(2, 3, 0)]))
     assert torch.equal(store.get_tensor_with_parallelism(k, target), t[4:6])
-    as_stored = store.get_tensor_with_parallelism(k, ReadTarget("as_stored"))
-    assert torch.equal(as_stored, t[:3])
-    assert store.get_tensor_with_parallelism(key("none"), ReadTarget("full")) is None
+    as_stored = ReadTarget("as_stored", TensorParallelism([tp_axis(0, 2, 0)]))
+    assert torch.equal(store.get_tensor_with_parallelism(k, as_stored), t[:3])
+    full = ReadTarget("full", TensorParallelism([tp_axis(0, 2, 0)]))
+    assert store.get_tensor_with_parallelism(key("none"), full) is None
     # a missing shard makes the full read fail
     assert store.remove(f"{k}_tp_1", force=True) == 0
-    assert store.get_tensor_with_parallelism(k, ReadTarget("full")) is None
-    with pytest.raises(ValueError):
+    assert store.get_tensor_with_parallelism(k, full) is None
+    with pytest.raises(RuntimeError, match="Unsupported ReadTarget mode"):
         ReadTarget("everything")
-    with pytest.raises(ValueError):
-        ParallelAxis("xx", 0, 1)
+    bad_kind = ReadTarget("shard", TensorParallelism([ParallelAxis("xx", 0, 1)]))
+    assert store.get_tensor_with_parallelism(k, bad_kind) is None  # checked on use
 
 
 def test_tensor_roundtrip_large(store):

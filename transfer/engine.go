@@ -105,7 +105,7 @@ func New(cfg Config) (*Engine, error) {
 		e.name = net.JoinHostPort(host, strconv.Itoa(e.RPCPort()))
 	}
 	if !cfg.ForceTCP {
-		if e.ctl, err = newShmBuffer(uint64(os.Getpagesize())); err != nil {
+		if e.ctl, err = newShmBuffer(uint64(os.Getpagesize()), 0); err != nil {
 			slog.Warn("transfer: shared memory unavailable, using tcp only", "err", err)
 		}
 	}
@@ -368,13 +368,25 @@ func (e *Engine) bumpVersion() {
 // AllocateManagedBuffer allocates and registers length bytes that
 // same-host peers can map (memfd backed), so transfers into it are memcpy.
 func (e *Engine) AllocateManagedBuffer(length uint64) (uintptr, error) {
+	return e.AllocateManagedBufferPages(length, 0)
+}
+
+// AllocateManagedBufferPages is AllocateManagedBuffer on huge pages of
+// hugePage bytes (HugePage2MB or HugePage1GB; 0 for normal pages). The
+// buffer is length rounded up to whole pages; with too few huge pages
+// reserved it fails with HugePageShortage's error.
+func (e *Engine) AllocateManagedBufferPages(length, hugePage uint64) (uintptr, error) {
 	if length == 0 {
 		return 0, errorf(CodeInvalidArgument, nil, "zero-length buffer")
 	}
-	b, err := newShmBuffer(length)
+	if hugePage != 0 && !ValidHugePageSize(hugePage) {
+		return 0, errorf(CodeInvalidArgument, nil, "huge page size %d: want 2 MiB or 1 GiB", hugePage)
+	}
+	b, err := newShmBuffer(length, hugePage)
 	if err != nil {
 		return 0, err
 	}
+	length = uint64(len(b.mem))
 	if err := e.reg.add(&region{addr: b.addr(), length: length, location: "cpu", shm: b}); err != nil {
 		b.close()
 		return 0, err

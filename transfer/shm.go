@@ -19,9 +19,16 @@ type shmBuffer struct {
 	mem   []byte
 }
 
-// newShmBuffer allocates length bytes of shareable, zeroed memory.
-func newShmBuffer(length uint64) (*shmBuffer, error) {
-	fd, err := unix.MemfdCreate("mooncake", unix.MFD_CLOEXEC)
+// newShmBuffer allocates length bytes of shareable, zeroed memory; with
+// hugePage > 0 on huge pages of that size, length rounded up to whole
+// pages.
+func newShmBuffer(length, hugePage uint64) (*shmBuffer, error) {
+	flags := unix.MFD_CLOEXEC
+	if hugePage > 0 {
+		flags |= unix.MFD_HUGETLB | HugePageShift(hugePage)<<unix.MFD_HUGE_SHIFT
+		length = RoundToPages(length, hugePage)
+	}
+	fd, err := unix.MemfdCreate("mooncake", flags)
 	if err != nil {
 		return nil, errorf(CodeMemory, err, "memfd_create")
 	}
@@ -38,6 +45,10 @@ func newShmBuffer(length uint64) (*shmBuffer, error) {
 	}
 	mem, err := unix.Mmap(fd, 0, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
+		if hugePage > 0 { // the kernel reserves huge pages at mmap time
+			unix.Close(fd)
+			return nil, HugePageShortage(hugePage, length, err)
+		}
 		return fail("mmap", err)
 	}
 	return &shmBuffer{fd: fd, inode: st.Ino, mem: mem}, nil

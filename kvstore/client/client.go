@@ -96,8 +96,11 @@ func New(cfg Config) (*Client, error) {
 }
 
 func (c *Client) setup(cfg Config) error {
+	if cfg.HugePageSize != 0 && !transfer.ValidHugePageSize(cfg.HugePageSize) {
+		return fmt.Errorf("%w: huge page size %d: want 2 MiB or 1 GiB", kvstore.InvalidParams, cfg.HugePageSize)
+	}
 	if cfg.LocalBufferSize > 0 {
-		buf, err := unix.Mmap(-1, 0, int(cfg.LocalBufferSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		buf, err := mapLocalBuffer(cfg.LocalBufferSize, cfg.HugePageSize)
 		if err != nil {
 			return fmt.Errorf("%w: local buffer of %d bytes: %v", kvstore.InvalidParams, cfg.LocalBufferSize, err)
 		}
@@ -113,7 +116,7 @@ func (c *Client) setup(cfg Config) error {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
 	}
 	if cfg.GlobalSegmentSize > 0 {
-		base, err := c.engine.AllocateManagedBuffer(cfg.GlobalSegmentSize)
+		base, err := c.engine.AllocateManagedBufferPages(cfg.GlobalSegmentSize, cfg.HugePageSize)
 		if err != nil {
 			return fmt.Errorf("%w: segment of %d bytes: %v", kvstore.InvalidParams, cfg.GlobalSegmentSize, err)
 		}
@@ -129,6 +132,22 @@ func (c *Client) setup(cfg Config) error {
 	}
 	c.lastPingOK.Store(true)
 	return nil
+}
+
+// mapLocalBuffer maps size bytes of private memory for the local buffer;
+// with hugePage > 0 on huge pages of that size (size rounded up to whole
+// pages).
+func mapLocalBuffer(size, hugePage uint64) ([]byte, error) {
+	flags := unix.MAP_ANON | unix.MAP_PRIVATE
+	if hugePage > 0 {
+		flags |= unix.MAP_HUGETLB | transfer.HugePageShift(hugePage)<<unix.MAP_HUGE_SHIFT
+		size = transfer.RoundToPages(size, hugePage)
+	}
+	buf, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, flags)
+	if err != nil && hugePage > 0 {
+		return nil, transfer.HugePageShortage(hugePage, size, err)
+	}
+	return buf, err
 }
 
 // Close unmounts the client's segments and releases everything. Objects
@@ -232,7 +251,11 @@ func (c *Client) remount() {
 	resp, err := c.master.client().ReMountSegment(ctx, &pb.ReMountSegmentRequest{ClientId: c.id, Segments: segs})
 	if err := rpcResult(resp.GetErrorCode(), err); err != nil {
 		slog.Warn("store client: remount failed", "err", err)
+		return
 	}
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	c.redrain()
 }
 
 func rpcContext() (context.Context, context.CancelFunc) {

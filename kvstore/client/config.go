@@ -28,6 +28,10 @@ type Config struct {
 	// Engine, when set, is shared instead of starting a new one; the
 	// client does not close it.
 	Engine *transfer.Engine
+	// HugePageSize puts the local buffer and the segment on huge pages of
+	// that size (2 MiB or 1 GiB; 0: normal pages). The kernel must have
+	// enough reserved, or New fails saying how many are missing.
+	HugePageSize uint64
 	// TenantID is sent with every request to the master ("" and
 	// "default" are the default tenant). Only a master started with
 	// --enable_multi_tenants isolates tenants.

@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -23,6 +25,9 @@ type mount struct {
 	seg       *pb.Segment
 	mapping   []byte // the file mapping (MountFile); nil for allocated memory
 	allocated bool
+	// grace, while the segment drains before an unmount with a grace
+	// period, fires that unmount; nil otherwise.
+	grace *time.Timer
 }
 
 // segmentProtocol checks a mount's protocol: this build's engine moves
@@ -123,23 +128,75 @@ func (c *Client) mountSegment(m *mount, base, size uint64) (string, error) {
 // AllocateAndMount (allocated=true) and releases their memory; objects
 // whose only replicas lived there disappear. Every id is processed; the
 // first error is returned (an unknown id, or one of the other kind, is
-// SEGMENT_NOT_FOUND). A grace period is not implemented: the master has no
-// draining state, so graceSeconds > 0 is INVALID_PARAMS and nothing is
-// unmounted.
+// SEGMENT_NOT_FOUND).
+//
+// With graceSeconds > 0 each segment is drained instead: the master
+// places no new replica on it at once, its objects stay readable, and it
+// is unmounted when the grace period ends (or when the client closes).
+// Unmount with no grace period unmounts a draining segment at once;
+// another grace period for it is INVALID_PARAMS.
 func (c *Client) Unmount(ids []string, graceSeconds int64, allocated bool) error {
-	if graceSeconds != 0 {
-		return fmt.Errorf("%w: grace_period_seconds=%d: unmounting with a grace period is not supported", kvstore.InvalidParams, graceSeconds)
-	}
-	if len(ids) == 0 {
+	switch {
+	case graceSeconds < 0:
+		return fmt.Errorf("%w: grace_period_seconds=%d is negative", kvstore.InvalidParams, graceSeconds)
+	case len(ids) == 0:
 		return fmt.Errorf("%w: no segment ids", kvstore.InvalidParams)
 	}
 	var first error
 	for _, id := range ids {
-		if err := c.unmountOne(id, allocated); err != nil && first == nil {
+		var err error
+		if graceSeconds > 0 {
+			err = c.drainThenUnmount(id, allocated, time.Duration(graceSeconds)*time.Second)
+		} else {
+			err = c.unmountOne(id, allocated)
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
+}
+
+// drainThenUnmount drains segment id and schedules its unmount after grace.
+func (c *Client) drainThenUnmount(id string, allocated bool, grace time.Duration) error {
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	m, ok := c.mounts[id]
+	switch {
+	case !ok || m.allocated != allocated:
+		return fmt.Errorf("%w: segment %q was not mounted by this call family", kvstore.SegmentNotFound, id)
+	case m.grace != nil:
+		return fmt.Errorf("%w: segment %q is already draining", kvstore.InvalidParams, id)
+	}
+	if err := c.drain(id); err != nil {
+		return err
+	}
+	m.grace = time.AfterFunc(grace, func() {
+		if err := c.unmountOne(id, allocated); err != nil && !c.closed.Load() {
+			slog.Warn("store client: unmount after the grace period failed", "segment", id, "err", err)
+		}
+	})
+	return nil
+}
+
+// drain asks the master to close segment id to new allocations.
+func (c *Client) drain(id string) error {
+	ctx, cancel := rpcContext()
+	defer cancel()
+	resp, err := c.master.client().DrainSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.id, SegmentId: id})
+	return rpcResult(resp.GetErrorCode(), err)
+}
+
+// redrain drains again, after a remount, the segments waiting out a grace
+// period (a restarted master knows them as open). Called with segMu held.
+func (c *Client) redrain() {
+	for id, m := range c.mounts {
+		if m.grace != nil {
+			if err := c.drain(id); err != nil {
+				slog.Warn("store client: draining again after a remount failed", "segment", id, "err", err)
+			}
+		}
+	}
 }
 
 func (c *Client) unmountOne(id string, allocated bool) error {
@@ -150,6 +207,9 @@ func (c *Client) unmountOne(id string, allocated bool) error {
 		return fmt.Errorf("%w: segment %q was not mounted by this call family", kvstore.SegmentNotFound, id)
 	}
 	delete(c.mounts, id)
+	if m.grace != nil {
+		m.grace.Stop()
+	}
 	for i, s := range c.segments {
 		if s == m.seg {
 			c.segments = append(c.segments[:i], c.segments[i+1:]...)
@@ -170,6 +230,9 @@ func (c *Client) unmountOne(id string, allocated bool) error {
 func (c *Client) releaseSegmentMemory(s *pb.Segment) {
 	if m, ok := c.mounts[s.Id]; ok {
 		delete(c.mounts, s.Id)
+		if m.grace != nil {
+			m.grace.Stop()
+		}
 		c.releaseMount(m)
 		return
 	}

@@ -61,11 +61,12 @@ func (s *Server) AdminHandler() http.Handler {
 			TEEndpoint string `json:"te_endpoint"`
 			Protocol   string `json:"protocol"`
 			HostID     string `json:"host_id"`
+			Draining   bool   `json:"draining"`
 		}
 		out := []seg{}
 		s.WithState(func(st *State, _ time.Time) {
 			for _, sg := range st.Segments() {
-				out = append(out, seg{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated, sg.TEEndpoint, sg.Protocol, sg.HostID})
+				out = append(out, seg{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated, sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining})
 			}
 		})
 		writeJSON(w, http.StatusOK, out)

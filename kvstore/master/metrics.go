@@ -28,7 +28,7 @@ type counters struct {
 var Ops = []string{
 	"put_start", "put_end", "put_revoke", "upsert_start",
 	"get_replica_list", "exist_key", "remove", "remove_by_regex", "remove_all",
-	"mount_segment", "remount_segment", "unmount_segment", "ping",
+	"mount_segment", "remount_segment", "unmount_segment", "drain_segment", "ping",
 	"batch_put_start", "batch_put_end", "batch_put_revoke", "batch_upsert_start",
 	"batch_get_replica_list", "batch_exist_key", "batch_remove",
 	"batch_replica_clear", "create_copy_task", "create_move_task", "query_task", "mark_task_complete",

@@ -8,14 +8,14 @@ const maxScan = 100
 // distinct segment, following upstream's "random" strategy: preferred
 // segments first (in the order given), then segments on the writer's host
 // when PreferSameNode is set, then a walk over consecutive segments from a
-// random start. It returns what it got (possibly fewer than asked, possibly
+// random start. Draining segments are skipped. It returns what it got (possibly fewer than asked, possibly
 // none); new replicas are PROCESSING.
 func (s *State) allocate(size uint64, cfg ReplicateConfig) []*replica {
 	want := cfg.ReplicaNum
 	tried := make(map[*segment]bool)
 	var out []*replica
 	try := func(sg *segment) {
-		if len(out) >= want || tried[sg] {
+		if len(out) >= want || tried[sg] || sg.draining {
 			return
 		}
 		tried[sg] = true

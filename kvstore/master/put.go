@@ -78,7 +78,7 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, now time.Time) ([]Replica, kvstore.ErrorCode) {
 	reps := s.allocate(size, cfg)
 	if len(reps) == 0 {
-		if len(s.segOrder) >= cfg.ReplicaNum {
+		if s.openSegments() >= cfg.ReplicaNum {
 			s.needEviction = true
 		}
 		return nil, kvstore.NoAvailableHandle
@@ -145,7 +145,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	} else {
 		reps := s.allocate(size, cfg)
 		if len(reps) == 0 {
-			if len(s.segOrder) >= cfg.ReplicaNum {
+			if s.openSegments() >= cfg.ReplicaNum {
 				s.needEviction = true
 			}
 			return nil, kvstore.NoAvailableHandle

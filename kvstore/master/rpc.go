@@ -363,6 +363,15 @@ func (s *Server) UnmountSegment(ctx context.Context, req *masterpb.UnmountSegmen
 	return resp, err
 }
 
+// DrainSegment implements masterpb.MasterServer.
+func (s *Server) DrainSegment(ctx context.Context, req *masterpb.UnmountSegmentRequest) (*masterpb.StatusResponse, error) {
+	var resp *masterpb.StatusResponse
+	err := s.do(func(st *State, now time.Time) {
+		resp = &masterpb.StatusResponse{ErrorCode: code32(st.DrainSegment(req.GetClientId(), req.GetSegmentId(), now))}
+	})
+	return resp, err
+}
+
 // Ping implements masterpb.MasterServer; the answer carries the copy and
 // move tasks newly assigned to the client.
 func (s *Server) Ping(ctx context.Context, req *masterpb.PingRequest) (*masterpb.PingResponse, error) {

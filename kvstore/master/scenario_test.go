@@ -30,7 +30,7 @@ import (
 //
 //	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= discard= release= allow_soft=]
 //	tick d=DURATION                      advance the fake clock
-//	mount seg= size= [name= host=]       remount segs=ID:SIZE,...   unmount seg=
+//	mount seg= size= [name= host=]       remount segs=ID:SIZE,...   unmount seg=   drain seg=
 //	ping | expire                        client liveness
 //	put_start | upsert_start key= size= [replicas= pin=enable|disable pin_ttl= hard prefer=a,b host=]
 //	put_end | put_revoke key=            put key= size= ...  (start + end)
@@ -243,6 +243,8 @@ func (s *scenario) run(c cmd) string {
 		return s.st.ReMountSegment(cl, segs, s.now).String() + "\n"
 	case "unmount":
 		return s.st.UnmountSegment(cl, c.str("seg", "s1"), s.now).String() + "\n"
+	case "drain":
+		return s.st.DrainSegment(cl, c.str("seg", "s1"), s.now).String() + "\n"
 	case "ping":
 		status, code := s.st.Ping(cl, s.now)
 		if code != kvstore.OK {

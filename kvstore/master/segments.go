@@ -10,9 +10,10 @@ import (
 
 // segment is a mounted segment and its allocator.
 type segment struct {
-	info   Segment
-	client string
-	alloc  *Allocator
+	info     Segment
+	client   string
+	alloc    *Allocator
+	draining bool // closed to new allocations (DrainSegment)
 }
 
 // client is what the master knows of a client: when it was last heard
@@ -109,6 +110,36 @@ func (s *State) UnmountSegment(clientID, segID string, now time.Time) kvstore.Er
 	return s.m.result("unmount_segment", kvstore.OK)
 }
 
+// DrainSegment closes clientID's segment segID to new allocations: puts
+// and upserts place no replica there any more, while the replicas it
+// holds stay readable until the segment is unmounted. Draining a drained
+// segment is OK; another client's or an unknown segment is
+// SEGMENT_NOT_FOUND. The flag lives in this master's memory: a restarted
+// master learns the segment from the client's remount as open, and the
+// client drains it again.
+func (s *State) DrainSegment(clientID, segID string, now time.Time) kvstore.ErrorCode {
+	sg, ok := s.segments[segID]
+	if !ok || sg.client != clientID {
+		return s.m.result("drain_segment", kvstore.SegmentNotFound)
+	}
+	s.touch(clientID, now)
+	sg.draining = true
+	return s.m.result("drain_segment", kvstore.OK)
+}
+
+// openSegments counts the segments that take new replicas: an allocation
+// failure triggers eviction only when enough of them exist, so that a
+// drained pool does not evict what it still serves.
+func (s *State) openSegments() int {
+	n := 0
+	for _, sg := range s.segOrder {
+		if !sg.draining {
+			n++
+		}
+	}
+	return n
+}
+
 // unmount removes a segment and everything stored on it; tasks that
 // read from or write to it fail.
 func (s *State) unmount(segID string, now time.Time) {
@@ -193,13 +224,14 @@ type SegmentInfo struct {
 	Segment
 	ClientID  string
 	Allocated uint64
+	Draining  bool
 }
 
 // Segments returns the mounted segments in mount order.
 func (s *State) Segments() []SegmentInfo {
 	out := make([]SegmentInfo, len(s.segOrder))
 	for i, sg := range s.segOrder {
-		out[i] = SegmentInfo{Segment: sg.info, ClientID: sg.client, Allocated: sg.alloc.Allocated()}
+		out[i] = SegmentInfo{Segment: sg.info, ClientID: sg.client, Allocated: sg.alloc.Allocated(), Draining: sg.draining}
 	}
 	return out
 }

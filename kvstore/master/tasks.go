@@ -123,7 +123,7 @@ func replicaOn(o *object, segs []*segment) *replica {
 // A target that already holds a replica is skipped; when all do, the task
 // is created SUCCESS. Errors: INVALID_PARAMS (no targets, a target not
 // mounted), OBJECT_NOT_FOUND (no readable replica), NO_AVAILABLE_HANDLE (a
-// target has no room).
+// target has no room, or is draining).
 func (s *State) CreateCopyTask(key string, targets []string, now time.Time) (TaskID, kvstore.ErrorCode) {
 	id, code := s.createCopyTask(key, targets, now)
 	return id, s.m.result("create_copy_task", code)
@@ -207,9 +207,13 @@ func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segm
 	return t.id, kvstore.OK
 }
 
-// reserveOn allocates size bytes on the first of segs with room.
+// reserveOn allocates size bytes on the first of segs with room that is
+// open to new replicas (not draining).
 func (s *State) reserveOn(segs []*segment, size uint64) *replica {
 	for _, sg := range segs {
+		if sg.draining {
+			continue
+		}
 		if off, ok := sg.alloc.Allocate(size); ok {
 			s.nextReplica++
 			return &replica{id: s.nextReplica, status: ReplicaProcessing, seg: sg, off: off, size: size}

@@ -2702,7 +2702,7 @@ const file_master_proto_rawDesc = "" +
 	"\fTASK_PENDING\x10\x00\x12\x13\n" +
 	"\x0fTASK_PROCESSING\x10\x01\x12\x10\n" +
 	"\fTASK_SUCCESS\x10\x02\x12\x0f\n" +
-	"\vTASK_FAILED\x10\x032\x8c\x12\n" +
+	"\vTASK_FAILED\x10\x032\xe9\x12\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
@@ -2727,7 +2727,8 @@ const file_master_proto_rawDesc = "" +
 	"\x10MarkTaskComplete\x12*.mooncake.store.v1.MarkTaskCompleteRequest\x1a!.mooncake.store.v1.StatusResponse\x12Y\n" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
 	"\x0eReMountSegment\x12(.mooncake.store.v1.ReMountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
-	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12G\n" +
+	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12[\n" +
+	"\fDrainSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponseB2Z0github.com/mooncake-go/mooncake/kvstore/masterpbb\x06proto3"
 
 var (
@@ -2840,34 +2841,36 @@ var file_master_proto_depIdxs = []int32{
 	29, // 46: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
 	30, // 47: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
 	31, // 48: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	32, // 49: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	8,  // 50: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	15, // 51: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	15, // 52: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	12, // 53: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	16, // 54: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	16, // 55: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	8,  // 56: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	12, // 57: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	19, // 58: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	20, // 59: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	21, // 60: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	22, // 61: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	15, // 62: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	16, // 63: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	27, // 64: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	27, // 65: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	35, // 66: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	39, // 67: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	39, // 68: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	41, // 69: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	15, // 70: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	15, // 71: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 72: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 73: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	33, // 74: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	50, // [50:75] is the sub-list for method output_type
-	25, // [25:50] is the sub-list for method input_type
+	31, // 49: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	32, // 50: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	8,  // 51: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	15, // 52: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	15, // 53: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	12, // 54: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	16, // 55: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	16, // 56: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	8,  // 57: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	12, // 58: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	19, // 59: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	20, // 60: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	21, // 61: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	22, // 62: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	15, // 63: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	16, // 64: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	27, // 65: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	27, // 66: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	35, // 67: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	39, // 68: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	39, // 69: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	41, // 70: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	15, // 71: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	15, // 72: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	15, // 73: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	15, // 74: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	15, // 75: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	33, // 76: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	51, // [51:77] is the sub-list for method output_type
+	25, // [25:51] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name

@@ -52,6 +52,7 @@ const (
 	Master_MountSegment_FullMethodName        = "/mooncake.store.v1.Master/MountSegment"
 	Master_ReMountSegment_FullMethodName      = "/mooncake.store.v1.Master/ReMountSegment"
 	Master_UnmountSegment_FullMethodName      = "/mooncake.store.v1.Master/UnmountSegment"
+	Master_DrainSegment_FullMethodName        = "/mooncake.store.v1.Master/DrainSegment"
 	Master_Ping_FullMethodName                = "/mooncake.store.v1.Master/Ping"
 )
 
@@ -96,6 +97,9 @@ type MasterClient interface {
 	MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	ReMountSegment(ctx context.Context, in *ReMountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Closes a segment to new allocations; its replicas stay readable until
+	// the client unmounts it (unmount_segment with a grace period).
+	DrainSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
@@ -347,6 +351,16 @@ func (c *masterClient) UnmountSegment(ctx context.Context, in *UnmountSegmentReq
 	return out, nil
 }
 
+func (c *masterClient) DrainSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Master_DrainSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PingResponse)
@@ -398,6 +412,9 @@ type MasterServer interface {
 	MountSegment(context.Context, *MountSegmentRequest) (*StatusResponse, error)
 	ReMountSegment(context.Context, *ReMountSegmentRequest) (*StatusResponse, error)
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*StatusResponse, error)
+	// Closes a segment to new allocations; its replicas stay readable until
+	// the client unmounts it (unmount_segment with a grace period).
+	DrainSegment(context.Context, *UnmountSegmentRequest) (*StatusResponse, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
@@ -480,6 +497,9 @@ func (UnimplementedMasterServer) ReMountSegment(context.Context, *ReMountSegment
 }
 func (UnimplementedMasterServer) UnmountSegment(context.Context, *UnmountSegmentRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UnmountSegment not implemented")
+}
+func (UnimplementedMasterServer) DrainSegment(context.Context, *UnmountSegmentRequest) (*StatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DrainSegment not implemented")
 }
 func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Ping not implemented")
@@ -937,6 +957,24 @@ func _Master_UnmountSegment_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_DrainSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnmountSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).DrainSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_DrainSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).DrainSegment(ctx, req.(*UnmountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PingRequest)
 	if err := dec(in); err != nil {
@@ -1057,6 +1095,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnmountSegment",
 			Handler:    _Master_UnmountSegment_Handler,
+		},
+		{
+			MethodName: "DrainSegment",
+			Handler:    _Master_DrainSegment_Handler,
 		},
 		{
 			MethodName: "Ping",

@@ -34,7 +34,7 @@ HEADER_SIZE = 304
 MAX_DIMS = 8
 MAX_AXES = 4
 LAYOUT_FULL, LAYOUT_SHARD = 0, 1
-AXIS_TP = 1
+AXIS_DP, AXIS_TP, AXIS_EP, AXIS_PP = 0, 1, 2, 3
 
 _HEAD = struct.Struct("<IHHiiIIQQ")  # 40 bytes
 _SHAPE = struct.Struct("<8q")
@@ -73,6 +73,11 @@ def dtype_code(dtype: Any) -> int:
         if n == name:
             return code
     raise ValueError(f"dtype {dtype} cannot be stored")
+
+
+def element_size(dtype_name: str) -> int:
+    """Bytes per element of a dtype named as in `parse_header`'s "dtype"."""
+    return next(size for n, size in _DTYPES if n == dtype_name)
 
 
 def _shape(dims: Any) -> list[int]:
@@ -127,26 +132,6 @@ def serialize_tensor(tensor: Any) -> tuple[Any, bytes]:
     return t, build_header(t.dtype, t.shape, t.numel() * t.element_size())
 
 
-def uniform_shards(tensor: Any, tp_size: int, split_dim: int) -> list[Any]:
-    """Contiguous CPU shards of a uniform split, or ValueError."""
-    t = _cpu_contiguous(tensor)
-    if not 0 <= split_dim < t.dim():
-        raise ValueError(f"split_dim {split_dim} outside a {t.dim()}-d tensor")
-    extent = t.shape[split_dim]
-    if extent % tp_size:
-        raise ValueError(f"dimension {split_dim} ({extent}) is not divisible by tp_size {tp_size}")
-    step = extent // tp_size
-    return [t.narrow(split_dim, r * step, step).contiguous() for r in range(tp_size)]
-
-
-def shard_header(full: Any, shard: Any, rank: int, count: int, split_dim: int) -> bytes:
-    """Header of TP shard `rank` of `count` of `full`, split along `split_dim`."""
-    axis = (AXIS_TP, 0, rank, count, split_dim, 0, shard.shape[split_dim])
-    return build_header(
-        shard.dtype, shard.shape, shard.numel() * shard.element_size(), full.shape, [axis]
-    )
-
-
 def parse_header(header: bytes, total: int) -> dict | None:
     """Validate a header against the object's total size; its fields, or None."""
     if len(header) < HEADER_SIZE:
@@ -191,6 +176,90 @@ def parse_header(header: bytes, total: int) -> dict | None:
         "data_offset": data_offset,
         "axes": axes,
     }
+
+
+def parse_header_at(addr: int, total: int | None = None) -> dict | None:
+    """`parse_header` of the 304 bytes at `addr`.
+
+    Without `total` the object size is the one the header declares
+    (data_offset + data_bytes): for headers read on their own.
+    """
+    header = ctypes.string_at(addr, HEADER_SIZE)
+    if total is None:
+        offset, nbytes = struct.unpack_from("<QQ", header, 24)
+        total = offset + nbytes
+    return parse_header(header, total)
+
+
+def view_at(addr: int, meta: dict) -> Any:
+    """A tensor over the data at `addr` (no copy) shaped by a parsed header."""
+    import torch
+
+    dtype = getattr(torch, meta["dtype"])
+    shape = meta["local_shape"]
+    nbytes = math.prod(shape) * element_size(meta["dtype"])
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(addr), dtype=torch.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+# A parallelism manifest: the stored layout of a sharded tensor (96 bytes).
+MANIFEST_MAGIC = 0x574D414E
+MANIFEST_SIZE = 96
+_MANIFEST = struct.Struct("<IHHiiiii4x8q")
+
+
+def build_manifest(dtype: Any, global_shape: Any, split_dim: int, shard_count: int) -> bytes:
+    """Manifest bytes: dtype, global shape, split dimension and shard count."""
+    shape = list(global_shape)
+    return _MANIFEST.pack(
+        MANIFEST_MAGIC,
+        VERSION,
+        MANIFEST_SIZE,
+        dtype_code(dtype),
+        len(shape),
+        split_dim,
+        shard_count,
+        0,
+        *_shape(shape),
+    )
+
+
+def parse_manifest(data: bytes) -> dict | None:
+    """Fields of a manifest, or None if `data` is not a valid one."""
+    if len(data) != MANIFEST_SIZE:
+        return None
+    magic, version, size, dtype, ndim, split_dim, count, _r0, *shape = _MANIFEST.unpack(data)
+    if magic != MANIFEST_MAGIC or version != VERSION or size != MANIFEST_SIZE:
+        return None
+    if not 0 <= dtype < len(_DTYPES) or not 1 <= ndim <= MAX_DIMS or count < 1:
+        return None
+    if not 0 <= split_dim < ndim or any(d < 0 for d in shape[:ndim]):
+        return None
+    return {
+        "dtype": _DTYPES[dtype][0],
+        "global_shape": shape[:ndim],
+        "split_dim": split_dim,
+        "shard_count": count,
+    }
+
+
+def slab_blocks(
+    shape: Any, elem: int, dim: int, start: int, stop: int
+) -> list[tuple[int, int, int]]:
+    """The contiguous pieces of slice [start, stop) along `dim` of a C-contiguous tensor.
+
+    Each is (byte offset in the whole tensor, byte offset in the slice, size).
+    """
+    shape = list(shape)
+    inner = math.prod(shape[dim + 1 :]) * elem
+    outer = math.prod(shape[:dim])
+    size = (stop - start) * inner
+    if size == 0:
+        return []
+    row = shape[dim] * inner
+    return [(o * row + start * inner, o * size, size) for o in range(outer)]
 
 
 def deserialize_tensor(addr: int, total: int) -> Any:

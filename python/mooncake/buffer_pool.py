@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mooncake import _lib
+from mooncake._hugepages import free_pages, page_shift
 
 CAPSULE_NAME = b"mooncake.PyClient.shared_ptr"
 LOCAL_ALIGNMENT = 64  # alignment of leases carved from the local buffer
@@ -109,14 +110,36 @@ class _Region:
             pass
 
 
+class BufferLeaseView:
+    """The memory behind a lease's views: ``lease.buffer`` is a memoryview
+    whose ``.obj`` is one of these (1-D bytes, writable). A view keeps the
+    lease's memory alive, and a lease cannot be released while one exists.
+    """
+
+    __slots__ = ()
+
+    def ptr(self) -> int:
+        """Address of the first byte."""
+        return ctypes.addressof(self)  # type: ignore[arg-type]
+
+    def size(self) -> int:
+        """Size in bytes."""
+        return ctypes.sizeof(self)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"BufferLeaseView(ptr={self.ptr():#x}, size={self.size()})"
+
+
 _view_types: dict[int, type] = {}
 
 
 def _view_type(size: int) -> type:
-    """A ctypes byte-array type of `size` whose instances can hold a region."""
+    """A `BufferLeaseView` type of `size` bytes (a ctypes array) whose
+    instances can hold a region."""
     t = _view_types.get(size)
     if t is None:
-        t = type("BufferLeaseBytes", (ctypes.c_ubyte * size,), {})
+        bases = (BufferLeaseView, ctypes.c_ubyte * size)
+        t = type("BufferLeaseView", bases, {"__slots__": ("region",)})
         if len(_view_types) < 1024:
             _view_types[size] = t
     return t
@@ -409,25 +432,17 @@ class BufferPool:
 
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView
 
 # -- shared host memory ---------------------------------------------------------
 
 _MAP_SHARED = 0x01
 _MAP_POPULATE = 0x08000
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_ALLOC_FUNC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
+_FREE_FUNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _MFD_HUGETLB = 0x0004
 _MFD_HUGE_SHIFT = 26
-_HUGEPAGE_SIZES = {"2MB": 21, "1GB": 30}
-
-
-def _hugepages_free(page_bytes: int) -> int:
-    """Free huge pages of that size the kernel has reserved (0 if none)."""
-    path = f"/sys/kernel/mm/hugepages/hugepages-{page_bytes >> 10}kB/free_hugepages"
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except OSError:
-        return 0
 
 
 class MooncakeHostMemAllocator:
@@ -442,12 +457,12 @@ class MooncakeHostMemAllocator:
     """
 
     def __init__(self, use_hugepage: bool = False, hugepage_size: str = "2MB") -> None:
-        if hugepage_size not in _HUGEPAGE_SIZES:
-            raise ValueError(f"hugepage_size must be one of {sorted(_HUGEPAGE_SIZES)}")
+        page_shift(hugepage_size)  # ValueError for a size there are no pages of
         self.use_hugepage = bool(use_hugepage)
         self.hugepage_size = hugepage_size
         self._lock = threading.Lock()
         self._maps: dict[int, tuple[int, int]] = {}  # ptr -> (fd, length)
+        self._c_funcs: tuple[Any, Any] | None = None
 
     def alloc(self, size: int) -> int:
         """Map `size` bytes of a new memfd; the address. RuntimeError on failure."""
@@ -455,13 +470,13 @@ class MooncakeHostMemAllocator:
             raise RuntimeError("Failed to map shared memory: Invalid argument")
         flags, length = 0, size
         if self.use_hugepage:
-            shift = _HUGEPAGE_SIZES[self.hugepage_size]
+            shift = page_shift(self.hugepage_size)
             page = 1 << shift
             length = (size + page - 1) // page * page
-            if _hugepages_free(page) < length // page:
+            if free_pages(page) < length // page:
                 raise RuntimeError(
                     f"no {self.hugepage_size} huge pages reserved for {length} bytes "
-                    f"(free: {_hugepages_free(page)}); reserve them with "
+                    f"(free: {free_pages(page)}); reserve them with "
                     "`sysctl vm.nr_hugepages=N` or /sys/kernel/mm/hugepages"
                 )
             flags = _MFD_HUGETLB | (shift << _MFD_HUGE_SHIFT)
@@ -499,3 +514,35 @@ class MooncakeHostMemAllocator:
         _libc.munmap(ptr, length)
         os.close(fd)
         return 0
+
+    def get_alloc_func_addr(self) -> int:
+        """Address of a C function ``void *alloc(size_t size)`` that allocates
+        as `alloc` does (NULL on failure), for pluggable allocators. It stays
+        valid while this allocator lives."""
+        return self._c_functions()[0]
+
+    def get_free_func_addr(self) -> int:
+        """Address of a C function ``int free(void *ptr)`` that frees as
+        `free` does (0, or -1 for an unknown pointer)."""
+        return self._c_functions()[1]
+
+    def _c_functions(self) -> tuple[int, int]:
+        with self._lock:
+            if self._c_funcs is None:
+
+                def c_alloc(size: int) -> int | None:
+                    try:
+                        return self.alloc(size)
+                    except RuntimeError:
+                        return None
+
+                def c_free(ptr: int | None) -> int:
+                    return self.free(ptr or 0)
+
+                # The callbacks are kept on the instance: C may call them as long as it lives.
+                self._c_funcs = (_ALLOC_FUNC(c_alloc), _FREE_FUNC(c_free))
+            alloc, free = self._c_funcs
+        return (
+            ctypes.cast(alloc, ctypes.c_void_p).value or 0,
+            ctypes.cast(free, ctypes.c_void_p).value or 0,
+        )

@@ -23,12 +23,14 @@ import dataclasses
 import enum
 import json
 import logging
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from mooncake import _lib
 from mooncake._buffers import address_of
+from mooncake._hugepages import page_shift
 from mooncake._numa import bind_to_numa_node
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
@@ -36,6 +38,7 @@ from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exp
     TaskType,
     _SessionsAndTasks,
 )
+from mooncake._store_tensors import ParallelAxis, ReadTarget, TensorParallelism, _TensorAPI
 from mooncake._store_types import (
     BufferHandle,
     Descriptor,
@@ -46,13 +49,7 @@ from mooncake._store_types import (
     ReplicaStatus,
     take_buffer,
 )
-from mooncake._tensor import (
-    deserialize_tensor,
-    serialize_tensor,
-    shard_header,
-    tensor_metadata_size,
-    uniform_shards,
-)
+from mooncake._tensor import deserialize_tensor, serialize_tensor, tensor_metadata_size
 
 
 class ErrorCode(enum.IntEnum):
@@ -74,6 +71,7 @@ class ErrorCode(enum.IntEnum):
     RPC_FAIL = -900
     RPC_TIMEOUT = -901
     NOT_SUPPORTED = -1012
+    FILE_NOT_FOUND = -1100
     TENANT_QUOTA_EXCEEDED = -1700
     TENANT_NOT_REGISTERED = -1701
     TENANT_NOT_EMPTY = -1702
@@ -200,7 +198,7 @@ _P = ctypes.POINTER
 
 _SIGNATURES = {
     "mc_store_create": ([], _u64),
-    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64, _str], _int),
+    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64, _str, _u64], _int),
     "mc_store_close": ([_u64], _int),
     "mc_store_health_check": ([_u64], _int),
     "mc_store_get_hostname": ([_u64], _ptr),
@@ -268,6 +266,7 @@ class _SetupParams:
     master_server_addr: str
     engine: Any
     tenant_id: str
+    hugepage_bytes: int  # 0: normal pages
 
 
 _SETUP_NAMES = (
@@ -293,12 +292,17 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
+# Keyword-only setup options (not in upstream's positional signature), as
+# MooncakeHostMemAllocator takes them.
+_SETUP_KEYWORDS = ("use_hugepage", "hugepage_size")
+
+
 def _setup_params(args: Sequence[Any], kwargs: dict[str, Any]) -> _SetupParams:
     if len(args) > len(_SETUP_NAMES):
         raise TypeError(f"setup() takes at most {len(_SETUP_NAMES)} arguments ({len(args)} given)")
     values = dict(zip(_SETUP_NAMES, args, strict=False))
     for k, v in kwargs.items():
-        if k not in _SETUP_NAMES:
+        if k not in _SETUP_NAMES and k not in _SETUP_KEYWORDS:
             raise TypeError(f"setup() got an unexpected keyword argument {k!r}")
         if k in values:
             raise TypeError(f"setup() got multiple values for argument {k!r}")
@@ -333,6 +337,7 @@ def _dict_setup_params(config: dict[str, Any]) -> _SetupParams:
         "ssd_offload_path",
         "enable_client_http_server",
         "client_http_port",
+        *_SETUP_KEYWORDS,
     ):
         if k in cfg:
             values[k] = cfg[k]
@@ -366,6 +371,7 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         buffer = parse_size(values["local_buffer_size"])
     except ValueError as e:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
+    hugepage_bytes = _hugepage_bytes(values)
     return _SetupParams(
         local_hostname=str(values["local_hostname"]),
         metadata_server=str(values["metadata_server"]),
@@ -376,10 +382,25 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         master_server_addr=str(values["master_server_addr"]),
         engine=values.get("engine"),
         tenant_id=str(values.get("tenant_id") or "default"),
+        hugepage_bytes=hugepage_bytes,
     )
 
 
-class MooncakeDistributedStore(_SessionsAndTasks):
+def _hugepage_bytes(values: dict[str, Any]) -> int:
+    """The huge page size setup asks for (0: none): `use_hugepage` and
+    `hugepage_size`, defaulting to MC_STORE_USE_HUGEPAGE and
+    MC_STORE_HUGEPAGE_SIZE ("2MB" when unset), as upstream's variables."""
+    use = values.get("use_hugepage", os.environ.get("MC_STORE_USE_HUGEPAGE", ""))
+    if not _truthy(use):
+        return 0
+    size = values.get("hugepage_size") or os.environ.get("MC_STORE_HUGEPAGE_SIZE") or "2MB"
+    try:
+        return 1 << page_shift(str(size).strip().upper())
+    except ValueError as e:
+        raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
+
+
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
@@ -408,8 +429,12 @@ class MooncakeDistributedStore(_SessionsAndTasks):
         such as "16MB". ``protocol="rdma"`` runs TCP on a host without an
         RDMA transport (see docs/store.md). Options this build does not
         implement (SSD offload, the client metrics server, an IPC socket
-        for dummy clients) return NOT_SUPPORTED (-1012) when enabled. A
-        closed store can be set up again.
+        for dummy clients) return NOT_SUPPORTED (-1012) when enabled.
+        Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
+        MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
+        the local buffer on huge pages, which the kernel must have reserved
+        (-600 otherwise; the log says how many are missing). A closed store
+        can be set up again.
         """
         try:
             params = (
@@ -434,6 +459,7 @@ class MooncakeDistributedStore(_SessionsAndTasks):
             params.master_server_addr.encode(),
             engine_handle,
             params.tenant_id.encode(),
+            params.hugepage_bytes,
         )
 
     def close(self) -> int:
@@ -841,132 +867,6 @@ class MooncakeDistributedStore(_SessionsAndTasks):
         """Withdraw memory registered with `register_buffer`."""
         return self._lib.mc_store_unregister_buffer(self._handle, buffer_ptr)
 
-    # -- tensors -------------------------------------------------------------
-
-    def _put_tensors(self, keys, tensors, headers, flags) -> list[int]:
-        keep: list[Any] = []
-        parts = []
-        for t, header in zip(tensors, headers, strict=True):
-            haddr, hsize, hk = address_of(header)
-            keep.extend((hk, t))
-            ranges = [(haddr, hsize)]
-            if t.numel() > 0:
-                ranges.append((t.data_ptr(), t.numel() * t.element_size()))
-            parts.append(ranges)
-        return self._put(keys, parts, None, flags)
-
-    def put_tensor(self, key: str, tensor: Any) -> int:
-        """Store a tensor (304-byte header + its bytes); 0 or negative."""
-        return self.batch_put_tensor([key], [tensor])[0]
-
-    def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> list[int]:
-        """Store several tensors; a code per key."""
-        if len(keys) != len(tensors_list):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        try:
-            pairs = [serialize_tensor(t) for t in tensors_list]
-        except (TypeError, ValueError):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._put_tensors(keys, [t for t, _ in pairs], [h for _, h in pairs], _PUT_ZERO_COPY)
-
-    def get_tensor(self, key: str) -> Any:
-        """The tensor stored under `key`, or None (missing or invalid)."""
-        return self.batch_get_tensor([key])[0]
-
-    def batch_get_tensor(self, keys: Sequence[str]) -> list[Any]:
-        """Tensors per key; None for misses and invalid objects."""
-        if not keys:
-            return []
-        out = []
-        for ptr, size in self._get_alloc(keys):
-            if size < 0:
-                out.append(None)
-                continue
-            try:
-                out.append(deserialize_tensor(ptr, size))
-            finally:
-                self._lib.mc_free(ptr)
-        return out
-
-    def put_tensor_with_tp(
-        self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
-    ) -> int:
-        """Store a tensor as `tp_size` shards `{key}_tp_{r}` split along `split_dim`.
-
-        All shards are written whatever `tp_rank` is (upstream behaviour);
-        only uniform splits are accepted (-600 otherwise). tp_size <= 1 is
-        `put_tensor`.
-        """
-        return self.batch_put_tensor_with_tp([key], [tensor], tp_rank, tp_size, split_dim)[0]
-
-    def batch_put_tensor_with_tp(
-        self, base_keys, tensors_list, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
-    ) -> list[int]:
-        """`put_tensor_with_tp` for several tensors; a code per base key."""
-        if len(base_keys) != len(tensors_list):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(base_keys)
-        if tp_size <= 1:
-            return self.batch_put_tensor(base_keys, tensors_list)
-        out = []
-        for key, tensor in zip(base_keys, tensors_list, strict=True):
-            try:
-                shards = uniform_shards(tensor, tp_size, split_dim)
-            except (TypeError, ValueError):
-                out.append(int(ErrorCode.INVALID_PARAMS))
-                continue
-            keys = [f"{key}_tp_{r}" for r in range(tp_size)]
-            headers = [
-                shard_header(tensor, shard, r, tp_size, split_dim) for r, shard in enumerate(shards)
-            ]
-            out.append(self._first(self._put_tensors(keys, shards, headers, _PUT_ZERO_COPY)))
-        return out
-
-    def get_tensor_with_tp(
-        self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
-    ) -> Any:
-        """This rank's shard (`{key}_tp_{tp_rank}`), or the whole tensor when tp_size <= 1."""
-        return self.batch_get_tensor_with_tp([key], tp_rank, tp_size)[0]
-
-    def batch_get_tensor_with_tp(self, base_keys, tp_rank: int = 0, tp_size: int = 1) -> list[Any]:
-        """`get_tensor_with_tp` for several base keys."""
-        if tp_size <= 1:
-            return self.batch_get_tensor(base_keys)
-        return self.batch_get_tensor([f"{k}_tp_{tp_rank}" for k in base_keys])
-
-    def get_tensor_with_parallelism(self, key: str, target: ReadTarget | None = None) -> Any:
-        """Read a tensor stored whole or as TP shards.
-
-        ``ReadTarget(mode="full")`` (the default) reassembles TP shards along
-        their split dimension; ``"as_stored"`` returns the object as written
-        (the whole tensor, or shard 0's view for sharded tensors);
-        ``"shard"`` returns the slice for ``target.parallelism``'s TP axis.
-        """
-        import torch
-
-        target = target or ReadTarget("full")
-        whole = self.get_tensor(key)
-        if whole is None:
-            first = self.get_tensor(f"{key}_tp_0")
-            if first is None:
-                return None
-            layout = first._mooncake_layout
-            if target.mode == "as_stored":
-                return first
-            count, dim = layout["shard_count"], layout["split_dim"]
-            shards = [first] + [self.get_tensor(f"{key}_tp_{r}") for r in range(1, count)]
-            if any(s is None for s in shards):
-                return None
-            whole = torch.cat(shards, dim=dim)
-        if target.mode in ("full", "as_stored"):
-            return whole
-        axis = target.tp_axis()
-        if axis is None:
-            return whole
-        dim = axis.split_dim if axis.split_dim is not None else 0
-        extent = whole.shape[dim]
-        start, end = extent * axis.rank // axis.size, extent * (axis.rank + 1) // axis.size
-        return whole.narrow(dim, start, end - start).contiguous()
-
     # -- segments mounted after setup, BufferPool support (issue 10) -----------
 
     def mount_segment(
@@ -1018,7 +918,12 @@ class MooncakeDistributedStore(_SessionsAndTasks):
         return {"ret": 0, "segment_ids": _split_ids(ids), "allocated_size": allocated.value}
 
     def unmount_segment(self, segment_ids, grace_period_seconds: int = 0) -> int:
-        """Unmount segments from `mount_segment`; 0, or -1 (unknown id, grace period > 0)."""
+        """Unmount segments from `mount_segment`; 0, or -1 (an unknown id).
+
+        With ``grace_period_seconds > 0`` each segment takes no new
+        replicas at once, stays readable, and is unmounted when the grace
+        period ends (``0`` afterwards unmounts a draining one at once).
+        """
         return self._unmount("unmount_segment", segment_ids, grace_period_seconds, False)
 
     def unmount_and_free_segment(self, segment_ids, grace_period_seconds: int = 0) -> int:
@@ -1058,46 +963,6 @@ class MooncakeDistributedStore(_SessionsAndTasks):
         if not self._handle or self.health_check() == 1:
             return None
         return _new_capsule(self._handle)
-
-
-class ParallelAxis:
-    """One parallelism axis: kind in {"tp", "dp", "ep", "pp"}, this rank, the axis size."""
-
-    def __init__(
-        self,
-        kind: str,
-        rank: int,
-        size: int,
-        split_dim: int | None = None,
-        expert_id=None,
-        stage_id=None,
-    ):
-        if kind not in ("tp", "dp", "ep", "pp"):
-            raise ValueError(f"ParallelAxis kind must be tp, dp, ep or pp, not {kind!r}")
-        if size < 1 or not 0 <= rank < size:
-            raise ValueError(f"ParallelAxis rank {rank} outside size {size}")
-        self.kind, self.rank, self.size, self.split_dim = kind, rank, size, split_dim
-        self.expert_id, self.stage_id = expert_id, stage_id
-
-
-class TensorParallelism:
-    """The parallelism axes a tensor is read or written with."""
-
-    def __init__(self, axes: Sequence[ParallelAxis] = ()):
-        self.axes = list(axes)
-
-
-class ReadTarget:
-    """What `get_tensor_with_parallelism` returns: mode "as_stored", "shard" or "full"."""
-
-    def __init__(self, mode: str = "full", parallelism: TensorParallelism | None = None):
-        if mode not in ("as_stored", "shard", "full"):
-            raise ValueError(f"ReadTarget mode must be as_stored, shard or full, not {mode!r}")
-        self.mode, self.parallelism = mode, parallelism
-
-    def tp_axis(self) -> ParallelAxis | None:
-        axes = self.parallelism.axes if self.parallelism else []
-        return next((a for a in axes if a.kind == "tp"), None)
 
 
 def _tensor_metadata_size() -> int:
@@ -1159,9 +1024,11 @@ def _new_capsule(handle: int) -> Any:
 
 from mooncake.buffer_pool import (  # noqa: E402, F401  (re-exports; buffer_pool does not import this module)
     BufferLease,
+    BufferLeaseView,
     BufferPool,
     MooncakeHostMemAllocator,
 )
 
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView

@@ -20,14 +20,17 @@ with `select_members` and `slice_member` (axis 0, ranged reads of only the
 slice's bytes), then `materialize` (new objects) or `materialize_into`
 (caller-owned ndarrays). `remove_bundle` removes every key of an object.
 
-The DataProto layer of upstream's module (``put_dataproto`` and its
-codecs) is not part of this implementation.
+The DataProto layer (``put_dataproto``/``get_dataproto``, refs and their
+handles, non-tensor codecs) lives in `mooncake._dataproto` and
+`mooncake._dataproto_codecs`; its names are exported here.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -104,6 +107,87 @@ class StructuredObjectPayload:
             raise TypeError("StructuredObjectPayload requires buffers")
         if self.metadata is None:
             object.__setattr__(self, "metadata", {})
+
+
+@dataclass(frozen=True)
+class _TensorObjectBufferPayload:
+    """A stored-tensor object (304-byte header, then data) already in registered memory."""
+
+    ptr: int
+    size: int
+    owner: Any = None
+    batch_size: int | None = None
+
+    def __len__(self) -> int:
+        if self.batch_size is None:
+            raise TypeError("tensor object buffer requires batch_size for DataProto use")
+        return self.batch_size
+
+
+def tensor_object_buffer(
+    ptr: int, size: int, owner: Any = None, batch_size: int | None = None
+) -> _TensorObjectBufferPayload:
+    """A member written as is (`put_tensor_from`), or a destination for a tensor member."""
+    return _TensorObjectBufferPayload(int(ptr), int(size), owner, batch_size)
+
+
+@dataclass(frozen=True)
+class _RawDestinationBuffer:
+    """Caller memory a member is read into; `pre_registered` skips register_buffer."""
+
+    ptr: int
+    size: int
+    owner: Any = None
+    pre_registered: bool = False
+
+
+def raw_destination(
+    ptr: int, size: int, owner: Any = None, *, pre_registered: bool = False
+) -> _RawDestinationBuffer:
+    """A destination of `size` bytes at `ptr` for `materialize_into`."""
+    return _RawDestinationBuffer(int(ptr), int(size), owner, pre_registered)
+
+
+@dataclass(frozen=True)
+class _MultiBufferPayload:
+    """A member made of several buffers, stored as their concatenation.
+
+    With `dtype` and `shape` it is an ndarray member, else a bytes member.
+    `owners` keep the buffers' memory alive until the write is done.
+    """
+
+    buffers: tuple
+    owners: tuple = ()
+    dtype: str | None = None
+    shape: tuple | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(memoryview(b).nbytes for b in self.buffers)
+
+
+@dataclass(frozen=True)
+class _DirectCopyPayload:
+    """A member made of C-contiguous ndarrays, copied straight into pool leases."""
+
+    arrays: list
+    total_bytes: int
+    dtype: str | None = None
+    shape: tuple | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.total_bytes
+
+    @staticmethod
+    def from_flat_arrays(flat_arrays: list, dtype: Any, total_elems: int) -> _DirectCopyPayload:
+        """A 1-D ndarray member of `total_elems` elements of `dtype`, made of `flat_arrays`."""
+        return _DirectCopyPayload(
+            arrays=list(flat_arrays),
+            total_bytes=sum(a.nbytes for a in flat_arrays),
+            dtype=np.dtype(dtype).str,
+            shape=(total_elems,),
+        )
 
 
 @dataclass
@@ -201,6 +285,39 @@ def _bytes_view(value: Any, what: str) -> memoryview:
     return m.cast("B") if m.format != "B" or m.ndim != 1 else m
 
 
+def _array_view(arr: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous ndarray as a 1-D memoryview."""
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def _chunk_groups(parts: list[memoryview], chunk: int) -> list[list[memoryview]]:
+    """The bytes of `parts`, in order, as groups of exactly `chunk` bytes (last shorter)."""
+    groups: list[list[memoryview]] = []
+    room = 0
+    for part in parts:
+        off = 0
+        while off < part.nbytes:
+            if room == 0:
+                groups.append([])
+                room = chunk
+            take = min(room, part.nbytes - off)
+            groups[-1].append(part[off : off + take])
+            off += take
+            room -= take
+    return groups
+
+
+def _typed_spec(name: str, payload: Any, nbytes: int) -> dict:
+    """The field spec of a multi-buffer payload: ndarray with dtype and shape, else bytes."""
+    if payload.dtype is None or payload.shape is None:
+        return {"encoding": "bytes"}
+    dt = np.dtype(payload.dtype)
+    shape = [int(d) for d in payload.shape]
+    if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != nbytes:
+        raise ValueError(f"{name}: dtype and shape do not match the payload's {nbytes} bytes")
+    return {"encoding": "ndarray", "dtype": dt.str, "shape": shape}
+
+
 def _decode_manifest(raw: Any) -> dict:
     """The manifest JSON as a dict (ValueError if it is not one)."""
     try:
@@ -218,8 +335,64 @@ class _PoolArray(np.ndarray):
     _mooncake_pool_owner: Any = None
 
 
-class MooncakeBundleTransfer:
-    """Writes and reads bundles and structured objects on `store`."""
+from mooncake._dataproto import (  # noqa: E402  (the DataProto layer uses the names above)
+    DATAPROTO_REF_HANDLE_TYPE,
+    DATAPROTO_REF_HANDLE_VERSION,
+    STORAGE_GROUP_ID,
+    MooncakeDataProtoRef,
+    StructuredFieldLocation,
+    _DataProtoMixin,
+    export_dataproto_ref,
+    export_ref,
+    import_dataproto_ref,
+    import_ref,
+    is_dataproto_ref_handle,
+)
+from mooncake._dataproto_codecs import (  # noqa: E402
+    MISSING,
+    FieldSchema,
+    _choose_leaf_codec,
+    _CodecDecision,
+    _escape_key,
+    _Missing,
+)
+
+__all__ = [
+    "AUTO_PARALLEL_MIN_BYTES",
+    "AUTO_PARALLEL_MIN_CHUNKS",
+    "DATAPROTO_REF_HANDLE_TYPE",
+    "DATAPROTO_REF_HANDLE_VERSION",
+    "DEFAULT_BUNDLE_CHUNK_BYTES",
+    "MISSING",
+    "MISSING_OBJECT_ERROR",
+    "STORAGE_GROUP_ID",
+    "STRUCTURED_FIELD_SPECS_KEY",
+    "BundleTransferPolicy",
+    "FieldSchema",
+    "MooncakeBundleTransfer",
+    "MooncakeDataProtoRef",
+    "RemoteBundleRef",
+    "StructuredFieldLocation",
+    "StructuredMemberSlice",
+    "StructuredObjectPayload",
+    "StructuredObjectReadSpec",
+    "StructuredObjectResult",
+    "_CodecDecision",
+    "_Missing",
+    "_choose_leaf_codec",
+    "_escape_key",
+    "export_dataproto_ref",
+    "export_ref",
+    "import_dataproto_ref",
+    "import_ref",
+    "is_dataproto_ref_handle",
+    "raw_destination",
+    "tensor_object_buffer",
+]
+
+
+class MooncakeBundleTransfer(_DataProtoMixin):
+    """Writes and reads bundles and structured objects (and DataProtos) on `store`."""
 
     def __init__(
         self,
@@ -273,7 +446,7 @@ class MooncakeBundleTransfer:
         for name, value in buffers.items():
             if not _valid_name(name):
                 raise ValueError(f"invalid bundle buffer name: {name!r}")
-            members[name] = ("bytes", _bytes_view(value, name), {})
+            members[name] = ("bytes", [_bytes_view(value, name)], {})
         return self._write(
             meta_view, members, partition, chunk_bytes, policy, max_inflight_put, config
         )
@@ -319,10 +492,29 @@ class MooncakeBundleTransfer:
             if arr.dtype.hasobject:
                 raise TypeError(f"{name}: object ndarrays cannot be stored")
             spec = {"encoding": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
-            return "bytes", memoryview(arr.reshape(-1).view(np.uint8)), spec
+            return "bytes", [_array_view(arr)], spec
+        if isinstance(value, _TensorObjectBufferPayload):
+            from mooncake._tensor import HEADER_SIZE, parse_header
+
+            if (
+                value.size < HEADER_SIZE
+                or parse_header(ctypes.string_at(value.ptr, HEADER_SIZE), value.size) is None
+            ):
+                raise ValueError(f"{name}: tensor object buffer does not hold a tensor object")
+            return "tensor_buffer", value, {"encoding": "torch_tensor"}
+        if isinstance(value, _MultiBufferPayload):
+            views = [_bytes_view(b, name) for b in value.buffers]
+            return "bytes", views, _typed_spec(name, value, sum(v.nbytes for v in views))
+        if isinstance(value, _DirectCopyPayload):
+            arrays = list(value.arrays)
+            if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays):
+                raise TypeError(f"{name}: direct-copy payloads take C-contiguous ndarrays")
+            if sum(a.nbytes for a in arrays) != value.total_bytes:
+                raise ValueError(f"{name}: total_bytes does not match the arrays")
+            return "direct", arrays, _typed_spec(name, value, value.total_bytes)
         if _is_tensor(value):
             if getattr(value, "is_nested", False):
-                raise ValueError(f"{name}: nested tensors are not supported")
+                return self._encode_nested(name, value)
             spec = {
                 "encoding": "torch_tensor",
                 "dtype": str(value.dtype),
@@ -330,7 +522,34 @@ class MooncakeBundleTransfer:
                 "element_size": value.element_size(),
             }
             return "tensor", value, spec
-        return "bytes", _bytes_view(value, name), {"encoding": "bytes"}
+        return "bytes", [_bytes_view(value, name)], {"encoding": "bytes"}
+
+    @staticmethod
+    def _encode_nested(name: str, value: Any) -> tuple[str, Any, dict]:
+        """A jagged nested tensor as its serialized values, offsets (and lengths)."""
+        import torch
+
+        from mooncake.store import _serialize_tensor
+
+        if value.layout != torch.jagged:
+            raise ValueError(f"{name}: only jagged nested tensors can be stored")
+        lengths = value.lengths()
+        parts = [value.values(), value.offsets()] + ([] if lengths is None else [lengths])
+        blobs = []
+        for part in parts:
+            header, ptr, nbytes, owner = _serialize_tensor(part)
+            blobs.append(header + (ctypes.string_at(ptr, nbytes) if nbytes else b""))
+            del owner
+        spec = {
+            "encoding": "torch_tensor",
+            "dtype": str(value.dtype),
+            "nested": True,
+            "format": "tensor_parts",
+            "part_bytes": [len(b) for b in blobs],
+            "has_lengths": lengths is not None,
+            "ragged_idx": int(value._ragged_idx),
+        }
+        return "bytes", [memoryview(b"".join(blobs))], spec
 
     def _write(
         self, meta, members, partition, chunk_bytes, policy, max_inflight, config
@@ -349,18 +568,19 @@ class MooncakeBundleTransfer:
         if inflight < 1:
             raise ValueError("max_inflight_put must be at least 1")
         policy = replace(policy, max_inflight_put=inflight)
-        object_id = f"{partition}/{uuid.uuid4().hex}"
-        base = f"{self.key_prefix}/{object_id}"
+        object_id, base = self._new_object(partition)
         written: list[str] = []
         try:
-            meta_spec = self._put_payload(
-                f"{base}/meta", meta, chunk, BundleTransferPolicy(copy_mode="copy"), config, written
-            )
+            meta_spec = self._put_meta(base, meta, chunk, config, written)
             specs = {}
             for name, (kind, data, extra) in members.items():
                 key = f"{base}/buffer/{name}"
                 if kind == "tensor":
                     spec = self._put_tensor(key, data, policy.copy_mode, config, written)
+                elif kind == "tensor_buffer":
+                    spec = self._put_tensor_buffer(key, data, config, written)
+                elif kind == "direct":
+                    spec = self._put_direct(key, data, chunk, policy, config, written)
                 else:
                     spec = self._put_payload(key, data, chunk, policy, config, written)
                 specs[name] = {**spec, **extra}
@@ -371,15 +591,64 @@ class MooncakeBundleTransfer:
                 "meta": meta_spec,
                 "buffers": specs,
             }
-            manifest_key = f"{base}/manifest"
-            raw = json.dumps(manifest, separators=(",", ":")).encode()
-            written.append(manifest_key)
-            rc = self._call("put", config, 1, manifest_key, memoryview(raw))
-            self._check("put", manifest_key, rc)
+            return self._put_manifest(base, manifest, config, written)
         except BaseException:
             self._cleanup(written, strict=False)
             raise
+
+    def _new_object(self, partition: str) -> tuple[str, str]:
+        """(object id, key base) of a new object in `partition`."""
+        object_id = f"{partition}/{uuid.uuid4().hex}"
+        return object_id, f"{self.key_prefix}/{object_id}"
+
+    def _put_meta(self, base: str, meta: memoryview, chunk: int, config, written) -> dict:
+        """Write an object's metadata (plain puts, as upstream)."""
+        policy = BundleTransferPolicy(copy_mode="copy")
+        return self._put_payload(f"{base}/meta", [meta], chunk, policy, config, written)
+
+    def _put_manifest(self, base: str, manifest: dict, config, written) -> RemoteBundleRef:
+        manifest_key = f"{base}/manifest"
+        raw = json.dumps(manifest, separators=(",", ":")).encode()
+        written.append(manifest_key)
+        rc = self._call("put", config, 1, manifest_key, memoryview(raw))
+        self._check("put", manifest_key, rc)
         return RemoteBundleRef(manifest_key, manifest)
+
+    def put_bundle_manifest(
+        self,
+        meta: Any,
+        buffers: Mapping[str, dict],
+        *,
+        buffer_object_ids: Sequence[str],
+        cleanup_keys: Sequence[str] = (),
+        partition: str = "default",
+        config: Any = None,
+    ) -> RemoteBundleRef:
+        """A new object whose manifest names payloads already stored by the objects
+        `buffer_object_ids` (a merged manifest); `remove_bundle` of it also removes
+        `cleanup_keys`. Only the new meta and manifest are written."""
+        if not _valid_name(partition):
+            raise ValueError(f"invalid bundle partition: {partition!r}")
+        object_id, base = self._new_object(partition)
+        written: list[str] = []
+        try:
+            meta_spec = self._put_meta(
+                base, _bytes_view(meta, "meta"), self.default_chunk_bytes, config, written
+            )
+            manifest = {
+                "version": 1,
+                "layout": "bundle",
+                "object_id": object_id,
+                "meta": meta_spec,
+                "buffers": dict(buffers),
+                "buffer_object_ids": list(dict.fromkeys(buffer_object_ids)),
+                "cleanup_keys": list(dict.fromkeys(cleanup_keys)),
+            }
+            self._validate(manifest)
+            return self._put_manifest(base, manifest, config, written)
+        except BaseException:
+            self._cleanup(written, strict=False)
+            raise
 
     def _call(self, name: str, config: Any, n: int, *args: Any) -> Any:
         fn = self._fn[name]
@@ -395,56 +664,127 @@ class MooncakeBundleTransfer:
         if status not in (None, 0):
             raise RuntimeError(f"{op} failed for {key}: {status}")
 
-    def _put_payload(self, key, data: memoryview, chunk, policy, config, written) -> dict:
-        n = data.nbytes
-        if n <= chunk:
-            pieces = [(key, data)] if n else []
-        else:
-            pieces = [
-                (f"{key}/chunk/{i}", data[off : off + chunk])
-                for i, off in enumerate(range(0, n, chunk))
-            ]
-        spec = {
+    @staticmethod
+    def _chunk_keys(key: str, n: int) -> list[str]:
+        return [key] if n == 1 else [f"{key}/chunk/{i}" for i in range(n)]
+
+    @staticmethod
+    def _payload_spec(key: str, keys: list[str], sizes: list[int]) -> dict:
+        return {
             "key": key,
-            "bytes": n,
-            "chunks": [{"key": k, "bytes": p.nbytes} for k, p in pieces],
+            "bytes": sum(sizes),
+            "chunks": [{"key": k, "bytes": z} for k, z in zip(keys, sizes, strict=True)],
         }
+
+    def _write_pool(self, policy: BundleTransferPolicy) -> Any:
+        """The pool chunk writes go through (None: plain put)."""
         if policy.copy_mode == "zero_copy":
             raise RuntimeError("zero-copy put requires tensor-object buffers")
         pool = None if policy.copy_mode == "copy" else self._buffer_pool()
         if pool is not None and self._fn["batch_put_from"] is None:
             raise RuntimeError("batch_put_from is unavailable")
+        return pool
 
-        def put_one(k: str, piece: memoryview) -> None:
+    def _put_payload(self, key, parts: list[memoryview], chunk, policy, config, written) -> dict:
+        """Write the concatenation of `parts` as chunks of exactly `chunk` bytes (the last
+        shorter); a chunk may take bytes of several parts."""
+        groups = _chunk_groups(parts, chunk)
+        keys = self._chunk_keys(key, len(groups))
+        spec = self._payload_spec(key, keys, [sum(p.nbytes for p in g) for g in groups])
+        pool = self._write_pool(policy)
+
+        def put_one(k: str, group: list[memoryview]) -> None:
+            size = sum(p.nbytes for p in group)
             if pool is None:
-                self._check("put", k, self._call("put", config, 1, k, piece))
+                value = group[0] if len(group) == 1 else memoryview(b"".join(group))
+                self._check("put", k, self._call("put", config, 1, k, value))
                 return
-            with pool.acquire(piece.nbytes) as lease:
-                lease.copy_from_buffers([piece])
-                rc = self._call("batch_put_from", config, 1, [k], [lease.ptr], [piece.nbytes])
+            with pool.acquire(size) as lease:
+                lease.copy_from_buffers(group)
+                rc = self._call("batch_put_from", config, 1, [k], [lease.ptr], [size])
             self._check("batch_put_from", k, rc)
 
-        workers = min(policy.max_inflight_put, len(pieces))
-        parallel = workers > 1 and (
-            policy.put_mode == "parallel"
-            or (
-                policy.put_mode == "auto"
-                and len(pieces) >= AUTO_PARALLEL_MIN_CHUNKS
-                and n >= AUTO_PARALLEL_MIN_BYTES
-            )
+        n = spec["bytes"]
+        parallel = policy.put_mode == "parallel" or (
+            policy.put_mode == "auto"
+            and len(groups) >= AUTO_PARALLEL_MIN_CHUNKS
+            and n >= AUTO_PARALLEL_MIN_BYTES
         )
-        if not parallel:
-            for k, piece in pieces:
-                written.append(k)  # removed on failure whether or not it landed
-                put_one(k, piece)
-            return spec
+        self._run_puts(list(zip(keys, groups, strict=True)), put_one, parallel, policy, written)
+        return spec
+
+    def _put_direct(self, key, arrays: list, chunk, policy, config, written) -> dict:
+        """Write ndarrays grouped whole into chunks of at most `chunk` bytes, each copied
+        into a pool lease by `concat_arrays_into` and written with `batch_put_from`."""
+        pool = self._write_pool(policy)
+        if len(arrays) == 1 or pool is None or any(a.nbytes > chunk for a in arrays):
+            return self._put_payload(
+                key, [_array_view(a) for a in arrays], chunk, policy, config, written
+            )
+        from mooncake._fast_copy import concat_arrays_into
+
+        batches: list[tuple[int, int, int]] = []  # (start, count, bytes)
+        for i, a in enumerate(arrays):
+            if batches and batches[-1][2] + a.nbytes <= chunk:
+                start, count, size = batches[-1]
+                batches[-1] = (start, count + 1, size + a.nbytes)
+            else:
+                batches.append((i, 1, a.nbytes))
+        batches = [b for b in batches if b[2] > 0]
+        keys = self._chunk_keys(key, len(batches))
+        spec = self._payload_spec(key, keys, [b[2] for b in batches])
+
+        def put_one(k: str, batch: tuple[int, int, int]) -> None:
+            start, count, size = batch
+            with pool.acquire(size) as lease:
+                wrote = concat_arrays_into(arrays, lease.ptr, size, start, count)
+                if wrote != size:
+                    raise RuntimeError(f"native fast-copy wrote {wrote} bytes, expected {size}")
+                rc = self._call("batch_put_from", config, 1, [k], [lease.ptr], [size])
+            self._check("batch_put_from", k, rc)
+
+        parallel = (
+            policy.put_mode != "batch"
+            and len(batches) >= AUTO_PARALLEL_MIN_CHUNKS
+            and spec["bytes"] >= AUTO_PARALLEL_MIN_BYTES
+        )
+        self._run_puts(list(zip(keys, batches, strict=True)), put_one, parallel, policy, written)
+        return spec
+
+    @staticmethod
+    def _run_puts(items: list, put_one, parallel: bool, policy, written: list[str]) -> None:
+        """Run put_one(key, item) for each item, on max_inflight_put threads when parallel.
+        Every key is recorded in `written` first: a failure removes it, landed or not."""
+        workers = min(policy.max_inflight_put, len(items))
+        if not parallel or workers < 2:
+            for k, item in items:
+                written.append(k)
+                put_one(k, item)
+            return
         from concurrent.futures import ThreadPoolExecutor
 
-        written.extend(k for k, _ in pieces)
+        written.extend(k for k, _ in items)
         with ThreadPoolExecutor(workers) as ex:
-            for f in [ex.submit(put_one, k, p) for k, p in pieces]:
+            for f in [ex.submit(put_one, k, item) for k, item in items]:
                 f.result()
-        return spec
+
+    def _put_tensor_buffer(self, key, buf: _TensorObjectBufferPayload, config, written) -> dict:
+        """A tensor object already in registered memory, written by one zero-copy call."""
+        if config is None and self._fn["put_tensor_from"] is not None:
+            name, rc_fn = "put_tensor_from", self._fn["put_tensor_from"]
+        elif self._fn["put_from"] is not None:
+            name, rc_fn = "put_from", self._fn["put_from"]
+        else:
+            raise RuntimeError("put_from is unavailable")
+        written.append(key)
+        cfg = _config_for_grouped_keys(config, 1)
+        rc = (
+            rc_fn(key, buf.ptr, buf.size)
+            if cfg is None
+            else rc_fn(key, buf.ptr, buf.size, config=cfg)
+        )
+        self._check(name, key, rc)
+        return self._payload_spec(key, [key], [buf.size])
 
     def _put_tensor(self, key: str, tensor: Any, copy_mode: str, config, written) -> dict:
         from mooncake.store import _serialize_tensor, _tensor_metadata_size
@@ -475,12 +815,11 @@ class MooncakeBundleTransfer:
                     "shape": list(tensor.shape),
                     "metadata_bytes": _tensor_metadata_size(),
                 }
-        import ctypes
 
         raw = header + (ctypes.string_at(ptr, nbytes) if nbytes else b"")
         spec = self._put_payload(
             key,
-            memoryview(raw),
+            [memoryview(raw)],
             max(size, 1),
             BundleTransferPolicy(copy_mode="copy"),
             config,
@@ -589,11 +928,7 @@ class MooncakeBundleTransfer:
             elif enc == "ndarray":
                 objects[name] = self._read_ndarray(name, payload, fspec, sl, dest)
             elif enc == "torch_tensor":
-                if sl is not None or dest is not None:
-                    raise ValueError(
-                        f"tensor member {name!r}: slicing and destinations are not supported"
-                    )
-                objects[name] = self._read_tensor(name, payload)
+                objects[name] = self._read_tensor(name, payload, fspec, sl, dest)
             else:
                 raise ValueError(f"unsupported structured field encoding: {enc!r}")
         return StructuredObjectResult(metadata, objects)
@@ -607,9 +942,7 @@ class MooncakeBundleTransfer:
             self._fn[n] for n in ("batch_get_into", "register_buffer", "unregister_buffer")
         )
         if bgi is not None and reg is not None and unreg is not None:
-            import ctypes
-
-            base = ctypes.addressof(ctypes.c_char.from_buffer(out))
+            base = _address(out)
             rc = reg(base, len(out))
             try:
                 offs = np.cumsum([0] + [c["bytes"] for c in chunks[:-1]]).tolist()
@@ -661,7 +994,6 @@ class MooncakeBundleTransfer:
         if pool is None or nbytes == 0 or self._fn["get_into_ranges"] is None:
             return None
         lease = pool.acquire(nbytes)
-        import ctypes
 
         raw = (ctypes.c_ubyte * nbytes).from_address(lease.ptr)
         arr = np.ctypeslib.as_array(raw).view(_PoolArray)
@@ -712,25 +1044,38 @@ class MooncakeBundleTransfer:
                     lease.release()
                     raise
                 return arr.view(dt).reshape(out_shape)
-        if dest is None:
-            out = np.empty(out_shape, dtype=dt)
+        if isinstance(dest, _RawDestinationBuffer):
+            if dest.size < nbytes:
+                raise ValueError(
+                    f"raw destination for {name!r} holds {dest.size} bytes, needs {nbytes}"
+                )
+            ptr, registered, out = dest.ptr, dest.pre_registered, dest
         else:
-            out = self._check_destination(name, dest, dt, out_shape)
+            out = (
+                np.empty(out_shape, dtype=dt)
+                if dest is None
+                else self._check_destination(name, dest, dt, out_shape)
+            )
+            ptr, registered = out.ctypes.data, False
         if span == 0:
             return out
         if step == 1:
-            self._fill(payload, src_off, nbytes, out)
+            self._fill(payload, src_off, nbytes, ptr, registered)
         else:
             tmp = np.empty(span, dtype=np.uint8)
-            self._fill(payload, src_off, span, tmp)
-            rows_all = tmp.view(dt).reshape([(count - 1) * step + 1, *out_shape[1:]])
-            out[...] = rows_all[::step]
+            self._fill(payload, src_off, span, tmp.ctypes.data, False)
+            picked = np.ascontiguousarray(
+                tmp.view(dt).reshape([(count - 1) * step + 1, *out_shape[1:]])[::step]
+            )
+            ctypes.memmove(ptr, picked.ctypes.data, nbytes)
         return out
 
     @staticmethod
     def _check_destination(name: str, dest: Any, dt: np.dtype, shape: list) -> np.ndarray:
         if not isinstance(dest, np.ndarray):
-            raise TypeError(f"destination for {name!r} must be a numpy ndarray")
+            raise TypeError(
+                f"destination for {name!r} must be a numpy ndarray or a raw_destination"
+            )
         if dest.dtype != dt:
             raise ValueError(f"destination for {name!r}: dtype mismatch ({dest.dtype} != {dt})")
         if list(dest.shape) != shape:
@@ -743,9 +1088,11 @@ class MooncakeBundleTransfer:
             raise ValueError(f"destination for {name!r} must be writeable")
         return dest
 
-    def _fill(self, payload: dict, src_off: int, nbytes: int, out: np.ndarray) -> None:
-        """Fill out (C-contiguous) with payload bytes [src_off, src_off+nbytes)."""
-        ptr = out.ctypes.data
+    def _fill(self, payload: dict, src_off: int, nbytes: int, ptr: int, registered: bool) -> None:
+        """Write payload bytes [src_off, src_off+nbytes) to `ptr`, registering the range
+        for the read unless `registered`; ranged reads, or whole chunks without them."""
+        if nbytes == 0:
+            return
         reg, unreg = self._fn["register_buffer"], self._fn["unregister_buffer"]
         chunks = payload["chunks"]
         if (
@@ -754,11 +1101,10 @@ class MooncakeBundleTransfer:
             or (self._fn["get_into"] is None and self._fn["get_into_ranges"] is None)
         ):
             full = self._read_payload(payload)
-            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(full, np.uint8)[
-                src_off : src_off + nbytes
-            ]
+            src = (ctypes.c_char * len(full)).from_buffer(full)
+            ctypes.memmove(ptr, ctypes.addressof(src) + src_off, nbytes)
             return
-        rc = reg(ptr, nbytes)
+        rc = -1 if registered else reg(ptr, nbytes)
         try:
             whole = len(chunks) == 1 and src_off == 0 and nbytes == payload["bytes"]
             if whole and self._fn["get_into"] is not None:
@@ -771,27 +1117,106 @@ class MooncakeBundleTransfer:
             if rc == 0:
                 unreg(ptr)
 
-    def _read_tensor(self, name: str, payload: dict) -> Any:
-        if payload.get("kind") == "tensor":
-            if self._fn["get_tensor"] is None:
-                raise RuntimeError(f"tensor member {name!r}: store does not support get_tensor")
-            t = self._fn["get_tensor"](payload["key"])
-            if t is None:
-                raise RuntimeError(f"get_tensor failed for {payload['key']}")
-            return t
-        raw = bytes(self._read_payload(payload))
+    def _read_tensor(self, name: str, payload: dict, fspec: dict, sl, dest) -> Any:
+        if fspec.get("nested"):
+            if sl is not None or dest is not None:
+                raise ValueError(
+                    f"nested tensor member {name!r} does not support slicing or destinations"
+                )
+            return self._read_nested(name, payload, fspec)
         if payload.get("format") == "torch_save":
+            if sl is not None or dest is not None:
+                raise ValueError(
+                    f"torch.save tensor member {name!r} does not support slicing or destinations"
+                )
             import io
 
             import torch
 
-            return torch.load(io.BytesIO(raw), weights_only=True)
+            return torch.load(io.BytesIO(bytes(self._read_payload(payload))), weights_only=True)
+        if dest is not None and not isinstance(
+            dest, (_TensorObjectBufferPayload, _RawDestinationBuffer)
+        ):
+            raise TypeError(
+                f"destination for tensor member {name!r} must be a tensor_object_buffer "
+                "or a raw_destination"
+            )
+        tensor_kind = payload.get("kind") == "tensor"
+        if sl is None and dest is None:
+            if tensor_kind:
+                if self._fn["get_tensor"] is None:
+                    raise RuntimeError(f"tensor member {name!r}: store does not support get_tensor")
+                t = self._fn["get_tensor"](payload["key"])
+                if t is None:
+                    raise RuntimeError(f"get_tensor failed for {payload['key']}")
+                return t
+            return self._tensor_from_bytes(name, self._read_payload(payload))
+        if sl is None and tensor_kind and self._fn["get_tensor_into"] is not None:
+            return self._fn["get_tensor_into"](payload["key"], dest.ptr, dest.size)
+        return self._read_tensor_range(name, payload, sl, dest, tensor_kind)
+
+    def _read_tensor_range(self, name, payload, sl, dest, tensor_kind: bool) -> Any:
+        """Read a tensor member's header and the data of rows [start, end) of axis 0 only
+        (all rows without `sl`), into `dest` when given, else into new memory."""
+        from mooncake._tensor import HEADER_SIZE, parse_header
+
+        total = payload["bytes"]
+        header = bytearray(HEADER_SIZE)
+        self._fill(payload, 0, HEADER_SIZE, _address(header), False)
+        meta = parse_header(bytes(header), total)
+        if meta is None:
+            raise ValueError(f"tensor member {name!r} is not a valid tensor object")
+        data_off, data_len = meta["data_offset"], total - meta["data_offset"]
+        if sl is not None:
+            shape = meta["local_shape"]
+            if sl.axis != 0 or not shape:
+                raise ValueError(f"tensor member {name!r}: slicing supports axis=0 only")
+            if sl.step != 1:
+                raise ValueError(f"tensor member {name!r}: slicing requires step=1")
+            start, stop, _ = slice(sl.start, sl.end, 1).indices(shape[0])
+            count = max(0, stop - start)
+            row_bytes = data_len // shape[0] if shape[0] else 0
+            data_off += start * row_bytes
+            data_len = count * row_bytes
+            _patch_rows(header, count)
+        need = HEADER_SIZE + data_len
+        if dest is None:
+            buf = bytearray(need)
+            buf[:HEADER_SIZE] = header
+            self._fill(payload, data_off, data_len, _address(buf) + HEADER_SIZE, False)
+            return self._tensor_from_bytes(name, buf)
+        if dest.size < need:
+            raise ValueError(f"destination for {name!r} holds {dest.size} bytes, needs {need}")
+        ctypes.memmove(dest.ptr, bytes(header), HEADER_SIZE)
+        registered = getattr(dest, "pre_registered", False)
+        self._fill(payload, data_off, data_len, dest.ptr + HEADER_SIZE, registered)
+        return _tensor_view(dest.ptr, need) if tensor_kind else dest
+
+    @staticmethod
+    def _tensor_from_bytes(name: str, raw: Any) -> Any:
         from mooncake.store import _deserialize_tensor
 
-        t = _deserialize_tensor(raw)
+        t = _deserialize_tensor(bytes(raw))
         if t is None:
             raise ValueError(f"tensor member {name!r} is not a valid tensor object")
         return t
+
+    def _read_nested(self, name: str, payload: dict, fspec: dict) -> Any:
+        import torch
+
+        raw = bytes(self._read_payload(payload))
+        sizes = fspec.get("part_bytes")
+        if not isinstance(sizes, list) or sum(sizes) != len(raw):
+            raise ValueError(f"nested tensor member {name!r} has invalid part_bytes")
+        parts, off = [], 0
+        for z in sizes:
+            parts.append(self._tensor_from_bytes(name, raw[off : off + z]))
+            off += z
+        values, offsets = parts[0], parts[1]
+        lengths = parts[2] if fspec.get("has_lengths") else None
+        return torch.nested.nested_tensor_from_jagged(
+            values, offsets, lengths, jagged_dim=int(fspec.get("ragged_idx", 1))
+        )
 
     @staticmethod
     def release_result(obj: Any) -> None:
@@ -871,6 +1296,41 @@ class MooncakeBundleTransfer:
             raise RuntimeError(f"failed to remove {len(failed)} Mooncake keys: {failed}")
 
 
+def _address(buf: bytearray) -> int:
+    """Address of a (non-empty) bytearray's storage."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def _patch_rows(header: bytearray, rows: int) -> None:
+    """Make a tensor header describe `rows` rows of axis 0 (data size and both shapes)."""
+    import struct
+
+    old_rows = struct.unpack_from("<q", header, 104)[0]
+    data_bytes = struct.unpack_from("<Q", header, 32)[0]
+    row_bytes = data_bytes // old_rows if old_rows else 0
+    struct.pack_into("<Q", header, 32, rows * row_bytes)
+    struct.pack_into("<q", header, 40, rows)
+    struct.pack_into("<q", header, 104, rows)
+
+
+def _tensor_view(ptr: int, total: int) -> Any:
+    """A tensor viewing the stored-tensor object of `total` bytes at `ptr` (no copy)."""
+    import torch
+
+    from mooncake._tensor import parse_header
+
+    meta = parse_header(ctypes.string_at(ptr, 304), total)
+    if meta is None:
+        raise ValueError("destination does not hold a valid tensor object")
+    nbytes = total - meta["data_offset"]
+    dtype = getattr(torch, meta["dtype"])
+    if nbytes == 0:
+        return torch.empty(meta["local_shape"], dtype=dtype)
+    raw = (ctypes.c_ubyte * nbytes).from_address(ptr + meta["data_offset"])
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(meta["local_shape"])
+
+
 def _is_tensor(value: Any) -> bool:
-    t = type(value)
-    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
+    """A torch.Tensor (or subclass: Parameter, NestedTensor), without importing torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)

@@ -1,0 +1,698 @@
+"""The DataProto layer of `mooncake.structured_object_store`.
+
+A DataProto-like value (``batch`` of tensors/ndarrays, ``non_tensor_batch``
+of object ndarrays, ``meta_info``) is stored as one structured object per
+*stage* (metadata ``{"layout": "dataproto_stage", "dataproto": {...}}``,
+members ``batch.<name>``, ``non_tensor_batch.<name>`` or, for encoded
+non-tensor fields, ``non_tensor_batch.<name>.<payload>``). The returned
+`MooncakeDataProtoRef` says where each field lives; it exports to a JSON-safe
+handle (`export_dataproto_ref`) another process imports to read the fields
+back, whole or by rows. `_DataProtoMixin` gives `MooncakeBundleTransfer` the
+calls (`put_dataproto`, `get_dataproto`, `append_dataproto_fields`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from mooncake import structured_object_store as _sos
+from mooncake._dataproto_codecs import (
+    SECTIONS,
+    FieldSchema,
+    _is_tensor,
+    decode_column,
+    encode_column,
+    object_array,
+)
+
+DATAPROTO_REF_HANDLE_TYPE = "mooncake_dataproto_ref"
+DATAPROTO_REF_HANDLE_VERSION = 1
+STORAGE_GROUP_ID = "storage_group_id"
+
+
+@dataclass(frozen=True)
+class StructuredFieldLocation:
+    """Where one DataProto field lives: its stage, member (name prefix) and section."""
+
+    stage: str
+    member: str
+    section: str
+
+
+@dataclass
+class MooncakeDataProtoRef:
+    """A stored DataProto: its stages' bundle refs and where each field is."""
+
+    batch_size: int
+    stage_refs: dict
+    field_index: dict
+    meta_info: dict
+    namespace: str = "default"
+    partition: str = "default"
+    global_indexes: list | None = None
+    encoded_non_tensor: dict = field(default_factory=dict)
+    _storage_group_id: str | None = None
+
+
+def is_dataproto_ref_handle(value: Any) -> bool:
+    """True for a mapping whose ``type`` is ``"mooncake_dataproto_ref"``."""
+    return isinstance(value, Mapping) and value.get("type") == DATAPROTO_REF_HANDLE_TYPE
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return _json_safe(value.tolist())
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    raise TypeError(f"DataProto ref handles take only JSON-safe values, not {type(value).__name__}")
+
+
+def export_dataproto_ref(ref: MooncakeDataProtoRef) -> dict:
+    """`ref` as a JSON-safe handle (TypeError for values JSON cannot hold)."""
+    if not isinstance(ref, MooncakeDataProtoRef):
+        raise TypeError(f"expected a MooncakeDataProtoRef, got {type(ref).__name__}")
+    handle = {
+        "type": DATAPROTO_REF_HANDLE_TYPE,
+        "version": DATAPROTO_REF_HANDLE_VERSION,
+        "kind": "bundle_stages",
+        "batch_size": int(ref.batch_size),
+        "namespace": ref.namespace,
+        "partition": ref.partition,
+        "global_indexes": _json_safe(ref.global_indexes),
+        "stage_refs": {s: {"manifest_key": r.manifest_key} for s, r in ref.stage_refs.items()},
+        "field_index": {
+            n: {"stage": loc.stage, "member": loc.member, "section": loc.section}
+            for n, loc in ref.field_index.items()
+        },
+        "meta_info": _json_safe(ref.meta_info),
+        "encoded_non_tensor": _json_safe(ref.encoded_non_tensor),
+    }
+    if ref._storage_group_id is not None:
+        handle[STORAGE_GROUP_ID] = ref._storage_group_id
+    json.dumps(handle)
+    return handle
+
+
+def _mapping(value: Any, what: str) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"DataProto ref handle {what} must be a mapping")
+    return value
+
+
+def _nonempty(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"DataProto ref handle {what} must be a non-empty string")
+    return value
+
+
+def import_dataproto_ref(handle: Mapping) -> MooncakeDataProtoRef:
+    """The ref an exported handle describes (ValueError for an invalid handle)."""
+    if not is_dataproto_ref_handle(handle):
+        raise ValueError("not a Mooncake DataProto ref handle")
+    version = handle.get("version")
+    if version not in (1, 2) or isinstance(version, bool):
+        raise ValueError(f"unsupported DataProto ref handle version: {version!r}")
+    group = handle.get(STORAGE_GROUP_ID)
+    if version == 2 and group is None:
+        raise ValueError("DataProto ref handle version 2 requires storage_group_id")
+    if group is not None:
+        group = _nonempty(group, STORAGE_GROUP_ID)
+    if handle.get("kind") != "bundle_stages":
+        raise ValueError(f"unsupported DataProto ref handle kind: {handle.get('kind')!r}")
+    n = handle.get("batch_size")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError("DataProto ref handle batch_size must be a non-negative integer")
+    stage_refs = {}
+    for stage, raw in _mapping(handle.get("stage_refs"), "stage_refs").items():
+        key = _nonempty(_mapping(raw, "stage ref").get("manifest_key"), "manifest_key")
+        stage_refs[_nonempty(stage, "stage")] = _sos.RemoteBundleRef(key, None)
+    index = {}
+    for name, raw in _mapping(handle.get("field_index"), "field_index").items():
+        loc = _mapping(raw, f"field_index[{name!r}]")
+        section = loc.get("section")
+        if section not in ("batch", "non_tensor_batch"):
+            raise ValueError(f"invalid DataProto field section: {section!r}")
+        stage = _nonempty(loc.get("stage"), "field stage")
+        if stage not in stage_refs:
+            raise ValueError(f"DataProto field {name!r} references unknown stage {stage!r}")
+        index[_nonempty(name, "field name")] = StructuredFieldLocation(
+            stage, _nonempty(loc.get("member"), "field member"), section
+        )
+    indexes = handle.get("global_indexes")
+    if indexes is not None and (
+        not isinstance(indexes, list)
+        or any(isinstance(i, bool) or not isinstance(i, int) for i in indexes)
+    ):
+        raise ValueError("DataProto ref handle global_indexes must be a list of integers")
+    return MooncakeDataProtoRef(
+        batch_size=n,
+        stage_refs=stage_refs,
+        field_index=index,
+        meta_info=dict(_mapping(handle.get("meta_info", {}), "meta_info")),
+        namespace=_nonempty(handle.get("namespace", "default"), "namespace"),
+        partition=_nonempty(handle.get("partition", "default"), "partition"),
+        global_indexes=indexes,
+        encoded_non_tensor=dict(
+            _mapping(handle.get("encoded_non_tensor", {}), "encoded_non_tensor")
+        ),
+        _storage_group_id=group,
+    )
+
+
+export_ref = export_dataproto_ref
+import_ref = import_dataproto_ref
+
+
+def _as_ref(ref: Any) -> MooncakeDataProtoRef:
+    if isinstance(ref, MooncakeDataProtoRef):
+        return ref
+    if is_dataproto_ref_handle(ref):
+        return import_dataproto_ref(ref)
+    raise TypeError(f"expected a MooncakeDataProtoRef or its handle, got {type(ref).__name__}")
+
+
+# -- values in, values out ----------------------------------------------------------
+
+
+def _items(section: Any) -> dict:
+    """A mapping-like section (dict, TensorDict, None) as a dict."""
+    if section is None:
+        return {}
+    if isinstance(section, Mapping):
+        return dict(section.items())
+    if hasattr(section, "keys") and hasattr(section, "__getitem__"):
+        return {k: section[k] for k in section.keys()}
+    raise TypeError(f"a DataProto section must be mapping-like, not {type(section).__name__}")
+
+
+def _sections(data: Any) -> tuple[dict, dict, dict]:
+    """(batch, non_tensor_batch, meta_info) of a DataProto-like value or dict."""
+    if isinstance(data, Mapping):
+        if (
+            data
+            and set(data) <= set(SECTIONS)
+            and all(
+                v is None or isinstance(v, Mapping) or hasattr(v, "keys") for v in data.values()
+            )
+        ):
+            return tuple(_items(data.get(s)) for s in SECTIONS)  # type: ignore[return-value]
+        return dict(data), {}, {}
+    if all(hasattr(data, s) for s in SECTIONS):
+        return tuple(_items(getattr(data, s)) for s in SECTIONS)  # type: ignore[return-value]
+    raise TypeError(f"expected a DataProto-like value or a dict, got {type(data).__name__}")
+
+
+def _batch_size(batch: dict, non_tensor: dict) -> int:
+    both = set(batch) & set(non_tensor)
+    if both:
+        raise ValueError(f"DataProto fields in both batch and non_tensor_batch: {sorted(both)}")
+    sizes = {len(v) for v in [*batch.values(), *non_tensor.values()]}
+    if len(sizes) > 1:
+        raise ValueError(f"DataProto has inconsistent batch sizes: {sorted(sizes)}")
+    return sizes.pop() if sizes else 0
+
+
+def _rows(rows: Any, n: int) -> tuple[slice, list[int] | None] | None:
+    """(covering slice with step, explicit indices relative to its start or None)."""
+    if rows is None:
+        return None
+    if isinstance(rows, _sos.StructuredMemberSlice):
+        if rows.axis != 0:
+            raise ValueError("DataProto rows slice must be on axis 0")
+        rows = slice(rows.start, rows.end, rows.step)
+    if isinstance(rows, slice):
+        if rows.step is not None and rows.step <= 0:
+            raise ValueError("DataProto rows slice step must be positive")
+        return slice(*rows.indices(n)), None
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, (Sequence, np.ndarray)):
+        raise TypeError("DataProto rows must be a slice, a StructuredMemberSlice or int indices")
+    out = []
+    for i in list(rows):
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"DataProto row index {i!r} is not an integer")
+        j = int(i) + n if i < 0 else int(i)
+        if not 0 <= j < n:
+            raise IndexError(f"DataProto row index {i} out of range for {n} rows")
+        out.append(j)
+    lo = min(out, default=0)
+    hi = max(out, default=-1) + 1
+    return slice(lo, max(lo, hi), 1), [j - lo for j in out]
+
+
+def _take(value: Any, picks: list[int] | None) -> Any:
+    if picks is None:
+        return value
+    if _is_tensor(value):
+        import torch
+
+        return value[torch.tensor(picks, dtype=torch.long)]
+    return value[np.asarray(picks, dtype=np.int64)]
+
+
+def _plain_rows(value: Any, cover: slice, picks: list[int] | None, is_tensor: bool) -> Any:
+    """Rows of a field read by its covering slice (tensor slices are step 1)."""
+    if is_tensor and cover.step != 1:
+        value = value[:: cover.step]
+    return _take(value, picks)
+
+
+class _DataProtoMixin:
+    """DataProto calls of `MooncakeBundleTransfer` (store, structured objects)."""
+
+    # -- storage groups -------------------------------------------------------------
+
+    @staticmethod
+    def _storage_group(config: Any, current: str | None) -> str | None:
+        ids = None if config is None else getattr(config, "group_ids", None)
+        if ids is None or (not isinstance(ids, str) and len(ids) == 0):
+            return current if current is not None else f"structured-{uuid.uuid4().hex}"
+        if not isinstance(ids, str):
+            if len(ids) > 1:
+                raise ValueError("DataProto config.group_ids must hold at most one group id")
+            ids = ids[0]
+        if not isinstance(ids, str):
+            raise ValueError("DataProto config.group_ids must contain strings")
+        gid = ids or None
+        if current is not None and gid is not None and gid != current:
+            raise ValueError(
+                f"DataProto storage group {gid!r} conflicts with the ref's group {current!r}"
+            )
+        return gid if gid is not None else current
+
+    @staticmethod
+    def _group_config(config: Any, gid: str | None) -> Any:
+        if gid is None:
+            return None if config is None else _sos._copy_config(config, None)
+        if config is None:
+            from mooncake.store import ReplicateConfig
+
+            config = ReplicateConfig()
+        return _sos._copy_config(config, [gid])
+
+    # -- writes -----------------------------------------------------------------------
+
+    def put(
+        self,
+        data: Any,
+        *,
+        type: str = "dataproto",
+        namespace: str = "default",
+        partition: str = "default",
+        stage: str = "default",
+        chunk_bytes: int | None = None,
+        policy: Any = None,
+        field_schemas: Mapping[str, FieldSchema] | None = None,
+        config: Any = None,
+    ) -> MooncakeDataProtoRef:
+        """Store a DataProto-like value (`type="dataproto"`) or a flat dict (`"dict"`)."""
+        if type == "dict":
+            batch, non_tensor, meta_info = _classify_dict(data, field_schemas or {})
+        elif type == "dataproto":
+            batch, non_tensor, meta_info = _sections(data)
+        else:
+            raise ValueError(f"unknown put type {type!r}: use 'dataproto' or 'dict'")
+        n = _batch_size(batch, non_tensor)
+        gid = self._storage_group(config, None)
+        ref = MooncakeDataProtoRef(n, {}, {}, dict(meta_info), namespace, partition, None, {}, gid)
+        if not batch and not non_tensor:
+            return ref
+        return self._put_stage(
+            ref, stage, batch, non_tensor, False, chunk_bytes, policy, field_schemas, config
+        )
+
+    def put_dataproto(self, data: Any, **kwargs: Any) -> MooncakeDataProtoRef:
+        """`put(data, type="dataproto", ...)`."""
+        return self.put(data, type="dataproto", **kwargs)
+
+    def append_dataproto_fields(
+        self,
+        ref: Any,
+        data: Any,
+        *,
+        stage: str,
+        overwrite: bool = False,
+        chunk_bytes: int | None = None,
+        policy: Any = None,
+        field_schemas: Mapping[str, FieldSchema] | None = None,
+        config: Any = None,
+    ) -> MooncakeDataProtoRef:
+        """A new ref: `ref` plus the fields of `data` in `stage` (meta_info merged)."""
+        ref = _as_ref(ref)
+        batch, non_tensor, meta_info = _sections(data)
+        n = _batch_size(batch, non_tensor)
+        if (batch or non_tensor) and n != ref.batch_size:
+            raise ValueError(f"DataProto batch size {n} does not match the ref's {ref.batch_size}")
+        ref = replace(ref, meta_info={**ref.meta_info, **meta_info})
+        if not batch and not non_tensor:
+            return ref
+        return self._put_stage(
+            ref, stage, batch, non_tensor, overwrite, chunk_bytes, policy, field_schemas, config
+        )
+
+    def _put_stage(
+        self, ref, stage, batch, non_tensor, overwrite, chunk_bytes, policy, schemas, config
+    ) -> MooncakeDataProtoRef:
+        if not isinstance(stage, str) or not stage:
+            raise ValueError("DataProto stage must be a non-empty string")
+        names = [*batch, *non_tensor]
+        existing = [n for n in names if n in ref.field_index]
+        if existing and not overwrite:
+            raise ValueError(f"DataProto fields already exist: {sorted(existing)}")
+        old_stage_ref = ref.stage_refs.get(stage)
+        if overwrite and old_stage_ref is not None:
+            dangling = [
+                n for n, loc in ref.field_index.items() if loc.stage == stage and n not in names
+            ]
+            if dangling:
+                raise ValueError(
+                    f"DataProto overwrite of stage {stage!r} must include its fields: "
+                    f"{sorted(dangling)}"
+                )
+        gid = self._storage_group(config, ref._storage_group_id)
+        write_config = self._group_config(config, gid)
+        schemas = schemas or {}
+        buffers, index, encoded = {}, {}, {}
+        for name, value in batch.items():
+            if not (_is_tensor(value) or isinstance(value, np.ndarray)):
+                raise TypeError(f"DataProto batch field {name!r} must be a tensor or an ndarray")
+            buffers[f"batch.{name}"] = value
+            index[name] = StructuredFieldLocation(stage, f"batch.{name}", "batch")
+        for name, value in non_tensor.items():
+            member = f"non_tensor_batch.{name}"
+            index[name] = StructuredFieldLocation(stage, member, "non_tensor_batch")
+            schema = schemas.get(name)
+            if (
+                schema is None
+                and isinstance(value, np.ndarray)
+                and value.dtype.kind in "biuf"
+                and value.ndim >= 1
+            ):
+                buffers[member] = value
+                continue
+            desc, payloads = encode_column(name, list(value), schema)
+            encoded[name] = desc
+            buffers.update({f"{member}.{p}": a for p, a in payloads.items()})
+        payload = _sos.StructuredObjectPayload(
+            metadata={
+                "layout": "dataproto_stage",
+                "dataproto": {
+                    "version": 1,
+                    "namespace": ref.namespace,
+                    "partition": ref.partition,
+                    "stage": stage,
+                    "batch_size": ref.batch_size,
+                },
+            },
+            buffers=buffers,
+        )
+        kwargs = dict(
+            partition=ref.partition, chunk_bytes=chunk_bytes, policy=policy, config=write_config
+        )
+        if old_stage_ref is not None and not overwrite:
+            stage_ref = self._append_stage(old_stage_ref, payload, **kwargs)
+        else:
+            stage_ref = self.put_structured_object(payload, **kwargs)
+        replaced = set(names) | (
+            {n for n, loc in ref.field_index.items() if loc.stage == stage} if overwrite else set()
+        )
+        new_ref = replace(
+            ref,
+            stage_refs={**ref.stage_refs, stage: stage_ref},
+            field_index={
+                **{n: loc for n, loc in ref.field_index.items() if n not in replaced},
+                **index,
+            },
+            encoded_non_tensor={
+                **{n: d for n, d in ref.encoded_non_tensor.items() if n not in replaced},
+                **encoded,
+            },
+            _storage_group_id=gid,
+        )
+        if overwrite and old_stage_ref is not None:
+            self.remove_bundle(old_stage_ref)
+        return new_ref
+
+    def _append_stage(self, old_ref, payload, *, partition, chunk_bytes, policy, config):
+        """A merged manifest: the old stage's members plus a new object's."""
+        old_key, old = self._resolve(old_ref)
+        clash = sorted(set(old["buffers"]) & set(payload.buffers))
+        if clash:
+            raise ValueError(f"DataProto stage members already exist: {clash}")
+        new_ref = self.put_structured_object(
+            payload, partition=partition, chunk_bytes=chunk_bytes, policy=policy, config=config
+        )
+        new = new_ref.manifest
+        temporary = [c["key"] for c in new["meta"]["chunks"]] + [new_ref.manifest_key]
+        try:
+            old_meta = json.loads(bytes(self._read_payload(old["meta"])).decode())
+            new_meta = json.loads(bytes(self._read_payload(new["meta"])).decode())
+            fields_key = _sos.STRUCTURED_FIELD_SPECS_KEY
+            meta = {
+                **old_meta,
+                fields_key: {**old_meta.get(fields_key, {}), **new_meta.get(fields_key, {})},
+            }
+            merged = self.put_bundle_manifest(
+                json.dumps(meta, separators=(",", ":")).encode(),
+                {**old["buffers"], **new["buffers"]},
+                buffer_object_ids=[
+                    *old.get("buffer_object_ids", [old["object_id"]]),
+                    new["object_id"],
+                ],
+                cleanup_keys=[
+                    *old.get("cleanup_keys", []),
+                    *[c["key"] for c in old["meta"]["chunks"]],
+                    old_key,
+                    *temporary,
+                ],
+                partition=partition,
+                config=config,
+            )
+        except BaseException:
+            self.remove_bundle(new_ref)
+            raise
+        self._cleanup(temporary, strict=False)
+        return merged
+
+    # -- reads ------------------------------------------------------------------------
+
+    def get(self, ref: Any, *, type: str = "dataproto", **kwargs: Any) -> Any:
+        """`get_dataproto(ref, ...)`; with `type="dict"` one flat dict of every field."""
+        if type == "dataproto":
+            return self.get_dataproto(ref, **kwargs)
+        if type != "dict":
+            raise ValueError(f"unknown get type {type!r}: use 'dataproto' or 'dict'")
+        if kwargs.get("data_cls") is not None:
+            raise ValueError("data_cls applies to type='dataproto' only")
+        got = self.get_dataproto(ref, **kwargs)
+        out: dict = {}
+        for section in SECTIONS:
+            for name, value in got[section].items():
+                if name in out:
+                    raise ValueError(f"DataProto name {name!r} appears in two sections")
+                if isinstance(value, np.ndarray) and value.dtype.hasobject:
+                    value = value.tolist()
+                out[name] = value
+        return out
+
+    def get_dataproto(
+        self,
+        ref: Any,
+        *,
+        fields: Sequence[str] | None = None,
+        batch_fields: Sequence[str] | None = None,
+        non_tensor_fields: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+        data_cls: Any = None,
+        destinations: Mapping[str, Any] | None = None,
+        rows: Any = None,
+    ) -> Any:
+        """The selected fields (all by default) of the selected rows (all by default)."""
+        ref = _as_ref(ref)
+        names = self._selected_fields(ref, fields, batch_fields, non_tensor_fields)
+        meta_keys = list(ref.meta_info) if meta_info_keys is None else list(meta_info_keys)
+        unknown = [k for k in meta_keys if k not in ref.meta_info]
+        if unknown:
+            raise KeyError(f"unknown DataProto meta_info keys: {unknown}")
+        sel = _rows(rows, ref.batch_size)
+        dests = dict(destinations or {})
+        unknown = [n for n in dests if n not in names]
+        if unknown:
+            raise KeyError(f"unknown DataProto fields: {unknown}")
+        values: dict = {}
+        by_stage: dict[str, list[str]] = {}
+        for name in names:
+            by_stage.setdefault(ref.field_index[name].stage, []).append(name)
+        for stage, stage_names in by_stage.items():
+            values.update(self._read_stage(ref, stage, stage_names, sel, dests))
+        out = {s: {} for s in SECTIONS}
+        for name in names:
+            out[ref.field_index[name].section][name] = values[name]
+        out["meta_info"] = {k: ref.meta_info[k] for k in meta_keys}
+        return out if data_cls is None else _build(data_cls, out)
+
+    @staticmethod
+    def _selected_fields(ref, fields, batch_fields, non_tensor_fields) -> list[str]:
+        if fields is not None and (batch_fields is not None or non_tensor_fields is not None):
+            raise ValueError("fields cannot be combined with batch_fields or non_tensor_fields")
+        if fields is not None:
+            names = list(fields)
+        elif batch_fields is None and non_tensor_fields is None:
+            return list(ref.field_index)
+        else:
+            names = [*(batch_fields or []), *(non_tensor_fields or [])]
+        unknown = [n for n in names if n not in ref.field_index]
+        for section, chosen in (("batch", batch_fields), ("non_tensor_batch", non_tensor_fields)):
+            unknown += [
+                n
+                for n in chosen or []
+                if n in ref.field_index and ref.field_index[n].section != section
+            ]
+        if unknown:
+            raise KeyError(f"unknown DataProto fields: {unknown}")
+        return list(dict.fromkeys(names))
+
+    def _read_stage(self, ref, stage, names, sel, dests) -> dict:
+        stage_ref = ref.stage_refs[stage]
+        _, manifest = self._resolve(stage_ref)
+        spec = self.read_spec(stage_ref)
+        members, plain = [], {}
+        for name in names:
+            member = ref.field_index[name].member
+            desc = ref.encoded_non_tensor.get(name)
+            if desc is None:
+                members.append(member)
+                plain[name] = member
+            else:
+                members += [f"{member}.{p}" for p in desc["payloads"]]
+        spec = spec.select_members(members)
+        member_dests = {}
+        kinds = {}
+        for name, member in plain.items():
+            entry = manifest["buffers"].get(member)
+            if entry is None:
+                raise KeyError(f"unknown bundle buffers: {[member]}")
+            kinds[name] = entry.get("kind") == "tensor" or entry.get("metadata_bytes") is not None
+            if sel is not None:
+                cover = sel[0]  # tensors are sliced with step 1, then stepped here
+                step = 1 if kinds[name] else cover.step
+                spec = spec.slice_member(member, 0, cover.start, cover.stop, step)
+            if name in dests:
+                if sel is not None and sel[1] is not None:
+                    raise ValueError("destinations cannot be combined with row index lists")
+                member_dests[member] = dests[name]
+        result = self.materialize_into(spec, member_dests)
+        out = {}
+        for name in names:
+            member = ref.field_index[name].member
+            if name in plain:
+                value = result.objects[member]
+                out[name] = value if sel is None else _plain_rows(value, *sel, kinds[name])
+                continue
+            desc = ref.encoded_non_tensor[name]
+            payloads = {p: result.objects[f"{member}.{p}"] for p in desc["payloads"]}
+            column = decode_column(desc, payloads, ref.batch_size)
+            self.release_result(payloads)
+            if sel is not None:
+                cover, picks = sel
+                column = column[cover]
+                column = column if picks is None else [column[i] for i in picks]
+            out[name] = object_array(column)
+        return out
+
+    # -- views and cleanup --------------------------------------------------------------
+
+    def dataproto_manifest_view(self, ref: Any) -> dict:
+        """Where every field of `ref` lives, with each member's stored field spec."""
+        ref = _as_ref(ref)
+        stages, specs = {}, {}
+        for stage, stage_ref in ref.stage_refs.items():
+            key, manifest = self._resolve(stage_ref)
+            meta = json.loads(bytes(self._read_payload(manifest["meta"])).decode())
+            stages[stage] = {"manifest_key": key, "dataproto": meta.get("dataproto")}
+            specs[stage] = meta.get(_sos.STRUCTURED_FIELD_SPECS_KEY, {})
+        view = {
+            "namespace": ref.namespace,
+            "partition": ref.partition,
+            "batch_size": ref.batch_size,
+            "batch_fields": {},
+            "non_tensor_fields": {},
+            "meta_info_keys": list(ref.meta_info),
+            "stages": stages,
+        }
+        for name, loc in ref.field_index.items():
+            spec = ref.encoded_non_tensor.get(name) or specs[loc.stage].get(loc.member)
+            entry = {"section": loc.section, "stage": loc.stage, "member": loc.member, "spec": spec}
+            view["batch_fields" if loc.section == "batch" else "non_tensor_fields"][name] = entry
+        return view
+
+    def cleanup_dataproto(self, ref: Any) -> None:
+        """Remove every stage bundle of `ref` (each distinct manifest once)."""
+        ref = _as_ref(ref)
+        seen = set()
+        for stage_ref in ref.stage_refs.values():
+            if stage_ref.manifest_key not in seen:
+                seen.add(stage_ref.manifest_key)
+                self.remove_bundle(stage_ref)
+
+
+def _build(data_cls: Any, out: dict) -> Any:
+    batch, non_tensor, meta = out["batch"], out["non_tensor_batch"], out["meta_info"]
+    from_dict = getattr(data_cls, "from_dict", None)
+    if from_dict is not None:
+        try:
+            return from_dict(batch, non_tensor, meta_info=meta)
+        except TypeError:
+            pass
+    try:
+        return data_cls(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+    except TypeError as e:
+        raise TypeError(
+            f"{getattr(data_cls, '__name__', data_cls)!r} takes neither from_dict(batch, "
+            "non_tensor_batch, meta_info=) nor (batch=, non_tensor_batch=, meta_info=)"
+        ) from e
+
+
+def _classify_dict(data: Any, schemas: Mapping[str, FieldSchema]) -> tuple[dict, dict, dict]:
+    """A flat dict split into batch (row-aligned tensors/ndarrays), non_tensor (equal-length
+    sequences) and meta_info (the rest); a schema's ``section`` decides for its field."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"put(type='dict') takes a mapping, not {type(data).__name__}")
+
+    def is_array(v: Any) -> bool:
+        return (_is_tensor(v) and v.dim() >= 1) or (
+            isinstance(v, np.ndarray) and not v.dtype.hasobject and v.ndim >= 1
+        )
+
+    def is_rows(v: Any) -> bool:
+        return isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.dtype.hasobject)
+
+    n = next((len(v) for v in data.values() if is_array(v)), None)
+    if n is None:
+        n = next((len(v) for v in data.values() if is_rows(v)), None)
+    sections: tuple[dict, dict, dict] = ({}, {}, {})
+    for name, value in data.items():
+        schema = schemas.get(name)
+        section = None if schema is None else schema.metadata.get("section")
+        if section is None:
+            if is_array(value) and len(value) == n:
+                section = "batch"
+            elif is_rows(value) and len(value) == n:
+                section = "non_tensor_batch"
+            else:
+                section = "meta_info"
+        if section == "non_tensor_batch" and not isinstance(value, np.ndarray):
+            value = object_array(list(value))
+        sections[SECTIONS.index(section)][name] = value
+    return sections

@@ -1,0 +1,462 @@
+"""The DataProto layer of mooncake.structured_object_store against a real mooncake_master."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mooncake.structured_object_store import (
+    DATAPROTO_REF_HANDLE_TYPE,
+    MISSING,
+    STRUCTURED_FIELD_SPECS_KEY,
+    FieldSchema,
+    MooncakeBundleTransfer,
+    MooncakeDataProtoRef,
+    StructuredMemberSlice,
+    _choose_leaf_codec,
+    _escape_key,
+    export_dataproto_ref,
+    export_ref,
+    import_dataproto_ref,
+    import_ref,
+    is_dataproto_ref_handle,
+)
+
+torch = pytest.importorskip("torch")
+
+
+def objects(*rows):
+    out = np.empty(len(rows), dtype=object)
+    for i, r in enumerate(rows):
+        out[i] = r
+    return out
+
+
+class DataProto:
+    """The three sections of verl's DataProto, nothing more."""
+
+    def __init__(self, batch=None, non_tensor_batch=None, meta_info=None):
+        self.batch = batch or {}
+        self.non_tensor_batch = non_tensor_batch or {}
+        self.meta_info = meta_info or {}
+
+    @classmethod
+    def from_dict(cls, tensors, non_tensors, meta_info=None):
+        return cls(tensors, non_tensors, meta_info)
+
+
+def sample():
+    from PIL import Image
+
+    img = Image.new("RGB", (3, 2), (10, 20, 30))
+    return DataProto(
+        batch={
+            "tokens": torch.arange(12, dtype=torch.int64).reshape(4, 3),
+            "mask": np.ones((4, 3), dtype=np.int8),
+        },
+        non_tensor_batch={
+            "uid": objects("a", "bb", "ccc", "ü"),
+            "score": objects(1.5, 2.0, None, 4.25),
+            "ids": objects([1, 2], [3], [], [4, 5, 6]),
+            "arr": objects(np.arange(2.0), np.ones((2, 2)), np.zeros(0), np.arange(3.0)),
+            "blob": objects(b"x", b"", b"yz", None),
+            "extra": objects({"k": [1, "v"]}, None, [1, 2], {"z": None}),
+            "rows": objects(torch.arange(2), torch.arange(3), torch.arange(0), torch.arange(1)),
+            "img": objects(img, img, img, img),
+            "imgs": objects([img], [img, img], [], None),
+            "level": np.array([3, 1, 4, 1], dtype=np.int32),
+        },
+        meta_info={"step": 7, "temperature": 0.5},
+    )
+
+
+def same_rows(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, (np.ndarray, torch.Tensor)):
+            assert type(g) is type(w) and g.tolist() == w.tolist()
+        elif hasattr(w, "tobytes") and hasattr(w, "size"):  # PIL image
+            assert g.size == w.size and g.tobytes() == w.tobytes()
+        elif isinstance(w, list) and w and hasattr(w[0], "size"):
+            assert [x.tobytes() for x in g] == [x.tobytes() for x in w]
+        else:
+            assert g == w
+
+
+def check_all(got, data, rows=slice(None)):
+    if isinstance(rows, StructuredMemberSlice):
+        rows = slice(rows.start, rows.end, rows.step)
+    idx = np.arange(4)[rows]
+    assert set(got["batch"]) == set(data.batch)
+    assert torch.equal(got["batch"]["tokens"], data.batch["tokens"][idx])
+    np.testing.assert_array_equal(got["batch"]["mask"], data.batch["mask"][idx])
+    for name, want in data.non_tensor_batch.items():
+        value = got["non_tensor_batch"][name]
+        assert isinstance(value, np.ndarray)
+        if want.dtype.hasobject:
+            assert value.dtype.hasobject
+        same_rows(list(value), list(want[idx]))
+
+
+def test_put_and_get_every_codec(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="dp")
+    data = sample()
+    ref = t.put_dataproto(data, partition="p1", stage="rollout")
+    assert isinstance(ref, MooncakeDataProtoRef) and ref.batch_size == 4
+    assert {n: d["codec"] for n, d in ref.encoded_non_tensor.items()} == {
+        "uid": "utf8_ragged",
+        "score": "ndarray",
+        "ids": "typed_ragged",
+        "arr": "typed_ragged",
+        "blob": "bytes_ragged",
+        "extra": "msgpack_ragged",
+        "rows": "ragged_tensor",
+        "img": "media_bytes",
+        "imgs": "media_list_ragged",
+    }
+    assert ref.field_index["tokens"].member == "batch.tokens"
+    assert ref.field_index["level"].member == "non_tensor_batch.level"
+    manifest = json.loads(s.get(ref.stage_refs["rollout"].manifest_key))
+    assert manifest["object_id"].startswith("p1/")
+    assert "non_tensor_batch.uid.offsets" in manifest["buffers"]
+    meta = json.loads(s.get(manifest["meta"]["key"]))
+    assert meta["layout"] == "dataproto_stage"
+    assert meta["dataproto"] == {
+        "version": 1,
+        "namespace": "default",
+        "partition": "p1",
+        "stage": "rollout",
+        "batch_size": 4,
+    }
+    got = t.get_dataproto(ref)
+    check_all(got, data)
+    assert got["meta_info"] == {"step": 7, "temperature": 0.5}
+    t.cleanup_dataproto(ref)
+    assert s.remove_by_regex("^dp/") == 0  # nothing left behind
+
+
+def test_rows_and_field_selection(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, default_chunk_bytes=16)  # members span several chunks
+    data = sample()
+    ref = t.put_dataproto(data)
+    for rows in (slice(1, 3), slice(0, 4, 2), [3, -4, 1], StructuredMemberSlice(0, 2, 4), []):
+        check_all(t.get_dataproto(ref, rows=rows), data, rows=rows)
+    got = t.get_dataproto(
+        ref, batch_fields=["tokens"], non_tensor_fields=["uid"], meta_info_keys=[]
+    )
+    assert list(got["batch"]) == ["tokens"] and list(got["non_tensor_batch"]) == ["uid"]
+    assert got["meta_info"] == {}
+    got = t.get_dataproto(ref, fields=["uid", "mask"], meta_info_keys=["step"])
+    assert list(got["batch"]) == ["mask"] and got["meta_info"] == {"step": 7}
+    with pytest.raises(ValueError, match="cannot be combined"):
+        t.get_dataproto(ref, fields=["uid"], batch_fields=["tokens"])
+    with pytest.raises(KeyError, match="unknown DataProto fields"):
+        t.get_dataproto(ref, fields=["nope"])
+    with pytest.raises(KeyError, match="unknown DataProto fields"):
+        t.get_dataproto(ref, batch_fields=["uid"])  # a non-tensor field
+    with pytest.raises(KeyError, match="meta_info"):
+        t.get_dataproto(ref, meta_info_keys=["nope"])
+    with pytest.raises(IndexError):
+        t.get_dataproto(ref, rows=[4])
+    with pytest.raises(TypeError):
+        t.get_dataproto(ref, rows=[1.0])
+    with pytest.raises(ValueError, match="positive"):
+        t.get_dataproto(ref, rows=slice(None, None, -1))
+    with pytest.raises(ValueError, match="axis 0"):
+        t.get_dataproto(ref, rows=StructuredMemberSlice(1, 0, 1))
+
+
+def test_destinations_and_data_cls(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    data = sample()
+    ref = t.put_dataproto(data)
+    dest = np.zeros((2, 3), dtype=np.int8)
+    got = t.get_dataproto(ref, fields=["mask"], destinations={"mask": dest}, rows=slice(1, 3))
+    assert got["batch"]["mask"] is dest and dest.tolist() == [[1, 1, 1]] * 2
+    out = t.get_dataproto(ref, fields=["tokens", "uid"], data_cls=DataProto)
+    assert isinstance(out, DataProto) and torch.equal(out.batch["tokens"], data.batch["tokens"])
+    assert list(out.non_tensor_batch["uid"]) == ["a", "bb", "ccc", "ü"]
+
+    class Plain:
+        def __init__(self, *, batch, non_tensor_batch, meta_info):
+            self.batch = batch
+
+    assert isinstance(t.get_dataproto(ref, fields=["mask"], data_cls=Plain), Plain)
+    with pytest.raises(TypeError, match="takes neither"):
+        t.get_dataproto(ref, fields=["mask"], data_cls=int)
+
+
+def test_envelopes_dicts_and_errors(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    env = {"batch": {"x": torch.ones(2, 2)}, "meta_info": {"m": 1}}
+    ref = t.put(env)
+    assert list(ref.field_index) == ["x"] and ref.meta_info == {"m": 1}
+    ref = t.put({"x": torch.ones(3)})  # a plain dict is batch fields
+    assert ref.field_index["x"].section == "batch" and ref.batch_size == 3
+    meta_only = t.put({"batch": None, "meta_info": {"a": 1}})
+    assert meta_only.stage_refs == {} and t.get_dataproto(meta_only)["meta_info"] == {"a": 1}
+    with pytest.raises(ValueError, match="inconsistent batch sizes"):
+        t.put({"x": torch.ones(3), "y": torch.ones(2)})
+    with pytest.raises(ValueError, match="both batch and non_tensor_batch"):
+        t.put(DataProto({"x": torch.ones(1)}, {"x": objects(1)}))
+    with pytest.raises(ValueError, match="not nullable"):
+        t.put(
+            DataProto(non_tensor_batch={"r": objects([1], None)}),
+            field_schemas={"r": FieldSchema("typed_ragged", nullable=False)},
+        )
+    with pytest.raises(ValueError, match="unknown non-tensor codec"):
+        t.put(DataProto(non_tensor_batch={"r": objects(1)}), field_schemas={"r": FieldSchema("x")})
+    # A flat dict: row-aligned arrays are batch, equal-length sequences non-tensor, the rest
+    # meta_info; a schema's section overrides.
+    flat = {
+        "t": torch.arange(3),
+        "n": np.arange(6).reshape(3, 2),
+        "words": ["a", "b", "c"],
+        "lr": 0.1,
+        "pair": [1, 2],
+        "forced": np.arange(3),
+    }
+    schemas = {"forced": FieldSchema("ndarray", metadata={"section": "non_tensor_batch"})}
+    ref = t.put(flat, type="dict", field_schemas=schemas)
+    assert {n: loc.section for n, loc in ref.field_index.items()} == {
+        "t": "batch",
+        "n": "batch",
+        "words": "non_tensor_batch",
+        "forced": "non_tensor_batch",
+    }
+    assert ref.meta_info == {"lr": 0.1, "pair": [1, 2]}
+    back = t.get(ref, type="dict")
+    assert back["words"] == ["a", "b", "c"] and back["lr"] == 0.1
+    assert torch.equal(back["t"], flat["t"]) and back["forced"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="unknown put type"):
+        t.put(flat, type="list")
+
+
+def test_typed_schema_and_nulls(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    rows = objects(np.arange(3), None, np.arange(2))
+    schemas = {
+        "r": FieldSchema(
+            "typed_ragged", metadata={"section": "non_tensor_batch", "dtype": "int16"}
+        ),
+        "j": FieldSchema("json_ragged"),
+    }
+    ref = t.put(
+        DataProto(non_tensor_batch={"r": rows, "j": objects({"a": 1}, [2], "s")}),
+        field_schemas=schemas,
+    )
+    assert ref.encoded_non_tensor["r"]["payloads"] == [
+        "data",
+        "offsets",
+        "shapes",
+        "ndims",
+        "nulls",
+    ]
+    got = t.get_dataproto(ref)["non_tensor_batch"]
+    assert got["r"][0].dtype == np.int16 and got["r"][1] is None and got["r"][2].tolist() == [0, 1]
+    assert list(got["j"]) == [{"a": 1}, [2], "s"]
+    with pytest.raises(ValueError, match="section"):
+        FieldSchema("ndarray", metadata={"section": "elsewhere"})
+    with pytest.raises(ValueError, match="numeric"):
+        FieldSchema("ndarray", metadata={"dtype": "U5"})
+
+
+def test_append_overwrite_and_cleanup(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="app")
+    data = sample()
+    ref = t.put_dataproto(DataProto({"tokens": data.batch["tokens"]}), stage="gen")
+    first_manifest = ref.stage_refs["gen"].manifest_key
+    more = DataProto(non_tensor_batch={"uid": data.non_tensor_batch["uid"]}, meta_info={"x": 1})
+    ref2 = t.append_dataproto_fields(ref, more, stage="gen")
+    merged = ref2.stage_refs["gen"].manifest
+    assert ref2.stage_refs["gen"].manifest_key != first_manifest
+    assert len(merged["buffer_object_ids"]) == 2
+    assert first_manifest in merged["cleanup_keys"]
+    assert set(merged["buffers"]) >= {"batch.tokens", "non_tensor_batch.uid.data"}
+    assert ref2.meta_info == {"x": 1}
+    got = t.get_dataproto(ref2)
+    assert torch.equal(got["batch"]["tokens"], data.batch["tokens"])
+    assert list(got["non_tensor_batch"]["uid"]) == list(data.non_tensor_batch["uid"])
+    view = t.dataproto_manifest_view(ref2)
+    assert view["batch_fields"]["tokens"]["spec"]["encoding"] == "torch_tensor"
+    assert view["non_tensor_fields"]["uid"]["spec"]["codec"] == "utf8_ragged"
+    assert view["stages"]["gen"]["dataproto"]["stage"] == "gen"
+    assert view["meta_info_keys"] == ["x"]
+    with pytest.raises(ValueError, match="already exist"):
+        t.append_dataproto_fields(ref2, more, stage="gen")
+    with pytest.raises(ValueError, match="does not match"):
+        t.append_dataproto_fields(ref2, DataProto({"y": torch.ones(2)}), stage="gen")
+    with pytest.raises(ValueError, match="must include"):
+        t.append_dataproto_fields(ref2, more, stage="gen", overwrite=True)
+    # Another stage, then an overwrite of the first one.
+    ref3 = t.append_dataproto_fields(ref2, DataProto({"rw": torch.zeros(4)}), stage="reward")
+    assert set(ref3.stage_refs) == {"gen", "reward"}
+    new_tokens = DataProto(
+        {"tokens": torch.zeros(4, 3, dtype=torch.int64)},
+        {"uid": objects("w", "x", "y", "z")},
+    )
+    ref4 = t.append_dataproto_fields(ref3, new_tokens, stage="gen", overwrite=True)
+    assert s.is_exist(ref3.stage_refs["gen"].manifest_key) == 0  # the old stage is gone
+    got = t.get_dataproto(ref4)
+    assert got["batch"]["tokens"].sum() == 0 and list(got["non_tensor_batch"]["uid"]) == list(
+        "wxyz"
+    )
+    assert torch.equal(got["batch"]["rw"], torch.zeros(4))
+    t.cleanup_dataproto(ref4)
+    assert s.remove_by_regex("^app/") == 0
+
+
+def group_config(group_ids=None):
+    from mooncake.store import ReplicateConfig
+
+    config = ReplicateConfig()
+    config.group_ids = group_ids
+    return config
+
+
+def test_storage_groups(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    one = DataProto({"x": torch.ones(2)})
+    assert t.put(one)._storage_group_id.startswith("structured-")
+    assert t.put(one, config=group_config([]))._storage_group_id.startswith("structured-")
+    assert t.put(one, config=group_config("g1"))._storage_group_id == "g1"
+    ref = t.put(one, config=group_config(["g2"]))
+    assert ref._storage_group_id == "g2"
+    assert export_dataproto_ref(ref)["storage_group_id"] == "g2"
+    assert t.put(one, config=group_config([""]))._storage_group_id is None
+    assert "storage_group_id" not in export_dataproto_ref(t.put(one, config=group_config("")))
+    before = s.remove_by_regex("^bundle/")
+    with pytest.raises(ValueError, match="at most one"):
+        t.put(one, config=group_config(["a", "b"]))
+    with pytest.raises(ValueError, match="must contain strings"):
+        t.put(one, config=group_config([7]))
+    assert before >= 0 and s.remove_by_regex("^bundle/") == 0  # nothing was written
+    with pytest.raises(ValueError, match="conflicts"):
+        t.append_dataproto_fields(
+            ref, DataProto({"y": torch.ones(2)}), stage="s", config=group_config("o")
+        )
+    ref2 = t.append_dataproto_fields(ref, DataProto({"y": torch.ones(2)}), stage="s")
+    assert ref2._storage_group_id == "g2"
+
+
+def test_handles(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    ref = t.put_dataproto(sample())
+    ref.global_indexes = [np.int64(5), 6, 7, 8]
+    handle = export_dataproto_ref(ref)
+    assert export_ref is export_dataproto_ref and import_ref is import_dataproto_ref
+    assert handle["type"] == DATAPROTO_REF_HANDLE_TYPE and handle["version"] == 1
+    assert handle["kind"] == "bundle_stages" and handle["global_indexes"] == [5, 6, 7, 8]
+    assert is_dataproto_ref_handle(handle) and not is_dataproto_ref_handle({"type": "x"})
+    back = import_dataproto_ref(json.loads(json.dumps(handle)))
+    check_all(t.get_dataproto(back), sample())
+    check_all(t.get_dataproto(handle, rows=[2]), sample(), rows=[2])  # handles are refs too
+    bad = {
+        "version": 3,
+        "kind": "other",
+        "batch_size": -1,
+        "stage_refs": [],
+        "global_indexes": [1.5],
+        "field_index": {"tokens": {"stage": "nope", "member": "m", "section": "batch"}},
+    }
+    for key, value in bad.items():
+        with pytest.raises(ValueError):
+            import_dataproto_ref({**handle, key: value})
+    with pytest.raises(ValueError, match="requires storage_group_id"):
+        import_dataproto_ref(
+            {k: v for k, v in {**handle, "version": 2}.items() if k != "storage_group_id"}
+        )
+    v2 = import_dataproto_ref({**handle, "version": 2, "storage_group_id": "g"})
+    assert v2._storage_group_id == "g"
+    ref.meta_info = {"obj": object()}
+    with pytest.raises(TypeError, match="JSON-safe"):
+        export_dataproto_ref(ref)
+
+
+def test_codec_choice_and_keys():
+    from PIL import Image
+
+    img = Image.new("L", (1, 1))
+    cases = {
+        "msgpack_ragged": [None, None],
+        "ragged_tensor": [torch.ones(1), None],
+        "media_list_ragged": [[img]],
+        "typed_ragged": [np.arange(2), [1, 2]][:1],
+        "ndarray": [1, 2.5, True],
+        "bytes_ragged": [b"a", bytearray(b"b")],
+        "media_bytes": [img],
+        "utf8_ragged": ["a"],
+    }
+    for codec, values in cases.items():
+        assert _choose_leaf_codec(values).codec == codec, codec
+    assert _choose_leaf_codec([[1, 2], [3]]).normalized_type == "list"
+    assert _choose_leaf_codec([{"a": 1}, [1, "x"]]).codec == "msgpack_ragged"
+    assert not _choose_leaf_codec([]).accepted
+    mixed = _choose_leaf_codec([torch.ones(1), torch.ones(1, dtype=torch.int64)])
+    assert not mixed.accepted and mixed.codec == "ragged_tensor"
+    assert not _choose_leaf_codec([object()]).accepted
+    assert _escape_key("a.b[c\\d") == "a\\.b\\[c\\\\d"
+    assert repr(MISSING) == "<MISSING>"
+
+
+PEER = """
+import json, sys
+from mooncake.store import MooncakeDistributedStore
+from mooncake.structured_object_store import MooncakeBundleTransfer, import_dataproto_ref
+
+metadata, master, handle = sys.argv[1:]
+store = MooncakeDistributedStore()
+assert store.setup("127.0.0.1", metadata, "32MB", "8MB", "tcp", "", master) == 0
+t = MooncakeBundleTransfer(store)
+got = t.get_dataproto(import_dataproto_ref(json.loads(handle)), rows=[1, 3])
+print(json.dumps({
+    "tokens": got["batch"]["tokens"].tolist(),
+    "uid": list(got["non_tensor_batch"]["uid"]),
+    "extra": list(got["non_tensor_batch"]["extra"]),
+    "meta": got["meta_info"],
+}), flush=True)
+store.close()
+"""
+
+
+def test_handle_read_in_another_process(store_master, stores, process_reaper):
+    t = MooncakeBundleTransfer(stores(store_master))
+    ref = t.put_dataproto(sample())
+    peer = process_reaper.popen(
+        [
+            sys.executable,
+            "-c",
+            PEER,
+            store_master.metadata_url,
+            store_master.rpc,
+            json.dumps(export_dataproto_ref(ref)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    reply = json.loads(peer.stdout.readline())
+    assert peer.wait(60) == 0
+    assert reply["tokens"] == [[3, 4, 5], [9, 10, 11]]
+    assert reply["uid"] == ["bb", "ü"] and reply["extra"] == [None, {"z": None}]
+    assert reply["meta"] == {"step": 7, "temperature": 0.5}
+
+
+def test_spec_of_batch_member(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    ref = t.put_dataproto(DataProto({"m": np.zeros((2, 5), np.float32)}))
+    manifest = json.loads(s.get(ref.stage_refs["default"].manifest_key))
+    meta = json.loads(s.get(manifest["meta"]["key"]))
+    assert meta[STRUCTURED_FIELD_SPECS_KEY]["batch.m"] == {
+        "encoding": "ndarray",
+        "dtype": "<f4",
+        "shape": [2, 5],
+    }
