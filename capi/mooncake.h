@@ -132,6 +132,40 @@ int mc_engine_send_probe(uint64_t engine, const char *peer);
 /* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]}. */
 char *mc_local_topology(void);
 
+/* ---- Engine RPC messages (mooncake.engine.RpcInterface) -------------- *
+ * A server queues typed messages (a kind 0..255 and opaque bytes) sent by
+ * clients over TCP; a client's send returns once the server has queued
+ * the message. Our own wire format (transfer/rpcmsg), not coro_rpc's. */
+
+/* Listen on listen_address ("host:port", port 0 = any free one). Up to
+ * queue_len messages wait (senders block beyond that); payloads over
+ * max_message bytes (0: 1 GiB) are refused. *addr gets the address bound
+ * (free with mc_free). A handle, or 0 with *err set. */
+uint64_t mc_rpc_server_start(const char *listen_address, int queue_len,
+                             uint64_t max_message, char **addr, char **err);
+
+/* Wait up to timeout_ms for the next message: 1 with *kind, *source (the
+ * sender's address) and *data (*len bytes; free both with mc_free), 0 on a
+ * timeout, -1 once the server is stopped (or a bad handle). */
+int mc_rpc_server_next(uint64_t server, int timeout_ms, int *kind,
+                       char **source, void **data, uint64_t *len);
+
+/* Stop the server: it refuses new messages, drops queued ones and wakes
+ * waiting mc_rpc_server_next calls. Always 0. */
+int mc_rpc_server_stop(uint64_t server);
+
+/* A client keeping up to pool_size idle connections per target; every send
+ * is bounded by timeout_ms. */
+uint64_t mc_rpc_client_create(int pool_size, int timeout_ms);
+
+/* Send len bytes at data with kind to the server at target ("host:port");
+ * 0 once queued there, -1 with *err set (free with mc_free). */
+int mc_rpc_client_send(uint64_t client, const char *target, int kind,
+                       const void *data, uint64_t len, char **err);
+
+/* Close the client's connections and the handle. Always 0. */
+int mc_rpc_client_close(uint64_t client);
+
 /* ---- KV store client ------------------------------------------------- *
  * Store results use upstream Mooncake Store error numbers: -600 invalid
  * params, -704 object not found, -706 object has lease, -707 lease expired,
@@ -230,6 +264,81 @@ int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
 
 /* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
 int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
+
+/* ---- KV store client: sessions (layer-wise loading) ------------------ *
+ * A session start asks the master once per key; ranged calls then move
+ * bytes without asking it again. Span arrays are flattened over the keys:
+ * key i has span_counts[i] spans (ptrs[j], sizes[j], offsets[j]), each
+ * sizes[j] bytes at object offset offsets[j]. Ranged results are bytes
+ * moved or an error number. */
+
+/* Open read sessions: results[i] 0, the master's error (-704 ...), -707
+ * lease already expired, -702 no complete replica. */
+void mc_store_get_session_start(uint64_t store, int n, const char **keys,
+                                int *results);
+
+/* Read spans of objects with a read session into caller memory:
+ * -600 no session or a span past the end, -707 lease expired (the session
+ * is dropped), -800 no replica could be read. */
+void mc_store_get_session_ranges(uint64_t store, int n, const char **keys,
+                                 const int *span_counts, const uint64_t *ptrs,
+                                 const uint64_t *sizes,
+                                 const uint64_t *src_offsets,
+                                 int64_t *results);
+
+/* Drop read sessions; 0, or -1 for a handle that is not set up. */
+int mc_store_get_session_end(uint64_t store, int n, const char **keys);
+
+/* Open write sessions: reserve sizes[i] bytes per key (PutStart) with
+ * config_json as mc_store_put's. results[i]: 0, -600 (size 0, a session
+ * already open), or the master's error (-705, -200, ...). */
+void mc_store_put_session_start(uint64_t store, int n, const char **keys,
+                                const uint64_t *sizes,
+                                const char *config_json, int *results);
+
+/* Write spans of caller memory into objects with a write session, at
+ * their offsets: -600 no session or a span past the object's end; a
+ * failed transfer's error makes mc_store_put_session_end revoke. */
+void mc_store_put_session_ranges(uint64_t store, int n, const char **keys,
+                                 const int *span_counts, const uint64_t *ptrs,
+                                 const uint64_t *sizes,
+                                 const uint64_t *dst_offsets,
+                                 int64_t *results);
+
+/* Wait for each session's writes, then publish (PutEnd) or, after a failed
+ * write, revoke. results[i]: 0 or an error (-600 no session). */
+void mc_store_put_session_end(uint64_t store, int n, const char **keys,
+                              int *results);
+
+/* Wait for each session's writes, then cancel it (PutRevoke). */
+void mc_store_put_session_revoke(uint64_t store, int n, const char **keys,
+                                 int *results);
+
+/* ---- KV store client: replica management ----------------------------- */
+
+/* Clear this client's objects among keys (segment "" : whole objects, all
+ * replicas COMPLETE; otherwise only their replicas on that segment).
+ * Leased objects and other clients' objects are skipped. cleared[i] gets
+ * 1 or 0. Returns 0 or an error number. */
+int mc_store_replica_clear(uint64_t store, int n, const char **keys,
+                           const char *segment, int *cleared);
+
+/* Create a task copying key to the n segments named in targets (or moving
+ * its replica on segment source to target). The client holding the source
+ * replica executes it. *id_hi, *id_lo get the task id. 0 or an error:
+ * -704 missing key, -600 unknown segment or move to the same segment. */
+int mc_store_create_copy_task(uint64_t store, const char *key, int n,
+                              const char **targets, uint64_t *id_hi,
+                              uint64_t *id_lo);
+int mc_store_create_move_task(uint64_t store, const char *key,
+                              const char *source, const char *target,
+                              uint64_t *id_hi, uint64_t *id_lo);
+
+/* A task as JSON (free with mc_free): {"error_code": 0, "id_hi", "id_lo",
+ * "type" (0 copy, 1 move), "status" (0 PENDING, 1 PROCESSING, 2 SUCCESS,
+ * 3 FAILED), "created_at_ms_epoch", "last_updated_at_ms_epoch",
+ * "assigned_client", "message"}, or {"error_code": N} (-1400 unknown). */
+char *mc_store_query_task(uint64_t store, uint64_t id_hi, uint64_t id_lo);
 
 /* ---- KV store client: segments mounted after setup, local buffer ----- *
  * Where a function takes `char **err`, a failure stores a message there

@@ -30,6 +30,8 @@ const (
 	ObjectAlreadyExists        ErrorCode = -705
 	ObjectHasLease             ErrorCode = -706
 	LeaseExpired               ErrorCode = -707
+	ObjectHasReplicationTask   ErrorCode = -708
+	ReplicaNotFound            ErrorCode = -710
 	ObjectReplicaBusy          ErrorCode = -714
 	TransferFail               ErrorCode = -800
 	ChecksumMismatch           ErrorCode = -801
@@ -38,6 +40,7 @@ const (
 	EtcdOperationError         ErrorCode = -1000
 	UnavailableInCurrentStatus ErrorCode = -1010
 	NotSupported               ErrorCode = -1012
+	TaskNotFound               ErrorCode = -1400
 	TenantQuotaExceeded        ErrorCode = -1700
 	TenantNotRegistered        ErrorCode = -1701
 	TenantNotEmpty             ErrorCode = -1702
@@ -52,10 +55,11 @@ var names = map[ErrorCode]string{
 	InvalidReplica: "INVALID_REPLICA", ReplicaIsNotReady: "REPLICA_IS_NOT_READY",
 	ObjectNotFound: "OBJECT_NOT_FOUND", ObjectAlreadyExists: "OBJECT_ALREADY_EXISTS",
 	ObjectHasLease: "OBJECT_HAS_LEASE", LeaseExpired: "LEASE_EXPIRED",
+	ObjectHasReplicationTask: "OBJECT_HAS_REPLICATION_TASK", ReplicaNotFound: "REPLICA_NOT_FOUND",
 	ObjectReplicaBusy: "OBJECT_REPLICA_BUSY", TransferFail: "TRANSFER_FAIL",
 	ChecksumMismatch: "CHECKSUM_MISMATCH", RPCFail: "RPC_FAIL", RPCTimeout: "RPC_TIMEOUT",
 	EtcdOperationError: "ETCD_OPERATION_ERROR", UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
-	NotSupported: "NOT_SUPPORTED", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
+	NotSupported: "NOT_SUPPORTED", TaskNotFound: "TASK_NOT_FOUND", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
 	TenantNotRegistered: "TENANT_NOT_REGISTERED", TenantNotEmpty: "TENANT_NOT_EMPTY",
 }
 

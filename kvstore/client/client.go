@@ -51,6 +51,8 @@ type Client struct {
 	staging  *stagingPool
 	tempMu   sync.Mutex
 	temps    map[uintptr]*tempReg // by address; see useDirect
+	sessions sessions             // open batch_*_session sessions
+	tasks    runningTasks         // copy/move tasks being executed
 
 	lastPingOK atomic.Bool
 	closed     atomic.Bool
@@ -198,8 +200,8 @@ func (c *Client) Hostname() string { return c.hostname }
 func (c *Client) Engine() *transfer.Engine { return c.engine }
 
 // heartbeat pings the master every second, remounts when asked to (after a
-// master restart or leader change), and follows a new HA leader after
-// three failed pings.
+// master restart or leader change), runs the copy and move tasks the
+// answer assigns, and follows a new HA leader after three failed pings.
 func (c *Client) heartbeat() {
 	defer c.wg.Done()
 	t := time.NewTicker(heartbeatInterval)
@@ -230,6 +232,7 @@ func (c *Client) heartbeat() {
 		if resp.GetClientStatus() == pb.ClientStatus_CLIENT_NEED_REMOUNT {
 			c.remount()
 		}
+		c.runTasks(resp.GetTasks())
 	}
 }
 

@@ -87,7 +87,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 			moved[j] = kvstore.NoAvailableHandle
 		default:
 			started[j] = true
-			moved[j] = c.writeReplicas(parts[idx[j]], item.Replicas, !opt.ZeroCopy)
+			moved[j] = c.writeReplicas(parts[idx[j]], item.Replicas, 0, !opt.ZeroCopy)
 		}
 		return nil
 	})

@@ -92,18 +92,19 @@ func (c *Client) moveDirect(op transfer.Opcode, parts []Part, r *pb.ReplicaDescr
 	return nil
 }
 
-// writeReplicas writes the parts (the whole object) to every replica.
-func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, staged bool) error {
+// writeReplicas writes the parts, in order, at object offset objOff of
+// every replica.
+func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, objOff uint64, staged bool) error {
 	if !staged {
 		if release, ok := c.useDirect(parts); ok {
 			defer release()
-			return parallel(len(replicas), func(i int) error { return c.moveDirect(transfer.OpWrite, parts, replicas[i], 0) })
+			return parallel(len(replicas), func(i int) error { return c.moveDirect(transfer.OpWrite, parts, replicas[i], objOff) })
 		}
 	}
 	return c.staged(partsSize(parts), func(chunk []byte, off uint64) error {
 		copyIn(chunk, parts, off)
 		return parallel(len(replicas), func(i int) error {
-			return c.moveDirect(transfer.OpWrite, []Part{{addrOf(chunk), uint64(len(chunk))}}, replicas[i], off)
+			return c.moveDirect(transfer.OpWrite, []Part{{addrOf(chunk), uint64(len(chunk))}}, replicas[i], objOff+off)
 		})
 	})
 }

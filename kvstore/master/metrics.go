@@ -31,6 +31,7 @@ var Ops = []string{
 	"mount_segment", "remount_segment", "unmount_segment", "drain_segment", "ping",
 	"batch_put_start", "batch_put_end", "batch_put_revoke", "batch_upsert_start",
 	"batch_get_replica_list", "batch_exist_key", "batch_remove",
+	"batch_replica_clear", "create_copy_task", "create_move_task", "query_task", "mark_task_complete",
 }
 
 func newCounters() counters {

@@ -77,3 +77,50 @@ func (s *State) removeMatching(tenant string, match func(string) bool, force boo
 	}
 	return n
 }
+
+// BatchReplicaClear clears clientID's objects among keys and returns the
+// indices of the keys cleared, in input order (upstream
+// BatchReplicaClear). A key is skipped when it is empty or missing, was
+// written by another client, or holds an active read lease. With segment
+// "" the whole object is erased, provided all its replicas are COMPLETE;
+// otherwise only its COMPLETE replicas on the segment of that name (or id)
+// are removed, and the object is erased when none remain.
+func (s *State) BatchReplicaClear(clientID string, keys []string, segment string, now time.Time) []int {
+	s.m.result("batch_replica_clear", kvstore.OK)
+	var out []int
+	for i, key := range keys {
+		o, ok := s.objects[key]
+		if !ok || o.writer != clientID || o.leased(now) {
+			continue
+		}
+		if segment == "" {
+			if !o.allComplete() {
+				continue
+			}
+			s.erase(o)
+			out = append(out, i)
+			continue
+		}
+		kept := o.replicas[:0]
+		removed := false
+		for _, r := range o.replicas {
+			if r.status == ReplicaComplete && (r.seg.info.Name == segment || r.seg.info.ID == segment) {
+				s.freeReplica(r)
+				removed = true
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		clear(o.replicas[len(kept):])
+		o.replicas = kept
+		if !removed {
+			continue
+		}
+		if len(o.replicas) == 0 {
+			delete(s.objects, key)
+		}
+		s.charge(o)
+		out = append(out, i)
+	}
+	return out
+}

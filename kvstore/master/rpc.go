@@ -372,12 +372,16 @@ func (s *Server) DrainSegment(ctx context.Context, req *masterpb.UnmountSegmentR
 	return resp, err
 }
 
-// Ping implements masterpb.MasterServer.
+// Ping implements masterpb.MasterServer; the answer carries the copy and
+// move tasks newly assigned to the client.
 func (s *Server) Ping(ctx context.Context, req *masterpb.PingRequest) (*masterpb.PingResponse, error) {
 	var resp *masterpb.PingResponse
 	err := s.do(func(st *State, now time.Time) {
 		cs, code := st.Ping(req.GetClientId(), now)
 		resp = &masterpb.PingResponse{ErrorCode: code32(code), ViewVersion: s.view.Load(), ClientStatus: masterpb.ClientStatus(cs)}
+		if code == kvstore.OK {
+			resp.Tasks = toPBAssignments(st.FetchTasks(req.GetClientId(), now))
+		}
 	})
 	return resp, err
 }

@@ -38,6 +38,10 @@ import (
 //	remove_all [force] | remove_regex pattern= [force]
 //	evict | release | stats | keys [raw] (raw: quoted object keys)
 //	quota tenant= bytes= | unquota tenant= | tenants
+//	replica_clear keys=a,b [seg=NAME]    (client= is the caller)
+//	copy_task key= targets=a,b | move_task key= from= to=   (print task tN)
+//	fetch_tasks                          (client= is the executor)
+//	complete_task task=tN [fail] [msg=]  | query_task task=tN
 //
 // With "config multi_tenant=true", tenant=T on any command names the
 // tenant whose keys it works on (the default tenant when absent); an id
@@ -54,9 +58,37 @@ var epoch = time.Unix(1_000_000, 0)
 const segBase = 0x100000
 
 type scenario struct {
-	t   *testing.T
-	st  *State
-	now time.Time
+	t     *testing.T
+	st    *State
+	now   time.Time
+	tasks []TaskID // created tasks; scenarios name them t1, t2, ...
+}
+
+// taskName is how scenario output names a task id.
+func (s *scenario) taskName(id TaskID) string {
+	for i, t := range s.tasks {
+		if t == id {
+			return fmt.Sprintf("t%d", i+1)
+		}
+	}
+	return id.String()
+}
+
+// taskID resolves a scenario task name (tN); anything else is an id
+// never issued.
+func (s *scenario) taskID(name string) TaskID {
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "t")); err == nil && n >= 1 && n <= len(s.tasks) {
+		return s.tasks[n-1]
+	}
+	return TaskID{Hi: 1, Lo: 1}
+}
+
+func (s *scenario) taskCreated(id TaskID, code kvstore.ErrorCode) string {
+	if code != kvstore.OK {
+		return code.String() + "\n"
+	}
+	s.tasks = append(s.tasks, id)
+	return "OK " + s.taskName(id) + "\n"
 }
 
 type cmd struct {
@@ -189,7 +221,7 @@ func (s *scenario) run(c cmd) string {
 		if err != nil {
 			return "error: " + err.Error() + "\n"
 		}
-		s.st, s.now = st, epoch
+		s.st, s.now, s.tasks = st, epoch, nil
 		return "ok\n"
 	case "tick":
 		s.now = s.now.Add(c.dur(t, "d", time.Second))
@@ -299,6 +331,42 @@ func (s *scenario) run(c cmd) string {
 			fmt.Fprintf(&b, "%s quota=%d used=%d objects=%d\n", ti.ID, ti.QuotaBytes, ti.UsedBytes, ti.Objects)
 		}
 		return b.String()
+	case "replica_clear":
+		var keys []string
+		for _, k := range strings.Split(c.str("keys", ""), ",") {
+			keys = append(keys, s.st.Config().ObjectKey(tenant, k))
+		}
+		var cleared []string
+		for _, i := range s.st.BatchReplicaClear(cl, keys, c.str("seg", ""), s.now) {
+			cleared = append(cleared, s.st.UserKey(keys[i]))
+		}
+		return fmt.Sprintf("cleared %v\n", cleared)
+	case "copy_task":
+		return s.taskCreated(s.st.CreateCopyTask(key, strings.Split(c.str("targets", ""), ","), s.now))
+	case "move_task":
+		return s.taskCreated(s.st.CreateMoveTask(key, c.str("from", ""), c.str("to", ""), s.now))
+	case "fetch_tasks":
+		var b strings.Builder
+		for _, a := range s.st.FetchTasks(cl, s.now) {
+			fmt.Fprintf(&b, "%s %s size=%d from %s+%d to", s.taskName(a.ID), a.Type, a.Size, a.Source.SegmentID, a.Source.Address-segBase)
+			for _, r := range a.Targets {
+				fmt.Fprintf(&b, " %s+%d", r.SegmentID, r.Address-segBase)
+			}
+			b.WriteString("\n")
+		}
+		if b.Len() == 0 {
+			return "none\n"
+		}
+		return b.String()
+	case "complete_task":
+		return s.st.CompleteTask(cl, s.taskID(c.str("task", "")), !c.flags["fail"], c.str("msg", ""), s.now).String() + "\n"
+	case "query_task":
+		ti, code := s.st.QueryTask(tenant, s.taskID(c.str("task", "")))
+		if code != kvstore.OK {
+			return code.String() + "\n"
+		}
+		return fmt.Sprintf("%s %s %s assigned=%s created=%s updated=%s message=%q\n", s.taskName(ti.ID), ti.Type, ti.Status,
+			ti.AssignedClient, s.rel(ti.Created), s.rel(ti.Updated), ti.Message)
 	case "query":
 		o, ok := s.st.QueryKey(key)
 		if !ok {

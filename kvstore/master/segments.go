@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -82,7 +83,7 @@ func (s *State) ReMountSegment(clientID string, segs []Segment, now time.Time) k
 	c := s.touch(clientID, now)
 	for _, id := range slices.Clone(c.segments) {
 		if !want[id] {
-			s.unmount(id)
+			s.unmount(id, now)
 		}
 	}
 	code := kvstore.OK
@@ -105,7 +106,7 @@ func (s *State) UnmountSegment(clientID, segID string, now time.Time) kvstore.Er
 		return s.m.result("unmount_segment", kvstore.SegmentNotFound)
 	}
 	s.touch(clientID, now)
-	s.unmount(segID)
+	s.unmount(segID, now)
 	return s.m.result("unmount_segment", kvstore.OK)
 }
 
@@ -139,12 +140,14 @@ func (s *State) openSegments() int {
 	return n
 }
 
-// unmount removes a segment and everything stored on it.
-func (s *State) unmount(segID string) {
+// unmount removes a segment and everything stored on it; tasks that
+// read from or write to it fail.
+func (s *State) unmount(segID string, now time.Time) {
 	sg, ok := s.segments[segID]
 	if !ok {
 		return
 	}
+	s.failTasksOnSegment(sg, now)
 	for key, o := range s.objects {
 		kept := o.replicas[:0]
 		for _, r := range o.replicas {
@@ -190,9 +193,9 @@ func (s *State) Ping(clientID string, now time.Time) (ClientStatus, kvstore.Erro
 }
 
 // ExpireClients forgets every client silent for longer than ClientTTL at
-// now: it leaves the ok set and its segments are unmounted (objects whose
-// only replicas were there disappear; those with a replica elsewhere stay
-// readable). It returns the segments unmounted, sorted by client.
+// now: it leaves the ok set, the tasks it executes fail, and its segments
+// are unmounted (objects whose only replicas were there disappear; those
+// with a replica elsewhere stay readable; tasks copying to them fail). It returns the segments unmounted, sorted by client.
 func (s *State) ExpireClients(now time.Time) []ExpiredSegment {
 	var ids []string
 	for id, c := range s.clients {
@@ -204,9 +207,11 @@ func (s *State) ExpireClients(now time.Time) []ExpiredSegment {
 	var out []ExpiredSegment
 	for _, id := range ids {
 		c := s.clients[id]
+		s.failTasks(func(t *task) bool { return t.client == id },
+			fmt.Sprintf("client %s, which executes the task, expired", id), now)
 		for _, segID := range slices.Clone(c.segments) {
 			out = append(out, ExpiredSegment{ClientID: id, Segment: s.segments[segID].info})
-			s.unmount(segID)
+			s.unmount(segID, now)
 		}
 		delete(s.clients, id)
 		s.m.expiredClients++

@@ -63,6 +63,7 @@ type State struct {
 	needEviction bool
 	nextReplica  uint64
 	tenants      map[string]*tenant // registered tenants; DefaultTenant always
+	tasks        map[TaskID]*task   // copy and move tasks, until pruned
 	m            counters
 }
 
@@ -160,10 +161,11 @@ func (o *object) grantLease(now time.Time, ttl time.Duration) {
 	}
 }
 
-// ReleaseExpired frees quarantined buffers whose time has come and discards
+// ReleaseExpired frees quarantined buffers whose time has come, discards
 // writes left open longer than PutStartReleaseTimeout (their PROCESSING
-// replicas are freed; an object left without replicas disappears). It
-// returns the number of writes discarded.
+// replicas are freed; an object left without replicas disappears) and
+// forgets tasks finished more than 10 minutes ago. It returns the number
+// of writes discarded.
 func (s *State) ReleaseExpired(now time.Time) int {
 	kept := s.discarded[:0]
 	for _, d := range s.discarded {
@@ -185,6 +187,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 	for _, key := range stale {
 		s.dropProcessing(s.objects[key], s.freeReplica)
 	}
+	s.pruneTasks(now)
 	return len(stale)
 }
 

@@ -186,6 +186,104 @@ func (ClientStatus) EnumDescriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{2}
 }
 
+type TaskType int32
+
+const (
+	TaskType_TASK_REPLICA_COPY TaskType = 0
+	TaskType_TASK_REPLICA_MOVE TaskType = 1
+)
+
+// Enum value maps for TaskType.
+var (
+	TaskType_name = map[int32]string{
+		0: "TASK_REPLICA_COPY",
+		1: "TASK_REPLICA_MOVE",
+	}
+	TaskType_value = map[string]int32{
+		"TASK_REPLICA_COPY": 0,
+		"TASK_REPLICA_MOVE": 1,
+	}
+)
+
+func (x TaskType) Enum() *TaskType {
+	p := new(TaskType)
+	*p = x
+	return p
+}
+
+func (x TaskType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskType) Descriptor() protoreflect.EnumDescriptor {
+	return file_master_proto_enumTypes[3].Descriptor()
+}
+
+func (TaskType) Type() protoreflect.EnumType {
+	return &file_master_proto_enumTypes[3]
+}
+
+func (x TaskType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskType.Descriptor instead.
+func (TaskType) EnumDescriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{3}
+}
+
+type TaskStatus int32
+
+const (
+	TaskStatus_TASK_PENDING    TaskStatus = 0
+	TaskStatus_TASK_PROCESSING TaskStatus = 1
+	TaskStatus_TASK_SUCCESS    TaskStatus = 2
+	TaskStatus_TASK_FAILED     TaskStatus = 3
+)
+
+// Enum value maps for TaskStatus.
+var (
+	TaskStatus_name = map[int32]string{
+		0: "TASK_PENDING",
+		1: "TASK_PROCESSING",
+		2: "TASK_SUCCESS",
+		3: "TASK_FAILED",
+	}
+	TaskStatus_value = map[string]int32{
+		"TASK_PENDING":    0,
+		"TASK_PROCESSING": 1,
+		"TASK_SUCCESS":    2,
+		"TASK_FAILED":     3,
+	}
+)
+
+func (x TaskStatus) Enum() *TaskStatus {
+	p := new(TaskStatus)
+	*p = x
+	return p
+}
+
+func (x TaskStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_master_proto_enumTypes[4].Descriptor()
+}
+
+func (TaskStatus) Type() protoreflect.EnumType {
+	return &file_master_proto_enumTypes[4]
+}
+
+func (x TaskStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskStatus.Descriptor instead.
+func (TaskStatus) EnumDescriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{4}
+}
+
 type ReplicateConfig struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ReplicaNum    uint32                 `protobuf:"varint,1,opt,name=replica_num,json=replicaNum,proto3" json:"replica_num,omitempty"`
@@ -1726,10 +1824,12 @@ func (x *PingRequest) GetClientId() string {
 }
 
 type PingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ErrorCode     int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	ViewVersion   uint64                 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
-	ClientStatus  ClientStatus           `protobuf:"varint,3,opt,name=client_status,json=clientStatus,proto3,enum=mooncake.store.v1.ClientStatus" json:"client_status,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode    int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ViewVersion  uint64                 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
+	ClientStatus ClientStatus           `protobuf:"varint,3,opt,name=client_status,json=clientStatus,proto3,enum=mooncake.store.v1.ClientStatus" json:"client_status,omitempty"`
+	// Copy/move tasks newly assigned to this client (now PROCESSING).
+	Tasks         []*TaskAssignment `protobuf:"bytes,4,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1783,6 +1883,637 @@ func (x *PingResponse) GetClientStatus() ClientStatus {
 		return x.ClientStatus
 	}
 	return ClientStatus_CLIENT_UNDEFINED
+}
+
+func (x *PingResponse) GetTasks() []*TaskAssignment {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type BatchReplicaClearRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Keys     []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// "" clears whole objects; otherwise only replicas on this segment
+	// (name or id).
+	SegmentName   string `protobuf:"bytes,3,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchReplicaClearRequest) Reset() {
+	*x = BatchReplicaClearRequest{}
+	mi := &file_master_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchReplicaClearRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchReplicaClearRequest) ProtoMessage() {}
+
+func (x *BatchReplicaClearRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchReplicaClearRequest.ProtoReflect.Descriptor instead.
+func (*BatchReplicaClearRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BatchReplicaClearRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *BatchReplicaClearRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *BatchReplicaClearRequest) GetSegmentName() string {
+	if x != nil {
+		return x.SegmentName
+	}
+	return ""
+}
+
+type BatchReplicaClearResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Indices into keys of the keys cleared, ascending.
+	Cleared       []uint32 `protobuf:"varint,2,rep,packed,name=cleared,proto3" json:"cleared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchReplicaClearResponse) Reset() {
+	*x = BatchReplicaClearResponse{}
+	mi := &file_master_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchReplicaClearResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchReplicaClearResponse) ProtoMessage() {}
+
+func (x *BatchReplicaClearResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchReplicaClearResponse.ProtoReflect.Descriptor instead.
+func (*BatchReplicaClearResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BatchReplicaClearResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *BatchReplicaClearResponse) GetCleared() []uint32 {
+	if x != nil {
+		return x.Cleared
+	}
+	return nil
+}
+
+// A task id: a UUID as two u64 halves.
+type TaskId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hi            uint64                 `protobuf:"varint,1,opt,name=hi,proto3" json:"hi,omitempty"`
+	Lo            uint64                 `protobuf:"varint,2,opt,name=lo,proto3" json:"lo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskId) Reset() {
+	*x = TaskId{}
+	mi := &file_master_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskId) ProtoMessage() {}
+
+func (x *TaskId) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskId.ProtoReflect.Descriptor instead.
+func (*TaskId) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TaskId) GetHi() uint64 {
+	if x != nil {
+		return x.Hi
+	}
+	return 0
+}
+
+func (x *TaskId) GetLo() uint64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+type CreateCopyTaskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Segment names (or ids) to copy to.
+	Targets       []string `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateCopyTaskRequest) Reset() {
+	*x = CreateCopyTaskRequest{}
+	mi := &file_master_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateCopyTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateCopyTaskRequest) ProtoMessage() {}
+
+func (x *CreateCopyTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateCopyTaskRequest.ProtoReflect.Descriptor instead.
+func (*CreateCopyTaskRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CreateCopyTaskRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CreateCopyTaskRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+type CreateMoveTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Source        string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	Target        string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateMoveTaskRequest) Reset() {
+	*x = CreateMoveTaskRequest{}
+	mi := &file_master_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateMoveTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateMoveTaskRequest) ProtoMessage() {}
+
+func (x *CreateMoveTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateMoveTaskRequest.ProtoReflect.Descriptor instead.
+func (*CreateMoveTaskRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CreateMoveTaskRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CreateMoveTaskRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *CreateMoveTaskRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type CreateTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode     int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Id            *TaskId                `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTaskResponse) Reset() {
+	*x = CreateTaskResponse{}
+	mi := &file_master_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTaskResponse) ProtoMessage() {}
+
+func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
+func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CreateTaskResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *CreateTaskResponse) GetId() *TaskId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+type QueryTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *TaskId                `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryTaskRequest) Reset() {
+	*x = QueryTaskRequest{}
+	mi := &file_master_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryTaskRequest) ProtoMessage() {}
+
+func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryTaskRequest.ProtoReflect.Descriptor instead.
+func (*QueryTaskRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *QueryTaskRequest) GetId() *TaskId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+type QueryTaskResponse struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode            int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Id                   *TaskId                `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Type                 TaskType               `protobuf:"varint,3,opt,name=type,proto3,enum=mooncake.store.v1.TaskType" json:"type,omitempty"`
+	Status               TaskStatus             `protobuf:"varint,4,opt,name=status,proto3,enum=mooncake.store.v1.TaskStatus" json:"status,omitempty"`
+	CreatedAtMsEpoch     uint64                 `protobuf:"varint,5,opt,name=created_at_ms_epoch,json=createdAtMsEpoch,proto3" json:"created_at_ms_epoch,omitempty"`
+	LastUpdatedAtMsEpoch uint64                 `protobuf:"varint,6,opt,name=last_updated_at_ms_epoch,json=lastUpdatedAtMsEpoch,proto3" json:"last_updated_at_ms_epoch,omitempty"`
+	// Segment name (host:port) of the client executing the task.
+	AssignedClient string `protobuf:"bytes,7,opt,name=assigned_client,json=assignedClient,proto3" json:"assigned_client,omitempty"`
+	Message        string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *QueryTaskResponse) Reset() {
+	*x = QueryTaskResponse{}
+	mi := &file_master_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryTaskResponse) ProtoMessage() {}
+
+func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryTaskResponse.ProtoReflect.Descriptor instead.
+func (*QueryTaskResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *QueryTaskResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *QueryTaskResponse) GetId() *TaskId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *QueryTaskResponse) GetType() TaskType {
+	if x != nil {
+		return x.Type
+	}
+	return TaskType_TASK_REPLICA_COPY
+}
+
+func (x *QueryTaskResponse) GetStatus() TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TaskStatus_TASK_PENDING
+}
+
+func (x *QueryTaskResponse) GetCreatedAtMsEpoch() uint64 {
+	if x != nil {
+		return x.CreatedAtMsEpoch
+	}
+	return 0
+}
+
+func (x *QueryTaskResponse) GetLastUpdatedAtMsEpoch() uint64 {
+	if x != nil {
+		return x.LastUpdatedAtMsEpoch
+	}
+	return 0
+}
+
+func (x *QueryTaskResponse) GetAssignedClient() string {
+	if x != nil {
+		return x.AssignedClient
+	}
+	return ""
+}
+
+func (x *QueryTaskResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// A task as its executing client receives it: copy size bytes from source
+// (in one of the client's own segments) to every target.
+type TaskAssignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *TaskId                `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Type          TaskType               `protobuf:"varint,2,opt,name=type,proto3,enum=mooncake.store.v1.TaskType" json:"type,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Source        *ReplicaDescriptor     `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	Targets       []*ReplicaDescriptor   `protobuf:"bytes,5,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskAssignment) Reset() {
+	*x = TaskAssignment{}
+	mi := &file_master_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAssignment) ProtoMessage() {}
+
+func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
+func (*TaskAssignment) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TaskAssignment) GetId() *TaskId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *TaskAssignment) GetType() TaskType {
+	if x != nil {
+		return x.Type
+	}
+	return TaskType_TASK_REPLICA_COPY
+}
+
+func (x *TaskAssignment) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *TaskAssignment) GetSource() *ReplicaDescriptor {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *TaskAssignment) GetTargets() []*ReplicaDescriptor {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+type MarkTaskCompleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Id            *TaskId                `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Success       bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkTaskCompleteRequest) Reset() {
+	*x = MarkTaskCompleteRequest{}
+	mi := &file_master_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkTaskCompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkTaskCompleteRequest) ProtoMessage() {}
+
+func (x *MarkTaskCompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkTaskCompleteRequest.ProtoReflect.Descriptor instead.
+func (*MarkTaskCompleteRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MarkTaskCompleteRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *MarkTaskCompleteRequest) GetId() *TaskId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *MarkTaskCompleteRequest) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *MarkTaskCompleteRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 var File_master_proto protoreflect.FileDescriptor
@@ -1896,12 +2627,58 @@ const file_master_proto_rawDesc = "" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\"*\n" +
 	"\vPingRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x96\x01\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\xcf\x01\n" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12!\n" +
 	"\fview_version\x18\x02 \x01(\x04R\vviewVersion\x12D\n" +
-	"\rclient_status\x18\x03 \x01(\x0e2\x1f.mooncake.store.v1.ClientStatusR\fclientStatus*Q\n" +
+	"\rclient_status\x18\x03 \x01(\x0e2\x1f.mooncake.store.v1.ClientStatusR\fclientStatus\x127\n" +
+	"\x05tasks\x18\x04 \x03(\v2!.mooncake.store.v1.TaskAssignmentR\x05tasks\"n\n" +
+	"\x18BatchReplicaClearRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\tR\x04keys\x12!\n" +
+	"\fsegment_name\x18\x03 \x01(\tR\vsegmentName\"T\n" +
+	"\x19BatchReplicaClearResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x18\n" +
+	"\acleared\x18\x02 \x03(\rR\acleared\"(\n" +
+	"\x06TaskId\x12\x0e\n" +
+	"\x02hi\x18\x01 \x01(\x04R\x02hi\x12\x0e\n" +
+	"\x02lo\x18\x02 \x01(\x04R\x02lo\"C\n" +
+	"\x15CreateCopyTaskRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\atargets\x18\x02 \x03(\tR\atargets\"Y\n" +
+	"\x15CreateMoveTaskRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\"^\n" +
+	"\x12CreateTaskResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12)\n" +
+	"\x02id\x18\x02 \x01(\v2\x19.mooncake.store.v1.TaskIdR\x02id\"=\n" +
+	"\x10QueryTaskRequest\x12)\n" +
+	"\x02id\x18\x01 \x01(\v2\x19.mooncake.store.v1.TaskIdR\x02id\"\xef\x02\n" +
+	"\x11QueryTaskResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12)\n" +
+	"\x02id\x18\x02 \x01(\v2\x19.mooncake.store.v1.TaskIdR\x02id\x12/\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x1b.mooncake.store.v1.TaskTypeR\x04type\x125\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x1d.mooncake.store.v1.TaskStatusR\x06status\x12-\n" +
+	"\x13created_at_ms_epoch\x18\x05 \x01(\x04R\x10createdAtMsEpoch\x126\n" +
+	"\x18last_updated_at_ms_epoch\x18\x06 \x01(\x04R\x14lastUpdatedAtMsEpoch\x12'\n" +
+	"\x0fassigned_client\x18\a \x01(\tR\x0eassignedClient\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"\xfe\x01\n" +
+	"\x0eTaskAssignment\x12)\n" +
+	"\x02id\x18\x01 \x01(\v2\x19.mooncake.store.v1.TaskIdR\x02id\x12/\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1b.mooncake.store.v1.TaskTypeR\x04type\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12<\n" +
+	"\x06source\x18\x04 \x01(\v2$.mooncake.store.v1.ReplicaDescriptorR\x06source\x12>\n" +
+	"\atargets\x18\x05 \x03(\v2$.mooncake.store.v1.ReplicaDescriptorR\atargets\"\x95\x01\n" +
+	"\x17MarkTaskCompleteRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12)\n" +
+	"\x02id\x18\x02 \x01(\v2\x19.mooncake.store.v1.TaskIdR\x02id\x12\x18\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*Q\n" +
 	"\rSoftPinAction\x12\x15\n" +
 	"\x11SOFT_PIN_PRESERVE\x10\x00\x12\x13\n" +
 	"\x0fSOFT_PIN_ENABLE\x10\x01\x12\x14\n" +
@@ -1916,7 +2693,16 @@ const file_master_proto_rawDesc = "" +
 	"\fClientStatus\x12\x14\n" +
 	"\x10CLIENT_UNDEFINED\x10\x00\x12\r\n" +
 	"\tCLIENT_OK\x10\x01\x12\x17\n" +
-	"\x13CLIENT_NEED_REMOUNT\x10\x022\xf8\x0e\n" +
+	"\x13CLIENT_NEED_REMOUNT\x10\x02*8\n" +
+	"\bTaskType\x12\x15\n" +
+	"\x11TASK_REPLICA_COPY\x10\x00\x12\x15\n" +
+	"\x11TASK_REPLICA_MOVE\x10\x01*V\n" +
+	"\n" +
+	"TaskStatus\x12\x10\n" +
+	"\fTASK_PENDING\x10\x00\x12\x13\n" +
+	"\x0fTASK_PROCESSING\x10\x01\x12\x10\n" +
+	"\fTASK_SUCCESS\x10\x02\x12\x0f\n" +
+	"\vTASK_FAILED\x10\x032\xe9\x12\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
@@ -1933,7 +2719,12 @@ const file_master_proto_rawDesc = "" +
 	"\x06Remove\x12 .mooncake.store.v1.RemoveRequest\x1a!.mooncake.store.v1.StatusResponse\x12\\\n" +
 	"\vBatchRemove\x12%.mooncake.store.v1.BatchRemoveRequest\x1a&.mooncake.store.v1.BatchStatusResponse\x12Z\n" +
 	"\rRemoveByRegex\x12'.mooncake.store.v1.RemoveByRegexRequest\x1a .mooncake.store.v1.CountResponse\x12R\n" +
-	"\tRemoveAll\x12#.mooncake.store.v1.RemoveAllRequest\x1a .mooncake.store.v1.CountResponse\x12Y\n" +
+	"\tRemoveAll\x12#.mooncake.store.v1.RemoveAllRequest\x1a .mooncake.store.v1.CountResponse\x12n\n" +
+	"\x11BatchReplicaClear\x12+.mooncake.store.v1.BatchReplicaClearRequest\x1a,.mooncake.store.v1.BatchReplicaClearResponse\x12a\n" +
+	"\x0eCreateCopyTask\x12(.mooncake.store.v1.CreateCopyTaskRequest\x1a%.mooncake.store.v1.CreateTaskResponse\x12a\n" +
+	"\x0eCreateMoveTask\x12(.mooncake.store.v1.CreateMoveTaskRequest\x1a%.mooncake.store.v1.CreateTaskResponse\x12V\n" +
+	"\tQueryTask\x12#.mooncake.store.v1.QueryTaskRequest\x1a$.mooncake.store.v1.QueryTaskResponse\x12a\n" +
+	"\x10MarkTaskComplete\x12*.mooncake.store.v1.MarkTaskCompleteRequest\x1a!.mooncake.store.v1.StatusResponse\x12Y\n" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
 	"\x0eReMountSegment\x12(.mooncake.store.v1.ReMountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
 	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12[\n" +
@@ -1952,104 +2743,137 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
-var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
 	(ClientStatus)(0),                   // 2: mooncake.store.v1.ClientStatus
-	(*ReplicateConfig)(nil),             // 3: mooncake.store.v1.ReplicateConfig
-	(*ReplicaDescriptor)(nil),           // 4: mooncake.store.v1.ReplicaDescriptor
-	(*PutStartRequest)(nil),             // 5: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 6: mooncake.store.v1.PutStartResponse
-	(*PutEndRequest)(nil),               // 7: mooncake.store.v1.PutEndRequest
-	(*PutRevokeRequest)(nil),            // 8: mooncake.store.v1.PutRevokeRequest
-	(*BatchPutStartRequest)(nil),        // 9: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 10: mooncake.store.v1.BatchPutStartResponse
-	(*BatchPutEndRequest)(nil),          // 11: mooncake.store.v1.BatchPutEndRequest
-	(*BatchPutRevokeRequest)(nil),       // 12: mooncake.store.v1.BatchPutRevokeRequest
-	(*StatusResponse)(nil),              // 13: mooncake.store.v1.StatusResponse
-	(*BatchStatusResponse)(nil),         // 14: mooncake.store.v1.BatchStatusResponse
-	(*KeyRequest)(nil),                  // 15: mooncake.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 16: mooncake.store.v1.BatchKeyRequest
-	(*GetReplicaListResponse)(nil),      // 17: mooncake.store.v1.GetReplicaListResponse
-	(*BatchGetReplicaListResponse)(nil), // 18: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistKeyResponse)(nil),            // 19: mooncake.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 20: mooncake.store.v1.BatchExistKeyResponse
-	(*RemoveRequest)(nil),               // 21: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),          // 22: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 23: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 24: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 25: mooncake.store.v1.CountResponse
-	(*Segment)(nil),                     // 26: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 27: mooncake.store.v1.MountSegmentRequest
-	(*ReMountSegmentRequest)(nil),       // 28: mooncake.store.v1.ReMountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 29: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 30: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 31: mooncake.store.v1.PingResponse
+	(TaskType)(0),                       // 3: mooncake.store.v1.TaskType
+	(TaskStatus)(0),                     // 4: mooncake.store.v1.TaskStatus
+	(*ReplicateConfig)(nil),             // 5: mooncake.store.v1.ReplicateConfig
+	(*ReplicaDescriptor)(nil),           // 6: mooncake.store.v1.ReplicaDescriptor
+	(*PutStartRequest)(nil),             // 7: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 8: mooncake.store.v1.PutStartResponse
+	(*PutEndRequest)(nil),               // 9: mooncake.store.v1.PutEndRequest
+	(*PutRevokeRequest)(nil),            // 10: mooncake.store.v1.PutRevokeRequest
+	(*BatchPutStartRequest)(nil),        // 11: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 12: mooncake.store.v1.BatchPutStartResponse
+	(*BatchPutEndRequest)(nil),          // 13: mooncake.store.v1.BatchPutEndRequest
+	(*BatchPutRevokeRequest)(nil),       // 14: mooncake.store.v1.BatchPutRevokeRequest
+	(*StatusResponse)(nil),              // 15: mooncake.store.v1.StatusResponse
+	(*BatchStatusResponse)(nil),         // 16: mooncake.store.v1.BatchStatusResponse
+	(*KeyRequest)(nil),                  // 17: mooncake.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),             // 18: mooncake.store.v1.BatchKeyRequest
+	(*GetReplicaListResponse)(nil),      // 19: mooncake.store.v1.GetReplicaListResponse
+	(*BatchGetReplicaListResponse)(nil), // 20: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistKeyResponse)(nil),            // 21: mooncake.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),       // 22: mooncake.store.v1.BatchExistKeyResponse
+	(*RemoveRequest)(nil),               // 23: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),          // 24: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 25: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 26: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 27: mooncake.store.v1.CountResponse
+	(*Segment)(nil),                     // 28: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 29: mooncake.store.v1.MountSegmentRequest
+	(*ReMountSegmentRequest)(nil),       // 30: mooncake.store.v1.ReMountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 31: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 32: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 33: mooncake.store.v1.PingResponse
+	(*BatchReplicaClearRequest)(nil),    // 34: mooncake.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),   // 35: mooncake.store.v1.BatchReplicaClearResponse
+	(*TaskId)(nil),                      // 36: mooncake.store.v1.TaskId
+	(*CreateCopyTaskRequest)(nil),       // 37: mooncake.store.v1.CreateCopyTaskRequest
+	(*CreateMoveTaskRequest)(nil),       // 38: mooncake.store.v1.CreateMoveTaskRequest
+	(*CreateTaskResponse)(nil),          // 39: mooncake.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 40: mooncake.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 41: mooncake.store.v1.QueryTaskResponse
+	(*TaskAssignment)(nil),              // 42: mooncake.store.v1.TaskAssignment
+	(*MarkTaskCompleteRequest)(nil),     // 43: mooncake.store.v1.MarkTaskCompleteRequest
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
 	1,  // 1: mooncake.store.v1.ReplicaDescriptor.status:type_name -> mooncake.store.v1.ReplicaStatus
-	3,  // 2: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	4,  // 3: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	5,  // 4: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
-	6,  // 5: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
-	7,  // 6: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
-	8,  // 7: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
-	4,  // 8: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	17, // 9: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
-	19, // 10: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	26, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	26, // 12: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	5,  // 2: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	6,  // 3: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	7,  // 4: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
+	8,  // 5: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
+	9,  // 6: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
+	10, // 7: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
+	6,  // 8: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	19, // 9: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
+	21, // 10: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
+	28, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	28, // 12: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
 	2,  // 13: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	5,  // 14: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	7,  // 15: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	8,  // 16: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	9,  // 17: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	11, // 18: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	12, // 19: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
-	5,  // 20: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
-	9,  // 21: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	15, // 22: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	16, // 23: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
-	15, // 24: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	16, // 25: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	21, // 26: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	22, // 27: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	23, // 28: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	24, // 29: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	27, // 30: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	28, // 31: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	29, // 32: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	29, // 33: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	30, // 34: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	6,  // 35: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	13, // 36: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	13, // 37: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	10, // 38: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	14, // 39: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	14, // 40: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	6,  // 41: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	10, // 42: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	17, // 43: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	18, // 44: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	19, // 45: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	20, // 46: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	13, // 47: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	14, // 48: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	25, // 49: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	25, // 50: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	13, // 51: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	13, // 52: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	13, // 53: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	13, // 54: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	31, // 55: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	35, // [35:56] is the sub-list for method output_type
-	14, // [14:35] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	42, // 14: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	36, // 15: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	36, // 16: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	36, // 17: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	3,  // 18: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
+	4,  // 19: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
+	36, // 20: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	3,  // 21: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
+	6,  // 22: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
+	6,  // 23: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
+	36, // 24: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	7,  // 25: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	9,  // 26: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	10, // 27: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	11, // 28: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	13, // 29: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	14, // 30: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
+	7,  // 31: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
+	11, // 32: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	17, // 33: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	18, // 34: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
+	17, // 35: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	18, // 36: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
+	23, // 37: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	24, // 38: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	25, // 39: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	26, // 40: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	34, // 41: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	37, // 42: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	38, // 43: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	40, // 44: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	43, // 45: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	29, // 46: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	30, // 47: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	31, // 48: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	31, // 49: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	32, // 50: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	8,  // 51: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	15, // 52: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	15, // 53: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	12, // 54: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	16, // 55: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	16, // 56: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	8,  // 57: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	12, // 58: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	19, // 59: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	20, // 60: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	21, // 61: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	22, // 62: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	15, // 63: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	16, // 64: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	27, // 65: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	27, // 66: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	35, // 67: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	39, // 68: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	39, // 69: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	41, // 70: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	15, // 71: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	15, // 72: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	15, // 73: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	15, // 74: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	15, // 75: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	33, // 76: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	51, // [51:77] is the sub-list for method output_type
+	25, // [25:51] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -2065,8 +2889,8 @@ func file_master_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   29,
+			NumEnums:      5,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,11 @@ const (
 	Master_BatchRemove_FullMethodName         = "/mooncake.store.v1.Master/BatchRemove"
 	Master_RemoveByRegex_FullMethodName       = "/mooncake.store.v1.Master/RemoveByRegex"
 	Master_RemoveAll_FullMethodName           = "/mooncake.store.v1.Master/RemoveAll"
+	Master_BatchReplicaClear_FullMethodName   = "/mooncake.store.v1.Master/BatchReplicaClear"
+	Master_CreateCopyTask_FullMethodName      = "/mooncake.store.v1.Master/CreateCopyTask"
+	Master_CreateMoveTask_FullMethodName      = "/mooncake.store.v1.Master/CreateMoveTask"
+	Master_QueryTask_FullMethodName           = "/mooncake.store.v1.Master/QueryTask"
+	Master_MarkTaskComplete_FullMethodName    = "/mooncake.store.v1.Master/MarkTaskComplete"
 	Master_MountSegment_FullMethodName        = "/mooncake.store.v1.Master/MountSegment"
 	Master_ReMountSegment_FullMethodName      = "/mooncake.store.v1.Master/ReMountSegment"
 	Master_UnmountSegment_FullMethodName      = "/mooncake.store.v1.Master/UnmountSegment"
@@ -78,6 +83,16 @@ type MasterClient interface {
 	BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchStatusResponse, error)
 	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	// Clears the calling client's objects (or their replicas on one segment).
+	BatchReplicaClear(ctx context.Context, in *BatchReplicaClearRequest, opts ...grpc.CallOption) (*BatchReplicaClearResponse, error)
+	// Replica copy and move tasks: the master reserves the target buffers
+	// and hands the task to the client holding the source replica in its
+	// next PingResponse; that client moves the bytes and reports with
+	// MarkTaskComplete. A task whose client or segments go away fails.
+	CreateCopyTask(ctx context.Context, in *CreateCopyTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error)
+	CreateMoveTask(ctx context.Context, in *CreateMoveTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error)
+	QueryTask(ctx context.Context, in *QueryTaskRequest, opts ...grpc.CallOption) (*QueryTaskResponse, error)
+	MarkTaskComplete(ctx context.Context, in *MarkTaskCompleteRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Segments and client liveness.
 	MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	ReMountSegment(ctx context.Context, in *ReMountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -256,6 +271,56 @@ func (c *masterClient) RemoveAll(ctx context.Context, in *RemoveAllRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) BatchReplicaClear(ctx context.Context, in *BatchReplicaClearRequest, opts ...grpc.CallOption) (*BatchReplicaClearResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchReplicaClearResponse)
+	err := c.cc.Invoke(ctx, Master_BatchReplicaClear_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CreateCopyTask(ctx context.Context, in *CreateCopyTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTaskResponse)
+	err := c.cc.Invoke(ctx, Master_CreateCopyTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CreateMoveTask(ctx context.Context, in *CreateMoveTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTaskResponse)
+	err := c.cc.Invoke(ctx, Master_CreateMoveTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) QueryTask(ctx context.Context, in *QueryTaskRequest, opts ...grpc.CallOption) (*QueryTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueryTaskResponse)
+	err := c.cc.Invoke(ctx, Master_QueryTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) MarkTaskComplete(ctx context.Context, in *MarkTaskCompleteRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Master_MarkTaskComplete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) MountSegment(ctx context.Context, in *MountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -333,6 +398,16 @@ type MasterServer interface {
 	BatchRemove(context.Context, *BatchRemoveRequest) (*BatchStatusResponse, error)
 	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
 	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
+	// Clears the calling client's objects (or their replicas on one segment).
+	BatchReplicaClear(context.Context, *BatchReplicaClearRequest) (*BatchReplicaClearResponse, error)
+	// Replica copy and move tasks: the master reserves the target buffers
+	// and hands the task to the client holding the source replica in its
+	// next PingResponse; that client moves the bytes and reports with
+	// MarkTaskComplete. A task whose client or segments go away fails.
+	CreateCopyTask(context.Context, *CreateCopyTaskRequest) (*CreateTaskResponse, error)
+	CreateMoveTask(context.Context, *CreateMoveTaskRequest) (*CreateTaskResponse, error)
+	QueryTask(context.Context, *QueryTaskRequest) (*QueryTaskResponse, error)
+	MarkTaskComplete(context.Context, *MarkTaskCompleteRequest) (*StatusResponse, error)
 	// Segments and client liveness.
 	MountSegment(context.Context, *MountSegmentRequest) (*StatusResponse, error)
 	ReMountSegment(context.Context, *ReMountSegmentRequest) (*StatusResponse, error)
@@ -398,6 +473,21 @@ func (UnimplementedMasterServer) RemoveByRegex(context.Context, *RemoveByRegexRe
 }
 func (UnimplementedMasterServer) RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveAll not implemented")
+}
+func (UnimplementedMasterServer) BatchReplicaClear(context.Context, *BatchReplicaClearRequest) (*BatchReplicaClearResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BatchReplicaClear not implemented")
+}
+func (UnimplementedMasterServer) CreateCopyTask(context.Context, *CreateCopyTaskRequest) (*CreateTaskResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreateCopyTask not implemented")
+}
+func (UnimplementedMasterServer) CreateMoveTask(context.Context, *CreateMoveTaskRequest) (*CreateTaskResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreateMoveTask not implemented")
+}
+func (UnimplementedMasterServer) QueryTask(context.Context, *QueryTaskRequest) (*QueryTaskResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method QueryTask not implemented")
+}
+func (UnimplementedMasterServer) MarkTaskComplete(context.Context, *MarkTaskCompleteRequest) (*StatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method MarkTaskComplete not implemented")
 }
 func (UnimplementedMasterServer) MountSegment(context.Context, *MountSegmentRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method MountSegment not implemented")
@@ -723,6 +813,96 @@ func _Master_RemoveAll_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BatchReplicaClear_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchReplicaClearRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchReplicaClear(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchReplicaClear_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchReplicaClear(ctx, req.(*BatchReplicaClearRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CreateCopyTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateCopyTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CreateCopyTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CreateCopyTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CreateCopyTask(ctx, req.(*CreateCopyTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CreateMoveTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateMoveTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CreateMoveTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CreateMoveTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CreateMoveTask(ctx, req.(*CreateMoveTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_QueryTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueryTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).QueryTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_QueryTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).QueryTask(ctx, req.(*QueryTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_MarkTaskComplete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MarkTaskCompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MarkTaskComplete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MarkTaskComplete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MarkTaskComplete(ctx, req.(*MarkTaskCompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_MountSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MountSegmentRequest)
 	if err := dec(in); err != nil {
@@ -883,6 +1063,26 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveAll",
 			Handler:    _Master_RemoveAll_Handler,
+		},
+		{
+			MethodName: "BatchReplicaClear",
+			Handler:    _Master_BatchReplicaClear_Handler,
+		},
+		{
+			MethodName: "CreateCopyTask",
+			Handler:    _Master_CreateCopyTask_Handler,
+		},
+		{
+			MethodName: "CreateMoveTask",
+			Handler:    _Master_CreateMoveTask_Handler,
+		},
+		{
+			MethodName: "QueryTask",
+			Handler:    _Master_QueryTask_Handler,
+		},
+		{
+			MethodName: "MarkTaskComplete",
+			Handler:    _Master_MarkTaskComplete_Handler,
 		},
 		{
 			MethodName: "MountSegment",

@@ -22,6 +22,14 @@ import json
 from collections.abc import Sequence
 
 from mooncake import _lib
+from mooncake._engine_rpc import (  # noqa: F401  (re-exported: the RPC interface)
+    CoroRPCInterface,
+    ReceivedData,
+    ReceivedTensor,
+    RpcInterface,
+    create_rpc_client,
+    create_rpc_server,
+)
 
 # Hardware this build supports (upstream module attributes).
 SUPPORT_CUDA = False

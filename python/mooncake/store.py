@@ -32,6 +32,12 @@ from mooncake import _lib
 from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
+    QueryTaskResponse,
+    TaskStatus,
+    TaskType,
+    _SessionsAndTasks,
+)
 from mooncake._store_tensors import ParallelAxis, ReadTarget, TensorParallelism, _TensorAPI
 from mooncake._store_types import (
     BufferHandle,
@@ -394,7 +400,7 @@ def _hugepage_bytes(values: dict[str, Any]) -> int:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
-class MooncakeDistributedStore(_TensorAPI):
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:

@@ -1,0 +1,102 @@
+package main
+
+// #include <stdint.h>
+// #include <stdlib.h>
+// #include <string.h>
+import "C"
+
+import (
+	"errors"
+	"time"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/transfer/rpcmsg"
+)
+
+// This file exports the message facility of mooncake.engine's
+// RpcInterface (transfer/rpcmsg).
+
+var (
+	rpcServers handleTable[*rpcmsg.Server]
+	rpcClients handleTable[*rpcmsg.Client]
+)
+
+// setErr stores err's message in *out when out is not NULL.
+func setErr(out **C.char, err error) {
+	if out != nil {
+		*out = C.CString(err.Error())
+	}
+}
+
+//export mc_rpc_server_start
+func mc_rpc_server_start(listenAddress *C.char, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) C.uint64_t {
+	s, err := rpcmsg.Listen(C.GoString(listenAddress), int(queueLen), uint64(maxMessage))
+	if err != nil {
+		setErr(errOut, err)
+		return 0
+	}
+	if addrOut != nil {
+		*addrOut = C.CString(s.Addr())
+	}
+	return C.uint64_t(rpcServers.put(s))
+}
+
+//export mc_rpc_server_next
+func mc_rpc_server_next(h C.uint64_t, timeoutMs C.int, kind *C.int, source **C.char, data *unsafe.Pointer, length *C.uint64_t) C.int {
+	s, ok := rpcServers.get(uint64(h))
+	if !ok || kind == nil || source == nil || data == nil || length == nil {
+		return -1
+	}
+	m, got, err := s.Next(time.Duration(timeoutMs) * time.Millisecond)
+	switch {
+	case errors.Is(err, rpcmsg.ErrClosed):
+		return -1
+	case !got:
+		return 0
+	}
+	p := C.malloc(C.size_t(max(len(m.Data), 1)))
+	if len(m.Data) > 0 {
+		C.memcpy(p, unsafe.Pointer(&m.Data[0]), C.size_t(len(m.Data)))
+	}
+	*kind, *source, *data, *length = C.int(m.Kind), C.CString(m.Source), p, C.uint64_t(len(m.Data))
+	return 1
+}
+
+//export mc_rpc_server_stop
+func mc_rpc_server_stop(h C.uint64_t) C.int {
+	if s, ok := rpcServers.take(uint64(h)); ok {
+		s.Close()
+	}
+	return 0
+}
+
+//export mc_rpc_client_create
+func mc_rpc_client_create(poolSize, timeoutMs C.int) C.uint64_t {
+	return C.uint64_t(rpcClients.put(rpcmsg.NewClient(int(poolSize), time.Duration(timeoutMs)*time.Millisecond)))
+}
+
+//export mc_rpc_client_send
+func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Pointer, length C.uint64_t, errOut **C.char) C.int {
+	c, ok := rpcClients.get(uint64(h))
+	if !ok || kind < 0 || kind > 255 || (data == nil && length > 0) {
+		setErr(errOut, errors.New("rpc client: bad handle or arguments"))
+		return -1
+	}
+	var payload []byte
+	if length > 0 {
+		payload = unsafe.Slice((*byte)(data), int(length))
+	}
+	if err := c.Send(C.GoString(target), byte(kind), payload); err != nil {
+		setErr(errOut, err)
+		return -1
+	}
+	return 0
+}
+
+//export mc_rpc_client_close
+func mc_rpc_client_close(h C.uint64_t) C.int {
+	if c, ok := rpcClients.take(uint64(h)); ok {
+		c.Close()
+	}
+	return 0
+}
