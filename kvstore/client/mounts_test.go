@@ -139,8 +139,8 @@ func TestMountFileAndAllocatedSegments(t *testing.T) {
 	if err := owner.Unmount(aids, 0, false); !errors.Is(err, kvstore.SegmentNotFound) {
 		t.Fatalf("an allocated id through the file unmount: %v", err)
 	}
-	if err := owner.Unmount(ids, 5, false); !errors.Is(err, kvstore.InvalidParams) {
-		t.Fatalf("grace period: %v", err)
+	if err := owner.Unmount(ids, -1, false); !errors.Is(err, kvstore.InvalidParams) {
+		t.Fatalf("negative grace period: %v", err)
 	}
 	if err := owner.Unmount(append([]string{"1-2"}, ids...), 0, false); !errors.Is(err, kvstore.SegmentNotFound) {
 		t.Fatalf("unknown id first: %v", err)
