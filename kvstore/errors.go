@@ -40,6 +40,7 @@ const (
 	EtcdOperationError         ErrorCode = -1000
 	UnavailableInCurrentStatus ErrorCode = -1010
 	NotSupported               ErrorCode = -1012
+	FileNotFound               ErrorCode = -1100
 	TaskNotFound               ErrorCode = -1400
 	TenantQuotaExceeded        ErrorCode = -1700
 	TenantNotRegistered        ErrorCode = -1701
@@ -59,7 +60,7 @@ var names = map[ErrorCode]string{
 	ObjectReplicaBusy: "OBJECT_REPLICA_BUSY", TransferFail: "TRANSFER_FAIL",
 	ChecksumMismatch: "CHECKSUM_MISMATCH", RPCFail: "RPC_FAIL", RPCTimeout: "RPC_TIMEOUT",
 	EtcdOperationError: "ETCD_OPERATION_ERROR", UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
-	NotSupported: "NOT_SUPPORTED", TaskNotFound: "TASK_NOT_FOUND", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
+	NotSupported: "NOT_SUPPORTED", FileNotFound: "FILE_NOT_FOUND", TaskNotFound: "TASK_NOT_FOUND", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
 	TenantNotRegistered: "TENANT_NOT_REGISTERED", TenantNotEmpty: "TENANT_NOT_EMPTY",
 }
 

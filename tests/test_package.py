@@ -204,3 +204,17 @@ def test_header_parsers() -> None:
         #endif
     """
     assert _declared_functions(hand) == {"mc_version", "mc_free", "mc_submit"}
+
+
+def test_error_codes_match_the_go_table():
+    """mooncake.store.ErrorCode names every code of kvstore/errors.go, with its number."""
+    import re
+
+    from mooncake.store import ErrorCode
+
+    src = (REPO / "kvstore" / "errors.go").read_text()
+    values = dict(re.findall(r"^\s+(\w+)\s+ErrorCode = (-?\d+)$", src, re.M))
+    names = dict(re.findall(r'(\w+): "([A-Z_]+)"', src))
+    go = {names[ident]: int(v) for ident, v in values.items()}
+    assert go, "no codes parsed from kvstore/errors.go"
+    assert {c.name: int(c) for c in ErrorCode} == go

@@ -53,25 +53,40 @@ from mooncake._tensor import deserialize_tensor, serialize_tensor, tensor_metada
 
 
 class ErrorCode(enum.IntEnum):
-    """Upstream Mooncake Store error numbers (the ones this client returns)."""
+    """Upstream Mooncake Store error numbers: every one this package returns
+    (the same table as kvstore/errors.go; a test keeps them equal)."""
 
     OK = 0
     INTERNAL_ERROR = -1
+    BUFFER_OVERFLOW = -10
+    SEGMENT_NOT_FOUND = -101
+    SEGMENT_ALREADY_EXISTS = -102
+    CLIENT_NOT_FOUND = -103
     NO_AVAILABLE_HANDLE = -200
+    INVALID_KEY = -400
+    WRITE_FAIL = -500
     INVALID_PARAMS = -600
     ILLEGAL_CLIENT = -601
     INVALID_WRITE = -700
+    INVALID_READ = -701
+    INVALID_REPLICA = -702
     REPLICA_IS_NOT_READY = -703
     OBJECT_NOT_FOUND = -704
     OBJECT_ALREADY_EXISTS = -705
     OBJECT_HAS_LEASE = -706
     LEASE_EXPIRED = -707
+    OBJECT_HAS_REPLICATION_TASK = -708
+    REPLICA_NOT_FOUND = -710
+    OBJECT_REPLICA_BUSY = -714
     TRANSFER_FAIL = -800
     CHECKSUM_MISMATCH = -801
     RPC_FAIL = -900
     RPC_TIMEOUT = -901
+    ETCD_OPERATION_ERROR = -1000
+    UNAVAILABLE_IN_CURRENT_STATUS = -1010
     NOT_SUPPORTED = -1012
     FILE_NOT_FOUND = -1100
+    TASK_NOT_FOUND = -1400
     TENANT_QUOTA_EXCEEDED = -1700
     TENANT_NOT_REGISTERED = -1701
     TENANT_NOT_EMPTY = -1702
