@@ -11,9 +11,15 @@ const version = "0.1.0"
 // mc_version returns the library version string. Free it with mc_free.
 //
 //export mc_version
-func mc_version() *C.char { return C.CString(version) }
+func mc_version() (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	return C.CString(version)
+}
 
 // mc_free releases memory returned by this library.
 //
 //export mc_free
-func mc_free(p unsafe.Pointer) { C.free(p) }
+func mc_free(p unsafe.Pointer) {
+	defer recoverVoid()
+	C.free(p)
+}
