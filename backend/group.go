@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/internal/env"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -188,7 +189,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if slots > runtime.NumCPU() {
 		g.spin = spinOversubscribed
 	}
-	if us := envBytes("MC_PG_SPIN_US", -1); us > 0 {
+	if us := env.Int("MC_PG_SPIN_US", -1); us > 0 {
 		g.spin = time.Duration(us) * time.Microsecond
 	}
 	g.coll = newFifo(g.spin)

@@ -2,8 +2,8 @@ package backend
 
 import (
 	"fmt"
-	"os"
-	"strconv"
+
+	"github.com/mooncake-go/mooncake/internal/env"
 )
 
 // Channels: collectives and point-to-point use separate slots and
@@ -109,14 +109,7 @@ func (l layout) key() string {
 // slotSizes returns the collective and p2p slot sizes for a group of n.
 func slotSizes(n int) (coll, p2p int) {
 	coll = min(max(collBudget/max(n, 1), minCollSlot), maxCollSlot)
-	coll = envBytes("MC_PG_SLOT_BYTES", coll)
-	p2p = envBytes("MC_PG_P2P_SLOT_BYTES", defaultP2PSlot)
+	coll = env.Int("MC_PG_SLOT_BYTES", coll)
+	p2p = env.Int("MC_PG_P2P_SLOT_BYTES", defaultP2PSlot)
 	return alignUp(coll, slotGranularity), alignUp(p2p, slotGranularity)
-}
-
-func envBytes(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }

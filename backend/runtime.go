@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/internal/env"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -261,8 +260,5 @@ const extensionWait = 30 * time.Second
 // initTimeout bounds rendezvous (MC_PG_INIT_TIMEOUT seconds, default 300 as
 // upstream's group-ready wait).
 func initTimeout() time.Duration {
-	if v, err := strconv.ParseFloat(os.Getenv("MC_PG_INIT_TIMEOUT"), 64); err == nil && v > 0 {
-		return time.Duration(v * float64(time.Second))
-	}
-	return defaultInitTimeout
+	return env.Seconds("MC_PG_INIT_TIMEOUT", defaultInitTimeout)
 }

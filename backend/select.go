@@ -1,6 +1,10 @@
 package backend
 
-import "os"
+import (
+	"os"
+
+	"github.com/mooncake-go/mooncake/internal/env"
+)
 
 // Algorithm choice by size and world size: the one place it is made.
 
@@ -10,7 +14,7 @@ type allReduceFn func(g *Group, buf []byte, count int, dt DType, op ReduceOp) er
 // every rank sending its whole input to every other rank and reducing all
 // of them locally: one round trip instead of two, at n-1 times the traffic.
 // MC_PG_DIRECT_MAX overrides it.
-var directAllReduceMax = envBytes("MC_PG_DIRECT_MAX", 64<<10)
+var directAllReduceMax = env.Int("MC_PG_DIRECT_MAX", 64<<10)
 
 // forcedAllReduce (MC_PG_ALLREDUCE_ALGO=direct|rsag|rspull) overrides the
 // choice for sizes the algorithm can take, for benchmarking the algorithms

@@ -2,9 +2,9 @@ package transfer
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/mooncake-go/mooncake/internal/env"
 )
 
 // Defaults, as upstream.
@@ -51,40 +51,16 @@ type Config struct {
 // withEnv fills zero fields from the environment and defaults.
 func (c Config) withEnv() Config {
 	if c.TransferTimeout == 0 {
-		c.TransferTimeout = envSeconds("MC_TRANSFER_TIMEOUT", defaultTransferTimeout)
+		c.TransferTimeout = env.Seconds("MC_TRANSFER_TIMEOUT", defaultTransferTimeout) // fractions let tests use short timeouts
 	}
 	if !c.ForceTCP {
-		c.ForceTCP = envBool("MC_FORCE_TCP")
+		c.ForceTCP = env.Bool("MC_FORCE_TCP")
 	}
 	if c.BindAddress == "" {
 		c.BindAddress = os.Getenv("MC_TCP_BIND_ADDRESS")
 	}
 	if c.LanesPerPeer == 0 {
-		c.LanesPerPeer = envInt("MC_TCP_LANES_PER_PEER", defaultLanesPerPeer)
+		c.LanesPerPeer = env.Int("MC_TCP_LANES_PER_PEER", defaultLanesPerPeer)
 	}
 	return c
-}
-
-func envBool(name string) bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(name))) {
-	case "1", "true", "yes", "on":
-		return true
-	}
-	return false
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-// envSeconds reads a positive number of seconds (fractions allowed, so tests
-// can use short timeouts).
-func envSeconds(name string, def time.Duration) time.Duration {
-	if v, err := strconv.ParseFloat(strings.TrimSpace(os.Getenv(name)), 64); err == nil && v > 0 {
-		return time.Duration(v * float64(time.Second))
-	}
-	return def
 }

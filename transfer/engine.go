@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/env"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
 )
 
@@ -138,8 +139,8 @@ func New(cfg Config) (*Engine, error) {
 // listenRPC binds the handshake listener on a random port in
 // [MC_MIN_RPC_PORT, MC_MAX_RPC_PORT] (default 15000-17000).
 func listenRPC(bind string) (net.Listener, error) {
-	lo := envInt("MC_MIN_RPC_PORT", defaultMinRPCPort)
-	hi := envInt("MC_MAX_RPC_PORT", defaultMaxRPCPort)
+	lo := env.Int("MC_MIN_RPC_PORT", defaultMinRPCPort)
+	hi := env.Int("MC_MAX_RPC_PORT", defaultMaxRPCPort)
 	if hi < lo {
 		hi = lo
 	}
@@ -155,7 +156,7 @@ func listenRPC(bind string) (net.Listener, error) {
 }
 
 func handshakeMaxLength() uint64 {
-	n := envInt("MC_HANDSHAKE_MAX_LENGTH", defaultHandshakeMaxLength)
+	n := env.Int("MC_HANDSHAKE_MAX_LENGTH", defaultHandshakeMaxLength)
 	return uint64(min(max(n, 1), 128<<20))
 }
 

@@ -62,7 +62,9 @@ func ParseMetadataConn(s string) (MetadataConn, error) {
 }
 
 // metadataKeys builds the upstream key layout, with the optional
-// MC_METADATA_CLUSTER_ID prefix.
+// MC_METADATA_CLUSTER_ID prefix. It is the one definition of the layout:
+// other packages (the master's cleanup of an expired client) use it through
+// SegmentMetadataKey and RPCMetaKey.
 type metadataKeys struct{ prefix string }
 
 func newMetadataKeys() metadataKeys {
@@ -83,6 +85,14 @@ func (k metadataKeys) segment(name string) string {
 }
 
 func (k metadataKeys) rpcMeta(name string) string { return k.prefix + "rpc_meta/" + name }
+
+// SegmentMetadataKey is the metadata key of segment name's descriptor
+// ("mooncake/[<MC_METADATA_CLUSTER_ID>/]ram/<name>"), as engines publish it.
+func SegmentMetadataKey(name string) string { return newMetadataKeys().segment(name) }
+
+// RPCMetaKey is the metadata key of segment name's handshake address
+// ("mooncake/[<MC_METADATA_CLUSTER_ID>/]rpc_meta/<name>").
+func RPCMetaKey(name string) string { return newMetadataKeys().rpcMeta(name) }
 
 // openMetadataStore connects the store for a non-P2P connection.
 func openMetadataStore(c MetadataConn) (MetadataStore, error) {

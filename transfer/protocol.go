@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/env"
 )
 
 // rdmaSysfsDir lists the host's RDMA devices (one directory per HCA, as
@@ -48,7 +50,7 @@ func splitDevices(list string) []string {
 // logs nothing; a caller that shares an engine validates its own protocol
 // setting with it.
 func ResolveProtocol(protocol, devices string) (transport, warning string, err error) {
-	return resolveProtocol(protocol, devices, envBool("MC_FORCE_TCP"))
+	return resolveProtocol(protocol, devices, env.Bool("MC_FORCE_TCP"))
 }
 
 // resolveProtocol turns the protocol a caller asked for into the transport

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/internal/env"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
@@ -266,9 +267,9 @@ func effectiveHostname(h string) (string, error) {
 	if _, _, err := net.SplitHostPort(h); err == nil {
 		return h, nil
 	}
-	lo := envInt("MC_STORE_CLIENT_MIN_PORT", 12300)
-	hi := max(envInt("MC_STORE_CLIENT_MAX_PORT", 14300), lo)
-	tries := envInt("MC_STORE_CLIENT_SETUP_RETRIES", 20)
+	lo := env.Int("MC_STORE_CLIENT_MIN_PORT", 12300)
+	hi := max(env.Int("MC_STORE_CLIENT_MAX_PORT", 14300), lo)
+	tries := env.Int("MC_STORE_CLIENT_SETUP_RETRIES", 20)
 	for range max(tries, 1) {
 		port := strconv.Itoa(lo + mrand.IntN(hi-lo+1))
 		if ln, err := net.Listen("tcp", net.JoinHostPort(h, port)); err == nil {

@@ -2,10 +2,10 @@ package client
 
 import (
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/env"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -80,16 +80,9 @@ func (c ReplicateConfig) groupID(i int) string {
 	return ""
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil {
-		return v
-	}
-	return def
-}
-
 // rpcTimeout bounds one master RPC (MC_RPC_TIMEOUT_MS, default 10 s).
 func rpcTimeout() time.Duration {
-	return time.Duration(envInt("MC_RPC_TIMEOUT_MS", 10000)) * time.Millisecond
+	return time.Duration(env.Int("MC_RPC_TIMEOUT_MS", 10000)) * time.Millisecond
 }
 
 // checksumEnabled reports MOONCAKE_STORE_CHECKSUM=1.
