@@ -39,6 +39,10 @@ func segmentProtocol(protocol string) error {
 // location is the placement hint of the registered memory ("" = "*").
 // It returns the new segment's id; on failure nothing stays mapped.
 func (c *Client) MountFile(path string, size, offset uint64, protocol, location string) ([]string, error) {
+	if !c.life.Enter() {
+		return nil, errClientClosed
+	}
+	defer c.life.Exit()
 	if err := segmentProtocol(protocol); err != nil {
 		return nil, err
 	}
@@ -80,6 +84,10 @@ func (c *Client) MountFile(path string, size, offset uint64, protocol, location 
 // allocated size. location must be "", "*" or "cpu": the memory is not
 // bound to a NUMA node.
 func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]string, uint64, error) {
+	if !c.life.Enter() {
+		return nil, 0, errClientClosed
+	}
+	defer c.life.Exit()
 	if err := segmentProtocol(protocol); err != nil {
 		return nil, 0, err
 	}
@@ -127,6 +135,10 @@ func (c *Client) mountSegment(m *mount, base, size uint64) (string, error) {
 // draining state, so graceSeconds > 0 is INVALID_PARAMS and nothing is
 // unmounted.
 func (c *Client) Unmount(ids []string, graceSeconds int64, allocated bool) error {
+	if !c.life.Enter() {
+		return errClientClosed
+	}
+	defer c.life.Exit()
 	if graceSeconds != 0 {
 		return fmt.Errorf("%w: grace_period_seconds=%d: unmounting with a grace period is not supported", kvstore.InvalidParams, graceSeconds)
 	}
@@ -202,6 +214,10 @@ func (c *Client) LocalBuffer() (uintptr, uint64) { return c.arena.base, c.arena.
 // memory is registered already, so zero-copy puts and gets from it need
 // no registration. Return it with LocalFree.
 func (c *Client) LocalAlloc(size, align uint64) (uintptr, bool) {
+	if !c.life.Enter() {
+		return 0, false
+	}
+	defer c.life.Exit()
 	return c.arena.tryAlloc(size, max(align, stageAlign))
 }
 
