@@ -2,10 +2,13 @@ package ep
 
 import (
 	"errors"
+	"fmt"
 	"math/rand"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/internal/testutil"
 )
 
 // stressRank runs rounds on b until it is closed: a dispatch and a
@@ -81,12 +84,6 @@ func TestCloseUnderLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second): // a hang, not a speed claim
-			t.Fatalf("round %d: calls still running after Close", round)
-		}
+		testutil.WaitOrFail(t, &wg, 10*time.Second, fmt.Sprintf("round %d: calls after Close", round))
 	}
 }

@@ -2,10 +2,13 @@ package transfer
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/internal/testutil"
 )
 
 // TestCloseUnderLoad closes engines, the target or the initiator in turn,
@@ -67,13 +70,7 @@ func TestCloseUnderLoad(t *testing.T) {
 		if err := victim.Close(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(3 * initiator.Timeout()): // a hang, not a speed claim
-			t.Fatalf("round %d: workers still running after Close", round)
-		}
+		testutil.WaitOrFail(t, &wg, 3*initiator.Timeout(), fmt.Sprintf("round %d: transfers after Close", round))
 		other.Close()
 	}
 }

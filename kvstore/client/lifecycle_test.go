@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
@@ -48,13 +49,7 @@ func TestCloseWhileCallsRun(t *testing.T) {
 		}
 		time.Sleep(time.Duration(5+round*5) * time.Millisecond)
 		c.Close()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second): // a hang, not a speed claim
-			t.Fatalf("round %d: calls still running after Close", round)
-		}
+		testutil.WaitOrFail(t, &wg, 30*time.Second, fmt.Sprintf("round %d: calls after Close", round))
 		if err := c.Put("after-close", []Part{{Addr: 1, Size: 1}}, DefaultReplicateConfig(), PutOptions{}); !errors.Is(err, kvstore.InvalidParams) {
 			t.Fatalf("put after Close: %v", err)
 		}

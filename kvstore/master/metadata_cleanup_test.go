@@ -16,12 +16,7 @@ import (
 func TestExpiredClientCleanupHonoursClusterID(t *testing.T) {
 	t.Setenv("MC_METADATA_CLUSTER_ID", "c7")
 	md := metaserver.New()
-	srv := newTestServer(t, func(o *Options) {
-		o.Config.ClientTTL = 300 * time.Millisecond
-		o.Metadata = md
-		o.CleanupMetadataOnTimeout = true
-	})
-	cl := startBufconn(t, srv)
+	cl := startBufconn(t, newExpiringServer(t, md))
 	c := ctx(t)
 	cl.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "dead", Segment: seg("d", 1<<20)})
 	keys := []string{"mooncake/c7/ram/host-d", "mooncake/c7/rpc_meta/host-d"}
