@@ -38,10 +38,12 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/backend"
+	"github.com/mooncake-go/mooncake/transfer"
 )
 
 // Marshalling only: the collectives runtime is package backend.
@@ -50,6 +52,14 @@ import (
 var pgRuntime = backend.NewRuntime()
 
 var pgGroups handleTable[*backend.Group]
+
+// pgEngine is the engine given to mc_pg_set_transfer_engine, retained for
+// as long as the runtime uses it (the runtime lives as long as the
+// process, so until it is replaced or cleared).
+var (
+	pgEngineMu sync.Mutex
+	pgEngine   *engineSlot
+)
 
 func pgGroup(group C.uint64_t) (*backend.Group, error) {
 	g, ok := pgGroups.get(uint64(group))
@@ -94,7 +104,8 @@ func pgFail(err error, errOut **C.char) C.int {
 }
 
 //export mc_pg_set_host_ip
-func mc_pg_set_host_ip(ip *C.char, errOut **C.char) C.int {
+func mc_pg_set_host_ip(ip *C.char, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	if err := pgRuntime.SetHostIP(C.GoString(ip)); err != nil {
 		return pgFail(err, errOut)
 	}
@@ -102,7 +113,8 @@ func mc_pg_set_host_ip(ip *C.char, errOut **C.char) C.int {
 }
 
 //export mc_pg_set_device_filter
-func mc_pg_set_device_filter(names **C.char, n C.int, errOut **C.char) C.int {
+func mc_pg_set_device_filter(names **C.char, n C.int, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	var f []string
 	if n > 0 {
 		for _, p := range unsafe.Slice(names, int(n)) {
@@ -116,25 +128,36 @@ func mc_pg_set_device_filter(names **C.char, n C.int, errOut **C.char) C.int {
 }
 
 //export mc_pg_set_transfer_engine
-func mc_pg_set_transfer_engine(engine C.uint64_t, errOut **C.char) C.int {
-	if engine == 0 {
-		if err := pgRuntime.SetEngine(nil); err != nil {
-			return pgFail(err, errOut)
+func mc_pg_set_transfer_engine(engine C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
+	pgEngineMu.Lock()
+	defer pgEngineMu.Unlock()
+	var slot *engineSlot
+	var e *transfer.Engine
+	if engine != 0 {
+		if slot = slotOf(engine); slot != nil {
+			e = slot.retain()
 		}
-		return pgOK
-	}
-	_, e := liveEngine(engine)
-	if e == nil {
-		return pgFail(fmt.Errorf("%w: engine handle %d is not an initialised transfer engine", backend.ErrInvalid, engine), errOut)
+		if e == nil {
+			return pgFail(fmt.Errorf("%w: engine handle %d is not an initialised transfer engine", backend.ErrInvalid, engine), errOut)
+		}
 	}
 	if err := pgRuntime.SetEngine(e); err != nil {
+		if slot != nil {
+			slot.release()
+		}
 		return pgFail(err, errOut)
 	}
+	if pgEngine != nil {
+		pgEngine.release()
+	}
+	pgEngine = slot
 	return pgOK
 }
 
 //export mc_pg_set_collective_timeout_us
-func mc_pg_set_collective_timeout_us(us C.int64_t, errOut **C.char) C.int {
+func mc_pg_set_collective_timeout_us(us C.int64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	if err := pgRuntime.SetCollectiveTimeout(time.Duration(us) * time.Microsecond); err != nil {
 		return pgFail(err, errOut)
 	}
@@ -142,7 +165,8 @@ func mc_pg_set_collective_timeout_us(us C.int64_t, errOut **C.char) C.int {
 }
 
 //export mc_pg_set_p2p_timeout_us
-func mc_pg_set_p2p_timeout_us(us C.int64_t, errOut **C.char) C.int {
+func mc_pg_set_p2p_timeout_us(us C.int64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	if err := pgRuntime.SetP2PTimeout(time.Duration(us) * time.Microsecond); err != nil {
 		return pgFail(err, errOut)
 	}
@@ -150,7 +174,8 @@ func mc_pg_set_p2p_timeout_us(us C.int64_t, errOut **C.char) C.int {
 }
 
 //export mc_pg_set_fault_reconciliation_window_us
-func mc_pg_set_fault_reconciliation_window_us(us C.int64_t, errOut **C.char) C.int {
+func mc_pg_set_fault_reconciliation_window_us(us C.int64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	if err := pgRuntime.SetFaultReconciliationWindow(time.Duration(us) * time.Microsecond); err != nil {
 		return pgFail(err, errOut)
 	}
@@ -196,7 +221,8 @@ const (
 
 //export mc_pg_group_create
 func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.char, storeCtx unsafe.Pointer,
-	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) C.uint64_t {
+	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
+	defer recoverToErr(&ret, 0, errOut)
 	if set == nil || get == nil {
 		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
 		return 0
@@ -216,13 +242,15 @@ func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.char, storeCtx uns
 
 //export mc_pg_group_destroy
 func mc_pg_group_destroy(group C.uint64_t) {
+	defer recoverVoid()
 	if g, ok := pgGroups.take(uint64(group)); ok {
 		g.Close()
 	}
 }
 
 //export mc_pg_group_view
-func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uint64_t) C.int {
+func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, pgOther)
 	g, ok := pgGroups.get(uint64(group))
 	if !ok {
 		return -1
@@ -246,7 +274,8 @@ func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uin
 }
 
 //export mc_pg_inject_link_failure
-func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut **C.char) C.int {
+func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
 		return pgFail(err, errOut)
@@ -258,7 +287,8 @@ func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut 
 }
 
 //export mc_pg_group_slot_bytes
-func mc_pg_group_slot_bytes(group C.uint64_t) C.int64_t {
+func mc_pg_group_slot_bytes(group C.uint64_t) (ret C.int64_t) {
+	defer recoverTo(&ret, -1)
 	g, ok := pgGroups.get(uint64(group))
 	if !ok {
 		return -1
@@ -304,7 +334,8 @@ func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
 }
 
 //export mc_pg_submit
-func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) C.int {
+func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
 		return pgFail(err, errOut)

@@ -11,7 +11,8 @@ import "unsafe"
 // sync_after_failure, peer state); the logic is package backend.
 
 //export mc_pg_group_set_mirror
-func mc_pg_group_set_mirror(group C.uint64_t, mirror *C.int32_t, n C.int, errOut **C.char) C.int {
+func mc_pg_group_set_mirror(group C.uint64_t, mirror *C.int32_t, n C.int, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
 		return pgFail(err, errOut)
@@ -21,7 +22,8 @@ func mc_pg_group_set_mirror(group C.uint64_t, mirror *C.int32_t, n C.int, errOut
 }
 
 //export mc_pg_group_world_size
-func mc_pg_group_world_size(group C.uint64_t) C.int {
+func mc_pg_group_world_size(group C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, pgOther)
 	g, ok := pgGroups.get(uint64(group))
 	if !ok {
 		return -1
@@ -30,7 +32,8 @@ func mc_pg_group_world_size(group C.uint64_t) C.int {
 }
 
 //export mc_pg_join_group
-func mc_pg_join_group(group C.uint64_t, errOut **C.char) C.int {
+func mc_pg_join_group(group C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err == nil {
 		err = g.JoinGroup()
@@ -43,7 +46,8 @@ func mc_pg_join_group(group C.uint64_t, errOut **C.char) C.int {
 
 //export mc_pg_propose
 func mc_pg_propose(group C.uint64_t, activate C.int, ranks *C.int32_t, n C.int, status *C.int32_t,
-	newEpoch *C.uint64_t, dropped *C.uint64_t, reason **C.char, errOut **C.char) C.int {
+	newEpoch *C.uint64_t, dropped *C.uint64_t, reason **C.char, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
 		return pgFail(err, errOut)
@@ -75,7 +79,8 @@ func mc_pg_propose(group C.uint64_t, activate C.int, ranks *C.int32_t, n C.int, 
 }
 
 //export mc_pg_sync_after_failure
-func mc_pg_sync_after_failure(group C.uint64_t, status *C.int32_t, reason **C.char, errOut **C.char) C.int {
+func mc_pg_sync_after_failure(group C.uint64_t, status *C.int32_t, reason **C.char, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
 		return pgFail(err, errOut)
@@ -97,7 +102,8 @@ func mc_pg_sync_after_failure(group C.uint64_t, status *C.int32_t, reason **C.ch
 }
 
 //export mc_pg_peer_state
-func mc_pg_peer_state(group C.uint64_t, ranks *C.int32_t, n C.int, out *C.int32_t, errOut **C.char) C.int {
+func mc_pg_peer_state(group C.uint64_t, ranks *C.int32_t, n C.int, out *C.int32_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
 		return pgFail(err, errOut)
@@ -119,7 +125,8 @@ func mc_pg_peer_state(group C.uint64_t, ranks *C.int32_t, n C.int, out *C.int32_
 }
 
 //export mc_pg_num_synced_ranks
-func mc_pg_num_synced_ranks(group C.uint64_t) C.int {
+func mc_pg_num_synced_ranks(group C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, pgOther)
 	g, ok := pgGroups.get(uint64(group))
 	if !ok {
 		return -1

@@ -16,11 +16,41 @@ import (
 )
 
 // engineSlot is a C-visible engine: created empty by mc_engine_create and
-// started by mc_engine_initialize.
+// started by mc_engine_initialize. It is reference counted: the C handle
+// holds one reference (released by mc_engine_destroy) and every store or
+// the collectives runtime given the engine holds another, so the engine
+// closes only when the last of them lets go.
 type engineSlot struct {
 	mu      sync.Mutex
 	e       *transfer.Engine
 	lastErr string
+	refs    int // 1 at creation; 0 once released for good
+}
+
+func newEngineSlot() *engineSlot { return &engineSlot{refs: 1} }
+
+// retain adds a reference for a user of the started engine and returns
+// the engine; nil when the slot has none (not initialized, or closed).
+func (s *engineSlot) retain() *transfer.Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.e == nil || s.refs == 0 {
+		return nil
+	}
+	s.refs++
+	return s.e
+}
+
+// release drops one reference; the last one closes the engine.
+func (s *engineSlot) release() {
+	s.mu.Lock()
+	s.refs--
+	e := s.e
+	last := s.refs == 0
+	s.mu.Unlock()
+	if last && e != nil {
+		e.Close()
+	}
 }
 
 var engines handleTable[*engineSlot]
@@ -55,12 +85,14 @@ func liveEngine(h C.uint64_t) (*engineSlot, *transfer.Engine) {
 }
 
 //export mc_engine_create
-func mc_engine_create() C.uint64_t {
-	return C.uint64_t(engines.put(&engineSlot{}))
+func mc_engine_create() (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
+	return C.uint64_t(engines.put(newEngineSlot()))
 }
 
 //export mc_engine_initialize
-func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.char) C.int {
+func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s := slotOf(h)
 	if s == nil {
 		return C.int(transfer.CodeInvalidArgument)
@@ -85,15 +117,15 @@ func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol,
 
 //export mc_engine_destroy
 func mc_engine_destroy(h C.uint64_t) {
+	defer recoverVoid()
 	if s, ok := engines.take(uint64(h)); ok {
-		if e := s.engine(); e != nil {
-			e.Close()
-		}
+		s.release()
 	}
 }
 
 //export mc_engine_last_error
-func mc_engine_last_error(h C.uint64_t) *C.char {
+func mc_engine_last_error(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	s := slotOf(h)
 	if s == nil {
 		return C.CString("unknown engine handle")
@@ -104,7 +136,8 @@ func mc_engine_last_error(h C.uint64_t) *C.char {
 }
 
 //export mc_engine_get_rpc_port
-func mc_engine_get_rpc_port(h C.uint64_t) C.int {
+func mc_engine_get_rpc_port(h C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	if _, e := liveEngine(h); e != nil {
 		return C.int(e.RPCPort())
 	}
@@ -112,7 +145,8 @@ func mc_engine_get_rpc_port(h C.uint64_t) C.int {
 }
 
 //export mc_engine_segment_name
-func mc_engine_segment_name(h C.uint64_t) *C.char {
+func mc_engine_segment_name(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	if _, e := liveEngine(h); e != nil {
 		return C.CString(e.Name())
 	}
@@ -120,7 +154,8 @@ func mc_engine_segment_name(h C.uint64_t) *C.char {
 }
 
 //export mc_engine_allocate_managed_buffer
-func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) C.uint64_t {
+func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
 	s, e := liveEngine(h)
 	if e == nil {
 		return 0
@@ -134,7 +169,8 @@ func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) C.uint64
 }
 
 //export mc_engine_free_managed_buffer
-func mc_engine_free_managed_buffer(h C.uint64_t, addr C.uint64_t) C.int {
+func mc_engine_free_managed_buffer(h C.uint64_t, addr C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
 		return C.int(transfer.CodeInvalidArgument)
@@ -146,7 +182,8 @@ func mc_engine_free_managed_buffer(h C.uint64_t, addr C.uint64_t) C.int {
 }
 
 //export mc_engine_register_memory
-func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int, location *C.char) C.int {
+func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int, location *C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || n < 0 {
 		return C.int(transfer.CodeInvalidArgument)
@@ -166,7 +203,8 @@ func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int
 }
 
 //export mc_engine_unregister_memory
-func mc_engine_unregister_memory(h C.uint64_t, addrs *C.uint64_t, n C.int) C.int {
+func mc_engine_unregister_memory(h C.uint64_t, addrs *C.uint64_t, n C.int) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || n < 0 {
 		return C.int(transfer.CodeInvalidArgument)
@@ -201,7 +239,8 @@ func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) ([
 }
 
 //export mc_engine_transfer_sync
-func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int, notifyName, notifyMsg *C.char) C.int {
+func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int, notifyName, notifyMsg *C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
 		return C.int(transfer.CodeInvalidArgument)
@@ -223,7 +262,8 @@ func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers
 }
 
 //export mc_engine_transfer_async
-func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) C.uint64_t {
+func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
 	s, e := liveEngine(h)
 	if e == nil {
 		return 0
@@ -255,7 +295,8 @@ func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffer
 }
 
 //export mc_engine_wait_batches
-func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) C.int {
+func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || n < 0 {
 		return -1
@@ -278,7 +319,8 @@ func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) C.int {
 }
 
 //export mc_engine_check_batch
-func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) C.int {
+func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
 		return -1
@@ -308,7 +350,8 @@ func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) C.int {
 }
 
 //export mc_engine_first_buffer_address
-func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) C.uint64_t {
+func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
 	s, e := liveEngine(h)
 	if e == nil {
 		return 0
@@ -326,7 +369,8 @@ func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) C.uint64_t {
 }
 
 //export mc_engine_get_notifies
-func mc_engine_get_notifies(h C.uint64_t) *C.char {
+func mc_engine_get_notifies(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	_, e := liveEngine(h)
 	if e == nil {
 		return nil
@@ -340,7 +384,8 @@ func mc_engine_get_notifies(h C.uint64_t) *C.char {
 }
 
 //export mc_engine_send_notify
-func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) C.int {
+func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
 		return C.int(transfer.CodeInvalidArgument)
@@ -352,7 +397,8 @@ func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) C.int {
 }
 
 //export mc_engine_send_probe
-func mc_engine_send_probe(h C.uint64_t, peer *C.char) C.int {
+func mc_engine_send_probe(h C.uint64_t, peer *C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
 		return C.int(transfer.CodeInvalidArgument)
@@ -366,7 +412,10 @@ func mc_engine_send_probe(h C.uint64_t, peer *C.char) C.int {
 // mc_local_topology returns transfer.LocalTopology.
 //
 //export mc_local_topology
-func mc_local_topology() *C.char { return C.CString(transfer.LocalTopology()) }
+func mc_local_topology() (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	return C.CString(transfer.LocalTopology())
+}
 
 // u64s views a C array of n uint64 as a Go slice (no copy).
 func u64s(p *C.uint64_t, n C.int) []uint64 {
@@ -379,7 +428,8 @@ func u64s(p *C.uint64_t, n C.int) []uint64 {
 func init() { logging.Setup() }
 
 //export mc_engine_write_local
-func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, length C.uint64_t) C.int {
+func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, length C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || (src == nil && length > 0) {
 		return C.int(transfer.CodeInvalidArgument)
@@ -391,7 +441,8 @@ func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, le
 }
 
 //export mc_engine_read_local
-func mc_engine_read_local(h C.uint64_t, addr C.uint64_t, dst unsafe.Pointer, length C.uint64_t) C.int {
+func mc_engine_read_local(h C.uint64_t, addr C.uint64_t, dst unsafe.Pointer, length C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || (dst == nil && length > 0) {
 		return C.int(transfer.CodeInvalidArgument)

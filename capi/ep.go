@@ -38,12 +38,16 @@ func epFail(err error, errOut **C.char) C.int {
 		*errOut = C.CString(err.Error())
 	}
 	var te *transfer.Error
-	if errors.As(err, &te) {
+	switch {
+	case errors.Is(err, ep.ErrClosed):
+		return C.int(transfer.CodeContext)
+	case errors.As(err, &te):
 		return C.int(transfer.CodeOf(err))
 	}
 	return C.int(transfer.CodeInvalidArgument)
 }
 
+// cslice views n Ts of C memory at p; none when p is NULL or n <= 0.
 func cslice[T any](p unsafe.Pointer, n int) []T {
 	if p == nil || n <= 0 {
 		return nil
@@ -52,12 +56,14 @@ func cslice[T any](p unsafe.Pointer, n int) []T {
 }
 
 //export mc_ep_size_hint
-func mc_ep_size_hint(n, h, ranks, e C.int64_t) C.int64_t {
+func mc_ep_size_hint(n, h, ranks, e C.int64_t) (ret C.int64_t) {
+	defer recoverTo(&ret, -1)
 	return C.int64_t(ep.SizeHint(int(n), int(h), int(ranks), int(e)))
 }
 
 //export mc_ep_buffer_create
-func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.char, disableP2P C.int, errOut **C.char) C.uint64_t {
+func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.char, disableP2P C.int, errOut **C.char) (ret C.uint64_t) {
+	defer recoverToErr(&ret, 0, errOut)
 	b, err := ep.NewBuffer(ep.Config{Rank: int(rank), Ranks: int(ranks), Bytes: int64(nbytes),
 		LocalHostname: C.GoString(localHostname), DisableP2P: disableP2P != 0})
 	if err != nil {
@@ -68,7 +74,8 @@ func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.c
 }
 
 //export mc_ep_buffer_self
-func mc_ep_buffer_self(buf C.uint64_t) *C.char {
+func mc_ep_buffer_self(buf C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
 		return nil
@@ -78,7 +85,8 @@ func mc_ep_buffer_self(buf C.uint64_t) *C.char {
 }
 
 //export mc_ep_buffer_connect
-func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.char, errOut **C.char) C.int {
+func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.char, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
 		return epFail(errors.New("ep: unknown buffer handle"), errOut)
@@ -95,13 +103,14 @@ func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.char, errOut **C.char) C.
 
 //export mc_ep_buffer_destroy
 func mc_ep_buffer_destroy(buf C.uint64_t) {
+	defer recoverVoid()
 	if b, ok := epBuffers.take(uint64(buf)); ok {
 		b.Close()
 	}
 }
 
 // finish runs or hands off the receive of op according to mode.
-func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t) C.int {
+func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t, errOut **C.char) C.int {
 	switch mode {
 	case epModeHook:
 		*opOut = C.uint64_t(epOps.put(&epOp{op: op}))
@@ -109,7 +118,9 @@ func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t) C.int {
 		op.RecvAsync()
 		*opOut = C.uint64_t(epOps.put(&epOp{op: op, async: true}))
 	default:
-		op.Recv()
+		if err := op.Recv(); err != nil {
+			return epFail(err, errOut)
+		}
 	}
 	return 0
 }
@@ -117,7 +128,8 @@ func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t) C.int {
 //export mc_ep_dispatch
 func mc_ep_dispatch(buf C.uint64_t, mode C.int, x unsafe.Pointer, t C.int64_t, topk unsafe.Pointer, k C.int64_t,
 	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, fp8 C.int,
-	recvX, recvScales, recvCount, srcInfo, layoutRange unsafe.Pointer, opOut *C.uint64_t, errOut **C.char) C.int {
+	recvX, recvScales, recvCount, srcInfo, layoutRange unsafe.Pointer, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
 		return epFail(errors.New("ep: unknown buffer handle"), errOut)
@@ -148,13 +160,14 @@ func mc_ep_dispatch(buf C.uint64_t, mode C.int, x unsafe.Pointer, t C.int64_t, t
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, mode, opOut)
+	return epFinish(op, mode, opOut, errOut)
 }
 
 //export mc_ep_combine
 func mc_ep_combine(buf C.uint64_t, mode C.int, x unsafe.Pointer, topk, weights unsafe.Pointer, t, k C.int64_t,
 	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, srcInfo, layoutRange, out unsafe.Pointer,
-	opOut *C.uint64_t, errOut **C.char) C.int {
+	opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
 		return epFail(errors.New("ep: unknown buffer handle"), errOut)
@@ -176,26 +189,32 @@ func mc_ep_combine(buf C.uint64_t, mode C.int, x unsafe.Pointer, topk, weights u
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, mode, opOut)
+	return epFinish(op, mode, opOut, errOut)
 }
 
 //export mc_ep_op_wait
-func mc_ep_op_wait(op C.uint64_t, errOut **C.char) C.int {
+func mc_ep_op_wait(op C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	o, ok := epOps.get(uint64(op))
 	if !ok {
 		return epFail(errors.New("ep: unknown or already completed operation"), errOut)
 	}
+	var err error
 	if o.async {
-		o.op.Wait()
-	} else if err := o.op.Recv(); err != nil {
+		err = o.op.Wait()
+	} else if err = o.op.Recv(); err != nil && !o.op.Done() {
 		return epFail(err, errOut) // e.g. hooks out of order: the op stays pending
 	}
 	epOps.take(uint64(op))
+	if err != nil {
+		return epFail(err, errOut) // canceled by the buffer's destroy
+	}
 	return 0
 }
 
 //export mc_ep_op_done
-func mc_ep_op_done(op C.uint64_t) C.int {
+func mc_ep_op_done(op C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	o, ok := epOps.get(uint64(op))
 	if !ok {
 		return 1

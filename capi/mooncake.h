@@ -15,6 +15,34 @@
  *   - Addresses are absolute virtual addresses in the owning process.
  *   - No function blocks longer than the transfer timeout
  *     (MC_TRANSFER_TIMEOUT seconds, default 30) plus connection set-up.
+ *
+ * Handles and lifetimes:
+ *   - A handle is the caller's reference to its object. mc_*_destroy /
+ *     mc_store_close release it; the handle is invalid from then on, and a
+ *     call with it fails as with any unknown handle: -1 (engine, EP; 0 for
+ *     functions returning a handle, an id or an address, NULL for strings),
+ *     -600 (store), -3 (collectives; -1 where a function says so).
+ *   - Objects that are given an engine retain it: mc_store_setup(engine)
+ *     until mc_store_close, mc_pg_set_transfer_engine until the engine is
+ *     replaced or cleared (the collectives runtime lives as long as the
+ *     process). The engine closes when its last reference is released, so
+ *     mc_engine_destroy on a shared engine only ends the caller's use.
+ *   - Closing (engine, EP buffer, store) first refuses new work, then
+ *     cancels or waits for work in flight, and only then frees memory. A
+ *     call that reaches an object while it is closing fails: -202 with an
+ *     "engine closed" / "ep: buffer closed" message (engine, EP), -600
+ *     (store). Pending work gets an error, never freed memory: an EP
+ *     operation canceled by mc_ep_buffer_destroy completes with -202, a
+ *     transfer canceled by the engine's close ends failed.
+ *
+ * Panics: no Go panic crosses this ABI. A panic on the calling thread
+ * inside any function is recovered there (and logged with its stack); the
+ * call returns its failure value: -1 for int results (collectives: -5), 0
+ * for handles, ids and addresses, NULL for strings, with a message in
+ * *err where the function takes one. Functions without a result return,
+ * their outputs possibly unfilled. Work that runs on the library's own
+ * threads (async EP receives, collective ops) reports errors through its
+ * completion instead.
  */
 #ifndef MOONCAKE_H
 #define MOONCAKE_H
@@ -48,8 +76,11 @@ int mc_engine_initialize(uint64_t engine, const char *local_hostname,
                          const char *metadata_server, const char *protocol,
                          const char *device_name);
 
-/* Stop the engine, withdraw its metadata, free its managed buffers and
- * release the handle. */
+/* Release the handle. When no store or collectives runtime retains the
+ * engine (see "Handles and lifetimes"), it closes: new work is refused,
+ * peers are cut off (their transfers into this engine's memory fail), work
+ * in flight is canceled, the metadata is withdrawn and all memory is
+ * unregistered, managed buffers freed. */
 void mc_engine_destroy(uint64_t engine);
 
 /* Message of the engine's last failure ("" if none). Free with mc_free. */
@@ -185,7 +216,8 @@ uint64_t mc_store_create(void);
  * local buffer and the segment on huge pages, which the kernel must have
  * reserved (-600 otherwise, the log says how many are missing). 0 or a
  * negative error number. A closed handle cannot be set up again: create a
- * new one. */
+ * new one. A given engine is retained until mc_store_close; an engine
+ * handle that is not initialized or was destroyed is -600. */
 int mc_store_setup(uint64_t store, const char *local_hostname,
                    const char *metadata_server, uint64_t global_segment_size,
                    uint64_t local_buffer_size, const char *protocol,
@@ -193,7 +225,9 @@ int mc_store_setup(uint64_t store, const char *local_hostname,
                    uint64_t engine, const char *tenant_id,
                    uint64_t hugepage_size);
 
-/* Unmount, release everything and the handle. Always 0. */
+/* Close the client: refuse new calls (-600), wait for the ones running,
+ * unmount, release everything (and the retained engine's reference) and
+ * the handle. Always 0. */
 int mc_store_close(uint64_t store);
 
 /* 0 healthy, 1 not initialized or closed, 2 master unreachable. */
@@ -454,7 +488,8 @@ typedef struct mc_pg_op {
 
 /* Process-wide settings; host IP and device filter only before the first
  * group. set_transfer_engine uses an initialised engine handle (0: create
- * our own). Timeouts: after how long a waiting op probes its peer (it keeps
+ * our own) and retains it until it is replaced or cleared, so the caller
+ * may destroy its handle meanwhile. Timeouts: after how long a waiting op probes its peer (it keeps
  * waiting while the peer answers); p2p 0 means the default (10 s). */
 int mc_pg_set_host_ip(const char *ip, char **err);
 int mc_pg_set_device_filter(const char *const *names, int n, char **err);
@@ -599,7 +634,10 @@ char *mc_ep_buffer_self(uint64_t buf);
  * reconnects and clears all signals. */
 int mc_ep_buffer_connect(uint64_t buf, const char *peers_json, char **err);
 
-/* Free the buffer and its engine. */
+/* Close the buffer and release the handle: new calls fail (-202),
+ * pending receives are canceled (their mc_ep_op_wait returns -202; the
+ * output memory holds whatever had arrived), running sends are waited for,
+ * then the buffer and its engine are freed. */
 void mc_ep_buffer_destroy(uint64_t buf);
 
 /* mode: 0 synchronous; 1 send now, receive in mc_ep_op_wait (recv hook);
@@ -630,7 +668,9 @@ int mc_ep_combine(uint64_t buf, int mode, const void *x, const void *topk,
                   const void *src_info, const void *layout_range, void *out,
                   uint64_t *op_out, char **err);
 
-/* Complete (mode 1) or wait for (mode 2) an operation; frees its handle. */
+/* Complete (mode 1) or wait for (mode 2) an operation; frees its handle.
+ * -202 when the buffer's destroy canceled it (the handle is freed too). A
+ * recv hook called out of order fails and stays pending. */
 int mc_ep_op_wait(uint64_t op, char **err);
 
 /* 1 when an async operation's receive has finished (or the handle is

@@ -29,7 +29,8 @@ func setErr(out **C.char, err error) {
 }
 
 //export mc_rpc_server_start
-func mc_rpc_server_start(listenAddress *C.char, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) C.uint64_t {
+func mc_rpc_server_start(listenAddress *C.char, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) (ret C.uint64_t) {
+	defer recoverToErr(&ret, 0, errOut)
 	s, err := rpcmsg.Listen(C.GoString(listenAddress), int(queueLen), uint64(maxMessage))
 	if err != nil {
 		setErr(errOut, err)
@@ -42,7 +43,8 @@ func mc_rpc_server_start(listenAddress *C.char, queueLen C.int, maxMessage C.uin
 }
 
 //export mc_rpc_server_next
-func mc_rpc_server_next(h C.uint64_t, timeoutMs C.int, kind *C.int, source **C.char, data *unsafe.Pointer, length *C.uint64_t) C.int {
+func mc_rpc_server_next(h C.uint64_t, timeoutMs C.int, kind *C.int, source **C.char, data *unsafe.Pointer, length *C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, ok := rpcServers.get(uint64(h))
 	if !ok || kind == nil || source == nil || data == nil || length == nil {
 		return -1
@@ -63,7 +65,8 @@ func mc_rpc_server_next(h C.uint64_t, timeoutMs C.int, kind *C.int, source **C.c
 }
 
 //export mc_rpc_server_stop
-func mc_rpc_server_stop(h C.uint64_t) C.int {
+func mc_rpc_server_stop(h C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	if s, ok := rpcServers.take(uint64(h)); ok {
 		s.Close()
 	}
@@ -71,12 +74,14 @@ func mc_rpc_server_stop(h C.uint64_t) C.int {
 }
 
 //export mc_rpc_client_create
-func mc_rpc_client_create(poolSize, timeoutMs C.int) C.uint64_t {
+func mc_rpc_client_create(poolSize, timeoutMs C.int) (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
 	return C.uint64_t(rpcClients.put(rpcmsg.NewClient(int(poolSize), time.Duration(timeoutMs)*time.Millisecond)))
 }
 
 //export mc_rpc_client_send
-func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Pointer, length C.uint64_t, errOut **C.char) C.int {
+func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Pointer, length C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	c, ok := rpcClients.get(uint64(h))
 	if !ok || kind < 0 || kind > 255 || (data == nil && length > 0) {
 		setErr(errOut, errors.New("rpc client: bad handle or arguments"))
@@ -94,7 +99,8 @@ func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Po
 }
 
 //export mc_rpc_client_close
-func mc_rpc_client_close(h C.uint64_t) C.int {
+func mc_rpc_client_close(h C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	if c, ok := rpcClients.take(uint64(h)); ok {
 		c.Close()
 	}

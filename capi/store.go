@@ -16,8 +16,9 @@ import (
 
 // storeSlot is a C-visible store client, created empty and set up later.
 type storeSlot struct {
-	mu sync.Mutex
-	c  *client.Client
+	mu     sync.Mutex
+	c      *client.Client
+	engine *engineSlot // the engine given to setup, retained until close
 }
 
 var stores handleTable[*storeSlot]
@@ -38,11 +39,15 @@ func code(err error) C.int { return C.int(kvstore.CodeOf(err)) }
 const notReady = C.int(kvstore.InvalidParams)
 
 //export mc_store_create
-func mc_store_create() C.uint64_t { return C.uint64_t(stores.put(&storeSlot{})) }
+func mc_store_create() (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
+	return C.uint64_t(stores.put(&storeSlot{}))
+}
 
 //export mc_store_setup
 func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
-	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char, hugePageSize C.uint64_t) C.int {
+	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char, hugePageSize C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return notReady
@@ -58,38 +63,54 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 		TenantID:          C.GoString(tenantID),
 		HugePageSize:      uint64(hugePageSize),
 	}
-	if engine != 0 {
-		if _, e := liveEngine(engine); e != nil {
-			cfg.Engine = e
-		} else {
-			return notReady
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil {
 		return notReady
 	}
+	var es *engineSlot
+	if engine != 0 {
+		if es = slotOf(engine); es == nil {
+			return notReady
+		}
+		if cfg.Engine = es.retain(); cfg.Engine == nil {
+			return notReady
+		}
+	}
 	c, err := client.New(cfg)
 	if err != nil {
+		if es != nil {
+			es.release()
+		}
 		slog.Error("store setup failed", "err", err)
 		return code(err)
 	}
-	s.c = c
+	s.c, s.engine = c, es
 	return 0
 }
 
 //export mc_store_close
-func mc_store_close(h C.uint64_t) C.int {
+func mc_store_close(h C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	s, ok := stores.take(uint64(h))
-	if ok && s.c != nil {
+	if !ok {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
 		s.c.Close()
+	}
+	if s.engine != nil {
+		s.engine.release() // after the client stopped using it
+		s.engine = nil
 	}
 	return 0
 }
 
 //export mc_store_health_check
-func mc_store_health_check(h C.uint64_t) C.int {
+func mc_store_health_check(h C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return client.NotInitialized
@@ -98,7 +119,8 @@ func mc_store_health_check(h C.uint64_t) C.int {
 }
 
 //export mc_store_get_hostname
-func mc_store_get_hostname(h C.uint64_t) *C.char {
+func mc_store_get_hostname(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
 		return C.CString("")
@@ -164,9 +186,10 @@ const (
 
 //export mc_store_put
 func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
-	configJSON *C.char, flags C.int, results *C.int) C.int {
+	configJSON *C.char, flags C.int, results *C.int) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
-	res := unsafe.Slice(results, int(max(n, 0)))
+	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, notReady)
 		return notReady
@@ -196,8 +219,9 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs,
 //export mc_store_get_into
 func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
 	zeroCopy C.int, results *C.int64_t) {
+	defer recoverVoid()
 	c := storeOf(h)
-	res := unsafe.Slice(results, int(max(n, 0)))
+	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
 		return
@@ -214,8 +238,9 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, 
 
 //export mc_store_get
 func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, results *C.int64_t) {
+	defer recoverVoid()
 	c := storeOf(h)
-	res := unsafe.Slice(results, int(max(n, 0)))
+	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || outPtrs == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
 		return
@@ -256,8 +281,9 @@ func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, res
 
 //export mc_store_get_ranges
 func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets, sizes *C.uint64_t, results *C.int64_t) {
+	defer recoverVoid()
 	c := storeOf(h)
-	res := unsafe.Slice(results, int(max(n, 0)))
+	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	d, o, s := u64s(dsts, n), u64s(srcOffsets, n), u64s(sizes, n)
 	if c == nil || results == nil || n <= 0 || len(d) != int(n) || len(o) != int(n) || len(s) != int(n) {
 		fillC(res, C.int64_t(notReady))
@@ -282,8 +308,9 @@ func getResult(r client.GetResult) C.int64_t {
 
 //export mc_store_exist
 func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+	defer recoverVoid()
 	c := storeOf(h)
-	res := unsafe.Slice(results, int(max(n, 0)))
+	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
 		fillC(res, notReady)
 		return
@@ -294,7 +321,8 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 }
 
 //export mc_store_get_size
-func mc_store_get_size(h C.uint64_t, key *C.char) C.int64_t {
+func mc_store_get_size(h C.uint64_t, key *C.char) (ret C.int64_t) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
@@ -321,7 +349,8 @@ type replicaList struct {
 }
 
 //export mc_store_replica_desc
-func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) *C.char {
+func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
 		return nil
@@ -344,8 +373,9 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) *C.char {
 
 //export mc_store_remove
 func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results *C.int) {
+	defer recoverVoid()
 	c := storeOf(h)
-	res := unsafe.Slice(results, int(max(n, 0)))
+	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
 		fillC(res, notReady)
 		return
@@ -356,7 +386,8 @@ func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results 
 }
 
 //export mc_store_remove_by_regex
-func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) C.int64_t {
+func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C.int64_t) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
@@ -369,7 +400,8 @@ func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) C.int6
 }
 
 //export mc_store_remove_all
-func mc_store_remove_all(h C.uint64_t, force C.int) C.int64_t {
+func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
@@ -382,7 +414,8 @@ func mc_store_remove_all(h C.uint64_t, force C.int) C.int64_t {
 }
 
 //export mc_store_register_buffer
-func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) C.int {
+func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return notReady
@@ -391,7 +424,8 @@ func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) C.int {
 }
 
 //export mc_store_unregister_buffer
-func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) C.int {
+func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return notReady

@@ -22,7 +22,8 @@ func joinIDs(ids []string) *C.char { return C.CString(strings.Join(ids, "\n")) }
 
 //export mc_store_mount_segment
 func mc_store_mount_segment(h C.uint64_t, path *C.char, size, offset C.uint64_t, protocol, location *C.char,
-	idsOut, errOut **C.char) C.int {
+	idsOut, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || idsOut == nil {
 		return notReady
@@ -37,7 +38,8 @@ func mc_store_mount_segment(h C.uint64_t, path *C.char, size, offset C.uint64_t,
 
 //export mc_store_allocate_and_mount_segment
 func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, protocol, location *C.char,
-	allocated *C.uint64_t, idsOut, errOut **C.char) C.int {
+	allocated *C.uint64_t, idsOut, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || idsOut == nil || allocated == nil {
 		return notReady
@@ -53,7 +55,8 @@ func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, protocol
 
 //export mc_store_unmount_segment
 func mc_store_unmount_segment(h C.uint64_t, ids **C.char, n C.int, graceSeconds C.int64_t, allocated C.int,
-	errOut **C.char) C.int {
+	errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil {
 		return notReady
@@ -65,7 +68,8 @@ func mc_store_unmount_segment(h C.uint64_t, ids **C.char, n C.int, graceSeconds 
 }
 
 //export mc_store_local_buffer
-func mc_store_local_buffer(h C.uint64_t, base, size *C.uint64_t) C.int {
+func mc_store_local_buffer(h C.uint64_t, base, size *C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || base == nil || size == nil {
 		return notReady
@@ -76,7 +80,8 @@ func mc_store_local_buffer(h C.uint64_t, base, size *C.uint64_t) C.int {
 }
 
 //export mc_store_local_alloc
-func mc_store_local_alloc(h C.uint64_t, size, align C.uint64_t) C.uint64_t {
+func mc_store_local_alloc(h C.uint64_t, size, align C.uint64_t) (ret C.uint64_t) {
+	defer recoverTo(&ret, 0)
 	c := storeOf(h)
 	if c == nil {
 		return 0
@@ -89,7 +94,8 @@ func mc_store_local_alloc(h C.uint64_t, size, align C.uint64_t) C.uint64_t {
 }
 
 //export mc_store_local_free
-func mc_store_local_free(h C.uint64_t, ptr C.uint64_t) C.int {
+func mc_store_local_free(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || !c.LocalFree(uintptr(ptr)) {
 		return notReady

@@ -59,6 +59,7 @@ func putSizes(results *C.int64_t, rs []client.GetResult) {
 
 //export mc_store_get_session_start
 func mc_store_get_session_start(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+	defer recoverVoid()
 	c := storeOf(h)
 	if results == nil || n <= 0 {
 		return
@@ -93,11 +94,13 @@ func sessionRanges(h C.uint64_t, n C.int, keys **C.char, counts *C.int, ptrs, si
 //export mc_store_get_session_ranges
 func mc_store_get_session_ranges(h C.uint64_t, n C.int, keys **C.char, spanCounts *C.int, ptrs, sizes, srcOffsets *C.uint64_t,
 	results *C.int64_t) {
+	defer recoverVoid()
 	sessionRanges(h, n, keys, spanCounts, ptrs, sizes, srcOffsets, results, (*client.Client).GetSessionRanges)
 }
 
 //export mc_store_get_session_end
-func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.char) C.int {
+func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
 		return C.int(kvstore.InternalError)
@@ -108,6 +111,7 @@ func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.char) C.int {
 
 //export mc_store_put_session_start
 func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.char, sizes *C.uint64_t, configJSON *C.char, results *C.int) {
+	defer recoverVoid()
 	if results == nil || n <= 0 {
 		return
 	}
@@ -129,6 +133,7 @@ func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.char, sizes *C.u
 //export mc_store_put_session_ranges
 func mc_store_put_session_ranges(h C.uint64_t, n C.int, keys **C.char, spanCounts *C.int, ptrs, sizes, dstOffsets *C.uint64_t,
 	results *C.int64_t) {
+	defer recoverVoid()
 	sessionRanges(h, n, keys, spanCounts, ptrs, sizes, dstOffsets, results, (*client.Client).PutSessionRanges)
 }
 
@@ -147,16 +152,19 @@ func sessionCodes(h C.uint64_t, n C.int, keys **C.char, results *C.int, run func
 
 //export mc_store_put_session_end
 func mc_store_put_session_end(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+	defer recoverVoid()
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionEnd)
 }
 
 //export mc_store_put_session_revoke
 func mc_store_put_session_revoke(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+	defer recoverVoid()
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionRevoke)
 }
 
 //export mc_store_replica_clear
-func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.char, segment *C.char, cleared *C.int) C.int {
+func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.char, segment *C.char, cleared *C.int) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || cleared == nil || n <= 0 {
 		return notReady
@@ -185,7 +193,8 @@ func taskCreated(id client.TaskID, err error, hi, lo *C.uint64_t) C.int {
 }
 
 //export mc_store_create_copy_task
-func mc_store_create_copy_task(h C.uint64_t, key *C.char, n C.int, targets **C.char, hi, lo *C.uint64_t) C.int {
+func mc_store_create_copy_task(h C.uint64_t, key *C.char, n C.int, targets **C.char, hi, lo *C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
 		return notReady
@@ -195,7 +204,8 @@ func mc_store_create_copy_task(h C.uint64_t, key *C.char, n C.int, targets **C.c
 }
 
 //export mc_store_create_move_task
-func mc_store_create_move_task(h C.uint64_t, key, source, target *C.char, hi, lo *C.uint64_t) C.int {
+func mc_store_create_move_task(h C.uint64_t, key, source, target *C.char, hi, lo *C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
 		return notReady
@@ -218,7 +228,8 @@ type taskJSON struct {
 }
 
 //export mc_store_query_task
-func mc_store_query_task(h C.uint64_t, hi, lo C.uint64_t) *C.char {
+func mc_store_query_task(h C.uint64_t, hi, lo C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
 	var out taskJSON
 	if c := storeOf(h); c == nil {
 		out.ErrorCode = int32(notReady)

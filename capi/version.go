@@ -13,9 +13,15 @@ import (
 // it with mc_free.
 //
 //export mc_version
-func mc_version() *C.char { return C.CString(version.String()) }
+func mc_version() (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	return C.CString(version.String())
+}
 
 // mc_free releases memory returned by this library.
 //
 //export mc_free
-func mc_free(p unsafe.Pointer) { C.free(p) }
+func mc_free(p unsafe.Pointer) {
+	defer recoverVoid()
+	C.free(p)
+}

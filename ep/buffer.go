@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/internal/lifecycle"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -27,10 +28,15 @@ type peer struct {
 	shm bool // reachable by AccessRemote (same host, mapped memfd)
 }
 
+// ErrClosed is returned by calls on a Buffer that is closing or closed,
+// and by the receives that Close canceled.
+var ErrClosed = errors.New("ep: buffer closed")
+
 // Buffer is one rank's EP buffer and its connections to the other ranks.
 // Calls on a Buffer are issued one at a time (the Python Buffer is used from
 // one thread); a receive may run on another goroutine while the next call's
-// send runs, since they use different halves.
+// send runs, since they use different halves. Close may be called from any
+// goroutine at any time (see Close).
 type Buffer struct {
 	eng   *transfer.Engine
 	owned bool // eng was created by NewBuffer and is closed with the buffer
@@ -49,6 +55,13 @@ type Buffer struct {
 	sendMu  sync.Mutex      // serialises send phases (scratch, send_data)
 	scratch []byte          // per-call FP8 staging (send phase only)
 	seen    map[Layout]bool // layouts used so far (their signals are cleared on Connect)
+
+	// life admits Connect, every send phase and every receive a caller
+	// started; Close frees the memory only once they have all left.
+	life lifecycle.Gate
+	// stop is set when Close begins: waits return early and sends that
+	// have not started are skipped.
+	stop atomic.Bool
 }
 
 // Config configures NewBuffer.
@@ -121,6 +134,10 @@ func (b *Buffer) Engine() *transfer.Engine { return b.eng }
 // (update_ep_member) reopens the segments and clears all signals, so no
 // signal from before the membership change is ever read.
 func (b *Buffer) Connect(peers []Peer) error {
+	if !b.life.Enter() {
+		return ErrClosed
+	}
+	defer b.life.Exit()
 	if len(peers) != b.ranks {
 		return fmt.Errorf("ep: %d peers for %d ranks", len(peers), b.ranks)
 	}
@@ -164,28 +181,77 @@ func (b *Buffer) clearSignalsLocked() {
 	}
 }
 
-// Close frees the EP buffer (and the engine, when the buffer created it).
+// Close shuts the buffer down: open → closing → closed. From the moment it
+// starts, calls fail with ErrClosed. Pending receives are canceled: a
+// receive waiting for peers (async, or a hook being run) returns within one
+// wait interval (at most 20 ms), and one nobody has started yet (a hook
+// not called) is completed at once; each gets ErrClosed from Recv or Wait,
+// and its output tensors hold whatever had arrived. A deferred send that
+// has not started is skipped; one that runs is waited for. Only then is
+// the EP buffer freed (and the engine closed, when the buffer created it).
+// Concurrent and later calls wait for the first to finish.
 func (b *Buffer) Close() error {
-	b.sendMu.Lock() // no send phase in flight
-	defer b.sendMu.Unlock()
+	var err error
+	b.life.Close(b.cancelPending, func() { err = b.release() })
+	return err
+}
+
+// cancelPending makes running waits return and completes the receives no
+// caller has started, oldest first (a later call's receive waits for the
+// earlier one's).
+func (b *Buffer) cancelPending() {
+	b.stop.Store(true)
+	b.mu.Lock()
+	var idle []*Op
+	if l := b.last; l != nil {
+		// At most two calls are outstanding: the last one and its
+		// predecessor.
+		for _, o := range []*Op{l.prev, l} {
+			if o != nil && !o.started {
+				o.started = true
+				idle = append(idle, o)
+			}
+		}
+	}
+	b.mu.Unlock()
+	for _, o := range idle {
+		o.waitPrev()
+		o.recv()
+	}
+}
+
+// release frees the memory once nothing uses it.
+func (b *Buffer) release() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var err error
 	if b.base != 0 {
 		err = b.eng.FreeManagedBuffer(b.base)
 		b.base, b.mem = 0, nil
 	}
-	if b.owned && b.eng != nil {
+	if b.owned {
 		err = errors.Join(err, b.eng.Close())
-		b.eng = nil
 	}
 	return err
 }
 
-// nextHalf returns the half this call uses and flips it.
-func (b *Buffer) nextHalf(l Layout) (int, []*peer, error) {
+// newOp admits a call: it holds a gate token for the call's send phase
+// (released by publish), takes the half the call uses and flips it, and
+// records the call as the last one. While the half's previous call still
+// has an async receive running it waits for it; with a hook pending there
+// it refuses.
+func (b *Buffer) newOp(l Layout, d *DispatchArgs, c *CombineArgs) (*Op, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.life.Enter() {
+		return nil, ErrClosed
+	}
+	fail := func(err error) (*Op, error) {
+		b.life.Exit()
+		return nil, err
+	}
 	if b.peers == nil {
-		return 0, nil, errors.New("ep: buffer is not connected")
+		return fail(errors.New("ep: buffer is not connected"))
 	}
 	if b.seen == nil {
 		b.seen = map[Layout]bool{}
@@ -193,15 +259,24 @@ func (b *Buffer) nextHalf(l Layout) (int, []*peer, error) {
 	h := b.half
 	if prev := b.ops[h]; prev != nil && !prev.recvDone {
 		if !prev.async {
-			return 0, nil, errors.New("ep: two calls are already outstanding; call the recv hook of the earlier one first")
+			return fail(errors.New("ep: two calls are already outstanding; call the recv hook of the earlier one first"))
 		}
 		b.mu.Unlock()
-		<-prev.doneCh // an async receive ends by its own deadline
+		<-prev.doneCh // an async receive ends by its own deadline, or by Close
 		b.mu.Lock()
+		if b.stop.Load() {
+			return fail(ErrClosed)
+		}
 	}
+	op := &Op{b: b, l: l, half: h, peers: b.peers, d: d, c: c, doneCh: make(chan struct{}), sentCh: make(chan struct{})}
+	if prev := b.last; prev != nil && !prev.recvDone {
+		op.prev = prev
+	}
+	b.last = op
+	b.ops[h] = op
 	b.seen[l] = true
 	b.half ^= 1
-	return h, b.peers, nil
+	return op, nil
 }
 
 // publish runs f, op's whole send phase (data, then counts or flags), now,
@@ -212,20 +287,27 @@ func (b *Buffer) nextHalf(l Layout) (int, []*peer, error) {
 // which each peer does only after its own receive of call n-2 (by this same
 // rule). So sending call n after this rank's receive of call n-1 is safe,
 // and with two calls outstanding the second one's send waits for the
-// first one's receive (its hook, or its async completion).
+// first one's receive (its hook, or its async completion). A send that
+// would start after Close began is skipped.
 func (b *Buffer) publish(op *Op, f func()) {
+	send := func() {
+		defer b.life.Exit() // the token newOp took
+		defer close(op.sentCh)
+		if b.stop.Load() {
+			return
+		}
+		b.sendMu.Lock()
+		defer b.sendMu.Unlock()
+		f()
+	}
 	b.mu.Lock()
-	prev := b.last
-	b.last = op
-	b.ops[op.half] = op
-	if prev != nil && !prev.recvDone {
-		op.prev = prev
-		prev.after = f
-		f = nil
+	if p := op.prev; p != nil && !p.recvDone {
+		p.after = send
+		send = nil
 	}
 	b.mu.Unlock()
-	if f != nil {
-		f()
+	if send != nil {
+		send()
 	}
 }
 
@@ -234,12 +316,13 @@ func (b *Buffer) word(off int64) *int32 { return (*int32)(unsafe.Pointer(&b.mem[
 
 // waitWord waits until *w holds a value of the wanted sign (negative:
 // dispatch counts; positive: combine flags) or the deadline passes (forever
-// when deadline is zero), and returns it (0 on timeout). A value of the
-// other sign is a late signal of another kind of call from a rank that was
-// skipped then: it is cleared and the wait goes on. It spins briefly, then
-// sleeps on the word: same-host senders wake it (futex); over TCP nobody
-// does, so sleeps are short and the word is re-checked.
-func waitWord(w *int32, negative, shm bool, deadline time.Time) int32 {
+// when deadline is zero), and returns it (0 on timeout, or once stop is
+// set). A value of the other sign is a late signal of another kind of call
+// from a rank that was skipped then: it is cleared and the wait goes on. It
+// spins briefly, then sleeps on the word: same-host senders wake it
+// (futex); over TCP nobody does, so sleeps are short and the word is
+// re-checked. Sleeps are bounded, so stop is seen within one.
+func waitWord(w *int32, negative, shm bool, deadline time.Time, stop *atomic.Bool) int32 {
 	ok := func(v int32) bool {
 		if v == 0 {
 			return false
@@ -255,6 +338,9 @@ func waitWord(w *int32, negative, shm bool, deadline time.Time) int32 {
 			return v
 		}
 		if i%8 == 7 {
+			if stop.Load() {
+				return 0
+			}
 			runtime.Gosched()
 		}
 	}
@@ -265,6 +351,9 @@ func waitWord(w *int32, negative, shm bool, deadline time.Time) int32 {
 	for {
 		if v := atomic.LoadInt32(w); ok(v) {
 			return v
+		}
+		if stop.Load() {
+			return 0
 		}
 		d := nap
 		if !deadline.IsZero() {

@@ -71,17 +71,14 @@ func (b *Buffer) CombineSend(a *CombineArgs) (*Op, error) {
 		return nil, err
 	}
 	l := layoutFor(s.N, s.H, s.E)
-	half, peers, err := b.nextHalf(l)
+	op, err := b.newOp(l, nil, a)
 	if err != nil {
 		return nil, err
 	}
-	op := &Op{b: b, l: l, half: half, peers: peers, c: a, doneCh: make(chan struct{}), sentCh: make(chan struct{})}
+	half, peers := op.half, op.peers
 	// The whole send runs now, or, while the previous call's receive is
 	// still pending, when that receive ends (see publish).
 	b.publish(op, func() {
-		b.sendMu.Lock()
-		defer b.sendMu.Unlock()
-		defer close(op.sentCh)
 		R, L, H, N, me := b.ranks, s.L(), s.H, s.N, b.rank
 		RN := R * N
 		rowB := int64(2 * H)
@@ -200,7 +197,7 @@ func (b *Buffer) CombineSend(a *CombineArgs) (*Op, error) {
 // combineRecv waits for the flags of every alive expert owner, then reduces:
 // out[t] = bf16(sum_k w[t,k] * y_{e_k}[t]) in float32, in k order, over
 // entries e_k >= 0 whose owner is alive. No renormalisation.
-func (b *Buffer) combineRecv(o *Op) {
+func (b *Buffer) combineRecv(o *Op) error {
 	a, l, half := o.c, o.l, o.half
 	R, L, H, N := b.ranks, l.E/b.ranks, l.H, l.N
 	skip := make([]bool, R) // owners whose terms are dropped
@@ -212,7 +209,10 @@ func (b *Buffer) combineRecv(o *Op) {
 		dl := deadlineAfter(a.TimeoutUs)
 		for le := 0; le < L; le++ {
 			w := b.word(l.RecvSignal(half) + int64(r*L+le)*4)
-			if waitWord(w, false, o.peers[r].shm, dl) == 0 {
+			if waitWord(w, false, o.peers[r].shm, dl, &b.stop) == 0 {
+				if b.stop.Load() {
+					return ErrClosed
+				}
 				a.Active[r] = 0
 				skip[r] = true
 				slog.Warn("ep: combine timed out waiting for rank; marking it inactive", "rank", r, "local_expert", le)
@@ -238,6 +238,7 @@ func (b *Buffer) combineRecv(o *Op) {
 		}
 		reduceRows(a.Out[t*H:(t+1)*H], rows, ws, acc)
 	}
+	return nil
 }
 
 // axpyBF16Go does acc += w * float32(row) (len(acc) a multiple of 4); the

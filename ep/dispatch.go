@@ -43,13 +43,14 @@ type Op struct {
 	d      *DispatchArgs
 	c      *CombineArgs
 	doneCh chan struct{} // closed when the receive (and the send) has finished
-	sentCh chan struct{} // closed when the send phase has finished
+	sentCh chan struct{} // closed when the send phase has finished (or was skipped)
+	prev   *Op           // the call before, when its receive was pending at send; set once
+	err    error         // the receive's outcome, readable once doneCh is closed
 
 	// Guarded by b.mu.
-	started  bool   // Recv called
+	started  bool   // the receive was started (by a caller, or by Close)
 	recvDone bool   // receive finished
 	async    bool   // receive runs on its own goroutine
-	prev     *Op    // the call before, when its receive was pending at send
 	after    func() // the next call's deferred publication
 }
 
@@ -57,45 +58,65 @@ type Op struct {
 func (o *Op) Half() int { return o.half }
 
 // Recv waits for the call's incoming data and unpacks or reduces it.
-// Receives of outstanding calls must be completed in call order.
+// Receives of outstanding calls must be completed in call order. It
+// returns ErrClosed when the buffer is closing or Close canceled the wait.
 func (o *Op) Recv() error {
 	b := o.b
 	b.mu.Lock()
 	if o.started {
 		b.mu.Unlock()
+		if b.stop.Load() {
+			return ErrClosed
+		}
 		return fmt.Errorf("ep: receive already completed")
 	}
 	if p := o.prev; p != nil && !p.recvDone && !p.async {
 		b.mu.Unlock()
 		return fmt.Errorf("ep: complete the earlier call's receive (its hook) first")
 	}
-	o.started = true
-	p := o.prev
-	b.mu.Unlock()
-	if p != nil {
-		<-p.doneCh
+	if !b.life.Enter() {
+		b.mu.Unlock()
+		return ErrClosed // Close completes the op
 	}
+	o.started = true
+	b.mu.Unlock()
+	defer b.life.Exit()
+	o.waitPrev()
 	o.recv()
-	return nil
+	return o.err
 }
 
-// RecvAsync runs the receive on its own goroutine; Wait waits for it.
+// RecvAsync runs the receive on its own goroutine; Wait waits for it. On a
+// closing buffer the op is completed by Close instead, with ErrClosed.
 func (o *Op) RecvAsync() {
 	b := o.b
 	b.mu.Lock()
-	o.async, o.started = true, true
-	p := o.prev
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	o.async = true
+	if o.started || !b.life.Enter() {
+		return
+	}
+	o.started = true
 	go func() {
-		if p != nil {
-			<-p.doneCh // an earlier hook never called still ends nothing: see docs
-		}
+		defer b.life.Exit()
+		o.waitPrev() // an earlier hook never called still ends nothing: see docs
 		o.recv()
 	}()
 }
 
-// Wait blocks until the receive has finished.
-func (o *Op) Wait() { <-o.doneCh }
+// waitPrev waits until the previous call's receive has finished.
+func (o *Op) waitPrev() {
+	if o.prev != nil {
+		<-o.prev.doneCh
+	}
+}
+
+// Wait blocks until the receive has finished and returns its outcome
+// (ErrClosed when Close canceled it).
+func (o *Op) Wait() error {
+	<-o.doneCh
+	return o.err
+}
 
 // Done reports whether the receive has finished.
 func (o *Op) Done() bool {
@@ -107,16 +128,22 @@ func (o *Op) Done() bool {
 	}
 }
 
+// recv runs the receive (or, once Close has begun, only completes the op),
+// then starts the next call's deferred send.
 func (o *Op) recv() {
-	if o.d != nil {
-		o.b.dispatchRecv(o)
-	} else {
-		o.b.combineRecv(o)
+	b := o.b
+	err := ErrClosed
+	if !b.stop.Load() {
+		if o.d != nil {
+			err = b.dispatchRecv(o)
+		} else {
+			err = b.combineRecv(o)
+		}
 	}
 	<-o.sentCh // a deferred send may still be finishing its last writes
-	b := o.b
 	b.mu.Lock()
 	o.recvDone = true
+	o.err = err
 	f := o.after
 	o.after = nil
 	b.mu.Unlock()
@@ -194,17 +221,14 @@ func (b *Buffer) DispatchSend(a *DispatchArgs) (*Op, error) {
 		return nil, err
 	}
 	l := layoutFor(s.N, s.H, s.E)
-	half, peers, err := b.nextHalf(l)
+	op, err := b.newOp(l, a, nil)
 	if err != nil {
 		return nil, err
 	}
-	op := &Op{b: b, l: l, half: half, peers: peers, d: a, doneCh: make(chan struct{}), sentCh: make(chan struct{})}
+	half, peers := op.half, op.peers
 	// The whole send runs now, or, while the previous call's receive is
 	// still pending, when that receive ends (see publish).
 	b.publish(op, func() {
-		b.sendMu.Lock()
-		defer b.sendMu.Unlock()
-		defer close(op.sentCh)
 		R, L, H, N, me := b.ranks, s.L(), s.H, s.N, b.rank
 		msg := MsgBytes(H, a.FP8)
 		pl := msg - headerBytes
@@ -387,7 +411,7 @@ func (b *Buffer) dispatchTCPSignals(l Layout, half int, dsts []int, cnt []int32)
 // dispatchRecv waits per (source, local expert) and unpacks in source-rank
 // order: rows of source r for local expert le follow those of ranks < r,
 // each block in the sender's (token, k) order.
-func (b *Buffer) dispatchRecv(o *Op) {
+func (b *Buffer) dispatchRecv(o *Op) error {
 	a, l, half := o.d, o.l, o.half
 	R, L, H, N := b.ranks, l.E/b.ranks, l.H, l.N
 	RN := R * N
@@ -407,7 +431,10 @@ func (b *Buffer) dispatchRecv(o *Op) {
 		// le 0 first: senders publish le 0 last and wake on it.
 		for le := 0; le < L; le++ {
 			w := b.word(l.RecvSignal(half) + int64(le*R+src)*4)
-			v := waitWord(w, true, shm, dl)
+			v := waitWord(w, true, shm, dl, &b.stop)
+			if v == 0 && b.stop.Load() {
+				return ErrClosed
+			}
 			if v == 0 {
 				a.Active[src] = 0
 				slog.Warn("ep: dispatch timed out waiting for rank; marking it inactive", "rank", src, "local_expert", le)
@@ -447,4 +474,5 @@ func (b *Buffer) dispatchRecv(o *Op) {
 			si[i] = -1
 		}
 	}
+	return nil
 }

@@ -319,3 +319,43 @@ def update_member(rank: int, world: int, n: int = 8, h: int = 256, e: int = 4) -
         if step == 1:
             buf.update_ep_member()
     print(f"rank {rank}: update_member OK")
+
+
+def pending_receive_at_close(rank: int, world: int, n: int = 8, h: int = 256, e: int = 4) -> None:
+    """Rank 0's receives wait forever for rank 1, which never sends, while the
+    buffer goes away: dropping the last reference to it (then to the pending
+    EventHandle), or destroying it, cancels the receives instead of crashing
+    the process or hanging it."""
+    import gc
+
+    import pytest
+
+    size = Buffer.get_ep_buffer_size_hint(n, h, world, e)
+    x, idx, _ = structured_inputs(rank, n, n, h, e, 2)
+    act = torch.ones(world, dtype=torch.int32)
+
+    buf = Buffer(dist.group.WORLD, size)
+    if rank == 0:
+        _, _, _, event, _ = buf.dispatch(x, idx, act, n, e, -1, use_fp8=False, async_finish=True)
+        del buf  # the pending EventHandle keeps the buffer alive...
+        gc.collect()
+        assert not event.event.query()
+        del event  # ...until it goes too: then the receive is canceled
+        gc.collect()
+    dist.barrier()
+
+    buf = Buffer(dist.group.WORLD, size)
+    if rank == 0:
+        _, _, _, event, _ = buf.dispatch(x, idx, act, n, e, -1, use_fp8=False, async_finish=True)
+        _, _, _, _, hook = buf.dispatch(
+            x, idx, act, n, e, -1, use_fp8=False, return_recv_hook=True
+        )
+        buf.destroy()
+        with pytest.raises(RuntimeError, match="closed"):
+            event.synchronize()
+        with pytest.raises(RuntimeError, match="closed"):
+            hook()
+        with pytest.raises(RuntimeError, match="closed"):
+            buf.dispatch(x, idx, act, n, e, -1, use_fp8=False)
+    dist.barrier()
+    print(f"rank {rank}: pending_receive_at_close OK")

@@ -3,7 +3,6 @@ package transfer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/lifecycle"
 )
 
 // SegmentHandle names a remote segment opened with Engine.OpenSegment.
@@ -29,11 +29,14 @@ type Engine struct {
 	keys metadataKeys
 	meta MetadataStore // nil in P2P mode
 
-	reg     registry
-	ctl     *shmBuffer // control page: registry version for same-host peers
-	rpcLn   net.Listener
-	dataLn  net.Listener
-	closeMu sync.Mutex
+	reg    registry
+	ctl    *shmBuffer // control page: registry version for same-host peers
+	rpcLn  net.Listener
+	dataLn net.Listener
+	rpcSrv *handshakeServer
+	tcpSrv *tcpServer
+	// life admits calls while the engine is open; Close waits for them.
+	life lifecycle.Gate
 	// ctlMu orders uses of the control page (ctl) against Close unmapping
 	// it: a handshake served while the engine closes must not touch it.
 	ctlMu     sync.Mutex
@@ -41,7 +44,6 @@ type Engine struct {
 	// Test-only injected link failures (faultinject.go), by peer name.
 	faultMu     sync.Mutex
 	brokenLinks map[string]bool
-	closed      bool
 
 	segMu    sync.Mutex
 	segs     map[string]*remoteSegment
@@ -115,8 +117,10 @@ func New(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
-	go (&handshakeServer{ln: e.rpcLn, max: handshakeMaxLength(), metadata: e.descriptorJSON, notify: e.queueNotify}).serve()
-	go (&tcpServer{ln: e.dataLn, reg: &e.reg, timeout: cfg.TransferTimeout}).serve()
+	e.rpcSrv = &handshakeServer{ln: e.rpcLn, max: handshakeMaxLength(), metadata: e.descriptorJSON, notify: e.queueNotify}
+	e.tcpSrv = &tcpServer{ln: e.dataLn, reg: &e.reg, timeout: cfg.TransferTimeout}
+	go e.rpcSrv.serve()
+	go e.tcpSrv.serve()
 	if !e.p2p {
 		rpc, _ := json.Marshal(RPCMeta{Host: host, RPCPort: e.RPCPort()})
 		if err := e.metaPut(e.keys.rpcMeta(e.name), rpc); err != nil {
@@ -171,17 +175,41 @@ func (e *Engine) handshakeTimeout() time.Duration {
 // Timeout is the per-transfer timeout in force.
 func (e *Engine) Timeout() time.Duration { return e.cfg.TransferTimeout }
 
-// Close stops the listeners, withdraws the published metadata, and frees
-// the engine's managed buffers. Transfers still queued are canceled.
+// Close shuts the engine down: open → closing → closed. From the moment it
+// starts, every call that would start work fails with ErrClosed. It stops
+// serving peers at once (listeners and every accepted connection are
+// closed, so a peer's request in flight fails and later ones cannot reach
+// this engine), waits for the calls already running, cancels queued and
+// in-flight transfers (their tasks end FAILED or CANCELED), withdraws the
+// published metadata, and unregisters all memory, user-registered and
+// managed, after the transfers using it have ended; only then are managed
+// buffers freed. Concurrent and later calls wait for the first to finish.
 func (e *Engine) Close() error {
-	e.closeMu.Lock()
-	if e.closed {
-		e.closeMu.Unlock()
-		return nil
-	}
-	e.closed = true
-	e.closeMu.Unlock()
+	e.life.Close(e.stopServing, e.release)
+	return nil
+}
+
+// stopServing cuts peers off: no new connection, and none that was
+// accepted stays open.
+func (e *Engine) stopServing() {
 	e.closeListeners()
+	if e.rpcSrv != nil {
+		e.rpcSrv.conns.closeAll()
+	}
+	if e.tcpSrv != nil {
+		e.tcpSrv.conns.closeAll()
+	}
+}
+
+// release frees what the engine holds once no call runs any more.
+func (e *Engine) release() {
+	e.segMu.Lock()
+	segs := e.segs
+	e.segs, e.segByID = map[string]*remoteSegment{}, map[SegmentHandle]*remoteSegment{}
+	e.segMu.Unlock()
+	for _, s := range segs {
+		s.close() // cancels queued slices and cuts those in flight
+	}
 	if e.meta != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		e.meta.Delete(ctx, e.keys.segment(e.name))
@@ -189,16 +217,10 @@ func (e *Engine) Close() error {
 		cancel()
 		e.meta.Close()
 	}
-	e.segMu.Lock()
-	for _, s := range e.segs {
-		s.close()
-	}
-	e.segs, e.segByID = map[string]*remoteSegment{}, map[SegmentHandle]*remoteSegment{}
-	e.segMu.Unlock()
 	e.bumpVersion()
 	for _, r := range e.reg.snapshot() {
-		if r.shm != nil {
-			e.reg.remove(r.addr)
+		// remove waits for the transfers using the region.
+		if _, err := e.reg.remove(r.addr); err == nil && r.shm != nil {
 			r.shm.close()
 		}
 	}
@@ -208,8 +230,29 @@ func (e *Engine) Close() error {
 		e.ctl.close()
 		e.ctlMu.Unlock()
 	}
+}
+
+// enter admits one call that starts work, or returns ErrClosed (wrapped,
+// code CodeContext) naming what was refused. A nil error must be paired
+// with e.life.Exit.
+func (e *Engine) enter(what string) error {
+	if !e.life.Enter() {
+		return closedError(what)
+	}
 	return nil
 }
+
+// refuseClosed is enter for calls that touch no local memory (handshakes
+// with a peer): they are refused once Close has begun, and Close does not
+// wait for them.
+func (e *Engine) refuseClosed(what string) error {
+	if e.life.Closing() {
+		return closedError(what)
+	}
+	return nil
+}
+
+func closedError(what string) error { return errorf(CodeContext, ErrClosed, "%s", what) }
 
 func (e *Engine) closeListeners() {
 	if e.rpcLn != nil {
@@ -287,6 +330,10 @@ func (e *Engine) RegisterLocalMemory(addr uintptr, length uint64, location strin
 // BatchRegisterLocalMemory registers several buffers and publishes once.
 // On error nothing stays registered.
 func (e *Engine) BatchRegisterLocalMemory(addrs []uintptr, lengths []uint64, location string) error {
+	if err := e.enter("register memory"); err != nil {
+		return err
+	}
+	defer e.life.Exit()
 	if len(addrs) != len(lengths) {
 		return errorf(CodeInvalidArgument, nil, "%d addresses, %d lengths", len(addrs), len(lengths))
 	}
@@ -309,6 +356,10 @@ func (e *Engine) BatchRegisterLocalMemory(addrs []uintptr, lengths []uint64, loc
 // and peers cannot reach it, so it is cheap enough to do per operation.
 // Release it with UnregisterLocalMemory.
 func (e *Engine) RegisterLocalOnly(addr uintptr, length uint64) error {
+	if err := e.enter("register memory"); err != nil {
+		return err
+	}
+	defer e.life.Exit()
 	return e.reg.add(&region{addr: addr, length: length, location: "local", localOnly: true})
 }
 
@@ -327,6 +378,10 @@ func (e *Engine) UnregisterLocalMemory(addr uintptr) error {
 // BatchUnregisterLocalMemory withdraws several buffers and publishes once.
 // It unregisters every listed buffer it can and reports the first error.
 func (e *Engine) BatchUnregisterLocalMemory(addrs []uintptr) error {
+	if err := e.enter("unregister memory"); err != nil {
+		return err
+	}
+	defer e.life.Exit()
 	var first error
 	published := false
 	for _, a := range addrs {
@@ -376,6 +431,10 @@ func (e *Engine) AllocateManagedBuffer(length uint64) (uintptr, error) {
 // buffer is length rounded up to whole pages; with too few huge pages
 // reserved it fails with HugePageShortage's error.
 func (e *Engine) AllocateManagedBufferPages(length, hugePage uint64) (uintptr, error) {
+	if err := e.enter("allocate managed buffer"); err != nil {
+		return 0, err
+	}
+	defer e.life.Exit()
 	if length == 0 {
 		return 0, errorf(CodeInvalidArgument, nil, "zero-length buffer")
 	}
@@ -426,6 +485,9 @@ func (e *Engine) GetNotifies() []Notify {
 
 // SendNotify delivers n to the segment named target.
 func (e *Engine) SendNotify(target string, n Notify) error {
+	if err := e.refuseClosed("send notify"); err != nil {
+		return err
+	}
 	s, err := e.openSegment(target)
 	if err != nil {
 		return err
@@ -437,6 +499,9 @@ func (e *Engine) SendNotify(target string, n Notify) error {
 
 // Probe checks that the segment named target answers its handshake port.
 func (e *Engine) Probe(target string) error {
+	if err := e.refuseClosed("probe"); err != nil {
+		return err
+	}
 	if err := e.linkBroken(target); err != nil {
 		return err
 	}
@@ -455,12 +520,13 @@ func (e *Engine) Probe(target string) error {
 	return nil
 }
 
-// errClosed is returned by calls on a closed engine.
-var errClosed = errors.New("transfer: engine closed")
-
 // WriteLocal copies src into this engine's registered memory at addr. It
 // fails, touching nothing, unless the whole range is registered.
 func (e *Engine) WriteLocal(addr uintptr, src []byte) error {
+	if err := e.enter("write local memory"); err != nil {
+		return err
+	}
+	defer e.life.Exit()
 	r := e.reg.acquire(addr, uint64(len(src)))
 	if r == nil {
 		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(src))
@@ -473,6 +539,10 @@ func (e *Engine) WriteLocal(addr uintptr, src []byte) error {
 // ReadLocal copies len(dst) bytes of this engine's registered memory at addr
 // into dst, failing unless the whole range is registered.
 func (e *Engine) ReadLocal(addr uintptr, dst []byte) error {
+	if err := e.enter("read local memory"); err != nil {
+		return err
+	}
+	defer e.life.Exit()
 	r := e.reg.acquire(addr, uint64(len(dst)))
 	if r == nil {
 		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(dst))

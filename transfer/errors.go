@@ -82,6 +82,11 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Msg == "" && t.Err == nil && t.Code == e.Code
 }
 
+// ErrClosed is the cause of every error returned by a call that would
+// start work on an engine that is closing or closed; such errors carry
+// CodeContext. Test with errors.Is(err, ErrClosed).
+var ErrClosed = errors.New("transfer: engine closed")
+
 func errorf(code Code, cause error, format string, args ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), Err: cause}
 }

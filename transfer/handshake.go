@@ -92,20 +92,12 @@ type handshakeServer struct {
 	max      uint64
 	metadata func() ([]byte, error) // the local segment descriptor
 	notify   func(Notify)           // queue a received notification
+	conns    connSet                // accepted connections, cut by Engine.Close
 }
 
-func (s *handshakeServer) serve() {
-	for {
-		conn, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		go s.serveConn(conn)
-	}
-}
+func (s *handshakeServer) serve() { serveAccepted(s.ln, &s.conns, s.serveConn) }
 
 func (s *handshakeServer) serveConn(conn net.Conn) {
-	defer conn.Close()
 	for {
 		conn.SetReadDeadline(time.Now().Add(time.Minute))
 		typ, payload, err := readFrame(conn, s.max)

@@ -63,10 +63,12 @@ func ParseMetadataConn(s string) (MetadataConn, error) {
 }
 
 // metadataKeys builds the upstream key layout, with the optional
-// MC_METADATA_CLUSTER_ID prefix.
+// MC_METADATA_CLUSTER_ID prefix. It is the one definition of the layout:
+// other packages (the master's cleanup of an expired client) use it through
+// SegmentMetadataKey and RPCMetaKey.
 type metadataKeys struct{ prefix string }
 
-func newMetadataKeys() metadataKeys { return keysOfCluster(envvars.MetadataClusterID.Value()) }
+func newMetadataKeys() metadataKeys { return keysOfCluster(ClusterID()) }
 
 // keysOfCluster is the key layout of cluster id ("" for none).
 func keysOfCluster(id string) metadataKeys {
@@ -87,6 +89,15 @@ func (k metadataKeys) segment(name string) string {
 }
 
 func (k metadataKeys) rpcMeta(name string) string { return k.prefix + "rpc_meta/" + name }
+
+// RPCMetaKey is the metadata key of segment name's handshake address when
+// MC_METADATA_CLUSTER_ID is clusterID ("" for unset):
+// "mooncake/[<clusterID>/]rpc_meta/<name>".
+func RPCMetaKey(clusterID, name string) string { return keysOfCluster(clusterID).rpcMeta(name) }
+
+// ClusterID is this process's MC_METADATA_CLUSTER_ID ("" when unset), the
+// clusterID its engines publish under.
+func ClusterID() string { return envvars.MetadataClusterID.Value() }
 
 // openMetadataStore connects the store for a non-P2P connection.
 func openMetadataStore(c MetadataConn) (MetadataStore, error) {

@@ -12,6 +12,10 @@ func (e *Engine) Republish() error {
 	if e.meta == nil {
 		return nil
 	}
+	if err := e.enter("republish"); err != nil {
+		return err
+	}
+	defer e.life.Exit()
 	rpc, _ := json.Marshal(RPCMeta{Host: e.host, RPCPort: e.RPCPort()})
 	if err := e.metaPut(e.keys.rpcMeta(e.name), rpc); err != nil {
 		return err

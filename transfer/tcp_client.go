@@ -35,6 +35,9 @@ type tcpPeer struct {
 	// close, so nothing is queued after the lanes have drained.
 	gate     sync.RWMutex
 	isClosed bool
+	// conns are the lanes' connections: close cuts them, so a slice in
+	// the middle of a request ends at once instead of at its deadline.
+	conns connSet
 }
 
 func newTCPPeer(addr string, lanes int, onFailure func()) *tcpPeer {
@@ -82,13 +85,15 @@ func (p *tcpPeer) growLanes(n int) {
 	}
 }
 
-// close stops the lanes; queued slices are canceled.
+// close stops the lanes and cuts their connections: queued slices are
+// canceled, a slice in flight fails.
 func (p *tcpPeer) close() {
 	p.gate.Lock()
 	defer p.gate.Unlock()
 	if !p.isClosed {
 		p.isClosed = true
 		close(p.closed)
+		p.conns.closeAll()
 	}
 }
 
@@ -97,7 +102,7 @@ func (p *tcpPeer) lane() {
 	var c *tcpConn
 	defer func() {
 		if c != nil {
-			c.Close()
+			p.conns.remove(c.Conn)
 		}
 	}()
 	for {
@@ -117,12 +122,16 @@ func (p *tcpPeer) lane() {
 					s.t.finishSlice(failureStatus(err), 0)
 					continue
 				}
+				if !p.conns.add(conn) {
+					s.t.finishSlice(StatusCanceled, 0)
+					continue
+				}
 				conn.(*net.TCPConn).SetNoDelay(true)
 				c = &tcpConn{Conn: conn, r: bufio.NewReaderSize(conn, frameReadBuffer)}
 			}
 			st := c.do(s)
 			if st != StatusCompleted && st != statusRejectedKeep {
-				c.Close()
+				p.conns.remove(c.Conn)
 				c = nil
 				p.onFailure()
 			}

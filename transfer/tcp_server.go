@@ -16,23 +16,17 @@ type tcpServer struct {
 	ln      net.Listener
 	reg     *registry
 	timeout time.Duration // bounds the data phase of one request
+	conns   connSet       // accepted connections, cut by Engine.Close
 }
 
-func (s *tcpServer) serve() {
-	for {
-		conn, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.SetNoDelay(true)
-		}
-		go s.serveConn(conn)
-	}
-}
+func (s *tcpServer) serve() { serveAccepted(s.ln, &s.conns, s.serveConn) }
 
+// serveConn serves one peer's requests until it hangs up, sends garbage,
+// or the engine closes the connection.
 func (s *tcpServer) serveConn(conn net.Conn) {
-	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
 	r := bufio.NewReaderSize(conn, frameReadBuffer)
 	var hb [tcpHeaderSize]byte
 	for {

@@ -6,6 +6,9 @@ import (
 
 // AllocateBatch creates a batch that can hold capacity tasks.
 func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
+	if err := e.refuseClosed("allocate batch"); err != nil {
+		return 0, err
+	}
 	if capacity <= 0 {
 		return 0, errorf(CodeInvalidArgument, nil, "batch capacity %d", capacity)
 	}
@@ -45,9 +48,10 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // first (known segment, registered local memory, valid opcode); if any is
 // invalid nothing is submitted. Zero-length requests complete at once.
 func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
-	if e.isClosed() {
-		return errorf(CodeContext, errClosed, "submit")
+	if err := e.enter("submit"); err != nil {
+		return err
 	}
+	defer e.life.Exit()
 	b, err := e.batch(id)
 	if err != nil {
 		return err
@@ -229,6 +233,9 @@ func (e *Engine) WaitBatch(id BatchID) (TransferStatus, error) {
 // TransferSync runs reqs as one batch against the segment named target and
 // waits for it. It returns nil only when every request completed.
 func (e *Engine) TransferSync(target string, reqs []Request) error {
+	if err := e.refuseClosed("transfer"); err != nil {
+		return err
+	}
 	if len(reqs) == 0 {
 		return errorf(CodeInvalidArgument, nil, "no requests")
 	}
@@ -260,10 +267,4 @@ func statusCode(s Status) Code {
 		return CodeContext
 	}
 	return CodeSocket
-}
-
-func (e *Engine) isClosed() bool {
-	e.closeMu.Lock()
-	defer e.closeMu.Unlock()
-	return e.closed
 }

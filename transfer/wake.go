@@ -72,6 +72,10 @@ func futexWake(addr uintptr) {
 // transfers (TCP): use SubmitTransfer. This is the engine's zero-copy path
 // for callers that produce data straight into a peer's buffer.
 func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem []byte)) (bool, error) {
+	if err := e.enter("access remote memory"); err != nil {
+		return false, err
+	}
+	defer e.life.Exit()
 	s, err := e.segment(h)
 	if err != nil {
 		return false, err

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/lifecycle"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
@@ -55,9 +56,11 @@ type Client struct {
 	tasks    runningTasks         // copy/move tasks being executed
 
 	lastPingOK atomic.Bool
-	closed     atomic.Bool
-	stop       chan struct{}
-	wg         sync.WaitGroup
+	// life admits every call while the client is open; Close releases the
+	// memory only after the calls it admitted have returned.
+	life lifecycle.Gate
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 // New sets a client up: it starts (or shares) a Transfer Engine, allocates
@@ -150,13 +153,22 @@ func mapLocalBuffer(size, hugePage uint64) ([]byte, error) {
 	return buf, err
 }
 
-// Close unmounts the client's segments and releases everything. Objects
-// whose only replicas lived here disappear. Safe to call twice.
+// Close shuts the client down (open → closing → closed): calls made from
+// then on fail (InvalidParams, as upstream's calls on a closed client),
+// calls already running finish (each is bounded by its RPC and transfer
+// deadlines), then the client unmounts its segments and releases
+// everything, the engine too when it started it. Objects whose only
+// replicas lived here disappear. Safe to call twice, and concurrently.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
-		return nil
-	}
-	close(c.stop)
+	c.life.Close(func() { close(c.stop) }, c.release)
+	return nil
+}
+
+// errClientClosed is what calls on a closing or closed client return.
+var errClientClosed = fmt.Errorf("%w: the store client is closed", kvstore.InvalidParams)
+
+// release frees what the client holds once no call runs any more.
+func (c *Client) release() {
 	c.wg.Wait()
 	c.segMu.Lock()
 	defer c.segMu.Unlock()
@@ -178,14 +190,13 @@ func (c *Client) Close() error {
 	if c.ownsTE {
 		c.engine.Close()
 	}
-	return nil
 }
 
 // Health is upstream's health_check: 0 healthy, 1 closed, 2 master
 // unreachable (the last heartbeat failed).
 func (c *Client) Health() int {
 	switch {
-	case c.closed.Load():
+	case c.life.Closing():
 		return NotInitialized
 	case !c.lastPingOK.Load():
 		return MasterUnreachable

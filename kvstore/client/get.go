@@ -27,11 +27,7 @@ func (c *Client) GetInto(key string, parts []Part, zeroCopy bool) GetResult {
 // BatchGetInto reads several objects with one master round trip.
 func (c *Client) BatchGetInto(keys []string, parts [][]Part, zeroCopy bool) []GetResult {
 	if len(parts) != len(keys) {
-		out := make([]GetResult, len(keys))
-		for i := range out {
-			out[i].Err = kvstore.InvalidParams
-		}
-		return out
+		return fillErr(make([]GetResult, len(keys)), kvstore.InvalidParams)
 	}
 	return c.batchGet(keys, func(i int, _ string, _ uint64) ([]Part, error) {
 		if !validParts(parts[i]) {
@@ -49,6 +45,10 @@ func (c *Client) BatchGet(keys []string, alloc Allocator) []GetResult {
 
 func (c *Client) batchGet(keys []string, dest func(i int, key string, n uint64) ([]Part, error), zeroCopy bool) []GetResult {
 	out := make([]GetResult, len(keys))
+	if !c.life.Enter() {
+		return fillErr(out, kvstore.InvalidParams)
+	}
+	defer c.life.Exit()
 	lists, queried := c.replicaLists(keys)
 	parallel(len(keys), func(i int) error {
 		out[i] = c.readObject(keys[i], lists[i], queried, func(n uint64) ([]Part, error) { return dest(i, keys[i], n) }, zeroCopy)
@@ -69,12 +69,13 @@ func (c *Client) ReplicaLists(keys []string) []*pb.GetReplicaListResponse {
 func (c *Client) replicaLists(keys []string) ([]*pb.GetReplicaListResponse, time.Time) {
 	lists := make([]*pb.GetReplicaListResponse, len(keys))
 	queried := time.Now()
-	if c.closed.Load() {
+	if !c.life.Enter() {
 		for i := range lists {
 			lists[i] = &pb.GetReplicaListResponse{ErrorCode: int32(kvstore.InvalidParams)}
 		}
 		return lists, queried
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().BatchGetReplicaList(ctx, &pb.BatchKeyRequest{Keys: keys})
@@ -196,6 +197,10 @@ type Range struct {
 // read or an error; a range past the object's end is InvalidParams.
 func (c *Client) GetRanges(ranges []Range) []GetResult {
 	out := make([]GetResult, len(ranges))
+	if !c.life.Enter() {
+		return fillErr(out, kvstore.InvalidParams)
+	}
+	defer c.life.Exit()
 	var keys []string
 	at := map[string]int{}
 	for _, r := range ranges {
@@ -237,5 +242,13 @@ func (c *Client) GetRanges(ranges []Range) []GetResult {
 		}
 		return nil
 	})
+	return out
+}
+
+// fillErr sets every result's error to err.
+func fillErr(out []GetResult, err error) []GetResult {
+	for i := range out {
+		out[i].Err = err
+	}
 	return out
 }

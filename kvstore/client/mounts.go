@@ -44,6 +44,10 @@ func segmentProtocol(protocol string) error {
 // location is the placement hint of the registered memory ("" = "*").
 // It returns the new segment's id; on failure nothing stays mapped.
 func (c *Client) MountFile(path string, size, offset uint64, protocol, location string) ([]string, error) {
+	if !c.life.Enter() {
+		return nil, errClientClosed
+	}
+	defer c.life.Exit()
 	if err := segmentProtocol(protocol); err != nil {
 		return nil, err
 	}
@@ -85,6 +89,10 @@ func (c *Client) MountFile(path string, size, offset uint64, protocol, location 
 // allocated size. location must be "", "*" or "cpu": the memory is not
 // bound to a NUMA node.
 func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]string, uint64, error) {
+	if !c.life.Enter() {
+		return nil, 0, errClientClosed
+	}
+	defer c.life.Exit()
 	if err := segmentProtocol(protocol); err != nil {
 		return nil, 0, err
 	}
@@ -136,6 +144,10 @@ func (c *Client) mountSegment(m *mount, base, size uint64) (string, error) {
 // Unmount with no grace period unmounts a draining segment at once;
 // another grace period for it is INVALID_PARAMS.
 func (c *Client) Unmount(ids []string, graceSeconds int64, allocated bool) error {
+	if !c.life.Enter() {
+		return errClientClosed
+	}
+	defer c.life.Exit()
 	switch {
 	case graceSeconds < 0:
 		return fmt.Errorf("%w: grace_period_seconds=%d is negative", kvstore.InvalidParams, graceSeconds)
@@ -172,7 +184,11 @@ func (c *Client) drainThenUnmount(id string, allocated bool, grace time.Duration
 		return err
 	}
 	m.grace = time.AfterFunc(grace, func() {
-		if err := c.unmountOne(id, allocated); err != nil && !c.closed.Load() {
+		if !c.life.Enter() {
+			return // closing: Close unmounts every segment
+		}
+		defer c.life.Exit()
+		if err := c.unmountOne(id, allocated); err != nil {
 			slog.Warn("store client: unmount after the grace period failed", "segment", id, "err", err)
 		}
 	})
@@ -265,6 +281,10 @@ func (c *Client) LocalBuffer() (uintptr, uint64) { return c.arena.base, c.arena.
 // memory is registered already, so zero-copy puts and gets from it need
 // no registration. Return it with LocalFree.
 func (c *Client) LocalAlloc(size, align uint64) (uintptr, bool) {
+	if !c.life.Enter() {
+		return 0, false
+	}
+	defer c.life.Exit()
 	return c.arena.tryAlloc(size, max(align, stageAlign))
 }
 

@@ -9,9 +9,10 @@ import (
 // negative ErrorCode. Like upstream, it grants read leases.
 func (c *Client) BatchExist(keys []string) []int {
 	out := make([]int, len(keys))
-	if c.closed.Load() {
+	if !c.life.Enter() {
 		return fillInt(out, int(kvstore.InvalidParams))
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().BatchExistKey(ctx, &pb.BatchKeyRequest{Keys: keys})
@@ -44,9 +45,10 @@ func (c *Client) Size(key string) (uint64, error) {
 // BatchRemove removes keys; leased objects need force.
 func (c *Client) BatchRemove(keys []string, force bool) []int {
 	out := make([]int, len(keys))
-	if c.closed.Load() {
+	if !c.life.Enter() {
 		return fillInt(out, int(kvstore.InvalidParams))
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().BatchRemove(ctx, &pb.BatchRemoveRequest{Keys: keys, Force: force})
@@ -62,9 +64,10 @@ func (c *Client) BatchRemove(keys []string, force bool) []int {
 
 // RemoveByRegex removes every key matching pattern and returns how many.
 func (c *Client) RemoveByRegex(pattern string, force bool) (int64, error) {
-	if c.closed.Load() {
+	if !c.life.Enter() {
 		return 0, kvstore.InvalidParams
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().RemoveByRegex(ctx, &pb.RemoveByRegexRequest{Pattern: pattern, Force: force})
@@ -76,9 +79,10 @@ func (c *Client) RemoveByRegex(pattern string, force bool) (int64, error) {
 
 // RemoveAll removes every removable object and returns how many.
 func (c *Client) RemoveAll(force bool) (int64, error) {
-	if c.closed.Load() {
+	if !c.life.Enter() {
 		return 0, kvstore.InvalidParams
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().RemoveAll(ctx, &pb.RemoveAllRequest{Force: force})
@@ -90,6 +94,10 @@ func (c *Client) RemoveAll(force bool) (int64, error) {
 
 // RegisterBuffer registers caller memory for zero-copy transfers.
 func (c *Client) RegisterBuffer(addr uintptr, size uint64) error {
+	if !c.life.Enter() {
+		return kvstore.InvalidParams
+	}
+	defer c.life.Exit()
 	if err := c.engine.RegisterLocalOnly(addr, size); err != nil {
 		return kvstore.InvalidParams
 	}
@@ -98,6 +106,10 @@ func (c *Client) RegisterBuffer(addr uintptr, size uint64) error {
 
 // UnregisterBuffer withdraws memory from RegisterBuffer.
 func (c *Client) UnregisterBuffer(addr uintptr) error {
+	if !c.life.Enter() {
+		return kvstore.InvalidParams
+	}
+	defer c.life.Exit()
 	if err := c.engine.UnregisterLocalMemory(addr); err != nil {
 		return kvstore.InvalidParams
 	}

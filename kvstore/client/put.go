@@ -24,9 +24,10 @@ func (c *Client) Put(key string, parts []Part, cfg ReplicateConfig, opt PutOptio
 // The result for each key is nil or an error carrying its ErrorCode.
 func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, opt PutOptions) []error {
 	errs := make([]error, len(keys))
-	if c.closed.Load() {
+	if !c.life.Enter() {
 		return fill(errs, kvstore.InvalidParams)
 	}
+	defer c.life.Exit()
 	if len(parts) != len(keys) {
 		return fill(errs, kvstore.InvalidParams)
 	}

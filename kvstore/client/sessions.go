@@ -120,6 +120,10 @@ func (t *sessions) setPut(key string, s *putSession) {
 // replica is complete. A key's earlier session is replaced.
 func (c *Client) GetSessionStart(keys []string) []error {
 	out := make([]error, len(keys))
+	if !c.life.Enter() {
+		return fill(out, errClientClosed)
+	}
+	defer c.life.Exit()
 	lists, queried := c.replicaLists(keys)
 	for i, key := range keys {
 		l := lists[i]
@@ -159,6 +163,10 @@ func validSpans(spans []Span, size uint64) bool {
 // (the lease ran out before or during the read: the session is dropped),
 // TRANSFER_FAIL (no replica could be read).
 func (c *Client) GetSessionRanges(keys []string, spans [][]Span) []GetResult {
+	if !c.life.Enter() {
+		return fillErr(make([]GetResult, len(keys)), errClientClosed)
+	}
+	defer c.life.Exit()
 	return perKey(keys, spans, c.readSpans)
 }
 
@@ -225,7 +233,11 @@ func (c *Client) GetSessionEnd(keys []string) {
 // (OBJECT_ALREADY_EXISTS, NO_AVAILABLE_HANDLE, ...).
 func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateConfig) []error {
 	errs := make([]error, len(keys))
-	if c.closed.Load() || len(sizes) != len(keys) || (cfg.GroupIDs != nil && len(cfg.GroupIDs) != len(keys)) {
+	if !c.life.Enter() {
+		return fill(errs, errClientClosed)
+	}
+	defer c.life.Exit()
+	if len(sizes) != len(keys) || (cfg.GroupIDs != nil && len(cfg.GroupIDs) != len(keys)) {
 		return fill(errs, kvstore.InvalidParams)
 	}
 	pcfg := cfg.proto(c.hostID)
@@ -273,6 +285,10 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateCon
 // INVALID_PARAMS (no session, a span outside the object) or the transfer's
 // error; a failed write makes PutSessionEnd revoke the object.
 func (c *Client) PutSessionRanges(keys []string, spans [][]Span) []GetResult {
+	if !c.life.Enter() {
+		return fillErr(make([]GetResult, len(keys)), errClientClosed)
+	}
+	defer c.life.Exit()
 	return perKey(keys, spans, c.writeSpans)
 }
 
@@ -311,6 +327,10 @@ func spansSize(spans []Span) uint64 {
 // revoked instead and reports that failure; a key without a session is
 // INVALID_PARAMS.
 func (c *Client) PutSessionEnd(keys []string) []error {
+	if !c.life.Enter() {
+		return fill(make([]error, len(keys)), errClientClosed)
+	}
+	defer c.life.Exit()
 	errs, held := c.closePuts(keys)
 	var ends []*pb.PutEndRequest
 	var idx []int
@@ -362,6 +382,10 @@ func (c *Client) closePuts(keys []string) ([]error, []*putSession) {
 // write (PutRevoke): the reserved replicas are freed. A key without a
 // session is INVALID_PARAMS.
 func (c *Client) PutSessionRevoke(keys []string) []error {
+	if !c.life.Enter() {
+		return fill(make([]error, len(keys)), errClientClosed)
+	}
+	defer c.life.Exit()
 	errs, held := c.closePuts(keys)
 	var revokes []string
 	var idx []int

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -15,9 +14,10 @@ type TaskID struct{ Hi, Lo uint64 }
 // CreateCopyTask asks the master to copy key to the segments named in
 // targets; the client holding the source replica does the copy.
 func (c *Client) CreateCopyTask(key string, targets []string) (TaskID, error) {
-	if c.closed.Load() {
-		return TaskID{}, kvstore.InvalidParams
+	if !c.life.Enter() {
+		return TaskID{}, errClientClosed
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().CreateCopyTask(ctx, &pb.CreateCopyTaskRequest{Key: key, Targets: targets})
@@ -30,9 +30,10 @@ func (c *Client) CreateCopyTask(key string, targets []string) (TaskID, error) {
 // CreateMoveTask asks the master to move key's replica on segment source
 // to segment target.
 func (c *Client) CreateMoveTask(key, source, target string) (TaskID, error) {
-	if c.closed.Load() {
-		return TaskID{}, kvstore.InvalidParams
+	if !c.life.Enter() {
+		return TaskID{}, errClientClosed
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().CreateMoveTask(ctx, &pb.CreateMoveTaskRequest{Key: key, Source: source, Target: target})
@@ -44,9 +45,10 @@ func (c *Client) CreateMoveTask(key, source, target string) (TaskID, error) {
 
 // QueryTask returns the master's view of a task.
 func (c *Client) QueryTask(id TaskID) (*pb.QueryTaskResponse, error) {
-	if c.closed.Load() {
-		return nil, kvstore.InvalidParams
+	if !c.life.Enter() {
+		return nil, errClientClosed
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().QueryTask(ctx, &pb.QueryTaskRequest{Id: &pb.TaskId{Hi: id.Hi, Lo: id.Lo}})
@@ -59,9 +61,10 @@ func (c *Client) QueryTask(id TaskID) (*pb.QueryTaskResponse, error) {
 // BatchReplicaClear clears this client's objects among keys (only their
 // replicas on segment, when it is not "") and returns which were cleared.
 func (c *Client) BatchReplicaClear(keys []string, segment string) ([]bool, error) {
-	if c.closed.Load() {
-		return nil, kvstore.InvalidParams
+	if !c.life.Enter() {
+		return nil, errClientClosed
 	}
+	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().BatchReplicaClear(ctx, &pb.BatchReplicaClearRequest{ClientId: c.id, Keys: keys, SegmentName: segment})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+	"github.com/mooncake-go/mooncake/transfer"
 )
 
 // MetadataDeleter is the part of the HTTP metadata store (metaserver.Server)
@@ -39,8 +40,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metadata, when set with CleanupMetadataOnTimeout, has the
 	// mooncake/ram/<segment> and mooncake/rpc_meta/<segment> keys of an
-	// expired client's segments deleted
-	// (--enable_metadata_cleanup_on_timeout).
+	// expired client's segments deleted (--enable_metadata_cleanup_on_timeout),
+	// with the MC_METADATA_CLUSTER_ID prefix the engines use
+	// (transfer.SegmentMetadataKey).
 	Metadata                 MetadataDeleter
 	CleanupMetadataOnTimeout bool
 	// Standby makes the server start refusing RPCs (gRPC Unavailable)
@@ -247,8 +249,8 @@ func (s *Server) clientLoop() {
 			s.log.Warn("client expired; segment unmounted", "client_id", e.ClientID,
 				"segment_id", e.Segment.ID, "segment_name", e.Segment.Name)
 			if s.opts.CleanupMetadataOnTimeout && s.opts.Metadata != nil {
-				s.opts.Metadata.Delete("mooncake/ram/" + e.Segment.Name)
-				s.opts.Metadata.Delete("mooncake/rpc_meta/" + e.Segment.Name)
+				s.opts.Metadata.Delete(transfer.SegmentMetadataKey(transfer.ClusterID(), e.Segment.Name))
+				s.opts.Metadata.Delete(transfer.RPCMetaKey(transfer.ClusterID(), e.Segment.Name))
 			}
 		}
 	}

@@ -173,14 +173,19 @@ func TestServerBatchOps(t *testing.T) {
 	}
 }
 
-func TestServerPingRemountAndExpiry(t *testing.T) {
-	md := metaserver.New()
-	srv := newTestServer(t, func(o *Options) {
+// newExpiringServer is a server whose silent clients expire after 300 ms
+// and have their metadata deleted from md.
+func newExpiringServer(t *testing.T, md *metaserver.Server) *Server {
+	return newTestServer(t, func(o *Options) {
 		o.Config.ClientTTL = 300 * time.Millisecond
 		o.Metadata = md
 		o.CleanupMetadataOnTimeout = true
 	})
-	cl := startBufconn(t, srv)
+}
+
+func TestServerPingRemountAndExpiry(t *testing.T) {
+	md := metaserver.New()
+	cl := startBufconn(t, newExpiringServer(t, md))
 	c := ctx(t)
 	cl.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "dead", Segment: seg("d", 1<<20)})
 	p, _ := cl.Ping(c, &masterpb.PingRequest{ClientId: "live"})

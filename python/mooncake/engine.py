@@ -128,7 +128,12 @@ class TransferEngine:
                 pass
 
     def close(self) -> None:
-        """Stop the engine now (also done when it is garbage-collected)."""
+        """Release this object's engine (also done when it is garbage-collected).
+
+        The engine stops at once unless a store (``setup(engine=...)``) or the
+        collectives backend (``pg.set_transfer_engine``) still uses it; it then
+        stops when they let go. Either way this object is unusable afterwards.
+        """
         self.__del__()
 
     # -- set-up -----------------------------------------------------------

@@ -154,22 +154,53 @@ def _cpu_contig(t: torch.Tensor, name: str, dtype: torch.dtype, dim: int) -> Non
     _need(t.is_contiguous(), ValueError, f"{name} must be contiguous")
 
 
-class EventHandle:
+class _PendingOp:
+    """A receive the Go side still runs or awaits, and what it must keep alive.
+
+    It holds its ``Buffer`` (so the buffer, and the memory the receive reads,
+    outlive it) and the call's tensors (which the receive writes). Dropped
+    while still pending, it hands both to the buffer, which keeps them until
+    the receive has finished or ``destroy`` has canceled it: dropping the last
+    reference to anything never frees memory that Go still touches.
+    """
+
+    def __init__(self, op: int, buffer: Buffer, keep: tuple) -> None:
+        self._op = op
+        self._buffer: Buffer | None = buffer
+        self._keep: tuple | None = keep
+
+    def _wait(self) -> None:
+        """Complete the receive (run it, or wait for it) and release what it held."""
+        if not self._op:
+            return
+        op, self._op = self._op, 0
+        err = ctypes.c_void_p()
+        rc = _lib_ep().mc_ep_op_wait(op, ctypes.byref(err))
+        if rc != 0 and _lib_ep().mc_ep_op_done(op) == 0:
+            self._op = op  # refused (hooks out of order): still pending
+            _check(rc, err)
+        self._buffer, self._keep = None, None
+        _check(rc, err)
+
+    def __del__(self) -> None:
+        op, buffer = getattr(self, "_op", 0), getattr(self, "_buffer", None)
+        if op and buffer is not None:
+            try:
+                buffer._adopt(op, self._keep or ())
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class EventHandle(_PendingOp):
     """Completion of an ``async_finish`` call (upstream's native EventHandle)."""
 
-    def __init__(self, op: int, on_done: Callable[[], None] | None = None) -> None:
-        self._op = op
-        self._on_done = on_done
-
     def synchronize(self) -> None:
-        """Block until the call's receive has finished."""
-        if self._op:
-            op, self._op = self._op, 0
-            err = ctypes.c_void_p()
-            rc = _lib_ep().mc_ep_op_wait(op, ctypes.byref(err))
-            if self._on_done is not None:
-                self._on_done()
-            _check(rc, err)
+        """Block until the call's receive has finished.
+
+        Raises RuntimeError when it failed, e.g. because the buffer was
+        destroyed meanwhile (the receive was canceled).
+        """
+        self._wait()
 
     def current_stream_wait(self, stream_ptr: int | None = None) -> None:
         """CPU tensors have no streams: waits like `synchronize`."""
@@ -179,6 +210,13 @@ class EventHandle:
     def query(self) -> bool:
         """True when the call has finished."""
         return not self._op or bool(_lib_ep().mc_ep_op_done(self._op))
+
+
+class _RecvHook(_PendingOp):
+    """The ``hook`` of a ``return_recv_hook`` call: calling it runs the receive."""
+
+    def __call__(self) -> None:
+        self._wait()  # out-of-order hooks raise and stay pending
 
 
 class EventOverlap:
@@ -237,6 +275,9 @@ class Buffer:
         if not self._h:
             _check(-1 if err.value else -302, err)
         self._pool: dict[tuple, list[torch.Tensor]] = {}
+        # Receives whose handle or hook was dropped while pending, with the
+        # tensors they write (see _PendingOp).
+        self._orphans: list[tuple[int, tuple]] = []
         self.connect()
 
     # ------------------------------------------------------------------ setup
@@ -255,7 +296,7 @@ class Buffer:
     def connect(self, is_update: bool = False) -> None:
         """Exchange segment names and buffer addresses over the group and connect."""
         del is_update
-        me = json.loads(_lib.take_string(_lib_ep().mc_ep_buffer_self(self._h)) or "null")
+        me = json.loads(_lib.take_string(_lib_ep().mc_ep_buffer_self(self._live())) or "null")
         peers: list[Any] = [None] * self.group_size
         dist.all_gather_object(peers, me, group=self.group)
         err = ctypes.c_void_p()
@@ -272,10 +313,38 @@ class Buffer:
         self.connect(True)
 
     def destroy(self) -> None:
-        """Free the EP buffer (the object is unusable afterwards)."""
+        """Free the EP buffer (the object is unusable afterwards).
+
+        Pending receives are canceled first (their ``synchronize()`` or hook
+        then raises RuntimeError); the memory is freed only once nothing
+        uses it.
+        """
         if getattr(self, "_h", 0):
             _lib_ep().mc_ep_buffer_destroy(self._h)
             self._h = 0
+        for op, _ in getattr(self, "_orphans", ()):
+            _lib_ep().mc_ep_op_wait(op, None)  # canceled: frees the handle at once
+        self._orphans = []
+
+    def _live(self) -> int:
+        """The native handle; RuntimeError once the buffer was destroyed."""
+        if not getattr(self, "_h", 0):
+            raise RuntimeError("mooncake ep: the buffer is closed (destroy() was called)")
+        return self._h
+
+    def _adopt(self, op: int, keep: tuple) -> None:
+        """Keep a dropped pending receive's tensors until it has finished."""
+        self._orphans.append((op, keep))
+
+    def _reap(self) -> None:
+        """Release the orphans whose receive has finished."""
+        alive = []
+        for op, keep in self._orphans:
+            if _lib_ep().mc_ep_op_done(op):
+                _lib_ep().mc_ep_op_wait(op, None)
+            else:
+                alive.append((op, keep))
+        self._orphans = alive
 
     def __del__(self) -> None:
         try:
@@ -306,20 +375,11 @@ class Buffer:
     def _finish(
         self, mode: int, op: ctypes.c_uint64, keep: tuple
     ) -> tuple[EventOverlap, Callable[[], None] | None]:
+        self._reap()
         if mode == _MODE_HOOK:
-            state = {"op": op.value, "keep": keep}
-
-            def hook() -> None:
-                o = state.get("op", 0)
-                if o:
-                    err = ctypes.c_void_p()
-                    rc = _lib_ep().mc_ep_op_wait(o, ctypes.byref(err))
-                    _check(rc, err)  # out-of-order hooks raise and stay pending
-                    state.clear()
-
-            return EventOverlap(None), hook
+            return EventOverlap(None), _RecvHook(op.value, self, keep)
         if mode == _MODE_ASYNC:
-            return EventOverlap(EventHandle(op.value), extra_tensors=keep), None
+            return EventOverlap(EventHandle(op.value, self, keep), extra_tensors=keep), None
         return EventOverlap(None), None
 
     def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -393,7 +453,7 @@ class Buffer:
         layout_range = torch.empty((L, R), dtype=torch.int64)
         op, err = _u64(0), ctypes.c_void_p()
         rc = _lib_ep().mc_ep_dispatch(
-            self._h,
+            self._live(),
             mode,
             x.data_ptr(),
             T,
@@ -479,7 +539,7 @@ class Buffer:
         active = self._active_ranks_tensor(active_ranks)
         op, err = _u64(0), ctypes.c_void_p()
         rc = _lib_ep().mc_ep_combine(
-            self._h,
+            self._live(),
             mode,
             x.data_ptr(),
             topk_idx.data_ptr(),

@@ -99,7 +99,27 @@ createMooncakeBackend = _ext.createMooncakeBackend
 createMooncakeCpuBackend = _ext.createMooncakeCpuBackend
 set_host_ip = _ext.set_host_ip
 set_device_filter = _ext.set_device_filter
-set_transfer_engine = _ext.set_transfer_engine
+
+# The engine given to set_transfer_engine: the runtime keeps using it for
+# the rest of the process (the native side retains it too), so the Python
+# object stays alive with it.
+_transfer_engine: Any = None
+
+
+def set_transfer_engine(engine: Any) -> None:
+    """Make the backend use ``engine`` (a started ``TransferEngine``; None: its own).
+
+    Must be called before the first process group. The backend keeps the
+    engine alive until it is replaced or cleared: closing or dropping the
+    ``TransferEngine`` object meanwhile does not stop it. Raises ValueError
+    for an engine that was closed.
+    """
+    global _transfer_engine
+    if engine is not None and not engine.get_engine_ptr():
+        raise ValueError("Mooncake PG: set_transfer_engine was given a closed TransferEngine")
+    _ext.set_transfer_engine(engine)
+    _transfer_engine = engine
+
 set_collective_timeout_us = _ext.set_collective_timeout_us
 set_p2p_timeout_us = _ext.set_p2p_timeout_us
 set_fault_reconciliation_window_us = _ext.set_fault_reconciliation_window_us

@@ -422,6 +422,10 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         self._lib = _native()
         self._handle = self._lib.mc_store_create()
         self._torch: Any = None
+        # The TransferEngine given to setup: kept alive until close (the
+        # native side retains the engine too, so closing the engine object
+        # meanwhile does not stop the store).
+        self._engine: Any = None
 
     def __del__(self) -> None:
         try:
@@ -460,10 +464,15 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         except _SetupError as e:
             _log.error("setup: %s", e)
             return int(e.code)
+        engine_handle = 0
+        if params.engine is not None:
+            engine_handle = int(params.engine.get_engine_ptr())
+            if not engine_handle:
+                _log.error("setup: the engine given was closed")
+                return int(ErrorCode.INVALID_PARAMS)
         if not self._handle:  # closed: start over with a new native handle
             self._handle = self._lib.mc_store_create()
-        engine_handle = params.engine.get_engine_ptr() if params.engine is not None else 0
-        return self._lib.mc_store_setup(
+        rc = self._lib.mc_store_setup(
             self._handle,
             params.local_hostname.encode(),
             params.metadata_server.encode(),
@@ -476,12 +485,16 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             params.tenant_id.encode(),
             params.hugepage_bytes,
         )
+        if rc == 0:
+            self._engine = params.engine
+        return rc
 
     def close(self) -> int:
         """Unmount this client's memory and release it. Idempotent; 0."""
         handle, self._handle = getattr(self, "_handle", 0), 0
         if handle:
             self._lib.mc_store_close(handle)
+        self._engine = None
         return 0
 
     def health_check(self) -> int:
