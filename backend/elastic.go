@@ -91,19 +91,21 @@ func (g *Group) openPeers(v View) error {
 		if i == g.rank || ep.Segment == "" {
 			continue
 		}
-		seg, err := g.engine.OpenSegment(ep.Segment)
+		ref, err := g.engine.OpenSegment(ep.Segment)
 		if err != nil {
 			return fmt.Errorf("open segment of rank %d (%s): %w", i, ep.Segment, err)
 		}
-		g.peers[i].Store(&peer{name: ep.Segment, seg: seg, base: ep.Buffer, gen: ep.Gen})
+		g.peers[i].Store(&peer{name: ep.Segment, ref: ref, seg: ref.Handle(), base: ep.Buffer, gen: ep.Gen})
 	}
 	return nil
 }
 
+// closePeers releases the group's references to its peers' segments
+// (other groups on the engine keep theirs).
 func (g *Group) closePeers() {
 	for i := range g.peers {
 		if p := g.peers[i].Swap(nil); p != nil {
-			g.engine.CloseSegment(p.seg)
+			p.ref.Close()
 		}
 	}
 }
@@ -122,18 +124,19 @@ func (g *Group) followEndpoints(v View) {
 		}
 		np := &peer{name: ep.Segment, base: ep.Buffer, gen: ep.Gen}
 		if old != nil && old.name == ep.Segment {
-			np.seg = old.seg
+			np.ref = old.ref
 		} else {
-			seg, err := g.engine.OpenSegment(ep.Segment)
+			ref, err := g.engine.OpenSegment(ep.Segment)
 			if err != nil { // unreachable: ops that need it fail and reconcile
 				continue
 			}
-			np.seg = seg
+			np.ref = ref
 		}
+		np.seg = np.ref.Handle()
 		g.peers[i].Store(np)
 		if old != nil {
-			if old.seg != np.seg {
-				g.engine.CloseSegment(old.seg)
+			if old.ref != np.ref {
+				old.ref.Close()
 			}
 			g.resetLanes(i)
 		}

@@ -37,10 +37,12 @@ type GroupConfig struct {
 	Extension bool
 }
 
-// peer is how this rank reaches one slot's rank: its segment and buffer,
-// and which incarnation of the slot published them.
+// peer is how this rank reaches one slot's rank: its segment (the group's
+// own reference to it, and its handle) and buffer, and which incarnation of
+// the slot published them.
 type peer struct {
 	name string
+	ref  *transfer.Segment
 	seg  transfer.SegmentHandle
 	base uint64
 	gen  uint64
