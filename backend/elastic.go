@@ -114,6 +114,9 @@ func (g *Group) closePeers() {
 // changed: a new process (replacement, extension) gets its segment opened,
 // and the point-to-point lanes to it start over on both sides.
 func (g *Group) followEndpoints(v View) {
+	if g.closed.Load() { // Close releases the references it holds
+		return
+	}
 	for i, ep := range v.Endpoints {
 		if i == g.rank || ep.Segment == "" {
 			continue

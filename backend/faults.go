@@ -74,6 +74,10 @@ func (g *Group) startMembership(v View) {
 // MC_TE_FAULT_INJECTION=1) makes this rank's transfers to peer fail, or work
 // again.
 func (g *Group) InjectLinkFailure(peer int, fail bool) error {
+	if !g.life.enter() {
+		return ErrClosed
+	}
+	defer g.life.exit()
 	if err := g.checkPeer(peer); err != nil {
 		return err
 	}

@@ -105,10 +105,13 @@ type Group struct {
 	reconciled atomic.Bool
 	mirror     []int32 // the caller's active_ranks memory (SetMirror); syncMu
 
-	coll    *fifo
-	sendQ   []*fifo
-	recvQ   []*fifo
-	spin    time.Duration // see wait.go
+	coll  *fifo
+	sendQ []*fifo
+	recvQ []*fifo
+	spin  time.Duration // see wait.go
+	// life gates ops against Close (lifecycle.go); closed is set when
+	// closing begins, and makes every wait give up with ErrClosed.
+	life    *lifecycle
 	closed  atomic.Bool
 	broken  atomic.Pointer[error]
 	closeMu sync.Mutex
@@ -153,7 +156,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 		p2p = alignUp(cfg.P2PSlot, slotGranularity)
 	}
 	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: slots, declared: cfg.Size, id: cfg.GroupID,
-		lay: newLayout(slots, coll, p2p), client: client, manual: cfg.Manual}
+		lay: newLayout(slots, coll, p2p), client: client, manual: cfg.Manual, life: newLifecycle()}
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
@@ -234,14 +237,24 @@ func (g *Group) ID() string { return g.id }
 // carries; bigger tensors are chunked.
 func (g *Group) SlotBytes() int { return g.lay.slot[chColl] }
 
-// Close destroys the group: queued ops fail with ErrClosed, running waits
-// give up, and the buffer is freed once the queues have drained.
+// Close destroys the group: open → closing → closed. Closing refuses new
+// ops (ErrClosed), makes every running wait give up, lets queued ops
+// complete with ErrClosed, and waits until every op submitted before it —
+// queued, running on a queue, or running inline on a caller's goroutine —
+// has completed (its Work's callbacks included). Only then are the peers'
+// segment references released and the buffer unmapped. An op that was
+// past its last wait completes normally; every other one gets ErrClosed.
+// Close returns once the group is closed, also when called again or
+// concurrently; it must not be called from an op's completion callback
+// (it would wait for that op).
 func (g *Group) Close() {
 	g.closeMu.Lock()
 	defer g.closeMu.Unlock()
-	if g.closed.Swap(true) {
+	if g.closed.Load() {
 		return
 	}
+	drained := g.life.close()
+	g.closed.Store(true)
 	g.SetMirror(nil, 0)
 	g.leave()
 	g.stopWatch()
@@ -255,14 +268,17 @@ func (g *Group) Close() {
 	for _, d := range dones {
 		<-d
 	}
+	<-drained
+	g.syncMu.Lock() // no view is being followed (followEndpoints)
 	g.closePeers()
+	g.syncMu.Unlock()
 	g.engine.FreeManagedBuffer(g.base)
 }
 
 // fail records a communication failure that reconciliation could not
 // handle: the group is unusable afterwards.
 func (g *Group) fail(err error) error {
-	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) {
+	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) || errors.Is(err, ErrClosed) {
 		return err
 	}
 	g.broken.CompareAndSwap(nil, &err)
@@ -281,10 +297,12 @@ func (g *Group) usable() error {
 }
 
 // run queues fn on q (or, with inline, runs it now when q is idle) and
-// returns its Work.
+// returns its Work. The op holds the group's lifecycle gate (entered by
+// start) until its Work has completed.
 func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 	w := newWork()
 	task := func() {
+		defer g.life.exit()
 		if err := g.usable(); err != nil {
 			w.complete(err)
 			return
@@ -299,7 +317,11 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 			g.dirty = false
 		}
 		err := fn()
-		if err != nil && recoverable(err) && !g.closed.Load() {
+		switch {
+		case err == nil || errors.Is(err, ErrClosed):
+		case g.closed.Load(): // the close cut it short (peers may be closing too)
+			err = fmt.Errorf("%w during the op (%v)", ErrClosed, err)
+		case recoverable(err):
 			err = g.recover(q == g.coll, fn, w, err)
 		}
 		w.complete(g.fail(err))
@@ -309,6 +331,7 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 	}
 	if !q.submit(task) {
 		w.complete(ErrClosed)
+		g.life.exit()
 	}
 	return w
 }
