@@ -180,7 +180,8 @@ func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) 
 		changed := gm.changed
 		var resp *coordpb.WatchResponse
 		if e > r.GetEpoch() || open && e == r.GetEpoch() && !r.GetSkipPending() {
-			resp = &coordpb.WatchResponse{Epoch: e, Pending: open, View: viewToPB(gm.m.view())}
+			w, _ := gm.m.pendingWindow()
+			resp = &coordpb.WatchResponse{Epoch: e, Pending: open, PendingOp: w.op, View: viewToPB(gm.m.view())}
 		}
 		c.mu.Unlock()
 		if resp != nil {

@@ -87,7 +87,7 @@ type Group struct {
 	client     coordpb.CoordinatorClient
 	manual     bool
 	view       atomic.Pointer[View]
-	abortBelow atomic.Uint64 // collective waits give up while collBase < this
+	abortAt    atomic.Pointer[pendingWindow] // the last pending window the watch saw
 	collBase   uint64
 	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
 	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
@@ -316,7 +316,12 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 			g.collOps++
 			g.dirty = false
 		}
-		err := fn()
+		var err error
+		if q == g.coll && g.aborting() {
+			err = errAborted // the window is for this collective: take part first
+		} else {
+			err = fn()
+		}
 		switch {
 		case err == nil || errors.Is(err, ErrClosed):
 		case g.closed.Load(): // the close cut it short (peers may be closing too)

@@ -585,10 +585,14 @@ func (x *WatchRequest) GetGen() uint64 {
 }
 
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Pending       bool                   `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
-	View          *View                  `protobuf:"bytes,3,opt,name=view,proto3" json:"view,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Epoch   uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pending bool                   `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	View    *View                  `protobuf:"bytes,3,opt,name=view,proto3" json:"view,omitempty"`
+	// While pending: the collective (index in the view's base) whose sync
+	// opened the window; 0 when a point-to-point op or no collective did.
+	// Ranks abort only collectives at or after it.
+	PendingOp     uint64 `protobuf:"varint,4,opt,name=pending_op,json=pendingOp,proto3" json:"pending_op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,6 +646,13 @@ func (x *WatchResponse) GetView() *View {
 		return x.View
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetPendingOp() uint64 {
+	if x != nil {
+		return x.PendingOp
+	}
+	return 0
 }
 
 // ConfirmRequest: join_group's announcement that the rank is ready to be
@@ -1049,11 +1060,13 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
 	"\fskip_pending\x18\x03 \x01(\bR\vskipPending\x12\x12\n" +
 	"\x04rank\x18\x04 \x01(\x05R\x04rank\x12\x10\n" +
-	"\x03gen\x18\x05 \x01(\x04R\x03gen\"i\n" +
+	"\x03gen\x18\x05 \x01(\x04R\x03gen\"\x88\x01\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\apending\x18\x02 \x01(\bR\apending\x12(\n" +
-	"\x04view\x18\x03 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\"i\n" +
+	"\x04view\x18\x03 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1d\n" +
+	"\n" +
+	"pending_op\x18\x04 \x01(\x04R\tpendingOp\"i\n" +
 	"\x0eConfirmRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x10\n" +
