@@ -84,19 +84,19 @@ type Group struct {
 	// the active ranks it runs ops over (ascending) and this rank's
 	// position among them, and whether the running op has written into
 	// the caller's buffers.
-	client     coordpb.CoordinatorClient
-	manual     bool
-	view       atomic.Pointer[View]
-	abortAt    atomic.Pointer[pendingWindow] // the last pending window the watch saw
-	collBase   uint64
-	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
-	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
-	act        []int
-	pos        int
-	dirty      bool
-	watchCtx   context.Context
-	stopWatch  context.CancelFunc
-	syncMu     sync.Mutex
+	client    coordpb.CoordinatorClient
+	manual    bool
+	view      atomic.Pointer[View]
+	abortAt   atomic.Pointer[pendingWindow] // the last pending window the watch saw
+	collBase  uint64
+	collIso   bool   // the collective FIFO runs over this rank alone (isolated)
+	exclOps   uint64 // manual mode: act leaves out excluded ranks through this op of the base
+	act       []int
+	pos       int
+	dirty     bool
+	watchCtx  context.Context
+	stopWatch context.CancelFunc
+	syncMu    sync.Mutex
 	// Elastic membership (elastic.go): isolated until an extension is
 	// first activated; quiescing while join_group runs; reconciled when a
 	// failure was reconciled since the last SyncAfterFailure.
