@@ -303,10 +303,10 @@ func (g *Group) syncFailure(base, op uint64, failed []int, clean bool) (SyncRepl
 // participation.
 func (g *Group) watch(ctx context.Context) {
 	epoch := g.view.Load().Epoch
-	skip := false
+	skip, seenOp := false, uint64(0)
 	for ctx.Err() == nil {
 		resp, err := g.client.Watch(ctx, &coordpb.WatchRequest{GroupId: g.id, Epoch: epoch, SkipPending: skip,
-			Rank: int32(g.rank), Gen: g.gen()})
+			PendingOp: seenOp, Rank: int32(g.rank), Gen: g.gen()})
 		if err != nil {
 			if status.Code(err) == codes.NotFound {
 				return // the group has no membership (more than MaxGroupSlots ranks)
@@ -333,7 +333,7 @@ func (g *Group) watch(ctx context.Context) {
 				}
 			}
 			g.coll.submit(func() { g.joinReconciliation(*w) })
-			skip = true
+			skip, seenOp = true, w.op
 		}
 	}
 }

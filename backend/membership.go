@@ -58,7 +58,10 @@ import (
 // Ranks learn of an open window with the collective that opened it
 // (pendingWindow) and abort only collectives from that one on: a slower
 // rank still in an earlier collective finishes it and syncs at the
-// window's collective, as the opener did.
+// window's collective, as the opener did. A participant that syncs from an
+// earlier collective (it failed there: the ranks diverged) moves the
+// window's collective back to its own, so that nobody waits in that
+// collective for it.
 //
 // A sync that names no failed peer while no window is open, or that comes
 // from an older base after its window closed, is answered at once with the
@@ -339,6 +342,12 @@ func (m *membership) sync(now time.Time, rank int, base, op uint64, failed []int
 	}
 	// A rank may sync twice in one window (a point-to-point op and its
 	// collectives): the requests merge.
+	// A participant still at an earlier collective than the window's (it
+	// met a failure there: the ranks diverged) moves the window there, so
+	// the ranks waiting in that collective give it up too.
+	if op != 0 && op < m.openOp {
+		m.openOp = op
+	}
 	req := syncRequest{rank: rank, base: base, op: op, clean: clean}
 	if prev, ok := m.synced[rank]; ok {
 		if req.op == 0 {
