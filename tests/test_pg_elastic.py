@@ -181,6 +181,19 @@ def _admit(targets: list[int], epoch_before: int, proposer: int, op: str) -> Non
     assert pg.get_peer_state(_pg(), [0, 1, 2, 3]) == [True] * 4
 
 
+def _readmit(target: int, op: str) -> None:
+    """Every member reads its epoch before the change can start; rank 0
+    lets the replacement of slot `target` start (gate "replacement") and
+    takes it back with pg.<op> (see _admit)."""
+    from mooncake import pg
+
+    epoch = pg.get_current_epoch(_pg())
+    dist.barrier()
+    if dist.get_rank() == 0:
+        open_gate("replacement")
+    _admit([target], epoch, proposer=0, op=op)
+
+
 def _all_reduce_past_death(op: str):
     """Rank DEAD dies after a full all_reduce; the survivors' next
     all_reduce completes over them (prints the time since the death).
@@ -289,11 +302,7 @@ def case_replacement(rank: int, world: int, port: int, timeouts=None) -> None:
         assert _mask() == [1, 1, 0, 1], _mask()
         assert dist.get_world_size() == 4  # slot 3 is still active
         assert pg.get_peer_state(world_pg, [DEAD]) == [False]
-        epoch = pg.get_current_epoch(world_pg)
-        dist.barrier()  # every member read its epoch before the change can start
-        if rank == 0:
-            open_gate("replacement")
-        _admit([DEAD], epoch, proposer=0, op="recover_ranks")
+        _readmit(DEAD, "recover_ranks")
         _full_group_ops([DEAD, 3], "join_time")
     finally:
         dist.destroy_process_group()
@@ -357,11 +366,7 @@ def case_leave_founder(rank: int, world: int, port: int, timeouts=None) -> None:
         _check_ok(_all_reduce_over([0, 1, 2]))
         _timing("LEAVE_TO_ALL_REDUCE", _since("leave_time"))
         _all_gather_over([0, 1, 2], 3)
-        epoch = pg.get_current_epoch(world_pg)
-        dist.barrier()  # every member read its epoch before the change can start
-        if rank == 0:
-            open_gate("replacement")
-        _admit([3], epoch, proposer=0, op="activate_ranks")
+        _readmit(3, "activate_ranks")
         _full_group_ops([3, 1], "join_time")
     finally:
         dist.destroy_process_group()
@@ -543,7 +548,6 @@ def case_cycle_founder(rank: int, world: int, port: int, timeouts=None) -> None:
     _setup(timeouts)
     _init(rank, world, port, pg.MooncakeBackendOptions(4))
     try:
-        world_pg = _pg()
         _tensor_ops_over([0, 1, 2, 3], 4)
         if rank == 3:
             _die()
@@ -554,11 +558,7 @@ def case_cycle_founder(rank: int, world: int, port: int, timeouts=None) -> None:
         _wait_mask([1, 1, 1, 0])
         assert dist.get_world_size() == 3
         _tensor_ops_over([0, 1, 2], 3)
-        epoch = pg.get_current_epoch(world_pg)
-        dist.barrier()  # every member read its epoch before the change can start
-        if rank == 0:
-            open_gate("replacement")
-        _admit([3], epoch, proposer=0, op="recover_ranks")
+        _readmit(3, "recover_ranks")
         assert dist.get_world_size() == 4
         _tensor_ops_over([0, 1, 2, 3], 4)
         dist.barrier()

@@ -30,14 +30,18 @@ func writeThrough(t *testing.T, e *Engine, h SegmentHandle, local, remote []byte
 	return nil
 }
 
+// enginePair starts a target and an initiator engine, each with a 4 KiB
+// managed buffer (remote on the target, local on the initiator).
+func enginePair(t *testing.T, forceTCP bool) (target, e *Engine, remote, local []byte) {
+	target, e = newTestEngine(t, forceTCP), newTestEngine(t, forceTCP)
+	return target, e, managed(t, target, 4096), managed(t, e, 4096)
+}
+
 // Two owners of one segment share its handle; closing one reference leaves
 // the other working, and the last close forgets the segment.
 func TestSegmentReferencesAreCounted(t *testing.T) {
 	for _, forceTCP := range []bool{false, true} {
-		target := newTestEngine(t, forceTCP)
-		e := newTestEngine(t, forceTCP)
-		remote := managed(t, target, 4096)
-		local := managed(t, e, 4096)
+		target, e, remote, local := enginePair(t, forceTCP)
 		a, err := e.OpenSegment(target.Name())
 		if err != nil {
 			t.Fatal(err)
@@ -84,10 +88,7 @@ func TestSegmentReferencesAreCounted(t *testing.T) {
 // The engine's own reference (CachedSegment, TransferSync) outlives the
 // owners' references and is not released by them.
 func TestCachedSegmentOutlivesOwnedReferences(t *testing.T) {
-	target := newTestEngine(t, true)
-	e := newTestEngine(t, true)
-	remote := managed(t, target, 4096)
-	local := managed(t, e, 4096)
+	target, e, remote, local := enginePair(t, true)
 	owned, err := e.OpenSegment(target.Name())
 	if err != nil {
 		t.Fatal(err)
