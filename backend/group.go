@@ -317,8 +317,8 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 			g.dirty = false
 		}
 		var err error
-		if q == g.coll && g.aborting() {
-			err = errAborted // the window is for this collective: take part first
+		if q == g.coll && !g.collIso && g.aborting() {
+			err = errAborted // a window is pending for this collective: sync before it runs
 		} else {
 			err = fn()
 		}
