@@ -23,6 +23,7 @@ type groupMembers struct {
 	waiters   map[int][]chan SyncReply // per rank, syncs waiting for the window
 	proposals map[uint64]chan ProposalResult
 	changed   chan struct{} // closed (and replaced) on every change of the view or window
+	shownOp   uint64        // the open window's collective as watchers were last told it
 	timer     *time.Timer
 	watching  map[int]int // per rank, watches in progress
 }
@@ -93,10 +94,12 @@ func (c *coordinatorServer) settle(gm *groupMembers, replies map[int]SyncReply, 
 			delete(gm.proposals, id)
 		}
 	}
-	if gm.m.epoch != epoch || gm.m.pending() != wasOpen {
+	w, open := gm.m.pendingWindow()
+	if gm.m.epoch != epoch || open != wasOpen || open && w.op != gm.shownOp {
 		close(gm.changed)
 		gm.changed = make(chan struct{})
 	}
+	gm.shownOp = w.op
 	if gm.timer != nil {
 		gm.timer.Stop()
 		gm.timer = nil
@@ -176,11 +179,12 @@ func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) 
 			c.mu.Unlock()
 			return nil, err
 		}
-		e, open := gm.m.epoch, gm.m.pending()
+		e := gm.m.epoch
+		w, open := gm.m.pendingWindow()
 		changed := gm.changed
 		var resp *coordpb.WatchResponse
-		if e > r.GetEpoch() || open && e == r.GetEpoch() && !r.GetSkipPending() {
-			resp = &coordpb.WatchResponse{Epoch: e, Pending: open, View: viewToPB(gm.m.view())}
+		if e > r.GetEpoch() || open && e == r.GetEpoch() && (!r.GetSkipPending() || w.op != r.GetPendingOp()) {
+			resp = &coordpb.WatchResponse{Epoch: e, Pending: open, PendingOp: w.op, View: viewToPB(gm.m.view())}
 		}
 		c.mu.Unlock()
 		if resp != nil {

@@ -91,19 +91,21 @@ func (g *Group) openPeers(v View) error {
 		if i == g.rank || ep.Segment == "" {
 			continue
 		}
-		seg, err := g.engine.OpenSegment(ep.Segment)
+		ref, err := g.engine.OpenSegment(ep.Segment)
 		if err != nil {
 			return fmt.Errorf("open segment of rank %d (%s): %w", i, ep.Segment, err)
 		}
-		g.peers[i].Store(&peer{name: ep.Segment, seg: seg, base: ep.Buffer, gen: ep.Gen})
+		g.peers[i].Store(&peer{name: ep.Segment, ref: ref, seg: ref.Handle(), base: ep.Buffer, gen: ep.Gen})
 	}
 	return nil
 }
 
+// closePeers releases the group's references to its peers' segments
+// (other groups on the engine keep theirs).
 func (g *Group) closePeers() {
 	for i := range g.peers {
 		if p := g.peers[i].Swap(nil); p != nil {
-			g.engine.CloseSegment(p.seg)
+			p.ref.Close()
 		}
 	}
 }
@@ -112,6 +114,9 @@ func (g *Group) closePeers() {
 // changed: a new process (replacement, extension) gets its segment opened,
 // and the point-to-point lanes to it start over on both sides.
 func (g *Group) followEndpoints(v View) {
+	if g.closed.Load() { // Close releases the references it holds
+		return
+	}
 	for i, ep := range v.Endpoints {
 		if i == g.rank || ep.Segment == "" {
 			continue
@@ -122,18 +127,19 @@ func (g *Group) followEndpoints(v View) {
 		}
 		np := &peer{name: ep.Segment, base: ep.Buffer, gen: ep.Gen}
 		if old != nil && old.name == ep.Segment {
-			np.seg = old.seg
+			np.ref = old.ref
 		} else {
-			seg, err := g.engine.OpenSegment(ep.Segment)
+			ref, err := g.engine.OpenSegment(ep.Segment)
 			if err != nil { // unreachable: ops that need it fail and reconcile
 				continue
 			}
-			np.seg = seg
+			np.ref = ref
 		}
+		np.seg = np.ref.Handle()
 		g.peers[i].Store(np)
 		if old != nil {
-			if old.seg != np.seg {
-				g.engine.CloseSegment(old.seg)
+			if old.ref != np.ref {
+				old.ref.Close()
 			}
 			g.resetLanes(i)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -421,5 +422,72 @@ func TestManualModeIdleRanksRunTheSameOp(t *testing.T) {
 		if mask(g) != "1111" {
 			t.Errorf("rank %d: manual mode changed the mask: %s", r, mask(g))
 		}
+	})
+}
+
+// tensorOps runs all_gather and reduce_scatter sized for the world size
+// ws (as torch's all_gather_into_tensor and reduce_scatter_tensor are) and
+// checks them over the active ranks.
+func tensorOps(t *testing.T, r int, g *Group, ws int, active []int) {
+	t.Helper()
+	const n = 3000 // elements per block: a few 4 KiB slots
+	out := filled(-1, ws*n)
+	w, err := g.AllGather(filled(float32(r), n), out)
+	must(t, g, "all_gather", w, err)
+	for p := range ws {
+		want := float32(-1)
+		if slices.Contains(active, p) {
+			want = float32(p)
+		}
+		if !bytes.Equal(out[p*4*n:(p+1)*4*n], filled(want, n)) {
+			t.Errorf("rank %d: all_gather block %d (world %d, active %v) wrong", r, p, ws, active)
+		}
+	}
+	in := make([]byte, 0, ws*4*n)
+	for p := range ws {
+		in = append(in, filled(float32((r+1)*(p+1)), n)...)
+	}
+	res := make([]byte, 4*n)
+	w, err = g.ReduceScatter(in, res, n, Float32, Sum)
+	must(t, g, "reduce_scatter", w, err)
+	sum := 0
+	for _, a := range active {
+		sum += (a + 1) * (r + 1)
+	}
+	if !bytes.Equal(res, filled(float32(sum), n)) {
+		t.Errorf("rank %d: reduce_scatter (world %d, active %v) wrong", r, ws, active)
+	}
+}
+
+// The recovery cycle of the tensor ops: 4 ranks run them; rank 3 dies;
+// the survivors meet the death, run them sized for 3; a replacement joins
+// slot 3, every survivor recovers it, and the four run them again.
+func TestRecoveryCycleTensorOps(t *testing.T) {
+	e := found(t, 4, 4, false)
+	e.each(func(t *testing.T, r int, g *Group) { tensorOps(t, r, g, 4, []int{0, 1, 2, 3}) })
+	e.kill(3)
+	e.each(func(t *testing.T, r int, g *Group) {
+		out := filled(-1, 4)
+		w, err := g.AllGather(f32bytes(float32(r)), out)
+		must(t, g, "all_gather past the death", w, err)
+		if mask(g) != "1110" || g.WorldSize() != 3 {
+			t.Errorf("rank %d: mask %s, world size %d", r, mask(g), g.WorldSize())
+		}
+		tensorOps(t, r, g, 3, []int{0, 1, 2})
+	})
+	e.extend(3, 4, 4)
+	e.each(func(t *testing.T, r int, g *Group) {
+		if r == 3 {
+			if err := g.JoinGroup(); err != nil {
+				t.Errorf("join_group: %v", err)
+			}
+		} else {
+			waitFor(t, "peer state", func() bool { ok, _ := g.PeerState([]int{3}); return ok[0] })
+			if res, err := g.Propose(true, []int{3}); err != nil || res.Status != ProposalApplied {
+				t.Errorf("rank %d: recover_ranks([3]): %+v, %v", r, res, err)
+			}
+		}
+		waitFor(t, "mask 1111", func() bool { return mask(g) == "1111" })
+		tensorOps(t, r, g, 4, []int{0, 1, 2, 3})
 	})
 }

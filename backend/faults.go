@@ -74,6 +74,10 @@ func (g *Group) startMembership(v View) {
 // MC_TE_FAULT_INJECTION=1) makes this rank's transfers to peer fail, or work
 // again.
 func (g *Group) InjectLinkFailure(peer int, fail bool) error {
+	if !g.life.enter() {
+		return ErrClosed
+	}
+	defer g.life.exit()
 	if err := g.checkPeer(peer); err != nil {
 		return err
 	}
@@ -239,14 +243,22 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 	}
 }
 
-// joinReconciliation runs on the collective FIFO when the watch saw a
-// window open at base: an idle rank takes part too.
-func (g *Group) joinReconciliation(base uint64) {
+// aborting reports whether the collective FIFO's current collective
+// gives up for a pending window (collective FIFO only).
+func (g *Group) aborting() bool {
+	w := g.abortAt.Load()
+	return w != nil && w.aborts(g.collBase, g.collOps)
+}
+
+// joinReconciliation runs on the collective FIFO when the watch saw window
+// w open: an idle rank takes part too, unless its next collective comes
+// before the window's (it takes part when it reaches that one).
+func (g *Group) joinReconciliation(w pendingWindow) {
 	if g.closed.Load() || g.usable() != nil || g.isolated.Load() {
 		return
 	}
 	g.catchUp()
-	if g.collBase > base || !g.isActive() {
+	if g.collBase > w.base || !g.isActive() || !w.aborts(g.collBase, g.collOps+1) {
 		return
 	}
 	rep, err := g.syncFailure(g.collBase, g.collOps+1, nil, true)
@@ -291,10 +303,10 @@ func (g *Group) syncFailure(base, op uint64, failed []int, clean bool) (SyncRepl
 // participation.
 func (g *Group) watch(ctx context.Context) {
 	epoch := g.view.Load().Epoch
-	skip := false
+	skip, seenOp := false, uint64(0)
 	for ctx.Err() == nil {
 		resp, err := g.client.Watch(ctx, &coordpb.WatchRequest{GroupId: g.id, Epoch: epoch, SkipPending: skip,
-			Rank: int32(g.rank), Gen: g.gen()})
+			PendingOp: seenOp, Rank: int32(g.rank), Gen: g.gen()})
 		if err != nil {
 			if status.Code(err) == codes.NotFound {
 				return // the group has no membership (more than MaxGroupSlots ranks)
@@ -313,15 +325,15 @@ func (g *Group) watch(ctx context.Context) {
 			continue
 		}
 		if resp.GetPending() {
+			w := &pendingWindow{base: v.Base, op: resp.GetPendingOp()}
 			for {
-				cur := g.abortBelow.Load()
-				if cur > v.Base || g.abortBelow.CompareAndSwap(cur, v.Base+1) {
+				cur := g.abortAt.Load()
+				if cur != nil && cur.base > w.base || g.abortAt.CompareAndSwap(cur, w) {
 					break
 				}
 			}
-			b := v.Base
-			g.coll.submit(func() { g.joinReconciliation(b) })
-			skip = true
+			g.coll.submit(func() { g.joinReconciliation(*w) })
+			skip, seenOp = true, w.op
 		}
 	}
 }

@@ -201,3 +201,59 @@ func TestDeathDuringSend(t *testing.T) {
 		survivorsContinue(t, g)
 	})
 }
+
+// A fast rank opens a reconciliation window for collective k+1 while a
+// slow rank is still in collective k (it waits for a third rank that is
+// late into k). The slow ranks must finish k before they take part, so
+// that every survivor reconciles at k+1: nothing diverges, k completes
+// everywhere, and k+1 completes over the survivors.
+func TestWindowAtNextCollectiveLetsSlowRanksFinish(t *testing.T) {
+	const dead, root, late = 2, 1, 3
+	rts, gs := startRanks(t, 4, func() *Runtime {
+		rt := shortTimeoutRuntime()
+		_ = rt.SetFaultReconciliationWindow(20 * time.Second) // ends early, once every survivor synced
+		return rt
+	}, GroupConfig{GroupID: "window-op", Store: NewMemStore()})
+	gone := make(chan struct{}) // closed once the dead rank is gone
+	defer func() {
+		for r := range gs {
+			gs[r].Close()
+			rts[r].Close()
+		}
+	}()
+	runAll(t, gs, 60*time.Second, func(t *testing.T, r int, g *Group) {
+		buf := f32bytes(float32(r + 1))
+		w, err := g.AllReduce(buf, 1, Float32, Sum)
+		must(t, g, "first all_reduce", w, err)
+		if r == late {
+			// Rank 1 (the root) waits for this rank's block in the gather
+			// while rank 0, done with its part, reaches the next op.
+			time.Sleep(1500 * time.Millisecond)
+		}
+		var gathered []byte
+		if r == root {
+			gathered = filled(-1, 4)
+		}
+		w, err = g.Gather(f32bytes(float32(10+r)), gathered, root)
+		must(t, g, "gather (collective k)", w, err)
+		if r == root && !bytes.Equal(gathered, f32bytes(10, 11, 12, 13)) {
+			t.Errorf("rank %d: gather: %v", r, gathered)
+		}
+		if r == dead {
+			g.Close()
+			rts[r].Close()
+			close(gone)
+			return
+		}
+		<-gone // rank 0 meets the death at once in collective k+1
+		buf = f32bytes(float32(r + 1))
+		w, err = g.AllReduce(buf, 1, Float32, Sum)
+		expectFailedOp(t, g, "all_reduce (collective k+1) past the death", w, err, dead, true)
+		if !bytes.Equal(buf, f32bytes(7)) {
+			t.Errorf("rank %d: all_reduce past the death: %v, want the survivors' sum 7", r, buf)
+		}
+		if !t.Failed() {
+			survivorsContinue(t, g)
+		}
+	})
+}

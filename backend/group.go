@@ -38,10 +38,12 @@ type GroupConfig struct {
 	Extension bool
 }
 
-// peer is how this rank reaches one slot's rank: its segment and buffer,
-// and which incarnation of the slot published them.
+// peer is how this rank reaches one slot's rank: its segment (the group's
+// own reference to it, and its handle) and buffer, and which incarnation of
+// the slot published them.
 type peer struct {
 	name string
+	ref  *transfer.Segment
 	seg  transfer.SegmentHandle
 	base uint64
 	gen  uint64
@@ -83,19 +85,19 @@ type Group struct {
 	// the active ranks it runs ops over (ascending) and this rank's
 	// position among them, and whether the running op has written into
 	// the caller's buffers.
-	client     coordpb.CoordinatorClient
-	manual     bool
-	view       atomic.Pointer[View]
-	abortBelow atomic.Uint64 // collective waits give up while collBase < this
-	collBase   uint64
-	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
-	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
-	act        []int
-	pos        int
-	dirty      bool
-	watchCtx   context.Context
-	stopWatch  context.CancelFunc
-	syncMu     sync.Mutex
+	client    coordpb.CoordinatorClient
+	manual    bool
+	view      atomic.Pointer[View]
+	abortAt   atomic.Pointer[pendingWindow] // the last pending window the watch saw
+	collBase  uint64
+	collIso   bool   // the collective FIFO runs over this rank alone (isolated)
+	exclOps   uint64 // manual mode: act leaves out excluded ranks through this op of the base
+	act       []int
+	pos       int
+	dirty     bool
+	watchCtx  context.Context
+	stopWatch context.CancelFunc
+	syncMu    sync.Mutex
 	// Elastic membership (elastic.go): isolated until an extension is
 	// first activated; quiescing while join_group runs; reconciled when a
 	// failure was reconciled since the last SyncAfterFailure.
@@ -104,10 +106,13 @@ type Group struct {
 	reconciled atomic.Bool
 	mirror     []int32 // the caller's active_ranks memory (SetMirror); syncMu
 
-	coll    *fifo
-	sendQ   []*fifo
-	recvQ   []*fifo
-	spin    time.Duration // see wait.go
+	coll  *fifo
+	sendQ []*fifo
+	recvQ []*fifo
+	spin  time.Duration // see wait.go
+	// life gates ops against Close (lifecycle.go); closed is set when
+	// closing begins, and makes every wait give up with ErrClosed.
+	life    *lifecycle
 	closed  atomic.Bool
 	broken  atomic.Pointer[error]
 	closeMu sync.Mutex
@@ -152,7 +157,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 		p2p = alignUp(cfg.P2PSlot, slotGranularity)
 	}
 	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: slots, declared: cfg.Size, id: cfg.GroupID,
-		lay: newLayout(slots, coll, p2p), client: client, manual: cfg.Manual}
+		lay: newLayout(slots, coll, p2p), client: client, manual: cfg.Manual, life: newLifecycle()}
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
@@ -233,14 +238,24 @@ func (g *Group) ID() string { return g.id }
 // carries; bigger tensors are chunked.
 func (g *Group) SlotBytes() int { return g.lay.slot[chColl] }
 
-// Close destroys the group: queued ops fail with ErrClosed, running waits
-// give up, and the buffer is freed once the queues have drained.
+// Close destroys the group: open → closing → closed. Closing refuses new
+// ops (ErrClosed), makes every running wait give up, lets queued ops
+// complete with ErrClosed, and waits until every op submitted before it —
+// queued, running on a queue, or running inline on a caller's goroutine —
+// has completed (its Work's callbacks included). Only then are the peers'
+// segment references released and the buffer unmapped. An op that was
+// past its last wait completes normally; every other one gets ErrClosed.
+// Close returns once the group is closed, also when called again or
+// concurrently; it must not be called from an op's completion callback
+// (it would wait for that op).
 func (g *Group) Close() {
 	g.closeMu.Lock()
 	defer g.closeMu.Unlock()
-	if g.closed.Swap(true) {
+	if g.closed.Load() {
 		return
 	}
+	drained := g.life.close()
+	g.closed.Store(true)
 	g.SetMirror(nil, 0)
 	g.leave()
 	g.stopWatch()
@@ -254,14 +269,17 @@ func (g *Group) Close() {
 	for _, d := range dones {
 		<-d
 	}
+	<-drained
+	g.syncMu.Lock() // no view is being followed (followEndpoints)
 	g.closePeers()
+	g.syncMu.Unlock()
 	g.engine.FreeManagedBuffer(g.base)
 }
 
 // fail records a communication failure that reconciliation could not
 // handle: the group is unusable afterwards.
 func (g *Group) fail(err error) error {
-	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) {
+	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) || errors.Is(err, ErrClosed) {
 		return err
 	}
 	g.broken.CompareAndSwap(nil, &err)
@@ -280,10 +298,12 @@ func (g *Group) usable() error {
 }
 
 // run queues fn on q (or, with inline, runs it now when q is idle) and
-// returns its Work.
+// returns its Work. The op holds the group's lifecycle gate (entered by
+// start) until its Work has completed.
 func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 	w := newWork()
 	task := func() {
+		defer g.life.exit()
 		if err := g.usable(); err != nil {
 			w.complete(err)
 			return
@@ -297,8 +317,17 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 			g.collOps++
 			g.dirty = false
 		}
-		err := fn()
-		if err != nil && recoverable(err) && !g.closed.Load() {
+		var err error
+		if q == g.coll && !g.collIso && g.aborting() {
+			err = errAborted // a window is pending for this collective: sync before it runs
+		} else {
+			err = fn()
+		}
+		switch {
+		case err == nil || errors.Is(err, ErrClosed):
+		case g.closed.Load(): // the close cut it short (peers may be closing too)
+			err = fmt.Errorf("%w during the op (%v)", ErrClosed, err)
+		case recoverable(err):
 			err = g.recover(q == g.coll, fn, w, err)
 		}
 		w.complete(g.fail(err))
@@ -308,6 +337,7 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 	}
 	if !q.submit(task) {
 		w.complete(ErrClosed)
+		g.life.exit()
 	}
 	return w
 }

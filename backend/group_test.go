@@ -20,11 +20,28 @@ import (
 func startRanks(t *testing.T, n int, newRuntime func() *Runtime, cfg GroupConfig) ([]*Runtime, []*Group) {
 	t.Helper()
 	rts := make([]*Runtime, max(n, cfg.MaxSize))
-	gs := make([]*Group, len(rts))
+	for r := range n {
+		rts[r] = newRuntime()
+	}
+	gs, err := joinRanks(rts[:n], cfg)
+	if err != nil {
+		for _, rt := range rts[:n] {
+			rt.Close()
+		}
+		t.Fatal(err)
+	}
+	return rts, append(gs, make([]*Group, len(rts)-n)...)
+}
+
+// joinRanks creates, all at once, the group cfg describes on each of rts
+// (rank r on rts[r], of len(rts) founders). On an error the groups it made
+// are closed.
+func joinRanks(rts []*Runtime, cfg GroupConfig) ([]*Group, error) {
+	n := len(rts)
+	gs := make([]*Group, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		rts[r] = newRuntime()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -36,16 +53,15 @@ func startRanks(t *testing.T, n int, newRuntime func() *Runtime, cfg GroupConfig
 	wg.Wait()
 	for r, err := range errs {
 		if err != nil {
-			for i := range n {
-				if gs[i] != nil {
-					gs[i].Close()
+			for _, g := range gs {
+				if g != nil {
+					g.Close()
 				}
-				rts[i].Close()
 			}
-			t.Fatalf("rank %d: NewGroup: %v", r, err)
+			return nil, fmt.Errorf("rank %d: NewGroup %q: %w", r, cfg.GroupID, err)
 		}
 	}
-	return rts, gs
+	return gs, nil
 }
 
 // runAll runs fn on every rank of gs that is not nil, all at once, and

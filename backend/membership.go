@@ -55,6 +55,14 @@ import (
 //     none): some completed an op others gave up. No retry can realign
 //     them, so the group cannot go on.
 //
+// Ranks learn of an open window with the collective that opened it
+// (pendingWindow) and abort only collectives from that one on: a slower
+// rank still in an earlier collective finishes it and syncs at the
+// window's collective, as the opener did. A participant that syncs from an
+// earlier collective (it failed there: the ranks diverged) moves the
+// window's collective back to its own, so that nobody waits in that
+// collective for it.
+//
 // A sync that names no failed peer while no window is open, or that comes
 // from an older base after its window closed, is answered at once with the
 // current view (NoPending): the rank was left out and must take the view as
@@ -89,6 +97,7 @@ type membership struct {
 	barrier        time.Duration
 
 	open     bool
+	openOp   uint64 // the collective whose sync opened the window (0: none)
 	closesAt time.Time
 	synced   map[int]syncRequest // by reporting slot, while open
 	failed   map[int]bool
@@ -286,6 +295,30 @@ func (m *membership) valid(rank int) bool { return rank >= 0 && rank < len(m.sta
 // it abort their current op and sync.
 func (m *membership) pending() bool { return m.open }
 
+// pendingWindow describes the open window (ok false: none) as ranks
+// learn it.
+func (m *membership) pendingWindow() (w pendingWindow, ok bool) {
+	return pendingWindow{base: m.base, op: m.openOp}, m.open
+}
+
+// pendingWindow is what a rank knows of its group's open reconciliation
+// window: the base it was opened in, and the collective (index in that
+// base) whose sync opened it, 0 when a point-to-point op or a rank without
+// a collective did.
+type pendingWindow struct{ base, op uint64 }
+
+// aborts reports whether a rank at collective op of base gives up that
+// collective to take part in the window: a collective of an older base,
+// or of the window's base from the window's op on. A rank still in an
+// earlier collective finishes it first — the rank that opened the window
+// did finish it, so it can complete — and takes part at the window's op.
+// Aborting it instead would find the ranks at different collectives (a
+// fast rank opening the window for k+1 while a slow one finishes k), and
+// no retry could realign them.
+func (w pendingWindow) aborts(base, op uint64) bool {
+	return base < w.base || base == w.base && op >= w.op
+}
+
 // sync handles one rank's sync request at now and returns the replies to
 // deliver now: only the caller's when it is answered at once; none when it
 // joined the open window (the tick that closes it answers); or everyone's
@@ -304,11 +337,17 @@ func (m *membership) sync(now time.Time, rank int, base, op uint64, failed []int
 		return map[int]SyncReply{rank: {Status: SyncNoPending, View: m.view()}}
 	}
 	if !m.open {
-		m.open, m.closesAt = true, now.Add(m.window)
+		m.open, m.openOp, m.closesAt = true, op, now.Add(m.window)
 		m.synced, m.failed = map[int]syncRequest{}, map[int]bool{}
 	}
 	// A rank may sync twice in one window (a point-to-point op and its
 	// collectives): the requests merge.
+	// A participant still at an earlier collective than the window's (it
+	// met a failure there: the ranks diverged) moves the window there, so
+	// the ranks waiting in that collective give it up too.
+	if op != 0 && op < m.openOp {
+		m.openOp = op
+	}
 	req := syncRequest{rank: rank, base: base, op: op, clean: clean}
 	if prev, ok := m.synced[rank]; ok {
 		if req.op == 0 {
@@ -396,7 +435,7 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 		replies[rank] = SyncReply{Status: SyncReconciled, View: m.view(), Excluded: excluded,
 			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged}
 	}
-	m.open, m.synced, m.failed = false, nil, nil
+	m.open, m.openOp, m.synced, m.failed = false, 0, nil, nil
 	m.advance(now) // a proposal may have waited for healthy ranks
 	return replies
 }

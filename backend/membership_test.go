@@ -25,6 +25,9 @@ import (
 //	tick                               prints one line per reply, by rank
 //	view                               prints epoch, mask and world size
 //	pending                            prints whether a window is open
+//	                                   (and its base and opening op)
+//	aborts epoch=E [op=K]              whether a rank at collective K of
+//	                                   base E gives it up for the window
 //	register rank=R seg=S              a new incarnation in slot R; prints its gen
 //	confirm rank=R gen=G [rejoin=1]    join_group's readiness
 //	propose activate=0|1 ranks=a,b     queues a proposal; prints its id
@@ -117,7 +120,17 @@ func runMembershipScript(t *testing.T, path string) {
 		case "view":
 			got = append(got, formatView(m.view()))
 		case "pending":
-			got = append(got, strconv.FormatBool(m.pending()))
+			if w, ok := m.pendingWindow(); ok {
+				got = append(got, fmt.Sprintf("true base=%d op=%d", w.base, w.op))
+			} else {
+				got = append(got, "false")
+			}
+		case "aborts":
+			if w, ok := m.pendingWindow(); ok {
+				got = append(got, strconv.FormatBool(w.aborts(uint64(num("epoch", 0)), uint64(num("op", 1)))))
+			} else {
+				got = append(got, "no window")
+			}
 		case "register":
 			gen, err := m.register(now, num("rank", -1), Endpoint{Segment: args["seg"], Buffer: 4096, Len: 4096})
 			if err != nil {

@@ -37,6 +37,9 @@ func (g *Group) start(q *fifo, fn func() error, opts []OpOption) (*Work, error) 
 	for _, o := range opts {
 		o(&c)
 	}
+	if !g.life.enter() {
+		return nil, ErrClosed
+	}
 	return g.run(q, fn, c.inline), nil
 }
 
@@ -253,6 +256,9 @@ func (g *Group) Recv(buf []byte, peer int, opts ...OpOption) (*Work, error) {
 }
 
 func (g *Group) checkPeer(peer int) error {
+	if err := g.usable(); err != nil { // a closed group has no peers left
+		return err
+	}
 	if err := g.checkRank("peer", peer); err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ const (
 
 // waitAtLeast waits until *w >= want. peer is the rank whose write it is.
 // A wait of the collective channel gives up (errAborted) when a failure
-// reconciliation of the group is pending (faults.go).
+// reconciliation of the group is pending for this collective (faults.go).
 func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout time.Duration) error {
 	if atomic.LoadUint64(w) >= want {
 		return nil
@@ -59,7 +59,7 @@ func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout ti
 		if g.closed.Load() {
 			return ErrClosed
 		}
-		if ch == chColl && g.abortBelow.Load() > g.collBase {
+		if ch == chColl && g.aborting() {
 			return errAborted
 		}
 		now := time.Now()

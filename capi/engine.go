@@ -273,7 +273,7 @@ func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffer
 		s.fail(err)
 		return 0
 	}
-	seg, err := e.OpenSegment(C.GoString(target))
+	seg, err := e.CachedSegment(C.GoString(target))
 	if err != nil {
 		s.fail(err)
 		return 0
@@ -356,7 +356,7 @@ func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) (ret C.uint64
 	if e == nil {
 		return 0
 	}
-	seg, err := e.OpenSegment(C.GoString(segment))
+	seg, err := e.CachedSegment(C.GoString(segment))
 	if err != nil {
 		s.fail(err)
 		return 0

@@ -593,7 +593,13 @@ int mc_pg_group_view(uint64_t group, int32_t *active, int n, uint64_t *epoch);
  * destroyed or this is called again (NULL stops the writes). */
 int mc_pg_group_set_mirror(uint64_t group, int32_t *mirror, int n, char **err);
 
-/* Destroy a group: queued ops complete with -3. */
+/* Destroy a group, whichever threads still use it: new ops on the handle
+ * fail with -3; every op in flight (queued, running, or running inline on
+ * another thread's mc_pg_submit) gives up its waits and completes with -3
+ * (one already past its last wait completes normally), and this returns
+ * only once all of them have completed, their callbacks included; only then
+ * is the group's memory released. Must not be called from an op's
+ * completion callback. Destroying a destroyed handle does nothing. */
 void mc_pg_group_destroy(uint64_t group);
 
 /* Test only: make this rank's transfers to in-group rank peer fail (fail

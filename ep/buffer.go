@@ -21,9 +21,11 @@ type Peer struct {
 	Addr uint64 `json:"addr"`
 }
 
-// peer is a connected remote rank.
+// peer is a connected remote rank: the buffer's reference to its segment
+// (nil when it could not be opened) and that segment's handle.
 type peer struct {
 	Peer
+	ref *transfer.Segment
 	seg transfer.SegmentHandle
 	shm bool // reachable by AccessRemote (same host, mapped memfd)
 }
@@ -147,7 +149,7 @@ func (b *Buffer) Connect(peers []Peer) error {
 			ps[i] = &peer{Peer: p, shm: true}
 			continue
 		}
-		h, err := b.eng.OpenSegment(p.Name)
+		ref, err := b.eng.OpenSegment(p.Name)
 		if err != nil {
 			// A peer that cannot be reached now is left unconnected;
 			// waits on it time out like on any dead rank.
@@ -155,15 +157,27 @@ func (b *Buffer) Connect(peers []Peer) error {
 			ps[i] = &peer{Peer: p}
 			continue
 		}
-		pp := &peer{Peer: p, seg: h}
-		pp.shm, _ = b.eng.AccessRemote(h, p.Addr, 4, func([]byte) {})
+		pp := &peer{Peer: p, ref: ref, seg: ref.Handle()}
+		pp.shm, _ = b.eng.AccessRemote(pp.seg, p.Addr, 4, func([]byte) {})
 		ps[i] = pp
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	old := b.peers
 	b.peers = ps
 	b.clearSignalsLocked()
+	b.mu.Unlock()
+	// The new references are open, so a segment both lists share stays.
+	releasePeers(old)
 	return nil
+}
+
+// releasePeers closes the buffer's references to the segments of ps.
+func releasePeers(ps []*peer) {
+	for _, p := range ps {
+		if p != nil && p.ref != nil {
+			p.ref.Close()
+		}
+	}
 }
 
 // clearSignalsLocked zeroes both halves' signal arrays of every layout used
@@ -225,6 +239,9 @@ func (b *Buffer) release() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var err error
+	b.mu.Lock()
+	releasePeers(b.peers) // a second Close releases nothing
+	b.mu.Unlock()
 	if b.base != 0 {
 		err = b.eng.FreeManagedBuffer(b.base)
 		b.base, b.mem = 0, nil

@@ -181,6 +181,19 @@ def _admit(targets: list[int], epoch_before: int, proposer: int, op: str) -> Non
     assert pg.get_peer_state(_pg(), [0, 1, 2, 3]) == [True] * 4
 
 
+def _readmit(target: int, op: str) -> None:
+    """Every member reads its epoch before the change can start; rank 0
+    lets the replacement of slot `target` start (gate "replacement") and
+    takes it back with pg.<op> (see _admit)."""
+    from mooncake import pg
+
+    epoch = pg.get_current_epoch(_pg())
+    dist.barrier()
+    if dist.get_rank() == 0:
+        open_gate("replacement")
+    _admit([target], epoch, proposer=0, op=op)
+
+
 def _all_reduce_past_death(op: str):
     """Rank DEAD dies after a full all_reduce; the survivors' next
     all_reduce completes over them (prints the time since the death).
@@ -289,11 +302,7 @@ def case_replacement(rank: int, world: int, port: int, timeouts=None) -> None:
         assert _mask() == [1, 1, 0, 1], _mask()
         assert dist.get_world_size() == 4  # slot 3 is still active
         assert pg.get_peer_state(world_pg, [DEAD]) == [False]
-        epoch = pg.get_current_epoch(world_pg)
-        dist.barrier()  # every member read its epoch before the change can start
-        if rank == 0:
-            open_gate("replacement")
-        _admit([DEAD], epoch, proposer=0, op="recover_ranks")
+        _readmit(DEAD, "recover_ranks")
         _full_group_ops([DEAD, 3], "join_time")
     finally:
         dist.destroy_process_group()
@@ -357,11 +366,7 @@ def case_leave_founder(rank: int, world: int, port: int, timeouts=None) -> None:
         _check_ok(_all_reduce_over([0, 1, 2]))
         _timing("LEAVE_TO_ALL_REDUCE", _since("leave_time"))
         _all_gather_over([0, 1, 2], 3)
-        epoch = pg.get_current_epoch(world_pg)
-        dist.barrier()  # every member read its epoch before the change can start
-        if rank == 0:
-            open_gate("replacement")
-        _admit([3], epoch, proposer=0, op="activate_ranks")
+        _readmit(3, "activate_ranks")
         _full_group_ops([3, 1], "join_time")
     finally:
         dist.destroy_process_group()
@@ -504,6 +509,76 @@ def case_self_deactivate_rejoin(rank: int, world: int, port: int, timeouts=None)
         _check_ok(_all_reduce_over([0, 1, 2]))
         _timing("REJOIN_TO_ALL_REDUCE", _since("join_time"))
         _all_gather_over([0, 1, 2], 3)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _tensor_ops_over(active: list[int], size: int) -> None:
+    """all_gather_into_tensor and reduce_scatter_tensor sized for `size`
+    ranks, each checked: gathered blocks of inactive slots keep what the
+    caller put there; the reduction runs over `active`. Both are async, so
+    every Work's hint and local success are checked too."""
+    from mooncake import pg
+
+    rank = dist.get_rank()
+    out = torch.full((2 * size,), -1.0)
+    w = dist.all_gather_into_tensor(out, torch.full((2,), float(rank)), async_op=True)
+    w.wait()
+    want = [float(r) if r in active else -1.0 for r in range(size) for _ in range(2)]
+    assert out.tolist() == want, (rank, out.tolist(), want)
+    assert pg.get_local_success(w), pg.get_failed_ranks_hint(w)
+    inp = torch.tensor([float(rank + 1) * (j + 1) for j in range(size) for _ in range(2)])
+    res = torch.zeros(2)
+    w = dist.reduce_scatter_tensor(res, inp, async_op=True)
+    w.wait()
+    want_rs = float(rank + 1) * sum(a + 1 for a in active)
+    assert res.tolist() == [want_rs] * 2, (rank, res.tolist(), want_rs)
+    assert pg.get_local_success(w), pg.get_failed_ranks_hint(w)
+
+
+def case_cycle_founder(rank: int, world: int, port: int, timeouts=None) -> None:
+    """The recovery cycle of the tensor ops: 4 ranks run all_gather_into_tensor
+    and reduce_scatter_tensor; rank 3 exits; the survivors meet the death in
+    an all_gather_into_tensor, then run both ops sized for the 3 ranks left;
+    a replacement joins slot 3 (case_cycle_join), rank 0 recovers it, and
+    the four run both ops again."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    _init(rank, world, port, pg.MooncakeBackendOptions(4))
+    try:
+        _tensor_ops_over([0, 1, 2, 3], 4)
+        if rank == 3:
+            _die()
+        out = torch.full((8,), -1.0)
+        w = dist.all_gather_into_tensor(out, torch.full((2,), float(rank)), async_op=True)
+        check_op_past_failure(w, 3, 4)
+        assert out.tolist()[:6] == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0], out
+        _wait_mask([1, 1, 1, 0])
+        assert dist.get_world_size() == 3
+        _tensor_ops_over([0, 1, 2], 3)
+        _readmit(3, "recover_ranks")
+        assert dist.get_world_size() == 4
+        _tensor_ops_over([0, 1, 2, 3], 4)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def case_cycle_join(rank: int, world: int, port: int, timeouts=None) -> None:
+    """The replacement of case_cycle_founder: joins slot `rank`, then runs
+    both tensor ops with the full group."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    _init(rank, world, port, pg.MooncakeBackendOptions(4, True))
+    try:
+        _stamp("join_time")
+        pg.join_group(_pg())
+        assert _mask() == FULL, _mask()
+        assert dist.get_world_size() == 4
+        _tensor_ops_over([0, 1, 2, 3], 4)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -672,6 +747,12 @@ def test_inplace_rejoin_after_link_failure() -> None:
 def test_self_deactivate_and_rejoin() -> None:
     _print_times(launch(3, "test_pg_elastic", "case_self_deactivate_rejoin", timeout=50,
                         init="none", env=SLOTS, timeouts=SHORT))
+
+
+def test_recovery_cycle_tensor_ops() -> None:
+    launch(4, "test_pg_elastic", "case_cycle_founder", timeout=60, init="none", env=SLOTS,
+           timeouts=SHORT,
+           late=[Late(3, 4, "case_cycle_join", gates=["replacement", "exited-3"])])
 
 
 def test_membership_api() -> None:

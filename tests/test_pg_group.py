@@ -220,7 +220,19 @@ def case_subgroups(rank: int, world: int) -> None:
         g = x.clone()
         dist.all_reduce(g, group=gloo)
         assert torch.equal(g, w)
-    dist.destroy_process_group(ga) if rank in (0, 1, 2) else None
+    if rank in (0, 1, 2):
+        dist.destroy_process_group(ga)
+    del ga  # nothing holds the destroyed group any more
+    # WORLD and gb share the engine's segments with the destroyed group: they
+    # go on without any failure (fault tolerance must not be what saves them).
+    for grp, members in ((None, range(4)), (gb, (1, 2, 3))):
+        if rank in members:
+            t = torch.full((4,), float(rank + 1))
+            w = dist.all_reduce(t, group=grp, async_op=True)
+            w.wait()
+            assert t.tolist() == [float(sum(r + 1 for r in members))] * 4, t
+            assert pg.get_local_success(w), pg.get_failed_ranks_hint(w)
+            assert not pg.get_failed_ranks_hint(w).any(), pg.get_failed_ranks_hint(w)
     dist.barrier()
 
 
@@ -238,6 +250,45 @@ def case_reinit(rank: int, world: int, port: int) -> None:
         assert torch.all(s == world)
         dist.destroy_process_group()
         assert not dist.is_initialized()
+
+
+def case_destroy_during_collective(rank: int, world: int, port: int) -> None:
+    """destroy_process_group while another thread is inside a blocking
+    all_reduce on the group: that op (or the next) raises "process group
+    destroyed" instead of crashing or running on, and the thread ends."""
+    import threading
+
+    dist.init_process_group(backend="mooncake", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world)
+    group = dist.group.WORLD
+    done = 0
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        nonlocal done
+        t = torch.ones(1 << 16)  # 256 KiB: several slots per op
+        try:
+            while True:
+                t.fill_(1.0)
+                dist.all_reduce(t, group=group)
+                assert torch.all(t == world), t[:4]
+                done += 1
+                if done == 20:
+                    started.set()
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+        started.set()
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    assert started.wait(60), "the collectives did not start"
+    dist.destroy_process_group()
+    th.join(60)
+    assert not th.is_alive(), f"the collective thread still runs after destroy ({done} ops done)"
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+    assert "process group destroyed" in str(errors[0]), errors[0]
+    print(f"DESTROYED after {done} all_reduces: {errors[0]}", flush=True)
 
 
 def _train(group, world: int, rank: int, steps: int) -> list[torch.Tensor]:
@@ -296,6 +347,10 @@ def test_overlapping_subgroups() -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_destroy_and_reinit(world: int) -> None:
     launch(world, "test_pg_group", "case_reinit", init="none")
+
+
+def test_destroy_during_collective_on_another_thread() -> None:
+    launch(2, "test_pg_group", "case_destroy_during_collective", init="none", timeout=120)
 
 
 @pytest.mark.parametrize("world", [2, 4])

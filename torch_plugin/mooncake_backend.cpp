@@ -310,14 +310,23 @@ uint64_t MooncakeBackend::currentEpoch() {
   return mirrorEpoch_;
 }
 
-MooncakeBackend::~MooncakeBackend() {
+MooncakeBackend::~MooncakeBackend() { close(); }
+
+void MooncakeBackend::shutdown() { close(); }
+
+void MooncakeBackend::abort() { close(); }
+
+void MooncakeBackend::close() {
   if (group_ == 0) {
     return;
   }
-  // Destroying waits for queued ops, whose completion may need the GIL:
-  // release it if this thread holds it. A group never destroyed goes at
-  // process exit, after the interpreter (torch's group registry keeps the
-  // last reference), where PyGILState_Check() is 1 but there is no GIL.
+  // Destroying waits for the ops in flight (those of other threads
+  // included: they end with "process group destroyed"), whose completion
+  // may need the GIL: release it if this thread holds it. A group never
+  // destroyed goes at process exit, after the interpreter (torch's group
+  // registry keeps the last reference), where PyGILState_Check() is 1 but
+  // there is no GIL. The handle stays: later calls find it destroyed
+  // (a second destroy does nothing).
   if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release noGil;
     mc_pg_group_destroy(group_);

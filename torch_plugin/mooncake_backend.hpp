@@ -76,6 +76,11 @@ class MooncakeBackend : public c10d::Backend {
   MooncakeBackend(const c10d::DistributedBackendOptions& opts,
                   c10::intrusive_ptr<MooncakeBackendOptions> options);
   ~MooncakeBackend() override;
+  // destroy_process_group (shutdown) and abort destroy the group at once,
+  // whoever still holds a reference: ops in flight on other threads end
+  // with "process group destroyed", later ones are refused the same way.
+  void shutdown() override;
+  void abort() override;
 
   const std::string getBackendName() const override { return "mooncake"; }
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
@@ -148,6 +153,8 @@ class MooncakeBackend : public c10d::Backend {
 
  private:
   struct Op;
+  // Destroys the group (idempotent), releasing the GIL while it waits.
+  void close();
   // Submits op; async false: the caller waits for it at once.
   c10::intrusive_ptr<c10d::Work> submit(const char* name, Op& op, bool async);
 

@@ -80,7 +80,7 @@ func TestEngineBatchStatus(t *testing.T) {
 	remote := managed(t, target, 4096)
 	local := managed(t, initiator, 4096)
 	copy(local, pattern(4096, 3))
-	h, err := initiator.OpenSegment(target.Name())
+	h, err := initiator.CachedSegment(target.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestEngineBadArguments(t *testing.T) {
 	peer := newTestEngine(t, true)
 	remote := managed(t, peer, 64)
 	unregistered := anonMemory(t, 64)
-	h, err := e.OpenSegment(peer.Name())
+	h, err := e.CachedSegment(peer.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestEngineBadArguments(t *testing.T) {
 	if err := e.SubmitTransfer(id, []Request{{Opcode: OpRead, Target: 999}}); CodeOf(err) != CodeInvalidArgument {
 		t.Fatalf("bad segment: %v", err)
 	}
-	if _, err := e.OpenSegment("127.0.0.1:1"); err == nil {
+	if _, err := e.CachedSegment("127.0.0.1:1"); err == nil {
 		t.Fatal("opened a segment nobody serves")
 	}
 	if _, err := e.AllocateBatch(0); CodeOf(err) != CodeInvalidArgument {

@@ -51,7 +51,7 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 		t.Fatalf("peer process: %q, %v", line, err)
 	}
 	e := newTestEngine(t, false)
-	h, err := e.OpenSegment(strings.TrimSpace(line))
+	h, err := e.CachedSegment(strings.TrimSpace(line))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	local := newTestEngine(t, false)
-	self, err := local.OpenSegment(local.Name())
+	self, err := local.CachedSegment(local.Name())
 	if err == nil && local.PeerExited(self) {
 		t.Fatal("the engine's own segment reported exited")
 	}

@@ -17,6 +17,12 @@ type remoteSegment struct {
 	e      *Engine
 	name   string
 	handle SegmentHandle
+	// refs counts the open references (Segment values, and the engine's
+	// own for TransferSync and the C API); cached: the engine holds one.
+	// Both guarded by e.segMu. The last reference released forgets the
+	// segment.
+	refs   int
+	cached bool
 
 	mu       sync.Mutex
 	desc     *SegmentDesc // nil until fetched or after a failure
@@ -29,10 +35,55 @@ type remoteSegment struct {
 	stale atomic.Bool
 }
 
-// OpenSegment returns the handle of the segment called name, fetching and
-// caching its descriptor. Opening the same name again returns the same
-// handle.
-func (e *Engine) OpenSegment(name string) (SegmentHandle, error) {
+// Segment is one owned reference to a remote segment, as OpenSegment hands
+// it out. References to the same name share one handle and one cached
+// state (descriptor, connections, shared-memory mapping); the state lives
+// until the last reference is closed, so an owner closing its reference
+// never disturbs another owner of the same segment.
+type Segment struct {
+	s      *remoteSegment
+	closed atomic.Bool
+}
+
+// Handle names the segment in requests (Request.Target) and in the
+// engine's per-segment calls. It stays valid until every reference to the
+// segment is closed.
+func (r *Segment) Handle() SegmentHandle { return r.s.handle }
+
+// Name is the segment's name.
+func (r *Segment) Name() string { return r.s.name }
+
+// Close releases this reference; the segment's cached state is dropped
+// with the last one. Closing a reference twice is an error and changes
+// nothing.
+func (r *Segment) Close() error {
+	if r.closed.Swap(true) {
+		return errorf(CodeInvalidArgument, nil, "segment %q: reference already closed", r.s.name)
+	}
+	r.s.e.release(r.s)
+	return nil
+}
+
+// OpenSegment returns a new reference to the segment called name,
+// fetching and caching its descriptor if no reference is open. The caller
+// owns the reference and closes it when done.
+func (e *Engine) OpenSegment(name string) (*Segment, error) {
+	s, err := e.acquire(name, false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.current(); err != nil {
+		e.release(s)
+		return nil, err
+	}
+	return &Segment{s: s}, nil
+}
+
+// CachedSegment returns the handle of the segment called name as the
+// engine itself holds it: opened on first use and kept until the engine
+// closes (TransferSync and the C API's transfers, whose callers own no
+// reference, use it).
+func (e *Engine) CachedSegment(name string) (SegmentHandle, error) {
 	s, err := e.openSegment(name)
 	if err != nil {
 		return 0, err
@@ -40,38 +91,52 @@ func (e *Engine) OpenSegment(name string) (SegmentHandle, error) {
 	return s.handle, nil
 }
 
+// openSegment is CachedSegment's segment (the engine's own reference).
 func (e *Engine) openSegment(name string) (*remoteSegment, error) {
-	if name == "" {
-		return nil, errorf(CodeInvalidArgument, nil, "empty segment name")
+	s, err := e.acquire(name, true)
+	if err != nil {
+		return nil, err
 	}
-	e.segMu.Lock()
-	s, ok := e.segs[name]
-	if !ok {
-		e.nextSeg++
-		s = &remoteSegment{e: e, name: name, handle: e.nextSeg}
-		e.segs[name], e.segByID[s.handle] = s, s
-	}
-	e.segMu.Unlock()
 	if _, err := s.current(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// CloseSegment forgets a segment's cached state.
-func (e *Engine) CloseSegment(h SegmentHandle) error {
+// acquire takes a reference to the segment called name (cached: the
+// engine's own, taken once), creating its entry if there is none.
+func (e *Engine) acquire(name string, cached bool) (*remoteSegment, error) {
+	if name == "" {
+		return nil, errorf(CodeInvalidArgument, nil, "empty segment name")
+	}
 	e.segMu.Lock()
-	s, ok := e.segByID[h]
-	if ok {
-		delete(e.segByID, h)
+	defer e.segMu.Unlock()
+	s, ok := e.segs[name]
+	if !ok {
+		e.nextSeg++
+		s = &remoteSegment{e: e, name: name, handle: e.nextSeg}
+		e.segs[name], e.segByID[s.handle] = s, s
+	}
+	if !cached || !s.cached {
+		s.refs++
+		s.cached = s.cached || cached
+	}
+	return s, nil
+}
+
+// release drops a reference to s; the last one forgets the segment.
+func (e *Engine) release(s *remoteSegment) {
+	e.segMu.Lock()
+	s.refs--
+	last := s.refs == 0 && e.segByID[s.handle] == s
+	if last {
+		delete(e.segByID, s.handle)
 		delete(e.segs, s.name)
 	}
 	e.segMu.Unlock()
-	if !ok {
-		return errorf(CodeInvalidArgument, nil, "unknown segment handle %d", h)
+	if last {
+		s.close()
 	}
-	s.close()
-	return nil
 }
 
 func (e *Engine) segment(h SegmentHandle) (*remoteSegment, error) {

@@ -239,7 +239,7 @@ func (e *Engine) TransferSync(target string, reqs []Request) error {
 	if len(reqs) == 0 {
 		return errorf(CodeInvalidArgument, nil, "no requests")
 	}
-	h, err := e.OpenSegment(target)
+	h, err := e.CachedSegment(target)
 	if err != nil {
 		return err
 	}

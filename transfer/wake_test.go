@@ -29,7 +29,7 @@ func TestWakeWordWakesWaiterOnSharedMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := b.OpenSegment(a.Name())
+	h, err := b.CachedSegment(a.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestAccessRemoteSeesPeerManagedBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := b.OpenSegment(a.Name())
+	h, err := b.CachedSegment(a.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestAccessRemoteOverTCPFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := b.OpenSegment(a.Name())
+	h, err := b.CachedSegment(a.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestInjectLinkFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := a.OpenSegment(b.Name())
+	h, err := a.CachedSegment(b.Name())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -509,12 +509,16 @@ func (x *SyncResponse) GetDiverged() bool {
 // the coordinator that rank (incarnation gen) has applied `epoch`: the
 // acknowledgement proposals wait for.
 type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	SkipPending   bool                   `protobuf:"varint,3,opt,name=skip_pending,json=skipPending,proto3" json:"skip_pending,omitempty"`
-	Rank          int32                  `protobuf:"varint,4,opt,name=rank,proto3" json:"rank,omitempty"`
-	Gen           uint64                 `protobuf:"varint,5,opt,name=gen,proto3" json:"gen,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Epoch   uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// skip_pending: the caller has seen the pending window of this epoch,
+	// opened at collective pending_op; it is answered again only if that
+	// collective moves back (a participant synced from an earlier one).
+	SkipPending   bool   `protobuf:"varint,3,opt,name=skip_pending,json=skipPending,proto3" json:"skip_pending,omitempty"`
+	Rank          int32  `protobuf:"varint,4,opt,name=rank,proto3" json:"rank,omitempty"`
+	Gen           uint64 `protobuf:"varint,5,opt,name=gen,proto3" json:"gen,omitempty"`
+	PendingOp     uint64 `protobuf:"varint,6,opt,name=pending_op,json=pendingOp,proto3" json:"pending_op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,11 +588,22 @@ func (x *WatchRequest) GetGen() uint64 {
 	return 0
 }
 
+func (x *WatchRequest) GetPendingOp() uint64 {
+	if x != nil {
+		return x.PendingOp
+	}
+	return 0
+}
+
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Pending       bool                   `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
-	View          *View                  `protobuf:"bytes,3,opt,name=view,proto3" json:"view,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Epoch   uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pending bool                   `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	View    *View                  `protobuf:"bytes,3,opt,name=view,proto3" json:"view,omitempty"`
+	// While pending: the collective (index in the view's base) whose sync
+	// opened the window; 0 when a point-to-point op or no collective did.
+	// Ranks abort only collectives at or after it.
+	PendingOp     uint64 `protobuf:"varint,4,opt,name=pending_op,json=pendingOp,proto3" json:"pending_op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,6 +657,13 @@ func (x *WatchResponse) GetView() *View {
 		return x.View
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetPendingOp() uint64 {
+	if x != nil {
+		return x.PendingOp
+	}
+	return 0
 }
 
 // ConfirmRequest: join_group's announcement that the rank is ready to be
@@ -1043,17 +1065,21 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x04view\x18\x02 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1a\n" +
 	"\bexcluded\x18\x03 \x03(\x05R\bexcluded\x12\x14\n" +
 	"\x05retry\x18\x04 \x01(\bR\x05retry\x12\x1a\n" +
-	"\bdiverged\x18\x05 \x01(\bR\bdiverged\"\x88\x01\n" +
+	"\bdiverged\x18\x05 \x01(\bR\bdiverged\"\xa7\x01\n" +
 	"\fWatchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
 	"\fskip_pending\x18\x03 \x01(\bR\vskipPending\x12\x12\n" +
 	"\x04rank\x18\x04 \x01(\x05R\x04rank\x12\x10\n" +
-	"\x03gen\x18\x05 \x01(\x04R\x03gen\"i\n" +
+	"\x03gen\x18\x05 \x01(\x04R\x03gen\x12\x1d\n" +
+	"\n" +
+	"pending_op\x18\x06 \x01(\x04R\tpendingOp\"\x88\x01\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\apending\x18\x02 \x01(\bR\apending\x12(\n" +
-	"\x04view\x18\x03 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\"i\n" +
+	"\x04view\x18\x03 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1d\n" +
+	"\n" +
+	"pending_op\x18\x04 \x01(\x04R\tpendingOp\"i\n" +
 	"\x0eConfirmRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x10\n" +

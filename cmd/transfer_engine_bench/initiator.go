@@ -22,10 +22,12 @@ func runInitiator(o *options, stdout, stderr io.Writer, stop <-chan os.Signal) e
 		return err
 	}
 	defer e.Close()
-	h, err := e.OpenSegment(o.segmentID)
+	seg, err := e.OpenSegment(o.segmentID)
 	if err != nil {
 		return fmt.Errorf("open segment %q: %w", o.segmentID, err)
 	}
+	defer seg.Close()
+	h := seg.Handle()
 	desc, err := e.SegmentDescriptor(h)
 	if err != nil {
 		return fmt.Errorf("segment %q: %w", o.segmentID, err)
