@@ -16,7 +16,8 @@ import (
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
 )
 
-// SegmentHandle names a remote segment opened with Engine.OpenSegment.
+// SegmentHandle names a remote segment: Segment.Handle of an OpenSegment
+// reference, or the engine's own from CachedSegment.
 type SegmentHandle uint64
 
 // Engine is one process's Transfer Engine. All methods are safe for

@@ -51,10 +51,11 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 	remote := managed(t, peer, 4096)
 	e := newTestEngine(t, true)
 	local := managed(t, e, 4096)
-	h, err := e.OpenSegment(peer.Name())
+	seg, err := e.OpenSegment(peer.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := seg.Handle()
 	id := mustBatch(t, e, 1)
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
@@ -78,6 +79,10 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 	checks["AllocateBatch"] = err
 	_, err = e.AccessRemote(h, uint64(addrOf(remote)), 4, func([]byte) {})
 	checks["AccessRemote"] = err
+	_, err = e.OpenSegment(peer.Name())
+	checks["OpenSegment"] = err
+	_, err = e.CachedSegment(peer.Name())
+	checks["CachedSegment"] = err
 	for name, err := range checks {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("%s on a closed engine: %v, want ErrClosed", name, err)

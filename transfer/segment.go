@@ -60,7 +60,7 @@ func (r *Segment) Close() error {
 	if r.closed.Swap(true) {
 		return errorf(CodeInvalidArgument, nil, "segment %q: reference already closed", r.s.name)
 	}
-	r.s.e.release(r.s)
+	r.s.e.releaseSegment(r.s)
 	return nil
 }
 
@@ -68,12 +68,15 @@ func (r *Segment) Close() error {
 // fetching and caching its descriptor if no reference is open. The caller
 // owns the reference and closes it when done.
 func (e *Engine) OpenSegment(name string) (*Segment, error) {
+	if err := e.refuseClosed("open segment " + name); err != nil {
+		return nil, err
+	}
 	s, err := e.acquire(name, false)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := s.current(); err != nil {
-		e.release(s)
+		e.releaseSegment(s)
 		return nil, err
 	}
 	return &Segment{s: s}, nil
@@ -84,6 +87,9 @@ func (e *Engine) OpenSegment(name string) (*Segment, error) {
 // closes (TransferSync and the C API's transfers, whose callers own no
 // reference, use it).
 func (e *Engine) CachedSegment(name string) (SegmentHandle, error) {
+	if err := e.refuseClosed("open segment " + name); err != nil {
+		return 0, err
+	}
 	s, err := e.openSegment(name)
 	if err != nil {
 		return 0, err
@@ -124,8 +130,8 @@ func (e *Engine) acquire(name string, cached bool) (*remoteSegment, error) {
 	return s, nil
 }
 
-// release drops a reference to s; the last one forgets the segment.
-func (e *Engine) release(s *remoteSegment) {
+// releaseSegment drops a reference to s; the last one forgets the segment.
+func (e *Engine) releaseSegment(s *remoteSegment) {
 	e.segMu.Lock()
 	s.refs--
 	last := s.refs == 0 && e.segByID[s.handle] == s
