@@ -207,6 +207,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	g.isolated.Store(cfg.Extension)
 	g.startMembership(v)
+	rt.liveGroups.Add(1)
 	return g, nil
 }
 
@@ -274,6 +275,7 @@ func (g *Group) Close() {
 	g.closePeers()
 	g.syncMu.Unlock()
 	g.engine.FreeManagedBuffer(g.base)
+	g.rt.liveGroups.Add(-1)
 }
 
 // fail records a communication failure that reconciliation could not

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/transfer"
 )
 
 // closeBoth closes every group of gs at once, each from its own goroutine
@@ -175,4 +177,28 @@ func TestClosingSubgroupLeavesWorldUntouched(t *testing.T) {
 			t.Errorf("rank %d: world view %v after the subgroup's close", g.Rank(), v.Active)
 		}
 	})
+}
+
+// TestEngineKeptWhileGroupsUseIt: the runtime refuses to drop an external
+// engine (SetEngine(nil), which lets the C layer release it) while a group
+// still uses it, and allows it once the groups are closed.
+func TestEngineKeptWhileGroupsUseIt(t *testing.T) {
+	e, err := transfer.New(transfer.Config{LocalHostname: "127.0.0.1", MetadataServer: transfer.P2PHandshake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	rt := NewRuntime()
+	defer rt.Close()
+	if err := rt.SetEngine(e); err != nil {
+		t.Fatal(err)
+	}
+	_, gs := startRanks(t, 1, func() *Runtime { return rt }, GroupConfig{GroupID: "keep", Store: NewMemStore()})
+	if err := rt.SetEngine(nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("SetEngine(nil) with a live group = %v, want ErrInvalid", err)
+	}
+	gs[0].Close()
+	if err := rt.SetEngine(nil); err != nil {
+		t.Fatalf("SetEngine(nil) after the group closed: %v", err)
+	}
 }

@@ -48,6 +48,7 @@ type Runtime struct {
 	conn      *grpc.ClientConn
 	client    coordpb.CoordinatorClient
 
+	liveGroups  atomic.Int64 // groups made by NewGroup and not closed
 	collTimeout atomic.Int64 // ns
 	p2pTimeout  atomic.Int64 // ns
 	faultWindow atomic.Int64 // ns
@@ -108,12 +109,16 @@ func (rt *Runtime) DeviceFilter() []string {
 
 // SetEngine makes the runtime use an external, started engine (nil: go
 // back to creating its own); the host IP becomes the engine's. Refused once
-// the runtime has an engine.
+// the runtime has an engine, and going back (nil) is refused while process
+// groups still use the external one: the caller may release it after.
 func (rt *Runtime) SetEngine(e *transfer.Engine) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.engine != nil && (rt.ownEngine || e != nil) {
 		return fmt.Errorf("%w: the backend already uses a transfer engine", ErrInvalid)
+	}
+	if e == nil && rt.engine != nil && rt.liveGroups.Load() > 0 {
+		return fmt.Errorf("%w: %d process groups still use the transfer engine; destroy them first", ErrInvalid, rt.liveGroups.Load())
 	}
 	rt.engine, rt.ownEngine = e, false
 	if e != nil {
