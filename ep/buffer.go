@@ -238,10 +238,8 @@ func (b *Buffer) cancelPending() {
 func (b *Buffer) release() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	releasePeers(b.peers) // the peers' segment references
 	var err error
-	b.mu.Lock()
-	releasePeers(b.peers) // a second Close releases nothing
-	b.mu.Unlock()
 	if b.base != 0 {
 		err = b.eng.FreeManagedBuffer(b.base)
 		b.base, b.mem = 0, nil
