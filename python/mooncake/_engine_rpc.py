@@ -30,20 +30,15 @@ from typing import Any
 
 from mooncake import _lib
 from mooncake._buffers import address_of
-
-_u64 = ctypes.c_uint64
-_int = ctypes.c_int
-_str = ctypes.c_char_p
-_ptr = ctypes.c_void_p
-_P = ctypes.POINTER
+from mooncake._lib import INT, PTR, STR, U64, P
 
 _SIGNATURES = {
-    "mc_rpc_server_start": ([_str, _int, _u64, _P(_ptr), _P(_ptr)], _u64),
-    "mc_rpc_server_next": ([_u64, _int, _P(_int), _P(_ptr), _P(_ptr), _P(_u64)], _int),
-    "mc_rpc_server_stop": ([_u64], _int),
-    "mc_rpc_client_create": ([_int, _int], _u64),
-    "mc_rpc_client_send": ([_u64, _str, _int, _ptr, _u64, _P(_ptr)], _int),
-    "mc_rpc_client_close": ([_u64], _int),
+    "mc_rpc_server_start": ([STR, INT, U64, P(PTR), P(PTR)], U64),
+    "mc_rpc_server_next": ([U64, INT, P(INT), P(PTR), P(PTR), P(U64)], INT),
+    "mc_rpc_server_stop": ([U64], INT),
+    "mc_rpc_client_create": ([INT, INT], U64),
+    "mc_rpc_client_send": ([U64, STR, INT, PTR, U64, P(PTR)], INT),
+    "mc_rpc_client_close": ([U64], INT),
 }
 
 # Message kinds on the wire.
@@ -205,7 +200,7 @@ class RpcInterface:
         """Start listening and dispatching to the callbacks; returns at once."""
         if self._server or not self._listen:
             return False
-        addr, err = _ptr(), _ptr()
+        addr, err = PTR(), PTR()
         handle = self._lib.mc_rpc_server_start(
             self._listen.encode(), _QUEUE_LEN, 0, ctypes.byref(addr), ctypes.byref(err)
         )
@@ -252,7 +247,7 @@ class RpcInterface:
         self._on_tensor = callback
 
     def _dispatch(self, handle: int) -> None:
-        kind, source, data, size = _int(), _ptr(), _ptr(), _u64()
+        kind, source, data, size = INT(), PTR(), PTR(), U64()
         refs = (ctypes.byref(kind), ctypes.byref(source), ctypes.byref(data), ctypes.byref(size))
         while True:
             rc = self._lib.mc_rpc_server_next(handle, _POLL_MS, *refs)
@@ -287,7 +282,7 @@ class RpcInterface:
         if not self._client:
             self.initialize_client(self._pool_size, max(self._timeout_ms // 1000, 1))
         addr, size, keep = address_of(payload)
-        err = _ptr()
+        err = PTR()
         rc = self._lib.mc_rpc_client_send(
             self._client, str(target).encode(), kind, addr or None, size, ctypes.byref(err)
         )

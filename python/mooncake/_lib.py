@@ -16,6 +16,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+# The C ABI's types as ctypes spells them, for the modules' signature tables.
+U64 = ctypes.c_uint64
+I64 = ctypes.c_int64
+INT = ctypes.c_int
+STR = ctypes.c_char_p
+PTR = ctypes.c_void_p
+P = ctypes.POINTER
+
 ENV_VAR = "MOONCAKE_LIB"
 LIB_NAME = "libmooncake.so"
 

@@ -27,30 +27,24 @@ from typing import Any
 
 import mooncake.store as _store  # partially initialised here: store imports this module
 from mooncake import _lib
+from mooncake._lib import I64, INT, PTR, STR, U64, P
 
-_u64 = ctypes.c_uint64
-_i64 = ctypes.c_int64
-_int = ctypes.c_int
-_str = ctypes.c_char_p
-_ptr = ctypes.c_void_p
-_P = ctypes.POINTER
-
-_RANGES = [_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _P(_u64), _P(_i64)]
+_RANGES = [U64, INT, P(STR), P(INT), P(U64), P(U64), P(U64), P(I64)]
 _SIGNATURES = {
-    "mc_store_get_session_start": ([_u64, _int, _P(_str), _P(_int)], None),
+    "mc_store_get_session_start": ([U64, INT, P(STR), P(INT)], None),
     "mc_store_get_session_ranges": (_RANGES, None),
-    "mc_store_get_session_end": ([_u64, _int, _P(_str)], _int),
-    "mc_store_put_session_start": ([_u64, _int, _P(_str), _P(_u64), _str, _P(_int)], None),
+    "mc_store_get_session_end": ([U64, INT, P(STR)], INT),
+    "mc_store_put_session_start": ([U64, INT, P(STR), P(U64), STR, P(INT)], None),
     "mc_store_put_session_ranges": (_RANGES, None),
-    "mc_store_put_session_end": ([_u64, _int, _P(_str), _P(_int)], None),
-    "mc_store_put_session_revoke": ([_u64, _int, _P(_str), _P(_int)], None),
-    "mc_store_replica_clear": ([_u64, _int, _P(_str), _str, _P(_int)], _int),
+    "mc_store_put_session_end": ([U64, INT, P(STR), P(INT)], None),
+    "mc_store_put_session_revoke": ([U64, INT, P(STR), P(INT)], None),
+    "mc_store_replica_clear": ([U64, INT, P(STR), STR, P(INT)], INT),
     "mc_store_create_copy_task": (
-        [_u64, _str, _int, _P(_str), _P(_u64), _P(_u64)],
-        _int,
+        [U64, STR, INT, P(STR), P(U64), P(U64)],
+        INT,
     ),
-    "mc_store_create_move_task": ([_u64, _str, _str, _str, _P(_u64), _P(_u64)], _int),
-    "mc_store_query_task": ([_u64, _u64, _u64], _ptr),
+    "mc_store_create_move_task": ([U64, STR, STR, STR, P(U64), P(U64)], INT),
+    "mc_store_query_task": ([U64, U64, U64], PTR),
 }
 
 _INVALID_PARAMS = -600
@@ -158,7 +152,7 @@ class _SessionsAndTasks:
         """
         if not keys or not self._ready():
             return []
-        results = (_int * len(keys))()
+        results = (INT * len(keys))()
         self._native_sessions().mc_store_get_session_start(
             self._handle, len(keys), _keys(keys), results
         )
@@ -178,12 +172,12 @@ class _SessionsAndTasks:
         flat = [
             [int(v) for i in good for v in col[i]] for col in (all_ptrs, all_sizes, all_offsets)
         ]
-        results = (_i64 * len(good))()
+        results = (I64 * len(good))()
         getattr(self._native_sessions(), fn)(
             self._handle,
             len(good),
             _keys([keys[i] for i in good]),
-            (_int * len(counts))(*counts),
+            (INT * len(counts))(*counts),
             _u64s(flat[0]),
             _u64s(flat[1]),
             _u64s(flat[2]),
@@ -237,7 +231,7 @@ class _SessionsAndTasks:
             cfg = config._json() if config is not None else None
         except (TypeError, ValueError):
             return [_INVALID_PARAMS] * n
-        results = (_int * n)()
+        results = (INT * n)()
         self._native_sessions().mc_store_put_session_start(
             self._handle, n, _keys(keys), _u64s(sizes), cfg, results
         )
@@ -260,7 +254,7 @@ class _SessionsAndTasks:
     def _session_codes(self, fn: str, keys: Sequence[str]) -> list[int]:
         if not keys or not self._ready():
             return []
-        results = (_int * len(keys))()
+        results = (INT * len(keys))()
         getattr(self._native_sessions(), fn)(self._handle, len(keys), _keys(keys), results)
         return list(results)
 
@@ -289,7 +283,7 @@ class _SessionsAndTasks:
         keys = list(keys)
         if not keys or not self._ready():
             return []
-        cleared = (_int * len(keys))()
+        cleared = (INT * len(keys))()
         rc = self._native_sessions().mc_store_replica_clear(
             self._handle, len(keys), _keys(keys), str(segment_name).encode(), cleared
         )
@@ -306,7 +300,7 @@ class _SessionsAndTasks:
         if not self._ready():
             return (0, 0), _INVALID_PARAMS
         targets = [targets] if isinstance(targets, str) else [str(t) for t in targets]
-        hi, lo = _u64(), _u64()
+        hi, lo = U64(), U64()
         rc = self._native_sessions().mc_store_create_copy_task(
             self._handle,
             str(key).encode(),
@@ -325,7 +319,7 @@ class _SessionsAndTasks:
         """
         if not self._ready():
             return (0, 0), _INVALID_PARAMS
-        hi, lo = _u64(), _u64()
+        hi, lo = U64(), U64()
         rc = self._native_sessions().mc_store_create_move_task(
             self._handle,
             str(key).encode(),

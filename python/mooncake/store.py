@@ -31,6 +31,7 @@ from typing import Any
 from mooncake import _lib
 from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
+from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
@@ -204,37 +205,31 @@ def parse_size(value: int | str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-_u64 = ctypes.c_uint64
-_i64 = ctypes.c_int64
-_int = ctypes.c_int
-_str = ctypes.c_char_p
-_ptr = ctypes.c_void_p
-_P = ctypes.POINTER
 
 _SIGNATURES = {
-    "mc_store_create": ([], _u64),
-    "mc_store_setup": ([_u64, _str, _str, _u64, _u64, _str, _str, _str, _u64, _str, _u64], _int),
-    "mc_store_close": ([_u64], _int),
-    "mc_store_health_check": ([_u64], _int),
-    "mc_store_get_hostname": ([_u64], _ptr),
+    "mc_store_create": ([], U64),
+    "mc_store_setup": ([U64, STR, STR, U64, U64, STR, STR, STR, U64, STR, U64], INT),
+    "mc_store_close": ([U64], INT),
+    "mc_store_health_check": ([U64], INT),
+    "mc_store_get_hostname": ([U64], PTR),
     "mc_store_put": (
-        [_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _str, _int, _P(_int)],
-        _int,
+        [U64, INT, P(STR), P(INT), P(U64), P(U64), STR, INT, P(INT)],
+        INT,
     ),
     "mc_store_get_into": (
-        [_u64, _int, _P(_str), _P(_int), _P(_u64), _P(_u64), _int, _P(_i64)],
+        [U64, INT, P(STR), P(INT), P(U64), P(U64), INT, P(I64)],
         None,
     ),
-    "mc_store_get": ([_u64, _int, _P(_str), _P(_u64), _P(_i64)], None),
-    "mc_store_get_ranges": ([_u64, _int, _P(_str), _P(_u64), _P(_u64), _P(_u64), _P(_i64)], None),
-    "mc_store_exist": ([_u64, _int, _P(_str), _P(_int)], None),
-    "mc_store_get_size": ([_u64, _str], _i64),
-    "mc_store_replica_desc": ([_u64, _int, _P(_str)], _ptr),
-    "mc_store_remove": ([_u64, _int, _P(_str), _int, _P(_int)], None),
-    "mc_store_remove_by_regex": ([_u64, _str, _int], _i64),
-    "mc_store_remove_all": ([_u64, _int], _i64),
-    "mc_store_register_buffer": ([_u64, _u64, _u64], _int),
-    "mc_store_unregister_buffer": ([_u64, _u64], _int),
+    "mc_store_get": ([U64, INT, P(STR), P(U64), P(I64)], None),
+    "mc_store_get_ranges": ([U64, INT, P(STR), P(U64), P(U64), P(U64), P(I64)], None),
+    "mc_store_exist": ([U64, INT, P(STR), P(INT)], None),
+    "mc_store_get_size": ([U64, STR], I64),
+    "mc_store_replica_desc": ([U64, INT, P(STR)], PTR),
+    "mc_store_remove": ([U64, INT, P(STR), INT, P(INT)], None),
+    "mc_store_remove_by_regex": ([U64, STR, INT], I64),
+    "mc_store_remove_all": ([U64, INT], I64),
+    "mc_store_register_buffer": ([U64, U64, U64], INT),
+    "mc_store_unregister_buffer": ([U64, U64], INT),
 }
 
 _PUT_UPSERT = 1
@@ -246,15 +241,15 @@ def _native() -> ctypes.CDLL:
 
 
 def _keys(keys: Sequence[str]) -> ctypes.Array:
-    return (_str * len(keys))(*[k.encode() for k in keys])
+    return (STR * len(keys))(*[k.encode() for k in keys])
 
 
 def _u64s(values: Sequence[int]) -> ctypes.Array:
-    return (_u64 * len(values))(*[int(v) for v in values])
+    return (U64 * len(values))(*[int(v) for v in values])
 
 
 def _ints(values: Sequence[int]) -> ctypes.Array:
-    return (_int * len(values))(*[int(v) for v in values])
+    return (INT * len(values))(*[int(v) for v in values])
 
 
 _log = logging.getLogger("mooncake.store")
@@ -545,7 +540,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         counts = [len(p) for p in parts]
         ptrs = [a for p in parts for a, _ in p]
         sizes = [s for p in parts for _, s in p]
-        results = (_int * n)()
+        results = (INT * n)()
         try:
             cfg = (config or ReplicateConfig())._json()
         except (TypeError, ValueError):  # e.g. a data_type that is no ObjectDataType
@@ -667,7 +662,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
 
     def _get_alloc(self, keys: Sequence[str]) -> list[tuple[int, int]]:
         n = len(keys)
-        ptrs, results = (_u64 * n)(), (_i64 * n)()
+        ptrs, results = (U64 * n)(), (I64 * n)()
         self._lib.mc_store_get(self._handle, n, _keys(keys), ptrs, results)
         return list(zip(ptrs, results, strict=True))
 
@@ -733,7 +728,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         counts = [len(p) for p in parts]
         ptrs = [a for p in parts for a, _ in p]
         sizes = [s for p in parts for _, s in p]
-        results = (_i64 * n)()
+        results = (I64 * n)()
         self._lib.mc_store_get_into(
             self._handle,
             n,
@@ -824,7 +819,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
                 flat.extend((key, base + d, o, z) for d, o, z in zip(dst, src, size, strict=True))
             layout.append(counts)
         n = len(flat)
-        results = (_i64 * n)()
+        results = (I64 * n)()
         if n:
             self._lib.mc_store_get_ranges(
                 self._handle,
@@ -854,7 +849,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         n = len(keys)
         if n == 0:
             return []
-        results = (_int * n)()
+        results = (INT * n)()
         self._lib.mc_store_exist(self._handle, n, _keys(keys), results)
         return list(results)
 
@@ -871,7 +866,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         n = len(keys)
         if n == 0:
             return []
-        results = (_int * n)()
+        results = (INT * n)()
         self._lib.mc_store_remove(self._handle, n, _keys(keys), int(force), results)
         return list(results)
 
@@ -928,7 +923,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
 
         Returns ``{"ret", "segment_ids", "allocated_size"}``; ret -1 on failure.
         """
-        ids, err, allocated = _lib_ptr(), _lib_ptr(), _u64()
+        ids, err, allocated = _lib_ptr(), _lib_ptr(), U64()
         rc = -1
         if isinstance(size, int) and size > 0:
             rc = self._segments().mc_store_allocate_and_mount_segment(
@@ -1015,12 +1010,12 @@ def _deserialize_tensor(data: bytes) -> Any:
 # -- segment calls and the client capsule (issue 10) ---------------------------
 
 _SEGMENT_SIGNATURES = {
-    "mc_store_mount_segment": ([_u64, _str, _u64, _u64, _str, _str, _P(_ptr), _P(_ptr)], _int),
+    "mc_store_mount_segment": ([U64, STR, U64, U64, STR, STR, P(PTR), P(PTR)], INT),
     "mc_store_allocate_and_mount_segment": (
-        [_u64, _u64, _str, _str, _P(_u64), _P(_ptr), _P(_ptr)],
-        _int,
+        [U64, U64, STR, STR, P(U64), P(PTR), P(PTR)],
+        INT,
     ),
-    "mc_store_unmount_segment": ([_u64, _P(_str), _int, _i64, _int, _P(_ptr)], _int),
+    "mc_store_unmount_segment": ([U64, P(STR), INT, I64, INT, P(PTR)], INT),
 }
 
 _log = logging.getLogger(__name__)
