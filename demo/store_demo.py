@@ -11,7 +11,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from mooncake.store import MooncakeDistributedStore, ReadTarget, ReplicateConfig
+from mooncake.store import (
+    MooncakeDistributedStore,
+    ParallelAxis,
+    ReadTarget,
+    ReplicateConfig,
+    TensorParallelism,
+)
 
 
 def client(metadata: str, master: str, segment: str) -> MooncakeDistributedStore:
@@ -35,7 +41,12 @@ def reader(metadata: str, master: str) -> None:
     store = client(metadata, master, "0")
     value = store.get("demo/bytes")
     tensor = store.get_tensor("demo/tensor")
-    full = store.get_tensor_with_parallelism("demo/sharded", ReadTarget("full"))
+    # put_tensor_with_tp wrote 2 TP shards: name the TP axis to read them whole.
+    tp = ParallelAxis()
+    tp.kind, tp.rank, tp.size, tp.split_dim = "tp", 0, 2, 1
+    target = ReadTarget()
+    target.mode, target.parallelism = "full", TensorParallelism([tp])
+    full = store.get_tensor_with_parallelism("demo/sharded", target)
     shard1 = store.get_tensor_with_tp("demo/sharded", tp_rank=1, tp_size=2)
     expect = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
     checks = {
