@@ -7,6 +7,7 @@ when the hand-written header drifts from what capi/ exports.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import os
 import re
@@ -152,12 +153,13 @@ def _declared_functions(header: str) -> set[str]:
     return names
 
 
-def test_header_matches_cgo_exports(tmp_path: Path) -> None:
-    if not HEADER.exists():
-        pytest.skip("capi/mooncake.h not written yet")
+@pytest.fixture(scope="module")
+def cgo_header(tmp_path_factory) -> str:
+    """The header cgo generates for capi/ (its exports' C prototypes)."""
+    out = tmp_path_factory.mktemp("cgo")
     env = dict(os.environ, CGO_CFLAGS="-Wno-deprecated-declarations")
     r = subprocess.run(
-        [_go(), "build", "-buildmode=c-shared", "-o", str(tmp_path / "libx.so"), "./capi"],
+        [_go(), "build", "-buildmode=c-shared", "-o", str(out / "libx.so"), "./capi"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -165,7 +167,13 @@ def test_header_matches_cgo_exports(tmp_path: Path) -> None:
         timeout=600,
     )
     assert r.returncode == 0, f"go build ./capi failed:\n{r.stderr}"
-    exported = _cgo_exports((tmp_path / "libx.h").read_text())
+    return (out / "libx.h").read_text()
+
+
+def test_header_matches_cgo_exports(cgo_header: str) -> None:
+    if not HEADER.exists():
+        pytest.skip("capi/mooncake.h not written yet")
+    exported = _cgo_exports(cgo_header)
     documented = _declared_functions(HEADER.read_text())
     assert exported, "cgo header declares no functions"
     assert not exported - documented, (
@@ -218,3 +226,105 @@ def test_error_codes_match_the_go_table():
     go = {names[ident]: int(v) for ident, v in values.items()}
     assert go, "no codes parsed from kvstore/errors.go"
     assert {c.name: int(c) for c in ErrorCode} == go
+
+
+def _prototypes(header: str) -> dict[str, tuple[str, list[str]]]:
+    """name -> (return type, parameter types) of the mc_* functions a header
+    declares; types normalised (no const, no parameter names, "*" attached)."""
+    text = re.sub(r"/\*.*?\*/", " ", header, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)
+    text = re.sub(r'extern\s+"C"\s*\{', " ", text).replace("}", " ")
+
+    def norm(decl: str, named: bool) -> str:
+        decl = " ".join(decl.replace("const ", " ").replace("*", " * ").split())
+        words = [w for w in decl.split(" ") if w != "extern"]
+        if named and len(words) > 1 and words[-1] not in ("*", "void"):
+            words = words[:-1]  # the parameter's name
+        return " ".join(w for w in words if w != "*") + "*" * words.count("*")
+
+    out = {}
+    for stmt in text.split(";"):
+        m = re.fullmatch(r"\s*(.*?)\b(mc_\w+)\s*\((.*)\)\s*", stmt, re.S)
+        if m:
+            params = [p for p in m.group(3).split(",") if p.strip() not in ("", "void")]
+            out[m.group(2)] = (norm(m.group(1), False), [norm(p, True) for p in params])
+    return out
+
+
+# The ctypes types a C parameter type may be passed as (pointers also as
+# c_void_p, and C strings as c_char_p, c_void_p or a pointer to char).
+_SCALARS = {
+    "uint64_t": ctypes.c_uint64,
+    "int64_t": ctypes.c_int64,
+    "uint32_t": ctypes.c_uint32,
+    "int32_t": ctypes.c_int32,
+    "int": ctypes.c_int,
+    "size_t": ctypes.c_size_t,
+    "double": ctypes.c_double,
+    "float": ctypes.c_float,
+    "char": ctypes.c_char,
+    "uint8_t": ctypes.c_uint8,
+}
+
+
+def _fits(c_type: str, ct) -> bool:
+    """Whether ctypes type `ct` passes C type `c_type` correctly."""
+    if c_type in _SCALARS:
+        return ct is _SCALARS[c_type] or ctypes.sizeof(ct) == ctypes.sizeof(_SCALARS[c_type]) and (
+            issubclass(ct, ctypes._SimpleCData) and ct._type_ == _SCALARS[c_type]._type_
+        )
+    if not c_type.endswith("*"):
+        return False
+    if ct in (ctypes.c_void_p, ctypes.c_char_p) or ct is ctypes.py_object:
+        return True
+    target = getattr(ct, "_type_", None)
+    return isinstance(target, type) and (_fits(c_type[:-1], target) or c_type[:-1] == "void")
+
+
+def _ctypes_tables() -> dict[str, tuple[list, object]]:
+    """Every (argtypes, restype) the Python package declares for libmooncake."""
+    import importlib
+
+    tables: dict[str, tuple[list, object]] = {}
+    for mod, attrs in {
+        "mooncake.store": ("_SIGNATURES", "_SEGMENT_SIGNATURES"),
+        "mooncake._store_sessions": ("_SIGNATURES",),
+        "mooncake._engine_rpc": ("_SIGNATURES",),
+        "mooncake.engine": ("_SIGNATURES",),
+        "mooncake.mooncake_ep_buffer": ("_SIGNATURES",),
+        "mooncake.buffer_pool": ("_SIGNATURES",),
+    }.items():
+        m = importlib.import_module(mod)
+        for attr in attrs:
+            for name, sig in getattr(m, attr).items():
+                assert tables.get(name, sig) == sig, f"{name} declared differently in two modules"
+                tables[name] = sig
+    return tables
+
+
+def test_ctypes_tables_match_the_exports(cgo_header: str) -> None:
+    """The ctypes signature tables agree, parameter by parameter, with the Go
+    exports (cgo's header), and the documented header with both."""
+    exports = cgo_header.split("End of boilerplate cgo prologue.", 1)[1].split("*/", 1)[1]
+    exported = _prototypes(exports)
+    documented = _prototypes(HEADER.read_text())
+    assert len(exported) > 50 and set(exported) == set(documented)
+    for name, (ret, params) in exported.items():
+        assert len(documented[name][1]) == len(params), f"mooncake.h: arity of {name}"
+        doc_ret = documented[name][0]
+        assert doc_ret == ret or "void*" in (doc_ret, ret), (
+            f"mooncake.h: {name} returns {doc_ret}, the export {ret}"
+        )
+    tables = _ctypes_tables()
+    assert len(tables) > 50
+    for name, (args, res) in tables.items():
+        assert name in exported, f"ctypes declares {name}, which libmooncake does not export"
+        ret, params = exported[name]
+        assert len(args) == len(params), f"{name}: {len(args)} ctypes arguments for {len(params)}"
+        for i, (c_type, ct) in enumerate(zip(params, args, strict=True)):
+            assert _fits(c_type, ct), f"{name} argument {i}: {ct} cannot pass {c_type}"
+        if ret == "void":
+            assert res is None, f"{name} returns void, ctypes says {res}"
+        else:
+            assert res is not None and _fits(ret, res), f"{name} returns {ret}, ctypes says {res}"
