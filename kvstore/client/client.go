@@ -264,8 +264,6 @@ func (c *Client) remount() {
 		slog.Warn("store client: remount failed", "err", err)
 		return
 	}
-	c.segMu.Lock()
-	defer c.segMu.Unlock()
 	c.redrain()
 }
 

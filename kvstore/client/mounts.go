@@ -25,9 +25,10 @@ type mount struct {
 	seg       *pb.Segment
 	mapping   []byte // the file mapping (MountFile); nil for allocated memory
 	allocated bool
-	// grace, while the segment drains before an unmount with a grace
-	// period, fires that unmount; nil otherwise.
-	grace *time.Timer
+	// draining is set while the segment drains before an unmount with a
+	// grace period; grace then fires that unmount.
+	draining bool
+	grace    *time.Timer
 }
 
 // segmentProtocol checks a mount's protocol: this build's engine moves
@@ -170,17 +171,28 @@ func (c *Client) Unmount(ids []string, graceSeconds int64, allocated bool) error
 }
 
 // drainThenUnmount drains segment id and schedules its unmount after grace.
+// The master RPC runs outside segMu, which the data path also takes.
 func (c *Client) drainThenUnmount(id string, allocated bool, grace time.Duration) error {
 	c.segMu.Lock()
-	defer c.segMu.Unlock()
 	m, ok := c.mounts[id]
 	switch {
 	case !ok || m.allocated != allocated:
+		c.segMu.Unlock()
 		return fmt.Errorf("%w: segment %q was not mounted by this call family", kvstore.SegmentNotFound, id)
-	case m.grace != nil:
+	case m.draining:
+		c.segMu.Unlock()
 		return fmt.Errorf("%w: segment %q is already draining", kvstore.InvalidParams, id)
 	}
-	if err := c.drain(id); err != nil {
+	m.draining = true
+	c.segMu.Unlock()
+	err := c.drain(id)
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	switch {
+	case c.mounts[id] != m: // unmounted meanwhile
+		return nil
+	case err != nil:
+		m.draining = false
 		return err
 	}
 	m.grace = time.AfterFunc(grace, func() {
@@ -204,13 +216,19 @@ func (c *Client) drain(id string) error {
 }
 
 // redrain drains again, after a remount, the segments waiting out a grace
-// period (a restarted master knows them as open). Called with segMu held.
+// period (a restarted master knows them as open).
 func (c *Client) redrain() {
+	c.segMu.Lock()
+	var ids []string
 	for id, m := range c.mounts {
-		if m.grace != nil {
-			if err := c.drain(id); err != nil {
-				slog.Warn("store client: draining again after a remount failed", "segment", id, "err", err)
-			}
+		if m.draining {
+			ids = append(ids, id)
+		}
+	}
+	c.segMu.Unlock()
+	for _, id := range ids {
+		if err := c.drain(id); err != nil {
+			slog.Warn("store client: draining again after a remount failed", "segment", id, "err", err)
 		}
 	}
 }

@@ -123,12 +123,10 @@ func (s *State) charge(o *object) {
 	if held == o.charged {
 		return
 	}
+	// Objects exist only for registered tenants, and a tenant holding
+	// objects cannot be unregistered (DeleteTenantQuota).
 	name, _ := s.splitKey(o.key)
 	t := s.tenants[name]
-	if t == nil { // its quota entry was dropped while it held nothing
-		t = &tenant{}
-		s.tenants[name] = t
-	}
 	switch {
 	case o.charged == 0:
 		t.objects++
