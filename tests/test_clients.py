@@ -64,8 +64,8 @@ class Side:
         self.proc.stdin.flush()
 
     def finish(self) -> None:
-        with_rc = self.proc.wait(timeout=TIMEOUT)
-        assert with_rc == 0, f"{self.role} exited with {with_rc}"
+        rc = self.proc.wait(timeout=TIMEOUT)
+        assert rc == 0, f"{self.role} exited with {rc}"
 
     def kill(self) -> None:
         kill_process(self.proc)
