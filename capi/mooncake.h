@@ -404,6 +404,36 @@ int mc_store_unmount_segment(uint64_t store, const char **ids, int n,
                              int64_t grace_seconds, int allocated,
                              char **err);
 
+/* Store-RS fleet calls (docs/store-operations.md). Errors are numbers as
+ * above; *err (when err is not NULL) gets the message, free with mc_free.
+ *
+ * Set the namespace, routed-write and eviction-watermark options (a JSON
+ * object, client.FleetConfig) for the next mc_store_setup of this handle. */
+int mc_store_set_fleet_options(uint64_t store, const char *options_json,
+                               char **err);
+
+/* The ids of the client's mounted segments, newline-separated, in *ids
+ * (free with mc_free). */
+int mc_store_segment_ids(uint64_t store, char **ids);
+
+/* Put n segments (all of the client's when n == 0) in mode: 0 ACTIVE,
+ * 1 STANDBY, 2 DRAINING, 3 RETIRED (final). */
+int mc_store_set_segment_mode(uint64_t store, const char **ids, int n,
+                              int mode, char **err);
+
+/* Move the replicas off n segments (all when n == 0) and wait until they
+ * are empty, at most timeout_ms: op 0 evacuates (segments not ACTIVE),
+ * 1 drains (DRAINING, then evacuates), 2 retires one segment (RETIRED,
+ * evacuated, unmounted). *report gets a JSON summary. */
+int mc_store_evacuate(uint64_t store, int op, const char **ids, int n,
+                      int64_t timeout_ms, char **report, char **err);
+
+/* A dry run of evacuating n segments (all when n == 0): *plan gets JSON
+ * {items: [{key, size, from_segment, to_segment, to_owner,
+ * other_replicas}], objects, bytes, unplaceable}. */
+int mc_store_plan_handoff(uint64_t store, const char **ids, int n,
+                          char **plan, char **err);
+
 /* The registered local buffer: *base and *size (0, 0 without one). 0 or
  * -600 for a handle that is not set up. */
 int mc_store_local_buffer(uint64_t store, uint64_t *base, uint64_t *size);

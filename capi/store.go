@@ -18,7 +18,8 @@ import (
 type storeSlot struct {
 	mu     sync.Mutex
 	c      *client.Client
-	engine *engineSlot // the engine given to setup, retained until close
+	engine *engineSlot        // the engine given to setup, retained until close
+	fleet  client.FleetConfig // mc_store_set_fleet_options, for the next setup
 }
 
 var stores handleTable[*storeSlot]
@@ -68,6 +69,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 	if s.c != nil {
 		return notReady
 	}
+	cfg.Fleet = s.fleet
 	var es *engineSlot
 	if engine != 0 {
 		if es = slotOf(engine); es == nil {
@@ -340,6 +342,7 @@ type replicaDesc struct {
 	Size              uint64 `json:"size"`
 	BufferAddress     uint64 `json:"buffer_address"`
 	TransportEndpoint string `json:"transport_endpoint"`
+	SegmentName       string `json:"segment_name"` // the storage owner (its client's hostname)
 }
 
 // replicaList is one key's entry in mc_store_replica_desc's JSON.
@@ -364,7 +367,7 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 		}
 		out[i].Replicas = []replicaDesc{}
 		for _, r := range l.GetReplicas() {
-			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(), r.GetTransportEndpoint()})
+			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(), r.GetTransportEndpoint(), r.GetSegmentName()})
 		}
 	}
 	b, _ := json.Marshal(out)

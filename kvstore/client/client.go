@@ -54,6 +54,8 @@ type Client struct {
 	temps    map[uintptr]*tempReg // by address; see useDirect
 	sessions sessions             // open batch_*_session sessions
 	tasks    runningTasks         // copy/move tasks being executed
+	fleet    FleetConfig          // Store-RS options, fixed at setup
+	modes    segmentModes         // lifecycle modes set on own segments (fleet.go)
 
 	lastPingOK atomic.Bool
 	// life admits every call while the client is open; Close releases the
@@ -70,7 +72,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MetadataServer == "" || cfg.LocalHostname == "" {
 		return nil, fmt.Errorf("%w: local_hostname and metadata_server are required", kvstore.InvalidParams)
 	}
-	c := &Client{id: newID(), stop: make(chan struct{}), hostID: hostID(), temps: map[uintptr]*tempReg{}, mounts: map[string]*mount{}}
+	if err := cfg.Fleet.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{id: newID(), stop: make(chan struct{}), hostID: hostID(), temps: map[uintptr]*tempReg{}, mounts: map[string]*mount{},
+		fleet: cfg.Fleet}
 	var err error
 	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
 		return nil, err
@@ -115,7 +121,7 @@ func (c *Client) setup(cfg Config) error {
 	c.arena = newArena(c.local)
 	c.staging = newStagingPool(c.arena)
 	var err error
-	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID); err != nil {
+	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace); err != nil {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
 	}
 	if cfg.GlobalSegmentSize > 0 {
@@ -265,6 +271,7 @@ func (c *Client) remount() {
 		return
 	}
 	c.redrain()
+	c.modes.reapply(c)
 }
 
 func rpcContext() (context.Context, context.CancelFunc) {

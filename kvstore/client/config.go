@@ -36,6 +36,9 @@ type Config struct {
 	// "default" are the default tenant). Only a master started with
 	// --enable_multi_tenants isolates tenants.
 	TenantID string
+	// Fleet holds the Store-RS options: namespace, routed writes,
+	// eviction watermarks (fleet_config.go).
+	Fleet FleetConfig
 }
 
 // ReplicateConfig is how an object is placed (upstream ReplicateConfig).
@@ -52,6 +55,12 @@ type ReplicateConfig struct {
 	// GroupIDs name each key's storage group ("" for none); nil means
 	// none, otherwise a batch needs one per key.
 	GroupIDs []string `json:"group_ids"`
+	// PreferLocal places the first replica on this client's own segments;
+	// PreferredStorageOwners (or the single PreferredStorageOwner) are
+	// store clients, by hostname (host:port), tried next.
+	PreferLocal            bool     `json:"prefer_local"`
+	PreferredStorageOwners []string `json:"preferred_storage_owners"`
+	PreferredStorageOwner  string   `json:"preferred_storage_owner"`
 }
 
 // DefaultReplicateConfig is one replica, no pins.
@@ -62,6 +71,10 @@ func (c ReplicateConfig) proto(hostID string) *pb.ReplicateConfig {
 	if c.PreferredSegment != "" {
 		segs = []string{c.PreferredSegment}
 	}
+	owners := c.PreferredStorageOwners
+	if c.PreferredStorageOwner != "" {
+		owners = append([]string{c.PreferredStorageOwner}, owners...)
+	}
 	return &pb.ReplicateConfig{
 		ReplicaNum:            uint32(max(c.ReplicaNum, 0)),
 		SoftPinAction:         pb.SoftPinAction(c.SoftPinAction),
@@ -71,6 +84,8 @@ func (c ReplicateConfig) proto(hostID string) *pb.ReplicateConfig {
 		PreferAllocInSameNode: c.PreferAllocInSameNode,
 		HostId:                hostID,
 		DataType:              uint32(max(c.DataType, 0)),
+		PreferLocal:           c.PreferLocal,
+		PreferredOwners:       owners,
 	}
 }
 

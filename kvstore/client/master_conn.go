@@ -24,6 +24,7 @@ import (
 type masterConn struct {
 	addr   string // as configured
 	tenant string // sent with every RPC unless it is the default
+	ns     string // the namespace (kvstore.Namespace.Encode), sent unless ""
 	etcd   *clientv3.Client
 	key    string
 
@@ -42,8 +43,8 @@ func masterViewKey() string {
 	return "mooncake-store/" + id + "/master_view"
 }
 
-func dialMaster(addr, tenant string) (*masterConn, error) {
-	m := &masterConn{addr: addr, tenant: tenant}
+func dialMaster(addr, tenant string, ns kvstore.Namespace) (*masterConn, error) {
+	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode()}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
 		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -89,8 +90,15 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 		return false, nil
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	var md []string
 	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
-		opts = append(opts, grpc.WithUnaryInterceptor(withTenant(m.tenant)))
+		md = append(md, kvstore.TenantMetadataKey, m.tenant)
+	}
+	if m.ns != "" {
+		md = append(md, kvstore.NamespaceMetadataKey, m.ns)
+	}
+	if len(md) > 0 {
+		opts = append(opts, grpc.WithUnaryInterceptor(withMetadata(md)))
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
@@ -122,11 +130,12 @@ func (m *masterConn) close() {
 	}
 }
 
-// withTenant adds the tenant id to the metadata of every call, where the
-// master reads it (kvstore.TenantMetadataKey).
-func withTenant(tenant string) grpc.UnaryClientInterceptor {
+// withMetadata adds key/value pairs kv to the metadata of every call: the
+// tenant id and the namespace, where the master reads them
+// (kvstore.TenantMetadataKey, kvstore.NamespaceMetadataKey).
+func withMetadata(kv []string) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx = metadata.AppendToOutgoingContext(ctx, kvstore.TenantMetadataKey, tenant)
+		ctx = metadata.AppendToOutgoingContext(ctx, kv...)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }

@@ -39,7 +39,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 	}
 	var starts []*pb.PutStartRequest
 	var idx []int
-	pcfg := cfg.proto(c.hostID)
+	pcfg := c.placement(cfg)
 	for i, k := range keys {
 		size := partsSize(parts[i])
 		switch {

@@ -240,7 +240,7 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateCon
 	if len(sizes) != len(keys) || (cfg.GroupIDs != nil && len(cfg.GroupIDs) != len(keys)) {
 		return fill(errs, kvstore.InvalidParams)
 	}
-	pcfg := cfg.proto(c.hostID)
+	pcfg := c.placement(cfg)
 	var starts []*pb.PutStartRequest
 	var idx []int
 	seen := map[string]bool{}

@@ -62,11 +62,12 @@ func (s *Server) AdminHandler() http.Handler {
 			Protocol   string `json:"protocol"`
 			HostID     string `json:"host_id"`
 			Draining   bool   `json:"draining"`
+			Mode       string `json:"mode"` // lifecycle mode: ACTIVE, STANDBY, DRAINING, RETIRED
 		}
 		out := []seg{}
 		s.WithState(func(st *State, _ time.Time) {
 			for _, sg := range st.Segments() {
-				out = append(out, seg{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated, sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining})
+				out = append(out, seg{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated, sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String()})
 			}
 		})
 		writeJSON(w, http.StatusOK, out)

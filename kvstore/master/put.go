@@ -76,7 +76,7 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 
 // create allocates and records a new object with an open write.
 func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, now time.Time) ([]Replica, kvstore.ErrorCode) {
-	reps := s.allocate(size, cfg)
+	reps := s.allocate(clientID, size, cfg)
 	if len(reps) == 0 {
 		if s.openSegments() >= cfg.ReplicaNum {
 			s.needEviction = true
@@ -143,7 +143,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 			r.status = ReplicaProcessing
 		}
 	} else {
-		reps := s.allocate(size, cfg)
+		reps := s.allocate(clientID, size, cfg)
 		if len(reps) == 0 {
 			if s.openSegments() >= cfg.ReplicaNum {
 				s.needEviction = true
@@ -165,6 +165,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		s.charge(o)
 	}
 	o.writer, o.putStart, o.writing = clientID, now, true
+	o.rewrites++
 	o.hardPin = hardPin
 	o.dataType, o.groupID = cfg.DataType, cfg.GroupID
 	if pinChange || o.softPinTTL != pinTTL {

@@ -38,34 +38,35 @@ func (s *State) BatchRemove(keys []string, force bool, now time.Time) []kvstore.
 	return out
 }
 
-// RemoveByRegex removes every key of tenant in which pattern matches
+// RemoveByRegex removes every key of tenant's namespace ns (a
+// kvstore.Namespace.KeyPrefix, "" for the empty one) in which pattern matches
 // somewhere (a search, like upstream's std::regex_search, not a full
 // match; the pattern sees the caller's keys, without the tenant), skipping
 // leased objects unless force and always skipping objects being written.
 // The pattern is Go RE2 syntax, not ECMAScript: backreferences and
 // lookaround are rejected with INVALID_PARAMS. It returns how many keys
 // were removed.
-func (s *State) RemoveByRegex(tenant, pattern string, force bool, now time.Time) (int64, kvstore.ErrorCode) {
+func (s *State) RemoveByRegex(tenant, ns, pattern string, force bool, now time.Time) (int64, kvstore.ErrorCode) {
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return 0, s.m.result("remove_by_regex", kvstore.InvalidParams)
 	}
 	s.m.result("remove_by_regex", kvstore.OK)
-	return s.removeMatching(tenant, re.MatchString, force, now), kvstore.OK
+	return s.removeMatching(tenant, ns, re.MatchString, force, now), kvstore.OK
 }
 
-// RemoveAll removes every object of tenant it may: leased ones are skipped
+// RemoveAll removes every object of tenant's namespace ns it may: leased ones are skipped
 // unless force, ones being written always. It returns how many were
 // removed.
-func (s *State) RemoveAll(tenant string, force bool, now time.Time) int64 {
+func (s *State) RemoveAll(tenant, ns string, force bool, now time.Time) int64 {
 	s.m.result("remove_all", kvstore.OK)
-	return s.removeMatching(tenant, func(string) bool { return true }, force, now)
+	return s.removeMatching(tenant, ns, func(string) bool { return true }, force, now)
 }
 
-func (s *State) removeMatching(tenant string, match func(string) bool, force bool, now time.Time) int64 {
+func (s *State) removeMatching(tenant, ns string, match func(string) bool, force bool, now time.Time) int64 {
 	var n int64
 	for _, key := range s.tenantKeys(tenant) {
-		if !match(s.UserKey(key)) {
+		if k, in := kvstore.InNamespace(s.UserKey(key), ns); !in || !match(k) {
 			continue
 		}
 		o := s.objects[key]

@@ -19,6 +19,7 @@ import (
 type scope struct {
 	cfg    Config
 	tenant string
+	ns     string // the namespace's key prefix (kvstore.Namespace.KeyPrefix)
 	code   kvstore.ErrorCode
 }
 
@@ -28,11 +29,16 @@ func (s *Server) scope(ctx context.Context) scope {
 		id = v[0]
 	}
 	t, code := s.opts.Config.ResolveTenant(id)
-	return scope{cfg: s.opts.Config, tenant: t, code: code}
+	sc := scope{cfg: s.opts.Config, tenant: t, code: code}
+	if v := metadata.ValueFromIncomingContext(ctx, kvstore.NamespaceMetadataKey); len(v) > 0 && code == kvstore.OK {
+		ns, err := kvstore.ParseNamespace(v[0])
+		sc.ns, sc.code = ns.KeyPrefix(), kvstore.CodeOf(err)
+	}
+	return sc
 }
 
 // key is the object key of the caller's key k.
-func (sc scope) key(k string) string { return sc.cfg.ObjectKey(sc.tenant, k) }
+func (sc scope) key(k string) string { return sc.cfg.ObjectKey(sc.tenant, sc.ns+k) }
 
 // or is the scope's refusal, or else what op returns.
 func (sc scope) or(op func() kvstore.ErrorCode) kvstore.ErrorCode {
@@ -53,6 +59,8 @@ func toConfig(req *masterpb.PutStartRequest) ReplicateConfig {
 		HardPin: c.GetWithHardPin(), PreferredSegments: c.GetPreferredSegments(),
 		PreferSameNode: c.GetPreferAllocInSameNode(), HostID: c.GetHostId(),
 		DataType: int(c.GetDataType()), GroupID: req.GetGroupId(),
+		PreferLocal:     c.GetPreferLocal(),
+		PreferredOwners: c.GetPreferredOwners(), RouteTopK: int(c.GetRouteTopk()),
 	}
 	if c.SoftPinTtlMs != nil {
 		d := time.Duration(c.GetSoftPinTtlMs()) * time.Millisecond
@@ -313,7 +321,7 @@ func (s *Server) RemoveByRegex(ctx context.Context, req *masterpb.RemoveByRegexR
 	}
 	var resp *masterpb.CountResponse
 	err := s.do(func(st *State, now time.Time) {
-		n, code := st.RemoveByRegex(sc.tenant, req.GetPattern(), req.GetForce(), now)
+		n, code := st.RemoveByRegex(sc.tenant, sc.ns, req.GetPattern(), req.GetForce(), now)
 		resp = &masterpb.CountResponse{ErrorCode: code32(code), Count: n}
 	})
 	return resp, err
@@ -327,7 +335,7 @@ func (s *Server) RemoveAll(ctx context.Context, req *masterpb.RemoveAllRequest) 
 	}
 	var resp *masterpb.CountResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.CountResponse{Count: st.RemoveAll(sc.tenant, req.GetForce(), now)}
+		resp = &masterpb.CountResponse{Count: st.RemoveAll(sc.tenant, sc.ns, req.GetForce(), now)}
 	})
 	return resp, err
 }

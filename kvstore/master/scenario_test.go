@@ -42,6 +42,7 @@ import (
 //	copy_task key= targets=a,b | move_task key= from= to=   (print task tN)
 //	fetch_tasks                          (client= is the executor)
 //	complete_task task=tN [fail] [msg=]  | query_task task=tN
+//	fleet commands and placement arguments: scenario_fleet_test.go
 //
 // With "config multi_tenant=true", tenant=T on any command names the
 // tenant whose keys it works on (the default tenant when absent); an id
@@ -171,6 +172,7 @@ func (c cmd) replicateConfig(t *testing.T) ReplicateConfig {
 	if h := c.str("host", ""); h != "" {
 		rc.PreferSameNode, rc.HostID = true, h
 	}
+	fleetPlacement(t, c, &rc)
 	return rc
 }
 
@@ -293,9 +295,9 @@ func (s *scenario) run(c cmd) string {
 	case "remove":
 		return s.st.Remove(key, force, s.now).String() + "\n"
 	case "remove_all":
-		return fmt.Sprintf("removed %d\n", s.st.RemoveAll(tenant, force, s.now))
+		return fmt.Sprintf("removed %d\n", s.st.RemoveAll(tenant, "", force, s.now))
 	case "remove_regex":
-		n, code := s.st.RemoveByRegex(tenant, c.str("pattern", ""), force, s.now)
+		n, code := s.st.RemoveByRegex(tenant, "", c.str("pattern", ""), force, s.now)
 		return fmt.Sprintf("%s removed %d\n", code.String(), n)
 	case "evict":
 		r := s.st.Evict(s.now)
@@ -374,6 +376,9 @@ func (s *scenario) run(c cmd) string {
 		}
 		return fmt.Sprintf("size=%d writer=%s writing=%v lease=%s soft_pin_until=%s hard=%v\n",
 			o.Size, o.Writer, o.Writing, s.rel(o.LeaseUntil), s.rel(o.SoftPinUntil), o.HardPinned) + fmtReplicas(o.Replicas)
+	}
+	if out, ok := s.fleetCommand(c, cl); ok {
+		return out
 	}
 	t.Fatalf("unknown command %q", c.name)
 	return ""

@@ -10,10 +10,10 @@ import (
 
 // segment is a mounted segment and its allocator.
 type segment struct {
-	info     Segment
-	client   string
-	alloc    *Allocator
-	draining bool // closed to new allocations (DrainSegment)
+	info   Segment
+	client string
+	alloc  *Allocator
+	mode   SegmentMode // lifecycle mode; only ACTIVE takes new replicas
 }
 
 // client is what the master knows of a client: when it was last heard
@@ -123,7 +123,9 @@ func (s *State) DrainSegment(clientID, segID string, now time.Time) kvstore.Erro
 		return s.m.result("drain_segment", kvstore.SegmentNotFound)
 	}
 	s.touch(clientID, now)
-	sg.draining = true
+	if sg.mode == SegmentActive || sg.mode == SegmentStandby {
+		sg.mode = SegmentDraining
+	}
 	return s.m.result("drain_segment", kvstore.OK)
 }
 
@@ -133,7 +135,7 @@ func (s *State) DrainSegment(clientID, segID string, now time.Time) kvstore.Erro
 func (s *State) openSegments() int {
 	n := 0
 	for _, sg := range s.segOrder {
-		if !sg.draining {
+		if sg.mode.takesReplicas() {
 			n++
 		}
 	}
@@ -224,14 +226,16 @@ type SegmentInfo struct {
 	Segment
 	ClientID  string
 	Allocated uint64
-	Draining  bool
+	Draining  bool // not ACTIVE: closed to new replicas
+	Mode      SegmentMode
 }
 
 // Segments returns the mounted segments in mount order.
 func (s *State) Segments() []SegmentInfo {
 	out := make([]SegmentInfo, len(s.segOrder))
 	for i, sg := range s.segOrder {
-		out[i] = SegmentInfo{Segment: sg.info, ClientID: sg.client, Allocated: sg.alloc.Allocated(), Draining: sg.draining}
+		out[i] = SegmentInfo{Segment: sg.info, ClientID: sg.client, Allocated: sg.alloc.Allocated(),
+			Draining: !sg.mode.takesReplicas(), Mode: sg.mode}
 	}
 	return out
 }

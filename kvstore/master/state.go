@@ -23,6 +23,7 @@ type object struct {
 	writer   string    // client that opened the current/last write
 	putStart time.Time // when the current/last write was opened
 	writing  bool      // a put or upsert is open (replicas PROCESSING)
+	rewrites uint64    // upserts opened on the object; a task copies one version
 	replicas []*replica
 	// lease is the read lease deadline: Remove (without force) and
 	// eviction leave the object alone while now < lease.

@@ -136,23 +136,23 @@ func TestBatchRemoveAndRegex(t *testing.T) {
 		t.Fatalf("BatchRemove = %v, want %v", got, want)
 	}
 	// Search semantics: "a$" matches anywhere-ending keys, not a full match.
-	n, code := st.RemoveByRegex(DefaultTenant, "el/", false, now)
+	n, code := st.RemoveByRegex(DefaultTenant, "", "el/", false, now)
 	if code != kvstore.OK || n != 2 {
 		t.Fatalf("RemoveByRegex(el/) = %d,%v want 2 (model/a, model/b; model/writing skipped)", n, code)
 	}
-	if _, code := st.RemoveByRegex(DefaultTenant, "(", false, now); code != kvstore.InvalidParams {
+	if _, code := st.RemoveByRegex(DefaultTenant, "", "(", false, now); code != kvstore.InvalidParams {
 		t.Fatalf("bad regex: %v", code)
 	}
-	if n, _ := st.RemoveByRegex(DefaultTenant, "^leased", false, now); n != 0 {
+	if n, _ := st.RemoveByRegex(DefaultTenant, "", "^leased", false, now); n != 0 {
 		t.Fatal("leased object removed without force")
 	}
-	if n, _ := st.RemoveByRegex(DefaultTenant, "^leased", true, now); n != 1 {
+	if n, _ := st.RemoveByRegex(DefaultTenant, "", "^leased", true, now); n != 1 {
 		t.Fatal("leased object not removed with force")
 	}
 	if got := st.Keys(); !slices.Equal(got, []string{"model/writing"}) {
 		t.Fatalf("keys = %v", got)
 	}
-	if n := st.RemoveAll(DefaultTenant, true, now); n != 0 {
+	if n := st.RemoveAll(DefaultTenant, "", true, now); n != 0 {
 		t.Fatalf("RemoveAll removed an incomplete object: %d", n)
 	}
 }

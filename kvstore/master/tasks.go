@@ -68,6 +68,7 @@ type task struct {
 	assignee string     // what QueryTask reports as assigned_client
 	created  time.Time
 	updated  time.Time
+	version  uint64    // the object's rewrites count when the task started
 	sent     time.Time // when it was last handed out
 	message  string
 }
@@ -185,7 +186,7 @@ func (s *State) createMoveTask(key, source, target string, now time.Time) (TaskI
 // records the task; with nothing to reserve it finishes it at once.
 func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segment, now time.Time) (TaskID, kvstore.ErrorCode) {
 	t := &task{typ: typ, key: o.key, size: o.size, source: source, client: source.seg.client,
-		assignee: source.seg.info.Name, created: now, updated: now}
+		assignee: source.seg.info.Name, created: now, updated: now, version: o.rewrites}
 	for _, segs := range want {
 		r := s.reserveOn(segs, o.size)
 		if r == nil {
@@ -211,7 +212,7 @@ func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segm
 // open to new replicas (not draining).
 func (s *State) reserveOn(segs []*segment, size uint64) *replica {
 	for _, sg := range segs {
-		if sg.draining {
+		if !sg.mode.takesReplicas() {
 			continue
 		}
 		if off, ok := sg.alloc.Allocate(size); ok {
@@ -285,6 +286,8 @@ func (s *State) completeTask(clientID string, id TaskID, ok bool, message string
 		switch {
 		case !live || !slices.Contains(o.replicas, t.source):
 			ok, message = false, "the object or its source replica was removed during the task"
+		case o.writing || o.rewrites != t.version:
+			ok, message = false, "the object was rewritten during the task"
 		}
 	}
 	s.finishTask(t, ok, message, now)

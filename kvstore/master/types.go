@@ -65,6 +65,14 @@ type ReplicateConfig struct {
 	// object as metadata; they do not change placement.
 	DataType int
 	GroupID  string
+	// Placement for fleets (docs/store-operations.md): PreferLocal tries
+	// the writing client's own segments; PreferredOwners are
+	// storage owners (segment names, host:port) tried after
+	// PreferredSegments; RouteTopK > 0 routes the write to the RouteTopK
+	// open segments with the most free space instead of the random walk.
+	PreferLocal     bool
+	PreferredOwners []string
+	RouteTopK       int
 }
 
 // Segment is memory a client contributes: Size bytes at Base inside the

@@ -284,6 +284,62 @@ func (TaskStatus) EnumDescriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{4}
 }
 
+// A segment's lifecycle mode: ACTIVE takes new replicas and serves reads;
+// STANDBY and DRAINING serve reads only (DRAINING marks a segment whose
+// replicas are being moved away); RETIRED is DRAINING for good, until the
+// client unmounts it.
+type SegmentMode int32
+
+const (
+	SegmentMode_SEGMENT_ACTIVE   SegmentMode = 0
+	SegmentMode_SEGMENT_STANDBY  SegmentMode = 1
+	SegmentMode_SEGMENT_DRAINING SegmentMode = 2
+	SegmentMode_SEGMENT_RETIRED  SegmentMode = 3
+)
+
+// Enum value maps for SegmentMode.
+var (
+	SegmentMode_name = map[int32]string{
+		0: "SEGMENT_ACTIVE",
+		1: "SEGMENT_STANDBY",
+		2: "SEGMENT_DRAINING",
+		3: "SEGMENT_RETIRED",
+	}
+	SegmentMode_value = map[string]int32{
+		"SEGMENT_ACTIVE":   0,
+		"SEGMENT_STANDBY":  1,
+		"SEGMENT_DRAINING": 2,
+		"SEGMENT_RETIRED":  3,
+	}
+)
+
+func (x SegmentMode) Enum() *SegmentMode {
+	p := new(SegmentMode)
+	*p = x
+	return p
+}
+
+func (x SegmentMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SegmentMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_master_proto_enumTypes[5].Descriptor()
+}
+
+func (SegmentMode) Type() protoreflect.EnumType {
+	return &file_master_proto_enumTypes[5]
+}
+
+func (x SegmentMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SegmentMode.Descriptor instead.
+func (SegmentMode) EnumDescriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{5}
+}
+
 type ReplicateConfig struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ReplicaNum    uint32                 `protobuf:"varint,1,opt,name=replica_num,json=replicaNum,proto3" json:"replica_num,omitempty"`
@@ -297,7 +353,15 @@ type ReplicateConfig struct {
 	HostId string `protobuf:"bytes,7,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	// What the object holds (upstream ObjectDataType: 0 UNKNOWN, 1 KVCACHE,
 	// ...); kept as object metadata, it does not change placement.
-	DataType      uint32 `protobuf:"varint,8,opt,name=data_type,json=dataType,proto3" json:"data_type,omitempty"`
+	DataType uint32 `protobuf:"varint,8,opt,name=data_type,json=dataType,proto3" json:"data_type,omitempty"`
+	// Place the first replica on a segment of the writing client.
+	PreferLocal bool `protobuf:"varint,9,opt,name=prefer_local,json=preferLocal,proto3" json:"prefer_local,omitempty"`
+	// Storage owners (a client's segment name, host:port) tried before the
+	// random walk, in order, after preferred_segments.
+	PreferredOwners []string `protobuf:"bytes,10,rep,name=preferred_owners,json=preferredOwners,proto3" json:"preferred_owners,omitempty"`
+	// Routed write: choose replicas among the route_topk open segments with
+	// the most free space (0: the random walk).
+	RouteTopk     uint32 `protobuf:"varint,11,opt,name=route_topk,json=routeTopk,proto3" json:"route_topk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +448,27 @@ func (x *ReplicateConfig) GetHostId() string {
 func (x *ReplicateConfig) GetDataType() uint32 {
 	if x != nil {
 		return x.DataType
+	}
+	return 0
+}
+
+func (x *ReplicateConfig) GetPreferLocal() bool {
+	if x != nil {
+		return x.PreferLocal
+	}
+	return false
+}
+
+func (x *ReplicateConfig) GetPreferredOwners() []string {
+	if x != nil {
+		return x.PreferredOwners
+	}
+	return nil
+}
+
+func (x *ReplicateConfig) GetRouteTopk() uint32 {
+	if x != nil {
+		return x.RouteTopk
 	}
 	return 0
 }
@@ -2516,11 +2601,391 @@ func (x *MarkTaskCompleteRequest) GetMessage() string {
 	return ""
 }
 
+type SetSegmentModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Mode          SegmentMode            `protobuf:"varint,3,opt,name=mode,proto3,enum=mooncake.store.v1.SegmentMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSegmentModeRequest) Reset() {
+	*x = SetSegmentModeRequest{}
+	mi := &file_master_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSegmentModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSegmentModeRequest) ProtoMessage() {}
+
+func (x *SetSegmentModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSegmentModeRequest.ProtoReflect.Descriptor instead.
+func (*SetSegmentModeRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetSegmentModeRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SetSegmentModeRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *SetSegmentModeRequest) GetMode() SegmentMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SegmentMode_SEGMENT_ACTIVE
+}
+
+// One evacuation pass over a segment that is not ACTIVE: a move task is
+// started for every complete replica on it that none moves yet.
+type EvacuateSegmentResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Replicas still on the segment (complete or being written).
+	Remaining uint32 `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// Move tasks off the segment now in flight (started by this pass or an
+	// earlier one).
+	Moving  uint32 `protobuf:"varint,3,opt,name=moving,proto3" json:"moving,omitempty"`
+	Started uint32 `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
+	// Replicas dropped because their object has a replica elsewhere and no
+	// other segment had room for a copy.
+	Dropped uint32 `protobuf:"varint,5,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Objects whose only replica is here and that no other segment can hold.
+	Unplaceable uint32 `protobuf:"varint,6,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"`
+	// Buffers on the segment that readers may still hold (moved or dropped
+	// replicas whose read lease has not ended).
+	Quarantined   uint32 `protobuf:"varint,7,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvacuateSegmentResponse) Reset() {
+	*x = EvacuateSegmentResponse{}
+	mi := &file_master_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvacuateSegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvacuateSegmentResponse) ProtoMessage() {}
+
+func (x *EvacuateSegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvacuateSegmentResponse.ProtoReflect.Descriptor instead.
+func (*EvacuateSegmentResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *EvacuateSegmentResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *EvacuateSegmentResponse) GetRemaining() uint32 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *EvacuateSegmentResponse) GetMoving() uint32 {
+	if x != nil {
+		return x.Moving
+	}
+	return 0
+}
+
+func (x *EvacuateSegmentResponse) GetStarted() uint32 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
+func (x *EvacuateSegmentResponse) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *EvacuateSegmentResponse) GetUnplaceable() uint32 {
+	if x != nil {
+		return x.Unplaceable
+	}
+	return 0
+}
+
+func (x *EvacuateSegmentResponse) GetQuarantined() uint32 {
+	if x != nil {
+		return x.Quarantined
+	}
+	return 0
+}
+
+type PlanHandoffRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The segments to plan for; empty: all of the client's segments.
+	SegmentIds    []string `protobuf:"bytes,2,rep,name=segment_ids,json=segmentIds,proto3" json:"segment_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanHandoffRequest) Reset() {
+	*x = PlanHandoffRequest{}
+	mi := &file_master_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanHandoffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanHandoffRequest) ProtoMessage() {}
+
+func (x *PlanHandoffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanHandoffRequest.ProtoReflect.Descriptor instead.
+func (*PlanHandoffRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PlanHandoffRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PlanHandoffRequest) GetSegmentIds() []string {
+	if x != nil {
+		return x.SegmentIds
+	}
+	return nil
+}
+
+// Where each replica would go if the segments were evacuated now.
+type HandoffItem struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Size        uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	FromSegment string                 `protobuf:"bytes,3,opt,name=from_segment,json=fromSegment,proto3" json:"from_segment,omitempty"`
+	// Target segment id; "" when no other segment has room.
+	ToSegment string `protobuf:"bytes,4,opt,name=to_segment,json=toSegment,proto3" json:"to_segment,omitempty"`
+	ToOwner   string `protobuf:"bytes,5,opt,name=to_owner,json=toOwner,proto3" json:"to_owner,omitempty"`
+	// Readable replicas of the object on other segments.
+	OtherReplicas uint32 `protobuf:"varint,6,opt,name=other_replicas,json=otherReplicas,proto3" json:"other_replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoffItem) Reset() {
+	*x = HandoffItem{}
+	mi := &file_master_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoffItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoffItem) ProtoMessage() {}
+
+func (x *HandoffItem) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoffItem.ProtoReflect.Descriptor instead.
+func (*HandoffItem) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *HandoffItem) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HandoffItem) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *HandoffItem) GetFromSegment() string {
+	if x != nil {
+		return x.FromSegment
+	}
+	return ""
+}
+
+func (x *HandoffItem) GetToSegment() string {
+	if x != nil {
+		return x.ToSegment
+	}
+	return ""
+}
+
+func (x *HandoffItem) GetToOwner() string {
+	if x != nil {
+		return x.ToOwner
+	}
+	return ""
+}
+
+func (x *HandoffItem) GetOtherReplicas() uint32 {
+	if x != nil {
+		return x.OtherReplicas
+	}
+	return 0
+}
+
+type PlanHandoffResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Items for the caller's keys (its tenant and namespace).
+	Items []*HandoffItem `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// Totals over every object on the segments, all namespaces.
+	Objects       uint32 `protobuf:"varint,3,opt,name=objects,proto3" json:"objects,omitempty"`
+	Bytes         uint64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Unplaceable   uint32 `protobuf:"varint,5,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanHandoffResponse) Reset() {
+	*x = PlanHandoffResponse{}
+	mi := &file_master_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanHandoffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanHandoffResponse) ProtoMessage() {}
+
+func (x *PlanHandoffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanHandoffResponse.ProtoReflect.Descriptor instead.
+func (*PlanHandoffResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PlanHandoffResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *PlanHandoffResponse) GetItems() []*HandoffItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *PlanHandoffResponse) GetObjects() uint32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *PlanHandoffResponse) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PlanHandoffResponse) GetUnplaceable() uint32 {
+	if x != nil {
+		return x.Unplaceable
+	}
+	return 0
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\x11mooncake.store.v1\"\xff\x02\n" +
+	"\fmaster.proto\x12\x11mooncake.store.v1\"\xec\x03\n" +
 	"\x0fReplicateConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12H\n" +
@@ -2530,7 +2995,12 @@ const file_master_proto_rawDesc = "" +
 	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\x128\n" +
 	"\x19prefer_alloc_in_same_node\x18\x06 \x01(\bR\x15preferAllocInSameNode\x12\x17\n" +
 	"\ahost_id\x18\a \x01(\tR\x06hostId\x12\x1b\n" +
-	"\tdata_type\x18\b \x01(\rR\bdataTypeB\x12\n" +
+	"\tdata_type\x18\b \x01(\rR\bdataType\x12!\n" +
+	"\fprefer_local\x18\t \x01(\bR\vpreferLocal\x12)\n" +
+	"\x10preferred_owners\x18\n" +
+	" \x03(\tR\x0fpreferredOwners\x12\x1d\n" +
+	"\n" +
+	"route_topk\x18\v \x01(\rR\trouteTopkB\x12\n" +
 	"\x10_soft_pin_ttl_ms\"\xea\x01\n" +
 	"\x11ReplicaDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
@@ -2678,7 +3148,40 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12)\n" +
 	"\x02id\x18\x02 \x01(\v2\x19.mooncake.store.v1.TaskIdR\x02id\x12\x18\n" +
 	"\asuccess\x18\x03 \x01(\bR\asuccess\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*Q\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x87\x01\n" +
+	"\x15SetSegmentModeRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x122\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x1e.mooncake.store.v1.SegmentModeR\x04mode\"\xe6\x01\n" +
+	"\x17EvacuateSegmentResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x1c\n" +
+	"\tremaining\x18\x02 \x01(\rR\tremaining\x12\x16\n" +
+	"\x06moving\x18\x03 \x01(\rR\x06moving\x12\x18\n" +
+	"\astarted\x18\x04 \x01(\rR\astarted\x12\x18\n" +
+	"\adropped\x18\x05 \x01(\rR\adropped\x12 \n" +
+	"\vunplaceable\x18\x06 \x01(\rR\vunplaceable\x12 \n" +
+	"\vquarantined\x18\a \x01(\rR\vquarantined\"R\n" +
+	"\x12PlanHandoffRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vsegment_ids\x18\x02 \x03(\tR\n" +
+	"segmentIds\"\xb7\x01\n" +
+	"\vHandoffItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12!\n" +
+	"\ffrom_segment\x18\x03 \x01(\tR\vfromSegment\x12\x1d\n" +
+	"\n" +
+	"to_segment\x18\x04 \x01(\tR\ttoSegment\x12\x19\n" +
+	"\bto_owner\x18\x05 \x01(\tR\atoOwner\x12%\n" +
+	"\x0eother_replicas\x18\x06 \x01(\rR\rotherReplicas\"\xbc\x01\n" +
+	"\x13PlanHandoffResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x124\n" +
+	"\x05items\x18\x02 \x03(\v2\x1e.mooncake.store.v1.HandoffItemR\x05items\x12\x18\n" +
+	"\aobjects\x18\x03 \x01(\rR\aobjects\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\x12 \n" +
+	"\vunplaceable\x18\x05 \x01(\rR\vunplaceable*Q\n" +
 	"\rSoftPinAction\x12\x15\n" +
 	"\x11SOFT_PIN_PRESERVE\x10\x00\x12\x13\n" +
 	"\x0fSOFT_PIN_ENABLE\x10\x01\x12\x14\n" +
@@ -2702,7 +3205,12 @@ const file_master_proto_rawDesc = "" +
 	"\fTASK_PENDING\x10\x00\x12\x13\n" +
 	"\x0fTASK_PROCESSING\x10\x01\x12\x10\n" +
 	"\fTASK_SUCCESS\x10\x02\x12\x0f\n" +
-	"\vTASK_FAILED\x10\x032\xe9\x12\n" +
+	"\vTASK_FAILED\x10\x03*a\n" +
+	"\vSegmentMode\x12\x12\n" +
+	"\x0eSEGMENT_ACTIVE\x10\x00\x12\x13\n" +
+	"\x0fSEGMENT_STANDBY\x10\x01\x12\x14\n" +
+	"\x10SEGMENT_DRAINING\x10\x02\x12\x13\n" +
+	"\x0fSEGMENT_RETIRED\x10\x032\x8f\x15\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
@@ -2729,7 +3237,10 @@ const file_master_proto_rawDesc = "" +
 	"\x0eReMountSegment\x12(.mooncake.store.v1.ReMountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12]\n" +
 	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12[\n" +
 	"\fDrainSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a!.mooncake.store.v1.StatusResponse\x12G\n" +
-	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponseB2Z0github.com/mooncake-go/mooncake/kvstore/masterpbb\x06proto3"
+	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12]\n" +
+	"\x0eSetSegmentMode\x12(.mooncake.store.v1.SetSegmentModeRequest\x1a!.mooncake.store.v1.StatusResponse\x12g\n" +
+	"\x0fEvacuateSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a*.mooncake.store.v1.EvacuateSegmentResponse\x12\\\n" +
+	"\vPlanHandoff\x12%.mooncake.store.v1.PlanHandoffRequest\x1a&.mooncake.store.v1.PlanHandoffResponseB2Z0github.com/mooncake-go/mooncake/kvstore/masterpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -2743,137 +3254,151 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
-var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
 	(ClientStatus)(0),                   // 2: mooncake.store.v1.ClientStatus
 	(TaskType)(0),                       // 3: mooncake.store.v1.TaskType
 	(TaskStatus)(0),                     // 4: mooncake.store.v1.TaskStatus
-	(*ReplicateConfig)(nil),             // 5: mooncake.store.v1.ReplicateConfig
-	(*ReplicaDescriptor)(nil),           // 6: mooncake.store.v1.ReplicaDescriptor
-	(*PutStartRequest)(nil),             // 7: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 8: mooncake.store.v1.PutStartResponse
-	(*PutEndRequest)(nil),               // 9: mooncake.store.v1.PutEndRequest
-	(*PutRevokeRequest)(nil),            // 10: mooncake.store.v1.PutRevokeRequest
-	(*BatchPutStartRequest)(nil),        // 11: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 12: mooncake.store.v1.BatchPutStartResponse
-	(*BatchPutEndRequest)(nil),          // 13: mooncake.store.v1.BatchPutEndRequest
-	(*BatchPutRevokeRequest)(nil),       // 14: mooncake.store.v1.BatchPutRevokeRequest
-	(*StatusResponse)(nil),              // 15: mooncake.store.v1.StatusResponse
-	(*BatchStatusResponse)(nil),         // 16: mooncake.store.v1.BatchStatusResponse
-	(*KeyRequest)(nil),                  // 17: mooncake.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 18: mooncake.store.v1.BatchKeyRequest
-	(*GetReplicaListResponse)(nil),      // 19: mooncake.store.v1.GetReplicaListResponse
-	(*BatchGetReplicaListResponse)(nil), // 20: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistKeyResponse)(nil),            // 21: mooncake.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 22: mooncake.store.v1.BatchExistKeyResponse
-	(*RemoveRequest)(nil),               // 23: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),          // 24: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 25: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 26: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 27: mooncake.store.v1.CountResponse
-	(*Segment)(nil),                     // 28: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 29: mooncake.store.v1.MountSegmentRequest
-	(*ReMountSegmentRequest)(nil),       // 30: mooncake.store.v1.ReMountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 31: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 32: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 33: mooncake.store.v1.PingResponse
-	(*BatchReplicaClearRequest)(nil),    // 34: mooncake.store.v1.BatchReplicaClearRequest
-	(*BatchReplicaClearResponse)(nil),   // 35: mooncake.store.v1.BatchReplicaClearResponse
-	(*TaskId)(nil),                      // 36: mooncake.store.v1.TaskId
-	(*CreateCopyTaskRequest)(nil),       // 37: mooncake.store.v1.CreateCopyTaskRequest
-	(*CreateMoveTaskRequest)(nil),       // 38: mooncake.store.v1.CreateMoveTaskRequest
-	(*CreateTaskResponse)(nil),          // 39: mooncake.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 40: mooncake.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 41: mooncake.store.v1.QueryTaskResponse
-	(*TaskAssignment)(nil),              // 42: mooncake.store.v1.TaskAssignment
-	(*MarkTaskCompleteRequest)(nil),     // 43: mooncake.store.v1.MarkTaskCompleteRequest
+	(SegmentMode)(0),                    // 5: mooncake.store.v1.SegmentMode
+	(*ReplicateConfig)(nil),             // 6: mooncake.store.v1.ReplicateConfig
+	(*ReplicaDescriptor)(nil),           // 7: mooncake.store.v1.ReplicaDescriptor
+	(*PutStartRequest)(nil),             // 8: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 9: mooncake.store.v1.PutStartResponse
+	(*PutEndRequest)(nil),               // 10: mooncake.store.v1.PutEndRequest
+	(*PutRevokeRequest)(nil),            // 11: mooncake.store.v1.PutRevokeRequest
+	(*BatchPutStartRequest)(nil),        // 12: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 13: mooncake.store.v1.BatchPutStartResponse
+	(*BatchPutEndRequest)(nil),          // 14: mooncake.store.v1.BatchPutEndRequest
+	(*BatchPutRevokeRequest)(nil),       // 15: mooncake.store.v1.BatchPutRevokeRequest
+	(*StatusResponse)(nil),              // 16: mooncake.store.v1.StatusResponse
+	(*BatchStatusResponse)(nil),         // 17: mooncake.store.v1.BatchStatusResponse
+	(*KeyRequest)(nil),                  // 18: mooncake.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),             // 19: mooncake.store.v1.BatchKeyRequest
+	(*GetReplicaListResponse)(nil),      // 20: mooncake.store.v1.GetReplicaListResponse
+	(*BatchGetReplicaListResponse)(nil), // 21: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistKeyResponse)(nil),            // 22: mooncake.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),       // 23: mooncake.store.v1.BatchExistKeyResponse
+	(*RemoveRequest)(nil),               // 24: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),          // 25: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 26: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 27: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 28: mooncake.store.v1.CountResponse
+	(*Segment)(nil),                     // 29: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 30: mooncake.store.v1.MountSegmentRequest
+	(*ReMountSegmentRequest)(nil),       // 31: mooncake.store.v1.ReMountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 32: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 33: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 34: mooncake.store.v1.PingResponse
+	(*BatchReplicaClearRequest)(nil),    // 35: mooncake.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),   // 36: mooncake.store.v1.BatchReplicaClearResponse
+	(*TaskId)(nil),                      // 37: mooncake.store.v1.TaskId
+	(*CreateCopyTaskRequest)(nil),       // 38: mooncake.store.v1.CreateCopyTaskRequest
+	(*CreateMoveTaskRequest)(nil),       // 39: mooncake.store.v1.CreateMoveTaskRequest
+	(*CreateTaskResponse)(nil),          // 40: mooncake.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 41: mooncake.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 42: mooncake.store.v1.QueryTaskResponse
+	(*TaskAssignment)(nil),              // 43: mooncake.store.v1.TaskAssignment
+	(*MarkTaskCompleteRequest)(nil),     // 44: mooncake.store.v1.MarkTaskCompleteRequest
+	(*SetSegmentModeRequest)(nil),       // 45: mooncake.store.v1.SetSegmentModeRequest
+	(*EvacuateSegmentResponse)(nil),     // 46: mooncake.store.v1.EvacuateSegmentResponse
+	(*PlanHandoffRequest)(nil),          // 47: mooncake.store.v1.PlanHandoffRequest
+	(*HandoffItem)(nil),                 // 48: mooncake.store.v1.HandoffItem
+	(*PlanHandoffResponse)(nil),         // 49: mooncake.store.v1.PlanHandoffResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
 	1,  // 1: mooncake.store.v1.ReplicaDescriptor.status:type_name -> mooncake.store.v1.ReplicaStatus
-	5,  // 2: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	6,  // 3: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	7,  // 4: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
-	8,  // 5: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
-	9,  // 6: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
-	10, // 7: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
-	6,  // 8: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	19, // 9: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
-	21, // 10: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	28, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	28, // 12: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	6,  // 2: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	7,  // 3: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	8,  // 4: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
+	9,  // 5: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
+	10, // 6: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
+	11, // 7: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
+	7,  // 8: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	20, // 9: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
+	22, // 10: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
+	29, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	29, // 12: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
 	2,  // 13: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	42, // 14: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
-	36, // 15: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	36, // 16: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
-	36, // 17: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	43, // 14: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	37, // 15: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	37, // 16: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	37, // 17: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
 	3,  // 18: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
 	4,  // 19: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
-	36, // 20: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	37, // 20: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
 	3,  // 21: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
-	6,  // 22: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
-	6,  // 23: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
-	36, // 24: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
-	7,  // 25: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	9,  // 26: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	10, // 27: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	11, // 28: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	13, // 29: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	14, // 30: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
-	7,  // 31: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
-	11, // 32: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	17, // 33: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	18, // 34: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
-	17, // 35: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	18, // 36: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	23, // 37: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	24, // 38: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	25, // 39: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	26, // 40: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	34, // 41: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
-	37, // 42: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
-	38, // 43: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
-	40, // 44: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
-	43, // 45: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
-	29, // 46: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	30, // 47: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	31, // 48: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	31, // 49: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	32, // 50: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	8,  // 51: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	15, // 52: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	15, // 53: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	12, // 54: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	16, // 55: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	16, // 56: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	8,  // 57: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	12, // 58: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	19, // 59: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	20, // 60: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	21, // 61: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	22, // 62: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	15, // 63: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	16, // 64: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	27, // 65: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	27, // 66: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	35, // 67: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	39, // 68: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	39, // 69: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	41, // 70: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	15, // 71: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	15, // 72: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 73: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 74: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 75: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	33, // 76: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	51, // [51:77] is the sub-list for method output_type
-	25, // [25:51] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	7,  // 22: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
+	7,  // 23: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
+	37, // 24: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	5,  // 25: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
+	48, // 26: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
+	8,  // 27: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	10, // 28: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	11, // 29: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	12, // 30: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	14, // 31: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	15, // 32: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
+	8,  // 33: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
+	12, // 34: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	18, // 35: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	19, // 36: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
+	18, // 37: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	19, // 38: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
+	24, // 39: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	25, // 40: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	26, // 41: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	27, // 42: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	35, // 43: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	38, // 44: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	39, // 45: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	41, // 46: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	44, // 47: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	30, // 48: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	31, // 49: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	32, // 50: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	32, // 51: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	33, // 52: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	45, // 53: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
+	32, // 54: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	47, // 55: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
+	9,  // 56: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	16, // 57: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	16, // 58: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	13, // 59: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	17, // 60: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	17, // 61: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	9,  // 62: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	13, // 63: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	20, // 64: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	21, // 65: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	22, // 66: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	23, // 67: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	16, // 68: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	17, // 69: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	28, // 70: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	28, // 71: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	36, // 72: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	40, // 73: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	40, // 74: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	42, // 75: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	16, // 76: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	16, // 77: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	16, // 78: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	16, // 79: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	16, // 80: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	34, // 81: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	16, // 82: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
+	46, // 83: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
+	49, // 84: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
+	56, // [56:85] is the sub-list for method output_type
+	27, // [27:56] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -2889,8 +3414,8 @@ func file_master_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   39,
+			NumEnums:      6,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

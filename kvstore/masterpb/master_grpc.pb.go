@@ -54,6 +54,9 @@ const (
 	Master_UnmountSegment_FullMethodName      = "/mooncake.store.v1.Master/UnmountSegment"
 	Master_DrainSegment_FullMethodName        = "/mooncake.store.v1.Master/DrainSegment"
 	Master_Ping_FullMethodName                = "/mooncake.store.v1.Master/Ping"
+	Master_SetSegmentMode_FullMethodName      = "/mooncake.store.v1.Master/SetSegmentMode"
+	Master_EvacuateSegment_FullMethodName     = "/mooncake.store.v1.Master/EvacuateSegment"
+	Master_PlanHandoff_FullMethodName         = "/mooncake.store.v1.Master/PlanHandoff"
 )
 
 // MasterClient is the client API for Master service.
@@ -101,6 +104,11 @@ type MasterClient interface {
 	// the client unmounts it (unmount_segment with a grace period).
 	DrainSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// Fleet operations (docs/store-operations.md): a segment's lifecycle
+	// mode, moving its replicas to other segments, and a dry run of that.
+	SetSegmentMode(ctx context.Context, in *SetSegmentModeRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	EvacuateSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*EvacuateSegmentResponse, error)
+	PlanHandoff(ctx context.Context, in *PlanHandoffRequest, opts ...grpc.CallOption) (*PlanHandoffResponse, error)
 }
 
 type masterClient struct {
@@ -371,6 +379,36 @@ func (c *masterClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *masterClient) SetSegmentMode(ctx context.Context, in *SetSegmentModeRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Master_SetSegmentMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) EvacuateSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*EvacuateSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvacuateSegmentResponse)
+	err := c.cc.Invoke(ctx, Master_EvacuateSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) PlanHandoff(ctx context.Context, in *PlanHandoffRequest, opts ...grpc.CallOption) (*PlanHandoffResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanHandoffResponse)
+	err := c.cc.Invoke(ctx, Master_PlanHandoff_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -416,6 +454,11 @@ type MasterServer interface {
 	// the client unmounts it (unmount_segment with a grace period).
 	DrainSegment(context.Context, *UnmountSegmentRequest) (*StatusResponse, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// Fleet operations (docs/store-operations.md): a segment's lifecycle
+	// mode, moving its replicas to other segments, and a dry run of that.
+	SetSegmentMode(context.Context, *SetSegmentModeRequest) (*StatusResponse, error)
+	EvacuateSegment(context.Context, *UnmountSegmentRequest) (*EvacuateSegmentResponse, error)
+	PlanHandoff(context.Context, *PlanHandoffRequest) (*PlanHandoffResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -503,6 +546,15 @@ func (UnimplementedMasterServer) DrainSegment(context.Context, *UnmountSegmentRe
 }
 func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedMasterServer) SetSegmentMode(context.Context, *SetSegmentModeRequest) (*StatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetSegmentMode not implemented")
+}
+func (UnimplementedMasterServer) EvacuateSegment(context.Context, *UnmountSegmentRequest) (*EvacuateSegmentResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method EvacuateSegment not implemented")
+}
+func (UnimplementedMasterServer) PlanHandoff(context.Context, *PlanHandoffRequest) (*PlanHandoffResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PlanHandoff not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -993,6 +1045,60 @@ func _Master_Ping_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_SetSegmentMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSegmentModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).SetSegmentMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_SetSegmentMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).SetSegmentMode(ctx, req.(*SetSegmentModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_EvacuateSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnmountSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).EvacuateSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_EvacuateSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).EvacuateSegment(ctx, req.(*UnmountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PlanHandoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanHandoffRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PlanHandoff(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PlanHandoff_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PlanHandoff(ctx, req.(*PlanHandoffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1103,6 +1209,18 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Master_Ping_Handler,
+		},
+		{
+			MethodName: "SetSegmentMode",
+			Handler:    _Master_SetSegmentMode_Handler,
+		},
+		{
+			MethodName: "EvacuateSegment",
+			Handler:    _Master_EvacuateSegment_Handler,
+		},
+		{
+			MethodName: "PlanHandoff",
+			Handler:    _Master_PlanHandoff_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

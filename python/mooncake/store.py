@@ -33,6 +33,7 @@ from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_fleet import StoreOperationError, _FleetOps, split_fleet_options
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
     TaskStatus,
@@ -102,6 +103,7 @@ class SoftPinAction(enum.IntEnum):
 
 
 __all__ = [
+    "StoreOperationError",
     "BufferHandle",
     "Descriptor",
     "DiskDescriptor",
@@ -136,6 +138,10 @@ class ReplicateConfig:
         self.prefer_alloc_in_same_node: bool = False
         self.data_type: ObjectDataType = ObjectDataType.UNKNOWN
         self.group_ids: list[str] | None = None
+        # Store-RS placement (docs/store-operations.md).
+        self.prefer_local: bool = False
+        self.preferred_storage_owners: list[str] = []
+        self.preferred_storage_owner: str = ""
 
     @property
     def soft_pin_ttl_ms(self) -> int | None:
@@ -167,6 +173,9 @@ class ReplicateConfig:
                 "prefer_alloc_in_same_node": bool(self.prefer_alloc_in_same_node),
                 "data_type": int(ObjectDataType(self.data_type)),
                 "group_ids": None if self.group_ids is None else [str(g) for g in self.group_ids],
+                "prefer_local": bool(self.prefer_local),
+                "preferred_storage_owners": [str(o) for o in self.preferred_storage_owners],
+                "preferred_storage_owner": str(self.preferred_storage_owner),
             }
         ).encode()
 
@@ -178,7 +187,10 @@ class ReplicateConfig:
             f"preferred_segments={self.preferred_segments}, "
             f"preferred_segment={self.preferred_segment!r}, "
             f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, "
-            f"data_type={ObjectDataType(self.data_type).name}, group_ids={self.group_ids})"
+            f"data_type={ObjectDataType(self.data_type).name}, group_ids={self.group_ids}, "
+            f"prefer_local={self.prefer_local}, "
+            f"preferred_storage_owners={self.preferred_storage_owners}, "
+            f"preferred_storage_owner={self.preferred_storage_owner!r})"
         )
 
     __repr__ = __str__
@@ -410,7 +422,7 @@ def _hugepage_bytes(values: dict[str, Any]) -> int:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
-class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _FleetOps):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
@@ -447,15 +459,20 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
         MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
         the local buffer on huge pages, which the kernel must have reserved
-        (-600 otherwise; the log says how many are missing). A closed store
-        can be set up again.
+        (-600 otherwise; the log says how many are missing). The Store-RS
+        keywords (``keyspace``, ``tenant``, ``domain``, ``object_set``,
+        ``routed_writes``, ``replica_count``, ``route_topk``,
+        ``eviction_high_watermark_percent``, ``eviction_low_watermark_percent``)
+        are described in docs/store-operations.md; a bad value is -600. A
+        closed store can be set up again.
         """
+        dict_form = len(args) == 1 and not kwargs and isinstance(args[0], dict)
         try:
-            params = (
-                _dict_setup_params(args[0])
-                if len(args) == 1 and not kwargs and isinstance(args[0], dict)
-                else _setup_params(args, kwargs)
-            )
+            kwargs, fleet = split_fleet_options(args[0] if dict_form else kwargs)
+            params = _dict_setup_params(kwargs) if dict_form else _setup_params(args, kwargs)
+        except ValueError as e:
+            _log.error("setup: %s", e)
+            return int(ErrorCode.INVALID_PARAMS)
         except _SetupError as e:
             _log.error("setup: %s", e)
             return int(e.code)
@@ -467,6 +484,11 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
                 return int(ErrorCode.INVALID_PARAMS)
         if not self._handle:  # closed: start over with a new native handle
             self._handle = self._lib.mc_store_create()
+        try:
+            self._set_fleet_options(fleet)
+        except StoreOperationError as e:
+            _log.error("setup: %s", e)
+            return e.code
         rc = self._lib.mc_store_setup(
             self._handle,
             params.local_hostname.encode(),
