@@ -129,8 +129,8 @@ func (c *Client) setup(cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("%w: segment of %d bytes: %v", kvstore.InvalidParams, cfg.GlobalSegmentSize, err)
 		}
-		seg := &pb.Segment{Id: newID(), Name: c.hostname, Base: uint64(base), Size: cfg.GlobalSegmentSize,
-			TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID}
+		seg := c.fleet.stamp(&pb.Segment{Id: newID(), Name: c.hostname, Base: uint64(base), Size: cfg.GlobalSegmentSize,
+			TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID})
 		ctx, cancel := rpcContext()
 		defer cancel()
 		resp, err := c.master.client().MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: seg})

@@ -51,6 +51,13 @@ func (f FleetConfig) Validate() error {
 	return nil
 }
 
+// stamp adds the eviction watermarks to a segment this client mounts.
+func (f FleetConfig) stamp(seg *pb.Segment) *pb.Segment {
+	seg.EvictionHighWatermarkPercent = uint32(f.EvictionHighWatermarkPercent)
+	seg.EvictionLowWatermarkPercent = uint32(f.EvictionLowWatermarkPercent)
+	return seg
+}
+
 // placement is the master's form of a write's configuration, routed when
 // the client routes writes.
 func (c *Client) placement(cfg ReplicateConfig) *pb.ReplicateConfig {

@@ -66,6 +66,7 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	plan := PlanEviction(used, s.cfg.EvictionHighWatermarkRatio, s.cfg.EvictionRatio, s.needEviction)
 	s.needEviction = false
 	res := EvictionResult{Plan: plan}
+	s.evictOverfullSegments(now, &res)
 	if !plan.Triggered {
 		return res
 	}
@@ -82,16 +83,8 @@ func (s *State) Evict(now time.Time) EvictionResult {
 			plain = append(plain, o)
 		}
 	}
-	byLease := func(os []*object) {
-		sort.Slice(os, func(i, j int) bool {
-			if !os[i].lease.Equal(os[j].lease) {
-				return os[i].lease.Before(os[j].lease)
-			}
-			return os[i].key < os[j].key
-		})
-	}
-	byLease(plain)
-	byLease(soft)
+	byLeaseThenKey(plain)
+	byLeaseThenKey(soft)
 
 	n := len(s.objects)
 	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
@@ -121,6 +114,17 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	return res
 }
 
+// byLeaseThenKey sorts objects oldest lease deadline first (approximate
+// LRU), ties broken by key.
+func byLeaseThenKey(os []*object) {
+	sort.Slice(os, func(i, j int) bool {
+		if !os[i].lease.Equal(os[j].lease) {
+			return os[i].lease.Before(os[j].lease)
+		}
+		return os[i].key < os[j].key
+	})
+}
+
 // usage returns the total capacity and allocated bytes of all segments.
 func (s *State) usage() (capacity, allocated uint64) {
 	for _, sg := range s.segOrder {
@@ -140,8 +144,10 @@ func (o *object) softPinned(now time.Time) bool {
 }
 
 // AboveHighWatermark reports whether allocated/capacity exceeds the
-// eviction high watermark (the condition that triggers an eviction run).
+// eviction high watermark, or a segment its own (the conditions that
+// trigger an eviction run).
 func (s *State) AboveHighWatermark() bool {
 	capacity, allocated := s.usage()
-	return capacity > 0 && float64(allocated)/float64(capacity) > s.cfg.EvictionHighWatermarkRatio
+	return capacity > 0 && float64(allocated)/float64(capacity) > s.cfg.EvictionHighWatermarkRatio ||
+		s.anySegmentOverfull()
 }

@@ -84,6 +84,7 @@ func toSegment(p *masterpb.Segment) Segment {
 	return Segment{
 		ID: p.GetId(), Name: p.GetName(), Base: p.GetBase(), Size: p.GetSize(),
 		TEEndpoint: p.GetTeEndpoint(), Protocol: p.GetProtocol(), HostID: p.GetHostId(),
+		HighWatermark: int(p.GetEvictionHighWatermarkPercent()), LowWatermark: int(p.GetEvictionLowWatermarkPercent()),
 	}
 }
 

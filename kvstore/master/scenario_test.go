@@ -30,7 +30,7 @@ import (
 //
 //	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= discard= release= allow_soft=]
 //	tick d=DURATION                      advance the fake clock
-//	mount seg= size= [name= host=]       remount segs=ID:SIZE,...   unmount seg=   drain seg=
+//	mount seg= size= [name= host= hi= lo=] remount segs=ID:SIZE,...   unmount seg=   drain seg=
 //	ping | expire                        client liveness
 //	put_start | upsert_start key= size= [replicas= pin=enable|disable pin_ttl= hard prefer=a,b host=]
 //	put_end | put_revoke key=            put key= size= ...  (start + end)
@@ -229,7 +229,8 @@ func (s *scenario) run(c cmd) string {
 		s.now = s.now.Add(c.dur(t, "d", time.Second))
 		return "now=" + s.rel(s.now) + "\n"
 	case "mount":
-		seg := Segment{ID: c.str("seg", "s1"), Base: segBase, Size: c.num(t, "size", 1024), HostID: c.str("host", "")}
+		seg := Segment{ID: c.str("seg", "s1"), Base: segBase, Size: c.num(t, "size", 1024), HostID: c.str("host", ""),
+			HighWatermark: int(c.num(t, "hi", 0)), LowWatermark: int(c.num(t, "lo", 0))}
 		seg.Name = c.str("name", seg.ID)
 		return s.st.MountSegment(cl, seg, s.now).String() + "\n"
 	case "remount":
@@ -301,7 +302,7 @@ func (s *scenario) run(c cmd) string {
 		return fmt.Sprintf("%s removed %d\n", code.String(), n)
 	case "evict":
 		r := s.st.Evict(s.now)
-		if !r.Plan.Triggered {
+		if !r.Plan.Triggered && r.FreedBytes == 0 {
 			return fmt.Sprintf("not triggered used=%.3f\n", r.Plan.UsedRatio)
 		}
 		return fmt.Sprintf("used=%.3f target=%.3f lower=%.3f evicted=%v freed=%d\n",

@@ -85,6 +85,9 @@ type Segment struct {
 	TEEndpoint string
 	Protocol   string
 	HostID     string
+	// HighWatermark and LowWatermark are the owner's eviction watermarks,
+	// percent of Size (0: none; segment_eviction.go).
+	HighWatermark, LowWatermark int
 }
 
 // Replica describes one replica as returned to clients: Size bytes at the

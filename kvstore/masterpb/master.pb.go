@@ -1617,16 +1617,21 @@ func (x *CountResponse) GetCount() int64 {
 // A client's memory contributed to the pool: size bytes at base inside its
 // Transfer Engine segment te_endpoint.
 type Segment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Base          uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	TeEndpoint    string                 `protobuf:"bytes,5,opt,name=te_endpoint,json=teEndpoint,proto3" json:"te_endpoint,omitempty"`
-	Protocol      string                 `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	HostId        string                 `protobuf:"bytes,7,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Base       uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
+	Size       uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	TeEndpoint string                 `protobuf:"bytes,5,opt,name=te_endpoint,json=teEndpoint,proto3" json:"te_endpoint,omitempty"`
+	Protocol   string                 `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	HostId     string                 `protobuf:"bytes,7,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// The owner's eviction watermarks for this segment, percent of its size
+	// (0: none): past the high one the master evicts from the segment until
+	// it is at or below the low one.
+	EvictionHighWatermarkPercent uint32 `protobuf:"varint,8,opt,name=eviction_high_watermark_percent,json=evictionHighWatermarkPercent,proto3" json:"eviction_high_watermark_percent,omitempty"`
+	EvictionLowWatermarkPercent  uint32 `protobuf:"varint,9,opt,name=eviction_low_watermark_percent,json=evictionLowWatermarkPercent,proto3" json:"eviction_low_watermark_percent,omitempty"`
+	unknownFields                protoimpl.UnknownFields
+	sizeCache                    protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
@@ -1706,6 +1711,20 @@ func (x *Segment) GetHostId() string {
 		return x.HostId
 	}
 	return ""
+}
+
+func (x *Segment) GetEvictionHighWatermarkPercent() uint32 {
+	if x != nil {
+		return x.EvictionHighWatermarkPercent
+	}
+	return 0
+}
+
+func (x *Segment) GetEvictionLowWatermarkPercent() uint32 {
+	if x != nil {
+		return x.EvictionLowWatermarkPercent
+	}
+	return 0
 }
 
 type MountSegmentRequest struct {
@@ -3076,7 +3095,7 @@ const file_master_proto_rawDesc = "" +
 	"\rCountResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xab\x01\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xb7\x02\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3085,7 +3104,9 @@ const file_master_proto_rawDesc = "" +
 	"\vte_endpoint\x18\x05 \x01(\tR\n" +
 	"teEndpoint\x12\x1a\n" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x12\x17\n" +
-	"\ahost_id\x18\a \x01(\tR\x06hostId\"h\n" +
+	"\ahost_id\x18\a \x01(\tR\x06hostId\x12E\n" +
+	"\x1feviction_high_watermark_percent\x18\b \x01(\rR\x1cevictionHighWatermarkPercent\x12C\n" +
+	"\x1eeviction_low_watermark_percent\x18\t \x01(\rR\x1bevictionLowWatermarkPercent\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"l\n" +
