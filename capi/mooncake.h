@@ -434,6 +434,25 @@ int mc_store_evacuate(uint64_t store, int op, const char **ids, int n,
 int mc_store_plan_handoff(uint64_t store, const char **ids, int n,
                           char **plan, char **err);
 
+/* Tracing: (re)read MC_STORE_RS_TRACE, MC_STORE_RS_TRACE_FILE,
+ * MC_STORE_RS_TRACE_JSONL_FILE and MC_STORE_RS_TRACE_KEY_MODE and open the
+ * sinks they name (process-wide); *status (when not NULL) gets JSON of
+ * where spans go. */
+int mc_store_init_tracing(char **status, char **err);
+
+/* The client's span breakdown: Prometheus text / JSON (free with mc_free;
+ * NULL for a handle not set up). */
+char *mc_store_metrics_text(uint64_t store);
+char *mc_store_breakdown(uint64_t store);
+
+/* Serve /metrics, /breakdown and /tracing on addr (port 0: a free one);
+ * *bound gets the address. Stop: 0, or 1 when none ran. The address is ""
+ * when none runs. */
+int mc_store_start_metrics_server(uint64_t store, const char *addr,
+                                  char **bound, char **err);
+int mc_store_stop_metrics_server(uint64_t store);
+char *mc_store_metrics_server_address(uint64_t store);
+
 /* The registered local buffer: *base and *size (0, 0 without one). 0 or
  * -600 for a handle that is not set up. */
 int mc_store_local_buffer(uint64_t store, uint64_t *base, uint64_t *size);

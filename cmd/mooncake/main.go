@@ -7,6 +7,8 @@
 //	                                   check a live deployment (docs/doctor.md)
 //	mooncake doctor logs FILE...       known problems in logs, with fixes
 //	mooncake doctor error CODE         explain a store or engine error number
+//	mooncake store stats --breakdown --server H:P [--json]
+//	                                   summarise a store client's span breakdown
 package main
 
 import (
@@ -32,6 +34,8 @@ commands:
           mooncake doctor [--master host:port] [--metadata URL] [--json]
           mooncake doctor logs FILE...    mooncake doctor error CODE
           (mooncake doctor --help lists every flag)
+  store   summarise a store client's metrics server
+          mooncake store stats --breakdown --server host:port [--json]
 `
 
 func main() {
@@ -54,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return probe(args[1:], stdout, stderr)
 	case "doctor":
 		return doctorCmd(args[1:], stdout, stderr)
+	case "store":
+		return storeCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "mooncake: unknown command %q\n\n%s", args[0], usage)
 		return 2

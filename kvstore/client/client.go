@@ -56,6 +56,8 @@ type Client struct {
 	tasks    runningTasks         // copy/move tasks being executed
 	fleet    FleetConfig          // Store-RS options, fixed at setup
 	modes    segmentModes         // lifecycle modes set on own segments (fleet.go)
+	trace    *tracer              // spans and their breakdown (trace.go)
+	metrics  metricsServer        // serves the breakdown (metrics_server.go)
 
 	lastPingOK atomic.Bool
 	// life admits every call while the client is open; Close releases the
@@ -81,6 +83,10 @@ func New(cfg Config) (*Client, error) {
 	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
 		return nil, err
 	}
+	if _, err := InitTracing(); err != nil {
+		return nil, err
+	}
+	c.trace = newTracer(c.id, c.hostname, cfg.Fleet.Namespace)
 	// Upstream answers an unusable protocol with -1 (INTERNAL_ERROR).
 	if _, _, err := transfer.ResolveProtocol(cfg.Protocol, cfg.DeviceName); err != nil {
 		return nil, fmt.Errorf("%w: %v", kvstore.InternalError, err)
@@ -121,7 +127,7 @@ func (c *Client) setup(cfg Config) error {
 	c.arena = newArena(c.local)
 	c.staging = newStagingPool(c.arena)
 	var err error
-	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace); err != nil {
+	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace, c.trace); err != nil {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
 	}
 	if cfg.GlobalSegmentSize > 0 {
@@ -176,6 +182,7 @@ var errClientClosed = fmt.Errorf("%w: the store client is closed", kvstore.Inval
 // release frees what the client holds once no call runs any more.
 func (c *Client) release() {
 	c.wg.Wait()
+	c.StopMetricsServer()
 	c.segMu.Lock()
 	defer c.segMu.Unlock()
 	if c.master != nil {

@@ -39,6 +39,13 @@ func (s *segmentModes) set(id string, m pb.SegmentMode) {
 	}
 }
 
+// of returns the mode set on segment id (ACTIVE when none was).
+func (s *segmentModes) of(id string) pb.SegmentMode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.modes[id]
+}
+
 func (s *segmentModes) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,12 +99,13 @@ func (c *Client) ownIDs(ids []string) ([]string, error) {
 // SetSegmentMode puts segments ids (all of this client's when empty) in
 // mode: ACTIVE takes new replicas; STANDBY and DRAINING serve reads only;
 // RETIRED is final. It stops at the first failure.
-func (c *Client) SetSegmentMode(ids []string, mode pb.SegmentMode) error {
+func (c *Client) SetSegmentMode(ids []string, mode pb.SegmentMode) (err error) {
+	defer c.trace.api("set_segment_mode", ids, 0).endErr(&err)
 	if !c.life.Enter() {
 		return errClientClosed
 	}
 	defer c.life.Exit()
-	ids, err := c.ownIDs(ids)
+	ids, err = c.ownIDs(ids)
 	if err != nil {
 		return err
 	}
@@ -137,12 +145,13 @@ type EvacuationReport struct {
 // wait (the error then says what is left). Reads succeed throughout: a
 // replica leaves its segment only once its copy is readable elsewhere,
 // and its buffer stays until the read leases on it end.
-func (c *Client) Evacuate(ids []string, timeout time.Duration) (EvacuationReport, error) {
+func (c *Client) Evacuate(ids []string, timeout time.Duration) (_ EvacuationReport, err error) {
+	defer c.trace.api("evacuate_owned_replicas", ids, 0).endErr(&err)
 	if !c.life.Enter() {
 		return EvacuationReport{}, errClientClosed
 	}
 	defer c.life.Exit()
-	ids, err := c.ownIDs(ids)
+	ids, err = c.ownIDs(ids)
 	if err != nil {
 		return EvacuationReport{}, err
 	}
@@ -211,7 +220,8 @@ func (c *Client) fetchTasks() {
 // Drain puts segments ids (all of this client's when empty) in DRAINING
 // and evacuates them (Evacuate). They stay mounted, serving nothing, until
 // activated again or retired.
-func (c *Client) Drain(ids []string, timeout time.Duration) (EvacuationReport, error) {
+func (c *Client) Drain(ids []string, timeout time.Duration) (_ EvacuationReport, err error) {
+	defer c.trace.api("drain_segment", ids, 0).endErr(&err)
 	if err := c.SetSegmentMode(ids, pb.SegmentMode_SEGMENT_DRAINING); err != nil {
 		return EvacuationReport{}, err
 	}
@@ -221,7 +231,8 @@ func (c *Client) Drain(ids []string, timeout time.Duration) (EvacuationReport, e
 // Retire takes segment id out of the pool for good: RETIRED (no new
 // replicas, never ACTIVE again), evacuated, then unmounted and its memory
 // released.
-func (c *Client) Retire(id string, timeout time.Duration) (EvacuationReport, error) {
+func (c *Client) Retire(id string, timeout time.Duration) (_ EvacuationReport, err error) {
+	defer c.trace.api("retire_segment", []string{id}, 0).endErr(&err)
 	if err := c.SetSegmentMode([]string{id}, pb.SegmentMode_SEGMENT_RETIRED); err != nil {
 		return EvacuationReport{}, err
 	}
@@ -265,12 +276,13 @@ func (c *Client) unmountRetired(id string) error {
 // PlanHandoff asks the master where the replicas on segments ids (all of
 // this client's when empty) would go if they were evacuated now; it moves
 // nothing.
-func (c *Client) PlanHandoff(ids []string) (*pb.PlanHandoffResponse, error) {
+func (c *Client) PlanHandoff(ids []string) (_ *pb.PlanHandoffResponse, err error) {
+	defer c.trace.api("plan_handoff", ids, 0).endErr(&err)
 	if !c.life.Enter() {
 		return nil, errClientClosed
 	}
 	defer c.life.Exit()
-	ids, err := c.ownIDs(ids)
+	ids, err = c.ownIDs(ids)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ func (c *Client) BatchGet(keys []string, alloc Allocator) []GetResult {
 
 func (c *Client) batchGet(keys []string, dest func(i int, key string, n uint64) ([]Part, error), zeroCopy bool) []GetResult {
 	out := make([]GetResult, len(keys))
+	defer c.trace.api("get", keys, 0).endResults(out)
 	if !c.life.Enter() {
 		return fillErr(out, kvstore.InvalidParams)
 	}
@@ -197,6 +198,9 @@ type Range struct {
 // read or an error; a range past the object's end is InvalidParams.
 func (c *Client) GetRanges(ranges []Range) []GetResult {
 	out := make([]GetResult, len(ranges))
+	sp := c.trace.api("get_ranges", nil, 0)
+	sp.sp.Keys = len(ranges)
+	defer sp.endResults(out)
 	if !c.life.Enter() {
 		return fillErr(out, kvstore.InvalidParams)
 	}

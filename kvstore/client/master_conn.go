@@ -22,9 +22,10 @@ import (
 // "etcd://..." address it reads the elected leader from
 // mooncake-store/<cluster_id>/master_view and reconnects when it changes.
 type masterConn struct {
-	addr   string // as configured
-	tenant string // sent with every RPC unless it is the default
-	ns     string // the namespace (kvstore.Namespace.Encode), sent unless ""
+	addr   string  // as configured
+	tenant string  // sent with every RPC unless it is the default
+	ns     string  // the namespace (kvstore.Namespace.Encode), sent unless ""
+	trace  *tracer // every RPC is a "master.<Method>" phase span
 	etcd   *clientv3.Client
 	key    string
 
@@ -43,8 +44,8 @@ func masterViewKey() string {
 	return "mooncake-store/" + id + "/master_view"
 }
 
-func dialMaster(addr, tenant string, ns kvstore.Namespace) (*masterConn, error) {
-	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode()}
+func dialMaster(addr, tenant string, ns kvstore.Namespace, trace *tracer) (*masterConn, error) {
+	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), trace: trace}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
 		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -89,7 +90,8 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 	if m.conn != nil && addr == m.leader {
 		return false, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(m.trace.rpcSpans)}
 	var md []string
 	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
 		md = append(md, kvstore.TenantMetadataKey, m.tenant)
@@ -98,7 +100,7 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 		md = append(md, kvstore.NamespaceMetadataKey, m.ns)
 	}
 	if len(md) > 0 {
-		opts = append(opts, grpc.WithUnaryInterceptor(withMetadata(md)))
+		opts = append(opts, grpc.WithChainUnaryInterceptor(withMetadata(md)))
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 // negative ErrorCode. Like upstream, it grants read leases.
 func (c *Client) BatchExist(keys []string) []int {
 	out := make([]int, len(keys))
+	defer c.trace.api("exist", keys, 0).endInts(out)
 	if !c.life.Enter() {
 		return fillInt(out, int(kvstore.InvalidParams))
 	}
@@ -30,7 +31,8 @@ func (c *Client) BatchExist(keys []string) []int {
 }
 
 // Size returns the size of key's first readable replica.
-func (c *Client) Size(key string) (uint64, error) {
+func (c *Client) Size(key string) (_ uint64, err error) {
+	defer c.trace.api("get_size", []string{key}, 0).endErr(&err)
 	lists, _ := c.replicaLists([]string{key})
 	if code := kvstore.ErrorCode(lists[0].GetErrorCode()); code != kvstore.OK {
 		return 0, code
@@ -45,6 +47,7 @@ func (c *Client) Size(key string) (uint64, error) {
 // BatchRemove removes keys; leased objects need force.
 func (c *Client) BatchRemove(keys []string, force bool) []int {
 	out := make([]int, len(keys))
+	defer c.trace.api("remove", keys, 0).endInts(out)
 	if !c.life.Enter() {
 		return fillInt(out, int(kvstore.InvalidParams))
 	}
@@ -63,7 +66,8 @@ func (c *Client) BatchRemove(keys []string, force bool) []int {
 }
 
 // RemoveByRegex removes every key matching pattern and returns how many.
-func (c *Client) RemoveByRegex(pattern string, force bool) (int64, error) {
+func (c *Client) RemoveByRegex(pattern string, force bool) (_ int64, err error) {
+	defer c.trace.api("remove_by_regex", nil, 0).endErr(&err)
 	if !c.life.Enter() {
 		return 0, kvstore.InvalidParams
 	}
@@ -78,7 +82,8 @@ func (c *Client) RemoveByRegex(pattern string, force bool) (int64, error) {
 }
 
 // RemoveAll removes every removable object and returns how many.
-func (c *Client) RemoveAll(force bool) (int64, error) {
+func (c *Client) RemoveAll(force bool) (_ int64, err error) {
+	defer c.trace.api("remove_all", nil, 0).endErr(&err)
 	if !c.life.Enter() {
 		return 0, kvstore.InvalidParams
 	}

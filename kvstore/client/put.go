@@ -24,6 +24,7 @@ func (c *Client) Put(key string, parts []Part, cfg ReplicateConfig, opt PutOptio
 // The result for each key is nil or an error carrying its ErrorCode.
 func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, opt PutOptions) []error {
 	errs := make([]error, len(keys))
+	defer c.trace.api("put", keys, totalSize(parts)).endErrs(errs)
 	if !c.life.Enter() {
 		return fill(errs, kvstore.InvalidParams)
 	}

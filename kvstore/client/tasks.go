@@ -135,7 +135,8 @@ func (c *Client) runTasks(tasks []*pb.TaskAssignment) {
 
 // copyReplica writes the task's source replica, which lives in one of this
 // client's own segments, to every target buffer.
-func (c *Client) copyReplica(t *pb.TaskAssignment) error {
+func (c *Client) copyReplica(t *pb.TaskAssignment) (err error) {
+	defer c.trace.phase("task.copy", nil, t.GetSize()*uint64(len(t.GetTargets()))).endErr(&err)
 	src := t.GetSource()
 	if !c.ownsRange(src.GetBufferAddress(), t.GetSize()) {
 		return fmt.Errorf("source replica at %#x is not in a segment of this client", src.GetBufferAddress())

@@ -86,7 +86,10 @@ func (c *Client) moveDirect(op transfer.Opcode, parts []Part, r *pb.ReplicaDescr
 	if len(reqs) == 0 {
 		return nil
 	}
-	if err := c.engine.TransferSync(r.TransportEndpoint, reqs); err != nil {
+	sp := c.trace.phase(transferPhase(op), nil, off-objOff)
+	err := c.engine.TransferSync(r.TransportEndpoint, reqs)
+	sp.endErr(&err)
+	if err != nil {
 		return transferErr(err)
 	}
 	return nil

@@ -11,7 +11,9 @@ inherits; it expects the store's ``_handle``. It adds:
 * the segment lifecycle: ``activate``, ``enter_standby``,
   ``enter_draining``, ``drain_segment``, ``retire_segment``,
   ``evacuate_owned_replicas``, ``plan_handoff``, ``expand_local_memory``;
-* ``query_route(key)``: where an object's replicas live.
+* ``query_route(key)``: where an object's replicas live;
+* observability: ``init_tracing``, ``metrics_text``, ``breakdown``,
+  ``start_metrics_server``, ``stop_metrics_server``, ``metrics_server_address``.
 
 Lifecycle calls are strict: a failure raises `StoreOperationError`
 carrying the error number, as Store-RS's admin APIs raise exceptions.
@@ -35,6 +37,12 @@ _SIGNATURES = {
     "mc_store_evacuate": ([U64, INT, P(STR), INT, I64, P(PTR), P(PTR)], INT),
     "mc_store_plan_handoff": ([U64, P(STR), INT, P(PTR), P(PTR)], INT),
     "mc_store_replica_desc": ([U64, INT, P(STR)], PTR),
+    "mc_store_init_tracing": ([P(PTR), P(PTR)], INT),
+    "mc_store_metrics_text": ([U64], PTR),
+    "mc_store_breakdown": ([U64], PTR),
+    "mc_store_start_metrics_server": ([U64, STR, P(PTR), P(PTR)], INT),
+    "mc_store_stop_metrics_server": ([U64], INT),
+    "mc_store_metrics_server_address": ([U64], PTR),
 }
 
 # Segment modes and evacuation operations, numbered as the C ABI's.
@@ -68,6 +76,20 @@ class StoreOperationError(RuntimeError):
     def __init__(self, name: str, code: int, message: str) -> None:
         super().__init__(f"{name} failed ({code}): {message}")
         self.code = code
+
+
+def init_tracing() -> dict:
+    """Open the trace sinks the MC_STORE_RS_TRACE* variables name (process-wide).
+
+    Setup does this by itself; call it again after changing the variables.
+    Returns where spans go: ``{"text", "text_file", "jsonl_file",
+    "key_mode"}``. Raises StoreOperationError when a file cannot be opened.
+    """
+    status, err = PTR(), PTR()
+    rc = _lib.bind(_SIGNATURES).mc_store_init_tracing(ctypes.byref(status), ctypes.byref(err))
+    if rc != 0:
+        raise StoreOperationError("init_tracing", rc, _lib.take_string(err.value) or "")
+    return json.loads(_lib.take_string(status.value) or "{}")
 
 
 def _int_option(name: str, value: Any) -> int:
@@ -294,3 +316,46 @@ class _FleetOps:
                 for r in replicas
             ],
         }
+
+    # -- observability ------------------------------------------------------
+
+    def init_tracing(self) -> dict:
+        """`init_tracing` (module function): open the sinks MC_STORE_RS_TRACE* name."""
+        return init_tracing()
+
+    def _json_call(self, name: str) -> dict:
+        raw = _lib.take_string(getattr(self._fleet(), name)(self._handle))
+        if raw is None:
+            raise StoreOperationError(name, -600, "the store is not set up")
+        return json.loads(raw)
+
+    def breakdown(self) -> dict:
+        """This client's span summary: ``{"runtime", "apis", "phases",
+        "segments", "tracing"}``, as the metrics server's /breakdown."""
+        return self._json_call("mc_store_breakdown")
+
+    def metrics_text(self) -> str:
+        """The breakdown as Prometheus text (the metrics server's /metrics)."""
+        raw = _lib.take_string(self._fleet().mc_store_metrics_text(self._handle))
+        if raw is None:
+            raise StoreOperationError("metrics_text", -600, "the store is not set up")
+        return raw
+
+    def start_metrics_server(self, port: int = 0, host: str = "127.0.0.1") -> str:
+        """Serve /metrics, /breakdown and /tracing on host:port (0: a free
+        port); returns the address ("host:port")."""
+        bound, err = PTR(), PTR()
+        rc = self._fleet().mc_store_start_metrics_server(
+            self._handle, f"{host}:{int(port)}".encode(), ctypes.byref(bound), ctypes.byref(err)
+        )
+        self._check("start_metrics_server", rc, err)
+        return _lib.take_string(bound.value) or ""
+
+    def stop_metrics_server(self) -> bool:
+        """Stop the metrics server; False if none ran."""
+        return self._fleet().mc_store_stop_metrics_server(self._handle) == 0
+
+    def metrics_server_address(self) -> str | None:
+        """Where the metrics server listens, or None when it does not run."""
+        raw = _lib.take_string(self._fleet().mc_store_metrics_server_address(self._handle))
+        return raw or None

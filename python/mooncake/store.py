@@ -33,7 +33,12 @@ from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
-from mooncake._store_fleet import StoreOperationError, _FleetOps, split_fleet_options
+from mooncake._store_fleet import (
+    StoreOperationError,
+    _FleetOps,
+    init_tracing,
+    split_fleet_options,
+)
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
     TaskStatus,
@@ -104,6 +109,7 @@ class SoftPinAction(enum.IntEnum):
 
 __all__ = [
     "StoreOperationError",
+    "init_tracing",
     "BufferHandle",
     "Descriptor",
     "DiskDescriptor",

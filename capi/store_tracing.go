@@ -1,0 +1,86 @@
+package main
+
+// #include <stdint.h>
+// #include <stdlib.h>
+import "C"
+
+import (
+	"encoding/json"
+
+	"github.com/mooncake-go/mooncake/kvstore/client"
+)
+
+// The store's tracing and metrics calls (docs/store-operations.md#tracing).
+
+//export mc_store_init_tracing
+func mc_store_init_tracing(statusOut, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
+	st, err := client.InitTracing()
+	if err != nil {
+		return storeFail(err, errOut)
+	}
+	if statusOut != nil {
+		b, _ := json.Marshal(st)
+		*statusOut = C.CString(string(b))
+	}
+	return 0
+}
+
+//export mc_store_metrics_text
+func mc_store_metrics_text(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	c := storeOf(h)
+	if c == nil {
+		return nil
+	}
+	return C.CString(c.MetricsText())
+}
+
+//export mc_store_breakdown
+func mc_store_breakdown(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	c := storeOf(h)
+	if c == nil {
+		return nil
+	}
+	b, _ := json.Marshal(c.Breakdown())
+	return C.CString(string(b))
+}
+
+//export mc_store_start_metrics_server
+func mc_store_start_metrics_server(h C.uint64_t, addr *C.char, addrOut, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
+	c := storeOf(h)
+	if c == nil || addrOut == nil {
+		return notReady
+	}
+	got, err := c.StartMetricsServer(C.GoString(addr))
+	if err != nil {
+		return storeFail(err, errOut)
+	}
+	*addrOut = C.CString(got)
+	return 0
+}
+
+//export mc_store_stop_metrics_server
+func mc_store_stop_metrics_server(h C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
+	c := storeOf(h)
+	if c == nil {
+		return notReady
+	}
+	if !c.StopMetricsServer() {
+		return 1
+	}
+	return 0
+}
+
+//export mc_store_metrics_server_address
+func mc_store_metrics_server_address(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	c := storeOf(h)
+	if c == nil {
+		return nil
+	}
+	return C.CString(c.MetricsServerAddress())
+}

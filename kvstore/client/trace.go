@@ -1,0 +1,366 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Tracing (docs/store-operations.md#tracing): every API call of a client
+// and every phase of one (a master RPC, a transfer, a task's copy) is a
+// span. Spans always feed the client's breakdown (count, errors, time,
+// bytes per name); the process-wide sinks also write them out: log lines
+// (MC_STORE_RS_TRACE on stderr, or MC_STORE_RS_TRACE_FILE) and JSON lines
+// (MC_STORE_RS_TRACE_JSONL_FILE, or the metrics server's /tracing).
+
+// TraceSpan is one record of the JSONL sink.
+type TraceSpan struct {
+	TimeUs    int64  `json:"ts_us"`        // start, Unix microseconds
+	DurUs     int64  `json:"dur_us"`       // duration, microseconds
+	Kind      string `json:"kind"`         // "api" or "phase"
+	Name      string `json:"name"`         // e.g. "put", "master.BatchPutStart", "transfer.write"
+	Status    int    `json:"status"`       // 0, or the first error number
+	Failed    int    `json:"failed"`       // items that failed (batches)
+	Keys      int    `json:"keys"`         // keys the call names
+	Key       string `json:"key"`          // the first key: hashed (FNV-1a 64, hex) unless MC_STORE_RS_TRACE_KEY_MODE=full
+	Bytes     uint64 `json:"bytes"`        // payload bytes the call moves
+	Namespace string `json:"namespace"`    // the client's namespace (kvstore.Namespace.Encode)
+	Runtime   string `json:"runtime_id"`   // the client's id
+	Host      string `json:"runtime_host"` // the client's hostname
+	PID       int    `json:"pid"`
+}
+
+// sinks are the process-wide span writers.
+type sinks struct {
+	mu       sync.Mutex
+	text     *slog.Logger // nil: off
+	textFile *os.File
+	jsonl    *os.File // nil: off
+	path     string
+	fullKeys bool
+}
+
+var traceSinks sinks
+
+// TracingStatus says where spans go.
+type TracingStatus struct {
+	Text      bool   `json:"text"`
+	TextFile  string `json:"text_file"`
+	JSONLFile string `json:"jsonl_file"`
+	KeyMode   string `json:"key_mode"`
+}
+
+// InitTracing (re)reads MC_STORE_RS_TRACE, MC_STORE_RS_TRACE_FILE,
+// MC_STORE_RS_TRACE_JSONL_FILE and MC_STORE_RS_TRACE_KEY_MODE and opens
+// the sinks they name; a sink already open stays. New clients call it.
+func InitTracing() (TracingStatus, error) {
+	s := &traceSinks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fullKeys = envvars.StoreRSTraceKeyMode.Value() == "full"
+	if path := envvars.StoreRSTraceFile.Value(); path != "" && s.textFile == nil {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return s.status(), fmt.Errorf("%w: MC_STORE_RS_TRACE_FILE: %v", kvstore.InvalidParams, err)
+		}
+		s.textFile, s.text = f, slog.New(slog.NewTextHandler(f, nil))
+	} else if s.text == nil && envvars.StoreRSTrace.Enabled() {
+		s.text = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if path := envvars.StoreRSTraceJSONL.Value(); path != "" && s.jsonl == nil {
+		if err := s.openJSONL(path); err != nil {
+			return s.status(), err
+		}
+	}
+	return s.status(), nil
+}
+
+// SetJSONLTracing turns the JSONL sink on (appending to path; "" keeps
+// the current file) or off.
+func SetJSONLTracing(on bool, path string) (TracingStatus, error) {
+	s := &traceSinks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !on {
+		if s.jsonl != nil {
+			s.jsonl.Close()
+			s.jsonl = nil
+		}
+		return s.status(), nil
+	}
+	if path == "" {
+		path = s.path
+	}
+	if path == "" {
+		return s.status(), fmt.Errorf("%w: tracing on needs a file", kvstore.InvalidParams)
+	}
+	if s.jsonl != nil && path == s.path {
+		return s.status(), nil
+	}
+	if s.jsonl != nil {
+		s.jsonl.Close()
+		s.jsonl = nil
+	}
+	err := s.openJSONL(path)
+	return s.status(), err
+}
+
+func (s *sinks) openJSONL(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w: trace file: %v", kvstore.InvalidParams, err)
+	}
+	s.jsonl, s.path = f, path
+	return nil
+}
+
+func (s *sinks) status() TracingStatus {
+	st := TracingStatus{Text: s.text != nil, KeyMode: "hash"}
+	if s.fullKeys {
+		st.KeyMode = "full"
+	}
+	if s.textFile != nil {
+		st.TextFile = s.textFile.Name()
+	}
+	if s.jsonl != nil {
+		st.JSONLFile = s.path
+	}
+	return st
+}
+
+// write sends sp to the open sinks.
+func (s *sinks) write(sp TraceSpan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.text != nil {
+		s.text.Info("store span", "kind", sp.Kind, "name", sp.Name, "dur_us", sp.DurUs, "status", sp.Status,
+			"failed", sp.Failed, "keys", sp.Keys, "key", sp.Key, "bytes", sp.Bytes, "namespace", sp.Namespace,
+			"runtime_id", sp.Runtime)
+	}
+	if s.jsonl != nil {
+		b, _ := json.Marshal(sp)
+		s.jsonl.Write(append(b, '\n'))
+	}
+}
+
+func (s *sinks) key(k string) string {
+	s.mu.Lock()
+	full := s.fullKeys
+	s.mu.Unlock()
+	if full || k == "" {
+		return k
+	}
+	h := fnv.New64a()
+	io.WriteString(h, k)
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// Stat sums the spans of one name.
+type Stat struct {
+	Count   uint64 `json:"count"`
+	Errors  uint64 `json:"errors"` // spans with a non-zero status or failed items
+	TotalUs uint64 `json:"total_us"`
+	MaxUs   uint64 `json:"max_us"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// tracer records one client's spans.
+type tracer struct {
+	runtime, host, ns string
+	started           time.Time
+	mu                sync.Mutex
+	stats             map[string]*Stat // by kind + "/" + name
+}
+
+func newTracer(runtime, host string, ns kvstore.Namespace) *tracer {
+	return &tracer{runtime: runtime, host: host, ns: ns.Encode(), started: time.Now(), stats: map[string]*Stat{}}
+}
+
+// openSpan is a span being timed; one of its end methods closes it.
+type openSpan struct {
+	t     *tracer
+	sp    TraceSpan
+	begin time.Time
+}
+
+// start opens a span of kind named name over keys moving bytes.
+func (t *tracer) start(kind, name string, keys []string, bytes uint64) *openSpan {
+	o := &openSpan{t: t, begin: time.Now(), sp: TraceSpan{Kind: kind, Name: name, Keys: len(keys), Bytes: bytes,
+		Namespace: t.ns, Runtime: t.runtime, Host: t.host, PID: os.Getpid()}}
+	if len(keys) > 0 {
+		o.sp.Key = traceSinks.key(keys[0])
+	}
+	return o
+}
+
+// end closes the span: status is 0 or an error number, failed the items
+// that failed.
+func (o *openSpan) end(status, failed int) {
+	o.sp.TimeUs, o.sp.DurUs = o.begin.UnixMicro(), time.Since(o.begin).Microseconds()
+	o.sp.Status, o.sp.Failed = status, failed
+	o.t.record(o.sp)
+	traceSinks.write(o.sp)
+}
+
+// endErr closes the span with *err's number.
+func (o *openSpan) endErr(err *error) { o.end(errCode(*err), min(1, -errCode(*err))) }
+
+// endErrs closes the span of a batch with per-key errors.
+func (o *openSpan) endErrs(errs []error) { o.end(codes(errs, errCode)) }
+
+// endInts closes the span of a batch with per-key numbers (negative:
+// failed).
+func (o *openSpan) endInts(rs []int) { o.end(codes(rs, func(n int) int { return n })) }
+
+// endResults closes the span of a read: its bytes are those read.
+func (o *openSpan) endResults(rs []GetResult) {
+	for _, r := range rs {
+		if r.Err == nil {
+			o.sp.Bytes += r.Size
+		}
+	}
+	o.end(codes(rs, func(r GetResult) int { return errCode(r.Err) }))
+}
+
+// record adds sp to the breakdown.
+func (t *tracer) record(sp TraceSpan) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := sp.Kind + "/" + sp.Name
+	st := t.stats[key]
+	if st == nil {
+		st = &Stat{}
+		t.stats[key] = st
+	}
+	st.Count++
+	if sp.Status != 0 || sp.Failed > 0 {
+		st.Errors++
+	}
+	us := uint64(max(sp.DurUs, 0))
+	st.TotalUs += us
+	st.MaxUs = max(st.MaxUs, us)
+	st.Bytes += sp.Bytes
+}
+
+// api opens the span of an API call.
+func (t *tracer) api(name string, keys []string, bytes uint64) *openSpan {
+	return t.start("api", name, keys, bytes)
+}
+
+// phase opens the span of one phase of a call.
+func (t *tracer) phase(name string, keys []string, bytes uint64) *openSpan {
+	return t.start("phase", name, keys, bytes)
+}
+
+// codes folds per-item results into a span's status and failed count.
+func codes[T any](items []T, code func(T) int) (status, failed int) {
+	for _, it := range items {
+		if c := code(it); c < 0 {
+			failed++
+			if status == 0 {
+				status = c
+			}
+		}
+	}
+	return status, failed
+}
+
+func errCode(err error) int { return int(kvstore.CodeOf(err)) }
+
+// totalSize is the bytes of every key's parts.
+func totalSize(parts [][]Part) uint64 {
+	var n uint64
+	for _, p := range parts {
+		n += partsSize(p)
+	}
+	return n
+}
+
+// Breakdown is a client's span summary, for diagnosis (the metrics
+// server's /breakdown and `mooncake store stats --breakdown`).
+type Breakdown struct {
+	Runtime  RuntimeInfo     `json:"runtime"`
+	APIs     map[string]Stat `json:"apis"`
+	Phases   map[string]Stat `json:"phases"` // "master.*" metadata RPCs, "transfer.*", "task.*"
+	Segments []SegmentInfo   `json:"segments"`
+	Tracing  TracingStatus   `json:"tracing"`
+}
+
+// RuntimeInfo identifies the client a breakdown is from.
+type RuntimeInfo struct {
+	ID        string  `json:"id"`
+	Host      string  `json:"host"`
+	Namespace string  `json:"namespace"`
+	PID       int     `json:"pid"`
+	UptimeS   float64 `json:"uptime_s"`
+}
+
+// SegmentInfo is one of the client's segments in a breakdown.
+type SegmentInfo struct {
+	ID   string `json:"id"`
+	Size uint64 `json:"size"`
+	Mode string `json:"mode"` // as this client last set it
+}
+
+// Breakdown returns the client's span summary.
+func (c *Client) Breakdown() Breakdown {
+	t := c.trace
+	b := Breakdown{
+		Runtime: RuntimeInfo{ID: t.runtime, Host: t.host, Namespace: t.ns, PID: os.Getpid(), UptimeS: time.Since(t.started).Seconds()},
+		APIs:    map[string]Stat{}, Phases: map[string]Stat{}, Segments: []SegmentInfo{},
+	}
+	t.mu.Lock()
+	for k, st := range t.stats {
+		if name, ok := strings.CutPrefix(k, "api/"); ok {
+			b.APIs[name] = *st
+		} else {
+			b.Phases[strings.TrimPrefix(k, "phase/")] = *st
+		}
+	}
+	t.mu.Unlock()
+	c.segMu.Lock()
+	for _, s := range c.segments {
+		b.Segments = append(b.Segments, SegmentInfo{ID: s.Id, Size: s.Size, Mode: c.modes.of(s.Id).String()})
+	}
+	c.segMu.Unlock()
+	traceSinks.mu.Lock()
+	b.Tracing = traceSinks.status()
+	traceSinks.mu.Unlock()
+	return b
+}
+
+// rpcSpans is the gRPC interceptor that makes every master RPC a
+// "master.<Method>" phase span, with the response's error code.
+func (t *tracer) rpcSpans(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	sp := t.phase("master."+path.Base(method), nil, 0)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	status := errCode(rpcResult(0, err))
+	if r, ok := reply.(interface{ GetErrorCode() int32 }); ok && err == nil {
+		status = int(r.GetErrorCode())
+	}
+	sp.end(status, 0)
+	return err
+}
+
+// transferPhase names the phase span of a transfer.
+func transferPhase(op transfer.Opcode) string {
+	if op == transfer.OpRead {
+		return "transfer.read"
+	}
+	return "transfer.write"
+}
