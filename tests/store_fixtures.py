@@ -205,6 +205,13 @@ class Master:
             return ""
 
 
+def setup_code(store, master: Master, segment="16MB", **kwargs) -> int:
+    """`store.setup(...)` against `master` on loopback: its return code."""
+    return store.setup(
+        LOOPBACK, master.metadata_url, segment, "16MB", "tcp", "", master.rpc, **kwargs
+    )
+
+
 def _http_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=1) as r:

@@ -251,3 +251,21 @@ def test_a_drain_that_cannot_place_an_only_replica_times_out(store_master, store
     node.drain_segment()
     assert owners(node, "fleet-stuck") == {other.get_hostname()}
     assert wait_for(lambda: node.get("fleet-stuck") == expected_value("fleet-stuck"), 5)
+
+
+def test_modes_survive_a_master_restart(master_factory, stores):
+    master = master_factory()
+    node = stores(master, segment="16MB")
+    other = stores(master, segment="16MB")
+    writer = stores(master, segment=0)
+    node.enter_standby()
+    master.restart()  # the new master learns every segment as ACTIVE from the remount
+    assert wait_for(
+        lambda: (
+            [s["mode"] for s in node_segments(master, node)] == ["STANDBY"]
+            and node_segments(master, other) != []
+        ),
+        20,
+    )
+    assert writer.put("fleet-restart", b"r" * SIZE, config(segment=node.get_hostname())) == 0
+    assert owners(writer, "fleet-restart") == {other.get_hostname()}

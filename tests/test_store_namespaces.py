@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mooncake.store import ErrorCode, MooncakeDistributedStore
+from store_fixtures import setup_code
 
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
 
@@ -131,16 +132,6 @@ def test_namespace_falls_back_to_the_environment(store_master, stores, monkeypat
 def test_bad_namespace_is_rejected_at_setup(store_master):
     s = MooncakeDistributedStore()
     try:
-        rc = s.setup(
-            "127.0.0.1",
-            store_master.metadata_url,
-            0,
-            "16MB",
-            "tcp",
-            "",
-            store_master.rpc,
-            domain="bad\x01domain",
-        )
-        assert rc == int(ErrorCode.INVALID_PARAMS)
+        assert setup_code(s, store_master, domain="bad\x01domain") == int(ErrorCode.INVALID_PARAMS)
     finally:
         s.close()

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import wait_for
 from mooncake.store import ErrorCode, MooncakeDistributedStore, ReplicateConfig
+from store_fixtures import setup_code
 
 SIZE = 1 << 16
 
@@ -91,17 +92,7 @@ def test_routed_writes_go_to_the_emptiest_segments(store_master, stores):
 def test_bad_fleet_settings_fail_setup(store_master, kwargs):
     s = MooncakeDistributedStore()
     try:
-        rc = s.setup(
-            "127.0.0.1",
-            store_master.metadata_url,
-            "16MB",
-            "16MB",
-            "tcp",
-            "",
-            store_master.rpc,
-            **kwargs,
-        )
-        assert rc == int(ErrorCode.INVALID_PARAMS)
+        assert setup_code(s, store_master, **kwargs) == int(ErrorCode.INVALID_PARAMS)
     finally:
         s.close()
 
@@ -111,21 +102,9 @@ def test_watermark_settings_come_from_the_environment(store_master, monkeypatch)
     monkeypatch.setenv("MC_STORE_RS_EVICTION_LOW_WATERMARK_PERCENT", "60")
     s = MooncakeDistributedStore()
     try:
-        rc = s.setup(
-            "127.0.0.1", store_master.metadata_url, "16MB", "16MB", "tcp", "", store_master.rpc
-        )
-        assert rc == int(ErrorCode.INVALID_PARAMS)  # low above high, from the variables
-        rc = s.setup(
-            "127.0.0.1",
-            store_master.metadata_url,
-            "16MB",
-            "16MB",
-            "tcp",
-            "",
-            store_master.rpc,
-            eviction_low_watermark_percent=40,
-        )
-        assert rc == 0
+        # low above high, from the variables
+        assert setup_code(s, store_master) == int(ErrorCode.INVALID_PARAMS)
+        assert setup_code(s, store_master, eviction_low_watermark_percent=40) == 0
     finally:
         s.close()
 

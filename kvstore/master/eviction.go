@@ -72,20 +72,7 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	}
 	s.m.evictionRuns++
 
-	var plain, soft []*object
-	for _, o := range s.objects {
-		if o.hardPin || o.leased(now) || !o.allComplete() {
-			continue
-		}
-		if o.softPinned(now) {
-			soft = append(soft, o)
-		} else {
-			plain = append(plain, o)
-		}
-	}
-	byLeaseThenKey(plain)
-	byLeaseThenKey(soft)
-
+	plain, soft := s.evictionCandidates(now, nil)
 	n := len(s.objects)
 	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
 	evict := func(o *object) {
@@ -112,6 +99,26 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	s.m.evictedKeys += uint64(len(res.Evicted))
 	s.m.evictedBytes += res.FreedBytes
 	return res
+}
+
+// evictionCandidates returns the objects eviction may take at now (fully
+// written, lease expired, not hard-pinned) for which keep is true (nil:
+// all), split into unpinned and soft-pinned ones, each oldest lease
+// first.
+func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft []*object) {
+	for _, o := range s.objects {
+		if o.hardPin || o.leased(now) || !o.allComplete() || (keep != nil && !keep(o)) {
+			continue
+		}
+		if o.softPinned(now) {
+			soft = append(soft, o)
+		} else {
+			plain = append(plain, o)
+		}
+	}
+	byLeaseThenKey(plain)
+	byLeaseThenKey(soft)
+	return plain, soft
 }
 
 // byLeaseThenKey sorts objects oldest lease deadline first (approximate

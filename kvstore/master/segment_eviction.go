@@ -40,19 +40,7 @@ func (s *State) evictOverfullSegments(now time.Time, res *EvictionResult) {
 		if !sg.overfull() {
 			continue
 		}
-		var plain, soft []*object
-		for _, o := range s.objects {
-			if o.hardPin || o.leased(now) || !o.allComplete() || replicaOn(o, []*segment{sg}) == nil {
-				continue
-			}
-			if o.softPinned(now) {
-				soft = append(soft, o)
-			} else {
-				plain = append(plain, o)
-			}
-		}
-		byLeaseThenKey(plain)
-		byLeaseThenKey(soft)
+		plain, soft := s.evictionCandidates(now, func(o *object) bool { return replicaOn(o, []*segment{sg}) != nil })
 		candidates := plain
 		if s.cfg.AllowEvictSoftPinned {
 			candidates = append(candidates, soft...)
