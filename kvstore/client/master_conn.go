@@ -2,7 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -21,17 +25,21 @@ import (
 // masterConn is the client's connection to the master. With an
 // "etcd://..." address it reads the elected leader from
 // mooncake-store/<cluster_id>/master_view and reconnects when it changes.
+//
+// Calls go over the framed transport (internal/framedrpc), which the
+// master serves on its RPC port beside gRPC; MC_STORE_MASTER_RPC=grpc, or
+// a master that does not answer the framed hello, selects gRPC.
 type masterConn struct {
 	addr   string  // as configured
 	tenant string  // sent with every RPC unless it is the default
 	ns     string  // the namespace (kvstore.Namespace.Encode), sent unless ""
-	trace  *tracer // every RPC is a "master.<Method>" phase span
+	trace  *tracer // every call is a "master.<Method>" phase span
 	etcd   *clientv3.Client
 	key    string
 
 	mu     sync.Mutex
 	leader string
-	conn   *grpc.ClientConn
+	conn   io.Closer // *framedrpc.Client or *grpc.ClientConn
 	rpc    pb.MasterClient
 }
 
@@ -90,28 +98,56 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 	if m.conn != nil && addr == m.leader {
 		return false, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(m.trace.rpcSpans)}
-	var md []string
-	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
-		md = append(md, kvstore.TenantMetadataKey, m.tenant)
-	}
-	if m.ns != "" {
-		md = append(md, kvstore.NamespaceMetadataKey, m.ns)
-	}
-	if len(md) > 0 {
-		opts = append(opts, grpc.WithChainUnaryInterceptor(withMetadata(md)))
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, cc, err := m.dial(addr)
 	if err != nil {
-		return false, fmt.Errorf("master %s: %w", addr, err)
+		return false, err
 	}
 	if m.conn != nil {
 		m.conn.Close()
 	}
 	changed = m.leader != ""
-	m.conn, m.rpc, m.leader = conn, pb.NewMasterClient(conn), addr
+	m.conn, m.rpc, m.leader = conn, pb.NewMasterClient(tracedConn{cc, m.trace}), addr
 	return changed, nil
+}
+
+// metadata is what every call carries: the tenant id unless it is the
+// default, the namespace unless it is empty (read by the master as
+// kvstore.TenantMetadataKey and kvstore.NamespaceMetadataKey).
+func (m *masterConn) metadata() map[string]string {
+	md := map[string]string{}
+	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
+		md[kvstore.TenantMetadataKey] = m.tenant
+	}
+	if m.ns != "" {
+		md[kvstore.NamespaceMetadataKey] = m.ns
+	}
+	return md
+}
+
+// dial connects to the master at addr with the configured transport.
+func (m *masterConn) dial(addr string) (io.Closer, grpc.ClientConnInterface, error) {
+	md := m.metadata()
+	if envvars.StoreMasterRPC.Value() != "grpc" {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout())
+		defer cancel()
+		fc, err := framedrpc.Dial(ctx, addr, md)
+		if err == nil {
+			return fc, fc, nil
+		}
+		if !errors.Is(err, framedrpc.ErrNotFramed) {
+			return nil, nil, fmt.Errorf("master %s: %w", addr, err)
+		}
+		slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if len(md) > 0 {
+		opts = append(opts, grpc.WithUnaryInterceptor(withMetadata(md)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("master %s: %w", addr, err)
+	}
+	return conn, conn, nil
 }
 
 func (m *masterConn) client() pb.MasterClient {
@@ -132,10 +168,12 @@ func (m *masterConn) close() {
 	}
 }
 
-// withMetadata adds key/value pairs kv to the metadata of every call: the
-// tenant id and the namespace, where the master reads them
-// (kvstore.TenantMetadataKey, kvstore.NamespaceMetadataKey).
-func withMetadata(kv []string) grpc.UnaryClientInterceptor {
+// withMetadata adds md to the metadata of every gRPC call.
+func withMetadata(md map[string]string) grpc.UnaryClientInterceptor {
+	kv := make([]string, 0, 2*len(md))
+	for k, v := range md {
+		kv = append(kv, k, v)
+	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx = metadata.AppendToOutgoingContext(ctx, kv...)
 		return invoker(ctx, method, req, reply, cc, opts...)

@@ -343,12 +343,17 @@ func (c *Client) Breakdown() Breakdown {
 	return b
 }
 
-// rpcSpans is the gRPC interceptor that makes every master RPC a
-// "master.<Method>" phase span, with the response's error code.
-func (t *tracer) rpcSpans(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	sp := t.phase("master."+path.Base(method), nil, 0)
-	err := invoker(ctx, method, req, reply, cc, opts...)
+// tracedConn makes every master call, over either transport, a
+// "master.<Method>" phase span with the response's error code.
+type tracedConn struct {
+	grpc.ClientConnInterface
+	t *tracer
+}
+
+// Invoke implements grpc.ClientConnInterface.
+func (c tracedConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	sp := c.t.phase("master."+path.Base(method), nil, 0)
+	err := c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
 	status := errCode(rpcResult(0, err))
 	if r, ok := reply.(interface{ GetErrorCode() int32 }); ok && err == nil {
 		status = int(r.GetErrorCode())
