@@ -6,9 +6,10 @@ import (
 	"strings"
 )
 
-// NamespaceMetadataKey is the gRPC metadata entry that carries a client's
-// namespace (Namespace.Encode) with each request to the master. A request
-// without it works in the empty namespace.
+// NamespaceMetadataKey is the metadata entry (of the framed hello, or
+// gRPC metadata) that carries a client's namespace (Namespace.Encode) with
+// each request to the master. A request without it works in the empty
+// namespace.
 const NamespaceMetadataKey = "mooncake-namespace"
 
 // Namespace is the Store-RS scope a client works in: keyspace, tenant,
