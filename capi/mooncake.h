@@ -263,6 +263,18 @@ void mc_store_get_into(uint64_t store, int n, const char **keys,
 void mc_store_get(uint64_t store, int n, const char **keys,
                   uint64_t *out_ptrs, int64_t *results);
 
+/* Where mc_store_get_with_allocator puts the index-th key's object of size
+ * bytes: the address of size writable bytes, or 0 (the key then fails with
+ * -1 INTERNAL_ERROR). Called once per key found, from library threads,
+ * possibly several at once, before the call returns. */
+typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
+
+/* Read n objects into memory the caller allocates once each size is known
+ * (a copying get without an intermediate buffer). results[i]: bytes read
+ * or an error number; alloc NULL is -600 for every key. */
+void mc_store_get_with_allocator(uint64_t store, int n, const char **keys,
+                                 mc_store_alloc_fn alloc, int64_t *results);
+
 /* Ranged reads: sizes[i] bytes at src_offsets[i] of object keys[i] into
  * dsts[i]. results[i]: bytes read or an error (-600 past the end). */
 void mc_store_get_ranges(uint64_t store, int n, const char **keys,

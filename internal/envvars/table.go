@@ -118,6 +118,8 @@ var All = []*Var{
 		ReadBy: "demo", Doc: "metadata server of the collectives demo's checkpoint"},
 	{Name: "MOONCAKE_MOONCAKE_MASTER", Kind: File, Default: "the installed mooncake_master",
 		ReadBy: "benchmarks", Doc: "mooncake_master binary the store benchmark runs"},
+	{Name: "MOONCAKE_UPSTREAM_VENV", Kind: Text, Default: "none",
+		ReadBy: "benchmarks", Doc: "virtual environment with upstream's mooncake, the master benchmark's upstream column"},
 
 	upstream("MC_YLT_LOG_LEVEL", "yalantinglibs log level"),
 	upstream("MC_LOG_DIR", "log directory"),

@@ -221,6 +221,7 @@ _SIGNATURES = {
         None,
     ),
     "mc_store_get": ([U64, INT, P(STR), P(U64), P(I64)], None),
+    "mc_store_get_with_allocator": ([U64, INT, P(STR), PTR, P(I64)], None),
     "mc_store_get_ranges": ([U64, INT, P(STR), P(U64), P(U64), P(U64), P(I64)], None),
     "mc_store_exist": ([U64, INT, P(STR), P(INT)], None),
     "mc_store_get_size": ([U64, STR], I64),
@@ -238,6 +239,21 @@ _PUT_ZERO_COPY = 2
 
 def _native() -> ctypes.CDLL:
     return _lib.bind(_SIGNATURES)
+
+
+# mc_store_get_with_allocator's callback: (index, size) -> address or 0.
+_ALLOC_FN = ctypes.CFUNCTYPE(U64, INT, U64)
+
+# A bytes object of n bytes whose contents the caller fills before anyone
+# else sees it (CPython's documented way to build bytes in place).
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.argtypes = [ctypes.c_char_p, ctypes.c_ssize_t]
+_new_bytes.restype = ctypes.py_object
+
+
+def _bytes_address(b: bytes) -> int:
+    """Address of a bytes object's contents (c_char_p points into it)."""
+    return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
 def _keys(keys: Sequence[str]) -> ctypes.Array:
@@ -666,22 +682,29 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         self._lib.mc_store_get(self._handle, n, _keys(keys), ptrs, results)
         return list(zip(ptrs, results, strict=True))
 
-    def _take_bytes(self, ptr: int, size: int) -> bytes:
-        try:
-            return ctypes.string_at(ptr, size) if size > 0 else b""
-        finally:
-            if ptr:
-                self._lib.mc_free(ptr)
-
     def get(self, key: str) -> bytes:
         """The object's bytes; b"" if it is missing or cannot be read."""
         return self.get_batch([key])[0]
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes]:
-        """Bytes per key; b"" for each miss."""
+        """Bytes per key; b"" for each miss.
+
+        Each object is read straight into the `bytes` returned for it: the
+        library asks for the destination once it knows the size.
+        """
         if not keys:
             return []
-        return [self._take_bytes(p, r) if r >= 0 else b"" for p, r in self._get_alloc(keys)]
+        n = len(keys)
+        out: list[bytes] = [b""] * n
+
+        def alloc(i: int, size: int) -> int:
+            out[i] = b = _new_bytes(None, size)
+            return _bytes_address(b)
+
+        results = (I64 * n)()
+        callback = _ALLOC_FN(alloc)
+        self._lib.mc_store_get_with_allocator(self._handle, n, _keys(keys), callback, results)
+        return [b if r >= 0 else b"" for b, r in zip(out, results[:], strict=True)]
 
     def get_buffer(self, key: str) -> BufferHandle | None:
         """A copy of the object in memory this client owns, or None on a miss.
