@@ -29,8 +29,10 @@ PEER_ENV = {
     "MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT": "1",
 }
 
-# Short leases so that eviction may take objects soon after a read.
-LEASE = "--default_kv_lease_ttl=100"
+# Leases short enough that eviction may take objects soon after a read,
+# long enough for a loaded machine to finish a read within them (a read
+# that outlives its lease fails with LEASE_EXPIRED).
+LEASE = "--default_kv_lease_ttl=2000"
 
 
 def value(key: str, size: int = MiB) -> bytes:
@@ -83,6 +85,14 @@ def test_setup_errors(master_factory, stores, tmp_path):
     args = (LOOPBACK, plain.metadata_url, "16MB", "16MB", "tcp", "", plain.rpc)
     assert s.setup(*args, enable_ssd_offload=True, ssd_offload_path=str(tmp_path)) == -1300
     assert s.health_check() == 1  # a failed setup leaves nothing running
+    cfg = {
+        "local_hostname": LOOPBACK,
+        "metadata_server": plain.metadata_url,
+        "master_server_address": plain.rpc,
+        "enable_ssd_offload": "true",
+        "ssd_offload_path": str(tmp_path),
+    }
+    assert s.setup(cfg) == -1300
 
     offload = master_factory("--enable_offload")
     args = (LOOPBACK, offload.metadata_url, "16MB", "16MB", "tcp", "", offload.rpc)
@@ -202,7 +212,8 @@ def test_storage_client_killed_mid_offload(master_factory, peers, stores, tmp_pa
     assert wait_for(lambda: set(master.keys()) == disk_keys(path), 5)
     assert disk_keys(path) >= published
     for k in disk_keys(path):
-        assert writer.get(k) == value(k), k
+        got = writer.get(k)
+        assert got == value(k), (k, len(got), replica_types(master, k))
 
 
 def test_disk_full_evicts_oldest_buckets(master_factory, peers, stores, tmp_path):
