@@ -232,8 +232,14 @@ func (c *Client) UnmountLocalDisk(grace time.Duration) error {
 // offloadHeartbeat runs the disk's heartbeat every
 // MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS until Close.
 func (c *Client) offloadHeartbeat(t *offloadTier) {
+	c.everyUntilStopped(t, envvars.OffloadHeartbeatInterval.Duration(10*time.Second), func(time.Time) { c.diskHeartbeat(t) })
+}
+
+// everyUntilStopped calls f every interval until the client closes or
+// the tier stops, then marks the goroutine done.
+func (c *Client) everyUntilStopped(t *offloadTier, interval time.Duration, f func(now time.Time)) {
 	defer c.wg.Done()
-	tick := time.NewTicker(envvars.OffloadHeartbeatInterval.Duration(10 * time.Second))
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -241,9 +247,9 @@ func (c *Client) offloadHeartbeat(t *offloadTier) {
 			return
 		case <-t.stop:
 			return
-		case <-tick.C:
+		case now := <-tick.C:
+			f(now)
 		}
-		c.diskHeartbeat(t)
 	}
 }
 
@@ -327,25 +333,15 @@ func (c *Client) promote(t *offloadTier, p *pb.PromotionTask) error {
 // sweepServedBatches frees disk reads their readers did not release
 // within the GC TTL, every MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_INTERVAL_SECONDS.
 func (c *Client) sweepServedBatches(t *offloadTier) {
-	defer c.wg.Done()
-	tick := time.NewTicker(envvars.OffloadBufferGCInterval.Duration(time.Second))
-	defer tick.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.stop:
-			return
-		case now := <-tick.C:
-			t.mu.Lock()
-			for id, b := range t.batches {
-				if now.Sub(b.created) >= t.gcTTL {
-					t.freeBatch(id)
-				}
+	c.everyUntilStopped(t, envvars.OffloadBufferGCInterval.Duration(time.Second), func(now time.Time) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for id, b := range t.batches {
+			if now.Sub(b.created) >= t.gcTTL {
+				t.freeBatch(id)
 			}
-			t.mu.Unlock()
 		}
-	}
+	})
 }
 
 // freeBatch releases a served batch; the caller holds mu.

@@ -173,14 +173,7 @@ func (s *bucketStore) recover() error {
 			os.Remove(s.path(id, ".bucket"))
 			continue
 		}
-		for _, r := range b.records {
-			if old, ok := s.index[r.Key]; ok {
-				s.unlink(old, r.Key)
-			}
-			s.index[r.Key] = id
-			s.bytes += r.Size
-		}
-		s.buckets[id] = b
+		s.adopt(b)
 		s.lastID = max(s.lastID, id)
 	}
 	for _, id := range ids {
@@ -294,15 +287,21 @@ func (s *bucketStore) writeBucket(items []diskItem) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.adopt(b)
+	return nil
+}
+
+// adopt indexes a published bucket; a key it holds replaces the key's
+// record in an older bucket. The caller holds mu (or is recovering).
+func (s *bucketStore) adopt(b *bucket) {
 	for _, r := range b.records {
 		if old, ok := s.index[r.Key]; ok {
 			s.unlink(old, r.Key)
 		}
-		s.index[r.Key] = id
+		s.index[r.Key] = b.id
 		s.bytes += r.Size
 	}
-	s.buckets[id] = b
-	return nil
+	s.buckets[b.id] = b
 }
 
 // makeRoom evicts buckets until n more records of size bytes fit; the
