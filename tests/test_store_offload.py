@@ -294,3 +294,20 @@ def test_unimplemented_master_flags_are_refused(go_bin_dir, flag):
     )
     assert out.returncode == 2
     assert "not implemented" in out.stderr
+
+
+def test_master_restart_relearns_the_disk(master_factory, peers, stores, tmp_path):
+    """A restarted master knows no objects; the storage client mounts its disk
+    again at its next heartbeat, and what it holds is readable again."""
+    master = master_factory("--enable_offload", LEASE)
+    path = tmp_path / "a"
+    a = disk_peer(peers, master, path)
+    keys = [f"relearn-{i}" for i in range(4)]
+    for k in keys:
+        assert a.call("put", k, value(k, 64 << 10)) == 0
+    assert wait_for(lambda: disk_keys(path) == set(keys), 10)
+    master.restart()
+    assert wait_for(lambda: sorted(master.keys()) == sorted(keys), 15), master.keys()
+    reader = stores(master, segment=0)
+    for k in keys:
+        assert reader.get(k) == value(k, 64 << 10)

@@ -266,7 +266,12 @@ func (c *Client) diskHeartbeat(t *offloadTier) {
 		return
 	}
 	if kvstore.ErrorCode(resp.GetErrorCode()) == kvstore.SegmentNotFound {
-		// The master restarted or expired this client: mount again.
+		// The master restarted or expired this client: mount again. The
+		// metadata store may have restarted with it: readers find the
+		// staging buffer only once the engine's segment is published.
+		if err := c.engine.Republish(); err != nil {
+			slog.Warn("store client: republishing the transfer engine segment failed", "err", err)
+		}
 		if err := c.mountDisk(t); err != nil {
 			slog.Warn("store client: remounting the local disk failed", "err", err)
 		}
@@ -298,8 +303,8 @@ func (c *Client) runOffloads(t *offloadTier, tasks []*pb.OffloadTask) {
 	for i, task := range tasks {
 		results[i] = &pb.OffloadResult{Key: task.GetKey()}
 		src := task.GetSource()
-		if !c.ownsRange(src.GetBufferAddress(), task.GetSize()) {
-			continue
+		if !c.ownsRange(src.GetBufferAddress(), task.GetSize()) || task.GetSize() > t.arena.size {
+			continue // not ours, or too large to be read back through the staging buffer
 		}
 		items = append(items, diskItem{key: task.GetKey(), data: mem(uintptr(src.GetBufferAddress()), task.GetSize())})
 		at = append(at, i)
