@@ -278,6 +278,20 @@ def test_restart_of_a_storage_client_reannounces_its_disk(master_factory, peers,
         assert replica_types(master, k) == ["LOCAL_DISK"]
         assert reader.get(k) == value(k, 256 << 10)
     assert reader.get(keys[0]) == b""
+    # The batch and zero-copy reads fall back to the disk too.
+    assert reader.get_batch(keys[1:]) == [value(k, 256 << 10) for k in keys[1:]]
+    import numpy as np
+
+    buf = np.zeros(256 << 10, dtype=np.uint8)
+    assert reader.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    assert reader.batch_get_into([keys[1]], [buf.ctypes.data], [buf.nbytes]) == [256 << 10]
+    assert buf.tobytes() == value(keys[1], 256 << 10)
+    reader.unregister_buffer(buf.ctypes.data)
+    (desc,) = reader.get_replica_desc(keys[1])
+    assert desc.is_local_disk_replica() and not desc.is_memory_replica()
+    assert not desc.is_disk_replica()
+    disk = desc.get_local_disk_descriptor()
+    assert disk.object_size == 256 << 10 and disk.transport_endpoint.startswith(LOOPBACK)
     # The corrupt record was dropped and reported.
     assert wait_for(lambda: keys[0] not in master.keys(), 5)
     assert keys[0] not in disk_keys(path)
