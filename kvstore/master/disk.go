@@ -227,6 +227,24 @@ func (s *State) diskDescriptors(o *object) []Replica {
 	return out
 }
 
+// DiskStats are the disk tier's gauges.
+type DiskStats struct {
+	Disks             int
+	DiskOnlyKeys      int
+	PendingOffloads   int
+	PendingPromotions int
+}
+
+func (s *State) diskStats() DiskStats {
+	st := DiskStats{Disks: len(s.disk.disks), PendingOffloads: s.disk.queued, PendingPromotions: s.disk.promoted}
+	for _, o := range s.objects {
+		if len(o.replicas) == 0 && len(o.disk) > 0 {
+			st.DiskOnlyKeys++
+		}
+	}
+	return st
+}
+
 // DiskInfo is a snapshot of one mounted disk.
 type DiskInfo struct {
 	ClientID         string
