@@ -416,14 +416,3 @@ func (p offloadPeer) ReleaseOffloadBuffer(_ context.Context, req *pb.ReleaseOffl
 // OffloadRPCReadCount is how many disk reads this client's offload server
 // has served (upstream get_offload_rpc_read_count).
 func (c *Client) OffloadRPCReadCount() int64 { return c.disk.rpcReads.Load() }
-
-// OffloadUsage reports the disk tier's objects and bytes; ok=false when
-// offload is not enabled.
-func (c *Client) OffloadUsage() (keys int, bytes uint64, ok bool) {
-	t := c.disk.tier.Load()
-	if t == nil {
-		return 0, 0, false
-	}
-	keys, bytes = t.store.usage()
-	return keys, bytes, true
-}
