@@ -486,13 +486,18 @@ func (s *bucketStore) unlink(id uint64, key string) {
 	}
 	b.records = recs
 	meta, _ := json.Marshal(bucketMeta{Version: 1, Records: recs})
-	writeDurable(s.path(id, ".meta"), meta)
+	if writeDurable(s.path(id, ".meta"), meta) == nil {
+		syncDir(s.dir)
+	}
 }
 
-// removeBucket deletes a bucket's files, .meta first (unpublishing it).
+// removeBucket deletes a bucket's files, .meta first (unpublishing it),
+// and makes the removal durable, so that a deleted record does not come
+// back after a crash.
 func (s *bucketStore) removeBucket(id uint64) {
 	os.Remove(s.path(id, ".meta"))
 	os.Remove(s.path(id, ".bucket"))
+	syncDir(s.dir)
 	delete(s.buckets, id)
 }
 
