@@ -34,6 +34,8 @@ var (
 		ReadBy: "kvstore/client", Doc: "ports tried in that range"}
 	RPCTimeoutMs = &Var{Name: "MC_RPC_TIMEOUT_MS", Kind: Int, Min: 1, Default: "10000",
 		ReadBy: "kvstore/client", Doc: "timeout of one master RPC, ms"}
+	StoreMasterRPC = &Var{Name: "MC_STORE_MASTER_RPC", Kind: Enum, Values: []string{"framed", "grpc"}, Default: "framed",
+		ReadBy: "kvstore/client", Doc: "transport of the client's master calls: framed (same port, fewer hand-offs) or grpc"}
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
 
@@ -88,7 +90,7 @@ var (
 var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
-	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreChecksum,
+	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreChecksum,
 	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,

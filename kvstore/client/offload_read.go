@@ -89,5 +89,5 @@ func (p *peerConns) close() {
 func (m *masterConn) disk() pb.DiskTierClient {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return pb.NewDiskTierClient(m.conn)
+	return m.diskTM
 }

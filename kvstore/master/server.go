@@ -108,8 +108,9 @@ func NewServer(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Register adds the Master and DiskTier services to g.
-func (s *Server) Register(g *grpc.Server) {
+// Register adds the Master and DiskTier services to g: a grpc.Server, or
+// the framed transport's server.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
 	masterpb.RegisterMasterServer(g, s)
 	masterpb.RegisterDiskTierServer(g, diskServer{s: s})
 }

@@ -565,7 +565,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier):
             flags,
             results,
         )
-        return list(results)
+        return results[:]
 
     def _put_buffers(self, keys, values_per_key, config, flags) -> list[int]:
         keep: list[Any] = []
@@ -748,7 +748,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier):
             int(zero_copy),
             results,
         )
-        return list(results)
+        return results[:]
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Read `key` into `size` bytes at `buffer_ptr`.
@@ -860,7 +860,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier):
             return []
         results = (INT * n)()
         self._lib.mc_store_exist(self._handle, n, _keys(keys), results)
-        return list(results)
+        return results[:]
 
     def is_exist(self, key: str) -> int:
         """1 if `key` has a readable replica, 0 if not, negative on error."""
@@ -877,7 +877,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier):
             return []
         results = (INT * n)()
         self._lib.mc_store_remove(self._handle, n, _keys(keys), int(force), results)
-        return list(results)
+        return results[:]
 
     def remove(self, key: str, force: bool = False) -> int:
         """Remove `key`: 0, -704 missing, -706 leased (unless force), -703 incomplete."""
