@@ -225,6 +225,21 @@ int mc_store_setup(uint64_t store, const char *local_hostname,
                    uint64_t engine, const char *tenant_id,
                    uint64_t hugepage_size);
 
+/* Start the client's disk tier (setup's enable_ssd_offload) in directory
+ * path ("": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage),
+ * which must exist, be writable and absolute. 0; -600 bad directory, -1300
+ * the master runs without --enable_offload, -1012 an unsupported
+ * MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR. */
+int mc_store_enable_offload(uint64_t store, const char *path);
+
+/* Unmount the disk tier (upstream unmount_local_disk_segment): reads
+ * already routed to it are served for grace_seconds more. 0 also without
+ * a tier; -600 for a negative grace. */
+int mc_store_unmount_local_disk(uint64_t store, int64_t grace_seconds);
+
+/* Disk reads this client's offload server has served. */
+int64_t mc_store_offload_rpc_read_count(uint64_t store);
+
 /* Close the client: refuse new calls (-600), wait for the ones running,
  * unmount, release everything (and the retained engine's reference) and
  * the handle. Always 0. */

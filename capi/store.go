@@ -360,6 +360,8 @@ type replicaDesc struct {
 	Size              uint64 `json:"size"`
 	BufferAddress     uint64 `json:"buffer_address"`
 	TransportEndpoint string `json:"transport_endpoint"`
+	ReplicaType       int32  `json:"replica_type"` // 0 memory, 2 local disk
+	DiskClientID      string `json:"client_id,omitempty"`
 }
 
 // replicaList is one key's entry in mc_store_replica_desc's JSON.
@@ -384,7 +386,8 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 		}
 		out[i].Replicas = []replicaDesc{}
 		for _, r := range l.GetReplicas() {
-			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(), r.GetTransportEndpoint()})
+			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(),
+				r.GetTransportEndpoint(), int32(r.GetReplicaType()), r.GetDiskClientId()})
 		}
 	}
 	b, _ := json.Marshal(out)

@@ -119,7 +119,7 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 	// A replica whose owner died (and is not expired by the master yet)
 	// fails the transfer: fall back to the next replica.
 	for i, rep := range reps {
-		if err = c.readReplica(parts, rep, 0, r.Size, staged); err == nil || !errors.Is(err, kvstore.TransferFail) {
+		if err = c.readFrom(parts, rep, r.Size, staged); err == nil || !errors.Is(err, kvstore.TransferFail) {
 			break
 		}
 		if i+1 < len(reps) && reps[i+1].Size != r.Size {

@@ -39,6 +39,7 @@ type masterConn struct {
 	leader string
 	conn   io.Closer // *framedrpc.Client or *grpc.ClientConn
 	rpc    pb.MasterClient
+	diskTM pb.DiskTierClient // the disk tier's service on the same connection
 }
 
 // masterViewKey is where HA masters publish the leader's address.
@@ -104,7 +105,7 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 		m.conn.Close()
 	}
 	changed = m.leader != ""
-	m.conn, m.rpc, m.leader = conn, pb.NewMasterClient(cc), addr
+	m.conn, m.rpc, m.diskTM, m.leader = conn, pb.NewMasterClient(cc), pb.NewDiskTierClient(cc), addr
 	return changed, nil
 }
 

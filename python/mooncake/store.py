@@ -33,6 +33,7 @@ from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_offload import _DiskTier
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
     TaskStatus,
@@ -87,6 +88,7 @@ class ErrorCode(enum.IntEnum):
     UNAVAILABLE_IN_CURRENT_STATUS = -1010
     NOT_SUPPORTED = -1012
     FILE_NOT_FOUND = -1100
+    UNABLE_OFFLOAD = -1300
     TASK_NOT_FOUND = -1400
     TENANT_QUOTA_EXCEEDED = -1700
     TENANT_NOT_REGISTERED = -1701
@@ -293,6 +295,8 @@ class _SetupParams:
     engine: Any
     tenant_id: str
     hugepage_bytes: int  # 0: normal pages
+    enable_ssd_offload: bool = False
+    ssd_offload_path: str = ""  # "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH
 
 
 _SETUP_NAMES = (
@@ -371,11 +375,6 @@ def _dict_setup_params(config: dict[str, Any]) -> _SetupParams:
 
 
 def _validated(values: dict[str, Any]) -> _SetupParams:
-    if _truthy(values.get("enable_ssd_offload", False)):
-        raise _SetupError(
-            ErrorCode.NOT_SUPPORTED,
-            "enable_ssd_offload=True: this build has no SSD offload tier",
-        )
     if _truthy(values.get("enable_client_http_server", False)):
         raise _SetupError(
             ErrorCode.NOT_SUPPORTED,
@@ -409,6 +408,8 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         engine=values.get("engine"),
         tenant_id=str(values.get("tenant_id") or "default"),
         hugepage_bytes=hugepage_bytes,
+        enable_ssd_offload=_truthy(values.get("enable_ssd_offload", False)),
+        ssd_offload_path=str(values.get("ssd_offload_path") or ""),
     )
 
 
@@ -426,7 +427,7 @@ def _hugepage_bytes(values: dict[str, Any]) -> int:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
-class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
@@ -457,9 +458,13 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         ``local_hostname`` and ``metadata_server``; defaults 16 MiB segment,
         16 MiB buffer, "tcp", "", "127.0.0.1:50051"). Sizes may be strings
         such as "16MB". ``protocol="rdma"`` runs TCP on a host without an
-        RDMA transport (see docs/store.md). Options this build does not
-        implement (SSD offload, the client metrics server, an IPC socket
-        for dummy clients) return NOT_SUPPORTED (-1012) when enabled.
+        RDMA transport (see docs/store.md). ``enable_ssd_offload=True``
+        starts the disk tier in ``ssd_offload_path`` (or
+        MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage): -600
+        for a directory that is missing, relative or not writable, -1300
+        when the master runs without --enable_offload. Options this build
+        does not implement (the client metrics server, an IPC socket for
+        dummy clients) return NOT_SUPPORTED (-1012) when enabled.
         Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
         MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
         the local buffer on huge pages, which the kernel must have reserved
@@ -496,6 +501,10 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             params.tenant_id.encode(),
             params.hugepage_bytes,
         )
+        if rc == 0 and params.enable_ssd_offload:
+            rc = self._enable_offload(params.ssd_offload_path)
+            if rc != 0:
+                self.close()
         if rc == 0:
             self._engine = params.engine
         return rc
@@ -986,15 +995,6 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         )
         if rc != 0:
             _segment_failure(name, rc, err)
-            return -1
-        return 0
-
-    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
-        """Drain the SSD-offload tier: 0, as this client has none (no SSD offload).
-
-        -1 for a grace period outside [0, 3600] or a store not set up.
-        """
-        if not 0 <= int(grace_period_seconds) <= 3600 or self.health_check() == 1:
             return -1
         return 0
 
