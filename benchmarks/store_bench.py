@@ -26,6 +26,12 @@ fills) after a few warm-up calls; latency is per call (a batch call counts
 once). Objects are removed between cases. It prints a table, and writes
 ``bench-out/store_bench.csv`` and ``bench-out/store_bench.png``.
 
+The ``disk`` part (benchmarks/store_bench_disk.py) fills a small pool with a
+working set four times its size and reads every key once: hit rate and get
+throughput with the disk tier (``--enable_offload --offload_on_evict``)
+against memory only, beside a plain read of the tier's files
+(``store_bench_disk.csv`` / ``.png``).
+
 Usage: .venv/bin/python benchmarks/store_bench.py [--seconds 1.0] [--sizes 4K,64K,1M,16M]
 """
 
@@ -44,9 +50,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store_bench_disk import bench_disk_tier  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -387,7 +397,17 @@ def storage_main(args) -> None:
     from mooncake.store import MooncakeDistributedStore
 
     s = MooncakeDistributedStore()
-    rc = s.setup(LOOPBACK, args.metadata, args.pool, "16MB", "tcp", "", args.master)
+    offload = {"enable_ssd_offload": True, "ssd_offload_path": args.offload_dir}
+    rc = s.setup(
+        LOOPBACK,
+        args.metadata,
+        args.pool,
+        "16MB",
+        "tcp",
+        "",
+        args.master,
+        **(offload if args.offload_dir else {}),
+    )
     if rc != 0:
         print(f"FAILED {rc}", flush=True)
         sys.exit(1)
@@ -648,9 +668,13 @@ def main() -> None:
     ap.add_argument(
         "--only",
         default="all",
-        choices=["all", "kv", "tensor"],
-        help="kv: the put/get cases and Redis; tensor: the sharded-tensor read; all: both",
+        choices=["all", "kv", "tensor", "disk"],
+        help="kv: the put/get cases and Redis; tensor: the sharded-tensor read; "
+        "disk: the working set larger than memory, with and without the disk tier; all: every one",
     )
+    ap.add_argument("--disk-pool", default="64MB", help="pool of the disk-tier case")
+    ap.add_argument("--disk-working-set", default="256MB", help="bytes the disk-tier case writes")
+    ap.add_argument("--offload-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(REPO / "bench-out"))
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
     ap.add_argument("--role", default="bench", choices=["bench", "storage"], help=argparse.SUPPRESS)
@@ -678,6 +702,20 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="store-bench-"))
     store = None
     try:
+        if args.only in ("all", "disk"):
+            ctx = types.SimpleNamespace(
+                LOOPBACK=LOOPBACK,
+                free_port=free_port,
+                port_open=port_open,
+                wait_until=wait_until,
+                procs=procs,
+                master=master_binary(tmp),
+                script=__file__,
+                tmp=tmp,
+            )
+            bench_disk_tier(ctx, args.disk_pool, parse_size(args.disk_working_set), Path(args.out))
+            if args.only == "disk":
+                return
         rpc, meta, admin, rport = free_port(), free_port(), free_port(), free_port()
         log = open(tmp / "master.log", "wb")
         procs.start(
@@ -759,7 +797,7 @@ def main() -> None:
         pool = BufferPool(store)
         results: list[Result] = []
         t0 = time.monotonic()
-        for size in sizes if args.only != "tensor" else []:
+        for size in sizes if args.only in ("all", "kv") else []:
             for mode in ("single", "batch"):
                 # interleave: each store case right next to its Redis case
                 for api in ("zero-copy", "copy"):
@@ -779,7 +817,7 @@ def main() -> None:
                 )
         if results:
             report(results, Path(args.out))
-        if args.only != "kv":
+        if args.only in ("all", "tensor"):
             bench_tensor_full(store, args.seconds, Path(args.out))
     finally:
         if store is not None:

@@ -225,6 +225,21 @@ int mc_store_setup(uint64_t store, const char *local_hostname,
                    uint64_t engine, const char *tenant_id,
                    uint64_t hugepage_size);
 
+/* Start the client's disk tier (setup's enable_ssd_offload) in directory
+ * path ("": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage),
+ * which must exist, be writable and absolute. 0; -600 bad directory, -1300
+ * the master runs without --enable_offload, -1012 an unsupported
+ * MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR. */
+int mc_store_enable_offload(uint64_t store, const char *path);
+
+/* Unmount the disk tier (upstream unmount_local_disk_segment): reads
+ * already routed to it are served for grace_seconds more. 0 also without
+ * a tier; -600 for a negative grace. */
+int mc_store_unmount_local_disk(uint64_t store, int64_t grace_seconds);
+
+/* Disk reads this client's offload server has served. */
+int64_t mc_store_offload_rpc_read_count(uint64_t store);
+
 /* Close the client: refuse new calls (-600), wait for the ones running,
  * unmount, release everything (and the retained engine's reference) and
  * the handle. Always 0. */
@@ -262,6 +277,18 @@ void mc_store_get_into(uint64_t store, int n, const char **keys,
  * out_ptrs[i] is 0. */
 void mc_store_get(uint64_t store, int n, const char **keys,
                   uint64_t *out_ptrs, int64_t *results);
+
+/* Where mc_store_get_with_allocator puts the index-th key's object of size
+ * bytes: the address of size writable bytes, or 0 (the key then fails with
+ * -1 INTERNAL_ERROR). Called once per key found, from library threads,
+ * possibly several at once, before the call returns. */
+typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
+
+/* Read n objects into memory the caller allocates once each size is known
+ * (a copying get without an intermediate buffer). results[i]: bytes read
+ * or an error number; alloc NULL is -600 for every key. */
+void mc_store_get_with_allocator(uint64_t store, int n, const char **keys,
+                                 mc_store_alloc_fn alloc, int64_t *results);
 
 /* Ranged reads: sizes[i] bytes at src_offsets[i] of object keys[i] into
  * dsts[i]. results[i]: bytes read or an error (-600 past the end). */

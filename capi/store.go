@@ -2,6 +2,11 @@ package main
 
 // #include <stdint.h>
 // #include <stdlib.h>
+// typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
+// static uint64_t call_store_alloc(void *fn, int index, uint64_t size) {
+//     return ((mc_store_alloc_fn)fn)(index, size);
+// }
+// static void free_addr(uint64_t p) { free((void *)(uintptr_t)p); }
 import "C"
 
 import (
@@ -241,43 +246,58 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, 
 //export mc_store_get
 func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
+	if outPtrs == nil {
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(notReady))
+		return
+	}
+	out := cslice[C.uint64_t](unsafe.Pointer(outPtrs), int(n))
+	for i := range out {
+		out[i] = 0
+	}
+	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
+		p := C.malloc(C.size_t(max(size, 1)))
+		out[i] = C.uint64_t(uintptr(p))
+		return uintptr(p)
+	})
+	for i, r := range cslice[C.int64_t](unsafe.Pointer(results), int(n)) {
+		if r < 0 && out[i] != 0 {
+			C.free_addr(out[i])
+			out[i] = 0
+		}
+	}
+}
+
+//export mc_store_get_with_allocator
+func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.char, alloc unsafe.Pointer, results *C.int64_t) {
+	defer recoverVoid()
+	if alloc == nil {
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(kvstore.InvalidParams))
+		return
+	}
+	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
+		return uintptr(C.call_store_alloc(alloc, C.int(i), C.uint64_t(size)))
+	})
+}
+
+// getWith reads n objects into buffers from alloc(i, size), called once
+// per key whose object was found (0: allocation failed); results[i] is the
+// size read or an error number.
+func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc func(i int, size uint64) uintptr) {
 	c := storeOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
-	if c == nil || results == nil || outPtrs == nil || n <= 0 {
+	if c == nil || results == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
 		return
 	}
-	out := unsafe.Slice(outPtrs, int(n))
-	names := goStrings(keys, n)
-	index := map[string][]int{}
-	for i, k := range names {
-		index[k] = append(index[k], i)
-		out[i] = 0
-	}
-	mallocs := make([]unsafe.Pointer, n)
-	var mu sync.Mutex
-	rs := c.BatchGet(names, func(key string, size uint64) ([]client.Part, error) {
-		p := C.malloc(C.size_t(max(size, 1)))
-		if p == nil {
+	rs := c.BatchGet(goStrings(keys, n), func(i int, size uint64) ([]client.Part, error) {
+		p := alloc(i, size)
+		if p == 0 {
 			return nil, kvstore.InternalError
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, i := range index[key] {
-			if mallocs[i] == nil {
-				mallocs[i] = p
-				out[i] = C.uint64_t(uintptr(p))
-				break
-			}
-		}
-		return []client.Part{{Addr: uintptr(p), Size: size}}, nil
+		return []client.Part{{Addr: p, Size: size}}, nil
 	})
 	for i, r := range rs {
 		res[i] = getResult(r)
-		if r.Err != nil && mallocs[i] != nil {
-			C.free(mallocs[i])
-			out[i] = 0
-		}
 	}
 }
 
@@ -343,6 +363,8 @@ type replicaDesc struct {
 	BufferAddress     uint64 `json:"buffer_address"`
 	TransportEndpoint string `json:"transport_endpoint"`
 	SegmentName       string `json:"segment_name"` // the storage owner (its client's hostname)
+	ReplicaType       int32  `json:"replica_type"` // 0 memory, 2 local disk
+	DiskClientID      string `json:"client_id,omitempty"`
 }
 
 // replicaList is one key's entry in mc_store_replica_desc's JSON.
@@ -367,7 +389,8 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 		}
 		out[i].Replicas = []replicaDesc{}
 		for _, r := range l.GetReplicas() {
-			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(), r.GetTransportEndpoint(), r.GetSegmentName()})
+			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(),
+				r.GetTransportEndpoint(), r.GetSegmentName(), int32(r.GetReplicaType()), r.GetDiskClientId()})
 		}
 	}
 	b, _ := json.Marshal(out)

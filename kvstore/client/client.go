@@ -58,6 +58,7 @@ type Client struct {
 	modes    segmentModes         // lifecycle modes set on own segments (fleet.go)
 	trace    *tracer              // spans and their breakdown (trace.go)
 	metrics  metricsServer        // serves the breakdown (metrics_server.go)
+	disk     diskSide             // the disk tier (offload.go)
 
 	lastPingOK atomic.Bool
 	// life admits every call while the client is open; Close releases the
@@ -182,6 +183,9 @@ var errClientClosed = fmt.Errorf("%w: the store client is closed", kvstore.Inval
 // release frees what the client holds once no call runs any more.
 func (c *Client) release() {
 	c.wg.Wait()
+	if c.master != nil {
+		c.closeOffload()
+	}
 	c.StopMetricsServer()
 	c.segMu.Lock()
 	defer c.segMu.Unlock()

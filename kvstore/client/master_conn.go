@@ -41,6 +41,7 @@ type masterConn struct {
 	leader string
 	conn   io.Closer // *framedrpc.Client or *grpc.ClientConn
 	rpc    pb.MasterClient
+	diskTM pb.DiskTierClient // the disk tier's service on the same connection
 }
 
 // masterViewKey is where HA masters publish the leader's address.
@@ -106,7 +107,7 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 		m.conn.Close()
 	}
 	changed = m.leader != ""
-	m.conn, m.rpc, m.leader = conn, pb.NewMasterClient(tracedConn{cc, m.trace}), addr
+	m.conn, m.rpc, m.diskTM, m.leader = conn, pb.NewMasterClient(tracedConn{cc, m.trace}), pb.NewDiskTierClient(tracedConn{cc, m.trace}), addr
 	return changed, nil
 }
 

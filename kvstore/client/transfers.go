@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -113,7 +114,11 @@ func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, o
 }
 
 // readReplica reads n object bytes starting at objOff from r into parts.
+// Disk replicas are read whole by readFrom; here they are NOT_SUPPORTED.
 func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n uint64, staged bool) error {
+	if r.GetReplicaType() != pb.ReplicaType_REPLICA_MEMORY {
+		return fmt.Errorf("%w: range reads of disk replicas", kvstore.NotSupported)
+	}
 	if !staged {
 		// The caller's capacity may exceed the object: read only n bytes,
 		// never past the end of the replica's buffer.

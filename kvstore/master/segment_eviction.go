@@ -33,9 +33,12 @@ func (s *State) anySegmentOverfull() bool {
 // objects with a replica there that eviction may take (fully written,
 // lease expired, not hard-pinned; soft-pinned ones last and only when
 // AllowEvictSoftPinned), oldest lease first. An object with replicas on
-// other segments loses only the one here; otherwise it is evicted. What
+// other segments loses only the one here; otherwise it is evicted as a
+// pool-wide run evicts it (evictObject: with the disk tier it may keep a
+// disk copy, or be queued for offload and keep its memory for now). What
 // goes is added to res.
 func (s *State) evictOverfullSegments(now time.Time, res *EvictionResult) {
+	offloads := s.cfg.Offload.evictCap()
 	for _, sg := range s.segOrder {
 		if !sg.overfull() {
 			continue
@@ -58,11 +61,12 @@ func (s *State) evictOverfullSegments(now time.Time, res *EvictionResult) {
 				s.m.evictedBytes += o.size
 				continue
 			}
-			res.Evicted = append(res.Evicted, o.key)
-			res.FreedBytes += o.size
-			s.m.evictedKeys++
-			s.m.evictedBytes += o.size
-			s.erase(o)
+			if s.evictObject(o, &offloads) {
+				res.Evicted = append(res.Evicted, o.key)
+				res.FreedBytes += o.size
+				s.m.evictedKeys++
+				s.m.evictedBytes += o.size
+			}
 		}
 	}
 }

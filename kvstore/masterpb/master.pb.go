@@ -137,6 +137,55 @@ func (ReplicaStatus) EnumDescriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{1}
 }
 
+type ReplicaType int32
+
+const (
+	ReplicaType_REPLICA_MEMORY     ReplicaType = 0
+	ReplicaType_REPLICA_DISK       ReplicaType = 1
+	ReplicaType_REPLICA_LOCAL_DISK ReplicaType = 2
+)
+
+// Enum value maps for ReplicaType.
+var (
+	ReplicaType_name = map[int32]string{
+		0: "REPLICA_MEMORY",
+		1: "REPLICA_DISK",
+		2: "REPLICA_LOCAL_DISK",
+	}
+	ReplicaType_value = map[string]int32{
+		"REPLICA_MEMORY":     0,
+		"REPLICA_DISK":       1,
+		"REPLICA_LOCAL_DISK": 2,
+	}
+)
+
+func (x ReplicaType) Enum() *ReplicaType {
+	p := new(ReplicaType)
+	*p = x
+	return p
+}
+
+func (x ReplicaType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaType) Descriptor() protoreflect.EnumDescriptor {
+	return file_master_proto_enumTypes[2].Descriptor()
+}
+
+func (ReplicaType) Type() protoreflect.EnumType {
+	return &file_master_proto_enumTypes[2]
+}
+
+func (x ReplicaType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaType.Descriptor instead.
+func (ReplicaType) EnumDescriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{2}
+}
+
 type ClientStatus int32
 
 const (
@@ -170,11 +219,11 @@ func (x ClientStatus) String() string {
 }
 
 func (ClientStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[2].Descriptor()
+	return file_master_proto_enumTypes[3].Descriptor()
 }
 
 func (ClientStatus) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[2]
+	return &file_master_proto_enumTypes[3]
 }
 
 func (x ClientStatus) Number() protoreflect.EnumNumber {
@@ -183,7 +232,7 @@ func (x ClientStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ClientStatus.Descriptor instead.
 func (ClientStatus) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{2}
+	return file_master_proto_rawDescGZIP(), []int{3}
 }
 
 type TaskType int32
@@ -216,11 +265,11 @@ func (x TaskType) String() string {
 }
 
 func (TaskType) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[3].Descriptor()
+	return file_master_proto_enumTypes[4].Descriptor()
 }
 
 func (TaskType) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[3]
+	return &file_master_proto_enumTypes[4]
 }
 
 func (x TaskType) Number() protoreflect.EnumNumber {
@@ -229,7 +278,7 @@ func (x TaskType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskType.Descriptor instead.
 func (TaskType) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{3}
+	return file_master_proto_rawDescGZIP(), []int{4}
 }
 
 type TaskStatus int32
@@ -268,11 +317,11 @@ func (x TaskStatus) String() string {
 }
 
 func (TaskStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[4].Descriptor()
+	return file_master_proto_enumTypes[5].Descriptor()
 }
 
 func (TaskStatus) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[4]
+	return &file_master_proto_enumTypes[5]
 }
 
 func (x TaskStatus) Number() protoreflect.EnumNumber {
@@ -281,7 +330,7 @@ func (x TaskStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskStatus.Descriptor instead.
 func (TaskStatus) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{4}
+	return file_master_proto_rawDescGZIP(), []int{5}
 }
 
 // A segment's lifecycle mode: ACTIVE takes new replicas and serves reads;
@@ -324,11 +373,11 @@ func (x SegmentMode) String() string {
 }
 
 func (SegmentMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[5].Descriptor()
+	return file_master_proto_enumTypes[6].Descriptor()
 }
 
 func (SegmentMode) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[5]
+	return &file_master_proto_enumTypes[6]
 }
 
 func (x SegmentMode) Number() protoreflect.EnumNumber {
@@ -337,7 +386,7 @@ func (x SegmentMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SegmentMode.Descriptor instead.
 func (SegmentMode) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{5}
+	return file_master_proto_rawDescGZIP(), []int{6}
 }
 
 type ReplicateConfig struct {
@@ -473,8 +522,8 @@ func (x *ReplicateConfig) GetRouteTopk() uint32 {
 	return 0
 }
 
-// A memory replica: size bytes at buffer_address inside the Transfer Engine
-// segment transport_endpoint.
+// A replica: for memory ones, size bytes at buffer_address inside the
+// Transfer Engine segment transport_endpoint.
 type ReplicaDescriptor struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Id                uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -483,8 +532,16 @@ type ReplicaDescriptor struct {
 	BufferAddress     uint64                 `protobuf:"varint,4,opt,name=buffer_address,json=bufferAddress,proto3" json:"buffer_address,omitempty"`
 	Size              uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
 	SegmentName       string                 `protobuf:"bytes,6,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Where the replica lives (MEMORY when unset). A LOCAL_DISK replica is
+	// a file of the storage client disk_client_id, which serves it through
+	// its offload RPC server at transport_endpoint (see disk.proto); size is
+	// the object size and buffer_address is unused.
+	ReplicaType  ReplicaType `protobuf:"varint,20,opt,name=replica_type,json=replicaType,proto3,enum=mooncake.store.v1.ReplicaType" json:"replica_type,omitempty"`
+	DiskClientId string      `protobuf:"bytes,21,opt,name=disk_client_id,json=diskClientId,proto3" json:"disk_client_id,omitempty"`
+	// The key the disk holder stores the object under (tenant-qualified).
+	DiskObjectKey string `protobuf:"bytes,22,opt,name=disk_object_key,json=diskObjectKey,proto3" json:"disk_object_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaDescriptor) Reset() {
@@ -555,6 +612,27 @@ func (x *ReplicaDescriptor) GetSize() uint64 {
 func (x *ReplicaDescriptor) GetSegmentName() string {
 	if x != nil {
 		return x.SegmentName
+	}
+	return ""
+}
+
+func (x *ReplicaDescriptor) GetReplicaType() ReplicaType {
+	if x != nil {
+		return x.ReplicaType
+	}
+	return ReplicaType_REPLICA_MEMORY
+}
+
+func (x *ReplicaDescriptor) GetDiskClientId() string {
+	if x != nil {
+		return x.DiskClientId
+	}
+	return ""
+}
+
+func (x *ReplicaDescriptor) GetDiskObjectKey() string {
+	if x != nil {
+		return x.DiskObjectKey
 	}
 	return ""
 }
@@ -3020,14 +3098,17 @@ const file_master_proto_rawDesc = "" +
 	" \x03(\tR\x0fpreferredOwners\x12\x1d\n" +
 	"\n" +
 	"route_topk\x18\v \x01(\rR\trouteTopkB\x12\n" +
-	"\x10_soft_pin_ttl_ms\"\xea\x01\n" +
+	"\x10_soft_pin_ttl_ms\"\xfb\x02\n" +
 	"\x11ReplicaDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\x06status\x18\x02 \x01(\x0e2 .mooncake.store.v1.ReplicaStatusR\x06status\x12-\n" +
 	"\x12transport_endpoint\x18\x03 \x01(\tR\x11transportEndpoint\x12%\n" +
 	"\x0ebuffer_address\x18\x04 \x01(\x04R\rbufferAddress\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12!\n" +
-	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\"\xab\x01\n" +
+	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\x12A\n" +
+	"\freplica_type\x18\x14 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaType\x12$\n" +
+	"\x0edisk_client_id\x18\x15 \x01(\tR\fdiskClientId\x12&\n" +
+	"\x0fdisk_object_key\x18\x16 \x01(\tR\rdiskObjectKey\"\xab\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3213,7 +3294,11 @@ const file_master_proto_rawDesc = "" +
 	"\x12REPLICA_PROCESSING\x10\x02\x12\x14\n" +
 	"\x10REPLICA_COMPLETE\x10\x03\x12\x13\n" +
 	"\x0fREPLICA_REMOVED\x10\x04\x12\x12\n" +
-	"\x0eREPLICA_FAILED\x10\x05*L\n" +
+	"\x0eREPLICA_FAILED\x10\x05*K\n" +
+	"\vReplicaType\x12\x12\n" +
+	"\x0eREPLICA_MEMORY\x10\x00\x12\x10\n" +
+	"\fREPLICA_DISK\x10\x01\x12\x16\n" +
+	"\x12REPLICA_LOCAL_DISK\x10\x02*L\n" +
 	"\fClientStatus\x12\x14\n" +
 	"\x10CLIENT_UNDEFINED\x10\x00\x12\r\n" +
 	"\tCLIENT_OK\x10\x01\x12\x17\n" +
@@ -3275,151 +3360,153 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
-var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
-	(ClientStatus)(0),                   // 2: mooncake.store.v1.ClientStatus
-	(TaskType)(0),                       // 3: mooncake.store.v1.TaskType
-	(TaskStatus)(0),                     // 4: mooncake.store.v1.TaskStatus
-	(SegmentMode)(0),                    // 5: mooncake.store.v1.SegmentMode
-	(*ReplicateConfig)(nil),             // 6: mooncake.store.v1.ReplicateConfig
-	(*ReplicaDescriptor)(nil),           // 7: mooncake.store.v1.ReplicaDescriptor
-	(*PutStartRequest)(nil),             // 8: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 9: mooncake.store.v1.PutStartResponse
-	(*PutEndRequest)(nil),               // 10: mooncake.store.v1.PutEndRequest
-	(*PutRevokeRequest)(nil),            // 11: mooncake.store.v1.PutRevokeRequest
-	(*BatchPutStartRequest)(nil),        // 12: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 13: mooncake.store.v1.BatchPutStartResponse
-	(*BatchPutEndRequest)(nil),          // 14: mooncake.store.v1.BatchPutEndRequest
-	(*BatchPutRevokeRequest)(nil),       // 15: mooncake.store.v1.BatchPutRevokeRequest
-	(*StatusResponse)(nil),              // 16: mooncake.store.v1.StatusResponse
-	(*BatchStatusResponse)(nil),         // 17: mooncake.store.v1.BatchStatusResponse
-	(*KeyRequest)(nil),                  // 18: mooncake.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 19: mooncake.store.v1.BatchKeyRequest
-	(*GetReplicaListResponse)(nil),      // 20: mooncake.store.v1.GetReplicaListResponse
-	(*BatchGetReplicaListResponse)(nil), // 21: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistKeyResponse)(nil),            // 22: mooncake.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 23: mooncake.store.v1.BatchExistKeyResponse
-	(*RemoveRequest)(nil),               // 24: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),          // 25: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 26: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 27: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 28: mooncake.store.v1.CountResponse
-	(*Segment)(nil),                     // 29: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 30: mooncake.store.v1.MountSegmentRequest
-	(*ReMountSegmentRequest)(nil),       // 31: mooncake.store.v1.ReMountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 32: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 33: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 34: mooncake.store.v1.PingResponse
-	(*BatchReplicaClearRequest)(nil),    // 35: mooncake.store.v1.BatchReplicaClearRequest
-	(*BatchReplicaClearResponse)(nil),   // 36: mooncake.store.v1.BatchReplicaClearResponse
-	(*TaskId)(nil),                      // 37: mooncake.store.v1.TaskId
-	(*CreateCopyTaskRequest)(nil),       // 38: mooncake.store.v1.CreateCopyTaskRequest
-	(*CreateMoveTaskRequest)(nil),       // 39: mooncake.store.v1.CreateMoveTaskRequest
-	(*CreateTaskResponse)(nil),          // 40: mooncake.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 41: mooncake.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 42: mooncake.store.v1.QueryTaskResponse
-	(*TaskAssignment)(nil),              // 43: mooncake.store.v1.TaskAssignment
-	(*MarkTaskCompleteRequest)(nil),     // 44: mooncake.store.v1.MarkTaskCompleteRequest
-	(*SetSegmentModeRequest)(nil),       // 45: mooncake.store.v1.SetSegmentModeRequest
-	(*EvacuateSegmentResponse)(nil),     // 46: mooncake.store.v1.EvacuateSegmentResponse
-	(*PlanHandoffRequest)(nil),          // 47: mooncake.store.v1.PlanHandoffRequest
-	(*HandoffItem)(nil),                 // 48: mooncake.store.v1.HandoffItem
-	(*PlanHandoffResponse)(nil),         // 49: mooncake.store.v1.PlanHandoffResponse
+	(ReplicaType)(0),                    // 2: mooncake.store.v1.ReplicaType
+	(ClientStatus)(0),                   // 3: mooncake.store.v1.ClientStatus
+	(TaskType)(0),                       // 4: mooncake.store.v1.TaskType
+	(TaskStatus)(0),                     // 5: mooncake.store.v1.TaskStatus
+	(SegmentMode)(0),                    // 6: mooncake.store.v1.SegmentMode
+	(*ReplicateConfig)(nil),             // 7: mooncake.store.v1.ReplicateConfig
+	(*ReplicaDescriptor)(nil),           // 8: mooncake.store.v1.ReplicaDescriptor
+	(*PutStartRequest)(nil),             // 9: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 10: mooncake.store.v1.PutStartResponse
+	(*PutEndRequest)(nil),               // 11: mooncake.store.v1.PutEndRequest
+	(*PutRevokeRequest)(nil),            // 12: mooncake.store.v1.PutRevokeRequest
+	(*BatchPutStartRequest)(nil),        // 13: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 14: mooncake.store.v1.BatchPutStartResponse
+	(*BatchPutEndRequest)(nil),          // 15: mooncake.store.v1.BatchPutEndRequest
+	(*BatchPutRevokeRequest)(nil),       // 16: mooncake.store.v1.BatchPutRevokeRequest
+	(*StatusResponse)(nil),              // 17: mooncake.store.v1.StatusResponse
+	(*BatchStatusResponse)(nil),         // 18: mooncake.store.v1.BatchStatusResponse
+	(*KeyRequest)(nil),                  // 19: mooncake.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),             // 20: mooncake.store.v1.BatchKeyRequest
+	(*GetReplicaListResponse)(nil),      // 21: mooncake.store.v1.GetReplicaListResponse
+	(*BatchGetReplicaListResponse)(nil), // 22: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistKeyResponse)(nil),            // 23: mooncake.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),       // 24: mooncake.store.v1.BatchExistKeyResponse
+	(*RemoveRequest)(nil),               // 25: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),          // 26: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 27: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 28: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 29: mooncake.store.v1.CountResponse
+	(*Segment)(nil),                     // 30: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 31: mooncake.store.v1.MountSegmentRequest
+	(*ReMountSegmentRequest)(nil),       // 32: mooncake.store.v1.ReMountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 33: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 34: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 35: mooncake.store.v1.PingResponse
+	(*BatchReplicaClearRequest)(nil),    // 36: mooncake.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),   // 37: mooncake.store.v1.BatchReplicaClearResponse
+	(*TaskId)(nil),                      // 38: mooncake.store.v1.TaskId
+	(*CreateCopyTaskRequest)(nil),       // 39: mooncake.store.v1.CreateCopyTaskRequest
+	(*CreateMoveTaskRequest)(nil),       // 40: mooncake.store.v1.CreateMoveTaskRequest
+	(*CreateTaskResponse)(nil),          // 41: mooncake.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 42: mooncake.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 43: mooncake.store.v1.QueryTaskResponse
+	(*TaskAssignment)(nil),              // 44: mooncake.store.v1.TaskAssignment
+	(*MarkTaskCompleteRequest)(nil),     // 45: mooncake.store.v1.MarkTaskCompleteRequest
+	(*SetSegmentModeRequest)(nil),       // 46: mooncake.store.v1.SetSegmentModeRequest
+	(*EvacuateSegmentResponse)(nil),     // 47: mooncake.store.v1.EvacuateSegmentResponse
+	(*PlanHandoffRequest)(nil),          // 48: mooncake.store.v1.PlanHandoffRequest
+	(*HandoffItem)(nil),                 // 49: mooncake.store.v1.HandoffItem
+	(*PlanHandoffResponse)(nil),         // 50: mooncake.store.v1.PlanHandoffResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
 	1,  // 1: mooncake.store.v1.ReplicaDescriptor.status:type_name -> mooncake.store.v1.ReplicaStatus
-	6,  // 2: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	7,  // 3: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	8,  // 4: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
-	9,  // 5: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
-	10, // 6: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
-	11, // 7: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
-	7,  // 8: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	20, // 9: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
-	22, // 10: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	29, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	29, // 12: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
-	2,  // 13: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	43, // 14: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
-	37, // 15: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	37, // 16: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
-	37, // 17: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	3,  // 18: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
-	4,  // 19: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
-	37, // 20: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
-	3,  // 21: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
-	7,  // 22: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
-	7,  // 23: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
-	37, // 24: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
-	5,  // 25: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
-	48, // 26: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
-	8,  // 27: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	10, // 28: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	11, // 29: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	12, // 30: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	14, // 31: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	15, // 32: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
-	8,  // 33: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
-	12, // 34: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	18, // 35: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	19, // 36: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
-	18, // 37: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	19, // 38: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	24, // 39: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	25, // 40: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	26, // 41: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	27, // 42: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	35, // 43: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
-	38, // 44: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
-	39, // 45: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
-	41, // 46: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
-	44, // 47: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
-	30, // 48: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	31, // 49: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	32, // 50: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	32, // 51: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	33, // 52: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	45, // 53: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
-	32, // 54: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	47, // 55: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
-	9,  // 56: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	16, // 57: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	16, // 58: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	13, // 59: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	17, // 60: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	17, // 61: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	9,  // 62: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	13, // 63: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	20, // 64: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	21, // 65: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	22, // 66: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	23, // 67: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	16, // 68: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	17, // 69: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	28, // 70: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	28, // 71: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	36, // 72: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	40, // 73: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	40, // 74: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	42, // 75: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	16, // 76: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	16, // 77: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	16, // 78: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	16, // 79: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	16, // 80: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	34, // 81: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	16, // 82: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
-	46, // 83: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
-	49, // 84: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
-	56, // [56:85] is the sub-list for method output_type
-	27, // [27:56] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 2: mooncake.store.v1.ReplicaDescriptor.replica_type:type_name -> mooncake.store.v1.ReplicaType
+	7,  // 3: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	8,  // 4: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	9,  // 5: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
+	10, // 6: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
+	11, // 7: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
+	12, // 8: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
+	8,  // 9: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	21, // 10: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
+	23, // 11: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
+	30, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	30, // 13: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	3,  // 14: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
+	44, // 15: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	38, // 16: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	38, // 17: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	38, // 18: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 19: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
+	5,  // 20: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
+	38, // 21: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 22: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
+	8,  // 23: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
+	8,  // 24: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
+	38, // 25: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	6,  // 26: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
+	49, // 27: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
+	9,  // 28: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	11, // 29: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	12, // 30: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	13, // 31: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	15, // 32: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	16, // 33: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
+	9,  // 34: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
+	13, // 35: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	19, // 36: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	20, // 37: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
+	19, // 38: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	20, // 39: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
+	25, // 40: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	26, // 41: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	27, // 42: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	28, // 43: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	36, // 44: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	39, // 45: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	40, // 46: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	42, // 47: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	45, // 48: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	31, // 49: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	32, // 50: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	33, // 51: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	33, // 52: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	34, // 53: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	46, // 54: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
+	33, // 55: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	48, // 56: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
+	10, // 57: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	17, // 58: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	17, // 59: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	14, // 60: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	18, // 61: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	18, // 62: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	10, // 63: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	14, // 64: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	21, // 65: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	22, // 66: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	23, // 67: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	24, // 68: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	17, // 69: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	18, // 70: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	29, // 71: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	29, // 72: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	37, // 73: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	41, // 74: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	41, // 75: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	43, // 76: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	17, // 77: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	17, // 78: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 79: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 80: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 81: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	35, // 82: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	17, // 83: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
+	47, // 84: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
+	50, // 85: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
+	57, // [57:86] is the sub-list for method output_type
+	28, // [28:57] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3435,7 +3522,7 @@ func file_master_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
