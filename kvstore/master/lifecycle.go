@@ -100,8 +100,8 @@ func (e Evacuation) Done() bool { return e.Remaining == 0 && e.Moving == 0 && e.
 // would keep arriving): every COMPLETE replica on it that no task moves
 // yet gets a move task to another ACTIVE segment that holds no replica of
 // the object (executed by clientID, which holds the source). A replica
-// whose object is readable elsewhere too is dropped when no segment has
-// room for a copy; one that is the object's only replica then stays, as
+// whose object is readable elsewhere too (another memory replica, or a
+// disk copy) is dropped when no segment has room for a copy; one that is the object's only replica then stays, as
 // unplaceable. Moved and dropped buffers stay reserved until the object's
 // read lease ends, so reads already routed to them succeed. Calling it
 // again picks up what earlier passes could not place and replicas whose
@@ -135,7 +135,7 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time) (Evacuati
 				ev.Started++
 				continue
 			}
-			if len(o.readable()) > 1 {
+			if len(o.readable()) > 1 || len(o.disk) > 0 {
 				s.dropReplica(o, r, now)
 				ev.Dropped++
 			} else {
@@ -212,7 +212,7 @@ type HandoffItem struct {
 	Size          uint64
 	From          Segment
 	To            *Segment // nil: no other segment has room
-	OtherReplicas int      // readable replicas on other segments
+	OtherReplicas int      // readable replicas elsewhere: other segments, disk copies
 }
 
 // PlanHandoff is a dry run of evacuating clientID's segments segIDs (all
@@ -257,6 +257,7 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 				continue
 			}
 			it := HandoffItem{Key: key, Size: o.size, From: r.seg.info}
+			it.OtherReplicas = len(o.disk)
 			for _, other := range o.readable() {
 				if !leaving[other.seg] {
 					it.OtherReplicas++

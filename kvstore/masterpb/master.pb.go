@@ -2922,7 +2922,8 @@ type HandoffItem struct {
 	// Target segment id; "" when no other segment has room.
 	ToSegment string `protobuf:"bytes,4,opt,name=to_segment,json=toSegment,proto3" json:"to_segment,omitempty"`
 	ToOwner   string `protobuf:"bytes,5,opt,name=to_owner,json=toOwner,proto3" json:"to_owner,omitempty"`
-	// Readable replicas of the object on other segments.
+	// Readable replicas of the object elsewhere: memory replicas on other
+	// segments and disk copies.
 	OtherReplicas uint32 `protobuf:"varint,6,opt,name=other_replicas,json=otherReplicas,proto3" json:"other_replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
