@@ -73,3 +73,6 @@ func (r *Region) Close() {
 		r.FD = -1
 	}
 }
+
+// CloseFD closes a descriptor received in a Message that is not used.
+func CloseFD(fd int) { unix.Close(fd) }

@@ -33,6 +33,7 @@ from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_dummy import _DummyMode
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
     TaskStatus,
@@ -410,7 +411,7 @@ def _hugepage_bytes(values: dict[str, Any]) -> int:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
-class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DummyMode):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
@@ -490,6 +491,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         if handle:
             self._lib.mc_store_close(handle)
         self._engine = None
+        self._forget_dummy()
         return 0
 
     def health_check(self) -> int:
