@@ -446,3 +446,31 @@ def test_daemon_help_and_bad_flags(go_bin_dir):
     r = subprocess.run([binary, "--global_segment_size=much"], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 2 and "invalid size" in r.stderr
+
+
+def test_a_dead_replica_turns_only_its_own_keys_into_misses(daemons, dummies, peers, master):
+    from mooncake.store import ReplicateConfig
+
+    d = daemons()
+    a = dummies(d)
+    p = _prefix()
+    healthy = [p + f"ok{i}" for i in range(3)]
+    for k in healthy:  # only the daemon's segment exists yet
+        assert a.call("put", k, k.encode()) == 0
+    peer = peers(master)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = peer.hostname
+    doomed = [p + f"gone{i}" for i in range(2)]
+    for k in doomed:
+        assert a.call("put", k, k.encode(), cfg) == 0
+    peer.kill()
+    rc, buf = a.call("x_region", 1 << 16)
+    assert rc == 0
+    keys = [healthy[0], doomed[0], healthy[1], doomed[1], healthy[2]]
+    got = a.call("batch_get_into", keys, [buf + 4096 * i for i in range(5)], [4096] * 5)
+    assert [got[0], got[2], got[4]] == [len(k) for k in healthy]
+    assert got[1] < 0 and got[3] < 0  # soft misses, not an exception
+    for i, k in ((0, healthy[0]), (2, healthy[1]), (4, healthy[2])):
+        assert a.call("x_read", buf + 4096 * i, len(k)) == k.encode()
+    assert a.call("get_batch", keys) == [
+        healthy[0].encode(), b"", healthy[1].encode(), b"", healthy[2].encode()]
