@@ -24,7 +24,8 @@ import conftest  # noqa: F401  (first: it imports store_fixtures, which imports 
 from store_fixtures import _dec, _enc
 
 
-def _metrics(text: str) -> dict[str, float]:
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format -> {sample name with labels: value}."""
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> None:
                 back = store.get_tensor(args[0])
                 result = [rc, back is not None and bool(torch.equal(back, t))]
             elif method == "x_metrics":
-                result = _metrics(store.metrics_text())
+                result = parse_metrics(store.metrics_text())
             else:
                 result = getattr(store, method)(*args)
             reply = {"result": _enc(result)}

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOPBACK, free_ports, go_binary, kill_process, wait_for
+from dummy_peer import parse_metrics
 
 HERE = Path(__file__).resolve().parent
 CALL_TIMEOUT = 60.0  # far above any call's own deadline: a reply that never comes is a hang
@@ -90,13 +91,7 @@ class Daemon:
 
     def metrics(self) -> dict[str, float]:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{self.http_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+            return parse_metrics(r.read().decode())
 
     def kill(self) -> None:
         kill_process(self.proc)
