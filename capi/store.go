@@ -12,6 +12,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
+	"github.com/mooncake-go/mooncake/kvstore/hotcache"
 	"github.com/mooncake-go/mooncake/kvstore/standalone"
 )
 
@@ -19,6 +20,7 @@ import (
 type storeSlot struct {
 	mu     sync.Mutex
 	c      *client.Client
+	hot    *hotcache.Client  // c behind a hot cache (MC_STORE_LOCAL_HOT_CACHE_SIZE)
 	d      *standalone.Dummy // set by setup_dummy instead of c
 	engine *engineSlot       // the engine given to setup, retained until close
 }
@@ -88,6 +90,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 		return code(err)
 	}
 	s.c, s.engine = c, es
+	s.hot = withHotCache(c)
 	return 0
 }
 
@@ -100,7 +103,10 @@ func mc_store_close(h C.uint64_t) (ret C.int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil {
+	switch {
+	case s.hot != nil:
+		s.hot.Close() // the client, then the cache
+	case s.c != nil:
 		s.c.Close()
 	}
 	if s.d != nil {

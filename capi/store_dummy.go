@@ -6,52 +6,10 @@ import "C"
 import (
 	"log/slog"
 
-	"github.com/mooncake-go/mooncake/kvstore/client"
 	"github.com/mooncake-go/mooncake/kvstore/standalone"
 )
 
-// storeOps are the store calls that a real client and a dummy client both
-// serve; the mc_store_* functions of store.go run on either.
-type storeOps interface {
-	BatchPut(keys []string, parts [][]client.Part, cfg client.ReplicateConfig, opt client.PutOptions) []error
-	BatchGetInto(keys []string, parts [][]client.Part, zeroCopy bool) []client.GetResult
-	BatchGet(keys []string, alloc client.Allocator) []client.GetResult
-	GetRanges(ranges []client.Range) []client.GetResult
-	BatchExist(keys []string) []int
-	Size(key string) (uint64, error)
-	BatchRemove(keys []string, force bool) []int
-	RemoveByRegex(pattern string, force bool) (int64, error)
-	RemoveAll(force bool) (int64, error)
-	RegisterBuffer(addr uintptr, size uint64) error
-	UnregisterBuffer(addr uintptr) error
-	Health() int
-	Hostname() string
-}
-
-var (
-	_ storeOps = (*client.Client)(nil)
-	_ storeOps = (*standalone.Dummy)(nil)
-)
-
-// opsOf is the client behind a handle, real or dummy; nil before setup.
-// Calls only a real client serves (segments, sessions, tasks) use storeOf,
-// which is nil for a dummy, so they fail as upstream's dummy does.
-func opsOf(h C.uint64_t) storeOps {
-	s, ok := stores.get(uint64(h))
-	if !ok {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.c != nil:
-		return s.c
-	case s.d != nil:
-		return s.d
-	}
-	return nil
-}
-
+// dummyOf is the dummy client behind a handle; nil when it is not in dummy mode.
 func dummyOf(h C.uint64_t) *standalone.Dummy {
 	s, ok := stores.get(uint64(h))
 	if !ok {

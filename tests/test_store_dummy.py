@@ -469,3 +469,30 @@ def test_a_dead_replica_turns_only_its_own_keys_into_misses(daemons, dummies, pe
         assert a.call("x_read", buf + 4096 * i, len(k)) == k.encode()
     assert a.call("get_batch", keys) == [
         healthy[0].encode(), b"", healthy[1].encode(), b"", healthy[2].encode()]
+
+
+def test_hot_cache_of_a_real_client_in_process(peers, stores, master):
+    # The cache's variables are read when the library loads: a process of its own.
+    cached = peers(master, env=HOT_CACHE_ENV)
+    other = stores(master, segment=0, buffer="4MB")
+    p = _prefix()
+    assert other.put(p + "k", b"first") == 0
+    assert cached.call("get", p + "k") == b"first"  # fills the cache
+    # A remove by another client is not seen (bounded by the maximum age):
+    # the cached copy answers, which shows the read did not reach the pool.
+    assert other.remove(p + "k", True) == 0
+    assert cached.call("get", p + "k") == b"first"
+    # The cached client's own remove invalidates.
+    cached.call("remove", p + "k", True)
+    assert cached.call("get", p + "k") == b""
+    # Its own writes too.
+    assert cached.call("put", p + "w", b"old") == 0
+    assert cached.call("get", p + "w") == b"old"
+    assert cached.call("upsert", p + "w", b"new value") == 0
+    assert cached.call("get", p + "w") == b"new value"
+    # Larger than a block: never cached, so another client's remove is seen.
+    big = os.urandom((64 << 10) + 1)
+    assert other.put(p + "big", big) == 0
+    assert cached.call("get", p + "big") == big
+    assert other.remove(p + "big", True) == 0
+    assert cached.call("get", p + "big") == b""

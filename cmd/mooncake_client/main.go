@@ -30,7 +30,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 	"github.com/mooncake-go/mooncake/kvstore/hotcache"
@@ -54,16 +53,6 @@ func main() {
 	}
 }
 
-// hotCacheConfig reads the hot cache variables; Size 0 disables it.
-func hotCacheConfig() hotcache.Config {
-	return hotcache.Config{
-		Size:      uint64(envvars.StoreHotCacheSize.Int(0)),
-		BlockSize: uint64(envvars.StoreHotBlockSize.Int(16 << 20)),
-		Shared:    envvars.StoreHotCacheUseShm.Value() == "1",
-		MaxAge:    time.Duration(envvars.StoreHotMaxAgeMs.Int(5000)) * time.Millisecond,
-	}
-}
-
 func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	o, err := parse(args, out)
 	if err != nil {
@@ -79,7 +68,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		return fmt.Errorf("store client setup: %w", err)
 	}
 	defer c.Close() // unmounts the segment, after the server below stopped
-	hc := hotCacheConfig()
+	hc := hotcache.ConfigFromEnv()
 	socket := ipc.SocketName(o.port)
 	srv, err := standalone.NewServer(standalone.ServerConfig{Client: c, Socket: socket, Keyspace: o.tenantID, HotCache: hc})
 	if err != nil {

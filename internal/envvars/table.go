@@ -38,13 +38,13 @@ var (
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
 
 	StoreHotCacheSize = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_SIZE", Kind: Int, Min: 1, Default: "0 (no hot cache)",
-		ReadBy: "mooncake_client", Doc: "bytes of hot cache per worker scope of a standalone mooncake_client"}
+		ReadBy: "kvstore/hotcache", Doc: "bytes of hot cache: per worker scope of a mooncake_client, or of a client set up in process"}
 	StoreHotBlockSize = &Var{Name: "MC_STORE_LOCAL_HOT_BLOCK_SIZE", Kind: Int, Min: 1, Default: "16777216",
-		ReadBy: "mooncake_client", Doc: "hot cache block: largest object cached, bytes"}
+		ReadBy: "kvstore/hotcache", Doc: "hot cache block: largest object cached, bytes"}
 	StoreHotCacheUseShm = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_USE_SHM", Kind: Enum, Values: []string{"0", "1"}, Default: "0",
-		ReadBy: "mooncake_client", Doc: "1: hot cache in shared memory that dummy clients of the scope map and read"}
+		ReadBy: "kvstore/hotcache", Doc: "1: hot cache in shared memory that a mooncake_client's dummy clients of the scope map and read"}
 	StoreHotMaxAgeMs = &Var{Name: "MC_STORE_LOCAL_HOT_MAX_AGE_MS", Kind: Int, Min: 0, Default: "5000",
-		ReadBy: "mooncake_client", Doc: "hot cache entries older than this are not served (bounds staleness for writes made elsewhere); 0 no bound"}
+		ReadBy: "kvstore/hotcache", Doc: "hot cache entries older than this are not served (bounds staleness for writes made elsewhere); 0 no bound"}
 
 	PGInitTimeout = &Var{Name: "MC_PG_INIT_TIMEOUT", Kind: Seconds, Min: 0.001, Default: "300",
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}

@@ -62,7 +62,7 @@ func (d *Dummy) BatchPut(keys []string, parts [][]client.Part, cfg client.Replic
 	lent := make([]staging, len(keys))
 	defer d.unstage(lent)
 	for i, k := range keys {
-		n := partsCap(parts[i])
+		n := client.PartsSize(parts[i])
 		if n == 0 && !opt.ZeroCopy {
 			errs[i] = kvstore.InvalidParams // a copying put of nothing, as the real client
 			continue
@@ -75,7 +75,7 @@ func (d *Dummy) BatchPut(keys []string, parts [][]client.Part, cfg client.Replic
 				continue
 			}
 			lent[i] = s
-			gather(bytesAt(s.addr, n), parts[i])
+			client.CopyFromParts(bytesAt(s.addr, n), parts[i])
 			spans = []span{s.span()}
 		}
 		req.Keys, req.Parts, idx = append(req.Keys, k), append(req.Parts, spans), append(idx, i)
@@ -139,7 +139,7 @@ func (d *Dummy) BatchGetInto(keys []string, parts [][]client.Part, _ bool) []cli
 	}
 	caps := make([]uint64, len(miss))
 	for j, i := range miss {
-		caps[j] = partsCap(parts[i])
+		caps[j] = client.PartsSize(parts[i])
 	}
 	res, lent := d.getThroughDaemon(keys, miss, parts, caps)
 	defer d.unstage(lent)

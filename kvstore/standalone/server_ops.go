@@ -120,56 +120,33 @@ func (s *session) get(req request) response {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	n := len(req.Keys)
-	out := make([]int64, n)
-	needed := make([]uint64, n)
-	dests := make([][]client.Part, n)
-	cache := s.scope.cache
-	var missKeys []string
-	var missIdx []int
+	out := make([]int64, len(req.Keys))
+	needed := make([]uint64, len(req.Keys))
+	var keys []string
+	var parts [][]client.Part
+	var idx []int
 	for i, k := range req.Keys {
 		p, ok := s.translate(req.Parts[i])
 		if !ok {
 			out[i] = int64(kvstore.InvalidParams)
 			continue
 		}
-		dests[i] = p
-		if cache != nil && cache.Read(k, func(data []byte) bool { out[i] = int64(len(data)); return scatter(p, data) }) {
-			continue
-		}
-		missKeys, missIdx = append(missKeys, k), append(missIdx, i)
-	}
-	if len(missKeys) == 0 {
-		return response{Codes: out, Needed: needed}
-	}
-	var tickets []hotcache.Ticket
-	if cache != nil {
-		for _, k := range missKeys {
-			tickets = append(tickets, cache.Begin(k))
-		}
-	}
-	missParts := make([][]client.Part, len(missIdx))
-	for j, i := range missIdx {
-		missParts[j] = dests[i]
+		keys, parts, idx = append(keys, k), append(parts, p), append(idx, i)
 	}
 	c := s.srv.cfg.Client
-	results := c.BatchGetInto(missKeys, missParts, true)
+	results := hotcache.ReadThrough(s.scope.cache, keys, parts, func(k []string, p [][]client.Part) []client.GetResult {
+		return c.BatchGetInto(k, p, true)
+	})
 	for j, r := range results {
 		// A destination too small is INVALID_PARAMS from the client; with
 		// fit, tell the dummy the size to come back with.
 		if req.Fit && errorsIs(r.Err, kvstore.InvalidParams) {
-			if n, err := c.Size(missKeys[j]); err == nil && n > partsCap(missParts[j]) {
-				results[j] = client.GetResult{Err: kvstore.BufferOverflow}
-				needed[missIdx[j]] = n
+			if n, err := c.Size(keys[j]); err == nil && n > client.PartsSize(parts[j]) {
+				r = client.GetResult{Err: kvstore.BufferOverflow}
+				needed[idx[j]] = n
 			}
 		}
-	}
-	for j, r := range results {
-		i := missIdx[j]
-		out[i] = resultCode(r)
-		if r.Err == nil && cache != nil {
-			cache.Fill(tickets[j], r.Size, func(dst []byte) { gather(dst, dests[i]) })
-		}
+		out[idx[j]] = resultCode(r)
 	}
 	return response{Codes: out, Needed: needed}
 }
