@@ -25,6 +25,9 @@ type Handler func(req Message) (reply Message)
 // ErrClosed is what calls on a connection that ended return.
 var ErrClosed = errors.New("ipc: connection closed")
 
+// ErrTooLarge is a request over MaxBody (or with too many descriptors).
+var ErrTooLarge = errors.New("ipc: request too large")
+
 // Conn is one end of a connection. Both ends may call (Call) and serve
 // (the Handler given to NewConn); calls are multiplexed by id, so many
 // may be in flight at once. Methods are safe for concurrent use.
@@ -96,6 +99,11 @@ func (c *Conn) fail(err error) {
 // descriptors in req are sent, not closed: the caller keeps them. A reply
 // that does not come is ErrClosed (the connection ended) or ctx's error.
 func (c *Conn) Call(ctx context.Context, req Message) (Message, error) {
+	if len(req.Body) > MaxBody || len(req.FDs) > maxFDs {
+		// Refused before anything is sent: the connection stays usable.
+		return Message{}, fmt.Errorf("%w: a request of %d bytes and %d descriptors (limits %d, %d)",
+			ErrTooLarge, len(req.Body), len(req.FDs), MaxBody, maxFDs)
+	}
 	ch := make(chan Message, 1)
 	c.mu.Lock()
 	if c.err != nil {

@@ -218,3 +218,13 @@ func TestAbstractSocketListenDial(t *testing.T) {
 		t.Fatal("dialing a socket nobody listens on succeeded")
 	}
 }
+
+func TestOversizedRequestLeavesTheConnectionUsable(t *testing.T) {
+	c, _ := pair(t, echo)
+	if _, err := c.Call(context.Background(), Message{Body: make([]byte, MaxBody+1)}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized call: %v", err)
+	}
+	if m, err := c.Call(context.Background(), Message{Body: []byte("b")}); err != nil || string(m.Body) != "re:b" {
+		t.Fatalf("call after a refused one: %q %v", m.Body, err)
+	}
+}

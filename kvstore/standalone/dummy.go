@@ -224,6 +224,8 @@ func (d *Dummy) raw(conn *ipc.Conn, req request, fds []int) (ipc.Message, error)
 	defer cancel()
 	msg, err := conn.Call(ctx, ipc.Message{Body: encode(req), FDs: fds})
 	switch {
+	case errors.Is(err, ipc.ErrTooLarge):
+		return msg, fmt.Errorf("%w: %v (split the batch)", kvstore.InvalidParams, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return msg, fmt.Errorf("%w: mooncake_client did not answer %s in time", kvstore.RPCTimeout, req.Op)
 	case err != nil:
