@@ -106,6 +106,9 @@ func (c *Cache) Read(key string, use func(data []byte) bool) bool {
 	h := hashKey(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.mem == nil {
+		return false // closed
+	}
 	s := c.find(key, h)
 	if s >= 0 {
 		rec := c.g.record(c.mem, s)
@@ -145,7 +148,7 @@ func (c *Cache) Fill(t Ticket, n uint64, gather func(dst []byte)) {
 	h := hashKey(t.key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.epochs[h%uint64(len(c.epochs))] != t.epoch || c.clears != t.clears {
+	if c.mem == nil || c.epochs[h%uint64(len(c.epochs))] != t.epoch || c.clears != t.clears {
 		return
 	}
 	s := c.find(t.key, h)
@@ -182,6 +185,9 @@ func (c *Cache) Invalidate(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epochs[h%uint64(len(c.epochs))]++
+	if c.mem == nil {
+		return
+	}
 	if s := c.find(key, h); s >= 0 {
 		c.drop(s)
 		c.invalidations.Add(1)
@@ -193,6 +199,9 @@ func (c *Cache) Clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clears++
+	if c.mem == nil {
+		return
+	}
 	for s := range c.g.slots() {
 		if binary.LittleEndian.Uint32(c.g.record(c.mem, s)[recKeyLen:]) != 0 {
 			c.drop(s)
@@ -210,7 +219,7 @@ func (c *Cache) drop(s int) {
 	atomic.StoreUint64(seq, atomic.LoadUint64(seq)+1)
 }
 
-// Close releases the memory; the cache must not be used afterwards
+// Close releases the memory; later calls find nothing and store nothing
 // (mappings other processes hold stay valid until they unmap).
 func (c *Cache) Close() {
 	c.mu.Lock()

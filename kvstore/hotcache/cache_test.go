@@ -177,3 +177,18 @@ func TestUnsharedCacheHasNoMemfd(t *testing.T) {
 		t.Fatal("heap cache claims a memfd")
 	}
 }
+
+func TestClosedCacheIsInert(t *testing.T) {
+	c, err := New(Config{Size: 1 << 20, BlockSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(c, "k", []byte("v"))
+	c.Close()
+	fill(c, "k", []byte("v"))
+	c.Invalidate("k")
+	c.Clear()
+	if read(c, "k") != nil {
+		t.Fatal("a closed cache served a read")
+	}
+}

@@ -138,14 +138,16 @@ func (s *Server) Close() {
 	}
 }
 
-// scopeFor returns the named scope, making it (and its cache) on first use.
-func (s *Server) scopeFor(name string) *scope {
+// joinScope returns the named scope, making it (and its cache) on first
+// use, and counts one more session in it.
+func (s *Server) joinScope(name string) *scope {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sc, ok := s.scopes[name]; ok {
+		sc.sessions++
 		return sc
 	}
-	sc := &scope{name: name}
+	sc := &scope{name: name, sessions: 1}
 	if s.cfg.HotCache.Size > 0 {
 		c, err := hotcache.New(s.cfg.HotCache)
 		if err != nil {
@@ -156,6 +158,22 @@ func (s *Server) scopeFor(name string) *scope {
 	}
 	s.scopes[name] = sc
 	return sc
+}
+
+// leaveScope counts one session less in sc; the last one to leave frees
+// the scope and its cache (a dummy of it that comes back starts a new,
+// empty one). No dummy maps the freed cache any more: each stops reading
+// its mapping when its connection ends.
+func (s *Server) leaveScope(sc *scope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sc.sessions--; sc.sessions > 0 {
+		return
+	}
+	delete(s.scopes, sc.name)
+	if sc.cache != nil {
+		sc.cache.Close()
+	}
 }
 
 // invalidate drops keys from every scope's cache: a write or remove made
@@ -189,10 +207,12 @@ func (s *Server) scopeList() []*scope {
 	return out
 }
 
-// scope is one worker scope: its hot cache (nil when disabled).
+// scope is one worker scope: its hot cache (nil when disabled) and how
+// many sessions belong to it (guarded by Server.mu).
 type scope struct {
-	name  string
-	cache *hotcache.Cache
+	name     string
+	cache    *hotcache.Cache
+	sessions int
 }
 
 func (sc *scope) counters() *scopeCounters {

@@ -77,12 +77,12 @@ func (s *session) hello(req request) response {
 	if req.Scope == "" {
 		return failed(kvstore.InvalidParams, "hello without a worker scope")
 	}
-	sc := s.srv.scopeFor(req.Scope)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.scope != nil && s.scope != sc {
-		return failed(kvstore.InvalidParams, "a connection belongs to one worker scope")
+	if s.scope != nil {
+		return failed(kvstore.InvalidParams, "hello twice on one connection")
 	}
+	sc := s.srv.joinScope(req.Scope)
 	s.scope = sc
 	resp := response{}
 	if sc.cache != nil {
@@ -183,6 +183,9 @@ func (s *session) close() { s.life.Close(nil, s.releaseRegions) }
 func (s *session) releaseRegions() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.scope != nil {
+		s.srv.leaveScope(s.scope)
+	}
 	for _, r := range s.regions {
 		s.release(r)
 	}

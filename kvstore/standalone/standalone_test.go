@@ -184,7 +184,9 @@ func TestHotCacheFillHitInvalidate(t *testing.T) {
 	if !bytes.Equal(get(), val) || !bytes.Equal(get(), val) {
 		t.Fatal("wrong bytes")
 	}
-	st := srv.scopeFor("s").counters()
+	srv.mu.Lock()
+	st := srv.scopes["s"].counters()
+	srv.mu.Unlock()
 	if st.Fills != 1 || st.Hits != 1 || st.Misses != 1 {
 		t.Fatalf("counters %+v", st)
 	}
@@ -192,4 +194,20 @@ func TestHotCacheFillHitInvalidate(t *testing.T) {
 	if got := get(); string(got) != "new" {
 		t.Fatalf("read %q after an upsert", got)
 	}
+}
+
+func TestLastSessionOfAScopeFreesItsCache(t *testing.T) {
+	srv, addr := daemon(t, hotcache.Config{Size: 1 << 20, BlockSize: 4096, Shared: true})
+	a, b := dummy(t, addr, "s"), dummy(t, addr, "s")
+	scopes := func() int { srv.mu.Lock(); defer srv.mu.Unlock(); return len(srv.scopes) }
+	if scopes() != 1 {
+		t.Fatalf("%d scopes for one scope name", scopes())
+	}
+	a.Close()
+	eventually(t, func() bool { return srv.Sessions() == 1 }, "a's session ends")
+	if scopes() != 1 {
+		t.Fatal("the scope went away while b still uses it")
+	}
+	b.Close()
+	eventually(t, func() bool { return scopes() == 0 }, "the scope is freed with its last session")
 }
