@@ -84,13 +84,7 @@ func (d *Dummy) BatchPut(keys []string, parts [][]client.Part, cfg client.Replic
 		return errs
 	}
 	if cfg.GroupIDs != nil && len(idx) != len(keys) {
-		g := make([]string, len(idx))
-		for j, i := range idx {
-			if i < len(cfg.GroupIDs) {
-				g[j] = cfg.GroupIDs[i]
-			}
-		}
-		req.Config.GroupIDs = g
+		req.Config.GroupIDs = groupsOf(cfg.GroupIDs, idx)
 	}
 	resp, err := d.call(req)
 	for j, i := range idx {

@@ -112,3 +112,15 @@ func resultOf(v int64) client.GetResult {
 	}
 	return client.GetResult{Size: uint64(v)}
 }
+
+// groupsOf keeps the group ids of the keys at positions idx (a batch put
+// needs one per key it puts).
+func groupsOf(ids []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for j, i := range idx {
+		if i < len(ids) {
+			out[j] = ids[i]
+		}
+	}
+	return out
+}

@@ -79,26 +79,10 @@ func (s *session) put(req request) response {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]int64, len(req.Keys))
-	var keys []string
-	var parts [][]client.Part
-	var idx []int
-	for i, k := range req.Keys {
-		p, ok := s.translate(req.Parts[i])
-		if !ok {
-			out[i] = int64(kvstore.InvalidParams)
-			continue
-		}
-		keys, parts, idx = append(keys, k), append(parts, p), append(idx, i)
-	}
+	keys, parts, idx := s.translateKeys(req, out)
 	if len(keys) > 0 {
-		if cfg.GroupIDs != nil && len(keys) != len(req.Keys) { // keep one group id per key put
-			g := make([]string, len(idx))
-			for j, i := range idx {
-				if i < len(cfg.GroupIDs) {
-					g[j] = cfg.GroupIDs[i]
-				}
-			}
-			cfg.GroupIDs = g
+		if cfg.GroupIDs != nil && len(keys) != len(req.Keys) {
+			cfg.GroupIDs = groupsOf(cfg.GroupIDs, idx)
 		}
 		errs := s.srv.cfg.Client.BatchPut(keys, parts, cfg, client.PutOptions{Upsert: req.Upsert, ZeroCopy: true})
 		for j, err := range errs {
@@ -108,6 +92,21 @@ func (s *session) put(req request) response {
 	// Whatever the outcome, no cache may keep serving what was there.
 	s.srv.invalidate(req.Keys)
 	return response{Codes: out}
+}
+
+// translateKeys returns the keys whose parts lie in this dummy's regions,
+// their parts in the daemon's mapping and their positions in req; the
+// others get INVALID_PARAMS in out. The caller holds mu shared.
+func (s *session) translateKeys(req request, out []int64) (keys []string, parts [][]client.Part, idx []int) {
+	for i, k := range req.Keys {
+		p, ok := s.translate(req.Parts[i])
+		if !ok {
+			out[i] = int64(kvstore.InvalidParams)
+			continue
+		}
+		keys, parts, idx = append(keys, k), append(parts, p), append(idx, i)
+	}
+	return keys, parts, idx
 }
 
 // get reads objects into dummy memory, from the scope's hot cache when it
@@ -122,17 +121,7 @@ func (s *session) get(req request) response {
 	defer s.mu.RUnlock()
 	out := make([]int64, len(req.Keys))
 	needed := make([]uint64, len(req.Keys))
-	var keys []string
-	var parts [][]client.Part
-	var idx []int
-	for i, k := range req.Keys {
-		p, ok := s.translate(req.Parts[i])
-		if !ok {
-			out[i] = int64(kvstore.InvalidParams)
-			continue
-		}
-		keys, parts, idx = append(keys, k), append(parts, p), append(idx, i)
-	}
+	keys, parts, idx := s.translateKeys(req, out)
 	c := s.srv.cfg.Client
 	results := hotcache.ReadThrough(s.scope.cache, keys, parts, func(k []string, p [][]client.Part) []client.GetResult {
 		return c.BatchGetInto(k, p, true)
