@@ -12,6 +12,8 @@ work on shared memory this process owns:
 * ``x_get_into(key, capacity)``: get_into a fresh numpy buffer -> [rc, bytes]
 * ``x_tensor(key, n)``: put_tensor(arange(n)) then get_tensor -> [rc, equal]
 * ``x_metrics()``: metrics_text() parsed into {name: value}
+
+A BufferHandle result comes back as its bytes.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def main(argv: list[str]) -> None:
                 result = parse_metrics(store.metrics_text())
             else:
                 result = getattr(store, method)(*args)
+                if hasattr(result, "ptr") and hasattr(result, "size"):  # a BufferHandle
+                    result = ctypes.string_at(result.ptr(), result.size())
             reply = {"result": _enc(result)}
         except Exception as e:  # reported to the test
             reply = {"error": f"{type(e).__name__}: {e}"}

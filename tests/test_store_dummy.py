@@ -496,3 +496,23 @@ def test_hot_cache_of_a_real_client_in_process(peers, stores, master):
     assert cached.call("get", p + "big") == big
     assert other.remove(p + "big", True) == 0
     assert cached.call("get", p + "big") == b""
+
+
+def test_master_outage_is_a_soft_miss_for_dummies(daemons, dummies, master):
+    d = daemons()
+    a = dummies(d)
+    p = _prefix()
+    assert a.call("put", p + "k", b"v") == 0
+    assert a.call("get_buffer", p + "k") == b"v"  # a BufferHandle travels as its bytes
+    master.kill()
+    # Metadata failures are per-key negative codes, never exceptions.
+    rc, buf = a.call("x_region", 4096)
+    assert rc == 0
+    got = a.call("batch_get_into", [p + "k", p + "other"], [buf, buf + 2048], [2048, 2048])
+    assert all(r < 0 for r in got)
+    assert a.call("get", p + "k") == b""
+    assert a.call("get_buffer", p + "k") is None
+    assert all(r < 0 for r in a.call("batch_is_exist", [p + "k"]))
+    assert a.call("put", p + "k2", b"v") < 0
+    assert wait_for(lambda: a.call("health_check") == 2, 30)
+    assert d._health() == 503
