@@ -320,6 +320,13 @@ int mc_store_setup_dummy(uint64_t store, const char *server_address,
  * its address, or 0 on failure or on a handle not in dummy mode. */
 uint64_t mc_store_alloc_from_mem_pool(uint64_t store, uint64_t size);
 
+/* mc_store_register_buffer for memory the caller knows the file of: size
+ * bytes at ptr are bytes [offset, offset+size) of the shared file fd (a
+ * memfd), which is passed to the daemon (fd stays the caller's). 0, -600
+ * (bad range, not in dummy mode), -900 (no daemon). */
+int mc_store_dummy_register_fd(uint64_t store, uint64_t ptr, uint64_t size, int fd,
+                               uint64_t offset);
+
 /* The dummy client's metrics (and its scope's hot cache counters) in
  * Prometheus' text format, malloc'd (free with mc_free); NULL on a handle
  * not in dummy mode. */

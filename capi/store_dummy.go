@@ -63,3 +63,13 @@ func mc_store_dummy_metrics(h C.uint64_t) (ret *C.char) {
 	}
 	return C.CString(d.MetricsText())
 }
+
+//export mc_store_dummy_register_fd
+func mc_store_dummy_register_fd(h C.uint64_t, ptr, size C.uint64_t, fd C.int, offset C.uint64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
+	d := dummyOf(h)
+	if d == nil {
+		return notReady
+	}
+	return code(d.RegisterFD(uintptr(ptr), uint64(size), int(fd), uint64(offset)))
+}

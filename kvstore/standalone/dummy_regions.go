@@ -57,10 +57,40 @@ func (d *Dummy) AllocFromMemPool(size uint64) uintptr {
 
 // RegisterBuffer installs [addr, addr+size) in the daemon and returns once
 // the daemon has mapped it, so the next call can use it. The memory must
-// be a shared mapping of a file: from alloc_from_mem_pool, a
-// MooncakeHostMemAllocator, or any other memfd or /dev/shm mapping.
-// Registering the same range again is a no-op.
+// be a shared mapping of a file: from alloc_from_mem_pool, or another
+// memfd or /dev/shm mapping, which is found through /proc/self/map_files
+// (that needs CAP_SYS_ADMIN; RegisterFD does not). Registering the same
+// range again is a no-op.
 func (d *Dummy) RegisterBuffer(addr uintptr, size uint64) error {
+	return d.register(addr, size, func() (*region, error) {
+		d.regMu.Lock()
+		for _, p := range d.pool {
+			if p.holds(uint64(addr), size) {
+				d.regMu.Unlock()
+				return &region{base: uint64(addr), size: size, fd: p.fd, offset: uint64(addr) - p.base}, nil
+			}
+		}
+		d.regMu.Unlock()
+		return sharedMapping(uint64(addr), size)
+	})
+}
+
+// RegisterFD is RegisterBuffer for memory whose file the caller knows:
+// [addr, addr+size) maps bytes [offset, offset+size) of fd (which stays
+// the caller's).
+func (d *Dummy) RegisterFD(addr uintptr, size uint64, fd int, offset uint64) error {
+	return d.register(addr, size, func() (*region, error) {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("descriptor %d: %w", fd, err)
+		}
+		return &region{base: uint64(addr), size: size, fd: dup, offset: offset, ownsFD: true}, nil
+	})
+}
+
+// register installs the region find returns, unless one of the same range
+// is installed already.
+func (d *Dummy) register(addr uintptr, size uint64, find func() (*region, error)) error {
 	if !d.life.Enter() {
 		return kvstore.InvalidParams
 	}
@@ -80,24 +110,15 @@ func (d *Dummy) RegisterBuffer(addr uintptr, size uint64) error {
 			return fmt.Errorf("%w: [%#x,+%d) overlaps a registered buffer", kvstore.InvalidParams, base, size)
 		}
 	}
-	var r *region
-	for _, p := range d.pool {
-		if p.holds(base, size) {
-			r = &region{base: base, size: size, fd: p.fd, offset: base - p.base}
-		}
-	}
 	d.regMu.Unlock()
-	if r == nil {
-		var err error
-		if r, err = sharedMapping(base, size); err != nil {
-			return fmt.Errorf("%w: %v", kvstore.InvalidParams, err)
-		}
+	r, err := find()
+	if err != nil {
+		return fmt.Errorf("%w: %v", kvstore.InvalidParams, err)
 	}
 	d.connMu.Lock()
 	defer d.connMu.Unlock()
 	conn := d.conn
 	if conn == nil || conn.Err() != nil {
-		var err error
 		if conn, err = d.connectLocked(); err != nil {
 			r.closeFD()
 			return err

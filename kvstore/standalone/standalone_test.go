@@ -211,3 +211,38 @@ func TestLastSessionOfAScopeFreesItsCache(t *testing.T) {
 	b.Close()
 	eventually(t, func() bool { return scopes() == 0 }, "the scope is freed with its last session")
 }
+
+func TestRegisterFDOfCallerMemory(t *testing.T) {
+	_, addr := daemon(t, hotcache.Config{})
+	// No local buffer: a put from the range below works only in place.
+	a, err := NewDummy(DummyConfig{ServerAddress: addr, Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	r, err := ipc.NewRegion("caller", 3*4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sub := r.Addr() + 4096
+	copy(r.Mem[4096:], "page two")
+	if err := a.RegisterFD(sub, 4096, r.FD, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RegisterFD(sub, 4096, r.FD, 4096); err != nil {
+		t.Fatalf("registering again: %v", err)
+	}
+	if err := a.RegisterFD(r.Addr(), 8192, r.FD, 0); !errors.Is(err, kvstore.InvalidParams) {
+		t.Fatalf("overlapping range: %v", err)
+	}
+	if errs := a.BatchPut([]string{"fd"}, [][]client.Part{{{Addr: sub, Size: 8}}}, client.DefaultReplicateConfig(),
+		client.PutOptions{ZeroCopy: true}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	dst := make([]byte, 16)
+	res := dummy(t, addr, "s").BatchGetInto([]string{"fd"}, [][]client.Part{{{Addr: addrOfSlice(dst), Size: 16}}}, true)
+	if res[0].Err != nil || string(dst[:res[0].Size]) != "page two" {
+		t.Fatalf("read back %q %v", dst, res[0].Err)
+	}
+}

@@ -22,6 +22,7 @@ _SIGNATURES = {
     "mc_store_setup_dummy": ([U64, STR, U64, STR, STR], INT),
     "mc_store_alloc_from_mem_pool": ([U64, U64], U64),
     "mc_store_dummy_metrics": ([U64], PTR),
+    "mc_store_dummy_register_fd": ([U64, U64, U64, INT, U64], INT),
 }
 
 
@@ -115,6 +116,18 @@ class _DummyMode:
         if not self._is_dummy():
             raise RuntimeError("metrics_text: only a dummy client (setup_dummy) has metrics here")
         return _lib.take_string(_native().mc_store_dummy_metrics(self._handle)) or ""
+
+    def _register_dummy_buffer(self, ptr: int, size: int) -> int:
+        """register_buffer in dummy mode: memory of a MooncakeHostMemAllocator
+        goes with its memfd (no /proc/self/map_files lookup, which needs
+        privileges); other memory is found by the library."""
+        from mooncake.buffer_pool import shared_file_of
+
+        found = shared_file_of(int(ptr), int(size)) if ptr and size > 0 else None
+        if found is None:
+            return self._lib.mc_store_register_buffer(self._handle, ptr, size)
+        fd, offset = found
+        return _native().mc_store_dummy_register_fd(self._handle, ptr, size, fd, offset)
 
     def _forget_dummy(self) -> None:
         self._dummy_pool = None

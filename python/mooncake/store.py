@@ -886,6 +886,8 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DummyMode):
 
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Register memory for zero-copy calls (faster, not required)."""
+        if self._is_dummy():
+            return self._register_dummy_buffer(buffer_ptr, size)
         return self._lib.mc_store_register_buffer(self._handle, buffer_ptr, size)
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
