@@ -326,6 +326,39 @@ int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
 /* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
 int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
 
+/* ---- KV store client: dummy mode (a standalone mooncake_client) ------ *
+ * A handle set up with mc_store_setup_dummy forwards the calls above (put,
+ * get, ranges, exist, size, remove, register) to a mooncake_client daemon
+ * on this host; bulk data moves through shared memory the daemon maps.
+ * Segment, session, task and replica-descriptor calls are not served for
+ * it: they fail as on a handle that is not set up. */
+
+/* Connect to the daemon at server_address ("host:port", the daemon's
+ * --port), pass it a shared local buffer of local_buffer_size bytes
+ * (0: none; copying calls then fail with -600) and join the worker scope
+ * `scope` (hot cache domain, required). A non-empty keyspace must equal
+ * the daemon's --tenant_id. 0, -600 (bad arguments, keyspace mismatch,
+ * a handle already set up) or -900 (no daemon). */
+int mc_store_setup_dummy(uint64_t store, const char *server_address,
+                         uint64_t local_buffer_size, const char *scope,
+                         const char *keyspace);
+
+/* Shared memory of size bytes for mc_store_register_buffer (dummy mode);
+ * its address, or 0 on failure or on a handle not in dummy mode. */
+uint64_t mc_store_alloc_from_mem_pool(uint64_t store, uint64_t size);
+
+/* mc_store_register_buffer for memory the caller knows the file of: size
+ * bytes at ptr are bytes [offset, offset+size) of the shared file fd (a
+ * memfd), which is passed to the daemon (fd stays the caller's). 0, -600
+ * (bad range, not in dummy mode), -900 (no daemon). */
+int mc_store_dummy_register_fd(uint64_t store, uint64_t ptr, uint64_t size, int fd,
+                               uint64_t offset);
+
+/* The dummy client's metrics (and its scope's hot cache counters) in
+ * Prometheus' text format, malloc'd (free with mc_free); NULL on a handle
+ * not in dummy mode. */
+char *mc_store_dummy_metrics(uint64_t store);
+
 /* ---- KV store client: sessions (layer-wise loading) ------------------ *
  * A session start asks the master once per key; ranged calls then move
  * bytes without asking it again. Span arrays are flattened over the keys:

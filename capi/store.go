@@ -17,12 +17,16 @@ import (
 
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
+	"github.com/mooncake-go/mooncake/kvstore/hotcache"
+	"github.com/mooncake-go/mooncake/kvstore/standalone"
 )
 
 // storeSlot is a C-visible store client, created empty and set up later.
 type storeSlot struct {
 	mu     sync.Mutex
 	c      *client.Client
+	hot    *hotcache.Client   // c behind a hot cache (MC_STORE_LOCAL_HOT_CACHE_SIZE)
+	d      *standalone.Dummy  // set by setup_dummy instead of c
 	engine *engineSlot        // the engine given to setup, retained until close
 	fleet  client.FleetConfig // mc_store_set_fleet_options, for the next setup
 }
@@ -71,7 +75,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil {
+	if s.c != nil || s.d != nil {
 		return notReady
 	}
 	cfg.Fleet = s.fleet
@@ -93,6 +97,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 		return code(err)
 	}
 	s.c, s.engine = c, es
+	s.hot = withHotCache(c)
 	return 0
 }
 
@@ -105,8 +110,14 @@ func mc_store_close(h C.uint64_t) (ret C.int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil {
+	switch {
+	case s.hot != nil:
+		s.hot.Close() // the client, then the cache
+	case s.c != nil:
 		s.c.Close()
+	}
+	if s.d != nil {
+		s.d.Close()
 	}
 	if s.engine != nil {
 		s.engine.release() // after the client stopped using it
@@ -118,7 +129,7 @@ func mc_store_close(h C.uint64_t) (ret C.int) {
 //export mc_store_health_check
 func mc_store_health_check(h C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return client.NotInitialized
 	}
@@ -128,7 +139,7 @@ func mc_store_health_check(h C.uint64_t) (ret C.int) {
 //export mc_store_get_hostname
 func mc_store_get_hostname(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.CString("")
 	}
@@ -195,7 +206,7 @@ const (
 func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
 	configJSON *C.char, flags C.int, results *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, notReady)
@@ -227,7 +238,7 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs,
 func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
 	zeroCopy C.int, results *C.int64_t) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
@@ -283,7 +294,7 @@ func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.char, alloc uns
 // per key whose object was found (0: allocation failed); results[i] is the
 // size read or an error number.
 func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc func(i int, size uint64) uintptr) {
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
@@ -304,7 +315,7 @@ func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc fun
 //export mc_store_get_ranges
 func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets, sizes *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	d, o, s := u64s(dsts, n), u64s(srcOffsets, n), u64s(sizes, n)
 	if c == nil || results == nil || n <= 0 || len(d) != int(n) || len(o) != int(n) || len(s) != int(n) {
@@ -331,7 +342,7 @@ func getResult(r client.GetResult) C.int64_t {
 //export mc_store_exist
 func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
 		fillC(res, notReady)
@@ -345,7 +356,7 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 //export mc_store_get_size
 func mc_store_get_size(h C.uint64_t, key *C.char) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
 	}
@@ -400,7 +411,7 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 //export mc_store_remove
 func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results *C.int) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
 		fillC(res, notReady)
@@ -414,7 +425,7 @@ func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results 
 //export mc_store_remove_by_regex
 func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
 	}
@@ -428,7 +439,7 @@ func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C
 //export mc_store_remove_all
 func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
 	}
@@ -442,7 +453,7 @@ func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
 //export mc_store_register_buffer
 func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return notReady
 	}
@@ -452,7 +463,7 @@ func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
 //export mc_store_unregister_buffer
 func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return notReady
 	}

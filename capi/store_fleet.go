@@ -33,7 +33,7 @@ func mc_store_set_fleet_options(h C.uint64_t, optionsJSON *C.char, errOut **C.ch
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil {
+	if s.c != nil || s.d != nil {
 		return storeFail(fmt.Errorf("%w: fleet options must be set before setup", kvstore.InvalidParams), errOut)
 	}
 	s.fleet = f

@@ -292,6 +292,7 @@ def _ctypes_tables() -> dict[str, tuple[list, object]]:
         "mooncake._store_sessions": ("_SIGNATURES",),
         "mooncake._store_fleet": ("_SIGNATURES",),
         "mooncake._store_offload": ("_SIGNATURES",),
+        "mooncake._store_dummy": ("_SIGNATURES",),
         "mooncake._engine_rpc": ("_SIGNATURES",),
         "mooncake.engine": ("_SIGNATURES",),
         "mooncake.mooncake_ep_buffer": ("_SIGNATURES",),

@@ -39,6 +39,15 @@ var (
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
 
+	StoreHotCacheSize = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_SIZE", Kind: Int, Min: 1, Default: "0 (no hot cache)",
+		ReadBy: "kvstore/hotcache", Doc: "bytes of hot cache: per worker scope of a mooncake_client, or of a client set up in process"}
+	StoreHotBlockSize = &Var{Name: "MC_STORE_LOCAL_HOT_BLOCK_SIZE", Kind: Int, Min: 1, Default: "16777216",
+		ReadBy: "kvstore/hotcache", Doc: "hot cache block: largest object cached, bytes"}
+	StoreHotCacheUseShm = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_USE_SHM", Kind: Enum, Values: []string{"0", "1"}, Default: "0",
+		ReadBy: "kvstore/hotcache", Doc: "1: hot cache in shared memory that a mooncake_client's dummy clients of the scope map and read"}
+	StoreHotMaxAgeMs = &Var{Name: "MC_STORE_LOCAL_HOT_MAX_AGE_MS", Kind: Int, Min: 0, Default: "5000",
+		ReadBy: "kvstore/hotcache", Doc: "hot cache entries older than this are not served (bounds staleness for writes made elsewhere); 0 no bound"}
+
 	PGInitTimeout = &Var{Name: "MC_PG_INIT_TIMEOUT", Kind: Seconds, Min: 0.001, Default: "300",
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
 	PGDirectMax = &Var{Name: "MC_PG_DIRECT_MAX", Kind: Int, Min: 1, Default: "65536",
@@ -91,6 +100,7 @@ var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreChecksum,
+	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
 	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
@@ -185,7 +195,7 @@ var All = []*Var{
 	upstream("MC_STORE_MEMCPY", "local memcpy path"),
 	upstream("MC_STORE_CLIENT_METRIC", "client metrics"),
 	upstream("MC_STORE_CLIENT_METRIC_INTERVAL", "client metrics interval"),
-	upstream("MC_STORE_LOCAL_HOT_CACHE_SIZE", "client hot cache"),
+	upstream("MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD", "hot cache admission (every read fills here)"),
 	upstream("MC_MMAP_ARENA_POOL_SIZE", "mmap arena pool"),
 	upstream("MC_RPC_CONNECT_TIMEOUT_MS", "master connect timeout"),
 	upstream("MC_RPC_PROTOCOL", "master RPC protocol"),

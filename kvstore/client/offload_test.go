@@ -34,8 +34,9 @@ func TestOffloadOnEvictKeepsEveryKeyReadable(t *testing.T) {
 		c.EvictionHighWatermarkRatio, c.EvictionRatio = 0.6, 0.3
 		c.DefaultLeaseTTL = 2 * time.Second
 	})
+	dir := t.TempDir() // before the client: cleanups run last first, so it closes before the removal
 	holder := newClient(t, rpc, meta, 8<<20, 4<<20)
-	if err := holder.EnableOffload(t.TempDir()); err != nil {
+	if err := holder.EnableOffload(dir); err != nil {
 		t.Fatal(err)
 	}
 	writer := newClient(t, rpc, meta, 0, 4<<20)

@@ -335,7 +335,10 @@ class _FleetOps:
         return self._json_call("mc_store_breakdown")
 
     def metrics_text(self) -> str:
-        """The breakdown as Prometheus text (the metrics server's /metrics)."""
+        """The breakdown as Prometheus text (the metrics server's /metrics);
+        a dummy client (setup_dummy) returns its own counters instead."""
+        if getattr(self, "_is_dummy", lambda: False)():
+            return super().metrics_text()  # type: ignore[misc]
         raw = _lib.take_string(self._fleet().mc_store_metrics_text(self._handle))
         if raw is None:
             raise StoreOperationError("metrics_text", -600, "the store is not set up")

@@ -33,6 +33,7 @@ from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_dummy import _DummyMode
 from mooncake._store_fleet import (
     StoreOperationError,
     _FleetOps,
@@ -445,7 +446,7 @@ def _hugepage_bytes(values: dict[str, Any]) -> int:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
-class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetOps):
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetOps, _DummyMode):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
@@ -543,6 +544,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         if handle:
             self._lib.mc_store_close(handle)
         self._engine = None
+        self._forget_dummy()
         return 0
 
     def health_check(self) -> int:
@@ -944,6 +946,8 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
 
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Register memory for zero-copy calls (faster, not required)."""
+        if self._is_dummy():
+            return self._register_dummy_buffer(buffer_ptr, size)
         return self._lib.mc_store_register_buffer(self._handle, buffer_ptr, size)
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
