@@ -494,11 +494,13 @@ int mc_store_evacuate(uint64_t store, int op, const char **ids, int n,
 int mc_store_plan_handoff(uint64_t store, const char **ids, int n,
                           char **plan, char **err);
 
-/* Tracing: (re)read MC_STORE_RS_TRACE, MC_STORE_RS_TRACE_FILE,
- * MC_STORE_RS_TRACE_JSONL_FILE and MC_STORE_RS_TRACE_KEY_MODE and open the
- * sinks they name (process-wide); *status (when not NULL) gets JSON of
- * where spans go. */
-int mc_store_init_tracing(char **status, char **err);
+/* Tracing: open the span sinks (process-wide) that settings_json names
+ * ({"text", "text_file", "jsonl_file", "key_mode"}: the values of
+ * MC_STORE_RS_TRACE, _TRACE_FILE, _TRACE_JSONL_FILE, _TRACE_KEY_MODE);
+ * NULL reads them from the environment as the runtime saw it at start.
+ * *status (when not NULL) gets JSON of where spans go. */
+int mc_store_init_tracing(const char *settings_json, char **status,
+                          char **err);
 
 /* The client's span breakdown: Prometheus text / JSON (free with mc_free;
  * NULL for a handle not set up). */

@@ -6,16 +6,24 @@ import "C"
 
 import (
 	"encoding/json"
+	"fmt"
 
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 )
 
 // The store's tracing and metrics calls (docs/store-operations.md#tracing).
 
 //export mc_store_init_tracing
-func mc_store_init_tracing(statusOut, errOut **C.char) (ret C.int) {
+func mc_store_init_tracing(settingsJSON *C.char, statusOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
-	st, err := client.InitTracing()
+	ts := client.TraceSettingsFromEnv()
+	if settingsJSON != nil {
+		if err := json.Unmarshal([]byte(C.GoString(settingsJSON)), &ts); err != nil {
+			return storeFail(fmt.Errorf("%w: trace settings: %v", kvstore.InvalidParams, err), errOut)
+		}
+	}
+	st, err := client.InitTracing(ts)
 	if err != nil {
 		return storeFail(err, errOut)
 	}

@@ -135,3 +135,22 @@ def test_bad_namespace_is_rejected_at_setup(store_master):
         assert setup_code(s, store_master, domain="bad\x01domain") == int(ErrorCode.INVALID_PARAMS)
     finally:
         s.close()
+
+
+def test_hot_cache_entries_stay_in_their_namespace(store_master, peers):
+    # the cache is configured by the environment the library starts with
+    env = {
+        "MC_STORE_LOCAL_HOT_CACHE_SIZE": str(8 << 20),
+        "MC_STORE_LOCAL_HOT_BLOCK_SIZE": str(1 << 20),
+    }
+    a = peers(store_master, env=env, domain="hot-a")
+    b = peers(store_master, env=env, domain="hot-b")
+    assert a.call("put", "ns-hot", value("A")) == 0
+    for _ in range(3):  # the first read fills a's cache; later ones are hits
+        assert a.call("get", "ns-hot") == value("A")
+        assert b.call("get", "ns-hot") == b""
+    assert a.call("breakdown")["apis"]["get"]["count"] == 1  # two hits never reached the store
+    assert b.call("put", "ns-hot", value("B")) == 0
+    for _ in range(3):
+        assert b.call("get", "ns-hot") == value("B")
+        assert a.call("get", "ns-hot") == value("A")

@@ -102,6 +102,22 @@ def test_full_key_mode_and_the_log_line_sink(store_master, peers, tmp_path):
     assert any("name=master.BatchPutStart" in ln for ln in lines)
 
 
+def test_setup_opens_the_sinks_python_sets_before_it(store_master, stores, tmp_path, monkeypatch):
+    # set from Python after the library loaded: the Go runtime's environment
+    # does not see it, so setup hands the variables over itself
+    trace = tmp_path / "late.jsonl"
+    monkeypatch.setenv("MC_STORE_RS_TRACE_JSONL_FILE", str(trace))
+    store = stores(store_master)
+    addr = store.start_metrics_server()
+    try:
+        assert store.put("trace-late", b"l" * 10, local()) == 0
+        assert [sp["name"] for sp in spans(trace) if sp["kind"] == "api"] == ["put"]
+        assert store.init_tracing()["jsonl_file"] == str(trace)
+    finally:  # the sinks are process-wide: close this one for the other tests
+        get(f"http://{addr}/tracing?enabled=off")
+        store.stop_metrics_server()
+
+
 def test_metrics_server_breakdown_tracing_control_and_cli(
     store_master, stores, tmp_path, go_bin_dir
 ):

@@ -84,7 +84,7 @@ func New(cfg Config) (*Client, error) {
 	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
 		return nil, err
 	}
-	if _, err := InitTracing(); err != nil {
+	if _, err := InitTracing(TraceSettingsFromEnv()); err != nil {
 		return nil, err
 	}
 	c.trace = newTracer(c.id, c.hostname, cfg.Fleet.Namespace)

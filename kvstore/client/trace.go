@@ -64,24 +64,49 @@ type TracingStatus struct {
 	KeyMode   string `json:"key_mode"`
 }
 
-// InitTracing (re)reads MC_STORE_RS_TRACE, MC_STORE_RS_TRACE_FILE,
-// MC_STORE_RS_TRACE_JSONL_FILE and MC_STORE_RS_TRACE_KEY_MODE and opens
-// the sinks they name; a sink already open stays. New clients call it.
-func InitTracing() (TracingStatus, error) {
+// TraceSettings are the sinks to open: the values of MC_STORE_RS_TRACE
+// (Text), MC_STORE_RS_TRACE_FILE, MC_STORE_RS_TRACE_JSONL_FILE and
+// MC_STORE_RS_TRACE_KEY_MODE.
+type TraceSettings struct {
+	Text      bool   `json:"text"`
+	TextFile  string `json:"text_file"`
+	JSONLFile string `json:"jsonl_file"`
+	KeyMode   string `json:"key_mode"`
+}
+
+// TraceSettingsFromEnv reads the settings from the process environment
+// as this runtime saw it when it started.
+func TraceSettingsFromEnv() TraceSettings {
+	return TraceSettings{Text: envvars.StoreRSTrace.Enabled(), TextFile: envvars.StoreRSTraceFile.Value(),
+		JSONLFile: envvars.StoreRSTraceJSONL.Value(), KeyMode: envvars.StoreRSTraceKeyMode.Value()}
+}
+
+// InitTracing opens the sinks ts names; a sink already open stays. New
+// clients call it with TraceSettingsFromEnv; Python's init_tracing and
+// setup pass the variables as Python sees them (the Go runtime's copy of
+// the environment does not follow later changes).
+func InitTracing(ts TraceSettings) (TracingStatus, error) {
 	s := &traceSinks
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fullKeys = envvars.StoreRSTraceKeyMode.Value() == "full"
-	if path := envvars.StoreRSTraceFile.Value(); path != "" && s.textFile == nil {
+	switch ts.KeyMode {
+	case "", "hash":
+		s.fullKeys = false
+	case "full":
+		s.fullKeys = true
+	default:
+		return s.status(), fmt.Errorf("%w: MC_STORE_RS_TRACE_KEY_MODE=%q: want hash or full", kvstore.InvalidParams, ts.KeyMode)
+	}
+	if path := ts.TextFile; path != "" && s.textFile == nil {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return s.status(), fmt.Errorf("%w: MC_STORE_RS_TRACE_FILE: %v", kvstore.InvalidParams, err)
 		}
 		s.textFile, s.text = f, slog.New(slog.NewTextHandler(f, nil))
-	} else if s.text == nil && envvars.StoreRSTrace.Enabled() {
+	} else if s.text == nil && ts.Text {
 		s.text = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	if path := envvars.StoreRSTraceJSONL.Value(); path != "" && s.jsonl == nil {
+	if path := ts.JSONLFile; path != "" && s.jsonl == nil {
 		if err := s.openJSONL(path); err != nil {
 			return s.status(), err
 		}

@@ -37,7 +37,7 @@ _SIGNATURES = {
     "mc_store_evacuate": ([U64, INT, P(STR), INT, I64, P(PTR), P(PTR)], INT),
     "mc_store_plan_handoff": ([U64, P(STR), INT, P(PTR), P(PTR)], INT),
     "mc_store_replica_desc": ([U64, INT, P(STR)], PTR),
-    "mc_store_init_tracing": ([P(PTR), P(PTR)], INT),
+    "mc_store_init_tracing": ([STR, P(PTR), P(PTR)], INT),
     "mc_store_metrics_text": ([U64], PTR),
     "mc_store_breakdown": ([U64], PTR),
     "mc_store_start_metrics_server": ([U64, STR, P(PTR), P(PTR)], INT),
@@ -78,15 +78,39 @@ class StoreOperationError(RuntimeError):
         self.code = code
 
 
-def init_tracing() -> dict:
-    """Open the trace sinks the MC_STORE_RS_TRACE* variables name (process-wide).
+_TRACE_VARS = (
+    "MC_STORE_RS_TRACE",
+    "MC_STORE_RS_TRACE_FILE",
+    "MC_STORE_RS_TRACE_JSONL_FILE",
+    "MC_STORE_RS_TRACE_KEY_MODE",
+)
 
-    Setup does this by itself; call it again after changing the variables.
-    Returns where spans go: ``{"text", "text_file", "jsonl_file",
-    "key_mode"}``. Raises StoreOperationError when a file cannot be opened.
+
+def tracing_requested() -> bool:
+    """Whether a MC_STORE_RS_TRACE* variable is set (setup then calls `init_tracing`)."""
+    return any(os.environ.get(v) for v in _TRACE_VARS)
+
+
+def init_tracing() -> dict:
+    """Open the trace sinks the MC_STORE_RS_TRACE* variables name (process-wide),
+    as `os.environ` holds them now.
+
+    Setup does this by itself when one is set; call it again after changing
+    them. Returns where spans go: ``{"text", "text_file", "jsonl_file",
+    "key_mode"}``. Raises StoreOperationError when a file cannot be opened
+    or the key mode is neither ``hash`` nor ``full``.
     """
+    env = os.environ
+    settings = {
+        "text": _truthy(env.get("MC_STORE_RS_TRACE", "")),
+        "text_file": env.get("MC_STORE_RS_TRACE_FILE", ""),
+        "jsonl_file": env.get("MC_STORE_RS_TRACE_JSONL_FILE", ""),
+        "key_mode": env.get("MC_STORE_RS_TRACE_KEY_MODE", "hash"),
+    }
     status, err = PTR(), PTR()
-    rc = _lib.bind(_SIGNATURES).mc_store_init_tracing(ctypes.byref(status), ctypes.byref(err))
+    rc = _lib.bind(_SIGNATURES).mc_store_init_tracing(
+        json.dumps(settings).encode(), ctypes.byref(status), ctypes.byref(err)
+    )
     if rc != 0:
         raise StoreOperationError("init_tracing", rc, _lib.take_string(err.value) or "")
     return json.loads(_lib.take_string(status.value) or "{}")

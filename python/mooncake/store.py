@@ -39,6 +39,7 @@ from mooncake._store_fleet import (
     _FleetOps,
     init_tracing,
     split_fleet_options,
+    tracing_requested,
 )
 from mooncake._store_offload import _DiskTier
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
@@ -514,6 +515,8 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
             self._handle = self._lib.mc_store_create()
         try:
             self._set_fleet_options(fleet)
+            if tracing_requested():
+                init_tracing()
         except StoreOperationError as e:
             _log.error("setup: %s", e)
             return e.code
