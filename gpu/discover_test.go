@@ -37,3 +37,20 @@ func TestCString(t *testing.T) {
 		t.Fatalf("cString = %q", got)
 	}
 }
+
+func TestSysfsNUMANode(t *testing.T) {
+	root := t.TempDir()
+	dev := root + "/0000:17:00.0"
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dev+"/numa_node", []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := sysfsNUMANode(root, "00000000:17:00.0"); n != 1 {
+		t.Fatalf("NUMA node of 00000000:17:00.0 = %d, want 1", n)
+	}
+	if n := sysfsNUMANode(root, "00000000:18:00.0"); n != -1 {
+		t.Fatalf("NUMA node of an absent device = %d, want -1", n)
+	}
+}
