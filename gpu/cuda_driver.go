@@ -124,90 +124,54 @@ static mc_CUresult mc_cu_pointer(uintptr_t p, unsigned *type, unsigned *managed,
 	return mc_cu.pointerGetAttributes(5, attrs, data, (mc_CUdeviceptr)p);
 }
 
+// MC_IN_CTX runs one driver call with device's primary context current.
+#define MC_IN_CTX(device, call)                  \
+	do {                                         \
+		mc_CUresult r_ = mc_cu_push(device);     \
+		if (r_) return r_;                       \
+		r_ = (call);                             \
+		mc_cu_pop();                             \
+		return r_;                               \
+	} while (0)
+
 static mc_CUresult mc_cu_copy(int device, uintptr_t dst, uintptr_t src, size_t n) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.memcpy((mc_CUdeviceptr)dst, (mc_CUdeviceptr)src, n);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.memcpy((mc_CUdeviceptr)dst, (mc_CUdeviceptr)src, n));
 }
 
 static mc_CUresult mc_cu_htod_async(int device, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.memcpyHtoDAsync((mc_CUdeviceptr)dst, (const void *)src, n, (mc_CUstream)s);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.memcpyHtoDAsync((mc_CUdeviceptr)dst, (const void *)src, n, (mc_CUstream)s));
 }
 
 static mc_CUresult mc_cu_dtoh_async(int device, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.memcpyDtoHAsync((void *)dst, (mc_CUdeviceptr)src, n, (mc_CUstream)s);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.memcpyDtoHAsync((void *)dst, (mc_CUdeviceptr)src, n, (mc_CUstream)s));
 }
 
-static mc_CUresult mc_cu_stream_create(int device, uintptr_t *s) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	mc_CUstream st = 0;
-	r = mc_cu.streamCreate(&st, MC_STREAM_NON_BLOCKING);
-	*s = (uintptr_t)st;
-	mc_cu_pop();
-	return r;
+static mc_CUresult mc_cu_stream_create(int device, mc_CUstream *s) {
+	MC_IN_CTX(device, mc_cu.streamCreate(s, MC_STREAM_NON_BLOCKING));
 }
 
 static mc_CUresult mc_cu_stream_sync(int device, uintptr_t s) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.streamSynchronize((mc_CUstream)s);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.streamSynchronize((mc_CUstream)s));
 }
 
 static mc_CUresult mc_cu_stream_destroy(int device, uintptr_t s) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.streamDestroy((mc_CUstream)s);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.streamDestroy((mc_CUstream)s));
 }
 
-static mc_CUresult mc_cu_host_alloc(int device, size_t n, uintptr_t *p) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	void *h = 0;
-	r = mc_cu.memHostAlloc(&h, n, MC_MEMHOSTALLOC_PORTABLE);
-	*p = (uintptr_t)h;
-	mc_cu_pop();
-	return r;
+static mc_CUresult mc_cu_host_alloc(int device, size_t n, void **p) {
+	MC_IN_CTX(device, mc_cu.memHostAlloc(p, n, MC_MEMHOSTALLOC_PORTABLE));
 }
 
 static mc_CUresult mc_cu_host_free(int device, uintptr_t p) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.memFreeHost((void *)p);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.memFreeHost((void *)p));
 }
 
-static mc_CUresult mc_cu_mem_alloc(int device, size_t n, uintptr_t *p) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	mc_CUdeviceptr d = 0;
-	r = mc_cu.memAlloc(&d, n);
-	*p = (uintptr_t)d;
-	mc_cu_pop();
-	return r;
+static mc_CUresult mc_cu_mem_alloc(int device, size_t n, mc_CUdeviceptr *p) {
+	MC_IN_CTX(device, mc_cu.memAlloc(p, n));
 }
 
 static mc_CUresult mc_cu_mem_free(int device, uintptr_t p) {
-	mc_CUresult r = mc_cu_push(device);
-	if (r) return r;
-	r = mc_cu.memFree((mc_CUdeviceptr)p);
-	mc_cu_pop();
-	return r;
+	MC_IN_CTX(device, mc_cu.memFree((mc_CUdeviceptr)p));
 }
 
 static const char *mc_cu_error(mc_CUresult r) {
@@ -222,6 +186,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 )
 
 // cudaNoDevice is CUDA_ERROR_NO_DEVICE: the driver is installed but sees
@@ -338,7 +303,7 @@ func (d *cudaDriver) StreamCreate(device int) (Stream, error) {
 	if err := d.context(device); err != nil {
 		return Stream{}, err
 	}
-	var h C.uintptr_t
+	var h C.mc_CUstream
 	if err := cudaErr("cuStreamCreate", C.mc_cu_stream_create(C.int(device), &h)); err != nil {
 		return Stream{}, err
 	}
@@ -359,7 +324,7 @@ func (d *cudaDriver) HostAlloc(n uint64) (uintptr, error) {
 	if err := d.context(0); err != nil {
 		return 0, err
 	}
-	var p C.uintptr_t
+	var p unsafe.Pointer
 	if err := cudaErr("cuMemHostAlloc", C.mc_cu_host_alloc(0, C.size_t(n), &p)); err != nil {
 		return 0, err
 	}
@@ -374,7 +339,7 @@ func (d *cudaDriver) DeviceAlloc(device int, n uint64) (uintptr, error) {
 	if err := d.context(device); err != nil {
 		return 0, err
 	}
-	var p C.uintptr_t
+	var p C.mc_CUdeviceptr
 	if err := cudaErr("cuMemAlloc", C.mc_cu_mem_alloc(C.int(device), C.size_t(n), &p)); err != nil {
 		return 0, err
 	}

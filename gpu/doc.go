@@ -1,10 +1,9 @@
-// Package gpu owns everything this module knows about NVIDIA GPUs:
-// discovery through NVML (github.com/NVIDIA/go-nvml, discover.go) and
-// access to device memory through the CUDA driver (cuda_driver.go).
+// Package gpu gives the module access to device memory through the CUDA
+// driver (cuda_driver.go); discovery through NVML is package
+// gpu/discovery.
 //
-// Neither needs CUDA at build time. NVML and libcuda.so.1 are loaded at run
-// time; on a machine without them Discover reports ErrNoDriver and every
-// pointer is host memory. Device memory is never dereferenced by Go code:
+// Nothing here needs CUDA at build time: libcuda.so.1 is loaded at run time,
+// and on a machine without it every pointer is host memory. Device memory is never dereferenced by Go code:
 // Memory classifies a pointer (Memory.Pointer), copies between any two
 // kinds of memory (Memory.Copy) and streams device memory to and from a
 // network connection through pinned host chunks in a two-stage pipeline

@@ -57,6 +57,15 @@ var system = sync.OnceValue(func() *Memory {
 // loaded on first use.
 func System() *Memory { return system() }
 
+// Devices is the number of GPUs the driver behind m sees (0 without one, or
+// for a driver that does not say).
+func (m *Memory) Devices() int {
+	if d, ok := m.drv.(interface{ Devices() int }); ok {
+		return d.Devices()
+	}
+	return 0
+}
+
 // Enabled reports whether a CUDA driver is behind m.
 func (m *Memory) Enabled() bool { return m.drv != nil }
 
@@ -88,7 +97,7 @@ func (m *Memory) Copy(dst, src uintptr, n uint64) error {
 		return nil
 	}
 	if m.drv == nil {
-		copy(hostBytes(dst, n), hostBytes(src, n))
+		copy(HostBytes(dst, n), HostBytes(src, n))
 		return nil
 	}
 	di, err := m.Pointer(dst)
@@ -101,7 +110,7 @@ func (m *Memory) Copy(dst, src uintptr, n uint64) error {
 	}
 	switch {
 	case di.HostAccessible() && si.HostAccessible():
-		copy(hostBytes(dst, n), hostBytes(src, n))
+		copy(HostBytes(dst, n), HostBytes(src, n))
 		return nil
 	case di.Kind == KindDevice:
 		return m.drv.Copy(dst, src, n, di.Device)
@@ -149,7 +158,7 @@ func (m *Memory) Close() error {
 }
 
 // hostBytes views n bytes of host memory at addr.
-func hostBytes(addr uintptr, n uint64) []byte {
+func HostBytes(addr uintptr, n uint64) []byte {
 	if n == 0 {
 		return nil
 	}

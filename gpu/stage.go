@@ -104,7 +104,7 @@ func (m *Memory) Send(w io.Writer, src uintptr, n uint64) error {
 		return err
 	}
 	if info.HostAccessible() {
-		_, err := w.Write(hostBytes(src, n))
+		_, err := w.Write(HostBytes(src, n))
 		return err
 	}
 	return m.SendDevice(w, src, n, info.Device)
@@ -135,7 +135,7 @@ func (m *Memory) SendDevice(w io.Writer, src uintptr, n uint64, device int) erro
 			break
 		}
 		_, size := m.chunkAt(k, n)
-		_, err = w.Write(hostBytes(l.buf[k%2], size))
+		_, err = w.Write(HostBytes(l.buf[k%2], size))
 	}
 	return errors.Join(err, m.settle(l))
 }
@@ -149,7 +149,7 @@ func (m *Memory) Recv(r io.Reader, dst uintptr, n uint64) error {
 		return err
 	}
 	if info.HostAccessible() {
-		_, err := io.ReadFull(r, hostBytes(dst, n))
+		_, err := io.ReadFull(r, HostBytes(dst, n))
 		return err
 	}
 	return m.RecvDevice(r, dst, n, info.Device)
@@ -173,7 +173,7 @@ func (m *Memory) RecvDevice(r io.Reader, dst uintptr, n uint64, device int) erro
 			}
 		}
 		off, size := m.chunkAt(k, n)
-		if _, err = io.ReadFull(r, hostBytes(l.buf[b], size)); err != nil {
+		if _, err = io.ReadFull(r, HostBytes(l.buf[b], size)); err != nil {
 			break
 		}
 		if err = m.drv.CopyHtoDAsync(dst+uintptr(off), l.buf[b], size, l.streams[b]); err != nil {

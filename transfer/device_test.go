@@ -35,14 +35,11 @@ func newDeviceEngine(t *testing.T, d *gputest.Driver, forceTCP bool) *Engine {
 // deviceBuf allocates n bytes of fake device memory holding data.
 func deviceBuf(t *testing.T, d *gputest.Driver, data []byte) uintptr {
 	t.Helper()
-	p, err := d.DeviceAlloc(0, uint64(len(data)))
+	p, err := d.Upload(0, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.DeviceFree(p) })
-	if err := d.Write(p, data); err != nil {
-		t.Fatal(err)
-	}
 	return p
 }
 

@@ -2,8 +2,6 @@ package transfer
 
 import (
 	"encoding/json"
-	"errors"
-	"log/slog"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -13,16 +11,12 @@ import (
 )
 
 // LocalTopology describes this host for placement, in upstream's format:
-// one entry per NUMA node, "cpu:N", and one per GPU NVML reports,
+// one entry per NUMA node, "cpu:N", and one per GPU the CUDA driver sees,
 // "cuda:N", each [preferred NICs, available NICs]. This engine drives no
 // RDMA NICs, so both lists are empty; `mooncake info` describes the GPUs
 // themselves (PCI bus id, NUMA node, memory, NVLink peers).
 func LocalTopology() string {
-	inv, err := gpu.Discover()
-	if err != nil && !errors.Is(err, gpu.ErrNoDriver) {
-		slog.Warn("transfer: GPU discovery failed, topology lists no GPU", "err", err)
-	}
-	return topologyJSON(numaNodes(), len(inv.Devices))
+	return topologyJSON(numaNodes(), gpu.System().Devices())
 }
 
 // numaNodes lists the host's NUMA node ids ("0" when sysfs says nothing).

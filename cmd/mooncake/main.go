@@ -18,6 +18,7 @@ import (
 	"os"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/gpu/discovery"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -65,10 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 // "gpus" is then empty and "gpu_note" says why.
 func info(stdout, stderr io.Writer) int {
 	out := map[string]any{"topology": json.RawMessage(transfer.LocalTopology())}
-	inv, err := gpu.Discover()
+	inv, err := discovery.Discover()
 	switch {
-	case errors.Is(err, gpu.ErrNoDriver):
-		out["gpus"] = []gpu.Device{}
+	case errors.Is(err, discovery.ErrNoDriver):
+		out["gpus"] = []discovery.Device{}
 		out["gpu_note"] = "no GPU: " + err.Error()
 	case err != nil:
 		fmt.Fprintln(stderr, "mooncake:", err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/gpu/discovery"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -36,7 +36,7 @@ func TestInfoIsJSON(t *testing.T) {
 		t.Fatalf("info output %q: %v", out.String(), err)
 	}
 	// Without a driver (CI): no GPU, said plainly, and not an error.
-	if _, err := gpu.Discover(); errors.Is(err, gpu.ErrNoDriver) {
+	if _, err := discovery.Discover(); errors.Is(err, discovery.ErrNoDriver) {
 		if len(v.GPUs) != 0 || !strings.HasPrefix(v.GPUNote, "no GPU") {
 			t.Fatalf("info without a driver: gpus=%v note=%q", v.GPUs, v.GPUNote)
 		}

@@ -81,6 +81,15 @@ func (d *Driver) DeviceAlloc(device int, n uint64) (uintptr, error) {
 	return a.base, nil
 }
 
+// Upload allocates fake device memory on device holding a copy of data.
+func (d *Driver) Upload(device int, data []byte) (uintptr, error) {
+	p, err := d.DeviceAlloc(device, uint64(len(data)))
+	if err != nil {
+		return 0, err
+	}
+	return p, d.Write(p, data)
+}
+
 // ManagedAlloc allocates n bytes of fake managed memory: reported as
 // managed, and directly accessible.
 func (d *Driver) ManagedAlloc(device int, n uint64) (uintptr, error) {
@@ -136,7 +145,7 @@ func (d *Driver) view(addr uintptr, n uint64) ([]byte, bool, error) {
 		}
 		return a.backing[off : off+n], !a.managed, nil
 	}
-	return hostBytes(addr, n), false, nil
+	return gpu.HostBytes(addr, n), false, nil
 }
 
 // Pointer classifies addr.
@@ -204,7 +213,7 @@ func (d *Driver) async(dst, src uintptr, n uint64, s gpu.Stream, toDevice bool) 
 		return fmt.Errorf("gputest: async copy with [%#x,+%d), which is not device memory", dev, n)
 	}
 	d.stats.AsyncCopies++
-	hostB := hostBytes(host, n)
+	hostB := gpu.HostBytes(host, n)
 	if toDevice {
 		st.ops <- func() { copy(devBytes, hostB) }
 	} else {
@@ -308,12 +317,4 @@ func (d *Driver) Write(addr uintptr, b []byte) error {
 	v, _, err := d.view(addr, uint64(len(b)))
 	copy(v, b)
 	return err
-}
-
-func hostBytes(addr uintptr, n uint64) []byte {
-	if n == 0 {
-		return nil
-	}
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), n)
 }

@@ -31,14 +31,11 @@ func newDeviceClient(t *testing.T, d *gputest.Driver, rpc, meta string, forceTCP
 // devicePart allocates fake device memory holding data.
 func devicePart(t *testing.T, d *gputest.Driver, data []byte) Part {
 	t.Helper()
-	p, err := d.DeviceAlloc(0, uint64(len(data)))
+	p, err := d.Upload(0, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.DeviceFree(p) })
-	if err := d.Write(p, data); err != nil {
-		t.Fatal(err)
-	}
 	return Part{Addr: p, Size: uint64(len(data))}
 }
 

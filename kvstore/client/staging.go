@@ -51,14 +51,8 @@ func partsSize(parts []Part) uint64 {
 	return n
 }
 
-// mem views a caller memory range.
-func mem(addr uintptr, n uint64) []byte {
-	if n == 0 {
-		return nil
-	}
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), n)
-}
+// mem views a caller memory range (host memory).
+func mem(addr uintptr, n uint64) []byte { return gpu.HostBytes(addr, n) }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
