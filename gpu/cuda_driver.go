@@ -24,7 +24,7 @@ enum {
 	MC_MEMHOSTALLOC_PORTABLE = 1,
 	MC_STREAM_NON_BLOCKING = 1,
 	MC_MAX_DEVICES = 64,
-	MC_ERR_NO_SYMBOL = -1,
+	MC_ERR_INVALID_CONTEXT = 201, // CUDA_ERROR_INVALID_CONTEXT
 	MC_ERR_BAD_DEVICE = -2,
 };
 
@@ -114,16 +114,6 @@ static void mc_cu_pop(void) {
 	mc_cu.ctxPop(&c);
 }
 
-static mc_CUresult mc_cu_pointer(uintptr_t p, unsigned *type, unsigned *managed, int *ordinal,
-                                 mc_CUdeviceptr *start, size_t *size) {
-	int attrs[5] = {MC_POINTER_ATTRIBUTE_MEMORY_TYPE, MC_POINTER_ATTRIBUTE_IS_MANAGED,
-	                MC_POINTER_ATTRIBUTE_DEVICE_ORDINAL, MC_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-	                MC_POINTER_ATTRIBUTE_RANGE_SIZE};
-	void *data[5] = {type, managed, ordinal, start, size};
-	*type = 0, *managed = 0, *ordinal = -1, *start = 0, *size = 0;
-	return mc_cu.pointerGetAttributes(5, attrs, data, (mc_CUdeviceptr)p);
-}
-
 // MC_IN_CTX runs one driver call with device's primary context current.
 #define MC_IN_CTX(device, call)                  \
 	do {                                         \
@@ -133,6 +123,19 @@ static mc_CUresult mc_cu_pointer(uintptr_t p, unsigned *type, unsigned *managed,
 		mc_cu_pop();                             \
 		return r_;                               \
 	} while (0)
+
+// mc_cu_pointer classifies p; in_ctx: with device 0's primary context
+// current (for drivers that refuse the query without a context).
+static mc_CUresult mc_cu_pointer(uintptr_t p, int in_ctx, unsigned *type, unsigned *managed,
+                                 int *ordinal, mc_CUdeviceptr *start, size_t *size) {
+	int attrs[5] = {MC_POINTER_ATTRIBUTE_MEMORY_TYPE, MC_POINTER_ATTRIBUTE_IS_MANAGED,
+	                MC_POINTER_ATTRIBUTE_DEVICE_ORDINAL, MC_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+	                MC_POINTER_ATTRIBUTE_RANGE_SIZE};
+	void *data[5] = {type, managed, ordinal, start, size};
+	*type = 0, *managed = 0, *ordinal = -1, *start = 0, *size = 0;
+	if (in_ctx) MC_IN_CTX(0, mc_cu.pointerGetAttributes(5, attrs, data, (mc_CUdeviceptr)p));
+	return mc_cu.pointerGetAttributes(5, attrs, data, (mc_CUdeviceptr)p);
+}
 
 static mc_CUresult mc_cu_copy(int device, uintptr_t dst, uintptr_t src, size_t n) {
 	MC_IN_CTX(device, mc_cu.memcpy((mc_CUdeviceptr)dst, (mc_CUdeviceptr)src, n));
@@ -271,7 +274,16 @@ func (d *cudaDriver) Pointer(addr uintptr) (PointerInfo, error) {
 	var ordinal C.int
 	var start C.mc_CUdeviceptr
 	var size C.size_t
-	if err := cudaErr("cuPointerGetAttributes", C.mc_cu_pointer(C.uintptr_t(addr), &typ, &managed, &ordinal, &start, &size)); err != nil {
+	r := C.mc_cu_pointer(C.uintptr_t(addr), 0, &typ, &managed, &ordinal, &start, &size)
+	if r == C.MC_ERR_INVALID_CONTEXT {
+		// The driver wants a current context for the query: device 0's
+		// primary one (retained only now, as creating it costs memory).
+		if err := d.context(0); err != nil {
+			return PointerInfo{}, err
+		}
+		r = C.mc_cu_pointer(C.uintptr_t(addr), 1, &typ, &managed, &ordinal, &start, &size)
+	}
+	if err := cudaErr("cuPointerGetAttributes", r); err != nil {
 		return PointerInfo{}, err
 	}
 	if typ != C.MC_MEMORYTYPE_DEVICE {

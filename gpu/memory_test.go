@@ -109,36 +109,39 @@ func TestFakeDeviceMemoryFaultsOnDirectAccess(t *testing.T) {
 }
 
 func TestRangeAndCopy(t *testing.T) {
+	// A power of two, so that a real driver's allocation granularity
+	// cannot make the allocation larger than asked.
+	const n = 1 << 20
 	for name, d := range drivers(t) {
 		t.Run(name, func(t *testing.T) {
 			m := gpu.NewMemory(d, 0)
 			defer m.Close()
-			p, err := d.DeviceAlloc(0, 1000)
+			p, err := d.DeviceAlloc(0, n)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer d.DeviceFree(p)
-			info, err := m.Range(p+10, 990)
+			info, err := m.Range(p+10, n-10)
 			if err != nil || info.Kind != gpu.KindDevice || info.HostAccessible() || info.Base != p {
 				t.Fatalf("Range = %+v, %v", info, err)
 			}
-			if _, err := m.Range(p+10, 991); !errors.Is(err, gpu.ErrOutsideAllocation) {
+			if _, err := m.Range(p+10, n-9); !errors.Is(err, gpu.ErrOutsideAllocation) {
 				t.Fatalf("Range past the allocation: %v", err)
 			}
-			src := pattern(1000, 3)
+			src := pattern(n, 3)
 			if err := m.CopyFromHost(p, src); err != nil {
 				t.Fatal(err)
 			}
 			// Device to device, then back to host.
-			q, err := d.DeviceAlloc(0, 1000)
+			q, err := d.DeviceAlloc(0, n)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer d.DeviceFree(q)
-			if err := m.Copy(q, p, 1000); err != nil {
+			if err := m.Copy(q, p, n); err != nil {
 				t.Fatal(err)
 			}
-			got := make([]byte, 1000)
+			got := make([]byte, n)
 			if err := m.CopyToHost(got, q); err != nil || !bytes.Equal(got, src) {
 				t.Fatalf("round trip through device: %v", err)
 			}

@@ -4,8 +4,9 @@
 #
 #   scripts/gpu_check.sh prepare   on the build machine (Go toolchain, no GPU
 #                                  needed): builds libmooncake.so, the binaries
-#                                  and the Go test binary into .gpu_check/
-#                                  (git-ignored; carry it to the GPU machine)
+#                                  and the Go test binaries, packed into
+#                                  .gpu_check/bundle.tar.xz (git-ignored; about
+#                                  15 MiB: carry it to the GPU machine)
 #   scripts/gpu_check.sh [run]     on the GPU machine, from the repository root
 #                                  with .gpu_check/ beside it: builds the torch
 #                                  plugin against that machine's torch, runs the
@@ -24,8 +25,9 @@ PREP=$ROOT/.gpu_check
 prepare() {
     export PATH=$PATH:/usr/local/go/bin CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations
     rm -rf "$PREP"
-    local pkg=$PREP/pkg/mooncake
-    mkdir -p "$pkg/lib" "$pkg/bin" "$PREP/gotest"
+    local stage=$PREP/stage
+    local pkg=$stage/pkg/mooncake
+    mkdir -p "$pkg/lib" "$pkg/bin" "$stage/gotest"
     cp -r python/mooncake/. "$pkg/"
     rm -rf "$pkg/lib"/* "$pkg/bin"/* "$pkg"/_pg_ext*.so "$pkg"/_pg_build.py
     find "$pkg" -name __pycache__ -prune -exec rm -rf {} +
@@ -35,20 +37,26 @@ prepare() {
     rm -f "$pkg/lib/libmooncake.h"
     cp capi/mooncake.h "$pkg/lib/"
     go build -trimpath -ldflags="-s -w" -o "$pkg/bin/" ./cmd/mooncake ./cmd/mooncake_master
-    go test -c -trimpath -ldflags="-s -w" -o "$PREP/gotest/gpu.test" ./gpu
-    go test -c -trimpath -ldflags="-s -w" -o "$PREP/gotest/discovery.test" ./gpu/discovery
-    du -sh "$PREP"
+    go test -c -trimpath -ldflags="-s -w" -o "$stage/gotest/gpu.test" ./gpu
+    go test -c -trimpath -ldflags="-s -w" -o "$stage/gotest/discovery.test" ./gpu/discovery
+    # Packed: the carried tree must stay well under the device tool's 64 MiB.
+    tar -C "$stage" -cJf "$PREP/bundle.tar.xz" pkg gotest
+    rm -rf "$stage"
+    ls -la "$PREP/bundle.tar.xz"
     echo "prepared $PREP: carry it with the tree and run scripts/gpu_check.sh there"
 }
 
 run() {
     local py=${PYTHON:-python3} work=${MC_GPU_CHECK_WORK:-/tmp/mc_gpu_check}
-    if [ ! -f "$PREP/pkg/mooncake/lib/libmooncake.so" ]; then
-        echo "gpu_check: $PREP is missing: run 'scripts/gpu_check.sh prepare' on the build machine and carry .gpu_check" >&2
+    if [ ! -f "$PREP/bundle.tar.xz" ]; then
+        echo "gpu_check: $PREP/bundle.tar.xz is missing: run 'scripts/gpu_check.sh prepare' on the build machine and carry .gpu_check" >&2
         exit 2
     fi
     rm -rf "$work" && mkdir -p "$work"
-    cp -r "$PREP/pkg" "$work/site"
+    "$py" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$PREP/bundle.tar.xz" "$work"
+    mv "$work/pkg" "$work/site"
+    local gotest=$work/gotest
     echo "== GPU"
     nvidia-smi -L || echo "nvidia-smi: not available"
     "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())'
@@ -60,9 +68,9 @@ run() {
     export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
     local status=0
     echo "== Go: the CUDA driver loaded at run time, and NVML discovery, against the real GPU"
-    { "$PREP/gotest/gpu.test" -test.count=1 -test.v \
+    { "$gotest/gpu.test" -test.count=1 -test.v \
         -test.run 'TestRangeAndCopy|TestStagedStreams|TestSystemWithoutCUDA' &&
-      "$PREP/gotest/discovery.test" -test.count=1 -test.v -test.run 'TestDiscover'; } \
+      "$gotest/discovery.test" -test.count=1 -test.v -test.run 'TestDiscover'; } \
         > "$work/go.log" 2>&1 || status=1
     grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$work/go.log" | grep -v '^=== RUN' || true
     [ $status = 0 ] || tail -40 "$work/go.log"
