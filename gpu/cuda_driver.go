@@ -36,7 +36,7 @@ static struct {
 	mc_CUresult (*ctxPush)(mc_CUcontext);
 	mc_CUresult (*ctxPop)(mc_CUcontext *);
 	mc_CUresult (*pointerGetAttributes)(unsigned, int *, void **, mc_CUdeviceptr);
-	mc_CUresult (*memcpy)(mc_CUdeviceptr, mc_CUdeviceptr, size_t);
+	mc_CUresult (*memcpyAsync)(mc_CUdeviceptr, mc_CUdeviceptr, size_t, mc_CUstream);
 	mc_CUresult (*memcpyHtoDAsync)(mc_CUdeviceptr, const void *, size_t, mc_CUstream);
 	mc_CUresult (*memcpyDtoHAsync)(void *, mc_CUdeviceptr, size_t, mc_CUstream);
 	mc_CUresult (*streamCreate)(mc_CUstream *, unsigned);
@@ -66,7 +66,7 @@ static const char *mc_cu_open(void) {
 	MC_SYM(ctxPush, "cuCtxPushCurrent_v2");
 	MC_SYM(ctxPop, "cuCtxPopCurrent_v2");
 	MC_SYM(pointerGetAttributes, "cuPointerGetAttributes");
-	MC_SYM(memcpy, "cuMemcpy");
+	MC_SYM(memcpyAsync, "cuMemcpyAsync");
 	MC_SYM(memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	MC_SYM(memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	MC_SYM(streamCreate, "cuStreamCreate");
@@ -137,8 +137,15 @@ static mc_CUresult mc_cu_pointer(uintptr_t p, int in_ctx, unsigned *type, unsign
 	return mc_cu.pointerGetAttributes(5, attrs, data, (mc_CUdeviceptr)p);
 }
 
-static mc_CUresult mc_cu_copy(int device, uintptr_t dst, uintptr_t src, size_t n) {
-	MC_IN_CTX(device, mc_cu.memcpy((mc_CUdeviceptr)dst, (mc_CUdeviceptr)src, n));
+// mc_cu_copy copies between any two kinds of memory on stream s and waits
+// for it: cuMemcpy alone may return before a device-to-device copy is done.
+static mc_CUresult mc_cu_copy(int device, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+	mc_CUresult r = mc_cu_push(device);
+	if (r) return r;
+	r = mc_cu.memcpyAsync((mc_CUdeviceptr)dst, (mc_CUdeviceptr)src, n, (mc_CUstream)s);
+	if (!r) r = mc_cu.streamSynchronize((mc_CUstream)s);
+	mc_cu_pop();
+	return r;
 }
 
 static mc_CUresult mc_cu_htod_async(int device, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
@@ -220,7 +227,13 @@ type cudaDriver struct {
 	devices int
 	mu      sync.Mutex // serialises primary-context retains
 	ready   [C.MC_MAX_DEVICES]bool
+	// copyStreams holds idle streams for Copy, by device.
+	copyMu      sync.Mutex
+	copyStreams map[int][]Stream
 }
+
+// maxIdleCopyStreams bounds the idle streams Copy keeps per device.
+const maxIdleCopyStreams = 8
 
 var openCUDA = sync.OnceValues(func() (*cudaDriver, error) {
 	if missing := C.mc_cu_open(); missing != nil {
@@ -236,7 +249,7 @@ var openCUDA = sync.OnceValues(func() (*cudaDriver, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("%w: cuDeviceGetCount reports 0 devices", ErrNoCUDA)
 	}
-	return &cudaDriver{devices: int(n)}, nil
+	return &cudaDriver{devices: int(n), copyStreams: map[int][]Stream{}}, nil
 })
 
 // OpenCUDA loads libcuda.so.1 and initialises it (once per process). Its
@@ -296,11 +309,36 @@ func (d *cudaDriver) Pointer(addr uintptr) (PointerInfo, error) {
 	return info, nil
 }
 
+// Copy runs cuMemcpyAsync on a stream of its own and waits for it.
 func (d *cudaDriver) Copy(dst, src uintptr, n uint64, device int) error {
-	if err := d.context(device); err != nil {
+	s, err := d.copyStream(device)
+	if err != nil {
 		return err
 	}
-	return cudaErr("cuMemcpy", C.mc_cu_copy(C.int(device), C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n)))
+	err = cudaErr("cuMemcpyAsync", C.mc_cu_copy(C.int(device), C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.uintptr_t(s.Handle)))
+	d.copyMu.Lock()
+	if err == nil && len(d.copyStreams[device]) < maxIdleCopyStreams {
+		d.copyStreams[device] = append(d.copyStreams[device], s)
+		s.Handle = 0
+	}
+	d.copyMu.Unlock()
+	if s.Handle != 0 {
+		d.StreamDestroy(s)
+	}
+	return err
+}
+
+// copyStream takes an idle Copy stream of device or makes one.
+func (d *cudaDriver) copyStream(device int) (Stream, error) {
+	d.copyMu.Lock()
+	if ss := d.copyStreams[device]; len(ss) > 0 {
+		s := ss[len(ss)-1]
+		d.copyStreams[device] = ss[:len(ss)-1]
+		d.copyMu.Unlock()
+		return s, nil
+	}
+	d.copyMu.Unlock()
+	return d.StreamCreate(device)
 }
 
 func (d *cudaDriver) CopyHtoDAsync(dst, src uintptr, n uint64, s Stream) error {

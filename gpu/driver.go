@@ -61,8 +61,9 @@ type Driver interface {
 	// not know is KindHost.
 	Pointer(addr uintptr) (PointerInfo, error)
 	// Copy copies n bytes between any two kinds of memory and returns
-	// when the copy is done (cuMemcpy, unified addressing). device is the
-	// GPU whose context runs it.
+	// when the copy is done (cuMemcpyAsync on a stream of the driver's,
+	// then a wait: unified addressing). device is the GPU whose context
+	// runs it.
 	Copy(dst, src uintptr, n uint64, device int) error
 	// CopyHtoDAsync and CopyDtoHAsync queue a copy between pinned host
 	// memory and device memory on s (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync).
