@@ -14,19 +14,11 @@ import (
 	"github.com/mooncake-go/mooncake/gpu/gputest"
 )
 
-// device is what the staging tests need from a driver: the fake always,
-// the real one where a GPU is present.
-type device interface {
-	gpu.Driver
-	gpu.DeviceAllocator
-}
-
-// drivers lists the drivers to test against.
-func drivers(t *testing.T) map[string]device {
-	out := map[string]device{"fake": gputest.New()}
-	if d, err := gpu.OpenCUDA(); err == nil {
-		out["cuda"] = d.(device)
-	} else if !errors.Is(err, gpu.ErrNoCUDA) {
+// drivers lists the drivers to test against: the fake always, the real
+// one where a GPU is present.
+func drivers(t *testing.T) map[string]gputest.Device {
+	out, err := gputest.Available()
+	if err != nil {
 		t.Fatalf("OpenCUDA: %v", err)
 	}
 	return out

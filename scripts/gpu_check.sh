@@ -6,7 +6,7 @@
 #                                  needed): builds libmooncake.so, the binaries
 #                                  and the Go test binaries, packed into
 #                                  .gpu_check/bundle.tar.xz (git-ignored; about
-#                                  15 MiB: carry it to the GPU machine)
+#                                  20 MiB: carry it to the GPU machine)
 #   scripts/gpu_check.sh [run]     on the GPU machine, from the repository root
 #                                  with .gpu_check/ beside it: builds the torch
 #                                  plugin against that machine's torch, runs the
@@ -39,6 +39,7 @@ prepare() {
     go build -trimpath -ldflags="-s -w" -o "$pkg/bin/" ./cmd/mooncake ./cmd/mooncake_master
     go test -c -trimpath -ldflags="-s -w" -o "$stage/gotest/gpu.test" ./gpu
     go test -c -trimpath -ldflags="-s -w" -o "$stage/gotest/discovery.test" ./gpu/discovery
+    go test -c -trimpath -ldflags="-s -w" -o "$stage/gotest/transfer.test" ./transfer
     # Packed: the carried tree must stay well under the device tool's 64 MiB.
     tar -C "$stage" -cJf "$PREP/bundle.tar.xz" pkg gotest
     rm -rf "$stage"
@@ -67,12 +68,14 @@ run() {
     ls "$work/site/mooncake"/_pg_ext*.so
     export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
     local status=0
-    echo "== Go: the CUDA driver loaded at run time, and NVML discovery, against the real GPU"
+    echo "== Go against the real GPU: the CUDA driver loaded at run time, NVML discovery,"
+    echo "   and the engine's device transfers (each test runs on the fake and the real device)"
     { "$gotest/gpu.test" -test.count=1 -test.v \
         -test.run 'TestRangeAndCopy|TestStagedStreams|TestSystemWithoutCUDA' &&
-      "$gotest/discovery.test" -test.count=1 -test.v -test.run 'TestDiscover'; } \
+      "$gotest/discovery.test" -test.count=1 -test.v -test.run 'TestDiscover' &&
+      "$gotest/transfer.test" -test.count=1 -test.v -test.run 'TestDevice|TestLocalTopology'; } \
         > "$work/go.log" 2>&1 || status=1
-    grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$work/go.log" | grep -v '^=== RUN' || true
+    grep -E '^ *(--- |PASS|FAIL|ok)' "$work/go.log" || true
     [ $status = 0 ] || tail -40 "$work/go.log"
     echo "== Python checks"
     local json=()

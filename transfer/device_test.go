@@ -14,9 +14,19 @@ import (
 // deviceChunk is small so that every TCP slice stages in several chunks.
 const deviceChunk = 64 << 10
 
-// newDeviceEngine starts a P2P engine whose GPU memory access is the fake
-// driver d.
-func newDeviceEngine(t *testing.T, d *gputest.Driver, forceTCP bool) *Engine {
+// devices lists the devices to test against: the fake always, the real
+// CUDA driver where a GPU is present.
+func devices(t *testing.T) map[string]gputest.Device {
+	t.Helper()
+	out, err := gputest.Available()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// newDeviceEngine starts a P2P engine whose GPU memory access is d.
+func newDeviceEngine(t *testing.T, d gputest.Device, forceTCP bool) *Engine {
 	t.Helper()
 	m := gpu.NewMemory(d, deviceChunk)
 	e, err := New(Config{LocalHostname: "127.0.0.1", MetadataServer: P2PHandshake, ForceTCP: forceTCP, TransferTimeout: 5 * time.Second, Memory: m})
@@ -32,10 +42,10 @@ func newDeviceEngine(t *testing.T, d *gputest.Driver, forceTCP bool) *Engine {
 	return e
 }
 
-// deviceBuf allocates n bytes of fake device memory holding data.
-func deviceBuf(t *testing.T, d *gputest.Driver, data []byte) uintptr {
+// deviceBuf allocates device memory holding data.
+func deviceBuf(t *testing.T, d gputest.Device, data []byte) uintptr {
 	t.Helper()
-	p, err := d.Upload(0, data)
+	p, err := gputest.Upload(d, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,9 +53,9 @@ func deviceBuf(t *testing.T, d *gputest.Driver, data []byte) uintptr {
 	return p
 }
 
-func deviceBytes(t *testing.T, d *gputest.Driver, p uintptr, n int) []byte {
+func deviceBytes(t *testing.T, d gputest.Device, p uintptr, n int) []byte {
 	t.Helper()
-	b, err := d.Read(p, uint64(n))
+	b, err := gputest.Download(d, p, uint64(n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +66,14 @@ func deviceBytes(t *testing.T, d *gputest.Driver, p uintptr, n int) []byte {
 // between device memories, in both directions, over every route: TCP, a
 // same-host peer's shared buffer, and the engine's own segment. Fake
 // device memory faults on direct access, so a path that dereferenced it
-// would crash the test.
+// would crash the test; with a GPU, the same runs on real device memory.
 func TestDeviceTransfers(t *testing.T) {
+	for name, d := range devices(t) {
+		t.Run(name, func(t *testing.T) { testDeviceTransfers(t, d) })
+	}
+}
+
+func testDeviceTransfers(t *testing.T, d gputest.Device) {
 	const n = 9<<20 + 123 // several TCP slices, several chunks each, odd tail
 	for _, tc := range []struct {
 		name           string
@@ -74,7 +90,6 @@ func TestDeviceTransfers(t *testing.T) {
 		{"self/device-to-host", false, true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := gputest.New()
 			initiator := newDeviceEngine(t, d, tc.forceTCP)
 			target := initiator
 			if !tc.self {
@@ -118,7 +133,7 @@ func TestDeviceTransfers(t *testing.T) {
 			if err := target.ReadLocal(remote, got); err != nil || !bytes.Equal(got, pattern(n, 3)) {
 				t.Fatalf("ReadLocal: %v", err)
 			}
-			if (tc.localDevice || tc.remoteDevice) && d.Stats().AsyncCopies+d.Stats().SyncCopies == 0 {
+			if f, ok := d.(*gputest.Driver); ok && (tc.localDevice || tc.remoteDevice) && f.Stats().AsyncCopies+f.Stats().SyncCopies == 0 {
 				t.Fatal("device memory moved without the driver")
 			}
 		})
@@ -128,8 +143,13 @@ func TestDeviceTransfers(t *testing.T) {
 // TestDeviceTransferBatch runs many device requests of one batch at once
 // over TCP, each into its own place, with data checked.
 func TestDeviceTransferBatch(t *testing.T) {
+	for name, d := range devices(t) {
+		t.Run(name, func(t *testing.T) { testDeviceTransferBatch(t, d) })
+	}
+}
+
+func testDeviceTransferBatch(t *testing.T, d gputest.Device) {
 	const n, k = 300 << 10, 12
-	d := gputest.New()
 	initiator := newDeviceEngine(t, d, true)
 	target := newDeviceEngine(t, d, true)
 	src := deviceBuf(t, d, pattern(n*k, 5))
@@ -157,13 +177,19 @@ func TestDeviceTransferBatch(t *testing.T) {
 }
 
 func TestDeviceRegistration(t *testing.T) {
-	d := gputest.New()
+	for name, d := range devices(t) {
+		t.Run(name, func(t *testing.T) { testDeviceRegistration(t, d) })
+	}
+}
+
+func testDeviceRegistration(t *testing.T, d gputest.Device) {
+	const n = 1 << 20 // a power of two: no allocation granularity rounds it up
 	e := newDeviceEngine(t, d, false)
-	p := deviceBuf(t, d, make([]byte, 4096))
-	if err := e.RegisterLocalMemory(p, 4097, "*"); err == nil || !errors.Is(err, gpu.ErrOutsideAllocation) {
+	p := deviceBuf(t, d, make([]byte, n))
+	if err := e.RegisterLocalMemory(p, n+1, "*"); err == nil || !errors.Is(err, gpu.ErrOutsideAllocation) {
 		t.Fatalf("registering past the allocation: %v", err)
 	}
-	if err := e.BatchRegisterLocalMemory([]uintptr{p}, []uint64{4096}, "*"); err != nil {
+	if err := e.BatchRegisterLocalMemory([]uintptr{p}, []uint64{n}, "*"); err != nil {
 		t.Fatal(err)
 	}
 	desc := e.descriptor()

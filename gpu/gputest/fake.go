@@ -81,15 +81,6 @@ func (d *Driver) DeviceAlloc(device int, n uint64) (uintptr, error) {
 	return a.base, nil
 }
 
-// Upload allocates fake device memory on device holding a copy of data.
-func (d *Driver) Upload(device int, data []byte) (uintptr, error) {
-	p, err := d.DeviceAlloc(device, uint64(len(data)))
-	if err != nil {
-		return 0, err
-	}
-	return p, d.Write(p, data)
-}
-
 // ManagedAlloc allocates n bytes of fake managed memory: reported as
 // managed, and directly accessible.
 func (d *Driver) ManagedAlloc(device int, n uint64) (uintptr, error) {

@@ -31,7 +31,7 @@ func newDeviceClient(t *testing.T, d *gputest.Driver, rpc, meta string, forceTCP
 // devicePart allocates fake device memory holding data.
 func devicePart(t *testing.T, d *gputest.Driver, data []byte) Part {
 	t.Helper()
-	p, err := d.Upload(0, data)
+	p, err := gputest.Upload(d, data)
 	if err != nil {
 		t.Fatal(err)
 	}
