@@ -160,8 +160,21 @@ int mc_engine_send_notify(uint64_t engine, const char *target,
 /* 0 if segment `peer` answers its handshake port. */
 int mc_engine_send_probe(uint64_t engine, const char *peer);
 
-/* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]}. */
+/* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]},
+ * and "cuda:N" entries for the GPUs NVML reports. */
 char *mc_local_topology(void);
+
+/* ---- GPU memory ------------------------------------------------------ *
+ * The CUDA driver (libcuda.so.1) is loaded at run time on first use; with
+ * none, every pointer is host memory. */
+
+/* 0 host, 1 device, 2 managed memory; -1 when the CUDA driver fails.
+ * *device (may be NULL) gets the GPU ordinal, -1 for host memory. */
+int mc_pointer_kind(uint64_t ptr, int *device);
+
+/* Copy n bytes from src to dst, either of which may be device memory;
+ * returns when done: 0, or -1 on a CUDA error. */
+int mc_copy_memory(uint64_t dst, uint64_t src, uint64_t n);
 
 /* ---- Engine RPC messages (mooncake.engine.RpcInterface) -------------- *
  * A server queues typed messages (a kind 0..255 and opaque bytes) sent by

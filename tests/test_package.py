@@ -297,6 +297,7 @@ def _ctypes_tables() -> dict[str, tuple[list, object]]:
         "mooncake.engine": ("_SIGNATURES",),
         "mooncake.mooncake_ep_buffer": ("_SIGNATURES",),
         "mooncake.buffer_pool": ("_SIGNATURES",),
+        "mooncake._device": ("_SIGNATURES",),
     }.items():
         m = importlib.import_module(mod)
         for attr in attrs:

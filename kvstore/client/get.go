@@ -133,8 +133,14 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 	if leaseExpired(queried, list.LeaseTtlMs) {
 		return GetResult{Err: kvstore.LeaseExpired}
 	}
-	if list.Checksum != nil && checksumEnabled() && checksum(trim(parts, r.Size)) != *list.Checksum {
-		return GetResult{Err: kvstore.ChecksumMismatch}
+	if list.Checksum != nil && checksumEnabled() {
+		sum, err := checksum(c.engine.Memory(), trim(parts, r.Size))
+		if err != nil {
+			return GetResult{Err: transferErr(err)}
+		}
+		if sum != *list.Checksum {
+			return GetResult{Err: kvstore.ChecksumMismatch}
+		}
 	}
 	return GetResult{Size: r.Size}
 }

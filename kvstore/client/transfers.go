@@ -106,7 +106,9 @@ func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, o
 		}
 	}
 	return c.staged(partsSize(parts), func(chunk []byte, off uint64) error {
-		copyIn(chunk, parts, off)
+		if err := copyIn(c.engine.Memory(), chunk, parts, off); err != nil {
+			return transferErr(err)
+		}
 		return parallel(len(replicas), func(i int) error {
 			return c.moveDirect(transfer.OpWrite, []Part{{addrOf(chunk), uint64(len(chunk))}}, replicas[i], objOff+off)
 		})
@@ -132,7 +134,9 @@ func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n ui
 		if err := c.moveDirect(transfer.OpRead, []Part{{addrOf(chunk), uint64(len(chunk))}}, r, objOff+off); err != nil {
 			return err
 		}
-		copyOut(parts, off, chunk)
+		if err := copyOut(c.engine.Memory(), parts, off, chunk); err != nil {
+			return transferErr(err)
+		}
 		return nil
 	})
 }

@@ -140,7 +140,7 @@ func (c *Cache) Begin(key string) Ticket {
 // or its key longer than MaxKey (a bypass), or the key was invalidated
 // since Begin (the bytes may predate a write). gather copies the object's
 // n bytes into dst.
-func (c *Cache) Fill(t Ticket, n uint64, gather func(dst []byte)) {
+func (c *Cache) Fill(t Ticket, n uint64, gather func(dst []byte) error) {
 	if n > c.g.block || len(t.key) > MaxKey || len(t.key) == 0 {
 		c.bypasses.Add(1)
 		return
@@ -169,7 +169,11 @@ func (c *Cache) Fill(t Ticket, n uint64, gather func(dst []byte)) {
 	seq := seqOf(rec)
 	atomic.StoreUint64(seq, atomic.LoadUint64(seq)|1) // odd: readers keep off
 	le := binary.LittleEndian
-	gather(c.g.data(c.mem, s)[:n])
+	if err := gather(c.g.data(c.mem, s)[:n]); err != nil {
+		le.PutUint32(rec[recKeyLen:], 0)                  // the slot is empty now
+		atomic.StoreUint64(seq, atomic.LoadUint64(seq)+1) // even again
+		return
+	}
 	le.PutUint64(rec[recSize:], n)
 	le.PutUint64(rec[recFilled:], monoNow())
 	le.PutUint32(rec[recKeyLen:], uint32(len(t.key)))

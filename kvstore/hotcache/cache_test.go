@@ -22,7 +22,7 @@ func newCache(t *testing.T, cfg Config) *Cache {
 }
 
 func fill(c *Cache, key string, val []byte) {
-	c.Fill(c.Begin(key), uint64(len(val)), func(dst []byte) { copy(dst, val) })
+	c.Fill(c.Begin(key), uint64(len(val)), func(dst []byte) error { copy(dst, val); return nil })
 }
 
 // read returns the cached bytes of key, or nil on a miss.
@@ -80,13 +80,13 @@ func TestFillOfAReadThatRacedAWriteIsDiscarded(t *testing.T) {
 	c := newCache(t, Config{Size: 1 << 20, BlockSize: 4096})
 	tk := c.Begin("k") // a read of the old value starts
 	c.Invalidate("k")  // a write of a new value completes
-	c.Fill(tk, 3, func(dst []byte) { copy(dst, "old") })
+	c.Fill(tk, 3, func(dst []byte) error { copy(dst, "old"); return nil })
 	if read(c, "k") != nil {
 		t.Fatal("the old value was cached after the write")
 	}
 	tk = c.Begin("k")
 	c.Clear()
-	c.Fill(tk, 3, func(dst []byte) { copy(dst, "old") })
+	c.Fill(tk, 3, func(dst []byte) error { copy(dst, "old"); return nil })
 	if read(c, "k") != nil {
 		t.Fatal("the old value was cached after a clear")
 	}

@@ -1,7 +1,6 @@
 package hotcache
 
 import (
-
 	"github.com/mooncake-go/mooncake/kvstore/client"
 )
 
@@ -37,7 +36,7 @@ func ReadThrough(cache *Cache, keys []string, parts [][]client.Part,
 		i := missIdx[j]
 		out[i] = r
 		if r.Err == nil {
-			cache.Fill(tickets[j], r.Size, func(dst []byte) { client.CopyFromParts(dst, parts[i]) })
+			cache.Fill(tickets[j], r.Size, func(dst []byte) error { return client.CopyFromParts(dst, parts[i]) })
 		}
 	}
 	return out
@@ -48,7 +47,10 @@ func copyInto(parts []client.Part, data []byte, res *client.GetResult) bool {
 	if client.PartsSize(parts) < uint64(len(data)) {
 		return false
 	}
-	client.CopyToParts(parts, data)
+	if err := client.CopyToParts(parts, data); err != nil {
+		*res = client.GetResult{Err: err}
+		return true
+	}
 	*res = client.GetResult{Size: uint64(len(data))}
 	return true
 }
@@ -105,7 +107,7 @@ func (c *Client) BatchGet(keys []string, alloc client.Allocator) []client.GetRes
 	for j, r := range res {
 		out[missIdx[j]] = r
 		if r.Err == nil && given[j] != nil {
-			c.Cache.Fill(tickets[j], r.Size, func(dst []byte) { client.CopyFromParts(dst, given[j]) })
+			c.Cache.Fill(tickets[j], r.Size, func(dst []byte) error { return client.CopyFromParts(dst, given[j]) })
 		}
 	}
 	return out

@@ -75,7 +75,10 @@ func (d *Dummy) BatchPut(keys []string, parts [][]client.Part, cfg client.Replic
 				continue
 			}
 			lent[i] = s
-			client.CopyFromParts(bytesAt(s.addr, n), parts[i])
+			if err := client.CopyFromParts(bytesAt(s.addr, n), parts[i]); err != nil {
+				errs[i] = err
+				continue
+			}
 			spans = []span{s.span()}
 		}
 		req.Keys, req.Parts, idx = append(req.Keys, k), append(req.Parts, spans), append(idx, i)
@@ -142,8 +145,8 @@ func (d *Dummy) BatchGetInto(keys []string, parts [][]client.Part, _ bool) []cli
 		if errorsIs(r.Err, kvstore.BufferOverflow) {
 			r.Err = kvstore.InvalidParams // a destination too small, as the real client's get_into
 		}
-		if r.Err == nil && lent[j].addr != 0 {
-			scatter(parts[i], bytesAt(lent[j].addr, r.Size))
+		if r.Err == nil && lent[j].addr != 0 && !scatter(parts[i], bytesAt(lent[j].addr, r.Size)) {
+			r = client.GetResult{Err: kvstore.InternalError} // a copy into device memory failed
 		}
 		out[i] = r
 	}
@@ -163,7 +166,10 @@ func (d *Dummy) BatchGet(keys []string, alloc client.Allocator) []client.GetResu
 			out[i].Err = err
 			return
 		}
-		scatter(dst, data)
+		if !scatter(dst, data) {
+			out[i].Err = kvstore.InternalError
+			return
+		}
 		out[i].Size = uint64(len(data))
 	}
 	var miss []int

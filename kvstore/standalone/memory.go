@@ -15,14 +15,13 @@ func bytesAt(addr uintptr, n uint64) []byte {
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n)
 }
 
-// scatter copies data over the parts in order; false (nothing copied)
-// when they are too small.
+// scatter copies data over the parts in order; false when they are too
+// small (nothing copied) or a copy into device memory failed.
 func scatter(parts []client.Part, data []byte) bool {
 	if client.PartsSize(parts) < uint64(len(data)) {
 		return false
 	}
-	client.CopyToParts(parts, data)
-	return true
+	return client.CopyToParts(parts, data) == nil
 }
 
 func errorsIs(err error, code kvstore.ErrorCode) bool {
