@@ -245,15 +245,20 @@ def worker_main(a: argparse.Namespace) -> None:
     s.close()
 
 
-def storage_main(a: argparse.Namespace) -> None:
-    """Holds the pool and writes the preloaded keys."""
-    s = open_store(a, 1 << 30)
+def write_preload(s) -> None:
+    """Writes the objects the get and exist cases read (PRELOAD)."""
     for size, n in PRELOAD.items():
         name = next(k for k, v in SIZES.items() if v == size)
         for i in range(n):
             k = f"pre-{name}-{i}"
             if s.put(k, value_for(k, size)) != 0:
                 raise SystemExit(f"preload of {k} failed")
+
+
+def storage_main(a: argparse.Namespace) -> None:
+    """Holds the pool and writes the preloaded keys."""
+    s = open_store(a, 1 << 30)
+    write_preload(s)
     print(json.dumps({"ready": os.getpid()}), flush=True)
     sys.stdin.read()
     s.close()
@@ -325,10 +330,7 @@ class System:
         self.server_pid = p.pid
         self.args = ["--redis-port", str(port)]
         r = RedisStore(port)
-        for size, n in PRELOAD.items():
-            name = next(k for k, v in SIZES.items() if v == size)
-            for i in range(n):
-                r.put(f"pre-{name}-{i}", value_for(f"pre-{name}-{i}", size))
+        write_preload(r)
         r.close()
 
     def spawn(self, extra: list[str]) -> subprocess.Popen:
@@ -408,12 +410,7 @@ def restore(sys_: System) -> None:
 
 def preload_main(a: argparse.Namespace) -> None:
     s = open_store(a, 0)
-    for size, n in PRELOAD.items():
-        name = next(k for k, v in SIZES.items() if v == size)
-        for i in range(n):
-            k = f"pre-{name}-{i}"
-            if s.put(k, value_for(k, size)) != 0:
-                raise SystemExit(f"preload of {k} failed")
+    write_preload(s)
     print(json.dumps({"done": True}), flush=True)
     s.close()
 

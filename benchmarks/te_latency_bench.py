@@ -31,18 +31,24 @@ from store_bench import Procs, human, parse_size  # noqa: E402
 BUFFER = 16 << 20
 
 
-def target_main() -> None:
+def open_engine(role: str):
+    """A TCP engine with a registered BUFFER: (engine, buffer, its address)."""
     import ctypes
 
     from mooncake.engine import TransferEngine
 
     te = TransferEngine()
     if te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") != 0:
-        raise SystemExit("target: initialize failed")
+        raise SystemExit(f"{role}: initialize failed")
     buf = ctypes.create_string_buffer(BUFFER)
     addr = ctypes.addressof(buf)
     if te.register_memory(addr, BUFFER) != 0:
-        raise SystemExit("target: register_memory failed")
+        raise SystemExit(f"{role}: register_memory failed")
+    return te, buf, addr
+
+
+def target_main() -> None:
+    te, buf, addr = open_engine("target")
     print(json.dumps({"session": f"127.0.0.1:{te.get_rpc_port()}", "addr": addr}), flush=True)
     sys.stdin.read()
 
@@ -50,15 +56,7 @@ def target_main() -> None:
 def initiator_main(a: argparse.Namespace) -> None:
     import ctypes
 
-    from mooncake.engine import TransferEngine
-
-    te = TransferEngine()
-    if te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") != 0:
-        raise SystemExit("initiator: initialize failed")
-    buf = ctypes.create_string_buffer(BUFFER)
-    addr = ctypes.addressof(buf)
-    if te.register_memory(addr, BUFFER) != 0:
-        raise SystemExit("initiator: register_memory failed")
+    te, buf, addr = open_engine("initiator")
     rows = []
     for size in [parse_size(s) for s in a.sizes.split(",")]:
         pattern = bytes((i * 7 + size) % 251 for i in range(size))
