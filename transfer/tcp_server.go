@@ -67,6 +67,16 @@ func (s *tcpServer) serveRequest(conn net.Conn, r io.Reader, h tcpHeader) bool {
 		}
 		return !h.v2 || writeStatus(conn, statusOK)
 	}
+	if h.v2 && !reg.device {
+		// The status and the bytes in one write: the initiator wakes once.
+		st := encodeStatus(statusOK)
+		bufs := net.Buffers{st[:], bytesAt(uintptr(h.addr), h.size)}
+		if _, err := bufs.WriteTo(conn); err != nil {
+			slog.Debug("tcp: read", "peer", conn.RemoteAddr(), "err", err)
+			return false
+		}
+		return true
+	}
 	if h.v2 && !writeStatus(conn, statusOK) {
 		return false
 	}
