@@ -157,6 +157,8 @@ var All = []*Var{
 		ReadBy: "demo", Doc: "metadata server of the collectives demo's checkpoint"},
 	{Name: "MOONCAKE_MOONCAKE_MASTER", Kind: File, Default: "the installed mooncake_master",
 		ReadBy: "benchmarks", Doc: "mooncake_master binary the store benchmark runs"},
+	{Name: "MC_GPU_CHECK_WORK", Kind: Text, Default: "/tmp/mc_gpu_check",
+		ReadBy: "scripts/gpu_check.sh", Doc: "scratch folder of the GPU device check"},
 	{Name: "MOONCAKE_UPSTREAM_VENV", Kind: Text, Default: "none",
 		ReadBy: "benchmarks", Doc: "virtual environment with upstream's mooncake, the master benchmark's upstream column"},
 
