@@ -176,26 +176,63 @@ def test_setup_after_close_and_calls_on_a_closed_store(store_master):
     s.close()
 
 
-@pytest.mark.parametrize(
-    "option",
-    [
-        {"enable_client_http_server": True},
-    ],
-)
-def test_unimplemented_options_fail_loudly(store_master, option, caplog):
+def test_unimplemented_options_fail_loudly(store_master, caplog):
+    s = MooncakeDistributedStore()
+    cfg = {"local_hostname": LOOPBACK, "metadata_server": "x", "ipc_socket_path": "/tmp/s"}
+    with caplog.at_level("ERROR", logger="mooncake.store"):
+        assert s.setup(cfg) == NOT_SUPPORTED
+    assert "this build" in caplog.text
+    args = (LOOPBACK, store_master.metadata_url, "16MB", "16MB", "tcp", "", store_master.rpc)
+    assert s.setup(*args, enable_ssd_offload=False, enable_client_http_server=False) == 0
+    assert s.metrics_server_address() is None
+    s.close()
+
+
+def _http_get(url: str) -> tuple[int, str]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status, r.read().decode()
+
+
+@pytest.mark.parametrize("form", ["keywords", "dict"])
+def test_client_http_server_serves_metrics(store_master, form):
+    """enable_client_http_server=True serves the client's metrics on
+    client_http_port; close (and stop_metrics_server) stop it; a port in use
+    fails setup."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        port = probe.getsockname()[1]
     s = MooncakeDistributedStore()
     args = (LOOPBACK, store_master.metadata_url, "16MB", "16MB", "tcp", "", store_master.rpc)
-    with caplog.at_level("ERROR", logger="mooncake.store"):
-        assert s.setup(*args, **option) == NOT_SUPPORTED
-    assert "this build" in caplog.text
-    cfg = {"local_hostname": LOOPBACK, "metadata_server": store_master.metadata_url}
-    cfg.update({k: str(v) for k, v in option.items()})
-    assert s.setup(cfg) == NOT_SUPPORTED
-    cfg = {"local_hostname": LOOPBACK, "metadata_server": "x", "ipc_socket_path": "/tmp/s"}
-    assert s.setup(cfg) == NOT_SUPPORTED
-    # the same options switched off are fine
-    assert s.setup(*args, enable_ssd_offload=False, enable_client_http_server=False) == 0
-    s.close()
+    if form == "keywords":
+        rc = s.setup(*args, enable_client_http_server=True, client_http_port=port)
+    else:
+        cfg = {
+            "local_hostname": LOOPBACK,
+            "metadata_server": store_master.metadata_url,
+            "master_server_address": store_master.rpc,
+            "enable_client_http_server": "true",
+            "client_http_port": str(port),
+        }
+        rc = s.setup(cfg)
+    assert rc == 0
+    try:
+        assert s.metrics_server_address() == f"{LOOPBACK}:{port}"
+        assert s.put("metrics-key", b"v") == 0 and s.get("metrics-key") == b"v"
+        code, text = _http_get(f"http://{LOOPBACK}:{port}/metrics")
+        assert code == 200 and "# TYPE" in text, text[:200]
+        # A second client cannot take the same port: its setup fails and
+        # leaves it closed.
+        other = MooncakeDistributedStore()
+        assert other.setup(*args, enable_client_http_server=True, client_http_port=port) < 0
+        assert other.health_check() == 1
+    finally:
+        s.close()
+    with pytest.raises(OSError):
+        _http_get(f"http://{LOOPBACK}:{port}/metrics")
 
 
 def test_setup_argument_errors(store_master):

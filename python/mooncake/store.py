@@ -227,7 +227,6 @@ def parse_size(value: int | str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-
 _SIGNATURES = {
     "mc_store_create": ([], U64),
     "mc_store_setup": ([U64, STR, STR, U64, U64, STR, STR, STR, U64, STR, U64], INT),
@@ -317,6 +316,7 @@ class _SetupParams:
     hugepage_bytes: int  # 0: normal pages
     enable_ssd_offload: bool = False
     ssd_offload_path: str = ""  # "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH
+    client_http_port: int = 0  # 0: no client metrics server
 
 
 _SETUP_NAMES = (
@@ -395,11 +395,6 @@ def _dict_setup_params(config: dict[str, Any]) -> _SetupParams:
 
 
 def _validated(values: dict[str, Any]) -> _SetupParams:
-    if _truthy(values.get("enable_client_http_server", False)):
-        raise _SetupError(
-            ErrorCode.NOT_SUPPORTED,
-            "enable_client_http_server=True: this build has no client metrics server",
-        )
     if values.get("ipc_socket_path"):
         raise _SetupError(
             ErrorCode.NOT_SUPPORTED,
@@ -430,6 +425,7 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         hugepage_bytes=hugepage_bytes,
         enable_ssd_offload=_truthy(values.get("enable_ssd_offload", False)),
         ssd_offload_path=str(values.get("ssd_offload_path") or ""),
+        client_http_port=int(port) if _truthy(values.get("enable_client_http_server")) else 0,
     )
 
 
@@ -482,9 +478,13 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         starts the disk tier in ``ssd_offload_path`` (or
         MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage): -600
         for a directory that is missing, relative or not writable, -1300
-        when the master runs without --enable_offload. Options this build
-        does not implement (the client metrics server, an IPC socket for
-        dummy clients) return NOT_SUPPORTED (-1012) when enabled.
+        when the master runs without --enable_offload. The dict key
+        ``ipc_socket_path`` (serving dummy clients in process, which this
+        build does not do) returns NOT_SUPPORTED (-1012).
+        ``enable_client_http_server=True`` serves this client's metrics
+        (/metrics, /breakdown, /tracing) on ``client_http_port`` of the
+        local hostname's address, as ``start_metrics_server`` does; a port
+        that cannot be bound fails setup.
         Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
         MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
         the local buffer on huge pages, which the kernel must have reserved
@@ -537,9 +537,27 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
             rc = self._enable_offload(params.ssd_offload_path)
             if rc != 0:
                 self.close()
+        if rc == 0 and params.client_http_port:
+            rc = self._serve_client_metrics(params)
         if rc == 0:
             self._engine = params.engine
         return rc
+
+    def _serve_client_metrics(self, params: _SetupParams) -> int:
+        """enable_client_http_server: the metrics server on client_http_port
+        of the local hostname's address; on failure the client is closed."""
+        host = (
+            params.local_hostname.rsplit(":", 1)[0]
+            if params.local_hostname.count(":") == 1
+            else params.local_hostname
+        )
+        try:
+            self.start_metrics_server(params.client_http_port, host.strip("[]") or "0.0.0.0")
+        except StoreOperationError as e:
+            _log.error("setup: client metrics server on port %d: %s", params.client_http_port, e)
+            self.close()
+            return e.code
+        return 0
 
     def close(self) -> int:
         """Unmount this client's memory and release it. Idempotent; 0."""
@@ -761,9 +779,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         if not keys:
             return []
         free = self._lib.mc_free
-        return [
-            take_buffer(p, r, free) if r >= 0 else None for p, r in self._get_alloc(keys)
-        ]
+        return [take_buffer(p, r, free) if r >= 0 else None for p, r in self._get_alloc(keys)]
 
     def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
         """The object's readable replicas; [] on a miss. Grants a read lease."""
