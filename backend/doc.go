@@ -10,7 +10,8 @@
 //     a gRPC Coordinator and publishes its address in the torch Store under
 //     "coordinator_addr"; every other exchange goes through it.
 //   - layout.go, link.go, wait.go: each rank's registered buffer (per-peer
-//     slots, staging area, flag words) and the push protocol over it: put
+//     slots, staging area, flag words) and the push protocol over it, on
+//     the Transfer Engine's data-then-flag channel (transfer/channel): put
 //     the data into the receiver's slot (a direct memcpy for same-host peers,
 //     a Transfer Engine WRITE otherwise), then, once it is in place, a
 //     sequence number into its ready word, and wake the receiver; the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/mooncake-go/mooncake/backend/coordpb"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/channel"
 )
 
 // GroupConfig says which group to join. Size 1 is allowed.
@@ -109,7 +109,8 @@ type Group struct {
 	coll  *fifo
 	sendQ []*fifo
 	recvQ []*fifo
-	spin  time.Duration // see wait.go
+	// policy is how this rank waits for its peers' words (wait.go).
+	policy channel.Policy
 	// life gates ops against Close (lifecycle.go); closed is set when
 	// closing begins, and makes every wait give up with ErrClosed.
 	life    *lifecycle
@@ -190,14 +191,11 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	for s := range nSlots {
 		g.pullLent[s] = make([]uint64, slots)
 	}
-	g.spin = spinFor
-	if slots > runtime.NumCPU() {
-		g.spin = spinOversubscribed
-	}
+	g.policy = channel.DefaultPolicy(slots)
 	if us := envvars.PGSpinUs.Int(-1); us > 0 {
-		g.spin = time.Duration(us) * time.Microsecond
+		g.policy.Spin = time.Duration(us) * time.Microsecond
 	}
-	g.coll = newFifo(g.spin)
+	g.coll = newFifo(g.policy.Spin)
 	g.sendQ = make([]*fifo, slots)
 	g.recvQ = make([]*fifo, slots)
 	for i := range slots {
