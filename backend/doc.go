@@ -24,7 +24,8 @@
 //   - op.go: the operations and their validation.
 //   - select.go: the one place that chooses an algorithm by size and world size.
 //   - allreduce_*.go, broadcast_*.go, ...: one algorithm per file.
-//   - dtype.go, reduce*.go, half.go: dtypes and the reduction kernels.
+//   - dtype.go, reduce*.go: dtypes and the reduction kernels (16-bit
+//     float conversions from internal/half).
 //
 // Reductions are deterministic: every element is reduced in ascending rank
 // order (starting from rank 0's value) by exactly one formula, whichever
