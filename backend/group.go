@@ -7,10 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/rawmem"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
@@ -162,7 +162,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
-	g.mem = bytesAt(g.base, g.lay.total)
+	g.mem = rawmem.At(g.base, uint64(g.lay.total))
 	resp, err := rt.join(client, &coordpb.JoinRequest{
 		GroupId:   cfg.GroupID,
 		Rank:      int32(cfg.Rank),
@@ -344,12 +344,3 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 
 func (g *Group) collTimeout() time.Duration { return time.Duration(g.rt.collTimeout.Load()) }
 func (g *Group) p2pTimeout() time.Duration  { return time.Duration(g.rt.p2pTimeout.Load()) }
-
-// bytesAt views n bytes of process memory at addr (registered group memory).
-func bytesAt(addr uintptr, n int) []byte {
-	if n == 0 {
-		return nil
-	}
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), n)
-}

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
+	"github.com/mooncake-go/mooncake/internal/rawmem"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
@@ -114,11 +115,9 @@ func NewBuffer(cfg Config) (*Buffer, error) {
 		return nil, err
 	}
 	b.base = addr
-	b.mem = unsafe.Slice((*byte)(ptrAt(addr)), alloc)
+	b.mem = rawmem.At(addr, alloc)
 	return b, nil
 }
-
-func ptrAt(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
 
 // Self is what this rank publishes.
 func (b *Buffer) Self() Peer { return Peer{Name: b.eng.Name(), Addr: uint64(b.base)} }

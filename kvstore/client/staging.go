@@ -2,7 +2,8 @@ package client
 
 import (
 	"context"
-	"unsafe"
+
+	"github.com/mooncake-go/mooncake/internal/rawmem"
 )
 
 // maxStageChunk bounds one staging chunk: a copying operation takes a
@@ -50,15 +51,9 @@ func partsSize(parts []Part) uint64 {
 }
 
 // mem views a caller memory range.
-func mem(addr uintptr, n uint64) []byte {
-	if n == 0 {
-		return nil
-	}
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), n)
-}
+func mem(addr uintptr, n uint64) []byte { return rawmem.At(addr, n) }
 
-func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+func addrOf(b []byte) uintptr { return rawmem.Addr(b) }
 
 // copyOut copies object bytes [off, off+len(src)) from src into the parts,
 // which together hold the object in order.
