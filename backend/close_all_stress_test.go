@@ -116,20 +116,7 @@ func closeEverything(t *testing.T, rng *rand.Rand, forceTCP bool) {
 		}()
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 2*testSlot)
-			for {
-				var w *Work
-				var err error
-				if r == 0 {
-					w, err = g.Send(buf, 1, Inline())
-				} else {
-					w, err = g.Recv(buf, 0, Inline())
-				}
-				checkOpOutcome(t, g, "send/recv", w, err, nil, ErrPeer)
-				if err != nil || w.Err() != nil {
-					return
-				}
-			}
+			sendRecvUntilClosed(t, g, 2*testSlot, ErrPeer)
 		}()
 		go func() {
 			defer wg.Done()
@@ -152,16 +139,7 @@ func closeEverything(t *testing.T, rng *rand.Rand, forceTCP bool) {
 		time.Sleep(time.Duration(rng.IntN(2_000)) * time.Microsecond)
 	}
 	closing.Wait()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("ops still running 30 s after their groups and buffers were closed")
-	}
+	waitOps(t, &wg, "their groups and buffers were closed")
 	for r := range gs {
 		if _, err := gs[r].AllReduce(make([]byte, 4), 1, Float32, Sum, Inline()); !errors.Is(err, ErrClosed) {
 			t.Errorf("rank %d: all_reduce after Close: %v, want ErrClosed", r, err)
