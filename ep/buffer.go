@@ -330,10 +330,11 @@ func (b *Buffer) publish(op *Op, f func()) {
 // word returns the int32 at byte offset off of the local buffer.
 func (b *Buffer) word(off int64) *int32 { return (*int32)(unsafe.Pointer(&b.mem[off])) }
 
-// shmMaxNap bounds a wait's blocks on a word that a same-host sender
+// shmNap bounds every block of a wait on a word that a same-host sender
 // wakes: the wake-up ends the block, so the bound only says how soon a
-// waiter sees Close.
-const shmMaxNap = 20 * time.Millisecond
+// waiter sees Close, and a waiter never wakes itself early (each early
+// wake-up takes CPU from the sender it waits for on a busy host).
+const shmNap = 20 * time.Millisecond
 
 // waitSignal waits until *w holds a value of the wanted sign (negative:
 // dispatch counts; positive: combine flags) or the deadline passes (never
@@ -346,7 +347,7 @@ func (b *Buffer) waitSignal(w *int32, negative, shm bool, deadline time.Time) in
 	var v int32
 	p := b.policy
 	if shm {
-		p.MaxNap = shmMaxNap
+		p.FirstNap, p.MaxNap = shmNap, shmNap
 	}
 	err := p.Await(channel.Wait{
 		Word: (*uint32)(unsafe.Pointer(w)),
