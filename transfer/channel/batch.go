@@ -32,7 +32,8 @@ func (r *transferRound) run(eng *transfer.Engine, errs []error) {
 // completed). Requests that fail are run once more, each on its own (the
 // engine's READs and WRITEs are idempotent), so that a failure that a fresh
 // connection cures fails nobody and the rest name the requests that
-// really failed.
+// really failed. A request that timed out is not run again: it already
+// waited the engine's whole transfer timeout for an unresponsive peer.
 func Run(eng *transfer.Engine, reqs []transfer.Request) []error {
 	errs := make([]error, len(reqs))
 	if len(reqs) == 0 {
@@ -47,6 +48,10 @@ func Run(eng *transfer.Engine, reqs []transfer.Request) []error {
 	}
 	for k, st := range states {
 		if st == transfer.StatusCompleted {
+			continue
+		}
+		if st == transfer.StatusTimeout {
+			errs[k] = fmt.Errorf("transfer %v", st)
 			continue
 		}
 		again, err := eng.RunBatch(reqs[k : k+1])
