@@ -64,7 +64,7 @@ proto:
 	PATH=$(TOOLS):$$PATH protoc -I kvstore/proto \
 		--go_out=kvstore/masterpb --go_opt=paths=source_relative \
 		--go-grpc_out=kvstore/masterpb --go-grpc_opt=paths=source_relative \
-		kvstore/proto/master.proto
+		kvstore/proto/master.proto kvstore/proto/disk.proto
 	PATH=$(TOOLS):$$PATH protoc -I backend/proto \
 		--go_out=backend/coordpb --go_opt=paths=source_relative \
 		--go-grpc_out=backend/coordpb --go-grpc_opt=paths=source_relative \

@@ -70,8 +70,9 @@ def worker(a: argparse.Namespace) -> None:
     from mooncake import pg  # noqa: F401
 
     torch.set_num_threads(1)
-    dist.init_process_group("mooncake", init_method=f"tcp://127.0.0.1:{a.port}",
-                            rank=a.rank, world_size=a.world)
+    dist.init_process_group(
+        "mooncake", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world
+    )
     n = a.world
     groups = {"mooncake": None, "gloo": dist.new_group(backend="gloo")}
     ctl = groups["gloo"]  # agreement on iteration counts and timings
@@ -163,12 +164,35 @@ def run_world(a: argparse.Namespace, world: int) -> list[dict]:
         port = free_port()
         procs = []
         for r in range(world):
-            cmd = [sys.executable, __file__, "--worker", "--rank", str(r), "--world", str(world),
-                   "--port", str(port), "--json-out", str(out), "--ops", ",".join(a.ops),
-                   "--min-bytes", str(a.min_bytes), "--max-bytes", str(a.max_bytes),
-                   "--factor", str(a.factor), "--target-time", str(a.target_time),
-                   "--max-iters", str(a.max_iters), "--warmup", str(a.warmup),
-                   "--rounds", str(a.rounds)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--port",
+                str(port),
+                "--json-out",
+                str(out),
+                "--ops",
+                ",".join(a.ops),
+                "--min-bytes",
+                str(a.min_bytes),
+                "--max-bytes",
+                str(a.max_bytes),
+                "--factor",
+                str(a.factor),
+                "--target-time",
+                str(a.target_time),
+                "--max-iters",
+                str(a.max_iters),
+                "--warmup",
+                str(a.warmup),
+                "--rounds",
+                str(a.rounds),
+            ]
             env = dict(os.environ, OMP_NUM_THREADS="1")
             stdout = None if r == 0 else subprocess.DEVNULL
             procs.append(subprocess.Popen(cmd, env=env, stdout=stdout))
@@ -184,17 +208,23 @@ def run_world(a: argparse.Namespace, world: int) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    hdr = (f"{'ranks':>5} {'op':<15}{'size':>10} | {'mooncake us':>12} {'algbw':>7} {'busbw':>7}"
-           f" | {'gloo us':>12} {'algbw':>7} {'busbw':>7} | {'busbw x':>8}")
+    hdr = (
+        f"{'ranks':>5} {'op':<15}{'size':>10} | {'mooncake us':>12} {'algbw':>7} {'busbw':>7}"
+        f" | {'gloo us':>12} {'algbw':>7} {'busbw':>7} | {'busbw x':>8}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] == r["ratio"] else "-"
-        print(f"{r['world']:>5} {r['op']:<15}{human(r['bytes']):>10} | {r['mooncake_us']:>12.1f}"
-              f" {r['mooncake_algbw']:>7.3f} {r['mooncake_busbw']:>7.3f} | {r['gloo_us']:>12.1f}"
-              f" {r['gloo_algbw']:>7.3f} {r['gloo_busbw']:>7.3f} | {ratio:>8}")
-    print("(time per op in microseconds, max over ranks; algbw/busbw in GB/s = 1e9 B/s;"
-          " busbw x = mooncake busbw / gloo busbw)")
+        print(
+            f"{r['world']:>5} {r['op']:<15}{human(r['bytes']):>10} | {r['mooncake_us']:>12.1f}"
+            f" {r['mooncake_algbw']:>7.3f} {r['mooncake_busbw']:>7.3f} | {r['gloo_us']:>12.1f}"
+            f" {r['gloo_algbw']:>7.3f} {r['gloo_busbw']:>7.3f} | {ratio:>8}"
+        )
+    print(
+        "(time per op in microseconds, max over ranks; algbw/busbw in GB/s = 1e9 B/s;"
+        " busbw x = mooncake busbw / gloo busbw)"
+    )
 
 
 def plot(rows: list[dict], path: Path) -> bool:
@@ -235,10 +265,18 @@ def main() -> None:
     ap.add_argument("--min-bytes", default="8")
     ap.add_argument("--max-bytes", default="256M")
     ap.add_argument("--factor", type=int, default=4)
-    ap.add_argument("--target-time", type=float, default=0.3,
-                    help="seconds each (op, size, backend) aims to run, over all rounds")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="alternating rounds per (op, size); the median round is reported")
+    ap.add_argument(
+        "--target-time",
+        type=float,
+        default=0.3,
+        help="seconds each (op, size, backend) aims to run, over all rounds",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating rounds per (op, size); the median round is reported",
+    )
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", default=str(REPO / "bench-out"))
@@ -264,9 +302,22 @@ def main() -> None:
     print_table(rows)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    keys = ["world", "op", "size", "bytes", "mooncake_us", "mooncake_algbw", "mooncake_busbw",
-            "mooncake_iters", "gloo_us", "gloo_algbw", "gloo_busbw", "gloo_iters", "ratio",
-            "latency_ratio"]
+    keys = [
+        "world",
+        "op",
+        "size",
+        "bytes",
+        "mooncake_us",
+        "mooncake_algbw",
+        "mooncake_busbw",
+        "mooncake_iters",
+        "gloo_us",
+        "gloo_algbw",
+        "gloo_busbw",
+        "gloo_iters",
+        "ratio",
+        "latency_ratio",
+    ]
     with open(out / "coll_bench.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=keys)
         wr.writeheader()

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
-for bench in te_bench store_bench coll_bench ep_bench ft_bench; do
+for bench in te_bench store_bench master_bench coll_bench ep_bench ft_bench; do
 	if [[ -f benchmarks/$bench.py ]]; then
 		echo "=== benchmarks/$bench.py" >&2
 		"$PY" "benchmarks/$bench.py"

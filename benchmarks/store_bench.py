@@ -26,6 +26,12 @@ fills) after a few warm-up calls; latency is per call (a batch call counts
 once). Objects are removed between cases. It prints a table, and writes
 ``bench-out/store_bench.csv`` and ``bench-out/store_bench.png``.
 
+The ``disk`` part (benchmarks/store_bench_disk.py) fills a small pool with a
+working set four times its size and reads every key once: hit rate and get
+throughput with the disk tier (``--enable_offload --offload_on_evict``)
+against memory only, beside a plain read of the tier's files
+(``store_bench_disk.csv`` / ``.png``).
+
 Usage: .venv/bin/python benchmarks/store_bench.py [--seconds 1.0] [--sizes 4K,64K,1M,16M]
 """
 
@@ -44,11 +50,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store_bench_disk import bench_disk_tier  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store_bench_dummy import DUMMY_SIZES, bench_dummy, report_dummy  # noqa: E402
+
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 LOOPBACK = "127.0.0.1"
 
@@ -121,25 +134,24 @@ def port_open(port: int) -> bool:
     return False
 
 
-def master_binary(tmp: Path) -> str:
-    """The mooncake_master to run: $MOONCAKE_MOONCAKE_MASTER, the installed one, or a build."""
-    if os.environ.get("MOONCAKE_MOONCAKE_MASTER"):
+def master_binary(tmp: Path, name: str = "mooncake_master") -> str:
+    """The Go binary `name` to run: the installed one, or a build
+    ($MOONCAKE_MOONCAKE_MASTER overrides the mooncake_master)."""
+    if name == "mooncake_master" and os.environ.get("MOONCAKE_MOONCAKE_MASTER"):
         return os.environ["MOONCAKE_MOONCAKE_MASTER"]
     if not os.environ.get("MOONCAKE_LIB"):  # with MOONCAKE_LIB the source tree is under test
         import mooncake
 
         for cand in (
-            Path(mooncake.__file__).parent / "bin" / "mooncake_master",
-            Path(sys.executable).parent / "mooncake_master",
+            Path(mooncake.__file__).parent / "bin" / name,
+            Path(sys.executable).parent / name,
         ):
             if cand.is_file() and os.access(cand, os.X_OK):
                 return str(cand)
     go = shutil.which("go") or "/usr/local/go/bin/go"
-    out = tmp / "mooncake_master"
+    out = tmp / name
     env = dict(os.environ, CGO_CFLAGS=os.environ.get("CGO_CFLAGS", "-Wno-deprecated-declarations"))
-    subprocess.run(
-        [go, "build", "-o", str(out), "./cmd/mooncake_master"], cwd=REPO, env=env, check=True
-    )
+    subprocess.run([go, "build", "-o", str(out), f"./cmd/{name}"], cwd=REPO, env=env, check=True)
     return str(out)
 
 
@@ -148,7 +160,7 @@ def master_binary(tmp: Path) -> str:
 
 @dataclass
 class Result:
-    system: str  # "store" or "redis"
+    system: str  # "store", "redis", or "dummy" / "dummy-hot" (through a mooncake_client)
     api: str  # "zero-copy", "copy", "bufferpool", "pipelined"
     mode: str  # "single" or "batch"
     op: str  # "put" or "get"
@@ -211,15 +223,23 @@ def bench_store(
     mode: str,
     np,
     pool=None,
+    system: str = "store",
+    alloc=None,
+    max_gets: int | None = None,
 ) -> list[Result]:
+    """Put then get rows of one case. `alloc(n)` makes the uint8 source and
+    destination arrays (a dummy client registers only shared memory);
+    `max_gets` bounds the gets (default: as many as puts), which cycle over
+    the keys written."""
     n_keys = batch if mode == "batch" else 1
     max_calls = max(4, min(20000, cap_bytes // (size * n_keys)))
     warm = warmup_for(size, n_keys)
-    prefix = f"b/{api}/{mode}/{size}"
+    prefix = f"b/{system}/{api}/{mode}/{size}"
     # One source buffer per key of a call, filled with random bytes.
     rng = np.random.default_rng(size)
-    src = rng.integers(0, 256, size * n_keys, dtype=np.uint8)
-    dst = np.zeros(size * n_keys, dtype=np.uint8)
+    alloc = alloc or (lambda n: np.zeros(n, dtype=np.uint8))
+    src, dst = alloc(size * n_keys), alloc(size * n_keys)
+    src[:] = rng.integers(0, 256, size * n_keys, dtype=np.uint8)
     src_bytes = [src[i * size : (i + 1) * size].tobytes() for i in range(n_keys)]
     ptrs = [src.ctypes.data + i * size for i in range(n_keys)]
     dptrs = [dst.ctypes.data + i * size for i in range(n_keys)]
@@ -270,10 +290,10 @@ def bench_store(
                 ok = all(len(v) == size for v in store.get_batch(ks))
         failures[0] += not ok
 
-    get_calls, get_s, get_lat = timed(get, max_calls, seconds, warm)
+    get_calls, get_s, get_lat = timed(get, max_gets or max_calls, seconds, warm)
     if failures[0]:
         print(
-            f"  warning: {failures[0]} failed calls in store {api} {mode} {human(size)}",
+            f"  warning: {failures[0]} failed calls in {system} {api} {mode} {human(size)}",
             file=sys.stderr,
         )
     # check the data once
@@ -288,8 +308,8 @@ def bench_store(
         store.unregister_buffer(dst.ctypes.data)
     store.remove_all(True)
     return [
-        Result("store", api, mode, "put", size, put_calls, put_calls * n_keys, put_s, put_lat),
-        Result("store", api, mode, "get", size, get_calls, get_calls * n_keys, get_s, get_lat),
+        Result(system, api, mode, "put", size, put_calls, put_calls * n_keys, put_s, put_lat),
+        Result(system, api, mode, "get", size, get_calls, get_calls * n_keys, get_s, get_lat),
     ]
 
 
@@ -387,7 +407,17 @@ def storage_main(args) -> None:
     from mooncake.store import MooncakeDistributedStore
 
     s = MooncakeDistributedStore()
-    rc = s.setup(LOOPBACK, args.metadata, args.pool, "16MB", "tcp", "", args.master)
+    offload = {"enable_ssd_offload": True, "ssd_offload_path": args.offload_dir}
+    rc = s.setup(
+        LOOPBACK,
+        args.metadata,
+        args.pool,
+        "16MB",
+        "tcp",
+        "",
+        args.master,
+        **(offload if args.offload_dir else {}),
+    )
     if rc != 0:
         print(f"FAILED {rc}", flush=True)
         sys.exit(1)
@@ -648,9 +678,15 @@ def main() -> None:
     ap.add_argument(
         "--only",
         default="all",
-        choices=["all", "kv", "tensor"],
-        help="kv: the put/get cases and Redis; tensor: the sharded-tensor read; all: both",
+        choices=["all", "kv", "tensor", "disk", "dummy"],
+        help="kv: the put/get cases and Redis; tensor: the sharded-tensor read; "
+        "disk: the working set larger than memory, with and without the disk tier; "
+        "dummy: the 4 KiB / 1 MiB in-process rows and the same through a mooncake_client "
+        "(with and without its hot cache); all: every one",
     )
+    ap.add_argument("--disk-pool", default="64MB", help="pool of the disk-tier case")
+    ap.add_argument("--disk-working-set", default="256MB", help="bytes the disk-tier case writes")
+    ap.add_argument("--offload-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(REPO / "bench-out"))
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
     ap.add_argument("--role", default="bench", choices=["bench", "storage"], help=argparse.SUPPRESS)
@@ -678,6 +714,20 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="store-bench-"))
     store = None
     try:
+        if args.only in ("all", "disk"):
+            ctx = types.SimpleNamespace(
+                LOOPBACK=LOOPBACK,
+                free_port=free_port,
+                port_open=port_open,
+                wait_until=wait_until,
+                procs=procs,
+                master=master_binary(tmp),
+                script=__file__,
+                tmp=tmp,
+            )
+            bench_disk_tier(ctx, args.disk_pool, parse_size(args.disk_working_set), Path(args.out))
+            if args.only == "disk":
+                return
         rpc, meta, admin, rport = free_port(), free_port(), free_port(), free_port()
         log = open(tmp / "master.log", "wb")
         procs.start(
@@ -759,7 +809,8 @@ def main() -> None:
         pool = BufferPool(store)
         results: list[Result] = []
         t0 = time.monotonic()
-        for size in sizes if args.only != "tensor" else []:
+        kv_sizes = {"tensor": [], "disk": [], "dummy": [s for s in sizes if s in DUMMY_SIZES]}
+        for size in kv_sizes.get(args.only, sizes):
             for mode in ("single", "batch"):
                 # interleave: each store case right next to its Redis case
                 for api in ("zero-copy", "copy"):
@@ -777,9 +828,13 @@ def main() -> None:
                     + ", ".join(f"{x.system}/{x.api} {x.op} {x.gbps:.2f} GB/s" for x in last),
                     flush=True,
                 )
-        if results:
+        if results and args.only != "dummy":
             report(results, Path(args.out))
-        if args.only != "kv":
+        if args.only in ("all", "dummy"):
+            dummy, notes = bench_dummy(sys.modules[__name__], procs, tmp, metadata, master,
+                                       args.seconds, cap, np)
+            report_dummy(sys.modules[__name__], results + dummy, notes, Path(args.out))
+        if args.only in ("all", "tensor"):
             bench_tensor_full(store, args.seconds, Path(args.out))
     finally:
         if store is not None:

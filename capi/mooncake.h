@@ -160,8 +160,21 @@ int mc_engine_send_notify(uint64_t engine, const char *target,
 /* 0 if segment `peer` answers its handshake port. */
 int mc_engine_send_probe(uint64_t engine, const char *peer);
 
-/* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]}. */
+/* Host topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]},
+ * and "cuda:N" entries for the GPUs NVML reports. */
 char *mc_local_topology(void);
+
+/* ---- GPU memory ------------------------------------------------------ *
+ * The CUDA driver (libcuda.so.1) is loaded at run time on first use; with
+ * none, every pointer is host memory. */
+
+/* 0 host, 1 device, 2 managed memory; -1 when the CUDA driver fails.
+ * *device (may be NULL) gets the GPU ordinal, -1 for host memory. */
+int mc_pointer_kind(uint64_t ptr, int *device);
+
+/* Copy n bytes from src to dst, either of which may be device memory;
+ * returns when done: 0, or -1 on a CUDA error. */
+int mc_copy_memory(uint64_t dst, uint64_t src, uint64_t n);
 
 /* ---- Engine RPC messages (mooncake.engine.RpcInterface) -------------- *
  * A server queues typed messages (a kind 0..255 and opaque bytes) sent by
@@ -225,6 +238,21 @@ int mc_store_setup(uint64_t store, const char *local_hostname,
                    uint64_t engine, const char *tenant_id,
                    uint64_t hugepage_size);
 
+/* Start the client's disk tier (setup's enable_ssd_offload) in directory
+ * path ("": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage),
+ * which must exist, be writable and absolute. 0; -600 bad directory, -1300
+ * the master runs without --enable_offload, -1012 an unsupported
+ * MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR. */
+int mc_store_enable_offload(uint64_t store, const char *path);
+
+/* Unmount the disk tier (upstream unmount_local_disk_segment): reads
+ * already routed to it are served for grace_seconds more. 0 also without
+ * a tier; -600 for a negative grace. */
+int mc_store_unmount_local_disk(uint64_t store, int64_t grace_seconds);
+
+/* Disk reads this client's offload server has served. */
+int64_t mc_store_offload_rpc_read_count(uint64_t store);
+
 /* Close the client: refuse new calls (-600), wait for the ones running,
  * unmount, release everything (and the retained engine's reference) and
  * the handle. Always 0. */
@@ -263,6 +291,18 @@ void mc_store_get_into(uint64_t store, int n, const char **keys,
 void mc_store_get(uint64_t store, int n, const char **keys,
                   uint64_t *out_ptrs, int64_t *results);
 
+/* Where mc_store_get_with_allocator puts the index-th key's object of size
+ * bytes: the address of size writable bytes, or 0 (the key then fails with
+ * -1 INTERNAL_ERROR). Called once per key found, from library threads,
+ * possibly several at once, before the call returns. */
+typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
+
+/* Read n objects into memory the caller allocates once each size is known
+ * (a copying get without an intermediate buffer). results[i]: bytes read
+ * or an error number; alloc NULL is -600 for every key. */
+void mc_store_get_with_allocator(uint64_t store, int n, const char **keys,
+                                 mc_store_alloc_fn alloc, int64_t *results);
+
 /* Ranged reads: sizes[i] bytes at src_offsets[i] of object keys[i] into
  * dsts[i]. results[i]: bytes read or an error (-600 past the end). */
 void mc_store_get_ranges(uint64_t store, int n, const char **keys,
@@ -298,6 +338,39 @@ int mc_store_register_buffer(uint64_t store, uint64_t ptr, uint64_t size);
 
 /* Withdraw memory registered with mc_store_register_buffer; 0 or -600. */
 int mc_store_unregister_buffer(uint64_t store, uint64_t ptr);
+
+/* ---- KV store client: dummy mode (a standalone mooncake_client) ------ *
+ * A handle set up with mc_store_setup_dummy forwards the calls above (put,
+ * get, ranges, exist, size, remove, register) to a mooncake_client daemon
+ * on this host; bulk data moves through shared memory the daemon maps.
+ * Segment, session, task and replica-descriptor calls are not served for
+ * it: they fail as on a handle that is not set up. */
+
+/* Connect to the daemon at server_address ("host:port", the daemon's
+ * --port), pass it a shared local buffer of local_buffer_size bytes
+ * (0: none; copying calls then fail with -600) and join the worker scope
+ * `scope` (hot cache domain, required). A non-empty keyspace must equal
+ * the daemon's --tenant_id. 0, -600 (bad arguments, keyspace mismatch,
+ * a handle already set up) or -900 (no daemon). */
+int mc_store_setup_dummy(uint64_t store, const char *server_address,
+                         uint64_t local_buffer_size, const char *scope,
+                         const char *keyspace);
+
+/* Shared memory of size bytes for mc_store_register_buffer (dummy mode);
+ * its address, or 0 on failure or on a handle not in dummy mode. */
+uint64_t mc_store_alloc_from_mem_pool(uint64_t store, uint64_t size);
+
+/* mc_store_register_buffer for memory the caller knows the file of: size
+ * bytes at ptr are bytes [offset, offset+size) of the shared file fd (a
+ * memfd), which is passed to the daemon (fd stays the caller's). 0, -600
+ * (bad range, not in dummy mode), -900 (no daemon). */
+int mc_store_dummy_register_fd(uint64_t store, uint64_t ptr, uint64_t size, int fd,
+                               uint64_t offset);
+
+/* The dummy client's metrics (and its scope's hot cache counters) in
+ * Prometheus' text format, malloc'd (free with mc_free); NULL on a handle
+ * not in dummy mode. */
+char *mc_store_dummy_metrics(uint64_t store);
 
 /* ---- KV store client: sessions (layer-wise loading) ------------------ *
  * A session start asks the master once per key; ranged calls then move

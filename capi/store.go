@@ -2,6 +2,11 @@ package main
 
 // #include <stdint.h>
 // #include <stdlib.h>
+// typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
+// static uint64_t call_store_alloc(void *fn, int index, uint64_t size) {
+//     return ((mc_store_alloc_fn)fn)(index, size);
+// }
+// static void free_addr(uint64_t p) { free((void *)(uintptr_t)p); }
 import "C"
 
 import (
@@ -12,13 +17,17 @@ import (
 
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
+	"github.com/mooncake-go/mooncake/kvstore/hotcache"
+	"github.com/mooncake-go/mooncake/kvstore/standalone"
 )
 
 // storeSlot is a C-visible store client, created empty and set up later.
 type storeSlot struct {
 	mu     sync.Mutex
 	c      *client.Client
-	engine *engineSlot // the engine given to setup, retained until close
+	hot    *hotcache.Client  // c behind a hot cache (MC_STORE_LOCAL_HOT_CACHE_SIZE)
+	d      *standalone.Dummy // set by setup_dummy instead of c
+	engine *engineSlot       // the engine given to setup, retained until close
 }
 
 var stores handleTable[*storeSlot]
@@ -65,7 +74,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil {
+	if s.c != nil || s.d != nil {
 		return notReady
 	}
 	var es *engineSlot
@@ -86,6 +95,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 		return code(err)
 	}
 	s.c, s.engine = c, es
+	s.hot = withHotCache(c)
 	return 0
 }
 
@@ -98,8 +108,14 @@ func mc_store_close(h C.uint64_t) (ret C.int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil {
+	switch {
+	case s.hot != nil:
+		s.hot.Close() // the client, then the cache
+	case s.c != nil:
 		s.c.Close()
+	}
+	if s.d != nil {
+		s.d.Close()
 	}
 	if s.engine != nil {
 		s.engine.release() // after the client stopped using it
@@ -111,7 +127,7 @@ func mc_store_close(h C.uint64_t) (ret C.int) {
 //export mc_store_health_check
 func mc_store_health_check(h C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return client.NotInitialized
 	}
@@ -121,7 +137,7 @@ func mc_store_health_check(h C.uint64_t) (ret C.int) {
 //export mc_store_get_hostname
 func mc_store_get_hostname(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.CString("")
 	}
@@ -188,7 +204,7 @@ const (
 func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
 	configJSON *C.char, flags C.int, results *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, notReady)
@@ -220,7 +236,7 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs,
 func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
 	zeroCopy C.int, results *C.int64_t) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
@@ -239,50 +255,65 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, 
 //export mc_store_get
 func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
-	c := storeOf(h)
+	if outPtrs == nil {
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(notReady))
+		return
+	}
+	out := cslice[C.uint64_t](unsafe.Pointer(outPtrs), int(n))
+	for i := range out {
+		out[i] = 0
+	}
+	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
+		p := C.malloc(C.size_t(max(size, 1)))
+		out[i] = C.uint64_t(uintptr(p))
+		return uintptr(p)
+	})
+	for i, r := range cslice[C.int64_t](unsafe.Pointer(results), int(n)) {
+		if r < 0 && out[i] != 0 {
+			C.free_addr(out[i])
+			out[i] = 0
+		}
+	}
+}
+
+//export mc_store_get_with_allocator
+func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.char, alloc unsafe.Pointer, results *C.int64_t) {
+	defer recoverVoid()
+	if alloc == nil {
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(kvstore.InvalidParams))
+		return
+	}
+	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
+		return uintptr(C.call_store_alloc(alloc, C.int(i), C.uint64_t(size)))
+	})
+}
+
+// getWith reads n objects into buffers from alloc(i, size), called once
+// per key whose object was found (0: allocation failed); results[i] is the
+// size read or an error number.
+func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc func(i int, size uint64) uintptr) {
+	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
-	if c == nil || results == nil || outPtrs == nil || n <= 0 {
+	if c == nil || results == nil || n <= 0 {
 		fillC(res, C.int64_t(notReady))
 		return
 	}
-	out := unsafe.Slice(outPtrs, int(n))
-	names := goStrings(keys, n)
-	index := map[string][]int{}
-	for i, k := range names {
-		index[k] = append(index[k], i)
-		out[i] = 0
-	}
-	mallocs := make([]unsafe.Pointer, n)
-	var mu sync.Mutex
-	rs := c.BatchGet(names, func(key string, size uint64) ([]client.Part, error) {
-		p := C.malloc(C.size_t(max(size, 1)))
-		if p == nil {
+	rs := c.BatchGet(goStrings(keys, n), func(i int, size uint64) ([]client.Part, error) {
+		p := alloc(i, size)
+		if p == 0 {
 			return nil, kvstore.InternalError
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, i := range index[key] {
-			if mallocs[i] == nil {
-				mallocs[i] = p
-				out[i] = C.uint64_t(uintptr(p))
-				break
-			}
-		}
-		return []client.Part{{Addr: uintptr(p), Size: size}}, nil
+		return []client.Part{{Addr: p, Size: size}}, nil
 	})
 	for i, r := range rs {
 		res[i] = getResult(r)
-		if r.Err != nil && mallocs[i] != nil {
-			C.free(mallocs[i])
-			out[i] = 0
-		}
 	}
 }
 
 //export mc_store_get_ranges
 func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets, sizes *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	d, o, s := u64s(dsts, n), u64s(srcOffsets, n), u64s(sizes, n)
 	if c == nil || results == nil || n <= 0 || len(d) != int(n) || len(o) != int(n) || len(s) != int(n) {
@@ -309,7 +340,7 @@ func getResult(r client.GetResult) C.int64_t {
 //export mc_store_exist
 func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
 		fillC(res, notReady)
@@ -323,7 +354,7 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 //export mc_store_get_size
 func mc_store_get_size(h C.uint64_t, key *C.char) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
 	}
@@ -340,6 +371,8 @@ type replicaDesc struct {
 	Size              uint64 `json:"size"`
 	BufferAddress     uint64 `json:"buffer_address"`
 	TransportEndpoint string `json:"transport_endpoint"`
+	ReplicaType       int32  `json:"replica_type"` // 0 memory, 2 local disk
+	DiskClientID      string `json:"client_id,omitempty"`
 }
 
 // replicaList is one key's entry in mc_store_replica_desc's JSON.
@@ -364,7 +397,8 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 		}
 		out[i].Replicas = []replicaDesc{}
 		for _, r := range l.GetReplicas() {
-			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(), r.GetTransportEndpoint()})
+			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(),
+				r.GetTransportEndpoint(), int32(r.GetReplicaType()), r.GetDiskClientId()})
 		}
 	}
 	b, _ := json.Marshal(out)
@@ -374,7 +408,7 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 //export mc_store_remove
 func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results *C.int) {
 	defer recoverVoid()
-	c := storeOf(h)
+	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
 		fillC(res, notReady)
@@ -388,7 +422,7 @@ func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results 
 //export mc_store_remove_by_regex
 func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
 	}
@@ -402,7 +436,7 @@ func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C
 //export mc_store_remove_all
 func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return C.int64_t(notReady)
 	}
@@ -416,7 +450,7 @@ func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
 //export mc_store_register_buffer
 func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return notReady
 	}
@@ -426,7 +460,7 @@ func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
 //export mc_store_unregister_buffer
 func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	c := storeOf(h)
+	c := opsOf(h)
 	if c == nil {
 		return notReady
 	}

@@ -153,6 +153,7 @@ func sessionCodes(h C.uint64_t, n C.int, keys **C.char, results *C.int, run func
 //export mc_store_put_session_end
 func mc_store_put_session_end(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 	defer recoverVoid()
+	defer invalidateHot(h, goStrings(keys, n)) // the objects are new: no cached copy of old ones
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionEnd)
 }
 

@@ -41,6 +41,7 @@ const (
 	UnavailableInCurrentStatus ErrorCode = -1010
 	NotSupported               ErrorCode = -1012
 	FileNotFound               ErrorCode = -1100
+	UnableOffload              ErrorCode = -1300
 	TaskNotFound               ErrorCode = -1400
 	TenantQuotaExceeded        ErrorCode = -1700
 	TenantNotRegistered        ErrorCode = -1701
@@ -62,6 +63,7 @@ var names = map[ErrorCode]string{
 	EtcdOperationError: "ETCD_OPERATION_ERROR", UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
 	NotSupported: "NOT_SUPPORTED", FileNotFound: "FILE_NOT_FOUND", TaskNotFound: "TASK_NOT_FOUND", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
 	TenantNotRegistered: "TENANT_NOT_REGISTERED", TenantNotEmpty: "TENANT_NOT_EMPTY",
+	UnableOffload: "UNABLE_OFFLOAD",
 }
 
 func (c ErrorCode) String() string {

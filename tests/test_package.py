@@ -290,10 +290,13 @@ def _ctypes_tables() -> dict[str, tuple[list, object]]:
     for mod, attrs in {
         "mooncake.store": ("_SIGNATURES", "_SEGMENT_SIGNATURES"),
         "mooncake._store_sessions": ("_SIGNATURES",),
+        "mooncake._store_offload": ("_SIGNATURES",),
+        "mooncake._store_dummy": ("_SIGNATURES",),
         "mooncake._engine_rpc": ("_SIGNATURES",),
         "mooncake.engine": ("_SIGNATURES",),
         "mooncake.mooncake_ep_buffer": ("_SIGNATURES",),
         "mooncake.buffer_pool": ("_SIGNATURES",),
+        "mooncake._device": ("_SIGNATURES",),
     }.items():
         m = importlib.import_module(mod)
         for attr in attrs:

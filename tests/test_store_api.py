@@ -228,6 +228,29 @@ def test_put_get_roundtrip(store, size):
     assert store.get(k2) == v
 
 
+def test_large_copying_get_needs_no_local_buffer_room(store):
+    """A copying get of a large value reads into its result directly: it
+    works while the whole local buffer is leased (staging would wait for a
+    chunk until the transfer timeout and fail)."""
+    from mooncake import _lib
+
+    lib = _lib.bind(
+        {
+            "mc_store_local_alloc": ([_lib.U64, _lib.U64, _lib.U64], _lib.U64),
+            "mc_store_local_free": ([_lib.U64, _lib.U64], _lib.INT),
+        }
+    )
+    k, v = key("direct"), data((1 << 20) + 13, 3)
+    assert store.put(k, v) == 0
+    ptr = lib.mc_store_local_alloc(store._handle, LOCAL_BUFFER, 64)
+    assert ptr != 0, "the local buffer is not free"
+    try:
+        assert store.get(k) == v
+        assert store.get_batch([k, k]) == [v, v]
+    finally:
+        assert lib.mc_store_local_free(store._handle, ptr) == 0
+
+
 def test_get_missing_is_empty(store):
     assert store.get(key("missing")) == b""
     assert store.get_batch([key("m1"), key("m2")]) == [b"", b""]

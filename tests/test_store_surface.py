@@ -179,7 +179,6 @@ def test_setup_after_close_and_calls_on_a_closed_store(store_master):
 @pytest.mark.parametrize(
     "option",
     [
-        {"enable_ssd_offload": True},
         {"enable_client_http_server": True},
     ],
 )

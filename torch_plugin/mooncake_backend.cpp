@@ -1,5 +1,7 @@
 #include "mooncake_backend.hpp"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/python.h>
 
 #include <cstdlib>
@@ -125,6 +127,26 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture(
   return c10::make_intrusive<c10::ivalue::Future>(
       c10::ListType::create(c10::TensorType::get()), devices);
 }
+
+// The calling thread's current stream on each GPU that holds an output.
+// Device-generic c10 API: no CUDA headers, so the CPU-only build compiles;
+// at run time the CUDA build of torch answers.
+std::vector<c10::Stream> callerStreams(const std::vector<at::Tensor>& outputs) {
+  std::vector<c10::Stream> streams;
+  for (const auto& t : outputs) {
+    if (!t.defined() || !t.is_cuda()) {
+      continue;
+    }
+    bool seen = false;
+    for (const auto& s : streams) {
+      seen = seen || s.device() == t.device();
+    }
+    if (!seen) {
+      streams.push_back(c10::impl::VirtualGuardImpl(t.device().type()).getStream(t.device()));
+    }
+  }
+  return streams;
+}
 }  // namespace
 
 MooncakeWork::MooncakeWork(int rank, c10d::OpType type,
@@ -136,6 +158,7 @@ MooncakeWork::MooncakeWork(int rank, c10d::OpType type,
       outputs_(std::move(outputs)),
       keepAlive_(std::move(keepAlive)),
       post_(std::move(post)),
+      streams_(callerStreams(outputs_)),
       future_(makeFuture(outputs_)),
       backend_(backend),
       maxGroupSize_(maxGroupSize) {}
@@ -166,6 +189,10 @@ void MooncakeWork::complete(int status, const char* message,
   failed_.store(failed);
   ok_.store(status == 0);
   std::exception_ptr err;
+  // CUDA outputs: the copies back from host memory run on the streams that
+  // were current when the op was submitted, and the op completes only when
+  // they are done; the Future's events are recorded on those streams too.
+  c10::MultiStreamGuard onCallerStreams(streams_);
   try {
     if (backend_ != nullptr) {
       backend_->refreshMirror();
@@ -175,6 +202,9 @@ void MooncakeWork::complete(int status, const char* message,
                 " (status ", status, ")");
     if (post_) {
       post_();
+    }
+    for (const auto& s : streams_) {
+      s.synchronize();
     }
   } catch (...) {
     err = std::current_exception();

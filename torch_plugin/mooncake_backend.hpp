@@ -7,6 +7,7 @@
 // package backend), which completes it on its own thread.
 #pragma once
 
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -41,7 +42,11 @@ class MooncakeBackend;
 // packed or staged result back into the caller's tensors) runs before the
 // Work is marked complete and before its Future is; so does the update of
 // the backend's active_ranks mirror (a view a failure changed is visible
-// when the op returns).
+// when the op returns). CUDA tensors are staged through host memory: their
+// host copies are taken at submission on the caller's current stream (a
+// blocking copy, so it waits for the kernels that produced them), and the
+// results are copied back on the streams that were current at submission,
+// which are synchronised before the Work completes.
 class MooncakeWork : public c10d::Work {
  public:
   MooncakeWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -62,6 +67,7 @@ class MooncakeWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;
   std::function<void()> post_;
+  std::vector<c10::Stream> streams_;  // callers' streams of CUDA outputs
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   MooncakeBackend* backend_;  // outlives the Work's completion
   int maxGroupSize_;

@@ -3,6 +3,7 @@ package transfer
 import (
 	"time"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
@@ -45,6 +46,9 @@ type Config struct {
 	// LanesPerPeer bounds concurrent TCP connections to one peer
 	// (MC_TCP_LANES_PER_PEER).
 	LanesPerPeer int
+	// Memory tells device memory from host memory and moves device
+	// memory; nil means gpu.System() (the CUDA driver when present).
+	Memory *gpu.Memory
 }
 
 // withEnv fills zero fields from the environment and defaults.
@@ -60,6 +64,9 @@ func (c Config) withEnv() Config {
 	}
 	if c.LanesPerPeer == 0 {
 		c.LanesPerPeer = envvars.TCPLanesPerPeer.Int(defaultLanesPerPeer)
+	}
+	if c.Memory == nil {
+		c.Memory = gpu.System()
 	}
 	return c
 }

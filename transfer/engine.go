@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
 )
@@ -24,8 +25,9 @@ type SegmentHandle uint64
 // concurrent use.
 type Engine struct {
 	cfg  Config
-	name string // local segment name
-	host string // host peers use to reach this engine
+	mem  *gpu.Memory // cfg.Memory
+	name string      // local segment name
+	host string      // host peers use to reach this engine
 	p2p  bool
 	keys metadataKeys
 	meta MetadataStore // nil in P2P mode
@@ -83,6 +85,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg:     cfg,
+		mem:     cfg.Memory,
 		name:    cfg.LocalHostname,
 		host:    host,
 		p2p:     conn.Kind == "p2p",
@@ -119,7 +122,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	e.rpcSrv = &handshakeServer{ln: e.rpcLn, max: handshakeMaxLength(), metadata: e.descriptorJSON, notify: e.queueNotify}
-	e.tcpSrv = &tcpServer{ln: e.dataLn, reg: &e.reg, timeout: cfg.TransferTimeout}
+	e.tcpSrv = &tcpServer{ln: e.dataLn, reg: &e.reg, mem: e.mem, timeout: cfg.TransferTimeout}
 	go e.rpcSrv.serve()
 	go e.tcpSrv.serve()
 	if !e.p2p {
@@ -323,7 +326,9 @@ func (e *Engine) publishDescriptor() error {
 }
 
 // RegisterLocalMemory makes [addr, addr+length) reachable by peers.
-// location is a placement hint ("*", "cpu:0", ...) kept in the buffer name.
+// location is a placement hint ("*", "cpu:0", ...) kept in the buffer name;
+// device memory registered as "*" is named "cuda:N". Device memory must lie
+// inside one CUDA allocation.
 func (e *Engine) RegisterLocalMemory(addr uintptr, length uint64, location string) error {
 	return e.BatchRegisterLocalMemory([]uintptr{addr}, []uint64{length}, location)
 }
@@ -342,7 +347,11 @@ func (e *Engine) BatchRegisterLocalMemory(addrs []uintptr, lengths []uint64, loc
 		location = "*"
 	}
 	for i := range addrs {
-		if err := e.reg.add(&region{addr: addrs[i], length: lengths[i], location: location}); err != nil {
+		dev, err := e.classify(addrs[i], lengths[i])
+		if err == nil {
+			err = e.reg.add(&region{addr: addrs[i], length: lengths[i], location: deviceLocation(location, dev), deviceMem: dev})
+		}
+		if err != nil {
 			for _, a := range addrs[:i] {
 				e.reg.remove(a)
 			}
@@ -361,7 +370,11 @@ func (e *Engine) RegisterLocalOnly(addr uintptr, length uint64) error {
 		return err
 	}
 	defer e.life.Exit()
-	return e.reg.add(&region{addr: addr, length: length, location: "local", localOnly: true})
+	dev, err := e.classify(addr, length)
+	if err != nil {
+		return err
+	}
+	return e.reg.add(&region{addr: addr, length: length, location: "local", localOnly: true, deviceMem: dev})
 }
 
 // IsRegistered reports whether [addr, addr+length) lies inside one
@@ -533,8 +546,7 @@ func (e *Engine) WriteLocal(addr uintptr, src []byte) error {
 		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(src))
 	}
 	defer r.release()
-	copy(bytesAt(addr, uint64(len(src))), src)
-	return nil
+	return e.move(OpWrite, addrOf(src), false, addr, r.device, uint64(len(src)))
 }
 
 // ReadLocal copies len(dst) bytes of this engine's registered memory at addr
@@ -549,6 +561,5 @@ func (e *Engine) ReadLocal(addr uintptr, dst []byte) error {
 		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(dst))
 	}
 	defer r.release()
-	copy(dst, bytesAt(addr, uint64(len(dst))))
-	return nil
+	return e.move(OpRead, addrOf(dst), false, addr, r.device, uint64(len(dst)))
 }

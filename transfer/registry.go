@@ -14,6 +14,7 @@ type region struct {
 	// localOnly regions serve as the local side of transfers but are not
 	// published, and peers cannot reach them.
 	localOnly bool
+	deviceMem        // CUDA device memory (device.go)
 	seq       uint64 // registration order, set by registry.add
 
 	// use is held shared by every transfer touching the region and

@@ -267,7 +267,7 @@ func (s *remoteSegment) route() (*SegmentDesc, *peerShm, *tcpPeer, error) {
 		}
 	}
 	if s.tcp == nil {
-		s.tcp = newTCPPeer(s.dataAddr, s.e.cfg.LanesPerPeer, s.invalidate)
+		s.tcp = newTCPPeer(s.dataAddr, s.e.cfg.LanesPerPeer, s.e.mem, s.invalidate)
 	}
 	shm := s.shm
 	if shm != nil && shm.version() != s.desc.Version {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // tcpSlice is one piece of a task that travels as one TCP request.
@@ -23,6 +25,7 @@ type tcpSlice struct {
 type tcpPeer struct {
 	addr     string
 	maxLanes int
+	mem      *gpu.Memory // stages device memory (device.go)
 	// onFailure runs after a slice fails for a reason other than the
 	// peer rejecting it (the peer may be gone or have moved).
 	onFailure func()
@@ -40,8 +43,8 @@ type tcpPeer struct {
 	conns connSet
 }
 
-func newTCPPeer(addr string, lanes int, onFailure func()) *tcpPeer {
-	return &tcpPeer{addr: addr, maxLanes: lanes, onFailure: onFailure, queue: make(chan *tcpSlice, 4096), closed: make(chan struct{})}
+func newTCPPeer(addr string, lanes int, mem *gpu.Memory, onFailure func()) *tcpPeer {
+	return &tcpPeer{addr: addr, maxLanes: lanes, mem: mem, onFailure: onFailure, queue: make(chan *tcpSlice, 4096), closed: make(chan struct{})}
 }
 
 // submit queues the task's slices; it fails a slice that cannot be queued
@@ -127,7 +130,7 @@ func (p *tcpPeer) lane() {
 					continue
 				}
 				conn.(*net.TCPConn).SetNoDelay(true)
-				c = &tcpConn{Conn: conn, r: bufio.NewReaderSize(conn, frameReadBuffer)}
+				c = &tcpConn{Conn: conn, r: bufio.NewReaderSize(conn, frameReadBuffer), mem: p.mem}
 			}
 			st := c.do(s)
 			if st != StatusCompleted && st != statusRejectedKeep {
@@ -161,7 +164,8 @@ const statusRejectedKeep Status = -1
 
 type tcpConn struct {
 	net.Conn
-	r *bufio.Reader
+	r   *bufio.Reader
+	mem *gpu.Memory
 }
 
 // do runs one slice as a v2 request.
@@ -169,10 +173,8 @@ func (c *tcpConn) do(s *tcpSlice) Status {
 	c.SetDeadline(s.t.deadline)
 	var hb [tcpHeaderSize]byte
 	tcpHeader{size: s.length, addr: s.remote, opcode: s.t.req.Opcode, v2: true}.encode(&hb)
-	mem := bytesAt(s.local, s.length)
 	if s.t.req.Opcode == OpWrite {
-		bufs := net.Buffers{hb[:], mem}
-		if _, err := bufs.WriteTo(c.Conn); err != nil {
+		if err := c.sendWrite(hb, s); err != nil {
 			return failureStatus(err)
 		}
 		return c.readStatus()
@@ -183,10 +185,34 @@ func (c *tcpConn) do(s *tcpSlice) Status {
 	if st := c.readStatus(); st != StatusCompleted {
 		return st
 	}
-	if _, err := io.ReadFull(c.r, mem); err != nil {
+	if err := c.receive(s); err != nil {
 		return failureStatus(err)
 	}
 	return StatusCompleted
+}
+
+// sendWrite sends a WRITE's header and payload. A device payload travels
+// through pinned host chunks, never from the device address.
+func (c *tcpConn) sendWrite(hb [tcpHeaderSize]byte, s *tcpSlice) error {
+	if s.t.local.device {
+		if _, err := c.Write(hb[:]); err != nil {
+			return err
+		}
+		return c.mem.SendDevice(c.Conn, s.local, s.length, s.t.local.ordinal)
+	}
+	bufs := net.Buffers{hb[:], bytesAt(s.local, s.length)}
+	_, err := bufs.WriteTo(c.Conn)
+	return err
+}
+
+// receive reads a READ's payload into local memory (device memory through
+// pinned host chunks).
+func (c *tcpConn) receive(s *tcpSlice) error {
+	if s.t.local.device {
+		return c.mem.RecvDevice(c.r, s.local, s.length, s.t.local.ordinal)
+	}
+	_, err := io.ReadFull(c.r, bytesAt(s.local, s.length))
+	return err
 }
 
 func (c *tcpConn) readStatus() Status {

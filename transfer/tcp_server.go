@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // tcpServer executes peers' READ and WRITE requests against the registry.
@@ -15,6 +17,7 @@ import (
 type tcpServer struct {
 	ln      net.Listener
 	reg     *registry
+	mem     *gpu.Memory   // stages registered device memory (device.go)
 	timeout time.Duration // bounds the data phase of one request
 	conns   connSet       // accepted connections, cut by Engine.Close
 }
@@ -57,30 +60,47 @@ func (s *tcpServer) serveRequest(conn net.Conn, r io.Reader, h tcpHeader) bool {
 		return s.reject(conn, r, h)
 	}
 	defer reg.release()
-	mem := bytesAt(uintptr(h.addr), h.size)
-	switch h.opcode {
-	case OpWrite:
-		if _, err := io.ReadFull(r, mem); err != nil {
+	if h.opcode == OpWrite {
+		if err := s.receive(r, reg, h); err != nil {
+			slog.Debug("tcp: write", "peer", conn.RemoteAddr(), "err", err)
 			return false
 		}
-		if h.v2 {
-			st := encodeStatus(statusOK)
-			if _, err := conn.Write(st[:]); err != nil {
-				return false
-			}
-		}
-	case OpRead:
-		if h.v2 {
-			st := encodeStatus(statusOK)
-			if _, err := conn.Write(st[:]); err != nil {
-				return false
-			}
-		}
-		if _, err := conn.Write(mem); err != nil {
-			return false
-		}
+		return !h.v2 || writeStatus(conn, statusOK)
+	}
+	if h.v2 && !writeStatus(conn, statusOK) {
+		return false
+	}
+	if err := s.send(conn, reg, h); err != nil {
+		slog.Debug("tcp: read", "peer", conn.RemoteAddr(), "err", err)
+		return false
 	}
 	return true
+}
+
+// receive reads a WRITE's payload into the registered region reg; device
+// memory is filled through pinned host chunks.
+func (s *tcpServer) receive(r io.Reader, reg *region, h tcpHeader) error {
+	if reg.device {
+		return s.mem.RecvDevice(r, uintptr(h.addr), h.size, reg.ordinal)
+	}
+	_, err := io.ReadFull(r, bytesAt(uintptr(h.addr), h.size))
+	return err
+}
+
+// send writes a READ's bytes from the registered region reg; device memory
+// is sent through pinned host chunks.
+func (s *tcpServer) send(conn net.Conn, reg *region, h tcpHeader) error {
+	if reg.device {
+		return s.mem.SendDevice(conn, uintptr(h.addr), h.size, reg.ordinal)
+	}
+	_, err := conn.Write(bytesAt(uintptr(h.addr), h.size))
+	return err
+}
+
+func writeStatus(conn net.Conn, code uint32) bool {
+	st := encodeStatus(code)
+	_, err := conn.Write(st[:])
+	return err == nil
 }
 
 // maxDrain is the largest rejected WRITE payload the server reads and drops
@@ -100,9 +120,5 @@ func (s *tcpServer) reject(conn net.Conn, r io.Reader, h tcpHeader) bool {
 	if !h.v2 {
 		return false // v1 learns of a rejection by the connection closing
 	}
-	st := encodeStatus(statusRejected)
-	if _, err := conn.Write(st[:]); err != nil {
-		return false
-	}
-	return keep
+	return writeStatus(conn, statusRejected) && keep
 }

@@ -120,7 +120,7 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 	}
 	if s.name == e.name {
 		t.start(1)
-		t.finishSlice(e.copyLocal(t.req), t.req.Length)
+		t.finishSlice(e.copyLocal(t.req, t.local), t.req.Length)
 		return
 	}
 	r := routeOf(s, routes)
@@ -140,16 +140,19 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 		t.finishSlice(StatusFailed, 0)
 		return
 	}
-	if r.shm != nil && copyShm(r.desc, r.shm, t.req) {
-		t.start(1)
-		t.finishSlice(StatusCompleted, t.req.Length)
-		return
+	if r.shm != nil {
+		if done, err := e.copyShm(r.desc, r.shm, t.req, t.local); done {
+			t.start(1)
+			t.finishSlice(statusOf(err), t.req.Length)
+			return
+		}
 	}
 	r.tcp.submit(t)
 }
 
-// copyLocal serves a transfer whose target is this engine's own segment.
-func (e *Engine) copyLocal(r Request) Status {
+// copyLocal serves a transfer whose target is this engine's own segment;
+// local is the source's region.
+func (e *Engine) copyLocal(r Request, local *region) Status {
 	dst := e.reg.acquire(uintptr(r.TargetOffset), r.Length)
 	if dst == nil {
 		return StatusFailed
@@ -159,39 +162,35 @@ func (e *Engine) copyLocal(r Request) Status {
 		return StatusFailed
 	}
 	defer dst.release()
-	local := bytesAt(r.Source, r.Length)
-	remote := bytesAt(uintptr(r.TargetOffset), r.Length)
-	if r.Opcode == OpWrite {
-		copy(remote, local)
-	} else {
-		copy(local, remote)
+	return statusOf(e.move(r.Opcode, r.Source, local.device, uintptr(r.TargetOffset), dst.device, r.Length))
+}
+
+// statusOf is the final status of a local copy that returned err.
+func statusOf(err error) Status {
+	if err != nil {
+		return StatusFailed
 	}
 	return StatusCompleted
 }
 
 // copyShm moves r through the peer's mapped memory when the target range
-// lies in one of its shareable buffers; false means use TCP instead.
-func copyShm(d *SegmentDesc, p *peerShm, r Request) bool {
+// lies in one of its shareable buffers; done false means use TCP instead.
+// local is the source's region.
+func (e *Engine) copyShm(d *SegmentDesc, p *peerShm, r Request, local *region) (done bool, err error) {
 	i := d.findBuffer(r.TargetOffset, r.Length)
 	if i < 0 || d.Buffers[i].ShmFD == 0 {
-		return false
+		return false, nil
 	}
 	bd := d.Buffers[i]
 	p.use.RLock()
 	defer p.use.RUnlock()
 	m, err := p.buffer(d.PID, bd)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	off := r.TargetOffset - bd.Addr
 	remote := m[off : off+r.Length]
-	local := bytesAt(r.Source, r.Length)
-	if r.Opcode == OpWrite {
-		copy(remote, local)
-	} else {
-		copy(local, remote)
-	}
-	return true
+	return true, e.move(r.Opcode, r.Source, local.device, addrOf(remote), false, r.Length)
 }
 
 // TransferStatus returns the state of one task of a batch.

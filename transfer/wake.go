@@ -89,6 +89,9 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 			return false, errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, length)
 		}
 		defer r.release()
+		if r.device {
+			return false, nil // device memory has no host view
+		}
 		fn(bytesAt(uintptr(addr), length))
 		return true, nil
 	}

@@ -1,6 +1,6 @@
 // Command mooncake is Mooncake-Go's diagnostics tool.
 //
-//	mooncake info                      host topology and GPUs, as JSON
+//	mooncake info                      host topology, GPUs and CUDA, as JSON
 //	mooncake probe --metadata_server=S SEGMENT
 //	                                   is a Transfer Engine segment reachable?
 //	mooncake doctor [--master A] [--metadata URL] [--json]
@@ -18,6 +18,7 @@ import (
 	"os"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/gpu/discovery"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -25,7 +26,7 @@ import (
 const usage = `usage: mooncake COMMAND [flags]
 
 commands:
-  info    print the host's topology and GPUs as JSON
+  info    print the host's topology, GPUs and CUDA driver as JSON
   probe   check that a Transfer Engine segment answers
           mooncake probe [--metadata_server=P2PHANDSHAKE] [--local_hostname=127.0.0.1] SEGMENT
   doctor  check a live deployment and say what is wrong and how to fix it
@@ -60,19 +61,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// info prints the host's topology, its GPUs (NVML) and whether the CUDA
+// driver that device-memory transfers use loads. No GPU is not an error:
+// "gpus" is then empty and "gpu_note" says why.
 func info(stdout, stderr io.Writer) int {
 	out := map[string]any{"topology": json.RawMessage(transfer.LocalTopology())}
-	inv, err := gpu.Discover()
+	inv, err := discovery.Discover()
 	switch {
-	case errors.Is(err, gpu.ErrNoDriver):
-		out["gpus"] = []gpu.Device{}
-		out["gpu_note"] = err.Error()
+	case errors.Is(err, discovery.ErrNoDriver):
+		out["gpus"] = []discovery.Device{}
+		out["gpu_note"] = "no GPU: " + err.Error()
 	case err != nil:
 		fmt.Fprintln(stderr, "mooncake:", err)
 		return 1
 	default:
 		out["gpus"], out["driver_version"] = inv.Devices, inv.DriverVersion
 	}
+	cuda := map[string]any{"device_memory": "staged through pinned host memory"}
+	if _, err := gpu.OpenCUDA(); err != nil {
+		cuda["device_memory"] = "none: every pointer is host memory"
+		cuda["note"] = err.Error()
+	}
+	out["cuda"] = cuda
 	writeJSON(stdout, out)
 	return 0
 }

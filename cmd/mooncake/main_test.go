@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/mooncake-go/mooncake/gpu/discovery"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -25,11 +27,19 @@ func TestInfoIsJSON(t *testing.T) {
 		t.Fatalf("info: rc=%d err=%q", rc, errb.String())
 	}
 	var v struct {
-		Topology map[string]any `json:"topology"`
-		GPUs     []any          `json:"gpus"`
+		Topology map[string]any    `json:"topology"`
+		GPUs     []any             `json:"gpus"`
+		GPUNote  string            `json:"gpu_note"`
+		CUDA     map[string]string `json:"cuda"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &v); err != nil || len(v.Topology) == 0 || v.GPUs == nil {
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil || len(v.Topology) == 0 || v.GPUs == nil || v.CUDA["device_memory"] == "" {
 		t.Fatalf("info output %q: %v", out.String(), err)
+	}
+	// Without a driver (CI): no GPU, said plainly, and not an error.
+	if _, err := discovery.Discover(); errors.Is(err, discovery.ErrNoDriver) {
+		if len(v.GPUs) != 0 || !strings.HasPrefix(v.GPUNote, "no GPU") {
+			t.Fatalf("info without a driver: gpus=%v note=%q", v.GPUs, v.GPUNote)
+		}
 	}
 }
 

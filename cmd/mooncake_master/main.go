@@ -78,6 +78,7 @@ type options struct {
 	minLogLevel, verbosity      int
 	logToStderr                 bool
 	glogLevel                   *slog.Level // set when --minloglevel or -v is given
+	offload                     offloadFlags
 }
 
 // newFlagSet declares every flag into o.
@@ -121,6 +122,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 		fs.IntVar(&o.ignoredInt, name, 0, "accepted for compatibility; ignored")
 	}
 	fs.BoolVar(&o.ignoredBool, "rpc_enable_tcp_no_delay", true, "accepted for compatibility; ignored")
+	declareOffloadFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
 	// glog's flags, which upstream's launch scripts pass.
 	fs.IntVar(&o.minLogLevel, "minloglevel", 0, "glog compatibility: 0 info, 1 warning, 2 error (overrides MC_LOG_LEVEL)")
@@ -160,6 +162,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 		o.rpcPort = o.port
 	}
 	if err := o.cfg.Validate(); err != nil {
+		return fail("%v", err)
+	}
+	if err := checkOffloadFlags(o); err != nil {
 		return fail("%v", err)
 	}
 	if !o.logToStderr {

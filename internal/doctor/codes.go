@@ -52,6 +52,7 @@ var storeExplanations = map[kvstore.ErrorCode]explanation{
 	kvstore.ObjectHasReplicationTask: {"a copy or move task is working on the object", "wait until query_task reports SUCCESS or FAILED"},
 	kvstore.ReplicaNotFound:          {"the object has no replica where the call says one is", "check the segment names with get_replica_desc"},
 	kvstore.FileNotFound:             {"a file the call names does not exist (load_tensor_from_safetensor)", "check the path; it is opened by the calling process, on its host"},
+	kvstore.UnableOffload:            {"the master runs without --enable_offload, so a storage client cannot mount its disk (setup with enable_ssd_offload)", "start mooncake_master with --enable_offload, or set the client up without enable_ssd_offload"},
 	kvstore.TaskNotFound:             {"no copy or move task has this id (in the caller's tenant)", "use the id create_copy_task/create_move_task returned; finished tasks are kept for 10 minutes"},
 	kvstore.TransferFail:             {"moving the object's bytes failed", "read the engine error logged before it; check the peer is alive and reachable (mooncake probe, mooncake doctor)"},
 	kvstore.ChecksumMismatch:         {"the bytes read differ from the checksum taken when the object was put (MOONCAKE_STORE_CHECKSUM)", "treat the read as failed and do not use the buffer; investigate the data path between writer and reader"},

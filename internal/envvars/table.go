@@ -34,8 +34,19 @@ var (
 		ReadBy: "kvstore/client", Doc: "ports tried in that range"}
 	RPCTimeoutMs = &Var{Name: "MC_RPC_TIMEOUT_MS", Kind: Int, Min: 1, Default: "10000",
 		ReadBy: "kvstore/client", Doc: "timeout of one master RPC, ms"}
+	StoreMasterRPC = &Var{Name: "MC_STORE_MASTER_RPC", Kind: Enum, Values: []string{"framed", "grpc"}, Default: "framed",
+		ReadBy: "kvstore/client", Doc: "transport of the client's master calls: framed (same port, fewer hand-offs) or grpc"}
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
+
+	StoreHotCacheSize = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_SIZE", Kind: Int, Min: 1, Default: "0 (no hot cache)",
+		ReadBy: "kvstore/hotcache", Doc: "bytes of hot cache: per worker scope of a mooncake_client, or of a client set up in process"}
+	StoreHotBlockSize = &Var{Name: "MC_STORE_LOCAL_HOT_BLOCK_SIZE", Kind: Int, Min: 1, Default: "16777216",
+		ReadBy: "kvstore/hotcache", Doc: "hot cache block: largest object cached, bytes"}
+	StoreHotCacheUseShm = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_USE_SHM", Kind: Enum, Values: []string{"0", "1"}, Default: "0",
+		ReadBy: "kvstore/hotcache", Doc: "1: hot cache in shared memory that a mooncake_client's dummy clients of the scope map and read"}
+	StoreHotMaxAgeMs = &Var{Name: "MC_STORE_LOCAL_HOT_MAX_AGE_MS", Kind: Int, Min: 0, Default: "5000",
+		ReadBy: "kvstore/hotcache", Doc: "hot cache entries older than this are not served (bounds staleness for writes made elsewhere); 0 no bound"}
 
 	PGInitTimeout = &Var{Name: "MC_PG_INIT_TIMEOUT", Kind: Seconds, Min: 0.001, Default: "300",
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
@@ -50,6 +61,34 @@ var (
 	PGP2PSlotBytes = &Var{Name: "MC_PG_P2P_SLOT_BYTES", Kind: Int, Min: 1, Default: "1048576",
 		ReadBy: "backend", Doc: "point-to-point slot size, bytes"}
 
+	// The disk tier of a storage client (setup with enable_ssd_offload).
+	OffloadFileStoragePath = &Var{Name: "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Kind: Text, Default: "/data/file_storage",
+		ReadBy: "kvstore/client, python", Doc: "disk tier directory when setup's ssd_offload_path is empty (also MooncakeConfig: ssd_offload_path)"}
+	OffloadBackend = &Var{Name: "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR", Kind: Text, Default: "bucket_storage_backend",
+		ReadBy: "kvstore/client", Doc: "disk tier file layout; only bucket_storage_backend (any other value fails setup)"}
+	OffloadLocalBufferSize = &Var{Name: "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", Kind: Int, Min: 1, Default: "1342177280",
+		ReadBy: "kvstore/client", Doc: "buffer that disk reads are served from, bytes"}
+	OffloadTotalKeysLimit = &Var{Name: "MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT", Kind: Int, Min: 1, Default: "10000000",
+		ReadBy: "kvstore/client", Doc: "most objects the disk tier holds"}
+	OffloadTotalSizeLimit = &Var{Name: "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", Kind: Int, Min: 1, Default: "2199023255552",
+		ReadBy: "kvstore/client", Doc: "most bytes of objects the disk tier holds"}
+	OffloadHeartbeatInterval = &Var{Name: "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", Kind: Seconds, Min: 0.01, Default: "10",
+		ReadBy: "kvstore/client", Doc: "offload heartbeat period (fetches offload and promotion work), seconds"}
+	OffloadBufferGCInterval = &Var{Name: "MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_INTERVAL_SECONDS", Kind: Seconds, Min: 0.01, Default: "1",
+		ReadBy: "kvstore/client", Doc: "sweep period of unreleased disk-read buffers, seconds"}
+	OffloadBufferGCTTLMs = &Var{Name: "MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS", Kind: Int, Min: 1, Default: "5000",
+		ReadBy: "kvstore/client", Doc: "age at which an unreleased disk-read buffer is freed, ms"}
+	OffloadEnableEviction = &Var{Name: "MOONCAKE_OFFLOAD_ENABLE_EVICTION", Kind: Enum, Values: []string{"true", "false", "1", "0"}, Default: "true",
+		ReadBy: "kvstore/client", Doc: "evict whole buckets when the disk tier is full (false: offloads fail instead)"}
+	OffloadBucketKeysLimit = &Var{Name: "MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", Kind: Int, Min: 1, Default: "500",
+		ReadBy: "kvstore/client", Doc: "most objects in one bucket file"}
+	OffloadBucketSizeLimit = &Var{Name: "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES", Kind: Int, Min: 1, Default: "268435456",
+		ReadBy: "kvstore/client", Doc: "most bytes in one bucket file (a larger object gets a bucket of its own)"}
+	OffloadBucketMaxTotalSize = &Var{Name: "MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE", Kind: Int, Min: 0, Default: "0",
+		ReadBy: "kvstore/client", Doc: "most bytes of all bucket files, 0 for no limit beyond the total size limit"}
+	OffloadBucketEvictionPolicy = &Var{Name: "MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY", Kind: Text, Default: "fifo",
+		ReadBy: "kvstore/client", Doc: "which bucket goes when full: fifo (oldest written), lru (least recently read); anything else: none"}
+
 	// MetadataServer is read by `mooncake doctor` as the default of --metadata.
 	MetadataServer = &Var{Name: "MC_METADATA_SERVER", Kind: Text, Default: "none",
 		ReadBy: "mooncake doctor", Doc: "metadata server the doctor checks when --metadata is not given"}
@@ -60,9 +99,13 @@ var (
 var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
-	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreChecksum,
+	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreChecksum,
+	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
 	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
+	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
+	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,
+	OffloadBucketKeysLimit, OffloadBucketSizeLimit, OffloadBucketMaxTotalSize, OffloadBucketEvictionPolicy,
 
 	{Name: "MOONCAKE_LIB", Kind: File, Default: "the installed libmooncake.so",
 		ReadBy: "python", Doc: "path of the libmooncake.so the Python package loads"},
@@ -94,8 +137,6 @@ var All = []*Var{
 		ReadBy: "python", Doc: "MooncakeConfig: device_name"},
 	{Name: "MOONCAKE_OFFLOAD_ENABLED", Kind: Text, Default: "false",
 		ReadBy: "python", Doc: "MooncakeConfig: enable_ssd_offload (true/yes/on/1, ...)"},
-	{Name: "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Kind: Text, Default: "none",
-		ReadBy: "python", Doc: "MooncakeConfig: ssd_offload_path"},
 	{Name: "MOONCAKE_TENANT_ID", Kind: Text, Default: "default",
 		ReadBy: "python", Doc: "MooncakeConfig: tenant_id"},
 	{Name: "MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", Kind: Text, Default: "false",
@@ -116,6 +157,8 @@ var All = []*Var{
 		ReadBy: "demo", Doc: "metadata server of the collectives demo's checkpoint"},
 	{Name: "MOONCAKE_MOONCAKE_MASTER", Kind: File, Default: "the installed mooncake_master",
 		ReadBy: "benchmarks", Doc: "mooncake_master binary the store benchmark runs"},
+	{Name: "MOONCAKE_UPSTREAM_VENV", Kind: Text, Default: "none",
+		ReadBy: "benchmarks", Doc: "virtual environment with upstream's mooncake, the master benchmark's upstream column"},
 
 	upstream("MC_YLT_LOG_LEVEL", "yalantinglibs log level"),
 	upstream("MC_LOG_DIR", "log directory"),
@@ -152,11 +195,21 @@ var All = []*Var{
 	upstream("MC_STORE_MEMCPY", "local memcpy path"),
 	upstream("MC_STORE_CLIENT_METRIC", "client metrics"),
 	upstream("MC_STORE_CLIENT_METRIC_INTERVAL", "client metrics interval"),
-	upstream("MC_STORE_LOCAL_HOT_CACHE_SIZE", "client hot cache"),
+	upstream("MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD", "hot cache admission (every read fills here)"),
 	upstream("MC_MMAP_ARENA_POOL_SIZE", "mmap arena pool"),
 	upstream("MC_RPC_CONNECT_TIMEOUT_MS", "master connect timeout"),
 	upstream("MC_RPC_PROTOCOL", "master RPC protocol"),
 	upstream("MOONCAKE_HOST_ID", "placement host id"),
+	upstream("MOONCAKE_OFFLOAD_SCANMETA_ITERATOR_KEYS_LIMIT", "disk tier metadata scan batch"),
+	upstream("MOONCAKE_SCANMETA_ITERATOR_KEYS_LIMIT", "legacy name of the disk tier metadata scan batch"),
+	upstream("MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION", "disk tier watermark eviction (the limits evict here)"),
+	upstream("MOONCAKE_OFFLOAD_DISK_EVICTION_HIGH_WATERMARK_RATIO", "disk tier eviction high watermark"),
+	upstream("MOONCAKE_OFFLOAD_DISK_EVICTION_LOW_WATERMARK_RATIO", "disk tier eviction low watermark"),
+	upstream("MOONCAKE_OFFLOAD_USE_URING", "io_uring disk I/O"),
+	upstream("MOONCAKE_OFFLOAD_BUCKET_MAX_PHYSICAL_BYTES", "bucket file system usage limit"),
+	upstream("MOONCAKE_OFFLOAD_BUCKET_DISK_SCAN_CACHE_MS", "bucket disk usage cache"),
+	upstream("MOONCAKE_OFFLOAD_FSDIR", "file-per-key backend directory"),
+	upstream("MC_STORE_PINNED_RESTORE_ARENA_SIZE_BYTES", "pinned restore arena"),
 }
 
 func upstream(name, doc string) *Var {

@@ -54,6 +54,7 @@ type Client struct {
 	temps    map[uintptr]*tempReg // by address; see useDirect
 	sessions sessions             // open batch_*_session sessions
 	tasks    runningTasks         // copy/move tasks being executed
+	disk     diskSide             // the disk tier (offload.go)
 
 	lastPingOK atomic.Bool
 	// life admits every call while the client is open; Close releases the
@@ -170,6 +171,9 @@ var errClientClosed = fmt.Errorf("%w: the store client is closed", kvstore.Inval
 // release frees what the client holds once no call runs any more.
 func (c *Client) release() {
 	c.wg.Wait()
+	if c.master != nil {
+		c.closeOffload()
+	}
 	c.segMu.Lock()
 	defer c.segMu.Unlock()
 	if c.master != nil {

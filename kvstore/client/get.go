@@ -14,9 +14,10 @@ type GetResult struct {
 	Err  error
 }
 
-// Allocator provides the destination for an object of n bytes (used when
-// the caller does not know the size in advance).
-type Allocator func(key string, n uint64) ([]Part, error)
+// Allocator provides the destination for the i-th key's object, of n
+// bytes (used when the caller does not know the size in advance). It is
+// called at most once per key, from several goroutines at once.
+type Allocator func(i int, n uint64) ([]Part, error)
 
 // GetInto reads key into parts (their total is the capacity). It returns
 // the object's size; an object larger than the capacity is InvalidParams.
@@ -37,10 +38,15 @@ func (c *Client) BatchGetInto(keys []string, parts [][]Part, zeroCopy bool) []Ge
 	}, zeroCopy)
 }
 
-// BatchGet reads several objects into memory from alloc, staged through
-// the local buffer (the copying get).
+// minDirectCopyingRead is the smallest object a copying get reads
+// without staging.
+const minDirectCopyingRead = 256 << 10
+
+// BatchGet reads several objects into memory from alloc (the copying
+// get): objects under minDirectCopyingRead are staged through the local
+// buffer, larger ones read into alloc's memory directly.
 func (c *Client) BatchGet(keys []string, alloc Allocator) []GetResult {
-	return c.batchGet(keys, func(_ int, k string, n uint64) ([]Part, error) { return alloc(k, n) }, false)
+	return c.batchGet(keys, func(i int, _ string, n uint64) ([]Part, error) { return alloc(i, n) }, false)
 }
 
 func (c *Client) batchGet(keys []string, dest func(i int, key string, n uint64) ([]Part, error), zeroCopy bool) []GetResult {
@@ -106,10 +112,14 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 	if partsSize(parts) < r.Size {
 		return GetResult{Err: kvstore.InvalidParams}
 	}
+	// A copying read of a large object lands in the caller's memory
+	// directly (registered for the read) rather than through staging
+	// chunks: the registration costs less than the extra copy.
+	staged := !zeroCopy && r.Size < minDirectCopyingRead
 	// A replica whose owner died (and is not expired by the master yet)
 	// fails the transfer: fall back to the next replica.
 	for i, rep := range reps {
-		if err = c.readReplica(parts, rep, 0, r.Size, !zeroCopy); err == nil || !errors.Is(err, kvstore.TransferFail) {
+		if err = c.readFrom(parts, rep, r.Size, staged); err == nil || !errors.Is(err, kvstore.TransferFail) {
 			break
 		}
 		if i+1 < len(reps) && reps[i+1].Size != r.Size {
@@ -122,8 +132,14 @@ func (c *Client) readObject(key string, list *pb.GetReplicaListResponse, queried
 	if leaseExpired(queried, list.LeaseTtlMs) {
 		return GetResult{Err: kvstore.LeaseExpired}
 	}
-	if list.Checksum != nil && checksumEnabled() && checksum(trim(parts, r.Size)) != *list.Checksum {
-		return GetResult{Err: kvstore.ChecksumMismatch}
+	if list.Checksum != nil && checksumEnabled() {
+		sum, err := checksum(c.engine.Memory(), trim(parts, r.Size))
+		if err != nil {
+			return GetResult{Err: transferErr(err)}
+		}
+		if sum != *list.Checksum {
+			return GetResult{Err: kvstore.ChecksumMismatch}
+		}
 	}
 	return GetResult{Size: r.Size}
 }

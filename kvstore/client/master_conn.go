@@ -2,7 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -21,6 +25,10 @@ import (
 // masterConn is the client's connection to the master. With an
 // "etcd://..." address it reads the elected leader from
 // mooncake-store/<cluster_id>/master_view and reconnects when it changes.
+//
+// Calls go over the framed transport (internal/framedrpc), which the
+// master serves on its RPC port beside gRPC; MC_STORE_MASTER_RPC=grpc, or
+// a master that does not answer the framed hello, selects gRPC.
 type masterConn struct {
 	addr   string // as configured
 	tenant string // sent with every RPC unless it is the default
@@ -29,8 +37,9 @@ type masterConn struct {
 
 	mu     sync.Mutex
 	leader string
-	conn   *grpc.ClientConn
+	conn   io.Closer // *framedrpc.Client or *grpc.ClientConn
 	rpc    pb.MasterClient
+	diskTM pb.DiskTierClient // the disk tier's service on the same connection
 }
 
 // masterViewKey is where HA masters publish the leader's address.
@@ -88,20 +97,46 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 	if m.conn != nil && addr == m.leader {
 		return false, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
-		opts = append(opts, grpc.WithUnaryInterceptor(withTenant(m.tenant)))
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, cc, err := m.dial(addr)
 	if err != nil {
-		return false, fmt.Errorf("master %s: %w", addr, err)
+		return false, err
 	}
 	if m.conn != nil {
 		m.conn.Close()
 	}
 	changed = m.leader != ""
-	m.conn, m.rpc, m.leader = conn, pb.NewMasterClient(conn), addr
+	m.conn, m.rpc, m.diskTM, m.leader = conn, pb.NewMasterClient(cc), pb.NewDiskTierClient(cc), addr
 	return changed, nil
+}
+
+// dial connects to the master at addr with the configured transport.
+func (m *masterConn) dial(addr string) (io.Closer, grpc.ClientConnInterface, error) {
+	tenant := m.tenant != "" && m.tenant != kvstore.DefaultTenant
+	if envvars.StoreMasterRPC.Value() != "grpc" {
+		var md map[string]string
+		if tenant {
+			md = map[string]string{kvstore.TenantMetadataKey: m.tenant}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout())
+		defer cancel()
+		fc, err := framedrpc.Dial(ctx, addr, md)
+		if err == nil {
+			return fc, fc, nil
+		}
+		if !errors.Is(err, framedrpc.ErrNotFramed) {
+			return nil, nil, fmt.Errorf("master %s: %w", addr, err)
+		}
+		slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if tenant {
+		opts = append(opts, grpc.WithUnaryInterceptor(withTenant(m.tenant)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("master %s: %w", addr, err)
+	}
+	return conn, conn, nil
 }
 
 func (m *masterConn) client() pb.MasterClient {

@@ -76,6 +76,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 	// Move the bytes of every started object, all objects in parallel.
 	moved := make([]error, len(starts))
 	started := make([]bool, len(starts)) // replicas reserved: end or revoke
+	sums := make([]*uint64, len(starts)) // when checksums are on
 	parallel(len(starts), func(j int) error {
 		item := resp.Items[j]
 		code := kvstore.ErrorCode(item.GetErrorCode())
@@ -89,6 +90,14 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 		default:
 			started[j] = true
 			moved[j] = c.writeReplicas(parts[idx[j]], item.Replicas, 0, !opt.ZeroCopy)
+			if moved[j] == nil && checksumEnabled() {
+				sum, err := checksum(c.engine.Memory(), parts[idx[j]])
+				if err != nil {
+					moved[j] = transferErr(err)
+				} else {
+					sums[j] = &sum
+				}
+			}
 		}
 		return nil
 	})
@@ -101,11 +110,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 		case moved[j] == errAlreadyThere:
 			errs[i] = nil
 		case moved[j] == nil:
-			end := &pb.PutEndRequest{ClientId: c.id, Key: s.Key}
-			if checksumEnabled() {
-				sum := checksum(parts[i])
-				end.Checksum = &sum
-			}
+			end := &pb.PutEndRequest{ClientId: c.id, Key: s.Key, Checksum: sums[j]}
 			ends = append(ends, end)
 			endIdx = append(endIdx, i)
 		case started[j]:

@@ -2,8 +2,9 @@ package client
 
 import (
 	"context"
+	"unsafe"
 
-	"github.com/mooncake-go/mooncake/internal/rawmem"
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // maxStageChunk bounds one staging chunk: a copying operation takes a
@@ -50,40 +51,50 @@ func partsSize(parts []Part) uint64 {
 	return n
 }
 
-// mem views a caller memory range.
-func mem(addr uintptr, n uint64) []byte { return rawmem.At(addr, n) }
+// mem views a caller memory range (host memory).
+func mem(addr uintptr, n uint64) []byte { return gpu.HostBytes(addr, n) }
 
-func addrOf(b []byte) uintptr { return rawmem.Addr(b) }
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // copyOut copies object bytes [off, off+len(src)) from src into the parts,
-// which together hold the object in order.
-func copyOut(parts []Part, off uint64, src []byte) {
+// which together hold the object in order. Parts may be device memory
+// (gm copies it).
+func copyOut(gm *gpu.Memory, parts []Part, off uint64, src []byte) error {
 	for _, p := range parts {
 		if len(src) == 0 {
-			return
+			return nil
 		}
 		if off >= p.Size {
 			off -= p.Size
 			continue
 		}
-		n := copy(mem(p.Addr+uintptr(off), p.Size-off), src)
+		n := min(p.Size-off, uint64(len(src)))
+		if err := gm.CopyFromHost(p.Addr+uintptr(off), src[:n]); err != nil {
+			return err
+		}
 		src = src[n:]
 		off = 0
 	}
+	return nil
 }
 
-// copyIn gathers object bytes [off, off+len(dst)) from the parts into dst.
-func copyIn(dst []byte, parts []Part, off uint64) {
+// copyIn gathers object bytes [off, off+len(dst)) from the parts, which may
+// be device memory, into dst.
+func copyIn(gm *gpu.Memory, dst []byte, parts []Part, off uint64) error {
 	for _, p := range parts {
 		if len(dst) == 0 {
-			return
+			return nil
 		}
 		if off >= p.Size {
 			off -= p.Size
 			continue
 		}
-		n := copy(dst, mem(p.Addr+uintptr(off), p.Size-off))
+		n := min(p.Size-off, uint64(len(dst)))
+		if err := gm.CopyToHost(dst[:n], p.Addr+uintptr(off)); err != nil {
+			return err
+		}
 		dst = dst[n:]
 		off = 0
 	}
+	return nil
 }

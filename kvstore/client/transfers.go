@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -102,7 +103,9 @@ func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, o
 		}
 	}
 	return c.staged(partsSize(parts), func(chunk []byte, off uint64) error {
-		copyIn(chunk, parts, off)
+		if err := copyIn(c.engine.Memory(), chunk, parts, off); err != nil {
+			return transferErr(err)
+		}
 		return parallel(len(replicas), func(i int) error {
 			return c.moveDirect(transfer.OpWrite, []Part{{addrOf(chunk), uint64(len(chunk))}}, replicas[i], objOff+off)
 		})
@@ -110,7 +113,11 @@ func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, o
 }
 
 // readReplica reads n object bytes starting at objOff from r into parts.
+// Disk replicas are read whole by readFrom; here they are NOT_SUPPORTED.
 func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n uint64, staged bool) error {
+	if r.GetReplicaType() != pb.ReplicaType_REPLICA_MEMORY {
+		return fmt.Errorf("%w: range reads of disk replicas", kvstore.NotSupported)
+	}
 	if !staged {
 		// The caller's capacity may exceed the object: read only n bytes,
 		// never past the end of the replica's buffer.
@@ -124,7 +131,9 @@ func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n ui
 		if err := c.moveDirect(transfer.OpRead, []Part{{addrOf(chunk), uint64(len(chunk))}}, r, objOff+off); err != nil {
 			return err
 		}
-		copyOut(parts, off, chunk)
+		if err := copyOut(c.engine.Memory(), parts, off, chunk); err != nil {
+			return transferErr(err)
+		}
 		return nil
 	})
 }

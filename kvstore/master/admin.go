@@ -100,6 +100,7 @@ func (s *Server) AdminHandler() http.Handler {
 			Endpoint string `json:"transport_endpoint"`
 			Address  uint64 `json:"buffer_address"`
 			Size     uint64 `json:"size"`
+			Type     string `json:"replica_type"` // MEMORY or LOCAL_DISK
 		}
 		type info struct {
 			Key         string `json:"key"`
@@ -125,7 +126,7 @@ func (s *Server) AdminHandler() http.Handler {
 				out.LeaseMsLeft = left.Milliseconds()
 			}
 			for _, r := range o.Replicas {
-				out.Replicas = append(out.Replicas, rep{r.ID, r.Status.String(), r.SegmentName, r.Endpoint, r.Address, r.Size})
+				out.Replicas = append(out.Replicas, rep{r.ID, r.Status.String(), r.SegmentName, r.Endpoint, r.Address, r.Size, r.Type.String()})
 			}
 		})
 		if !found {

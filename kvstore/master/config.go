@@ -46,6 +46,8 @@ type Config struct {
 	MultiTenant bool
 	// Seed seeds the random start segment of the allocation strategy.
 	Seed int64
+	// Offload configures the disk tier (see OffloadConfig).
+	Offload OffloadConfig
 }
 
 // DefaultConfig returns upstream's defaults.
@@ -60,6 +62,7 @@ func DefaultConfig() Config {
 		ClientTTL:                  10 * time.Second,
 		PutStartDiscardTimeout:     30 * time.Second,
 		PutStartReleaseTimeout:     600 * time.Second,
+		Offload:                    DefaultOffloadConfig(),
 	}
 }
 
@@ -81,5 +84,5 @@ func (c Config) Validate() error {
 	case c.PutStartDiscardTimeout < 0 || c.PutStartReleaseTimeout < 0:
 		return fmt.Errorf("put_start timeouts must not be negative")
 	}
-	return nil
+	return c.Offload.validate()
 }

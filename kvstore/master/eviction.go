@@ -56,7 +56,9 @@ func ceilCount(n int, f float64) int {
 // up from the remaining unpinned candidates and then, when
 // AllowEvictSoftPinned, the soft-pinned ones, oldest lease first.
 // Candidates are fully written objects whose lease has expired and that
-// are not hard-pinned. The need-eviction flag is cleared.
+// are not hard-pinned nor being offloaded; with the disk tier an evicted
+// object may lose only its memory replicas (see evictObject). The
+// need-eviction flag is cleared.
 func (s *State) Evict(now time.Time) EvictionResult {
 	capacity, allocated := s.usage()
 	used := 0.0
@@ -73,7 +75,7 @@ func (s *State) Evict(now time.Time) EvictionResult {
 
 	var plain, soft []*object
 	for _, o := range s.objects {
-		if o.hardPin || o.leased(now) || !o.allComplete() {
+		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading {
 			continue
 		}
 		if o.softPinned(now) {
@@ -93,12 +95,15 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	byLease(plain)
 	byLease(soft)
 
-	n := len(s.objects)
+	n := s.memoryObjects()
 	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
+	offloads := s.cfg.Offload.evictCap()
 	evict := func(o *object) {
-		res.Evicted = append(res.Evicted, o.key)
-		res.FreedBytes += o.size * uint64(len(o.replicas))
-		s.erase(o)
+		freed := o.size * uint64(len(o.replicas))
+		if s.evictObject(o, &offloads) {
+			res.Evicted = append(res.Evicted, o.key)
+			res.FreedBytes += freed
+		}
 	}
 	i := 0
 	for ; i < len(plain) && len(res.Evicted) < target; i++ {

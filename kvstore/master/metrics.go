@@ -73,6 +73,7 @@ type Stats struct {
 	PartialAllocs   uint64
 	ExpiredClients  uint64
 	Tenants         []TenantInfo
+	Disk            DiskStats
 }
 
 // Stats returns the current gauges and a copy of the counters.
@@ -86,7 +87,7 @@ func (s *State) Stats() Stats {
 		Failures:    make(map[string]uint64, len(s.m.failures)),
 		EvictedKeys: s.m.evictedKeys, EvictedBytes: s.m.evictedBytes, EvictionRuns: s.m.evictionRuns,
 		PreemptedWrites: s.m.preempted, PartialAllocs: s.m.partialAllocs, ExpiredClients: s.m.expiredClients,
-		Tenants: s.Tenants(),
+		Tenants: s.Tenants(), Disk: s.diskStats(),
 	}
 	for _, sg := range s.segOrder {
 		st.CapacityBytes += sg.alloc.Size()
@@ -128,6 +129,10 @@ func (st Stats) WritePrometheus(w io.Writer) error {
 		{"master_put_start_preempted_total", "counter", "Stale writes preempted.", float64(st.PreemptedWrites)},
 		{"master_put_start_partial_allocations_total", "counter", "Writes granted fewer replicas than asked.", float64(st.PartialAllocs)},
 		{"master_expired_clients_total", "counter", "Clients expired for silence.", float64(st.ExpiredClients)},
+		{"master_local_disks", "gauge", "Storage clients' disks mounted (disk tier).", float64(st.Disk.Disks)},
+		{"master_disk_only_key_count", "gauge", "Objects readable from disk replicas only.", float64(st.Disk.DiskOnlyKeys)},
+		{"master_offloads_pending", "gauge", "Offloads queued or in flight.", float64(st.Disk.PendingOffloads)},
+		{"master_promotions_pending", "gauge", "Promotions queued or in flight.", float64(st.Disk.PendingPromotions)},
 	}
 	ops := make([]string, 0, len(st.Requests))
 	for op := range st.Requests {

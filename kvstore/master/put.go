@@ -58,7 +58,7 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 		return nil, code
 	}
 	if o, ok := s.objects[key]; ok {
-		if len(o.readable()) > 0 || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
+		if len(o.readable()) > 0 || len(o.disk) > 0 || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
 			return nil, kvstore.ObjectAlreadyExists
 		}
 		// Preempt the stale write: its writer may still be writing into
@@ -117,6 +117,9 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		return nil, code
 	}
 	o, ok := s.objects[key]
+	if ok && s.dropDiskCopies(o) {
+		ok = false // it lived on disk only: write it anew
+	}
 	var held uint64
 	if ok {
 		held = o.charged
@@ -207,6 +210,7 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 	if o.softPinTTL > 0 && o.softPinUntil.IsZero() {
 		o.softPinUntil = now.Add(o.softPinTTL)
 	}
+	s.offloadOnWrite(o)
 	return kvstore.OK
 }
 

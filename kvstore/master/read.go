@@ -6,7 +6,8 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
-// GetReplicaList returns key's readable (COMPLETE) replicas and grants a
+// GetReplicaList returns key's readable (COMPLETE) memory replicas, or
+// its LOCAL_DISK replicas when it has none in memory, and grants a
 // read lease of DefaultLeaseTTL, whose length it returns. Errors:
 // OBJECT_NOT_FOUND (no such key), REPLICA_IS_NOT_READY (it is still being
 // written). A failed lookup grants nothing.
@@ -23,15 +24,22 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	if !ok {
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
-	rs := o.readable()
-	if len(rs) == 0 {
+	reps := describeAll(o.readable())
+	if len(reps) == 0 && !o.writing {
+		// Memory replicas first; a disk-only object is read from disk
+		// (and counts towards its promotion).
+		if reps = s.diskDescriptors(o); len(reps) > 0 {
+			s.diskHit(o)
+		}
+	}
+	if len(reps) == 0 {
 		if o.writing {
 			return ReadResult{}, kvstore.ReplicaIsNotReady
 		}
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
 	o.grantLease(now, s.cfg.DefaultLeaseTTL)
-	return ReadResult{Replicas: describeAll(rs), LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.checksum}, kvstore.OK
+	return ReadResult{Replicas: reps, LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.checksum}, kvstore.OK
 }
 
 // ExistKey reports whether key has a readable replica; if so it grants
@@ -43,7 +51,7 @@ func (s *State) ExistKey(key string, now time.Time) (bool, kvstore.ErrorCode) {
 	}
 	s.m.result("exist_key", kvstore.OK)
 	o, ok := s.objects[key]
-	if !ok || len(o.readable()) == 0 {
+	if !ok || (len(o.readable()) == 0 && (o.writing || len(s.diskDescriptors(o)) == 0)) {
 		return false, kvstore.OK
 	}
 	o.grantLease(now, s.cfg.DefaultLeaseTTL)

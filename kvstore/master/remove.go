@@ -116,7 +116,7 @@ func (s *State) BatchReplicaClear(clientID string, keys []string, segment string
 		if !removed {
 			continue
 		}
-		if len(o.replicas) == 0 {
+		if o.gone() {
 			delete(s.objects, key)
 		}
 		s.charge(o)

@@ -67,6 +67,7 @@ func toPBReplicas(rs []Replica) []*masterpb.ReplicaDescriptor {
 		out[i] = &masterpb.ReplicaDescriptor{
 			Id: r.ID, Status: masterpb.ReplicaStatus(r.Status), TransportEndpoint: r.Endpoint,
 			BufferAddress: r.Address, Size: r.Size, SegmentName: r.SegmentName,
+			ReplicaType: masterpb.ReplicaType(r.Type), DiskClientId: r.DiskClient, DiskObjectKey: r.DiskKey,
 		}
 	}
 	return out

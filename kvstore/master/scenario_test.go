@@ -42,6 +42,7 @@ import (
 //	copy_task key= targets=a,b | move_task key= from= to=   (print task tN)
 //	fetch_tasks                          (client= is the executor)
 //	complete_task task=tN [fail] [msg=]  | query_task task=tN
+//	disk tier: see disk_scenario_test.go
 //
 // With "config multi_tenant=true", tenant=T on any command names the
 // tenant whose keys it works on (the default tenant when absent); an id
@@ -177,6 +178,10 @@ func (c cmd) replicateConfig(t *testing.T) ReplicateConfig {
 func fmtReplicas(rs []Replica) string {
 	var b strings.Builder
 	for _, r := range rs {
+		if r.Type == ReplicaLocalDisk {
+			fmt.Fprintf(&b, "  disk of %s at %s size=%d\n", r.DiskClient, r.Endpoint, r.Size)
+			continue
+		}
 		fmt.Fprintf(&b, "  %s+%d size=%d %s\n", r.SegmentID, r.Address-segBase, r.Size, r.Status)
 	}
 	return b.String()
@@ -217,6 +222,7 @@ func (s *scenario) run(c cmd) string {
 		cfg.PutStartReleaseTimeout = c.dur(t, "release", cfg.PutStartReleaseTimeout)
 		cfg.AllowEvictSoftPinned = c.str("allow_soft", "true") == "true"
 		cfg.MultiTenant = c.str("multi_tenant", "false") == "true"
+		cfg.Offload = c.offloadConfig(t)
 		st, err := NewState(cfg)
 		if err != nil {
 			return "error: " + err.Error() + "\n"
@@ -375,6 +381,9 @@ func (s *scenario) run(c cmd) string {
 		return fmt.Sprintf("size=%d writer=%s writing=%v lease=%s soft_pin_until=%s hard=%v\n",
 			o.Size, o.Writer, o.Writing, s.rel(o.LeaseUntil), s.rel(o.SoftPinUntil), o.HardPinned) + fmtReplicas(o.Replicas)
 	}
+	if out, ok := s.runDisk(c, key, cl); ok {
+		return out
+	}
 	t.Fatalf("unknown command %q", c.name)
 	return ""
 }
@@ -481,7 +490,9 @@ func checkTenantUsage(t *testing.T, st *State, after string) {
 	for k, o := range st.objects {
 		tenant, _ := st.splitKey(k)
 		used[tenant] += o.size * uint64(len(o.replicas))
-		objects[tenant]++
+		if len(o.replicas) > 0 { // disk-only objects hold no quota
+			objects[tenant]++
+		}
 	}
 	for _, ti := range st.Tenants() {
 		if ti.UsedBytes != used[ti.ID] || ti.Objects != objects[ti.ID] {

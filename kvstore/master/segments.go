@@ -157,7 +157,7 @@ func (s *State) unmount(segID string, now time.Time) {
 		}
 		clear(o.replicas[len(kept):])
 		o.replicas = kept
-		if len(o.replicas) == 0 {
+		if o.gone() {
 			delete(s.objects, key)
 		}
 		s.charge(o)
@@ -213,6 +213,7 @@ func (s *State) ExpireClients(now time.Time) []ExpiredSegment {
 			out = append(out, ExpiredSegment{ClientID: id, Segment: s.segments[segID].info})
 			s.unmount(segID, now)
 		}
+		s.unmountDisk(id)
 		delete(s.clients, id)
 		s.m.expiredClients++
 	}

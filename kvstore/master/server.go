@@ -108,8 +108,12 @@ func NewServer(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Register adds the Master service to g.
-func (s *Server) Register(g *grpc.Server) { masterpb.RegisterMasterServer(g, s) }
+// Register adds the Master and DiskTier services to g: a grpc.Server, or
+// the framed transport's server.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	masterpb.RegisterMasterServer(g, s)
+	masterpb.RegisterDiskTierServer(g, diskServer{s: s})
+}
 
 // Start runs the background loops until Close.
 func (s *Server) Start() {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -52,6 +53,7 @@ type Service struct {
 
 	log      *slog.Logger
 	grpc     *grpc.Server
+	framed   *framedrpc.Server
 	rpcLn    net.Listener
 	https    []*http.Server
 	httpAddr map[string]string
@@ -144,11 +146,17 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	srv.Register(s.grpc)
+	// The same service over framed connections on the same port: the
+	// clients' transport (internal/framedrpc); gRPC stays for every other
+	// caller.
+	s.framed = framedrpc.NewServer(log)
+	srv.Register(s.framed)
+	grpcLn := s.framed.Split(s.rpcLn)
 	srv.Start()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpc.Serve(s.rpcLn); err != nil {
+		if err := s.grpc.Serve(grpcLn); err != nil {
 			log.Error("gRPC server stopped", "err", err)
 		}
 	}()
@@ -204,7 +212,7 @@ func (s *Service) Close() {
 			_ = h.Shutdown(ctx)
 		}
 		stopped := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		go func() { s.grpc.GracefulStop(); s.framed.Close(); close(stopped) }()
 		select {
 		case <-stopped:
 		case <-ctx.Done():

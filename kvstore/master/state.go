@@ -38,6 +38,10 @@ type object struct {
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
+	// disk holds the object's LOCAL_DISK replicas; offloading marks an
+	// offload queued or in flight, which keeps the memory replicas.
+	disk       []diskReplica
+	offloading bool
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -64,6 +68,7 @@ type State struct {
 	nextReplica  uint64
 	tenants      map[string]*tenant // registered tenants; DefaultTenant always
 	tasks        map[TaskID]*task   // copy and move tasks, until pruned
+	disk         diskTier           // local disks, offloads, promotions
 	m            counters
 }
 
@@ -122,6 +127,7 @@ func (s *State) erase(o *object) {
 		s.freeReplica(r)
 	}
 	o.replicas = nil
+	s.forgetDisk(o)
 	delete(s.objects, o.key)
 	s.charge(o)
 }
@@ -140,7 +146,7 @@ func (o *object) readable() []*replica {
 // allComplete reports whether the object has replicas and all are COMPLETE
 // with no write open.
 func (o *object) allComplete() bool {
-	if o.writing || len(o.replicas) == 0 {
+	if o.writing || o.gone() {
 		return false
 	}
 	for _, r := range o.replicas {
@@ -204,7 +210,7 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 	}
 	o.replicas = kept
 	o.writing = false
-	if len(o.replicas) == 0 {
+	if o.gone() {
 		delete(s.objects, o.key)
 	}
 	s.charge(o)
@@ -244,7 +250,7 @@ func (s *State) QueryKey(key string) (ObjectInfo, bool) {
 	}
 	return ObjectInfo{
 		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
-		Replicas: describeAll(o.replicas), LeaseUntil: o.lease,
+		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease,
 		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil, HardPinned: o.hardPin,
 		DataType: o.dataType, GroupID: o.groupID,
 	}, true

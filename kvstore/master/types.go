@@ -82,6 +82,11 @@ type Segment struct {
 // Replica describes one replica as returned to clients: Size bytes at the
 // absolute address Address inside Transfer Engine segment Endpoint.
 type Replica struct {
+	// Type is ReplicaMemory, or ReplicaLocalDisk for a copy on the disk
+	// of client DiskClient, who serves it at Endpoint under DiskKey.
+	Type        ReplicaType
+	DiskClient  string
+	DiskKey     string
 	ID          uint64
 	Status      ReplicaStatus
 	SegmentID   string

@@ -137,6 +137,55 @@ func (ReplicaStatus) EnumDescriptor() ([]byte, []int) {
 	return file_master_proto_rawDescGZIP(), []int{1}
 }
 
+type ReplicaType int32
+
+const (
+	ReplicaType_REPLICA_MEMORY     ReplicaType = 0
+	ReplicaType_REPLICA_DISK       ReplicaType = 1
+	ReplicaType_REPLICA_LOCAL_DISK ReplicaType = 2
+)
+
+// Enum value maps for ReplicaType.
+var (
+	ReplicaType_name = map[int32]string{
+		0: "REPLICA_MEMORY",
+		1: "REPLICA_DISK",
+		2: "REPLICA_LOCAL_DISK",
+	}
+	ReplicaType_value = map[string]int32{
+		"REPLICA_MEMORY":     0,
+		"REPLICA_DISK":       1,
+		"REPLICA_LOCAL_DISK": 2,
+	}
+)
+
+func (x ReplicaType) Enum() *ReplicaType {
+	p := new(ReplicaType)
+	*p = x
+	return p
+}
+
+func (x ReplicaType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaType) Descriptor() protoreflect.EnumDescriptor {
+	return file_master_proto_enumTypes[2].Descriptor()
+}
+
+func (ReplicaType) Type() protoreflect.EnumType {
+	return &file_master_proto_enumTypes[2]
+}
+
+func (x ReplicaType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaType.Descriptor instead.
+func (ReplicaType) EnumDescriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{2}
+}
+
 type ClientStatus int32
 
 const (
@@ -170,11 +219,11 @@ func (x ClientStatus) String() string {
 }
 
 func (ClientStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[2].Descriptor()
+	return file_master_proto_enumTypes[3].Descriptor()
 }
 
 func (ClientStatus) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[2]
+	return &file_master_proto_enumTypes[3]
 }
 
 func (x ClientStatus) Number() protoreflect.EnumNumber {
@@ -183,7 +232,7 @@ func (x ClientStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ClientStatus.Descriptor instead.
 func (ClientStatus) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{2}
+	return file_master_proto_rawDescGZIP(), []int{3}
 }
 
 type TaskType int32
@@ -216,11 +265,11 @@ func (x TaskType) String() string {
 }
 
 func (TaskType) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[3].Descriptor()
+	return file_master_proto_enumTypes[4].Descriptor()
 }
 
 func (TaskType) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[3]
+	return &file_master_proto_enumTypes[4]
 }
 
 func (x TaskType) Number() protoreflect.EnumNumber {
@@ -229,7 +278,7 @@ func (x TaskType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskType.Descriptor instead.
 func (TaskType) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{3}
+	return file_master_proto_rawDescGZIP(), []int{4}
 }
 
 type TaskStatus int32
@@ -268,11 +317,11 @@ func (x TaskStatus) String() string {
 }
 
 func (TaskStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_master_proto_enumTypes[4].Descriptor()
+	return file_master_proto_enumTypes[5].Descriptor()
 }
 
 func (TaskStatus) Type() protoreflect.EnumType {
-	return &file_master_proto_enumTypes[4]
+	return &file_master_proto_enumTypes[5]
 }
 
 func (x TaskStatus) Number() protoreflect.EnumNumber {
@@ -281,7 +330,7 @@ func (x TaskStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskStatus.Descriptor instead.
 func (TaskStatus) EnumDescriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{4}
+	return file_master_proto_rawDescGZIP(), []int{5}
 }
 
 type ReplicateConfig struct {
@@ -388,8 +437,8 @@ func (x *ReplicateConfig) GetDataType() uint32 {
 	return 0
 }
 
-// A memory replica: size bytes at buffer_address inside the Transfer Engine
-// segment transport_endpoint.
+// A replica: for memory ones, size bytes at buffer_address inside the
+// Transfer Engine segment transport_endpoint.
 type ReplicaDescriptor struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Id                uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -398,8 +447,16 @@ type ReplicaDescriptor struct {
 	BufferAddress     uint64                 `protobuf:"varint,4,opt,name=buffer_address,json=bufferAddress,proto3" json:"buffer_address,omitempty"`
 	Size              uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
 	SegmentName       string                 `protobuf:"bytes,6,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Where the replica lives (MEMORY when unset). A LOCAL_DISK replica is
+	// a file of the storage client disk_client_id, which serves it through
+	// its offload RPC server at transport_endpoint (see disk.proto); size is
+	// the object size and buffer_address is unused.
+	ReplicaType  ReplicaType `protobuf:"varint,20,opt,name=replica_type,json=replicaType,proto3,enum=mooncake.store.v1.ReplicaType" json:"replica_type,omitempty"`
+	DiskClientId string      `protobuf:"bytes,21,opt,name=disk_client_id,json=diskClientId,proto3" json:"disk_client_id,omitempty"`
+	// The key the disk holder stores the object under (tenant-qualified).
+	DiskObjectKey string `protobuf:"bytes,22,opt,name=disk_object_key,json=diskObjectKey,proto3" json:"disk_object_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaDescriptor) Reset() {
@@ -470,6 +527,27 @@ func (x *ReplicaDescriptor) GetSize() uint64 {
 func (x *ReplicaDescriptor) GetSegmentName() string {
 	if x != nil {
 		return x.SegmentName
+	}
+	return ""
+}
+
+func (x *ReplicaDescriptor) GetReplicaType() ReplicaType {
+	if x != nil {
+		return x.ReplicaType
+	}
+	return ReplicaType_REPLICA_MEMORY
+}
+
+func (x *ReplicaDescriptor) GetDiskClientId() string {
+	if x != nil {
+		return x.DiskClientId
+	}
+	return ""
+}
+
+func (x *ReplicaDescriptor) GetDiskObjectKey() string {
+	if x != nil {
+		return x.DiskObjectKey
 	}
 	return ""
 }
@@ -2531,14 +2609,17 @@ const file_master_proto_rawDesc = "" +
 	"\x19prefer_alloc_in_same_node\x18\x06 \x01(\bR\x15preferAllocInSameNode\x12\x17\n" +
 	"\ahost_id\x18\a \x01(\tR\x06hostId\x12\x1b\n" +
 	"\tdata_type\x18\b \x01(\rR\bdataTypeB\x12\n" +
-	"\x10_soft_pin_ttl_ms\"\xea\x01\n" +
+	"\x10_soft_pin_ttl_ms\"\xfb\x02\n" +
 	"\x11ReplicaDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\x06status\x18\x02 \x01(\x0e2 .mooncake.store.v1.ReplicaStatusR\x06status\x12-\n" +
 	"\x12transport_endpoint\x18\x03 \x01(\tR\x11transportEndpoint\x12%\n" +
 	"\x0ebuffer_address\x18\x04 \x01(\x04R\rbufferAddress\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12!\n" +
-	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\"\xab\x01\n" +
+	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\x12A\n" +
+	"\freplica_type\x18\x14 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaType\x12$\n" +
+	"\x0edisk_client_id\x18\x15 \x01(\tR\fdiskClientId\x12&\n" +
+	"\x0fdisk_object_key\x18\x16 \x01(\tR\rdiskObjectKey\"\xab\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -2689,7 +2770,11 @@ const file_master_proto_rawDesc = "" +
 	"\x12REPLICA_PROCESSING\x10\x02\x12\x14\n" +
 	"\x10REPLICA_COMPLETE\x10\x03\x12\x13\n" +
 	"\x0fREPLICA_REMOVED\x10\x04\x12\x12\n" +
-	"\x0eREPLICA_FAILED\x10\x05*L\n" +
+	"\x0eREPLICA_FAILED\x10\x05*K\n" +
+	"\vReplicaType\x12\x12\n" +
+	"\x0eREPLICA_MEMORY\x10\x00\x12\x10\n" +
+	"\fREPLICA_DISK\x10\x01\x12\x16\n" +
+	"\x12REPLICA_LOCAL_DISK\x10\x02*L\n" +
 	"\fClientStatus\x12\x14\n" +
 	"\x10CLIENT_UNDEFINED\x10\x00\x12\r\n" +
 	"\tCLIENT_OK\x10\x01\x12\x17\n" +
@@ -2743,137 +2828,139 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
-var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
-	(ClientStatus)(0),                   // 2: mooncake.store.v1.ClientStatus
-	(TaskType)(0),                       // 3: mooncake.store.v1.TaskType
-	(TaskStatus)(0),                     // 4: mooncake.store.v1.TaskStatus
-	(*ReplicateConfig)(nil),             // 5: mooncake.store.v1.ReplicateConfig
-	(*ReplicaDescriptor)(nil),           // 6: mooncake.store.v1.ReplicaDescriptor
-	(*PutStartRequest)(nil),             // 7: mooncake.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 8: mooncake.store.v1.PutStartResponse
-	(*PutEndRequest)(nil),               // 9: mooncake.store.v1.PutEndRequest
-	(*PutRevokeRequest)(nil),            // 10: mooncake.store.v1.PutRevokeRequest
-	(*BatchPutStartRequest)(nil),        // 11: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 12: mooncake.store.v1.BatchPutStartResponse
-	(*BatchPutEndRequest)(nil),          // 13: mooncake.store.v1.BatchPutEndRequest
-	(*BatchPutRevokeRequest)(nil),       // 14: mooncake.store.v1.BatchPutRevokeRequest
-	(*StatusResponse)(nil),              // 15: mooncake.store.v1.StatusResponse
-	(*BatchStatusResponse)(nil),         // 16: mooncake.store.v1.BatchStatusResponse
-	(*KeyRequest)(nil),                  // 17: mooncake.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 18: mooncake.store.v1.BatchKeyRequest
-	(*GetReplicaListResponse)(nil),      // 19: mooncake.store.v1.GetReplicaListResponse
-	(*BatchGetReplicaListResponse)(nil), // 20: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistKeyResponse)(nil),            // 21: mooncake.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 22: mooncake.store.v1.BatchExistKeyResponse
-	(*RemoveRequest)(nil),               // 23: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),          // 24: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 25: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 26: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 27: mooncake.store.v1.CountResponse
-	(*Segment)(nil),                     // 28: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 29: mooncake.store.v1.MountSegmentRequest
-	(*ReMountSegmentRequest)(nil),       // 30: mooncake.store.v1.ReMountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 31: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 32: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 33: mooncake.store.v1.PingResponse
-	(*BatchReplicaClearRequest)(nil),    // 34: mooncake.store.v1.BatchReplicaClearRequest
-	(*BatchReplicaClearResponse)(nil),   // 35: mooncake.store.v1.BatchReplicaClearResponse
-	(*TaskId)(nil),                      // 36: mooncake.store.v1.TaskId
-	(*CreateCopyTaskRequest)(nil),       // 37: mooncake.store.v1.CreateCopyTaskRequest
-	(*CreateMoveTaskRequest)(nil),       // 38: mooncake.store.v1.CreateMoveTaskRequest
-	(*CreateTaskResponse)(nil),          // 39: mooncake.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 40: mooncake.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 41: mooncake.store.v1.QueryTaskResponse
-	(*TaskAssignment)(nil),              // 42: mooncake.store.v1.TaskAssignment
-	(*MarkTaskCompleteRequest)(nil),     // 43: mooncake.store.v1.MarkTaskCompleteRequest
+	(ReplicaType)(0),                    // 2: mooncake.store.v1.ReplicaType
+	(ClientStatus)(0),                   // 3: mooncake.store.v1.ClientStatus
+	(TaskType)(0),                       // 4: mooncake.store.v1.TaskType
+	(TaskStatus)(0),                     // 5: mooncake.store.v1.TaskStatus
+	(*ReplicateConfig)(nil),             // 6: mooncake.store.v1.ReplicateConfig
+	(*ReplicaDescriptor)(nil),           // 7: mooncake.store.v1.ReplicaDescriptor
+	(*PutStartRequest)(nil),             // 8: mooncake.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 9: mooncake.store.v1.PutStartResponse
+	(*PutEndRequest)(nil),               // 10: mooncake.store.v1.PutEndRequest
+	(*PutRevokeRequest)(nil),            // 11: mooncake.store.v1.PutRevokeRequest
+	(*BatchPutStartRequest)(nil),        // 12: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 13: mooncake.store.v1.BatchPutStartResponse
+	(*BatchPutEndRequest)(nil),          // 14: mooncake.store.v1.BatchPutEndRequest
+	(*BatchPutRevokeRequest)(nil),       // 15: mooncake.store.v1.BatchPutRevokeRequest
+	(*StatusResponse)(nil),              // 16: mooncake.store.v1.StatusResponse
+	(*BatchStatusResponse)(nil),         // 17: mooncake.store.v1.BatchStatusResponse
+	(*KeyRequest)(nil),                  // 18: mooncake.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),             // 19: mooncake.store.v1.BatchKeyRequest
+	(*GetReplicaListResponse)(nil),      // 20: mooncake.store.v1.GetReplicaListResponse
+	(*BatchGetReplicaListResponse)(nil), // 21: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistKeyResponse)(nil),            // 22: mooncake.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),       // 23: mooncake.store.v1.BatchExistKeyResponse
+	(*RemoveRequest)(nil),               // 24: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),          // 25: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 26: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 27: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 28: mooncake.store.v1.CountResponse
+	(*Segment)(nil),                     // 29: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 30: mooncake.store.v1.MountSegmentRequest
+	(*ReMountSegmentRequest)(nil),       // 31: mooncake.store.v1.ReMountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 32: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 33: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 34: mooncake.store.v1.PingResponse
+	(*BatchReplicaClearRequest)(nil),    // 35: mooncake.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),   // 36: mooncake.store.v1.BatchReplicaClearResponse
+	(*TaskId)(nil),                      // 37: mooncake.store.v1.TaskId
+	(*CreateCopyTaskRequest)(nil),       // 38: mooncake.store.v1.CreateCopyTaskRequest
+	(*CreateMoveTaskRequest)(nil),       // 39: mooncake.store.v1.CreateMoveTaskRequest
+	(*CreateTaskResponse)(nil),          // 40: mooncake.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 41: mooncake.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 42: mooncake.store.v1.QueryTaskResponse
+	(*TaskAssignment)(nil),              // 43: mooncake.store.v1.TaskAssignment
+	(*MarkTaskCompleteRequest)(nil),     // 44: mooncake.store.v1.MarkTaskCompleteRequest
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
 	1,  // 1: mooncake.store.v1.ReplicaDescriptor.status:type_name -> mooncake.store.v1.ReplicaStatus
-	5,  // 2: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
-	6,  // 3: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	7,  // 4: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
-	8,  // 5: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
-	9,  // 6: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
-	10, // 7: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
-	6,  // 8: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	19, // 9: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
-	21, // 10: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	28, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	28, // 12: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
-	2,  // 13: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	42, // 14: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
-	36, // 15: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	36, // 16: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
-	36, // 17: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	3,  // 18: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
-	4,  // 19: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
-	36, // 20: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
-	3,  // 21: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
-	6,  // 22: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
-	6,  // 23: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
-	36, // 24: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
-	7,  // 25: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	9,  // 26: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	10, // 27: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	11, // 28: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	13, // 29: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	14, // 30: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
-	7,  // 31: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
-	11, // 32: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	17, // 33: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	18, // 34: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
-	17, // 35: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	18, // 36: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	23, // 37: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	24, // 38: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	25, // 39: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	26, // 40: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	34, // 41: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
-	37, // 42: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
-	38, // 43: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
-	40, // 44: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
-	43, // 45: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
-	29, // 46: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	30, // 47: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	31, // 48: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	31, // 49: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	32, // 50: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	8,  // 51: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	15, // 52: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	15, // 53: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	12, // 54: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	16, // 55: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	16, // 56: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	8,  // 57: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	12, // 58: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	19, // 59: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	20, // 60: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	21, // 61: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	22, // 62: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	15, // 63: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	16, // 64: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	27, // 65: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	27, // 66: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	35, // 67: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	39, // 68: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	39, // 69: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	41, // 70: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	15, // 71: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	15, // 72: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 73: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 74: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	15, // 75: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	33, // 76: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	51, // [51:77] is the sub-list for method output_type
-	25, // [25:51] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 2: mooncake.store.v1.ReplicaDescriptor.replica_type:type_name -> mooncake.store.v1.ReplicaType
+	6,  // 3: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
+	7,  // 4: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	8,  // 5: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
+	9,  // 6: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
+	10, // 7: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
+	11, // 8: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
+	7,  // 9: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	20, // 10: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
+	22, // 11: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
+	29, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	29, // 13: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	3,  // 14: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
+	43, // 15: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	37, // 16: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	37, // 17: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	37, // 18: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 19: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
+	5,  // 20: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
+	37, // 21: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 22: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
+	7,  // 23: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
+	7,  // 24: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
+	37, // 25: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	8,  // 26: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	10, // 27: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	11, // 28: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	12, // 29: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	14, // 30: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	15, // 31: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
+	8,  // 32: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
+	12, // 33: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	18, // 34: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	19, // 35: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
+	18, // 36: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	19, // 37: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
+	24, // 38: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	25, // 39: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	26, // 40: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	27, // 41: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	35, // 42: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	38, // 43: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	39, // 44: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	41, // 45: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	44, // 46: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	30, // 47: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	31, // 48: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	32, // 49: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	32, // 50: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	33, // 51: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	9,  // 52: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	16, // 53: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	16, // 54: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	13, // 55: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	17, // 56: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	17, // 57: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	9,  // 58: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	13, // 59: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	20, // 60: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	21, // 61: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	22, // 62: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	23, // 63: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	16, // 64: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	17, // 65: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	28, // 66: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	28, // 67: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	36, // 68: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	40, // 69: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	40, // 70: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	42, // 71: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	16, // 72: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	16, // 73: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	16, // 74: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	16, // 75: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	16, // 76: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	34, // 77: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	52, // [52:78] is the sub-list for method output_type
+	26, // [26:52] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -2889,7 +2976,7 @@ func file_master_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,

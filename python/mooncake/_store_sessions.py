@@ -156,7 +156,7 @@ class _SessionsAndTasks:
         self._native_sessions().mc_store_get_session_start(
             self._handle, len(keys), _keys(keys), results
         )
-        return list(results)
+        return results[:]
 
     def _ranges(self, fn: str, keys, all_ptrs, all_sizes, all_offsets) -> list[int]:
         n = len(keys)
@@ -235,7 +235,7 @@ class _SessionsAndTasks:
         self._native_sessions().mc_store_put_session_start(
             self._handle, n, _keys(keys), _u64s(sizes), cfg, results
         )
-        return list(results)
+        return results[:]
 
     def batch_put_from_multi_buffer_ranges(
         self, keys, all_buffer_ptrs, all_sizes, all_dst_offsets
@@ -256,7 +256,7 @@ class _SessionsAndTasks:
             return []
         results = (INT * len(keys))()
         getattr(self._native_sessions(), fn)(self._handle, len(keys), _keys(keys), results)
-        return list(results)
+        return results[:]
 
     def batch_put_session_end(self, keys: Sequence[str]) -> list[int]:
         """Wait for each session's ranged writes, then publish (PutEnd).

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mooncake import _safetensors
+from mooncake import _device, _safetensors
 from mooncake._buffers import address_of
 from mooncake._tensor import (
     AXIS_DP,
@@ -954,7 +954,7 @@ class _TensorAPI:
             ptr, size = into
             if size < HEADER_SIZE + plan.nbytes:
                 return None
-            ctypes.memmove(ptr, plan.header, HEADER_SIZE)
+            _device.write(ptr, plan.header)  # the caller's buffer may be on a GPU
             data = ptr + HEADER_SIZE
         if plan.fragments:
             got = self.get_into_ranges(

@@ -72,8 +72,9 @@ class MemoryDescriptor:
 
 
 class DiskDescriptor:
-    """A disk replica's file. This build keeps no disk replicas, so no
-    descriptor it returns has one; the type exists for callers that name it."""
+    """A shared-file-system DISK replica's file (upstream's --root_fs_dir
+    tier, which this build does not implement: no descriptor it returns has
+    one; the type exists for callers that name it)."""
 
     __slots__ = ("file_path", "object_size")
 
@@ -82,37 +83,82 @@ class DiskDescriptor:
         self.object_size = object_size
 
 
+class LocalDiskDescriptor:
+    """A LOCAL_DISK replica: `object_size` bytes on the disk of storage
+    client `client_id`, whose offload server listens at
+    `transport_endpoint` (host:port)."""
+
+    __slots__ = ("client_id", "object_size", "transport_endpoint")
+
+    def __init__(self, client_id: str, object_size: int, transport_endpoint: str) -> None:
+        self.client_id = client_id
+        self.object_size = object_size
+        self.transport_endpoint = transport_endpoint
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalDiskDescriptor(client_id={self.client_id!r}, "
+            f"object_size={self.object_size}, transport_endpoint={self.transport_endpoint!r})"
+        )
+
+
+# replica_type values of mc_store_replica_desc's JSON (the proto's ReplicaType).
+_MEMORY, _LOCAL_DISK = 0, 2
+
+
 class ReplicaDescriptor:
-    """One readable replica of an object, as `get_replica_desc` lists it."""
+    """One readable replica of an object, as `get_replica_desc` lists it:
+    a memory replica, or a LOCAL_DISK one (a copy on a storage client's
+    disk, listed when the object has no memory replica)."""
 
-    __slots__ = ("status", "_memory")
+    __slots__ = ("status", "_memory", "_local_disk")
 
-    def __init__(self, status: ReplicaStatus, memory: MemoryDescriptor) -> None:
+    def __init__(
+        self,
+        status: ReplicaStatus,
+        memory: MemoryDescriptor | None,
+        local_disk: LocalDiskDescriptor | None = None,
+    ) -> None:
         self.status = status
         self._memory = memory
+        self._local_disk = local_disk
 
     def is_memory_replica(self) -> bool:
-        return True
+        return self._memory is not None
 
     def is_disk_replica(self) -> bool:
+        """A shared-file-system DISK replica: never, in this build."""
         return False
 
     def is_local_disk_replica(self) -> bool:
-        return False
+        return self._local_disk is not None
 
     def get_memory_descriptor(self) -> MemoryDescriptor:
+        if self._memory is None:
+            raise RuntimeError("not a memory replica")
         return self._memory
 
     def get_disk_descriptor(self) -> DiskDescriptor:
-        raise RuntimeError("not a disk replica (this build keeps memory replicas only)")
+        raise RuntimeError("not a DISK replica (this build has no shared-file-system tier)")
+
+    def get_local_disk_descriptor(self) -> LocalDiskDescriptor:
+        if self._local_disk is None:
+            raise RuntimeError("not a LOCAL_DISK replica")
+        return self._local_disk
 
     def __repr__(self) -> str:
-        return f"ReplicaDescriptor(status={self.status.name}, {self._memory!r})"
+        where = self._memory if self._memory is not None else self._local_disk
+        return f"ReplicaDescriptor(status={self.status.name}, {where!r})"
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ReplicaDescriptor:
+        status = ReplicaStatus(int(d["status"]))
+        if int(d.get("replica_type", _MEMORY)) == _LOCAL_DISK:
+            endpoint = d["transport_endpoint"]
+            disk = LocalDiskDescriptor(d.get("client_id", ""), int(d["size"]), endpoint)
+            return cls(status, None, disk)
         desc = Descriptor(int(d["size"]), int(d["buffer_address"]), d["transport_endpoint"])
-        return cls(ReplicaStatus(int(d["status"])), MemoryDescriptor(desc))
+        return cls(status, MemoryDescriptor(desc))
 
 
 class BufferHandle(MemoryView):

@@ -184,7 +184,9 @@ def parse_header_at(addr: int, total: int | None = None) -> dict | None:
     Without `total` the object size is the one the header declares
     (data_offset + data_bytes): for headers read on their own.
     """
-    header = ctypes.string_at(addr, HEADER_SIZE)
+    from mooncake import _device
+
+    header = _device.read(addr, HEADER_SIZE)  # the caller's buffer may be on a GPU
     if total is None:
         offset, nbytes = struct.unpack_from("<QQ", header, 24)
         total = offset + nbytes
@@ -192,15 +194,24 @@ def parse_header_at(addr: int, total: int | None = None) -> dict | None:
 
 
 def view_at(addr: int, meta: dict) -> Any:
-    """A tensor over the data at `addr` (no copy) shaped by a parsed header."""
+    """A tensor over the data at `addr` (no copy) shaped by a parsed header.
+
+    Over device memory it is a CUDA tensor on that GPU.
+    """
     import torch
+
+    from mooncake import _device
 
     dtype = getattr(torch, meta["dtype"])
     shape = meta["local_shape"]
     nbytes = math.prod(shape) * element_size(meta["dtype"])
+    device = _device.device_of(addr)
     if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(addr), dtype=torch.uint8)
+        return torch.empty(shape, dtype=dtype, device="cpu" if device is None else f"cuda:{device}")
+    if device is not None:
+        raw = _device.cuda_bytes(addr, nbytes, device)
+    else:
+        raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(addr), dtype=torch.uint8)
     return raw.view(dtype).reshape(shape)
 
 

@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -422,6 +423,20 @@ _MFD_HUGETLB = 0x0004
 _MFD_HUGE_SHIFT = 26
 
 
+_ALLOCATORS: weakref.WeakSet[MooncakeHostMemAllocator] = weakref.WeakSet()
+
+
+def shared_file_of(ptr: int, size: int) -> tuple[int, int] | None:
+    """(memfd, offset of ptr in it) when [ptr, ptr+size) lies in memory of a live
+    `MooncakeHostMemAllocator`, else None (a dummy client passes the memfd to its daemon)."""
+    for allocator in list(_ALLOCATORS):
+        with allocator._lock:
+            for base, (fd, length) in allocator._maps.items():
+                if base <= ptr and ptr + size <= base + length:
+                    return fd, ptr - base
+    return None
+
+
 class MooncakeHostMemAllocator:
     """Shared host memory: each `alloc` is a new memfd mapped MAP_SHARED|MAP_POPULATE.
 
@@ -440,6 +455,7 @@ class MooncakeHostMemAllocator:
         self._lock = threading.Lock()
         self._maps: dict[int, tuple[int, int]] = {}  # ptr -> (fd, length)
         self._c_funcs: tuple[Any, Any] | None = None
+        _ALLOCATORS.add(self)
 
     def alloc(self, size: int) -> int:
         """Map `size` bytes of a new memfd; the address. RuntimeError on failure."""

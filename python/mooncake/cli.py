@@ -52,6 +52,11 @@ def transfer_engine_bench() -> NoReturn:
     run("transfer_engine_bench")
 
 
+def mooncake_client() -> NoReturn:
+    """Entry point of the ``mooncake_client`` console script (the standalone real client)."""
+    run("mooncake_client")
+
+
 def mooncake() -> NoReturn:
     """Entry point of the ``mooncake`` console script (diagnostics: info, probe)."""
     run("mooncake")

@@ -185,7 +185,7 @@ class TransferEngine:
         return self
 
     def get_local_topology(self, device_name: str | None = None) -> str:
-        """Topology JSON: {"cpu:N": [[preferred NICs], [available NICs]]}."""
+        """Topology JSON: {"cpu:N" | "cuda:N": [[preferred NICs], [available NICs]]}."""
         return _lib.take_string(self._lib.mc_local_topology()) or "{}"
 
     # -- memory -----------------------------------------------------------

@@ -16,8 +16,10 @@ Example (one process per rank, any torch.distributed group)::
     y = experts(recv_x, recv_count)               # [L, R*N, H] bf16
     out, event, hook = buf.combine(y, topk_idx, topk_weights, active, -1, handle)
 
-Tensors must be CPU tensors. ``active_ranks[r]`` is set to 0 in place when
-rank r misses ``timeout_us`` (-1: wait forever); it is then skipped.
+Tensors are CPU or CUDA tensors. CUDA tensors are staged through host memory
+(``mooncake._cuda_stage``) and results come back as CUDA tensors on the same
+GPU. ``active_ranks[r]`` is set to 0 in place when rank r misses
+``timeout_us`` (-1: wait forever); it is then skipped.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from mooncake import _lib
+from mooncake._cuda_stage import CudaStage
 
 __all__ = ["Buffer", "EventHandle", "EventOverlap"]
 
@@ -142,14 +145,14 @@ def _only_pool_holds(t: torch.Tensor) -> bool:
     return _storage_use_count(t.untyped_storage()._cdata) == 1
 
 
-def _cpu_contig(t: torch.Tensor, name: str, dtype: torch.dtype, dim: int) -> None:
+def _contig(t: torch.Tensor, name: str, dtype: torch.dtype, dim: int) -> None:
     _need(isinstance(t, torch.Tensor), TypeError, f"{name} must be a tensor")
     _need(t.dtype == dtype, TypeError, f"{name} must be {dtype}, got {t.dtype}")
     _need(t.dim() == dim, ValueError, f"{name} must have {dim} dims, got shape {tuple(t.shape)}")
     _need(
-        t.device.type == "cpu",
+        t.device.type in ("cpu", "cuda"),
         ValueError,
-        f"{name} must be a CPU tensor (no GPU path in this build)",
+        f"{name} must be a CPU or CUDA tensor, got {t.device}",
     )
     _need(t.is_contiguous(), ValueError, f"{name} must be contiguous")
 
@@ -164,10 +167,13 @@ class _PendingOp:
     reference to anything never frees memory that Go still touches.
     """
 
-    def __init__(self, op: int, buffer: Buffer, keep: tuple) -> None:
+    def __init__(
+        self, op: int, buffer: Buffer, keep: tuple, post: Callable[[], None] | None = None
+    ) -> None:
         self._op = op
         self._buffer: Buffer | None = buffer
         self._keep: tuple | None = keep
+        self._post = post  # after a successful receive: copies back to the GPU
 
     def _wait(self) -> None:
         """Complete the receive (run it, or wait for it) and release what it held."""
@@ -179,8 +185,13 @@ class _PendingOp:
         if rc != 0 and _lib_ep().mc_ep_op_done(op) == 0:
             self._op = op  # refused (hooks out of order): still pending
             _check(rc, err)
-        self._buffer, self._keep = None, None
-        _check(rc, err)
+        post, self._post = self._post, None
+        try:
+            _check(rc, err)
+            if post is not None:
+                post()
+        finally:
+            self._buffer, self._keep = None, None
 
     def __del__(self) -> None:
         op, buffer = getattr(self, "_op", 0), getattr(self, "_buffer", None)
@@ -203,7 +214,8 @@ class EventHandle(_PendingOp):
         self._wait()
 
     def current_stream_wait(self, stream_ptr: int | None = None) -> None:
-        """CPU tensors have no streams: waits like `synchronize`."""
+        """Waits like `synchronize`: results staged back to a GPU are copied on the
+        current stream before it returns, so later work on that stream sees them."""
         del stream_ptr
         self.synchronize()
 
@@ -354,10 +366,14 @@ class Buffer:
 
     # --------------------------------------------------------------- helpers
 
-    def _active_ranks_tensor(self, active_ranks: torch.Tensor | None) -> torch.Tensor:
+    def _active_ranks_tensor(
+        self, active_ranks: torch.Tensor | None, stage: CudaStage
+    ) -> torch.Tensor:
         if active_ranks is not None and active_ranks.numel() == self.group_size:
-            _cpu_contig(active_ranks.view(-1), "active_ranks", torch.int32, 1)
-            return active_ranks
+            _contig(active_ranks.view(-1), "active_ranks", torch.int32, 1)
+            host = stage.host(active_ranks)
+            stage.into(active_ranks, host)  # failures clear entries: show them on the GPU
+            return host
         if active_ranks is not None:
             warnings.warn(
                 f"mooncake ep: active_ranks has {active_ranks.numel()} entries "
@@ -373,13 +389,17 @@ class Buffer:
         return torch.ones(self.group_size, dtype=torch.int32)
 
     def _finish(
-        self, mode: int, op: ctypes.c_uint64, keep: tuple
+        self, mode: int, op: ctypes.c_uint64, keep: tuple, stage: CudaStage
     ) -> tuple[EventOverlap, Callable[[], None] | None]:
+        """The call's event and hook; staged CUDA results are copied back when it completes."""
         self._reap()
+        post = stage.finish if stage.active else None
         if mode == _MODE_HOOK:
-            return EventOverlap(None), _RecvHook(op.value, self, keep)
+            return EventOverlap(None), _RecvHook(op.value, self, keep, post)
         if mode == _MODE_ASYNC:
-            return EventOverlap(EventHandle(op.value, self, keep), extra_tensors=keep), None
+            return EventOverlap(EventHandle(op.value, self, keep, post), extra_tensors=keep), None
+        if post is not None:
+            post()
         return EventOverlap(None), None
 
     def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -432,8 +452,10 @@ class Buffer:
         """
         mode = self._mode(async_finish, return_recv_hook)
         fp8 = True if use_fp8 is None else bool(use_fp8)
-        _cpu_contig(x, "x", torch.bfloat16, 2)
-        _cpu_contig(topk_idx, "topk_idx", torch.int64, 2)
+        _contig(x, "x", torch.bfloat16, 2)
+        _contig(topk_idx, "topk_idx", torch.int64, 2)
+        stage = CudaStage(x, topk_idx, active_ranks)
+        x, topk_idx = stage.host(x), stage.host(topk_idx)
         T, H = x.shape
         K = topk_idx.shape[1]
         R, N, E = self.group_size, int(num_max_dispatch_tokens_per_rank), int(num_experts)
@@ -444,7 +466,7 @@ class Buffer:
         _need(H % 128 == 0, ValueError, f"hidden={H} is not a multiple of 128")
         _need(E > 0 and E % R == 0, ValueError, f"num_experts={E} is not divisible by {R} ranks")
         _need(0 < K <= _MAX_TOPK, ValueError, f"top-k={K} out of range [1, {_MAX_TOPK}]")
-        active = self._active_ranks_tensor(active_ranks)
+        active = self._active_ranks_tensor(active_ranks, stage)
         L = E // R
         recv_x = self._empty((L, R * N, H), torch.float8_e4m3fn if fp8 else torch.bfloat16)
         scales = self._empty((L, H // 128, R * N), torch.float32) if fp8 else None
@@ -475,7 +497,10 @@ class Buffer:
         )
         _check(rc, err)
         keep = (x, topk_idx, active, recv_x, scales, recv_count, src_info, layout_range)
-        event, hook = self._finish(mode, op, keep)
+        recv_x, recv_count = stage.output(recv_x), stage.output(recv_count)
+        src_info, layout_range = stage.output(src_info), stage.output(layout_range)
+        scales = stage.output(scales) if scales is not None else None
+        event, hook = self._finish(mode, op, keep, stage)
         out_x: Any = (recv_x, scales.transpose(1, 2)) if scales is not None else recv_x
         return out_x, recv_count, (src_info, layout_range, N, H, E), event, hook
 
@@ -508,11 +533,14 @@ class Buffer:
         src_info, layout_range, N, H, E = handle
         R = self.group_size
         L = E // R
-        _cpu_contig(x, "x", torch.bfloat16, 3)
-        _cpu_contig(topk_idx, "topk_idx", torch.int64, 2)
-        _cpu_contig(topk_weights, "topk_weights", torch.float32, 2)
-        _cpu_contig(src_info, "handle src_info", torch.int32, 2)
-        _cpu_contig(layout_range, "handle layout_range", torch.int64, 2)
+        _contig(x, "x", torch.bfloat16, 3)
+        _contig(topk_idx, "topk_idx", torch.int64, 2)
+        _contig(topk_weights, "topk_weights", torch.float32, 2)
+        _contig(src_info, "handle src_info", torch.int32, 2)
+        _contig(layout_range, "handle layout_range", torch.int64, 2)
+        stage = CudaStage(x, topk_idx, topk_weights, src_info, layout_range, active_ranks, out)
+        x, topk_idx, topk_weights = stage.host(x), stage.host(topk_idx), stage.host(topk_weights)
+        src_info, layout_range = stage.host(src_info), stage.host(layout_range)
         _need(
             tuple(x.shape) == (L, R * N, H),
             ValueError,
@@ -533,10 +561,15 @@ class Buffer:
         _need(0 < K <= _MAX_TOPK, ValueError, f"top-k={K} out of range [1, {_MAX_TOPK}]")
         if out is None:
             out = self._empty((T, H), torch.bfloat16)
+            result = stage.output(out)
         else:
-            _cpu_contig(out, "out", torch.bfloat16, 2)
+            _contig(out, "out", torch.bfloat16, 2)
             _need(tuple(out.shape) == (T, H), ValueError, f"out must be [{T}, {H}]")
-        active = self._active_ranks_tensor(active_ranks)
+            result = out
+            if out.is_cuda:
+                out = self._empty((T, H), torch.bfloat16)
+                stage.into(result, out)
+        active = self._active_ranks_tensor(active_ranks, stage)
         op, err = _u64(0), ctypes.c_void_p()
         rc = _lib_ep().mc_ep_combine(
             self._live(),
@@ -559,8 +592,8 @@ class Buffer:
         )
         _check(rc, err)
         keep = (x, topk_idx, topk_weights, active, src_info, layout_range, out)
-        event, hook = self._finish(mode, op, keep)
-        return out, event, hook
+        event, hook = self._finish(mode, op, keep, stage)
+        return result, event, hook
 
     def get_next_combine_buffer(self, handle: tuple) -> torch.Tensor:
         """Not supported (as upstream since commit 90c5ce09)."""

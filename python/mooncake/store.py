@@ -33,6 +33,8 @@ from mooncake._buffers import address_of
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
+from mooncake._store_dummy import _DummyMode
+from mooncake._store_offload import _DiskTier
 from mooncake._store_sessions import (  # noqa: F401  (the task types are re-exported)
     QueryTaskResponse,
     TaskStatus,
@@ -87,6 +89,7 @@ class ErrorCode(enum.IntEnum):
     UNAVAILABLE_IN_CURRENT_STATUS = -1010
     NOT_SUPPORTED = -1012
     FILE_NOT_FOUND = -1100
+    UNABLE_OFFLOAD = -1300
     TASK_NOT_FOUND = -1400
     TENANT_QUOTA_EXCEEDED = -1700
     TENANT_NOT_REGISTERED = -1701
@@ -221,6 +224,7 @@ _SIGNATURES = {
         None,
     ),
     "mc_store_get": ([U64, INT, P(STR), P(U64), P(I64)], None),
+    "mc_store_get_with_allocator": ([U64, INT, P(STR), PTR, P(I64)], None),
     "mc_store_get_ranges": ([U64, INT, P(STR), P(U64), P(U64), P(U64), P(I64)], None),
     "mc_store_exist": ([U64, INT, P(STR), P(INT)], None),
     "mc_store_get_size": ([U64, STR], I64),
@@ -238,6 +242,21 @@ _PUT_ZERO_COPY = 2
 
 def _native() -> ctypes.CDLL:
     return _lib.bind(_SIGNATURES)
+
+
+# mc_store_get_with_allocator's callback: (index, size) -> address or 0.
+_ALLOC_FN = ctypes.CFUNCTYPE(U64, INT, U64)
+
+# A bytes object of n bytes whose contents the caller fills before anyone
+# else sees it (CPython's documented way to build bytes in place).
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.argtypes = [ctypes.c_char_p, ctypes.c_ssize_t]
+_new_bytes.restype = ctypes.py_object
+
+
+def _bytes_address(b: bytes) -> int:
+    """Address of a bytes object's contents (c_char_p points into it)."""
+    return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
 def _keys(keys: Sequence[str]) -> ctypes.Array:
@@ -277,6 +296,8 @@ class _SetupParams:
     engine: Any
     tenant_id: str
     hugepage_bytes: int  # 0: normal pages
+    enable_ssd_offload: bool = False
+    ssd_offload_path: str = ""  # "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH
 
 
 _SETUP_NAMES = (
@@ -355,11 +376,6 @@ def _dict_setup_params(config: dict[str, Any]) -> _SetupParams:
 
 
 def _validated(values: dict[str, Any]) -> _SetupParams:
-    if _truthy(values.get("enable_ssd_offload", False)):
-        raise _SetupError(
-            ErrorCode.NOT_SUPPORTED,
-            "enable_ssd_offload=True: this build has no SSD offload tier",
-        )
     if _truthy(values.get("enable_client_http_server", False)):
         raise _SetupError(
             ErrorCode.NOT_SUPPORTED,
@@ -393,6 +409,8 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         engine=values.get("engine"),
         tenant_id=str(values.get("tenant_id") or "default"),
         hugepage_bytes=hugepage_bytes,
+        enable_ssd_offload=_truthy(values.get("enable_ssd_offload", False)),
+        ssd_offload_path=str(values.get("ssd_offload_path") or ""),
     )
 
 
@@ -410,7 +428,7 @@ def _hugepage_bytes(values: dict[str, Any]) -> int:
         raise _SetupError(ErrorCode.INVALID_PARAMS, str(e)) from None
 
 
-class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
+class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _DummyMode):
     """A KV store client (upstream `mooncake.store.MooncakeDistributedStore`)."""
 
     def __init__(self) -> None:
@@ -441,9 +459,13 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         ``local_hostname`` and ``metadata_server``; defaults 16 MiB segment,
         16 MiB buffer, "tcp", "", "127.0.0.1:50051"). Sizes may be strings
         such as "16MB". ``protocol="rdma"`` runs TCP on a host without an
-        RDMA transport (see docs/store.md). Options this build does not
-        implement (SSD offload, the client metrics server, an IPC socket
-        for dummy clients) return NOT_SUPPORTED (-1012) when enabled.
+        RDMA transport (see docs/store.md). ``enable_ssd_offload=True``
+        starts the disk tier in ``ssd_offload_path`` (or
+        MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage): -600
+        for a directory that is missing, relative or not writable, -1300
+        when the master runs without --enable_offload. Options this build
+        does not implement (the client metrics server, an IPC socket for
+        dummy clients) return NOT_SUPPORTED (-1012) when enabled.
         Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
         MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
         the local buffer on huge pages, which the kernel must have reserved
@@ -480,6 +502,10 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             params.tenant_id.encode(),
             params.hugepage_bytes,
         )
+        if rc == 0 and params.enable_ssd_offload:
+            rc = self._enable_offload(params.ssd_offload_path)
+            if rc != 0:
+                self.close()
         if rc == 0:
             self._engine = params.engine
         return rc
@@ -490,6 +516,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         if handle:
             self._lib.mc_store_close(handle)
         self._engine = None
+        self._forget_dummy()
         return 0
 
     def health_check(self) -> int:
@@ -556,7 +583,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             flags,
             results,
         )
-        return list(results)
+        return results[:]
 
     def _put_buffers(self, keys, values_per_key, config, flags) -> list[int]:
         keep: list[Any] = []
@@ -666,22 +693,29 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         self._lib.mc_store_get(self._handle, n, _keys(keys), ptrs, results)
         return list(zip(ptrs, results, strict=True))
 
-    def _take_bytes(self, ptr: int, size: int) -> bytes:
-        try:
-            return ctypes.string_at(ptr, size) if size > 0 else b""
-        finally:
-            if ptr:
-                self._lib.mc_free(ptr)
-
     def get(self, key: str) -> bytes:
         """The object's bytes; b"" if it is missing or cannot be read."""
         return self.get_batch([key])[0]
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes]:
-        """Bytes per key; b"" for each miss."""
+        """Bytes per key; b"" for each miss.
+
+        Each object is read straight into the `bytes` returned for it: the
+        library asks for the destination once it knows the size.
+        """
         if not keys:
             return []
-        return [self._take_bytes(p, r) if r >= 0 else b"" for p, r in self._get_alloc(keys)]
+        n = len(keys)
+        out: list[bytes] = [b""] * n
+
+        def alloc(i: int, size: int) -> int:
+            out[i] = b = _new_bytes(None, size)
+            return _bytes_address(b)
+
+        results = (I64 * n)()
+        callback = _ALLOC_FN(alloc)
+        self._lib.mc_store_get_with_allocator(self._handle, n, _keys(keys), callback, results)
+        return [b if r >= 0 else b"" for b, r in zip(out, results[:], strict=True)]
 
     def get_buffer(self, key: str) -> BufferHandle | None:
         """A copy of the object in memory this client owns, or None on a miss.
@@ -739,7 +773,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             int(zero_copy),
             results,
         )
-        return list(results)
+        return results[:]
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Read `key` into `size` bytes at `buffer_ptr`.
@@ -851,7 +885,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             return []
         results = (INT * n)()
         self._lib.mc_store_exist(self._handle, n, _keys(keys), results)
-        return list(results)
+        return results[:]
 
     def is_exist(self, key: str) -> int:
         """1 if `key` has a readable replica, 0 if not, negative on error."""
@@ -868,7 +902,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
             return []
         results = (INT * n)()
         self._lib.mc_store_remove(self._handle, n, _keys(keys), int(force), results)
-        return list(results)
+        return results[:]
 
     def remove(self, key: str, force: bool = False) -> int:
         """Remove `key`: 0, -704 missing, -706 leased (unless force), -703 incomplete."""
@@ -884,6 +918,8 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
 
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Register memory for zero-copy calls (faster, not required)."""
+        if self._is_dummy():
+            return self._register_dummy_buffer(buffer_ptr, size)
         return self._lib.mc_store_register_buffer(self._handle, buffer_ptr, size)
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
@@ -963,15 +999,6 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks):
         )
         if rc != 0:
             _segment_failure(name, rc, err)
-            return -1
-        return 0
-
-    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
-        """Drain the SSD-offload tier: 0, as this client has none (no SSD offload).
-
-        -1 for a grace period outside [0, 3600] or a store not set up.
-        """
-        if not 0 <= int(grace_period_seconds) <= 3600 or self.health_check() == 1:
             return -1
         return 0
 

@@ -1,4 +1,4 @@
-package gpu
+package discovery
 
 import (
 	"errors"
@@ -35,5 +35,22 @@ func TestCString(t *testing.T) {
 	b := []int8{'0', '0', ':', '1', 0, 'x'}
 	if got := cString(b); got != "00:1" {
 		t.Fatalf("cString = %q", got)
+	}
+}
+
+func TestSysfsNUMANode(t *testing.T) {
+	root := t.TempDir()
+	dev := root + "/0000:17:00.0"
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dev+"/numa_node", []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := sysfsNUMANode(root, "00000000:17:00.0"); n != 1 {
+		t.Fatalf("NUMA node of 00000000:17:00.0 = %d, want 1", n)
+	}
+	if n := sysfsNUMANode(root, "00000000:18:00.0"); n != -1 {
+		t.Fatalf("NUMA node of an absent device = %d, want -1", n)
 	}
 }

@@ -1,0 +1,50 @@
+package main
+
+// #include <stdint.h>
+import "C"
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// The disk tier of a store client (setup's enable_ssd_offload).
+
+//export mc_store_enable_offload
+func mc_store_enable_offload(h C.uint64_t, path *C.char) (ret C.int) {
+	defer recoverTo(&ret, -1)
+	c := storeOf(h)
+	if c == nil {
+		return notReady
+	}
+	if err := c.EnableOffload(C.GoString(path)); err != nil {
+		slog.Error("store setup: ssd offload failed", "err", err)
+		return code(err)
+	}
+	return 0
+}
+
+//export mc_store_unmount_local_disk
+func mc_store_unmount_local_disk(h C.uint64_t, graceSeconds C.int64_t) (ret C.int) {
+	defer recoverTo(&ret, -1)
+	c := storeOf(h)
+	if c == nil {
+		return notReady
+	}
+	if graceSeconds < 0 {
+		return C.int(kvstore.InvalidParams)
+	}
+	return code(c.UnmountLocalDisk(time.Duration(graceSeconds) * time.Second))
+}
+
+//export mc_store_offload_rpc_read_count
+func mc_store_offload_rpc_read_count(h C.uint64_t) (ret C.int64_t) {
+	defer recoverTo(&ret, 0)
+	c := storeOf(h)
+	if c == nil {
+		return 0
+	}
+	return C.int64_t(c.OffloadRPCReadCount())
+}

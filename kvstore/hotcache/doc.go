@@ -1,0 +1,18 @@
+// Package hotcache is the local hot cache of a store client: a bounded set
+// of fixed-size blocks holding copies of objects recently read from the
+// pool, so that later reads of the same key are served from local memory.
+//
+// One process writes a cache (the real client: fills after reads, and
+// invalidations for its own writes and removes). Its memory can be a
+// memfd, which other processes on the host (dummy clients) map read-only
+// and read through a View without asking the writer: every block carries a
+// sequence number that is odd while the writer changes the block (a
+// seqlock), so a reader that raced a change sees the number move and
+// treats the read as a miss.
+//
+// Layout of the region (all integers little-endian, native alignment):
+// a 4 KiB header page (magic, block size, sets, ways, maximum age), then
+// one 256-byte slot record per block (sequence, object size, fill time,
+// key), then the blocks. Blocks are grouped in sets of `ways`; a key lives
+// in the set its hash names, so a lookup reads at most `ways` records.
+package hotcache

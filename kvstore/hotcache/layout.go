@@ -1,0 +1,148 @@
+package hotcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	magic      = 0x31304348434f484d // "MHOCHC01"
+	headerSize = 4096
+	recordSize = 256
+	// MaxKey is the longest key the cache holds; longer keys bypass it.
+	MaxKey = recordSize - recKey
+	// defaultWays is the associativity of a set.
+	defaultWays = 4
+)
+
+// Offsets in the header.
+const (
+	hdrMagic  = 0
+	hdrBlock  = 8
+	hdrSets   = 16
+	hdrWays   = 24
+	hdrMaxAge = 32
+)
+
+// Offsets in a slot record.
+const (
+	recSeq    = 0
+	recSize   = 8
+	recFilled = 16
+	recKeyLen = 24
+	recKey    = 32
+)
+
+// geometry is where things are in a region.
+type geometry struct {
+	block      uint64
+	sets, ways int
+	dataOff    uint64
+}
+
+func (g geometry) slots() int { return g.sets * g.ways }
+
+// total is the region size.
+func (g geometry) total() uint64 { return g.dataOff + uint64(g.slots())*g.block }
+
+// plan fits as many blocks of block bytes as size allows (records
+// included); sets == 0 when not even one fits.
+func plan(size, block uint64) geometry {
+	g := geometry{block: block, ways: defaultWays}
+	if size <= headerSize || block == 0 {
+		return g
+	}
+	n := (size - headerSize) / (block + recordSize)
+	if n < uint64(g.ways) {
+		g.ways = int(n)
+	}
+	if g.ways == 0 {
+		return g
+	}
+	g.sets = int(n) / g.ways
+	page := uint64(unix.Getpagesize())
+	g.dataOff = (headerSize + uint64(g.slots())*recordSize + page - 1) &^ (page - 1)
+	for g.sets > 0 && g.total() > size { // page rounding of the records may not fit
+		g.sets--
+		g.dataOff = (headerSize + uint64(g.slots())*recordSize + page - 1) &^ (page - 1)
+	}
+	return g
+}
+
+func writeHeader(mem []byte, g geometry, maxAgeNs uint64) {
+	le := binary.LittleEndian
+	le.PutUint64(mem[hdrBlock:], g.block)
+	le.PutUint64(mem[hdrSets:], uint64(g.sets))
+	le.PutUint64(mem[hdrWays:], uint64(g.ways))
+	le.PutUint64(mem[hdrMaxAge:], maxAgeNs)
+	le.PutUint64(mem[hdrMagic:], magic)
+}
+
+// readHeader checks a mapped region's header and returns its geometry.
+func readHeader(mem []byte) (geometry, uint64, error) {
+	le := binary.LittleEndian
+	if len(mem) < headerSize || le.Uint64(mem[hdrMagic:]) != magic {
+		return geometry{}, 0, fmt.Errorf("hotcache: not a hot cache region")
+	}
+	g := geometry{block: le.Uint64(mem[hdrBlock:]), sets: int(le.Uint64(mem[hdrSets:])), ways: int(le.Uint64(mem[hdrWays:]))}
+	page := uint64(unix.Getpagesize())
+	g.dataOff = (headerSize + uint64(g.slots())*recordSize + page - 1) &^ (page - 1)
+	if g.sets <= 0 || g.ways <= 0 || g.total() > uint64(len(mem)) {
+		return geometry{}, 0, fmt.Errorf("hotcache: region of %d bytes does not hold its %d sets of %d blocks of %d bytes",
+			len(mem), g.sets, g.ways, g.block)
+	}
+	return g, le.Uint64(mem[hdrMaxAge:]), nil
+}
+
+func hashKey(key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+// set is the first slot of key's set.
+func (g geometry) set(h uint64) int { return int(h%uint64(g.sets)) * g.ways }
+
+func (g geometry) record(mem []byte, slot int) []byte {
+	off := headerSize + slot*recordSize
+	return mem[off : off+recordSize]
+}
+
+func (g geometry) data(mem []byte, slot int) []byte {
+	off := g.dataOff + uint64(slot)*g.block
+	return mem[off : off+g.block]
+}
+
+// seqOf is the record's sequence word, read and written atomically.
+func seqOf(rec []byte) *uint64 { return (*uint64)(unsafe.Pointer(&rec[recSeq])) }
+
+// keyIs reports whether the record holds key.
+func keyIs(rec []byte, key string) bool {
+	n := binary.LittleEndian.Uint32(rec[recKeyLen:])
+	return n > 0 && int(n) == len(key) && string(rec[recKey:recKey+int(n)]) == key
+}
+
+// monoNow is CLOCK_MONOTONIC in ns: one clock for every process of the host.
+func monoNow() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// fresh reports whether a block filled at filled is younger than maxAge
+// (0: no bound).
+func fresh(filled, maxAge uint64) bool {
+	return maxAge == 0 || monoNow()-filled < maxAge
+}
+
+// fence orders the reads of a block before the second read of its
+// sequence word: an atomic read-modify-write is a full barrier on every
+// platform Go supports.
+var fenceWord atomic.Uint64
+
+func fence() { fenceWord.Add(0) }

@@ -1,0 +1,192 @@
+package ipc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Message is a frame's body and the descriptors that came with it. The
+// receiver owns the descriptors and must close them.
+type Message struct {
+	Body []byte
+	FDs  []int
+}
+
+// Handler answers one request. It runs on its own goroutine; the
+// descriptors of the reply are closed by the connection once sent.
+type Handler func(req Message) (reply Message)
+
+// ErrClosed is what calls on a connection that ended return.
+var ErrClosed = errors.New("ipc: connection closed")
+
+// ErrTooLarge is a request over MaxBody (or with too many descriptors).
+var ErrTooLarge = errors.New("ipc: request too large")
+
+// Conn is one end of a connection. Both ends may call (Call) and serve
+// (the Handler given to NewConn); calls are multiplexed by id, so many
+// may be in flight at once. Methods are safe for concurrent use.
+type Conn struct {
+	uc      *net.UnixConn
+	rc      syscall.RawConn
+	handler Handler
+
+	wmu sync.Mutex // one frame at a time on the wire
+
+	mu      sync.Mutex
+	next    uint32
+	pending map[uint32]chan Message
+	err     error // why the connection ended; set once
+	serving sync.WaitGroup
+
+	done chan struct{}
+}
+
+// NewConn starts reading uc. handler may be nil when this end only calls.
+func NewConn(uc *net.UnixConn, handler Handler) (*Conn, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{uc: uc, rc: rc, handler: handler, pending: map[uint32]chan Message{}, done: make(chan struct{})}
+	go c.readLoop()
+	return c, nil
+}
+
+// Done is closed when the connection has ended (peer gone, Close, or a
+// protocol error).
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended (nil while it is open).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection: calls in flight fail with ErrClosed. It waits
+// for the handlers that are running to return.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	c.serving.Wait()
+	return nil
+}
+
+// fail ends the connection once, with err.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	c.uc.Close()
+	for _, ch := range pending {
+		close(ch)
+	}
+	close(c.done)
+}
+
+// Call sends a request and waits for its reply until ctx ends. The
+// descriptors in req are sent, not closed: the caller keeps them. A reply
+// that does not come is ErrClosed (the connection ended) or ctx's error.
+func (c *Conn) Call(ctx context.Context, req Message) (Message, error) {
+	if len(req.Body) > MaxBody || len(req.FDs) > maxFDs {
+		// Refused before anything is sent: the connection stays usable.
+		return Message{}, fmt.Errorf("%w: a request of %d bytes and %d descriptors (limits %d, %d)",
+			ErrTooLarge, len(req.Body), len(req.FDs), MaxBody, maxFDs)
+	}
+	ch := make(chan Message, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return Message{}, fmt.Errorf("%w: %v", ErrClosed, c.err)
+	}
+	c.next++
+	id := c.next
+	c.pending[id] = ch
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		if c.pending != nil {
+			delete(c.pending, id)
+		}
+		c.mu.Unlock()
+	}
+	if err := c.send(&frame{id: id, kind: kindRequest, body: req.Body, fds: req.FDs}); err != nil {
+		forget()
+		c.fail(err)
+		return Message{}, fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			return Message{}, fmt.Errorf("%w: %v", ErrClosed, c.Err())
+		}
+		return m, nil
+	case <-ctx.Done():
+		forget()
+		return Message{}, ctx.Err()
+	}
+}
+
+func (c *Conn) send(f *frame) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return writeFrame(c.rc, f)
+}
+
+func (c *Conn) readLoop() {
+	r := newReader(c.rc)
+	defer r.closePending()
+	for {
+		f, err := r.next()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		switch f.kind {
+		case kindResponse:
+			c.mu.Lock()
+			ch, ok := c.pending[f.id]
+			delete(c.pending, f.id)
+			c.mu.Unlock()
+			if ok {
+				ch <- Message{Body: f.body, FDs: f.fds}
+			} else {
+				closeFDs(f.fds) // the caller gave up waiting
+			}
+		case kindRequest:
+			if c.handler == nil {
+				closeFDs(f.fds)
+				c.fail(fmt.Errorf("%w: request on a connection that serves none", ErrProtocol))
+				return
+			}
+			c.serving.Add(1)
+			go c.serve(f)
+		}
+	}
+}
+
+func (c *Conn) serve(f *frame) {
+	defer c.serving.Done()
+	reply := c.handler(Message{Body: f.body, FDs: f.fds})
+	defer closeFDs(reply.FDs)
+	if err := c.send(&frame{id: f.id, kind: kindResponse, body: reply.Body, fds: reply.FDs}); err != nil {
+		c.fail(err)
+	}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

@@ -1,0 +1,40 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/mooncake-go/mooncake/internal/framedrpc"
+	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+)
+
+// BenchmarkFramedBatchExist measures one client's batch_is_exist calls
+// over the framed transport to an in-process master (go test -bench).
+func BenchmarkFramedBatchExist(b *testing.B) {
+	for _, n := range []int{1, 128} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			svc, err := StartService(ServiceConfig{RPCAddress: "127.0.0.1:0"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer svc.Close()
+			c, err := framedrpc.Dial(context.Background(), svc.RPCAddr(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			rpc := masterpb.NewMasterClient(c)
+			req := &masterpb.BatchKeyRequest{}
+			for i := range n {
+				req.Keys = append(req.Keys, fmt.Sprintf("pre-4K-%d", i))
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := rpc.BatchExistKey(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

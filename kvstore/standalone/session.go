@@ -1,0 +1,204 @@
+package standalone
+
+import (
+	"encoding/json"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/mooncake-go/mooncake/internal/lifecycle"
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/client"
+	"github.com/mooncake-go/mooncake/kvstore/ipc"
+)
+
+// session is one dummy's connection and the regions it installed.
+type session struct {
+	srv  *Server
+	conn *ipc.Conn
+	life lifecycle.Gate // admits calls; closing waits for the running ones
+
+	mu      sync.RWMutex // regions and scope; calls hold it shared while they use memory
+	scope   *scope
+	regions []*installed // sorted by base
+}
+
+// installed is a dummy region mapped into the daemon.
+type installed struct {
+	base, size uint64 // in the dummy's address space
+	m          *ipc.Region
+}
+
+func (r *installed) real() uintptr { return r.m.Addr() }
+
+// handle answers one request of the dummy.
+func (s *session) handle(msg ipc.Message) ipc.Message {
+	var req request
+	if err := json.Unmarshal(msg.Body, &req); err != nil {
+		closeAll(msg.FDs)
+		return reply(failed(kvstore.InvalidParams, "malformed request: %v", err))
+	}
+	if !s.life.Enter() {
+		closeAll(msg.FDs)
+		return reply(failed(kvstore.UnavailableInCurrentStatus, "mooncake_client is shutting down"))
+	}
+	defer s.life.Exit()
+	s.srv.requests.Add(1)
+	if req.Op == opRegister {
+		return reply(s.register(req, msg.FDs))
+	}
+	closeAll(msg.FDs)
+	if req.Op == opHello {
+		return reply(s.hello(req))
+	}
+	s.mu.RLock()
+	ready := s.scope != nil
+	s.mu.RUnlock()
+	if !ready {
+		return reply(failed(kvstore.InvalidParams, "%s before hello", req.Op))
+	}
+	if req.Op == opHotCache {
+		return s.hotCache()
+	}
+	resp := s.dispatch(req)
+	if resp.Code != 0 {
+		s.srv.failures.Add(1)
+	}
+	return reply(resp)
+}
+
+func reply(r response) ipc.Message { return ipc.Message{Body: encode(r)} }
+
+func (s *session) hello(req request) response {
+	if req.Keyspace != "" && req.Keyspace != s.srv.cfg.Keyspace {
+		return failed(kvstore.InvalidParams, "keyspace %q: this mooncake_client serves keyspace %q (its --tenant_id)",
+			req.Keyspace, s.srv.cfg.Keyspace)
+	}
+	if req.Scope == "" {
+		return failed(kvstore.InvalidParams, "hello without a worker scope")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scope != nil {
+		return failed(kvstore.InvalidParams, "hello twice on one connection")
+	}
+	sc := s.srv.joinScope(req.Scope)
+	s.scope = sc
+	resp := response{}
+	if sc.cache != nil {
+		resp.Block = sc.cache.BlockSize()
+	}
+	return resp
+}
+
+// register maps the region the dummy passed and registers it with the
+// Transfer Engine; re-registering the same base and size is a no-op.
+func (s *session) register(req request, fds []int) response {
+	if len(fds) != 1 {
+		closeAll(fds)
+		return failed(kvstore.InvalidParams, "register takes one descriptor, got %d", len(fds))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.regions {
+		if r.base == req.Base && r.size == req.Size {
+			closeAll(fds)
+			return response{}
+		}
+		if req.Base < r.base+r.size && r.base < req.Base+req.Size {
+			closeAll(fds)
+			return failed(kvstore.InvalidParams, "region [%#x,+%d) overlaps a registered one", req.Base, req.Size)
+		}
+	}
+	m, err := ipc.MapFD(fds[0], req.Offset, req.Size, true)
+	if err != nil {
+		closeAll(fds)
+		return failed(kvstore.InvalidParams, "map region: %v", err)
+	}
+	if err := s.srv.cfg.Client.Engine().RegisterLocalOnly(m.Addr(), req.Size); err != nil {
+		m.Close()
+		return failed(kvstore.InvalidParams, "register region with the transfer engine: %v", err)
+	}
+	r := &installed{base: req.Base, size: req.Size, m: m}
+	i := sort.Search(len(s.regions), func(i int) bool { return s.regions[i].base > r.base })
+	s.regions = append(s.regions[:i], append([]*installed{r}, s.regions[i:]...)...)
+	return response{}
+}
+
+func (s *session) unregister(base uint64) response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range s.regions {
+		if r.base == base {
+			s.release(r)
+			s.regions = append(s.regions[:i], s.regions[i+1:]...)
+			return response{}
+		}
+	}
+	return failed(kvstore.InternalError, "no region registered at %#x", base)
+}
+
+// release unmaps one region; the caller holds mu exclusively, so no call
+// uses it.
+func (s *session) release(r *installed) {
+	s.srv.cfg.Client.Engine().UnregisterLocalMemory(r.real())
+	r.m.Close()
+}
+
+// translate maps dummy memory to the daemon's mapping of it; ok=false when
+// a span lies outside every region of this dummy. The caller holds mu
+// shared for as long as it uses the result.
+func (s *session) translate(spans []span) ([]client.Part, bool) {
+	parts := make([]client.Part, len(spans))
+	for i, sp := range spans {
+		if sp.Size == 0 {
+			continue
+		}
+		j := sort.Search(len(s.regions), func(j int) bool { return s.regions[j].base > sp.Addr }) - 1
+		if j < 0 {
+			return nil, false
+		}
+		r := s.regions[j]
+		if sp.Addr-r.base > r.size || sp.Size > r.size-(sp.Addr-r.base) {
+			return nil, false
+		}
+		parts[i] = client.Part{Addr: r.real() + uintptr(sp.Addr-r.base), Size: sp.Size}
+	}
+	return parts, true
+}
+
+// drain stops admitting calls, waits for the running ones and releases
+// the regions, then ends the connection (the dummy sees the daemon gone).
+func (s *session) drain() {
+	s.close()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+}
+
+// close stops admitting calls and releases the regions once no call runs
+// any more; safe to call twice and concurrently.
+func (s *session) close() { s.life.Close(nil, s.releaseRegions) }
+
+func (s *session) releaseRegions() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scope != nil {
+		s.srv.leaveScope(s.scope)
+	}
+	for _, r := range s.regions {
+		s.release(r)
+	}
+	if n := len(s.regions); n > 0 {
+		slog.Info("mooncake_client: a dummy client left; its regions are released", "regions", n)
+	}
+	s.regions = nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			ipc.CloseFD(fd)
+		}
+	}
+}

@@ -1,0 +1,518 @@
+"""Dummy mode: a real master, a real `mooncake_client` daemon, and dummy
+clients in their own processes (tests/dummy_peer.py) that forward every
+store call to it, with bulk data in shared memory the daemon maps.
+
+Covers: put/get through the daemon, zero-copy batch I/O through registered
+regions, tensors, a dummy dying, the daemon dying and restarting, graceful
+shutdown, the hot cache (counters, invalidation, bypass, sharing within a
+worker scope, isolation across scopes) and the errors setup_dummy reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import LOOPBACK, free_ports, go_binary, kill_process, wait_for
+from dummy_peer import parse_metrics
+
+HERE = Path(__file__).resolve().parent
+CALL_TIMEOUT = 60.0  # far above any call's own deadline: a reply that never comes is a hang
+
+HOT_CACHE_ENV = {
+    "MC_STORE_LOCAL_HOT_CACHE_SIZE": str(8 << 20),
+    "MC_STORE_LOCAL_HOT_BLOCK_SIZE": str(64 << 10),
+    "MC_STORE_LOCAL_HOT_CACHE_USE_SHM": "1",
+    "MC_STORE_LOCAL_HOT_MAX_AGE_MS": "600000",
+}
+
+
+class Daemon:
+    """One `mooncake_client` with its HTTP server (/metrics, /health)."""
+
+    def __init__(self, binary, reaper, master, env=None, flags=(), port=None):
+        self.binary, self.reaper, self.master = binary, reaper, master
+        self.env = dict(os.environ, **(env or {}))
+        self.flags = list(flags)
+        self.port, self.http_port = port or free_ports(1)[0], free_ports(1)[0]
+        self.proc: subprocess.Popen | None = None
+        tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+        self.log = tmp / f"mc-client-{self.port}-{os.getpid()}.log"
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def start(self) -> Daemon:
+        self.http_port = free_ports(1)[0]
+        with open(self.log, "ab") as log:
+            self.proc = self.reaper.popen(
+                [
+                    self.binary,
+                    f"--host={LOOPBACK}",
+                    f"--metadata_server={self.master.metadata_url}",
+                    f"--master_server_address={self.master.rpc}",
+                    f"--port={self.port}",
+                    "--global_segment_size=64MB",
+                    "--enable_http_server=true",
+                    f"--http_port={self.http_port}",
+                    *self.flags,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+        ok = wait_for(lambda: self.proc.poll() is not None or self._health() == 200, 30)
+        assert ok and self.proc.poll() is None, (
+            f"mooncake_client did not start:\n{self.log.read_text()}"
+        )
+        return self
+
+    def _health(self) -> int:
+        try:
+            url = f"http://{LOOPBACK}:{self.http_port}/health"
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except Exception:
+            return 0
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{self.http_port}/metrics", timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    def kill(self) -> None:
+        kill_process(self.proc)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+class DummyPeer:
+    """A dummy client in a subprocess (tests/dummy_peer.py)."""
+
+    def __init__(self, reaper, server: str, local_buffer: int = 16 << 20, **setup_kwargs):
+        self.proc = reaper.popen(
+            [sys.executable, str(HERE / "dummy_peer.py"), server, str(local_buffer),
+             json.dumps(setup_kwargs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self._line(CALL_TIMEOUT)
+        if line.strip() != "READY":
+            kill_process(self.proc)
+            raise RuntimeError(f"dummy peer failed to start: {line!r}")
+
+    def _line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"no reply from the dummy client within {timeout} s (a hang)")
+        return self.proc.stdout.readline()
+
+    def call(self, method: str, *args):
+        from store_fixtures import _dec, _enc
+
+        self.proc.stdin.write(json.dumps([method, _enc(list(args))]) + "\n")
+        self.proc.stdin.flush()
+        line = self._line(CALL_TIMEOUT)
+        if not line:
+            raise RuntimeError("dummy peer died")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return _dec(reply["result"])
+
+    def kill(self) -> None:
+        kill_process(self.proc)
+
+
+@pytest.fixture
+def master(master_factory):
+    """A master of this test alone: daemons killed by a test leave segments
+    behind that the master only drops after its client TTL."""
+    return master_factory()
+
+
+@pytest.fixture
+def daemons(master, go_bin_dir, process_reaper):
+    """``daemons(env=None, flags=())``: start a mooncake_client against the test's master."""
+    binary = go_binary("mooncake_client", go_bin_dir)
+
+    def make(env=None, flags=(), port=None) -> Daemon:
+        return Daemon(binary, process_reaper, master, env, flags, port).start()
+
+    return make
+
+
+@pytest.fixture
+def dummies(process_reaper):
+    """``dummies(daemon, local_buffer=16 MiB, **setup_dummy_kwargs)``."""
+
+    def make(daemon: Daemon, local_buffer: int = 16 << 20, **kwargs) -> DummyPeer:
+        return DummyPeer(process_reaper, daemon.address, local_buffer, **kwargs)
+
+    return make
+
+
+def _prefix() -> str:
+    return f"t{uuid.uuid4().hex[:8]}_"
+
+
+# -- the data path ------------------------------------------------------------
+
+
+def test_put_and_get_through_the_daemon(daemons, dummies):
+    d = daemons()
+    a, b = dummies(d), dummies(d)
+    p = _prefix()
+    value = os.urandom(100_000)
+    assert a.call("put", p + "k", value) == 0
+    assert b.call("get", p + "k") == value
+    assert b.call("get_size", p + "k") == len(value)
+    assert b.call("batch_is_exist", [p + "k", p + "none"]) == [1, 0]
+    assert a.call("put_batch", [p + "x", p + "y"], [b"xx", b"yyy"]) == 0
+    assert b.call("get_batch", [p + "x", p + "y", p + "none"]) == [b"xx", b"yyy", b""]
+    assert a.call("upsert", p + "k", b"new") == 0
+    assert b.call("get", p + "k") == b"new"
+    assert b.call("x_get_into", p + "k", 16) == [3, b"new"]
+    assert b.call("remove", p + "k", True) == 0
+    assert a.call("get", p + "k") == b""
+    assert a.call("get_hostname") == ""
+    assert a.call("health_check") == 0
+    assert d.metrics()["mooncake_client_dummy_sessions"] == 2
+
+
+def test_zero_copy_batch_through_registered_regions(daemons, dummies):
+    d = daemons()
+    # No local buffer: a call on memory that is not registered has nowhere
+    # to be staged, so the batch calls below can only work in place.
+    a = dummies(d, local_buffer=0)
+    b = dummies(d, local_buffer=0)
+    p = _prefix()
+    assert a.call("put", p + "copy", b"v") == -600
+    rc, src = a.call("x_region", 1 << 20)
+    assert rc == 0 and src
+    blobs = [os.urandom(4096), os.urandom(300_000)]
+    a.call("x_write", src, blobs[0])
+    a.call("x_write", src + 4096, blobs[1])
+    # register_buffer returned after the daemon installed the region: use it at once.
+    keys = [p + "a", p + "b"]
+    assert a.call("batch_put_from", keys, [src, src + 4096], [4096, len(blobs[1])]) == [0, 0]
+    rc, dst = b.call("x_hostmem", 1 << 20)  # MooncakeHostMemAllocator memory works too
+    assert rc == 0
+    got = b.call("batch_get_into", keys + [p + "none"], [dst, dst + 8192, dst + 400_000],
+                 [8192, 350_000, 100])
+    assert got[:2] == [4096, len(blobs[1])] and got[2] == -704
+    assert b.call("x_read", dst, 4096) == blobs[0]
+    assert b.call("x_read", dst + 8192, len(blobs[1])) == blobs[1]
+    # multi-buffer: one object scattered over two buffers
+    assert b.call("batch_get_into_multi_buffers", [keys[0]], [[dst, dst + 500_000]],
+                  [[1000, 3096]]) == [4096]
+    assert b.call("x_read", dst, 1000) + b.call("x_read", dst + 500_000, 3096) == blobs[0]
+    # a destination too small, and memory outside every region
+    assert b.call("batch_get_into", [keys[1]], [dst], [100]) == [-600]
+    assert a.call("unregister_buffer", src) == 0
+    assert a.call("unregister_buffer", src) == -1
+
+
+def test_tensors_through_the_daemon(daemons, dummies):
+    pytest.importorskip("torch")
+    d = daemons()
+    a = dummies(d)
+    assert a.call("x_tensor", _prefix() + "t", 10_000) == [0, True]
+
+
+def test_ranges_and_removals(daemons, dummies):
+    d = daemons()
+    a = dummies(d)
+    p = _prefix()
+    assert a.call("put", p + "r", bytes(range(256)) * 16) == 0
+    rc, buf = a.call("x_region", 1 << 16)
+    assert rc == 0
+    res = a.call("get_into_ranges", [buf], [[p + "r"]], [[[0, 100]]], [[[10, 300]]], [[[5, 7]]])
+    assert res == [[[5, 7]]]
+    assert a.call("x_read", buf, 5) == bytes(range(10, 15))
+    assert a.call("x_read", buf + 100, 7) == bytes(range(44, 51))
+    assert a.call("put_batch", [p + "m1", p + "m2"], [b"1", b"2"]) == 0
+    assert a.call("remove_by_regex", "^" + p + "m", True) == 2
+    assert a.call("batch_is_exist", [p + "m1", p + "m2"]) == [0, 0]
+
+
+# -- failures -------------------------------------------------------------------
+
+
+def test_a_dummy_dying_releases_its_regions_and_others_continue(daemons, dummies):
+    d = daemons()
+    a, b = dummies(d), dummies(d)
+    p = _prefix()
+    assert a.call("x_region", 1 << 20)[0] == 0
+    assert a.call("put", p + "a", b"from a") == 0
+    a.kill()
+    assert wait_for(lambda: d.metrics()["mooncake_client_dummy_sessions"] == 1, 20)
+    assert "its regions are released" in d.log.read_text()
+    assert b.call("get", p + "a") == b"from a"
+    assert b.call("put", p + "b", b"from b") == 0
+    assert b.call("get", p + "b") == b"from b"
+    assert d.proc.poll() is None
+
+
+def test_daemon_death_fails_calls_and_a_restart_is_rejoined(
+    master_factory, go_bin_dir, process_reaper, dummies
+):
+    # A short client TTL: the dead daemon's segment stays mounted until the
+    # master expires it, and puts placed there fail meanwhile.
+    master = master_factory("--client_ttl=2")
+    d = Daemon(go_binary("mooncake_client", go_bin_dir), process_reaper, master).start()
+    a = dummies(d)
+    p = _prefix()
+    rc, buf = a.call("x_region", 1 << 16)
+    assert rc == 0
+    d.kill()
+    # Every call answers, with an error code, instead of hanging.
+    assert a.call("put", p + "k", b"v") == -900
+    assert a.call("get", p + "k") == b""
+    assert a.call("batch_get_into", [p + "k"], [buf], [100]) == [-900]
+    assert a.call("batch_is_exist", [p + "k"]) == [-900]
+    assert a.call("health_check") == 2
+    # A daemon on the same port: the dummy reconnects on its next call and
+    # installs its regions again, so registered memory keeps working.
+    d.start()
+    assert a.call("health_check") == 0
+    a.call("x_write", buf, b"region data")
+    assert wait_for(lambda: a.call("batch_put_from", [p + "k"], [buf], [11]) == [0], 30)
+    assert a.call("batch_get_into", [p + "k"], [buf + 1000], [100]) == [11]
+    assert a.call("x_read", buf + 1000, 11) == b"region data"
+    assert a.call("x_metrics")["mooncake_dummy_reconnects_total"] >= 1
+
+
+def test_graceful_shutdown_unmounts_and_dummies_see_it(daemons, dummies, stores, master):
+    d = daemons()
+    a = dummies(d)
+    p = _prefix()
+    observer = stores(master, segment=0, buffer="4MB")  # holds no replica itself
+    assert a.call("put", p + "k", b"in the daemon's segment") == 0
+    assert observer.get(p + "k") == b"in the daemon's segment"
+    assert d.terminate() == 0
+    assert "mooncake_client stopped" in d.log.read_text()
+    # The segment was unmounted at shutdown: its objects are gone at once
+    # (not after the master's client TTL).
+    assert observer.is_exist(p + "k") == 0
+    assert a.call("put", p + "k2", b"v") == -900
+
+
+# -- the hot cache ----------------------------------------------------------------
+
+
+def _hits(peer: DummyPeer) -> float:
+    return peer.call("x_metrics")["mooncake_dummy_hot_cache_shm_hits_total"]
+
+
+def test_hot_cache_shared_within_a_scope_isolated_across(daemons, dummies):
+    d = daemons(env=HOT_CACHE_ENV)
+    a = dummies(d, worker_scope="scope-1")
+    b = dummies(d, worker_scope="scope-1")
+    c = dummies(d, worker_scope="scope-2")
+    p = _prefix()
+    assert a.call("put", p + "k", b"cached bytes") == 0
+    assert a.call("get", p + "k") == b"cached bytes"  # miss: the daemon fills the cache
+    m = a.call("x_metrics")
+    assert m["mooncake_hot_cache_fills_total"] == 1 and m["mooncake_dummy_hot_cache_mapped"] == 1
+    assert a.call("get", p + "k") == b"cached bytes"
+    assert _hits(a) == 1
+    # Another process of the same scope reads the same shared cache.
+    assert b.call("x_get_into", p + "k", 64) == [12, b"cached bytes"]
+    assert _hits(b) == 1
+    # Another scope does not: its first read misses and fills its own cache.
+    assert c.call("get", p + "k") == b"cached bytes"
+    assert _hits(c) == 0
+    scoped = d.metrics()
+    assert scoped['mooncake_hot_cache_fills_total{scope="scope-1"}'] == 1
+    assert scoped['mooncake_hot_cache_fills_total{scope="scope-2"}'] == 1
+
+
+def test_hot_cache_invalidated_by_writes_and_removes(daemons, dummies):
+    d = daemons(env=HOT_CACHE_ENV)
+    a = dummies(d, worker_scope="s")
+    b = dummies(d, worker_scope="s")
+    p = _prefix()
+    assert a.call("put", p + "k", b"old") == 0
+    assert a.call("get", p + "k") == b"old"
+    assert b.call("get", p + "k") == b"old"
+    assert _hits(b) == 1
+    assert a.call("upsert", p + "k", b"new value") == 0
+    assert a.call("get", p + "k") == b"new value"
+    assert b.call("get", p + "k") == b"new value"
+    assert a.call("remove", p + "k", True) == 0
+    assert b.call("get", p + "k") == b""
+    assert a.call("get", p + "k") == b""
+    m = a.call("x_metrics")
+    assert m["mooncake_hot_cache_invalidations_total"] >= 2
+
+
+def test_hot_cache_bypassed_by_values_larger_than_a_block(daemons, dummies):
+    d = daemons(env=HOT_CACHE_ENV)
+    a = dummies(d, worker_scope="s")
+    p = _prefix()
+    big = os.urandom((64 << 10) + 1)
+    assert a.call("put", p + "big", big) == 0
+    assert a.call("get", p + "big") == big
+    assert a.call("get", p + "big") == big
+    m = a.call("x_metrics")
+    assert m["mooncake_dummy_hot_cache_shm_hits_total"] == 0
+    assert m["mooncake_hot_cache_bypasses_total"] == 2
+    assert m["mooncake_hot_cache_fills_total"] == 0
+
+
+def test_hot_cache_in_daemon_memory_serves_hits_by_call(daemons, dummies):
+    env = dict(HOT_CACHE_ENV, MC_STORE_LOCAL_HOT_CACHE_USE_SHM="0")
+    d = daemons(env=env)
+    a = dummies(d, worker_scope="s")
+    p = _prefix()
+    assert a.call("put", p + "k", b"v" * 100) == 0
+    assert a.call("get", p + "k") == b"v" * 100
+    assert a.call("get", p + "k") == b"v" * 100
+    m = a.call("x_metrics")
+    assert m["mooncake_dummy_hot_cache_mapped"] == 0
+    assert m["mooncake_hot_cache_hits_total"] == 1 and m["mooncake_hot_cache_misses_total"] == 1
+
+
+# -- setup ------------------------------------------------------------------------
+
+
+def test_setup_dummy_errors(daemons):
+    from mooncake.store import MooncakeDistributedStore
+
+    d = daemons(flags=["--tenant_id=team-a"])
+    s = MooncakeDistributedStore()
+    with pytest.raises(ValueError):
+        s.setup_dummy(0, 0, "no port")
+    with pytest.raises(ValueError):
+        s.setup_dummy(0, "lots", d.address)
+    assert s.setup_dummy(0, 0, f"{LOOPBACK}:{free_ports(1)[0]}") == -900  # no daemon there
+    assert s.setup_dummy(0, 0, d.address, keyspace="team-b") == -600
+    assert s.health_check() == 1
+    assert s.setup_dummy(0, 0, d.address, keyspace="team-a") == 0
+    assert s.health_check() == 0
+    assert s.setup_dummy(0, 0, d.address) == -600  # already set up
+    assert s.mount_segment("/nonexistent", 4096)["ret"] == -1  # real client only
+    assert s.alloc_from_mem_pool(0) == 0
+    s.close()
+    assert s.health_check() == 1
+    with pytest.raises(RuntimeError):
+        s.metrics_text()
+
+
+def test_mem_pool_size_bounds_alloc_from_mem_pool(daemons):
+    from mooncake.store import MooncakeDistributedStore
+
+    d = daemons()
+    s = MooncakeDistributedStore()
+    assert s.setup_dummy(1 << 20, 0, d.address) == 0
+    try:
+        assert s.alloc_from_mem_pool(768 << 10) != 0
+        assert s.alloc_from_mem_pool(512 << 10) == 0
+        assert s.alloc_from_mem_pool(256 << 10) != 0
+    finally:
+        s.close()
+
+
+def test_daemon_help_and_bad_flags(go_bin_dir):
+    binary = go_binary("mooncake_client", go_bin_dir)
+    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "global_segment_size" in r.stderr
+    r = subprocess.run(
+        [binary, "--enable_offload=true"], capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 2 and "not supported" in r.stderr
+    r = subprocess.run([binary, "--global_segment_size=much"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "invalid size" in r.stderr
+
+
+def test_a_dead_replica_turns_only_its_own_keys_into_misses(daemons, dummies, peers, master):
+    from mooncake.store import ReplicateConfig
+
+    d = daemons()
+    a = dummies(d)
+    p = _prefix()
+    healthy = [p + f"ok{i}" for i in range(3)]
+    for k in healthy:  # only the daemon's segment exists yet
+        assert a.call("put", k, k.encode()) == 0
+    peer = peers(master)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = peer.hostname
+    doomed = [p + f"gone{i}" for i in range(2)]
+    for k in doomed:
+        assert a.call("put", k, k.encode(), cfg) == 0
+    peer.kill()
+    rc, buf = a.call("x_region", 1 << 16)
+    assert rc == 0
+    keys = [healthy[0], doomed[0], healthy[1], doomed[1], healthy[2]]
+    got = a.call("batch_get_into", keys, [buf + 4096 * i for i in range(5)], [4096] * 5)
+    assert [got[0], got[2], got[4]] == [len(k) for k in healthy]
+    assert got[1] < 0 and got[3] < 0  # soft misses, not an exception
+    for i, k in ((0, healthy[0]), (2, healthy[1]), (4, healthy[2])):
+        assert a.call("x_read", buf + 4096 * i, len(k)) == k.encode()
+    assert a.call("get_batch", keys) == [
+        healthy[0].encode(), b"", healthy[1].encode(), b"", healthy[2].encode()]
+
+
+def test_hot_cache_of_a_real_client_in_process(peers, stores, master):
+    # The cache's variables are read when the library loads: a process of its own.
+    cached = peers(master, env=HOT_CACHE_ENV)
+    other = stores(master, segment=0, buffer="4MB")
+    p = _prefix()
+    assert other.put(p + "k", b"first") == 0
+    assert cached.call("get", p + "k") == b"first"  # fills the cache
+    # A remove by another client is not seen (bounded by the maximum age):
+    # the cached copy answers, which shows the read did not reach the pool.
+    assert other.remove(p + "k", True) == 0
+    assert cached.call("get", p + "k") == b"first"
+    # The cached client's own remove invalidates.
+    cached.call("remove", p + "k", True)
+    assert cached.call("get", p + "k") == b""
+    # Its own writes too.
+    assert cached.call("put", p + "w", b"old") == 0
+    assert cached.call("get", p + "w") == b"old"
+    assert cached.call("upsert", p + "w", b"new value") == 0
+    assert cached.call("get", p + "w") == b"new value"
+    # Larger than a block: never cached, so another client's remove is seen.
+    big = os.urandom((64 << 10) + 1)
+    assert other.put(p + "big", big) == 0
+    assert cached.call("get", p + "big") == big
+    assert other.remove(p + "big", True) == 0
+    assert cached.call("get", p + "big") == b""
+
+
+def test_master_outage_is_a_soft_miss_for_dummies(daemons, dummies, master):
+    d = daemons()
+    a = dummies(d)
+    p = _prefix()
+    assert a.call("put", p + "k", b"v") == 0
+    assert a.call("get_buffer", p + "k") == b"v"  # a BufferHandle travels as its bytes
+    master.kill()
+    # Metadata failures are per-key negative codes, never exceptions.
+    rc, buf = a.call("x_region", 4096)
+    assert rc == 0
+    got = a.call("batch_get_into", [p + "k", p + "other"], [buf, buf + 2048], [2048, 2048])
+    assert all(r < 0 for r in got)
+    assert a.call("get", p + "k") == b""
+    assert a.call("get_buffer", p + "k") is None
+    assert all(r < 0 for r in a.call("batch_is_exist", [p + "k"]))
+    assert a.call("put", p + "k2", b"v") < 0
+    assert wait_for(lambda: a.call("health_check") == 2, 30)
+    assert d._health() == 503
