@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/internal/rawmem"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
@@ -162,7 +162,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
-	g.mem = rawmem.At(g.base, uint64(g.lay.total))
+	g.mem = gpu.HostBytes(g.base, uint64(g.lay.total))
 	resp, err := rt.join(client, &coordpb.JoinRequest{
 		GroupId:   cfg.GroupID,
 		Rank:      int32(cfg.Rank),

@@ -9,8 +9,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
-	"github.com/mooncake-go/mooncake/internal/rawmem"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
@@ -115,7 +115,7 @@ func NewBuffer(cfg Config) (*Buffer, error) {
 		return nil, err
 	}
 	b.base = addr
-	b.mem = rawmem.At(addr, alloc)
+	b.mem = gpu.HostBytes(addr, alloc)
 	return b, nil
 }
 

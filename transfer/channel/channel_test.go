@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mooncake-go/mooncake/internal/rawmem"
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -38,7 +38,7 @@ func newPair(t *testing.T, forceTCP bool) *pair {
 			t.Fatal(err)
 		}
 		*e = eng
-		mems[i] = rawmem.At(addr, bufBytes)
+		mems[i] = gpu.HostBytes(addr, bufBytes)
 	}
 	p.txMem, p.rxMem = mems[0], mems[1]
 	seg, err := p.tx.OpenSegment(p.rx.Name())
@@ -46,7 +46,7 @@ func newPair(t *testing.T, forceTCP bool) *pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { seg.Close() })
-	p.to = Endpoint{Seg: seg.Handle(), Base: uint64(rawmem.Addr(p.rxMem))}
+	p.to = Endpoint{Seg: seg.Handle(), Base: uint64(addrOf(p.rxMem))}
 	return p
 }
 
@@ -187,7 +187,7 @@ func TestGet(t *testing.T) {
 
 func TestRunNamesFailedRequests(t *testing.T) {
 	p := newPair(t, true)
-	src := uint64(rawmem.Addr(p.txMem))
+	src := uint64(addrOf(p.txMem))
 	reqs := []transfer.Request{
 		{Opcode: transfer.OpWrite, Source: uintptr(src), Target: p.to.Seg, TargetOffset: p.to.Base, Length: 128},
 		{Opcode: transfer.OpWrite, Source: uintptr(src), Target: p.to.Seg, TargetOffset: p.to.Base + bufBytes, Length: 128},
