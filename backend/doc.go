@@ -10,7 +10,8 @@
 //     a gRPC Coordinator and publishes its address in the torch Store under
 //     "coordinator_addr"; every other exchange goes through it.
 //   - layout.go, link.go, wait.go: each rank's registered buffer (per-peer
-//     slots, staging area, flag words) and the push protocol over it: put
+//     slots, staging area, flag words) and the push protocol over it, on
+//     the Transfer Engine's data-then-flag channel (transfer/channel): put
 //     the data into the receiver's slot (a direct memcpy for same-host peers,
 //     a Transfer Engine WRITE otherwise), then, once it is in place, a
 //     sequence number into its ready word, and wake the receiver; the
@@ -23,7 +24,8 @@
 //   - op.go: the operations and their validation.
 //   - select.go: the one place that chooses an algorithm by size and world size.
 //   - allreduce_*.go, broadcast_*.go, ...: one algorithm per file.
-//   - dtype.go, reduce*.go, half.go: dtypes and the reduction kernels.
+//   - dtype.go, reduce*.go: dtypes and the reduction kernels (16-bit
+//     float conversions from internal/half).
 //
 // Reductions are deterministic: every element is reduced in ascending rank
 // order (starting from rank 0's value) by exactly one formula, whichever

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/channel"
 )
 
 // GroupConfig says which group to join. Size 1 is allowed.
@@ -109,7 +109,8 @@ type Group struct {
 	coll  *fifo
 	sendQ []*fifo
 	recvQ []*fifo
-	spin  time.Duration // see wait.go
+	// policy is how this rank waits for its peers' words (wait.go).
+	policy channel.Policy
 	// life gates ops against Close (lifecycle.go); closed is set when
 	// closing begins, and makes every wait give up with ErrClosed.
 	life    *lifecycle
@@ -161,7 +162,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
-	g.mem = bytesAt(g.base, g.lay.total)
+	g.mem = gpu.HostBytes(g.base, uint64(g.lay.total))
 	resp, err := rt.join(client, &coordpb.JoinRequest{
 		GroupId:   cfg.GroupID,
 		Rank:      int32(cfg.Rank),
@@ -190,14 +191,11 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	for s := range nSlots {
 		g.pullLent[s] = make([]uint64, slots)
 	}
-	g.spin = spinFor
-	if slots > runtime.NumCPU() {
-		g.spin = spinOversubscribed
-	}
+	g.policy = channel.DefaultPolicy(slots)
 	if us := envvars.PGSpinUs.Int(-1); us > 0 {
-		g.spin = time.Duration(us) * time.Microsecond
+		g.policy.Spin = time.Duration(us) * time.Microsecond
 	}
-	g.coll = newFifo(g.spin)
+	g.coll = newFifo(g.policy.Spin)
 	g.sendQ = make([]*fifo, slots)
 	g.recvQ = make([]*fifo, slots)
 	for i := range slots {
@@ -346,12 +344,3 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 
 func (g *Group) collTimeout() time.Duration { return time.Duration(g.rt.collTimeout.Load()) }
 func (g *Group) p2pTimeout() time.Duration  { return time.Duration(g.rt.p2pTimeout.Load()) }
-
-// bytesAt views n bytes of process memory at addr (registered group memory).
-func bytesAt(addr uintptr, n int) []byte {
-	if n == 0 {
-		return nil
-	}
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	return unsafe.Slice((*byte)(p), n)
-}

@@ -27,20 +27,28 @@ func closeBoth(gs []*Group) {
 }
 
 // checkOpOutcome accepts what an op that ran into its group's Close may
-// end with: completed, or ErrClosed. Anything else fails the test. A
-// completed all_reduce of rank+1 (buf) without a failure holds the sum over
-// the active ranks (after the peer's close, a reconciliation may have left
-// this rank alone).
-func checkOpOutcome(t *testing.T, g *Group, what string, w *Work, err error, buf []byte) {
+// end with: completed, or ErrClosed (or one of the errors in accept).
+// Anything else fails the test. A completed all_reduce of rank+1 (buf)
+// without a failure holds the sum over the active ranks (after the peer's
+// close, a reconciliation may have left this rank alone).
+func checkOpOutcome(t *testing.T, g *Group, what string, w *Work, err error, buf []byte, accept ...error) {
 	t.Helper()
+	accepted := func(err error) bool {
+		for _, a := range append(accept, ErrClosed) {
+			if errors.Is(err, a) {
+				return true
+			}
+		}
+		return false
+	}
 	if err != nil {
-		if !errors.Is(err, ErrClosed) {
+		if !accepted(err) {
 			t.Errorf("rank %d: %s refused with %v, want ErrClosed", g.Rank(), what, err)
 		}
 		return
 	}
 	if _, err := w.Wait(0); err != nil {
-		if !errors.Is(err, ErrClosed) {
+		if !accepted(err) {
 			t.Errorf("rank %d: %s ended with %v, want success or ErrClosed", g.Rank(), what, err)
 		}
 		return
@@ -53,6 +61,42 @@ func checkOpOutcome(t *testing.T, g *Group, what string, w *Work, err error, buf
 	}
 	if w.LocalSuccess() && buf != nil && !bytes.Equal(buf, filled(float32(want), len(buf)/4)) {
 		t.Errorf("rank %d: %s completed with a wrong result (starts %v, want %d)", g.Rank(), what, buf[:8], want)
+	}
+}
+
+// sendRecvUntilClosed sends n-byte messages from rank 0 to rank 1 of g
+// (blocking ops, on g's point-to-point queues) until one ends with an
+// error; checkOpOutcome judges every op (accept as there).
+func sendRecvUntilClosed(t *testing.T, g *Group, n int, accept ...error) {
+	buf := make([]byte, n)
+	for {
+		var w *Work
+		var err error
+		if g.Rank() == 0 {
+			w, err = g.Send(buf, 1, Inline())
+		} else {
+			w, err = g.Recv(buf, 0, Inline())
+		}
+		checkOpOutcome(t, g, "send/recv", w, err, nil, accept...)
+		if err != nil || w.Err() != nil {
+			return
+		}
+	}
+}
+
+// waitOps waits for the op goroutines of wg, at most 30 s after what
+// happened (it ends them all).
+func waitOps(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("ops still running 30 s after %s", what)
 	}
 }
 
@@ -90,34 +134,12 @@ func closeWhileOpsRun(t *testing.T, delay time.Duration) {
 		}()
 		go func() { // point-to-point on its own queues, blocking
 			defer wg.Done()
-			buf := make([]byte, 3*testSlot)
-			for {
-				var w *Work
-				var err error
-				if r == 0 {
-					w, err = g.Send(buf, 1, Inline())
-				} else {
-					w, err = g.Recv(buf, 0, Inline())
-				}
-				checkOpOutcome(t, g, "send/recv", w, err, nil)
-				if err != nil || w.Err() != nil {
-					return
-				}
-			}
+			sendRecvUntilClosed(t, g, 3*testSlot)
 		}()
 	}
 	time.Sleep(delay)
 	closeBoth(gs)
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("ops still running 30 s after their groups were closed")
-	}
+	waitOps(t, &wg, "their groups were closed")
 	for r, g := range gs {
 		if _, err := g.AllReduce(make([]byte, 4), 1, Float32, Sum, Inline()); !errors.Is(err, ErrClosed) {
 			t.Errorf("rank %d: all_reduce after Close: %v, want ErrClosed", r, err)

@@ -1,6 +1,6 @@
 package backend
 
-import "github.com/mooncake-go/mooncake/transfer"
+import "github.com/mooncake-go/mooncake/transfer/channel"
 
 // Pull slots: a rank puts data once into one of its own nSlots pull slots,
 // sends each reader an empty message, and the readers copy the data
@@ -48,20 +48,8 @@ func (g *Group) pullFrom(peer, s int, dst []byte) error {
 	if _, err := g.recv(chColl, peer); err != nil {
 		return err
 	}
-	p := g.peer(peer)
-	addr := p.base + uint64(g.lay.pull(s))
-	ok, err := g.engine.AccessRemote(p.seg, addr, uint64(len(dst)), func(mem []byte) { copy(dst, mem) })
-	if err != nil {
-		return peerFailure(peer, "read from rank %d (%s): %v", peer, p.name, err)
+	if err := channel.Get(g.engine, g.endpoint(peer), uint64(g.lay.pull(s)), dst, g.stage(chColl, peer)); err != nil {
+		return peerFailure(peer, "read from %s: %v", g.describe([]int{peer}), err)
 	}
-	if ok || len(dst) == 0 {
-		return nil
-	}
-	st, sa := g.stage(chColl, peer)
-	req := []transfer.Request{{Opcode: transfer.OpRead, Source: sa, Target: p.seg, TargetOffset: addr, Length: uint64(len(dst))}}
-	if err := g.transfer(req, []int{peer}); err != nil {
-		return err
-	}
-	copy(dst, st[:len(dst)])
 	return nil
 }

@@ -3,6 +3,8 @@ package backend
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/mooncake-go/mooncake/internal/half"
 )
 
 // Reduce computes dst = srcs[0] op srcs[1] op ... op srcs[n-1] element-wise,
@@ -87,9 +89,9 @@ func reduceInto(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
 	case Float64:
 		reduceF64(view[float64](dst, count), views[float64](srcs, count), op)
 	case Float16:
-		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, f16ToF32, f32ToF16)
+		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, half.F16ToF32, half.F32ToF16)
 	case BFloat16:
-		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, bf16ToF32, f32ToBF16)
+		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, half.BF16ToF32, half.F32ToBF16)
 	}
 }
 

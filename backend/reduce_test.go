@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/internal/half"
 )
 
 // The scalar reference: one element at a time, folding sources in rank
@@ -266,8 +268,8 @@ func TestHalfConversions(t *testing.T) {
 			want   float32
 			narrow func(float32) uint16
 		}{
-			{Float16, f16ToF32(uint16(h)), refF16ToF32(uint16(h)), f32ToF16},
-			{BFloat16, bf16ToF32(uint16(h)), refBF16ToF32(uint16(h)), f32ToBF16},
+			{Float16, half.F16ToF32(uint16(h)), refF16ToF32(uint16(h)), half.F32ToF16},
+			{BFloat16, half.BF16ToF32(uint16(h)), refBF16ToF32(uint16(h)), half.F32ToBF16},
 		} {
 			if isNaN16(c.dt, uint16(h)) {
 				if !math.IsNaN(float64(c.got)) {
@@ -292,11 +294,11 @@ func TestHalfConversions(t *testing.T) {
 		if math.IsNaN(float64(f)) {
 			continue
 		}
-		if got, want := f32ToF16(f), refF32ToF16(f); got != want {
-			t.Fatalf("f32ToF16(%g) = %#04x, want %#04x", f, got, want)
+		if got, want := half.F32ToF16(f), refF32ToF16(f); got != want {
+			t.Fatalf("half.F32ToF16(%g) = %#04x, want %#04x", f, got, want)
 		}
-		if got, want := f32ToBF16(f), refF32ToBF16(f); got != want {
-			t.Fatalf("f32ToBF16(%g) = %#04x, want %#04x", f, got, want)
+		if got, want := half.F32ToBF16(f), refF32ToBF16(f); got != want {
+			t.Fatalf("half.F32ToBF16(%g) = %#04x, want %#04x", f, got, want)
 		}
 	}
 }

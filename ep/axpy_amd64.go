@@ -1,6 +1,10 @@
 package ep
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/mooncake-go/mooncake/internal/half"
+)
 
 var haveAVX2 = cpu.X86.HasAVX2
 
@@ -21,12 +25,12 @@ func axpyBF16(acc []float32, row []uint16, w float32) {
 	axpyBF16Go(acc, row, w)
 }
 
-// f32ToBF16AVX2 converts n floats (n a multiple of 8) like f32ToBF16.
+// f32ToBF16AVX2 converts n floats (n a multiple of 8) like half.F32ToBF16.
 //
 //go:noescape
 func f32ToBF16AVX2(dst *uint16, src *float32, n int)
 
-// toBF16 does dst[i] = f32ToBF16(src[i]).
+// toBF16 does dst[i] = half.F32ToBF16(src[i]).
 func toBF16(dst []uint16, src []float32) {
 	n := len(src)
 	dst = dst[:n]
@@ -36,6 +40,6 @@ func toBF16(dst []uint16, src []float32) {
 		dst, src = dst[m:], src[m:]
 	}
 	for i, v := range src {
-		dst[i] = f32ToBF16(v)
+		dst[i] = half.F32ToBF16(v)
 	}
 }

@@ -3,6 +3,8 @@ package ep
 import (
 	"math/rand"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/internal/half"
 )
 
 func BenchmarkReduceRows(b *testing.B) {
@@ -12,7 +14,7 @@ func BenchmarkReduceRows(b *testing.B) {
 	for j := range rows {
 		rows[j] = make([]uint16, h)
 		for i := range rows[j] {
-			rows[j][i] = f32ToBF16(float32(i + j))
+			rows[j][i] = half.F32ToBF16(float32(i + j))
 		}
 		ws[j] = 0.25
 	}
@@ -34,18 +36,18 @@ func TestReduceRowsMatchesSequential(t *testing.T) {
 		for j := range rows {
 			rows[j] = make([]uint16, h)
 			for i := range rows[j] {
-				rows[j][i] = f32ToBF16(float32(rng.NormFloat64()))
+				rows[j][i] = half.F32ToBF16(float32(rng.NormFloat64()))
 			}
 			ws[j] = float32(rng.Float64())
 			for i := range acc {
-				acc[i] += ws[j] * bf16ToF32(rows[j][i])
+				acc[i] += ws[j] * half.BF16ToF32(rows[j][i])
 			}
 		}
 		out := make([]uint16, h)
 		reduceRows(out, rows, ws, make([]float32, len(out)))
 		for i := range out {
-			if out[i] != f32ToBF16(acc[i]) {
-				t.Fatalf("k=%d i=%d: %#x != %#x", k, i, out[i], f32ToBF16(acc[i]))
+			if out[i] != half.F32ToBF16(acc[i]) {
+				t.Fatalf("k=%d i=%d: %#x != %#x", k, i, out[i], half.F32ToBF16(acc[i]))
 			}
 		}
 	}

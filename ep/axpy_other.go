@@ -2,11 +2,13 @@
 
 package ep
 
+import "github.com/mooncake-go/mooncake/internal/half"
+
 func axpyBF16(acc []float32, row []uint16, w float32) { axpyBF16Go(acc, row, w) }
 
 func toBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	for i, v := range src {
-		dst[i] = f32ToBF16(v)
+		dst[i] = half.F32ToBF16(v)
 	}
 }

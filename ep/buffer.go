@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
 	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/channel"
 )
 
 // Peer is what a rank publishes to the others at rendezvous: its engine's
@@ -64,6 +65,8 @@ type Buffer struct {
 	// stop is set when Close begins: waits return early and sends that
 	// have not started are skipped.
 	stop atomic.Bool
+	// policy is how receives wait for their signals (waitSignal).
+	policy channel.Policy
 }
 
 // Config configures NewBuffer.
@@ -88,7 +91,7 @@ func NewBuffer(cfg Config) (*Buffer, error) {
 	if cfg.Bytes < 0 {
 		return nil, fmt.Errorf("ep: negative buffer size %d", cfg.Bytes)
 	}
-	b := &Buffer{eng: cfg.Engine, rank: cfg.Rank, ranks: cfg.Ranks, size: cfg.Bytes}
+	b := &Buffer{eng: cfg.Engine, rank: cfg.Rank, ranks: cfg.Ranks, size: cfg.Bytes, policy: channel.DefaultPolicy(cfg.Ranks)}
 	if b.eng == nil {
 		host := cfg.LocalHostname
 		if host == "" {
@@ -112,11 +115,9 @@ func NewBuffer(cfg Config) (*Buffer, error) {
 		return nil, err
 	}
 	b.base = addr
-	b.mem = unsafe.Slice((*byte)(ptrAt(addr)), alloc)
+	b.mem = gpu.HostBytes(addr, alloc)
 	return b, nil
 }
-
-func ptrAt(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
 
 // Self is what this rank publishes.
 func (b *Buffer) Self() Peer { return Peer{Name: b.eng.Name(), Addr: uint64(b.base)} }
@@ -158,7 +159,7 @@ func (b *Buffer) Connect(peers []Peer) error {
 			continue
 		}
 		pp := &peer{Peer: p, ref: ref, seg: ref.Handle()}
-		pp.shm, _ = b.eng.AccessRemote(pp.seg, p.Addr, 4, func([]byte) {})
+		pp.shm = pp.endpoint().Direct(b.eng, 4)
 		ps[i] = pp
 	}
 	b.mu.Lock()
@@ -329,59 +330,50 @@ func (b *Buffer) publish(op *Op, f func()) {
 // word returns the int32 at byte offset off of the local buffer.
 func (b *Buffer) word(off int64) *int32 { return (*int32)(unsafe.Pointer(&b.mem[off])) }
 
-// waitWord waits until *w holds a value of the wanted sign (negative:
-// dispatch counts; positive: combine flags) or the deadline passes (forever
-// when deadline is zero), and returns it (0 on timeout, or once stop is
-// set). A value of the other sign is a late signal of another kind of call
-// from a rank that was skipped then: it is cleared and the wait goes on. It
-// spins briefly, then sleeps on the word: same-host senders wake it
-// (futex); over TCP nobody does, so sleeps are short and the word is
-// re-checked. Sleeps are bounded, so stop is seen within one.
-func waitWord(w *int32, negative, shm bool, deadline time.Time, stop *atomic.Bool) int32 {
-	ok := func(v int32) bool {
-		if v == 0 {
-			return false
-		}
-		if (v < 0) == negative {
-			return true
-		}
-		atomic.CompareAndSwapInt32(w, v, 0) // stale, of the other kind
-		return false
-	}
-	for i := 0; i < 64; i++ {
-		if v := atomic.LoadInt32(w); ok(v) {
-			return v
-		}
-		if i%8 == 7 {
-			if stop.Load() {
-				return 0
-			}
-			runtime.Gosched()
-		}
-	}
-	nap := 200 * time.Microsecond
+// shmNap bounds every block of a wait on a word that a same-host sender
+// wakes: the wake-up ends the block, so the bound only says how soon a
+// waiter sees Close, and a waiter never wakes itself early (each early
+// wake-up takes CPU from the sender it waits for on a busy host).
+const shmNap = 20 * time.Millisecond
+
+// waitSignal waits until *w holds a value of the wanted sign (negative:
+// dispatch counts; positive: combine flags) or the deadline passes (never
+// when deadline is zero), and returns it (0 on timeout, or once Close has
+// begun). A value of the other sign is a late signal of another kind of
+// call from a rank that was skipped then: it is cleared and the wait goes
+// on. The wait follows the buffer's policy (channel.Policy); shm says the
+// sender is a same-host peer whose writes wake it.
+func (b *Buffer) waitSignal(w *int32, negative, shm bool, deadline time.Time) int32 {
+	var v int32
+	p := b.policy
 	if shm {
-		nap = 20 * time.Millisecond
+		p.FirstNap, p.MaxNap = shmNap, shmNap
 	}
-	for {
-		if v := atomic.LoadInt32(w); ok(v) {
-			return v
-		}
-		if stop.Load() {
-			return 0
-		}
-		d := nap
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return 0
+	err := p.Await(channel.Wait{
+		Word: (*uint32)(unsafe.Pointer(w)),
+		Ready: func() bool {
+			v = atomic.LoadInt32(w)
+			if v == 0 {
+				return false
 			}
-			if left < d {
-				d = left
+			if (v < 0) == negative {
+				return true
 			}
-		}
-		transfer.WaitWord(uintptr(unsafe.Pointer(w)), 0, d)
+			atomic.CompareAndSwapInt32(w, v, 0) // stale, of the other kind
+			return false
+		},
+		Deadline: deadline,
+		Check: func() error {
+			if b.stop.Load() {
+				return ErrClosed
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return 0
 	}
+	return v
 }
 
 // deadlineAfter converts timeout_us (-1 or any negative: forever).
@@ -392,36 +384,23 @@ func deadlineAfter(timeoutUs int64) time.Time {
 	return time.Now().Add(time.Duration(timeoutUs) * time.Microsecond)
 }
 
-// sendTCP runs reqs (WRITEs) as one batch and waits for them; failures are
-// logged and reported, never fatal to the call: the receiver's deadline
-// decides what a lost message means.
-// ok[i] reports whether request i completed.
-func (b *Buffer) sendTCP(reqs []transfer.Request) (ok []bool) {
-	ok = make([]bool, len(reqs))
-	if len(reqs) == 0 {
-		return ok
-	}
-	id, err := b.eng.AllocateBatch(len(reqs))
-	if err != nil {
-		slog.Warn("ep: allocate batch", "err", err)
-		return ok
-	}
-	defer b.eng.FreeBatch(id)
-	if err := b.eng.SubmitTransfer(id, reqs); err != nil {
-		slog.Warn("ep: submit", "err", err)
-		return ok
-	}
-	st, _ := b.eng.WaitBatch(id)
-	for i := range reqs {
-		if st.Status == transfer.StatusCompleted {
-			ok[i] = true
-			continue
+// put delivers msgs (msgs[i] goes to rank to[i]) with channel.Put: each
+// peer whose data arrived gets its signals. Failures are logged, never
+// fatal to the call: the receiver's deadline decides what a lost message
+// means.
+func (b *Buffer) put(msgs []channel.Message, to []int) {
+	for i, err := range channel.Put(b.eng, msgs, channel.EachMessage) {
+		if err != nil {
+			slog.Warn("ep: write to rank failed", "rank", to[i], "err", err)
 		}
-		ts, err := b.eng.TransferStatus(id, i)
-		ok[i] = err == nil && ts.Status == transfer.StatusCompleted
 	}
-	if st.Status != transfer.StatusCompleted {
-		slog.Warn("ep: some writes failed", "status", st.Status)
-	}
-	return ok
+}
+
+// endpoint is p's EP buffer.
+func (p *peer) endpoint() channel.Endpoint { return channel.Endpoint{Seg: p.seg, Base: p.Addr} }
+
+// signal is the flag that stores v into the 4-byte signal at offset off of
+// a peer's buffer, staged at offset src of the local one.
+func (b *Buffer) signal(off, src int64, v int32) channel.Flag {
+	return channel.Flag{Off: uint64(off), Val: uint64(uint32(v)), Src: b.mem[src : src+4 : src+4]}
 }

@@ -1,12 +1,16 @@
 package ep
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/mooncake-go/mooncake/internal/half"
+)
 
 func BenchmarkCastFP8Token(b *testing.B) {
 	const h = 2048
 	x := make([]uint16, h)
 	for i := range x {
-		x[i] = f32ToBF16(float32(i%97) - 40)
+		x[i] = half.F32ToBF16(float32(i%97) - 40)
 	}
 	p := make([]byte, h)
 	s := make([]float32, h/128)

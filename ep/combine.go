@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/channel"
 )
 
 // CombineArgs are one combine call's tensors as raw slices. X holds the
@@ -110,86 +110,53 @@ func (b *Buffer) CombineSend(a *CombineArgs) (*Op, error) {
 				copy(hb[o:o+rowB], xb[int64(le*RN+i)*rowB:int64(le*RN+i+1)*rowB])
 			})
 		}
-
-		flags := func(d int, hb []byte) {
-			for le := L - 1; le >= 0; le-- {
-				o := rel(l.RecvSignal(half)) + int64(me*L+le)*4
-				atomic.StoreInt32((*int32)(unsafe.Pointer(&hb[o])), 1)
-			}
-		}
-		selfHalf := b.mem[l.SendSignal(half) : l.SendSignal(half)+l.HalfBytes()]
-		var tcp, shm []int
-		for d := 0; d < R; d++ {
-			p := peers[d]
-			if d == me {
-				direct(d, selfHalf)
-				continue
-			}
-			if p.seg == 0 || a.Active[d] == 0 {
-				continue // see DispatchSend: no writes to inactive ranks
-			}
-			if p.shm {
-				ok, _ := b.eng.AccessRemote(p.seg, p.Addr+uint64(l.SendSignal(half)), uint64(l.HalfBytes()), func(hb []byte) { direct(d, hb) })
-				if ok {
-					shm = append(shm, d)
-					continue
-				}
-			}
-			tcp = append(tcp, d)
-		}
-		// TCP: stage rows in send_data ([le][row] x 2H, the row's own place),
-		// one WRITE per run of consecutive tokens.
-		var reqs []transfer.Request
-		var owner []int
-		for _, d := range tcp {
-			p := peers[d]
+		// Over TCP, rows are staged in send_data ([le][row] x 2H, the row's
+		// own place), one WRITE per run of consecutive tokens.
+		stage := func(d int) []channel.Write {
+			var ws []channel.Write
 			lastT, lastI, lastLe := -2, -2, -1
 			rows(d, func(le, i, t int) {
 				src := l.SendData(half) + int64(le*RN+i)*rowB
 				copy(b.mem[src:src+rowB], xb[int64(le*RN+i)*rowB:int64(le*RN+i+1)*rowB])
 				if le == lastLe && i == lastI+1 && t == lastT+1 {
-					reqs[len(reqs)-1].Length += uint64(rowB)
+					w := &ws[len(ws)-1]
+					w.Src = w.Src[:len(w.Src)+int(rowB)]
 				} else {
-					reqs = append(reqs, transfer.Request{
-						Opcode: transfer.OpWrite, Source: b.base + uintptr(src), Target: p.seg,
-						TargetOffset: p.Addr + uint64(l.RecvData(half)+(int64(me*L+le)*int64(N)+int64(t))*rowB),
-						Length:       uint64(rowB),
-					})
-					owner = append(owner, d)
+					ws = append(ws, channel.Write{Src: b.mem[src : src+rowB],
+						Off: uint64(l.RecvData(half) + (int64(me*L+le)*int64(N)+int64(t))*rowB)})
 				}
 				lastT, lastI, lastLe = t, i, le
 			})
+			return ws
 		}
-		var tcpOK []int
-		if len(tcp) > 0 {
-			tcpOK = okPeers(tcp, owner, b.sendTCP(reqs))
+		// One flag 1 per local expert, descending (le 0 last: the word the
+		// receiver sleeps on), staged at this rank's own send_signal
+		// entries, so that over TCP they travel as one WRITE.
+		flags := make([]channel.Flag, 0, L)
+		for le := L - 1; le >= 0; le-- {
+			o := l.RecvSignal(half) + int64(me*L+le)*4
+			flags = append(flags, b.signal(o, l.SendSignal(half)+int64(me*L+le)*4, 1))
 		}
-		signal := func() {
-			flags(me, selfHalf)
-			for _, d := range shm {
-				p := peers[d]
-				ok, _ := b.eng.AccessRemote(p.seg, p.Addr+uint64(l.SendSignal(half)), uint64(l.HalfBytes()), func(hb []byte) { flags(d, hb) })
-				if ok {
-					b.eng.WakeWord(p.seg, p.Addr+uint64(l.RecvSignal(half))+uint64(me*L)*4)
-				}
+
+		direct(me, b.mem[l.SendSignal(half):l.SendSignal(half)+l.HalfBytes()])
+		var msgs []channel.Message
+		var to []int
+		for d := 0; d < R; d++ {
+			p := peers[d]
+			if d == me || p.seg == 0 || a.Active[d] == 0 {
+				continue // see DispatchSend: no writes to inactive ranks
 			}
-			if len(tcpOK) == 0 {
-				return
-			}
-			// The L flags of each TCP peer in one WRITE, from send_signal.
-			for le := 0; le < L; le++ {
-				atomic.StoreInt32(b.word(l.SendSignal(half)+int64(me*L+le)*4), 1)
-			}
-			var sig []transfer.Request
-			for _, d := range tcpOK {
-				sig = append(sig, transfer.Request{
-					Opcode: transfer.OpWrite, Source: b.base + uintptr(l.SendSignal(half)+int64(me*L)*4), Target: peers[d].seg,
-					TargetOffset: peers[d].Addr + uint64(l.RecvSignal(half)+int64(me*L)*4), Length: uint64(4 * L),
-				})
-			}
-			b.sendTCP(sig)
+			msgs = append(msgs, channel.Message{To: p.endpoint(),
+				Data: channel.Data{Off: uint64(l.SendSignal(half)), Len: uint64(l.HalfBytes()),
+					Fill:  func(hb []byte) { direct(d, hb) },
+					Stage: func() []channel.Write { return stage(d) }},
+				Flags: flags})
+			to = append(to, d)
 		}
-		signal()
+		b.put(msgs, to)
+		for _, f := range flags {
+			atomic.StoreInt32(b.word(int64(f.Off)), int32(f.Val))
+		}
 	})
 	return op, nil
 }
@@ -209,7 +176,7 @@ func (b *Buffer) combineRecv(o *Op) error {
 		dl := deadlineAfter(a.TimeoutUs)
 		for le := 0; le < L; le++ {
 			w := b.word(l.RecvSignal(half) + int64(r*L+le)*4)
-			if waitWord(w, false, o.peers[r].shm, dl, &b.stop) == 0 {
+			if b.waitSignal(w, false, o.peers[r].shm, dl) == 0 {
 				if b.stop.Load() {
 					return ErrClosed
 				}

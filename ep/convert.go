@@ -1,19 +1,10 @@
 package ep
 
-import "math"
+import (
+	"math"
 
-// bf16ToF32 widens a bfloat16 bit pattern.
-func bf16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
-
-// f32ToBF16 rounds to nearest even (NaN stays NaN), as torch does.
-func f32ToBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
+	"github.com/mooncake-go/mooncake/internal/half"
+)
 
 // f32ToE4M3 converts to float8 e4m3fn, rounding to nearest even and
 // saturating finite values at ±448 (__nv_cvt_float_to_fp8 with
@@ -74,13 +65,13 @@ func castFP8Token(x []uint16, payload []byte, scales []float32) {
 				mx = m
 			}
 		}
-		amax := max(bf16ToF32(mx), 1e-4)
+		amax := max(half.BF16ToF32(mx), 1e-4)
 		scale := float32(fp8Max) / amax
 		out := payload[g*ChannelsPerScale : (g+1)*ChannelsPerScale]
 		out = out[:len(grp)]
 		for i, b := range grp {
 			// f32ToE4M3, with its common case (normal results) inlined.
-			u := math.Float32bits(bf16ToF32(b) * scale)
+			u := math.Float32bits(half.BF16ToF32(b) * scale)
 			a := u & 0x7fffffff
 			var c uint32
 			if a-0x3c800000 < 0x43e00000-0x3c800000 {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/internal/half"
 )
 
 // refE4M3 is the scalar reference: the e4m3fn value nearest to f (ties to
@@ -42,29 +44,14 @@ func TestE4M3MatchesReference(t *testing.T) {
 	}
 }
 
-func TestBF16RoundTrip(t *testing.T) {
-	for _, f := range []float32{0, 1, -2.5, 3.1415926, 1e30, -1e-30} {
-		b := f32ToBF16(f)
-		if d := math.Abs(float64(bf16ToF32(b) - f)); d > math.Abs(float64(f))/128 {
-			t.Fatalf("bf16(%g) -> %g", f, bf16ToF32(b))
-		}
-	}
-	if f32ToBF16(1.00390625) != 0x3f80 { // tie rounds to even
-		t.Fatalf("tie not to even: %#x", f32ToBF16(1.00390625))
-	}
-	if !math.IsNaN(float64(bf16ToF32(f32ToBF16(float32(math.NaN()))))) {
-		t.Fatal("NaN lost")
-	}
-}
-
 func TestCastFP8TokenExactForConstantGroups(t *testing.T) {
 	h := 256
 	x := make([]uint16, h)
 	for i := range x {
 		if i < 128 {
-			x[i] = f32ToBF16(-126)
+			x[i] = half.F32ToBF16(-126)
 		} else {
-			x[i] = f32ToBF16(5)
+			x[i] = half.F32ToBF16(5)
 		}
 	}
 	p := make([]byte, h)
@@ -72,8 +59,8 @@ func TestCastFP8TokenExactForConstantGroups(t *testing.T) {
 	castFP8Token(x, p, s)
 	for i := range x {
 		got := e4m3ToF32(p[i]) * s[i/128]
-		if math.Abs(float64(got-bf16ToF32(x[i]))) > 1e-4*math.Abs(float64(got)) {
-			t.Fatalf("channel %d: %g != %g", i, got, bf16ToF32(x[i]))
+		if math.Abs(float64(got-half.BF16ToF32(x[i]))) > 1e-4*math.Abs(float64(got)) {
+			t.Fatalf("channel %d: %g != %g", i, got, half.BF16ToF32(x[i]))
 		}
 	}
 }
@@ -83,16 +70,16 @@ func TestCastFP8TokenMatchesScalar(t *testing.T) {
 	r := rand.New(rand.NewSource(9))
 	x := make([]uint16, 128*64)
 	for i := range x {
-		x[i] = f32ToBF16(float32(r.NormFloat64() * math.Pow(2, float64(r.Intn(40)-20))))
+		x[i] = half.F32ToBF16(float32(r.NormFloat64() * math.Pow(2, float64(r.Intn(40)-20))))
 	}
-	x[5] = f32ToBF16(float32(math.NaN()))
+	x[5] = half.F32ToBF16(float32(math.NaN()))
 	p := make([]byte, len(x))
 	s := make([]float32, len(x)/128)
 	castFP8Token(x, p, s)
 	for g := range s {
 		amax := float32(1e-4)
 		for _, b := range x[g*128 : (g+1)*128] {
-			if v := float32(math.Abs(float64(bf16ToF32(b)))); v > amax {
+			if v := float32(math.Abs(float64(half.BF16ToF32(b)))); v > amax {
 				amax = v
 			}
 		}
@@ -101,7 +88,7 @@ func TestCastFP8TokenMatchesScalar(t *testing.T) {
 			if i == 5 {
 				continue
 			}
-			if want := f32ToE4M3(bf16ToF32(x[i]) * scale); p[i] != want {
+			if want := f32ToE4M3(half.BF16ToF32(x[i]) * scale); p[i] != want {
 				t.Fatalf("channel %d: %#x, want %#x", i, p[i], want)
 			}
 		}
@@ -118,8 +105,8 @@ func TestToBF16MatchesScalar(t *testing.T) {
 	dst := make([]uint16, len(src))
 	toBF16(dst, src)
 	for i, v := range src {
-		if dst[i] != f32ToBF16(v) {
-			t.Fatalf("%d: %g -> %#x, want %#x", i, v, dst[i], f32ToBF16(v))
+		if dst[i] != half.F32ToBF16(v) {
+			t.Fatalf("%d: %g -> %#x, want %#x", i, v, dst[i], half.F32ToBF16(v))
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/channel"
 )
 
 // DispatchArgs are one dispatch call's tensors as raw slices. Inputs: X
@@ -278,134 +278,56 @@ func (b *Buffer) DispatchSend(a *DispatchArgs) (*Op, error) {
 		recvOff := func(le, slot int) int64 {
 			return rd + (int64(le*R+me)*int64(N)+int64(slot))*msg
 		}
-		signals := func(mem []byte, d int) {
-			for le := L - 1; le >= 0; le-- { // descending: le 0 last, see waitWord's caller
-				o := l.RecvSignal(half) - l.SendSignal(half) + int64(le*R+me)*4
-				atomic.StoreInt32((*int32)(unsafe.Pointer(&mem[o])), -cnt[d*L+le]-1)
+		// The counts for rank d, -n-1 per local expert, in descending
+		// order: le 0 last, the word the receiver sleeps on first. Over
+		// TCP each is staged at send_signal[d*L+le].
+		counts := func(d int) []channel.Flag {
+			fs := make([]channel.Flag, 0, L)
+			for le := L - 1; le >= 0; le-- {
+				fs = append(fs, b.signal(l.RecvSignal(half)+int64(le*R+me)*4, l.SendSignal(half)+int64(d*L+le)*4, -cnt[d*L+le]-1))
 			}
+			return fs
+		}
+		// Over TCP, the messages for rank d are staged in the local
+		// send_data ([d][le][slot] x msg), one WRITE per local expert.
+		stage := func(d int) []channel.Write {
+			pack(d, b.mem, func(le, slot int) int64 {
+				return l.SendData(half) + (int64(d*L+le)*int64(N)+int64(slot))*msg
+			})
+			var ws []channel.Write
+			for le := 0; le < L; le++ {
+				if n := int64(cnt[d*L+le]); n > 0 {
+					src := l.SendData(half) + int64(d*L+le)*int64(N)*msg
+					ws = append(ws, channel.Write{Src: b.mem[src : src+n*msg], Off: uint64(l.RecvData(half) + int64(le*R+me)*int64(N)*msg)})
+				}
+			}
+			return ws
 		}
 
-		var tcp, direct []int
+		selfHalf := b.mem[l.SendSignal(half) : l.SendSignal(half)+l.HalfBytes()]
+		pack(me, selfHalf, recvOff)
+		var msgs []channel.Message
+		var to []int
 		for d := 0; d < R; d++ {
 			p := peers[d]
-			if d == me {
-				pack(d, b.mem[l.SendSignal(half):l.SendSignal(half)+l.HalfBytes()], recvOff)
-				direct = append(direct, d)
-				continue
-			}
-			if p.seg == 0 || a.Active[d] == 0 {
+			if d == me || p.seg == 0 || a.Active[d] == 0 {
 				// Never connected, or inactive in our view: we neither read
 				// nor write it (it times out on us and drops us in turn).
 				continue
 			}
-			if p.shm {
-				ok, err := b.eng.AccessRemote(p.seg, p.Addr+uint64(l.SendSignal(half)), uint64(l.HalfBytes()), func(hb []byte) {
-					pack(d, hb, recvOff)
-				})
-				if ok {
-					direct = append(direct, d)
-					continue
-				}
-				if err != nil {
-					slog.Debug("ep: shm write failed, trying TCP", "rank", d, "err", err)
-				}
-			}
-			tcp = append(tcp, d)
+			msgs = append(msgs, channel.Message{To: p.endpoint(),
+				Data: channel.Data{Off: uint64(l.SendSignal(half)), Len: uint64(l.HalfBytes()),
+					Fill:  func(hb []byte) { pack(d, hb, recvOff) },
+					Stage: func() []channel.Write { return stage(d) }},
+				Flags: counts(d)})
+			to = append(to, d)
 		}
-		var tcpOK []int
-		if len(tcp) > 0 {
-			tcpOK = b.dispatchTCPData(l, half, tcp, cnt, pack, msg)
+		b.put(msgs, to)
+		for _, f := range counts(me) {
+			atomic.StoreInt32(b.word(int64(f.Off)), int32(f.Val))
 		}
-		signal := func() {
-			for _, d := range direct {
-				if d == me {
-					signals(b.mem[l.SendSignal(half):l.SendSignal(half)+l.HalfBytes()], d)
-					continue
-				}
-				p := peers[d]
-				ok, _ := b.eng.AccessRemote(p.seg, p.Addr+uint64(l.SendSignal(half)), uint64(l.HalfBytes()), func(hb []byte) { signals(hb, d) })
-				if ok {
-					b.eng.WakeWord(p.seg, p.Addr+uint64(l.RecvSignal(half))+uint64(me)*4)
-				}
-			}
-			if len(tcpOK) > 0 {
-				b.dispatchTCPSignals(l, half, tcpOK, cnt)
-			}
-		}
-		signal()
 	})
 	return op, nil
-}
-
-// dispatchTCPData stages the messages for the TCP peers in the local
-// send_data ([e][slot] x msg) and writes them; it returns the peers whose
-// writes all completed (only those get counts).
-func (b *Buffer) dispatchTCPData(l Layout, half int, dsts []int, cnt []int32,
-	pack func(int, []byte, func(int, int) int64), msg int64) []int {
-	R, L, N, me := b.ranks, l.E/b.ranks, int64(l.N), b.rank
-	var reqs []transfer.Request
-	var owner []int
-	for _, d := range dsts {
-		p := b.peers[d]
-		pack(d, b.mem, func(le, slot int) int64 {
-			return l.SendData(half) + (int64(d*L+le)*N+int64(slot))*msg
-		})
-		for le := 0; le < L; le++ {
-			n := int64(cnt[d*L+le])
-			if n == 0 {
-				continue
-			}
-			reqs = append(reqs, transfer.Request{
-				Opcode:       transfer.OpWrite,
-				Source:       b.base + uintptr(l.SendData(half)+int64(d*L+le)*N*msg),
-				Target:       p.seg,
-				TargetOffset: p.Addr + uint64(l.RecvData(half)+(int64(le*R+me)*N)*msg),
-				Length:       uint64(n * msg),
-			})
-			owner = append(owner, d)
-		}
-	}
-	return okPeers(dsts, owner, b.sendTCP(reqs))
-}
-
-// okPeers returns the dsts none of whose requests (owner[i] = dst of
-// request i) failed.
-func okPeers(dsts, owner []int, ok []bool) []int {
-	failed := map[int]bool{}
-	for i, d := range owner {
-		if !ok[i] {
-			failed[d] = true
-		}
-	}
-	var good []int
-	for _, d := range dsts {
-		if !failed[d] {
-			good = append(good, d)
-		}
-	}
-	return good
-}
-
-// dispatchTCPSignals writes the counts (-n-1, from send_signal) to the TCP
-// peers whose data arrived.
-func (b *Buffer) dispatchTCPSignals(l Layout, half int, dsts []int, cnt []int32) {
-	R, L, me := b.ranks, l.E/b.ranks, b.rank
-	var reqs []transfer.Request
-	for _, d := range dsts {
-		p := b.peers[d]
-		for le := 0; le < L; le++ {
-			e := d*L + le
-			atomic.StoreInt32(b.word(l.SendSignal(half)+int64(e)*4), -cnt[e]-1)
-			reqs = append(reqs, transfer.Request{
-				Opcode:       transfer.OpWrite,
-				Source:       b.base + uintptr(l.SendSignal(half)+int64(e)*4),
-				Target:       p.seg,
-				TargetOffset: p.Addr + uint64(l.RecvSignal(half)+int64(le*R+me)*4),
-				Length:       4,
-			})
-		}
-	}
-	b.sendTCP(reqs)
 }
 
 // dispatchRecv waits per (source, local expert) and unpacks in source-rank
@@ -431,7 +353,7 @@ func (b *Buffer) dispatchRecv(o *Op) error {
 		// le 0 first: senders publish le 0 last and wake on it.
 		for le := 0; le < L; le++ {
 			w := b.word(l.RecvSignal(half) + int64(le*R+src)*4)
-			v := waitWord(w, true, shm, dl, &b.stop)
+			v := b.waitSignal(w, true, shm, dl)
 			if v == 0 && b.stop.Load() {
 				return ErrClosed
 			}

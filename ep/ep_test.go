@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mooncake-go/mooncake/internal/half"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -49,7 +50,7 @@ func makeInputs(rng *rand.Rand, r, n, h, e, k int) []rankIn {
 		t := n - i // different T per rank
 		x := make([]uint16, t*h)
 		for j := range x {
-			x[j] = f32ToBF16(float32(rng.NormFloat64()))
+			x[j] = half.F32ToBF16(float32(rng.NormFloat64()))
 		}
 		idx := make([]int64, t*k)
 		w := make([]float32, t*k)
@@ -96,7 +97,7 @@ func identityExperts(a *DispatchArgs, r int) []uint16 {
 			row := le*RN + i
 			for c := 0; c < H; c++ {
 				if a.FP8 {
-					y[row*H+c] = f32ToBF16(e4m3ToF32(a.RecvX[row*H+c]) * a.RecvScales[(le*G+c/128)*RN+i])
+					y[row*H+c] = half.F32ToBF16(e4m3ToF32(a.RecvX[row*H+c]) * a.RecvScales[(le*G+c/128)*RN+i])
 				} else {
 					y[row*H+c] = uint16(a.RecvX[2*(row*H+c)]) | uint16(a.RecvX[2*(row*H+c)+1])<<8
 				}
@@ -143,7 +144,7 @@ func checkDispatch(t *testing.T, me int, a *DispatchArgs, in []rankIn, alive []b
 					t.Fatalf("src_info %d, want %d", tok, toks[m])
 				}
 				for c := 0; c < H; c++ {
-					want := bf16ToF32(in[src].x[tok*H+c])
+					want := half.BF16ToF32(in[src].x[tok*H+c])
 					var got float32
 					if a.FP8 {
 						got = e4m3ToF32(a.RecvX[row*H+c]) * a.RecvScales[(le*(H/128)+c/128)*RN+begin+m]
@@ -151,7 +152,7 @@ func checkDispatch(t *testing.T, me int, a *DispatchArgs, in []rankIn, alive []b
 							t.Fatalf("fp8 value %g, want %g", got, want)
 						}
 					} else {
-						got = bf16ToF32(uint16(a.RecvX[2*(row*H+c)]) | uint16(a.RecvX[2*(row*H+c)+1])<<8)
+						got = half.BF16ToF32(uint16(a.RecvX[2*(row*H+c)]) | uint16(a.RecvX[2*(row*H+c)+1])<<8)
 						if got != want {
 							t.Fatalf("value %g, want %g", got, want)
 						}
@@ -183,12 +184,12 @@ func checkCombine(t *testing.T, me int, c *CombineArgs, in rankIn, alive []bool,
 				continue
 			}
 			for i := range acc {
-				acc[i] += in.w[tok*c.K+k] * bf16ToF32(in.x[tok*c.H+i])
+				acc[i] += in.w[tok*c.K+k] * half.BF16ToF32(in.x[tok*c.H+i])
 			}
 		}
 		for i := range acc {
-			got := bf16ToF32(c.Out[tok*c.H+i])
-			want := bf16ToF32(f32ToBF16(acc[i]))
+			got := half.BF16ToF32(c.Out[tok*c.H+i])
+			want := half.BF16ToF32(half.F32ToBF16(acc[i]))
 			if fp8 {
 				if math.Abs(float64(got-want)) > 0.1*math.Abs(float64(want))+0.05 {
 					t.Fatalf("rank %d tok %d ch %d: %g, want %g", me, tok, i, got, want)

@@ -245,17 +245,14 @@ func (e *Engine) TransferSync(target string, reqs []Request) error {
 	for i := range reqs {
 		reqs[i].Target = h
 	}
-	id, err := e.AllocateBatch(len(reqs))
+	states, err := e.RunBatch(reqs)
 	if err != nil {
 		return err
 	}
-	defer e.FreeBatch(id)
-	if err := e.SubmitTransfer(id, reqs); err != nil {
-		return err
-	}
-	st, _ := e.WaitBatch(id)
-	if st.Status != StatusCompleted {
-		return errorf(statusCode(st.Status), nil, "transfer to %s: %s", target, st.Status)
+	for _, st := range states {
+		if st != StatusCompleted {
+			return errorf(statusCode(st), nil, "transfer to %s: %s", target, st)
+		}
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
-package backend
+// Package half converts between float32 and the 16-bit float formats that
+// tensors use: IEEE binary16 (torch.float16) and bfloat16 (torch.bfloat16).
+// Narrowing rounds to nearest even, as torch does; NaN stays a quiet NaN.
+package half
 
 import "math"
 
-// bf16ToF32 widens a bfloat16 (exact).
-func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+// BF16ToF32 widens a bfloat16 (exact).
+func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
-// f32ToBF16 rounds to nearest even; NaN stays a (quiet) NaN.
-func f32ToBF16(f float32) uint16 {
+// F32ToBF16 rounds to nearest even; NaN stays a (quiet) NaN.
+func F32ToBF16(f float32) uint16 {
 	b := math.Float32bits(f)
 	if b&0x7fffffff > 0x7f800000 {
 		return uint16(b>>16) | 0x40
@@ -14,8 +17,8 @@ func f32ToBF16(f float32) uint16 {
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
-// f16ToF32 widens an IEEE binary16 (exact).
-func f16ToF32(h uint16) float32 {
+// F16ToF32 widens an IEEE binary16 (exact).
+func F16ToF32(h uint16) float32 {
 	sign := uint32(h>>15) << 31
 	exp := uint32(h>>10) & 0x1f
 	man := uint32(h) & 0x3ff
@@ -35,9 +38,9 @@ func f16ToF32(h uint16) float32 {
 	return f
 }
 
-// f32ToF16 rounds to nearest even, with overflow to infinity and gradual
+// F32ToF16 rounds to nearest even, with overflow to infinity and gradual
 // underflow to subnormals; NaN stays a (quiet) NaN.
-func f32ToF16(f float32) uint16 {
+func F32ToF16(f float32) uint16 {
 	b := math.Float32bits(f)
 	sign := uint16(b>>16) & 0x8000
 	exp := int32(b>>23) & 0xff

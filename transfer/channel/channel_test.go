@@ -1,0 +1,254 @@
+package channel
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// pair is a sender and a receiver engine, each with one managed buffer,
+// and the sender's endpoint of the receiver's buffer.
+type pair struct {
+	tx, rx       *transfer.Engine
+	txMem, rxMem []byte
+	to           Endpoint
+}
+
+const bufBytes = 1 << 16
+
+func newPair(t *testing.T, forceTCP bool) *pair {
+	t.Helper()
+	p := &pair{}
+	var mems [2][]byte
+	for i, e := range []**transfer.Engine{&p.tx, &p.rx} {
+		eng, err := transfer.New(transfer.Config{LocalHostname: "127.0.0.1", MetadataServer: "P2PHANDSHAKE", ForceTCP: forceTCP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		addr, err := eng.AllocateManagedBuffer(bufBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*e = eng
+		mems[i] = gpu.HostBytes(addr, bufBytes)
+	}
+	p.txMem, p.rxMem = mems[0], mems[1]
+	seg, err := p.tx.OpenSegment(p.rx.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	p.to = Endpoint{Seg: seg.Handle(), Base: uint64(addrOf(p.rxMem))}
+	return p
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+// message puts data at dataOff (staged at the same offset of the sender's
+// buffer) and then the flags.
+func (p *pair) message(data []byte, dataOff uint64, flags ...Flag) Message {
+	return Message{To: p.to, Flags: flags, Data: Data{Off: dataOff, Len: uint64(len(data)),
+		Fill: func(view []byte) { copy(view, data) },
+		Stage: func() []Write {
+			st := p.txMem[dataOff : dataOff+uint64(len(data))]
+			copy(st, data)
+			return []Write{{Src: st, Off: dataOff}}
+		}}}
+}
+
+// flag sets the width-byte word at off, staged in the second half of the
+// sender's buffer.
+func (p *pair) flag(off uint64, width int, v uint64) Flag {
+	src := off + bufBytes/2
+	return Flag{Off: off, Val: v, Src: p.txMem[src : src+uint64(width)]}
+}
+
+func (p *pair) word64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&p.rxMem[off])) }
+func (p *pair) word32(off uint64) *uint32 { return (*uint32)(unsafe.Pointer(&p.rxMem[off])) }
+
+func transports(t *testing.T, f func(t *testing.T, forceTCP bool)) {
+	for _, tcp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "shm", true: "tcp"}[tcp], func(t *testing.T) { f(t, tcp) })
+	}
+}
+
+func TestPutDeliversDataBeforeFlags(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		if got := p.to.Direct(p.tx, 8); got == forceTCP {
+			t.Fatalf("Direct = %v with forceTCP %v", got, forceTCP)
+		}
+		data := pattern(5000, 3)
+		done := make(chan error, 1)
+		go func() {
+			w := p.word64(0)
+			done <- DefaultPolicy(2).Await(Wait{Word: WordOf64(w), Ready: func() bool { return atomic.LoadUint64(w) >= 1 },
+				Deadline: time.Now().Add(10 * time.Second)})
+		}()
+		errs := Put(p.tx, []Message{p.message(data, 4096, p.flag(64, 4, 0xabcd), p.flag(0, 8, 1))}, EachMessage)
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(p.rxMem[4096:4096+len(data)], data) {
+			t.Fatal("payload differs after its flag was seen")
+		}
+		if v := atomic.LoadUint32(p.word32(64)); v != 0xabcd {
+			t.Fatalf("4-byte flag = %#x", v)
+		}
+	})
+}
+
+// Flags that are contiguous on both sides, ascending or descending, all
+// arrive with their own values.
+func TestPutAdjacentFlags(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		var up, down []Flag
+		for i := range 6 {
+			up = append(up, p.flag(uint64(4*i), 4, uint64(10+i)))
+			down = append(down, p.flag(uint64(256-4*i), 4, uint64(20+i)))
+		}
+		for i, err := range Put(p.tx, []Message{{To: p.to, Flags: up}, {To: p.to, Flags: down}}, EachMessage) {
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		for i := range 6 {
+			if v := atomic.LoadUint32(p.word32(uint64(4 * i))); v != uint32(10+i) {
+				t.Errorf("ascending flag %d = %d", i, v)
+			}
+			if v := atomic.LoadUint32(p.word32(uint64(256 - 4*i))); v != uint32(20+i) {
+				t.Errorf("descending flag %d = %d", i, v)
+			}
+		}
+	})
+}
+
+// A payload aimed outside the receiver's registered memory fails its
+// message; AllMessages then withholds the other messages' flags,
+// EachMessage publishes them.
+func TestPutDelivery(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		for _, d := range []Delivery{EachMessage, AllMessages} {
+			p := newPair(t, forceTCP)
+			bad := p.message(pattern(64, 1), 0, p.flag(8, 8, 1))
+			bad.To.Base += bufBytes // past the end of the receiver's buffer
+			good := p.message(pattern(64, 2), 1024, p.flag(16, 8, 7))
+			errs := Put(p.tx, []Message{bad, good}, d)
+			if errs[0] == nil {
+				t.Fatalf("delivery %d: the message outside registered memory succeeded", d)
+			}
+			flag := atomic.LoadUint64(p.word64(16))
+			switch d {
+			case EachMessage:
+				if errs[1] != nil || flag != 7 {
+					t.Fatalf("EachMessage: good message err %v, flag %d", errs[1], flag)
+				}
+			case AllMessages:
+				if !errors.Is(errs[1], ErrNotDelivered) || flag != 0 {
+					t.Fatalf("AllMessages: good message err %v, flag %d", errs[1], flag)
+				}
+			}
+		}
+	})
+}
+
+func TestGet(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		want := pattern(3000, 9)
+		copy(p.rxMem[8192:], want)
+		dst := make([]byte, len(want))
+		if err := Get(p.tx, p.to, 8192, dst, p.txMem[:len(want)]); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, want) {
+			t.Fatal("Get returned other bytes")
+		}
+	})
+}
+
+func TestRunNamesFailedRequests(t *testing.T) {
+	p := newPair(t, true)
+	src := uint64(addrOf(p.txMem))
+	reqs := []transfer.Request{
+		{Opcode: transfer.OpWrite, Source: uintptr(src), Target: p.to.Seg, TargetOffset: p.to.Base, Length: 128},
+		{Opcode: transfer.OpWrite, Source: uintptr(src), Target: p.to.Seg, TargetOffset: p.to.Base + bufBytes, Length: 128},
+	}
+	errs := Run(p.tx, reqs)
+	if errs[0] != nil || errs[1] == nil {
+		t.Fatalf("Run errors %v, want only the second to fail", errs)
+	}
+}
+
+func TestAwaitEndings(t *testing.T) {
+	var w uint32
+	never := func() bool { return atomic.LoadUint32(&w) == 1 }
+	pol := DefaultPolicy(2)
+	stop := errors.New("stopped")
+	dead := errors.New("peer dead")
+	cases := []struct {
+		name string
+		wait Wait
+		want error
+	}{
+		{"deadline", Wait{Deadline: time.Now().Add(time.Millisecond)}, ErrTimeout},
+		{"check", Wait{Check: func() error { return stop }}, stop},
+		{"alive", Wait{Alive: func() error { return dead }}, dead},
+	}
+	extended := 0
+	cases = append(cases, struct {
+		name string
+		wait Wait
+		want error
+	}{"expired", Wait{Deadline: time.Now(), Expired: func(now time.Time) (time.Time, error) {
+		if extended++; extended < 3 {
+			return now.Add(time.Millisecond), nil
+		}
+		return now, dead
+	}}, dead})
+	for _, c := range cases {
+		c.wait.Word, c.wait.Ready = &w, never
+		if err := pol.Await(c.wait); !errors.Is(err, c.want) {
+			t.Errorf("%s: Await = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if extended != 3 {
+		t.Errorf("Expired ran %d times, want 3", extended)
+	}
+}
+
+// A waiter blocked on a word of its own managed buffer is released by a
+// write from another goroutine; the value it sees is the one written.
+func TestAwaitSeesWrite(t *testing.T) {
+	p := newPair(t, false)
+	w := p.word64(128)
+	go func() {
+		time.Sleep(time.Millisecond)
+		if errs := Put(p.tx, []Message{{To: p.to, Flags: []Flag{p.flag(128, 8, 1<<40|5)}}}, EachMessage); errs[0] != nil {
+			panic(fmt.Sprint(errs[0]))
+		}
+	}()
+	err := DefaultPolicy(2).Await(Wait{Word: WordOf64(w), Ready: func() bool { return atomic.LoadUint64(w) == 1<<40|5 },
+		Deadline: time.Now().Add(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

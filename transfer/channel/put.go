@@ -1,0 +1,188 @@
+package channel
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Endpoint is a region of a peer's registered memory: the peer's segment
+// (as opened by this engine) and the region's address there. Offsets in
+// messages are relative to Base.
+type Endpoint struct {
+	Seg  transfer.SegmentHandle
+	Base uint64
+}
+
+// Direct reports whether eng reaches the n bytes at Base of ep through a
+// direct view (a same-host peer's managed buffer), so that Put writes them
+// with a memcpy and its wake-ups reach the receiver.
+func (ep Endpoint) Direct(eng *transfer.Engine, n uint64) bool {
+	ok, _ := eng.AccessRemote(ep.Seg, ep.Base, n, func([]byte) {})
+	return ok
+}
+
+// Message is one data-then-flag message to a peer.
+type Message struct {
+	To Endpoint
+	// Data is the payload; a message without Fill has none.
+	Data Data
+	// Flags are published in order once the payload is in place. The
+	// last one is the word the receiver sleeps on: it is woken.
+	Flags []Flag
+}
+
+// Data is a message's payload, written one of two ways.
+type Data struct {
+	// Off and Len span the part of the peer's region that Fill writes.
+	Off, Len uint64
+	// Fill writes the payload into view, a direct view of [Off, Off+Len)
+	// of the peer's region, when the peer has one. It must not block.
+	Fill func(view []byte)
+	// Stage, used when the peer has no direct view, puts the payload into
+	// this side's registered memory and returns the writes that carry it.
+	Stage func() []Write
+}
+
+// Write is a staged piece of payload: Src (this side's registered memory)
+// goes to offset Off of the peer's region.
+type Write struct {
+	Src []byte
+	Off uint64
+}
+
+// Flag is one flag word: Val goes to offset Off of the peer's region. Src
+// is this side's registered word the value is staged in when it travels by
+// transfer; its length (4 or 8) is the flag's width.
+type Flag struct {
+	Off uint64
+	Val uint64
+	Src []byte
+}
+
+func (f Flag) width() uint64 { return uint64(len(f.Src)) }
+
+// Delivery says which flags Put publishes when some payloads fail.
+type Delivery int
+
+const (
+	// EachMessage publishes the flags of every message whose payload
+	// arrived.
+	EachMessage Delivery = iota
+	// AllMessages publishes no flag unless every payload arrived: the
+	// messages are one step that succeeds or fails as a whole.
+	AllMessages
+)
+
+// ErrNotDelivered marks the messages of an AllMessages Put whose payload
+// arrived but whose flags were withheld because another payload failed.
+var ErrNotDelivered = errors.New("channel: withheld, another message of the put failed")
+
+// Put delivers msgs: every payload (direct views first, then the staged
+// writes as one batch), then the flags of the messages d allows (directly,
+// waking the receiver, or as a second batch), and returns one error per
+// message (nil: payload and flags arrived).
+func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
+	errs := make([]error, len(msgs))
+	var staged transferRound
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Data.Fill == nil {
+			continue
+		}
+		ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+m.Data.Off, m.Data.Len, m.Data.Fill)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case !ok && m.Data.Stage == nil:
+			errs[i] = fmt.Errorf("channel: no direct view of the peer and no staging for the payload")
+		case !ok:
+			for _, w := range m.Data.Stage() {
+				staged.add(i, transfer.Request{Opcode: transfer.OpWrite, Source: addrOf(w.Src), Target: m.To.Seg,
+					TargetOffset: m.To.Base + w.Off, Length: uint64(len(w.Src))})
+			}
+		}
+	}
+	staged.run(eng, errs)
+	if d == AllMessages && firstError(errs) != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = ErrNotDelivered
+			}
+		}
+		return errs
+	}
+	var flags transferRound
+	for i := range msgs {
+		if errs[i] == nil && len(msgs[i].Flags) > 0 {
+			errs[i] = publish(eng, &msgs[i], i, &flags)
+		}
+	}
+	flags.run(eng, errs)
+	return errs
+}
+
+// publish stores m's flags through one direct view spanning them and wakes
+// the receiver, or stages them and adds their writes to r (consecutive
+// flags that are contiguous on both sides travel as one write).
+func publish(eng *transfer.Engine, m *Message, i int, r *transferRound) error {
+	lo, hi := m.Flags[0].Off, uint64(0)
+	for _, f := range m.Flags {
+		lo, hi = min(lo, f.Off), max(hi, f.Off+f.width())
+	}
+	ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+lo, hi-lo, func(view []byte) {
+		for _, f := range m.Flags {
+			store(view[f.Off-lo:], f)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if ok {
+		last := m.Flags[len(m.Flags)-1]
+		_, _ = eng.WakeWord(m.To.Seg, m.To.Base+last.Off)
+		return nil
+	}
+	for k, f := range m.Flags {
+		store(f.Src, f)
+		addr, src, w := m.To.Base+f.Off, addrOf(f.Src), f.width()
+		if k > 0 {
+			prev := &r.reqs[len(r.reqs)-1]
+			switch {
+			case prev.TargetOffset+prev.Length == addr && prev.Source+uintptr(prev.Length) == src: // right after
+				prev.Length += w
+				continue
+			case addr+w == prev.TargetOffset && src+uintptr(w) == prev.Source: // right before
+				prev.TargetOffset, prev.Source = addr, src
+				prev.Length += w
+				continue
+			}
+		}
+		r.add(i, transfer.Request{Opcode: transfer.OpWrite, Source: src, Target: m.To.Seg, TargetOffset: addr, Length: w})
+	}
+	return nil
+}
+
+// store writes f's value into mem[0:width] atomically.
+func store(mem []byte, f Flag) {
+	if f.width() == 8 {
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[0])), f.Val)
+		return
+	}
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&mem[0])), uint32(f.Val))
+}
+
+// addrOf is the address of b's first byte (a transfer's source).
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

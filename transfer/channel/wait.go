@@ -1,0 +1,143 @@
+package channel
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/transfer"
+)
+
+// Policy is how a receiver spends its time waiting for a flag word. Hosts
+// are often oversubscribed (4 ranks on 2 cores), so a waiter spins only
+// briefly, then polls a few times yielding the processor, and then blocks on
+// the word (a futex on the shared memfd page) that a same-host sender wakes
+// right after its write. Nobody wakes a waiter whose sender writes over
+// TCP, so every block is bounded: the bound starts at FirstNap and doubles
+// while nobody wakes the waiter, up to MaxNap.
+type Policy struct {
+	// Spin is how long the waiter busy-polls the word first.
+	Spin time.Duration
+	// Yields is how many more polls follow, each after runtime.Gosched.
+	Yields int
+	// FirstNap and MaxNap bound each block on the word.
+	FirstNap, MaxNap time.Duration
+	// LivenessEvery is how often a blocked waiter runs its Alive hook.
+	LivenessEvery time.Duration
+}
+
+// Default wait parameters; DefaultPolicy picks among them.
+const (
+	spinAlone          = 50 * time.Microsecond
+	spinOversubscribed = 5 * time.Microsecond
+	defaultYields      = 8
+	firstNap           = 20 * time.Microsecond
+	maxNap             = 200 * time.Microsecond
+	livenessEvery      = 5 * time.Millisecond
+)
+
+// DefaultPolicy is the wait policy for one of parties processes that
+// exchange messages on this host: it spins spinAlone while every party can
+// have a CPU of its own, only spinOversubscribed otherwise (spinning would
+// keep the sender it waits for off the CPU).
+func DefaultPolicy(parties int) Policy {
+	p := Policy{Spin: spinAlone, Yields: defaultYields, FirstNap: firstNap, MaxNap: maxNap, LivenessEvery: livenessEvery}
+	if parties > runtime.NumCPU() {
+		p.Spin = spinOversubscribed
+	}
+	return p
+}
+
+// ErrTimeout ends a Wait whose deadline passed and that has no Expired
+// hook.
+var ErrTimeout = errors.New("channel: wait timed out")
+
+// Wait is one wait for a flag.
+type Wait struct {
+	// Word is the 32-bit word the waiter sleeps on: the flag itself, or the
+	// low half of a little-endian 64-bit flag. Senders wake it (Put).
+	Word *uint32
+	// Ready reports whether the wait is over; it is called after Word was
+	// read, so a write after that read ends the following block at once.
+	Ready func() bool
+	// Deadline, when not zero, is when Expired is consulted.
+	Deadline time.Time
+	// Expired decides what a passed deadline means: a new deadline to go
+	// on with, or the error that ends the wait. nil: the wait ends with
+	// ErrTimeout.
+	Expired func(now time.Time) (time.Time, error)
+	// Check, when set, runs between blocks: a non-nil error (the op was
+	// canceled, its object closes) ends the wait with it.
+	Check func() error
+	// Alive, when set, runs every LivenessEvery while the waiter blocks:
+	// a non-nil error (the peer is known to be dead) ends the wait with it.
+	Alive func() error
+}
+
+// WordOf64 is the futex word of a 64-bit flag: its low half (the machines
+// this runs on are little-endian, as the engine's wire format is).
+func WordOf64(w *uint64) *uint32 { return (*uint32)(unsafe.Pointer(w)) }
+
+// Await waits as w says, under policy p. It returns nil once w.Ready
+// reports true, else the error of the hook that ended the wait.
+func (p Policy) Await(w Wait) error {
+	if w.Ready() {
+		return nil
+	}
+	start := time.Now()
+	for i := 1; ; i++ {
+		if w.Ready() {
+			return nil
+		}
+		if i&127 == 0 && time.Since(start) >= p.Spin {
+			break
+		}
+	}
+	for range p.Yields {
+		runtime.Gosched()
+		if w.Ready() {
+			return nil
+		}
+	}
+	deadline := w.Deadline
+	nextLiveness := start.Add(p.LivenessEvery)
+	nap := p.FirstNap
+	for {
+		cur := atomic.LoadUint32(w.Word)
+		if w.Ready() {
+			return nil
+		}
+		if w.Check != nil {
+			if err := w.Check(); err != nil {
+				return err
+			}
+		}
+		now := time.Now()
+		if w.Alive != nil && !now.Before(nextLiveness) {
+			if err := w.Alive(); err != nil {
+				return err
+			}
+			nextLiveness = now.Add(p.LivenessEvery)
+		}
+		d := nap
+		if !deadline.IsZero() {
+			if !now.Before(deadline) {
+				if w.Expired == nil {
+					return ErrTimeout
+				}
+				var err error
+				if deadline, err = w.Expired(now); err != nil {
+					return err
+				}
+			}
+			if left := deadline.Sub(now); left > 0 && left < d {
+				d = left
+			}
+		}
+		if !transfer.WaitWord(uintptr(unsafe.Pointer(w.Word)), cur, d) {
+			nap = min(nap*2, p.MaxNap)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+package transfer
+
+// RunBatch submits reqs as one batch, waits until every request is final,
+// and returns each request's final state (states[i] is reqs[i]'s). It is
+// the synchronous form of AllocateBatch, SubmitTransfer, WaitBatch and
+// FreeBatch. An error means the batch could not be run at all (a closed
+// engine, an invalid request: nothing was submitted).
+func (e *Engine) RunBatch(reqs []Request) ([]Status, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	id, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	defer e.FreeBatch(id)
+	if err := e.SubmitTransfer(id, reqs); err != nil {
+		return nil, err
+	}
+	b, err := e.batch(id)
+	if err != nil {
+		return nil, err
+	}
+	<-b.wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	states := make([]Status, len(b.tasks))
+	for i, t := range b.tasks {
+		states[i] = t.state().Status
+	}
+	return states, nil
+}
