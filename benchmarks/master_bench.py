@@ -53,6 +53,7 @@ from store_bench import (  # noqa: E402
     free_port,
     master_binary,
     port_open,
+    redis_argv,
     wait_until,
 )
 
@@ -316,19 +317,7 @@ class System:
 
     def start_redis(self, server: str, port: int) -> None:
         p = self.procs.start(
-            [
-                server,
-                "--port",
-                str(port),
-                "--bind",
-                LOOPBACK,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.tmp),
-            ],
+            redis_argv(server, port, self.tmp),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

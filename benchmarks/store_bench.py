@@ -128,6 +128,23 @@ def wait_until(pred, timeout: float, what: str) -> None:
     raise SystemExit(f"store_bench: {what} did not come up")
 
 
+def redis_argv(server: str, port: int, workdir: Path) -> list[str]:
+    """A redis-server on loopback at port, without persistence."""
+    return [
+        server,
+        "--port",
+        str(port),
+        "--bind",
+        LOOPBACK,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
+
+
 def port_open(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.2):
         return True
@@ -776,19 +793,7 @@ def main() -> None:
         if not line.startswith("READY"):
             raise SystemExit(f"store_bench: storage process failed: {line!r}")
         procs.start(
-            [
-                args.redis_server,
-                "--port",
-                str(rport),
-                "--bind",
-                LOOPBACK,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(tmp),
-            ],
+            redis_argv(args.redis_server, rport, tmp),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -831,8 +836,9 @@ def main() -> None:
         if results and args.only != "dummy":
             report(results, Path(args.out))
         if args.only in ("all", "dummy"):
-            dummy, notes = bench_dummy(sys.modules[__name__], procs, tmp, metadata, master,
-                                       args.seconds, cap, np)
+            dummy, notes = bench_dummy(
+                sys.modules[__name__], procs, tmp, metadata, master, args.seconds, cap, np
+            )
             report_dummy(sys.modules[__name__], results + dummy, notes, Path(args.out))
         if args.only in ("all", "tensor"):
             bench_tensor_full(store, args.seconds, Path(args.out))
