@@ -24,7 +24,8 @@ import (
 
 // echo is a one-method test service: it answers its request's value,
 // prefixed by the caller's "tenant" metadata; "fail" is an error,
-// "block" waits until release is closed.
+// "block" waits until release is closed, "nil" returns neither a reply
+// nor an error.
 type echo struct{ release chan struct{} }
 
 func (e *echo) handle(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
@@ -52,6 +53,9 @@ var echoDesc = grpc.ServiceDesc{
 			in := new(wrapperspb.StringValue)
 			if err := dec(in); err != nil {
 				return nil, err
+			}
+			if in.Value == "nil" {
+				return nil, nil // a broken handler: no reply and no error
 			}
 			return srv.(*echo).handle(ctx, in)
 		},
@@ -113,6 +117,9 @@ func TestCallsCarryRepliesErrorsAndMetadata(t *testing.T) {
 	err = c.Invoke(context.Background(), "/test.Echo/Nope", wrapperspb.String("x"), new(wrapperspb.StringValue))
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("unknown method = %v; want Unimplemented", err)
+	}
+	if _, err := call(c, "nil"); status.Code(err) != codes.Internal {
+		t.Fatalf("a handler without a reply = %v; want Internal", err)
 	}
 	// The connection is still in step after an error reply.
 	if got, err := call(c, "again"); err != nil || got != "t1:again" {

@@ -162,9 +162,13 @@ func (s *Server) answer(ctx context.Context, name string, req []byte, out []byte
 			return nil
 		}, nil)
 	}
+	msg, isMsg := reply.(proto.Message)
+	if err == nil && !isMsg {
+		err = status.Errorf(codes.Internal, "%s returned no reply message", name)
+	}
 	if err == nil {
 		out = appendHeader(out, kindReply, "")
-		if out, err = (proto.MarshalOptions{}).MarshalAppend(out, reply.(proto.Message)); err == nil {
+		if out, err = (proto.MarshalOptions{}).MarshalAppend(out, msg); err == nil {
 			if out, err = finishFrame(out); err == nil {
 				return out, nil
 			}
