@@ -41,6 +41,7 @@ type Client struct {
 // clientConn is one framed connection.
 type clientConn struct {
 	c    net.Conn
+	w    io.Writer // c's socket, written without the scheduler's syscall state
 	pr   *pollReader
 	fr   *frameReader
 	out  []byte
@@ -86,13 +87,13 @@ func (c *Client) dial(ctx context.Context) (*clientConn, error) {
 		conn.Close()
 		return nil, err
 	}
-	cc := &clientConn{c: conn, pr: pr, fr: newFrameReader(pr)}
+	cc := &clientConn{c: conn, w: newRawIO(conn), pr: pr, fr: newFrameReader(pr)}
 	pr.ctx = ctx
 	defer func() { pr.ctx = context.Background() }()
 	stop := context.AfterFunc(ctx, cc.close)
 	defer stop()
 	ack := make([]byte, len(Magic))
-	if _, err = conn.Write(c.hello); err == nil {
+	if _, err = cc.w.Write(c.hello); err == nil {
 		_, err = io.ReadFull(cc.fr.r, ack)
 	}
 	switch {
@@ -206,7 +207,7 @@ func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, 
 	if cap(out) <= keepBuffer {
 		cc.out = out
 	}
-	if _, err = cc.c.Write(out); err != nil {
+	if _, err = cc.w.Write(out); err != nil {
 		return false, err
 	}
 	f, err := cc.fr.next()

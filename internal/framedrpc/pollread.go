@@ -47,7 +47,7 @@ func (r *pollReader) Read(p []byte) (int, error) {
 	var rerr error
 	err := r.raw.Read(func(fd uintptr) bool {
 		for {
-			n, rerr = unix.Read(int(fd), p)
+			n, rerr = rawRead(fd, p)
 			if !errors.Is(rerr, unix.EAGAIN) {
 				if rerr != nil {
 					n = 0

@@ -108,7 +108,8 @@ func (s *Server) ServeConn(c net.Conn) {
 }
 
 func (s *Server) serve(c net.Conn) error {
-	fr := newFrameReader(c)
+	rw := newRawIO(c)
+	fr := newFrameReader(rw)
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	md, err := readHello(fr.r)
 	if err != nil {
@@ -118,7 +119,7 @@ func (s *Server) serve(c net.Conn) error {
 	if s.isClosing() {
 		return nil
 	}
-	if _, err := c.Write([]byte(Magic)); err != nil {
+	if _, err := rw.Write([]byte(Magic)); err != nil {
 		return err
 	}
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()})
@@ -138,7 +139,7 @@ func (s *Server) serve(c net.Conn) error {
 		if err != nil {
 			return err
 		}
-		if _, err := c.Write(out); err != nil {
+		if _, err := rw.Write(out); err != nil {
 			return err
 		}
 		if cap(out) > keepBuffer {

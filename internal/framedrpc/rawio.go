@@ -1,0 +1,115 @@
+package framedrpc
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawIO reads and writes a connection's non-blocking socket with raw
+// system calls, waiting in Go's network poller only when the socket is not
+// ready.
+//
+// A system call made through the syscall package enters the Go scheduler's
+// syscall state, and the first one after the process went idle wakes the
+// runtime's monitor thread (sysmon), which then polls every 20 µs until the
+// process is idle again. A master answering one small call at a time
+// otherwise pays two or three of those wake-ups per call, more than the
+// call's own work. read(2) and write(2) on a non-blocking socket return at
+// once, so they need none of that.
+type rawIO struct {
+	raw syscall.RawConn
+}
+
+// newRawIO returns c's socket as a rawIO, or c itself when c has no file
+// descriptor (a pipe in tests).
+func newRawIO(c net.Conn) io.ReadWriter {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return c
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return rawIO{raw: raw}
+}
+
+// Read implements io.Reader; deadlines set on the connection apply.
+func (r rawIO) Read(p []byte) (int, error) {
+	var n int
+	var rerr error
+	err := r.raw.Read(func(fd uintptr) bool {
+		n, rerr = rawRead(fd, p)
+		return rerr != unix.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Write implements io.Writer: all of p, or an error.
+func (r rawIO) Write(p []byte) (int, error) {
+	done := 0
+	var werr error
+	err := r.raw.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			n, err := rawWrite(fd, p[done:])
+			if err == unix.EAGAIN {
+				return false
+			}
+			if err != nil {
+				werr = err
+				return true
+			}
+			done += n
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return done, err
+}
+
+// rawRead is read(2) without the scheduler's syscall bookkeeping; EINTR is
+// retried. Only for non-blocking descriptors.
+func rawRead(fd uintptr, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		return int(n), nil
+	}
+}
+
+// rawWrite is write(2) without the scheduler's syscall bookkeeping; EINTR
+// is retried. Only for non-blocking descriptors.
+func rawWrite(fd uintptr, p []byte) (int, error) {
+	for {
+		n, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		return int(n), nil
+	}
+}
