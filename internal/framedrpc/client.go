@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -40,18 +41,10 @@ type Client struct {
 
 // clientConn is one framed connection.
 type clientConn struct {
-	c    net.Conn
-	w    io.Writer // c's socket, written without the scheduler's syscall state
-	pr   *pollReader
+	s    *sockConn
 	fr   *frameReader
 	out  []byte
-	dead atomic.Bool // closed because a call's context ended
-}
-
-// close stops a read in progress and closes the connection.
-func (cc *clientConn) close() {
-	cc.pr.stop.Store(true)
-	cc.c.Close()
+	dead atomic.Bool // aborted because a call's context ended
 }
 
 // Dial connects to addr, sending md (such as a tenant id) as the
@@ -74,37 +67,28 @@ func Dial(ctx context.Context, addr string, md map[string]string) (*Client, erro
 
 // dial opens and greets one connection.
 func (c *Client) dial(ctx context.Context) (*clientConn, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	sc, err := dialSock(ctx, c.addr)
 	if err != nil {
 		return nil, err
 	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
-	pr, err := newPollReader(conn.(*net.TCPConn))
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	cc := &clientConn{c: conn, w: newRawIO(conn), pr: pr, fr: newFrameReader(pr)}
-	pr.ctx = ctx
-	defer func() { pr.ctx = context.Background() }()
-	stop := context.AfterFunc(ctx, cc.close)
+	cc := &clientConn{s: sc, fr: newFrameReader(sc)}
+	sc.ctx = ctx
+	defer func() { sc.ctx = context.Background() }()
+	stop := context.AfterFunc(ctx, sc.abort)
 	defer stop()
 	ack := make([]byte, len(Magic))
-	if _, err = cc.w.Write(c.hello); err == nil {
+	if _, err = sc.Write(c.hello); err == nil {
 		_, err = io.ReadFull(cc.fr.r, ack)
 	}
 	switch {
 	case ctx.Err() != nil:
-		conn.Close()
+		sc.release()
 		return nil, ctx.Err()
 	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
-		conn.Close()
+		sc.release()
 		return nil, fmt.Errorf("framedrpc: greet %s: %w", c.addr, err)
 	case err != nil || !bytes.Equal(ack, []byte(Magic)):
-		conn.Close()
+		sc.release()
 		return nil, fmt.Errorf("%w (%s)", ErrNotFramed, c.addr)
 	}
 	return cc, nil
@@ -131,7 +115,7 @@ func (c *Client) get(ctx context.Context) (cc *clientConn, reused bool, err erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		cc.close()
+		cc.s.release()
 		return nil, false, status.Error(codes.Canceled, "framedrpc: client closed")
 	}
 	c.busy[cc] = struct{}{}
@@ -149,7 +133,7 @@ func (c *Client) put(cc *clientConn, healthy bool) {
 	}
 	c.mu.Unlock()
 	if cc != nil {
-		cc.close()
+		cc.s.release()
 	}
 }
 
@@ -192,11 +176,11 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 // error leaves the connection unusable.
 func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, reply any) (replied bool, err error) {
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { cc.dead.Store(true); cc.close() })
+		stop := context.AfterFunc(ctx, func() { cc.dead.Store(true); cc.s.abort() })
 		defer stop()
 	}
-	cc.pr.ctx = ctx
-	defer func() { cc.pr.ctx = context.Background() }()
+	cc.s.ctx = ctx
+	defer func() { cc.s.ctx = context.Background() }()
 	out := appendHeader(cc.out[:0], kindCall, method)
 	if out, err = (proto.MarshalOptions{}).MarshalAppend(out, args.(proto.Message)); err != nil {
 		return false, status.Errorf(codes.Internal, "framedrpc: encode %s request: %v", method, err)
@@ -207,7 +191,7 @@ func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, 
 	if cap(out) <= keepBuffer {
 		cc.out = out
 	}
-	if _, err = cc.w.Write(out); err != nil {
+	if _, err = cc.s.Write(out); err != nil {
 		return false, err
 	}
 	f, err := cc.fr.next()
@@ -248,14 +232,18 @@ func (c *Client) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Ca
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
-	conns := c.idle
+	idle := c.idle
 	c.idle = nil
+	busy := make([]*clientConn, 0, len(c.busy))
 	for cc := range c.busy {
-		conns = append(conns, cc)
+		busy = append(busy, cc)
 	}
 	c.mu.Unlock()
-	for _, cc := range conns {
-		cc.close()
+	for _, cc := range idle {
+		cc.s.release()
+	}
+	for _, cc := range busy {
+		cc.s.abort() // its caller releases it on the way out
 	}
 	return nil
 }
@@ -272,5 +260,6 @@ func isStatus(err error) bool {
 func isClosedByPeer(err error) bool {
 	var ne *net.OpError
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) ||
 		(errors.As(err, &ne) && !ne.Timeout())
 }

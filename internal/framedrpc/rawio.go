@@ -18,7 +18,7 @@ import (
 // runtime's monitor thread (sysmon), which then polls every 20 µs until the
 // process is idle again. A master answering one small call at a time
 // otherwise pays two or three of those wake-ups per call, more than the
-// call's own work. read(2) and write(2) on a non-blocking socket return at
+// call's own work. read(2) and send(2) on a non-blocking socket return at
 // once, so they need none of that.
 type rawIO struct {
 	raw syscall.RawConn
@@ -99,11 +99,12 @@ func rawRead(fd uintptr, p []byte) (int, error) {
 	}
 }
 
-// rawWrite is write(2) without the scheduler's syscall bookkeeping; EINTR
-// is retried. Only for non-blocking descriptors.
+// rawWrite is send(2) with MSG_NOSIGNAL (a peer that reset the
+// connection gives EPIPE, never a SIGPIPE) without the scheduler's syscall
+// bookkeeping; EINTR is retried. Only for non-blocking sockets.
 func rawWrite(fd uintptr, p []byte) (int, error) {
 	for {
-		n, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		n, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
 		if errno == unix.EINTR {
 			continue
 		}
