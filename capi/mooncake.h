@@ -47,6 +47,7 @@
 #ifndef MOONCAKE_H
 #define MOONCAKE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -58,6 +59,12 @@ char *mc_version(void);
 
 /* Release memory returned by this library. */
 void mc_free(void *p);
+
+/* Point out[0..n) at the n NUL-terminated keys packed back to back in
+ * packed[0..size), the last ending at packed[size-1], so that a binding
+ * builds a batch's key array from one buffer. 0, or -1 (out untouched)
+ * when the buffer does not hold exactly n keys. */
+int mc_split_keys(const char *packed, size_t size, int n, const char **out);
 
 /* ---- Transfer Engine ------------------------------------------------- */
 

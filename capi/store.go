@@ -146,18 +146,6 @@ func mc_store_get_hostname(h C.uint64_t) (ret *C.char) {
 	return C.CString(c.Hostname())
 }
 
-// goStrings copies n C strings.
-func goStrings(p **C.char, n C.int) []string {
-	if p == nil || n <= 0 {
-		return nil
-	}
-	out := make([]string, n)
-	for i, s := range unsafe.Slice(p, int(n)) {
-		out[i] = C.GoString(s)
-	}
-	return out
-}
-
 // partsOf splits flattened (ptr, size) arrays into per-key part lists.
 func partsOf(counts *C.int, ptrs, sizes *C.uint64_t, n C.int) ([][]client.Part, bool) {
 	if counts == nil || n <= 0 {

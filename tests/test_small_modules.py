@@ -208,3 +208,43 @@ def test_cli_bench_returns_the_exit_code():
 
     assert run("--help") == "0"
     assert run("--no_such_flag") == "2"
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [],
+        ["one"],
+        ["a", "b", "c"],
+        [f"key-{i}" for i in range(128)],
+        ["", "x", "", "ü-ñ-日本", "y" * 5000],
+    ],
+)
+def test_key_array_holds_every_key(keys):
+    from mooncake import _lib
+
+    arr = _lib.key_array(keys)
+    assert len(arr) == len(keys)
+    assert [arr[i] for i in range(len(keys))] == [k.encode() for k in keys]
+
+
+def test_key_array_key_with_nul_ends_there():
+    from mooncake import _lib
+
+    keys = ["a\0b", "c", "d", "e"]
+    assert list(_lib.key_array(keys)) == [b"a", b"c", b"d", b"e"]
+
+
+def test_split_keys_refuses_a_wrong_count():
+    from mooncake import _lib
+
+    cdll = _lib.lib()
+    packed = b"a\0bb\0ccc\0"
+    out = (ctypes.c_char_p * 4)()
+    assert cdll.mc_split_keys(packed, len(packed), 4, out) == -1
+    assert cdll.mc_split_keys(packed, len(packed), 2, out) == -1
+    assert cdll.mc_split_keys(packed, len(packed) - 1, 2, out) == -1  # last key unterminated
+    assert list(out) == [None] * 4
+    assert cdll.mc_split_keys(None, 0, 1, out) == -1
+    assert cdll.mc_split_keys(packed, len(packed), 3, out) == 0
+    assert list(out)[:3] == [b"a", b"bb", b"ccc"]

@@ -181,10 +181,6 @@ def _ids(segment_ids: str | Sequence[str] | None) -> list[str]:
     return ids
 
 
-def _strs(values: Sequence[str]) -> Any:
-    return (STR * len(values))(*[v.encode() for v in values])
-
-
 def _timeout_ms(timeout_seconds: float) -> int:
     if not timeout_seconds > 0:
         raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
@@ -224,7 +220,7 @@ class _FleetOps:
     def _set_mode(self, name: str, mode: int, segment_ids: str | Sequence[str] | None) -> None:
         ids, err = _ids(segment_ids), PTR()
         rc = self._fleet().mc_store_set_segment_mode(
-            self._handle, _strs(ids), len(ids), mode, ctypes.byref(err)
+            self._handle, _lib.key_array(ids), len(ids), mode, ctypes.byref(err)
         )
         self._check(name, rc, err)
 
@@ -249,7 +245,7 @@ class _FleetOps:
         rc = self._fleet().mc_store_evacuate(
             self._handle,
             op,
-            _strs(ids),
+            _lib.key_array(ids),
             len(ids),
             _timeout_ms(timeout_seconds),
             ctypes.byref(report),
@@ -295,7 +291,7 @@ class _FleetOps:
         """
         ids, plan, err = _ids(segment_ids), PTR(), PTR()
         rc = self._fleet().mc_store_plan_handoff(
-            self._handle, _strs(ids), len(ids), ctypes.byref(plan), ctypes.byref(err)
+            self._handle, _lib.key_array(ids), len(ids), ctypes.byref(plan), ctypes.byref(err)
         )
         self._check("plan_handoff", rc, err)
         return json.loads(_lib.take_string(plan.value) or "{}")
@@ -319,7 +315,9 @@ class _FleetOps:
         hostname (host:port), ``endpoint`` its Transfer Engine segment.
         Grants a read lease, as a get does.
         """
-        raw = _lib.take_string(self._fleet().mc_store_replica_desc(self._handle, 1, _strs([key])))
+        raw = _lib.take_string(
+            self._fleet().mc_store_replica_desc(self._handle, 1, _lib.key_array([key]))
+        )
         if not raw:
             return None
         entry = json.loads(raw)[0]

@@ -83,10 +83,6 @@ class QueryTaskResponse:
     message: str
 
 
-def _keys(keys: Sequence[str]) -> ctypes.Array:
-    return _store._keys(keys)
-
-
 def _u64s(values: Sequence[int]) -> ctypes.Array:
     return _store._u64s(values)
 
@@ -154,7 +150,7 @@ class _SessionsAndTasks:
             return []
         results = (INT * len(keys))()
         self._native_sessions().mc_store_get_session_start(
-            self._handle, len(keys), _keys(keys), results
+            self._handle, len(keys), _lib.key_array(keys), results
         )
         return results[:]
 
@@ -176,7 +172,7 @@ class _SessionsAndTasks:
         getattr(self._native_sessions(), fn)(
             self._handle,
             len(good),
-            _keys([keys[i] for i in good]),
+            _lib.key_array([keys[i] for i in good]),
             (INT * len(counts))(*counts),
             _u64s(flat[0]),
             _u64s(flat[1]),
@@ -208,7 +204,7 @@ class _SessionsAndTasks:
         if not keys:
             return 0
         return self._native_sessions().mc_store_get_session_end(
-            self._handle, len(keys), _keys(keys)
+            self._handle, len(keys), _lib.key_array(keys)
         )
 
     # -- write sessions ----------------------------------------------------
@@ -233,7 +229,7 @@ class _SessionsAndTasks:
             return [_INVALID_PARAMS] * n
         results = (INT * n)()
         self._native_sessions().mc_store_put_session_start(
-            self._handle, n, _keys(keys), _u64s(sizes), cfg, results
+            self._handle, n, _lib.key_array(keys), _u64s(sizes), cfg, results
         )
         return results[:]
 
@@ -255,7 +251,7 @@ class _SessionsAndTasks:
         if not keys or not self._ready():
             return []
         results = (INT * len(keys))()
-        getattr(self._native_sessions(), fn)(self._handle, len(keys), _keys(keys), results)
+        getattr(self._native_sessions(), fn)(self._handle, len(keys), _lib.key_array(keys), results)
         return results[:]
 
     def batch_put_session_end(self, keys: Sequence[str]) -> list[int]:
@@ -285,7 +281,7 @@ class _SessionsAndTasks:
             return []
         cleared = (INT * len(keys))()
         rc = self._native_sessions().mc_store_replica_clear(
-            self._handle, len(keys), _keys(keys), str(segment_name).encode(), cleared
+            self._handle, len(keys), _lib.key_array(keys), str(segment_name).encode(), cleared
         )
         if rc != 0:
             return []
@@ -305,7 +301,7 @@ class _SessionsAndTasks:
             self._handle,
             str(key).encode(),
             len(targets),
-            _keys(targets),
+            _lib.key_array(targets),
             ctypes.byref(hi),
             ctypes.byref(lo),
         )

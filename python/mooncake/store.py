@@ -277,10 +277,6 @@ def _bytes_address(b: bytes) -> int:
     return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
-def _keys(keys: Sequence[str]) -> ctypes.Array:
-    return (STR * len(keys))(*[k.encode() for k in keys])
-
-
 def _u64s(values: Sequence[int]) -> ctypes.Array:
     return (U64 * len(values))(*[int(v) for v in values])
 
@@ -624,7 +620,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         self._lib.mc_store_put(
             self._handle,
             n,
-            _keys(keys),
+            _lib.key_array(keys),
             _ints(counts),
             _u64s(ptrs),
             _u64s(sizes),
@@ -739,7 +735,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
     def _get_alloc(self, keys: Sequence[str]) -> list[tuple[int, int]]:
         n = len(keys)
         ptrs, results = (U64 * n)(), (I64 * n)()
-        self._lib.mc_store_get(self._handle, n, _keys(keys), ptrs, results)
+        self._lib.mc_store_get(self._handle, n, _lib.key_array(keys), ptrs, results)
         return list(zip(ptrs, results, strict=True))
 
     def get(self, key: str) -> bytes:
@@ -763,7 +759,9 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
 
         results = (I64 * n)()
         callback = _ALLOC_FN(alloc)
-        self._lib.mc_store_get_with_allocator(self._handle, n, _keys(keys), callback, results)
+        self._lib.mc_store_get_with_allocator(
+            self._handle, n, _lib.key_array(keys), callback, results
+        )
         return [b if r >= 0 else b"" for b, r in zip(out, results[:], strict=True)]
 
     def get_buffer(self, key: str) -> BufferHandle | None:
@@ -790,7 +788,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         if not keys:
             return {}
         raw = _lib.take_string(
-            self._lib.mc_store_replica_desc(self._handle, len(keys), _keys(keys))
+            self._lib.mc_store_replica_desc(self._handle, len(keys), _lib.key_array(keys))
         )
         if not raw:
             return {}
@@ -813,7 +811,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         self._lib.mc_store_get_into(
             self._handle,
             n,
-            _keys(keys),
+            _lib.key_array(keys),
             _ints(counts),
             _u64s(ptrs),
             _u64s(sizes),
@@ -905,7 +903,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
             self._lib.mc_store_get_ranges(
                 self._handle,
                 n,
-                _keys([f[0] for f in flat]),
+                _lib.key_array([f[0] for f in flat]),
                 _u64s([f[1] for f in flat]),
                 _u64s([f[2] for f in flat]),
                 _u64s([f[3] for f in flat]),
@@ -931,7 +929,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         if n == 0:
             return []
         results = (INT * n)()
-        self._lib.mc_store_exist(self._handle, n, _keys(keys), results)
+        self._lib.mc_store_exist(self._handle, n, _lib.key_array(keys), results)
         return results[:]
 
     def is_exist(self, key: str) -> int:
@@ -948,7 +946,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         if n == 0:
             return []
         results = (INT * n)()
-        self._lib.mc_store_remove(self._handle, n, _keys(keys), int(force), results)
+        self._lib.mc_store_remove(self._handle, n, _lib.key_array(keys), int(force), results)
         return results[:]
 
     def remove(self, key: str, force: bool = False) -> int:
@@ -1042,7 +1040,12 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
             return -1
         err = _lib_ptr()
         rc = self._segments().mc_store_unmount_segment(
-            self._handle, _keys(ids), len(ids), int(grace), int(allocated), ctypes.byref(err)
+            self._handle,
+            _lib.key_array(ids),
+            len(ids),
+            int(grace),
+            int(allocated),
+            ctypes.byref(err),
         )
         if rc != 0:
             _segment_failure(name, rc, err)
