@@ -306,6 +306,46 @@ func TestReusedConnectionToARestartedServerIsRetried(t *testing.T) {
 	}
 }
 
+func TestReusedConnectionResetByTheServerIsRetried(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s := NewServer(nil)
+	s.RegisterService(&echoDesc, &echo{})
+	defer s.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn
+			go func() {
+				head := make([]byte, len(Magic))
+				if _, err := io.ReadFull(conn, head); err == nil {
+					s.ServeConn(conn)
+				}
+			}()
+		}
+	}()
+	c := dial(t, ln.Addr().String(), nil)
+	if _, err := call(c, "one"); err != nil {
+		t.Fatal(err)
+	}
+	first := (<-accepted).(*net.TCPConn)
+	if err := first.SetLinger(0); err != nil { // close with a reset, not a FIN
+		t.Fatal(err)
+	}
+	first.Close()
+	time.Sleep(20 * time.Millisecond) // let the reset reach the client's socket
+	if got, err := call(c, "two"); err != nil || got != "two" {
+		t.Fatalf("call through a connection the server reset: %q, %v", got, err)
+	}
+}
+
 // rawConn opens a connection and sends the hello by hand.
 func rawConn(t *testing.T, addr string) net.Conn {
 	t.Helper()
