@@ -1,27 +1,7 @@
 package main
 
 /*
-#include <stdint.h>
-#include <stdlib.h>
-
-typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key, const char *value, uint64_t len);
-typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf, uint64_t cap, int64_t timeout_ms);
-typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message, uint64_t failed);
-
-typedef struct mc_pg_op {
-	int32_t kind;
-	int32_t dtype;
-	int32_t reduce_op;
-	int32_t root;
-	void *in;
-	void *out;
-	uint64_t in_bytes;
-	uint64_t out_bytes;
-	uint64_t count;
-	const uint64_t *send_bytes;
-	const uint64_t *recv_bytes;
-	int32_t flags;
-} mc_pg_op;
+#include "cgo.h"
 
 static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const char *v, uint64_t n) {
 	return f(ctx, k, v, n);
@@ -104,7 +84,7 @@ func pgFail(err error, errOut **C.char) C.int {
 }
 
 //export mc_pg_set_host_ip
-func mc_pg_set_host_ip(ip *C.char, errOut **C.char) (ret C.int) {
+func mc_pg_set_host_ip(ip *C.mc_cchar, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	if err := pgRuntime.SetHostIP(C.GoString(ip)); err != nil {
 		return pgFail(err, errOut)
@@ -113,7 +93,7 @@ func mc_pg_set_host_ip(ip *C.char, errOut **C.char) (ret C.int) {
 }
 
 //export mc_pg_set_device_filter
-func mc_pg_set_device_filter(names **C.char, n C.int, errOut **C.char) (ret C.int) {
+func mc_pg_set_device_filter(names *C.mc_ccstr, n C.int, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	var f []string
 	if n > 0 {
@@ -220,8 +200,7 @@ const (
 )
 
 //export mc_pg_group_create
-func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.char, storeCtx unsafe.Pointer,
-	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
+func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.mc_cchar, storeCtx unsafe.Pointer, set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	if set == nil || get == nil {
 		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
@@ -334,7 +313,7 @@ func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
 }
 
 //export mc_pg_submit
-func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) (ret C.int) {
+func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {

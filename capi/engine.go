@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -91,7 +90,7 @@ func mc_engine_create() (ret C.uint64_t) {
 }
 
 //export mc_engine_initialize
-func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.char) (ret C.int) {
+func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s := slotOf(h)
 	if s == nil {
@@ -182,7 +181,7 @@ func mc_engine_free_managed_buffer(h C.uint64_t, addr C.uint64_t) (ret C.int) {
 }
 
 //export mc_engine_register_memory
-func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int, location *C.char) (ret C.int) {
+func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.mc_cu64, n C.int, location *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || n < 0 {
@@ -203,7 +202,7 @@ func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int
 }
 
 //export mc_engine_unregister_memory
-func mc_engine_unregister_memory(h C.uint64_t, addrs *C.uint64_t, n C.int) (ret C.int) {
+func mc_engine_unregister_memory(h C.uint64_t, addrs *C.mc_cu64, n C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || n < 0 {
@@ -239,7 +238,7 @@ func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) ([
 }
 
 //export mc_engine_transfer_sync
-func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int, notifyName, notifyMsg *C.char) (ret C.int) {
+func mc_engine_transfer_sync(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int, notifyName, notifyMsg *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
@@ -262,7 +261,7 @@ func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers
 }
 
 //export mc_engine_transfer_async
-func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) (ret C.uint64_t) {
+func mc_engine_transfer_async(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
 	s, e := liveEngine(h)
 	if e == nil {
@@ -295,7 +294,7 @@ func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffer
 }
 
 //export mc_engine_wait_batches
-func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) (ret C.int) {
+func mc_engine_wait_batches(h C.uint64_t, ids *C.mc_cu64, n C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || n < 0 {
@@ -350,7 +349,7 @@ func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) (ret C.int) {
 }
 
 //export mc_engine_first_buffer_address
-func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) (ret C.uint64_t) {
+func mc_engine_first_buffer_address(h C.uint64_t, segment *C.mc_cchar) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
 	s, e := liveEngine(h)
 	if e == nil {
@@ -384,7 +383,7 @@ func mc_engine_get_notifies(h C.uint64_t) (ret *C.char) {
 }
 
 //export mc_engine_send_notify
-func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) (ret C.int) {
+func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
@@ -397,7 +396,7 @@ func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) (ret C.int) 
 }
 
 //export mc_engine_send_probe
-func mc_engine_send_probe(h C.uint64_t, peer *C.char) (ret C.int) {
+func mc_engine_send_probe(h C.uint64_t, peer *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil {
@@ -428,13 +427,13 @@ func u64s(p *C.uint64_t, n C.int) []uint64 {
 func init() { logging.Setup() }
 
 //export mc_engine_write_local
-func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, length C.uint64_t) (ret C.int) {
+func mc_engine_write_local(h, addr C.uint64_t, src *C.mc_cvoid, length C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, e := liveEngine(h)
 	if e == nil || (src == nil && length > 0) {
 		return C.int(transfer.CodeInvalidArgument)
 	}
-	if err := e.WriteLocal(uintptr(addr), unsafe.Slice((*byte)(src), int(length))); err != nil {
+	if err := e.WriteLocal(uintptr(addr), unsafe.Slice((*byte)(unsafe.Pointer(src)), int(length))); err != nil {
 		return s.fail(err)
 	}
 	return 0

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -62,7 +61,7 @@ func mc_ep_size_hint(n, h, ranks, e C.int64_t) (ret C.int64_t) {
 }
 
 //export mc_ep_buffer_create
-func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.char, disableP2P C.int, errOut **C.char) (ret C.uint64_t) {
+func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.mc_cchar, disableP2P C.int, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	b, err := ep.NewBuffer(ep.Config{Rank: int(rank), Ranks: int(ranks), Bytes: int64(nbytes),
 		LocalHostname: C.GoString(localHostname), DisableP2P: disableP2P != 0})
@@ -85,7 +84,7 @@ func mc_ep_buffer_self(buf C.uint64_t) (ret *C.char) {
 }
 
 //export mc_ep_buffer_connect
-func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.char, errOut **C.char) (ret C.int) {
+func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.mc_cchar, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
@@ -109,8 +108,8 @@ func mc_ep_buffer_destroy(buf C.uint64_t) {
 	}
 }
 
-// finish runs or hands off the receive of op according to mode.
-func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t, errOut **C.char) C.int {
+// epFinish runs or hands off the receive of op according to mode.
+func epFinish(op *ep.Op, mode C.int32_t, opOut *C.uint64_t, errOut **C.char) C.int {
 	switch mode {
 	case epModeHook:
 		*opOut = C.uint64_t(epOps.put(&epOp{op: op}))
@@ -125,71 +124,87 @@ func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t, errOut **C.char) C.int {
 	return 0
 }
 
-//export mc_ep_dispatch
-func mc_ep_dispatch(buf C.uint64_t, mode C.int, x unsafe.Pointer, t C.int64_t, topk unsafe.Pointer, k C.int64_t,
-	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, fp8 C.int,
-	recvX, recvScales, recvCount, srcInfo, layoutRange unsafe.Pointer, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
-	defer recoverToErr(&ret, -1, errOut)
+// epShape is the (L, R*N) of a call's layout on buffer b, with R = 1 when
+// the shape is invalid (ep's checks word that error; the slice sizes here
+// need E/R).
+func epShape(b *ep.Buffer, n, h, e int) (l, rn, r int) {
+	r = b.Ranks()
+	if r <= 0 || e%r != 0 || n <= 0 || h <= 0 {
+		r = 1
+	}
+	return e / r, r * n, r
+}
+
+// epStart checks the handle and op_out of a dispatch or combine.
+func epStart(buf C.uint64_t, mode C.int32_t, opOut *C.uint64_t) (*ep.Buffer, error) {
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+		return nil, errors.New("ep: unknown buffer handle")
 	}
 	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
-		return epFail(errors.New("ep: op_out is NULL"), errOut)
+		return nil, errors.New("ep: op_out is NULL")
 	}
-	T, K, N, H, E, R := int(t), int(k), int(n), int(h), int(e), b.Ranks()
-	if R <= 0 || E%R != 0 || N <= 0 || H <= 0 {
-		// Let ep's checks word the error; slice sizes below need E/R.
-		R = 1
+	return b, nil
+}
+
+//export mc_ep_dispatch
+func mc_ep_dispatch(buf C.uint64_t, args *C.mc_cep_dispatch_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
+	if args == nil {
+		return epFail(errors.New("ep: args is NULL"), errOut)
 	}
-	L, RN := E/R, R*N
+	b, err := epStart(buf, args.mode, opOut)
+	if err != nil {
+		return epFail(err, errOut)
+	}
+	T, K, N, H, E := int(args.num_tokens), int(args.top_k), int(args.max_tokens), int(args.hidden), int(args.num_experts)
+	L, RN, R := epShape(b, N, H, E)
 	elem := 2
-	if fp8 != 0 {
+	if args.fp8 != 0 {
 		elem = 1
 	}
 	a := &ep.DispatchArgs{
-		X: cslice[uint16](x, T*H), TopkIdx: cslice[int64](topk, T*K), T: T, K: K, N: N, H: H, E: E,
-		Active: cslice[int32](active, b.Ranks()), TimeoutUs: int64(timeoutUs), FP8: fp8 != 0,
-		RecvX: cslice[byte](recvX, L*RN*H*elem), RecvCount: cslice[int32](recvCount, L),
-		SrcInfo: cslice[int32](srcInfo, L*RN), LayoutRange: cslice[int64](layoutRange, L*R),
+		X: cslice[uint16](args.x, T*H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), T*K),
+		T: T, K: K, N: N, H: H, E: E,
+		Active: cslice[int32](unsafe.Pointer(args.active), b.Ranks()), TimeoutUs: int64(args.timeout_us), FP8: args.fp8 != 0,
+		RecvX: cslice[byte](args.recv_x, L*RN*H*elem), RecvCount: cslice[int32](unsafe.Pointer(args.recv_count), L),
+		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), L*RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), L*R),
 	}
 	if a.FP8 {
-		a.RecvScales = cslice[float32](recvScales, L*RN*(H/ep.ChannelsPerScale))
+		a.RecvScales = cslice[float32](unsafe.Pointer(args.recv_scales), L*RN*(H/ep.ChannelsPerScale))
 	}
 	op, err := b.DispatchSend(a)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, mode, opOut, errOut)
+	return epFinish(op, args.mode, opOut, errOut)
 }
 
 //export mc_ep_combine
-func mc_ep_combine(buf C.uint64_t, mode C.int, x unsafe.Pointer, topk, weights unsafe.Pointer, t, k C.int64_t,
-	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, srcInfo, layoutRange, out unsafe.Pointer,
-	opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+func mc_ep_combine(buf C.uint64_t, args *C.mc_cep_combine_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
-	b, ok := epBuffers.get(uint64(buf))
-	if !ok {
-		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+	if args == nil {
+		return epFail(errors.New("ep: args is NULL"), errOut)
 	}
-	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
-		return epFail(errors.New("ep: op_out is NULL"), errOut)
+	b, err := epStart(buf, args.mode, opOut)
+	if err != nil {
+		return epFail(err, errOut)
 	}
-	T, K, N, H, E, R := int(t), int(k), int(n), int(h), int(e), b.Ranks()
-	if R <= 0 || E%R != 0 || N <= 0 || H <= 0 {
-		R = 1
-	}
-	L, RN := E/R, R*N
+	T, K, N, H, E := int(args.num_tokens), int(args.top_k), int(args.max_tokens), int(args.hidden), int(args.num_experts)
+	L, RN, R := epShape(b, N, H, E)
 	a := &ep.CombineArgs{
-		X: cslice[uint16](x, L*RN*H), TopkIdx: cslice[int64](topk, T*K), Weights: cslice[float32](weights, T*K),
-		T: T, K: K, N: N, H: H, E: E, Active: cslice[int32](active, b.Ranks()), TimeoutUs: int64(timeoutUs),
-		SrcInfo: cslice[int32](srcInfo, L*RN), LayoutRange: cslice[int64](layoutRange, L*R), Out: cslice[uint16](out, T*H),
+		X: cslice[uint16](args.x, L*RN*H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), T*K),
+		Weights: cslice[float32](unsafe.Pointer(args.topk_weights), T*K),
+		T:       T, K: K, N: N, H: H, E: E,
+		Active: cslice[int32](unsafe.Pointer(args.active), b.Ranks()), TimeoutUs: int64(args.timeout_us),
+		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), L*RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), L*R),
+		Out: cslice[uint16](args.out, T*H),
 	}
 	op, err := b.CombineSend(a)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, mode, opOut, errOut)
+	return epFinish(op, args.mode, opOut, errOut)
 }
 
 //export mc_ep_op_wait

@@ -770,32 +770,68 @@ int mc_ep_buffer_connect(uint64_t buf, const char *peers_json, char **err);
  * then the buffer and its engine are freed. */
 void mc_ep_buffer_destroy(uint64_t buf);
 
-/* mode: 0 synchronous; 1 send now, receive in mc_ep_op_wait (recv hook);
- * 2 send now, receive on a background thread (async_finish), complete with
- * mc_ep_op_wait. In modes 1 and 2 *op_out gets the operation handle and
- * every pointer must stay valid until mc_ep_op_wait returns.
- * active (int32[R], 1 = alive) is updated in place: a rank that misses
- * timeout_us (-1: wait forever) is set to 0.
- *
- * dispatch: x bf16[T,H], topk int64[T,K] (-1 = none); outputs recv_x
- * [L,R*N,H] (bf16, or e4m3 when fp8), recv_scales float32 stored
- * [L,H/128,R*N] (fp8 only, else NULL), recv_count int32[L], src_info
- * int32[L,R*N], layout_range int64[L,R] = (begin<<32)|count. */
-int mc_ep_dispatch(uint64_t buf, int mode, const void *x, int64_t t,
-                   const void *topk, int64_t k, void *active, int64_t n,
-                   int64_t h, int64_t e, int64_t timeout_us, int fp8,
-                   void *recv_x, void *recv_scales, void *recv_count,
-                   void *src_info, void *layout_range, uint64_t *op_out,
-                   char **err);
+/* Modes of mc_ep_dispatch / mc_ep_combine (the args' mode field). */
+enum {
+  MC_EP_SYNC = 0,  /* send and receive before returning                     */
+  MC_EP_HOOK = 1,  /* send now, receive in mc_ep_op_wait (recv hook)         */
+  MC_EP_ASYNC = 2  /* send now, receive on a background thread; complete
+                      with mc_ep_op_wait (async_finish)                      */
+};
 
-/* combine: x bf16[L,R*N,H] expert outputs in the dispatch layout, topk
- * int64[T,K], weights float32[T,K], src_info/layout_range from the
- * dispatch; out bf16[T,H] = sum_k w*y (float32 accumulation, terms of
- * inactive owners dropped). */
-int mc_ep_combine(uint64_t buf, int mode, const void *x, const void *topk,
-                  const void *weights, int64_t t, int64_t k, void *active,
-                  int64_t n, int64_t h, int64_t e, int64_t timeout_us,
-                  const void *src_info, const void *layout_range, void *out,
+/* One dispatch: the caller's tokens go to the ranks owning their top-k
+ * experts. Inputs: x bf16[T,H], topk_idx int64[T,K] (-1 = none). Outputs:
+ * recv_x [L,R*N,H] (bf16, or e4m3 when fp8), recv_scales float32 stored
+ * [L,H/128,R*N] (fp8 only, else NULL), recv_count int32[L], src_info
+ * int32[L,R*N], layout_range int64[L,R] = (begin<<32)|count. active
+ * (int32[R], 1 = alive) is updated in place: a rank that misses timeout_us
+ * (-1: wait forever) is set to 0. */
+typedef struct mc_ep_dispatch_args {
+  int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
+  int32_t fp8;           /* != 0: e4m3 recv_x with recv_scales     */
+  int64_t num_tokens;    /* T */
+  int64_t top_k;         /* K */
+  int64_t max_tokens;    /* N, per rank */
+  int64_t hidden;        /* H, a multiple of 128 */
+  int64_t num_experts;   /* E, a multiple of R */
+  int64_t timeout_us;
+  const void *x;
+  const int64_t *topk_idx;
+  int32_t *active;
+  void *recv_x;
+  float *recv_scales;
+  int32_t *recv_count;
+  int32_t *src_info;
+  int64_t *layout_range;
+} mc_ep_dispatch_args;
+
+/* One combine: x bf16[L,R*N,H] expert outputs in the dispatch layout,
+ * topk_idx int64[T,K], topk_weights float32[T,K], src_info/layout_range
+ * from the dispatch; out bf16[T,H] = sum_k w*y (float32 accumulation,
+ * terms of inactive owners dropped). active as for dispatch. */
+typedef struct mc_ep_combine_args {
+  int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
+  int64_t num_tokens;    /* T */
+  int64_t top_k;         /* K */
+  int64_t max_tokens;    /* N, per rank, as in the dispatch */
+  int64_t hidden;        /* H */
+  int64_t num_experts;   /* E */
+  int64_t timeout_us;
+  const void *x;
+  const int64_t *topk_idx;
+  const float *topk_weights;
+  int32_t *active;
+  const int32_t *src_info;
+  const int64_t *layout_range;
+  void *out;
+} mc_ep_combine_args;
+
+/* Run a dispatch / combine as args describes. In modes MC_EP_HOOK and
+ * MC_EP_ASYNC *op_out gets the operation handle, and every pointer of
+ * args must stay valid until mc_ep_op_wait returns (args itself is read
+ * during the call only). */
+int mc_ep_dispatch(uint64_t buf, const mc_ep_dispatch_args *args,
+                   uint64_t *op_out, char **err);
+int mc_ep_combine(uint64_t buf, const mc_ep_combine_args *args,
                   uint64_t *op_out, char **err);
 
 /* Complete (mode 1) or wait for (mode 2) an operation; frees its handle.

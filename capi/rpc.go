@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 // #include <string.h>
 import "C"
 
@@ -29,7 +28,7 @@ func setErr(out **C.char, err error) {
 }
 
 //export mc_rpc_server_start
-func mc_rpc_server_start(listenAddress *C.char, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) (ret C.uint64_t) {
+func mc_rpc_server_start(listenAddress *C.mc_cchar, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	s, err := rpcmsg.Listen(C.GoString(listenAddress), int(queueLen), uint64(maxMessage))
 	if err != nil {
@@ -80,7 +79,7 @@ func mc_rpc_client_create(poolSize, timeoutMs C.int) (ret C.uint64_t) {
 }
 
 //export mc_rpc_client_send
-func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Pointer, length C.uint64_t, errOut **C.char) (ret C.int) {
+func mc_rpc_client_send(h C.uint64_t, target *C.mc_cchar, kind C.int, data *C.mc_cvoid, length C.uint64_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c, ok := rpcClients.get(uint64(h))
 	if !ok || kind < 0 || kind > 255 || (data == nil && length > 0) {
@@ -89,7 +88,7 @@ func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Po
 	}
 	var payload []byte
 	if length > 0 {
-		payload = unsafe.Slice((*byte)(data), int(length))
+		payload = unsafe.Slice((*byte)(unsafe.Pointer(data)), int(length))
 	}
 	if err := c.Send(C.GoString(target), byte(kind), payload); err != nil {
 		setErr(errOut, err)

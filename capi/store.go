@@ -1,10 +1,8 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
-// typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
-// static uint64_t call_store_alloc(void *fn, int index, uint64_t size) {
-//     return ((mc_store_alloc_fn)fn)(index, size);
+// #include "cgo.h"
+// static uint64_t call_store_alloc(mc_store_alloc_fn fn, int index, uint64_t size) {
+//     return fn(index, size);
 // }
 // static void free_addr(uint64_t p) { free((void *)(uintptr_t)p); }
 import "C"
@@ -55,8 +53,7 @@ func mc_store_create() (ret C.uint64_t) {
 }
 
 //export mc_store_setup
-func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
-	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char, hugePageSize C.uint64_t) (ret C.int) {
+func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.mc_cchar, globalSegmentSize, localBufferSize C.uint64_t, protocol, deviceName, masterAddr *C.mc_cchar, engine C.uint64_t, tenantID *C.mc_cchar, hugePageSize C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
@@ -203,8 +200,7 @@ const (
 )
 
 //export mc_store_put
-func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
-	configJSON *C.char, flags C.int, results *C.int) (ret C.int) {
+func mc_store_put(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.mc_cint, ptrs, sizes *C.mc_cu64, configJSON *C.mc_cchar, flags C.int, results *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
@@ -235,8 +231,7 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs,
 }
 
 //export mc_store_get_into
-func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
-	zeroCopy C.int, results *C.int64_t) {
+func mc_store_get_into(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.mc_cint, ptrs, sizes *C.mc_cu64, zeroCopy C.int, results *C.int64_t) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
@@ -255,7 +250,7 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, 
 }
 
 //export mc_store_get
-func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, results *C.int64_t) {
+func mc_store_get(h C.uint64_t, n C.int, keys **C.mc_cchar, outPtrs *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
 	if outPtrs == nil {
 		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(notReady))
@@ -279,7 +274,7 @@ func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, res
 }
 
 //export mc_store_get_with_allocator
-func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.char, alloc unsafe.Pointer, results *C.int64_t) {
+func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_store_alloc_fn, results *C.int64_t) {
 	defer recoverVoid()
 	if alloc == nil {
 		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(kvstore.InvalidParams))
@@ -313,7 +308,7 @@ func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc fun
 }
 
 //export mc_store_get_ranges
-func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets, sizes *C.uint64_t, results *C.int64_t) {
+func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, dsts, srcOffsets, sizes *C.mc_cu64, results *C.int64_t) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
@@ -340,7 +335,7 @@ func getResult(r client.GetResult) C.int64_t {
 }
 
 //export mc_store_exist
-func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_exist(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
@@ -354,7 +349,7 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 }
 
 //export mc_store_get_size
-func mc_store_get_size(h C.uint64_t, key *C.char) (ret C.int64_t) {
+func mc_store_get_size(h C.uint64_t, key *C.mc_cchar) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
@@ -385,7 +380,7 @@ type replicaList struct {
 }
 
 //export mc_store_replica_desc
-func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
+func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
@@ -409,7 +404,7 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 }
 
 //export mc_store_remove
-func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results *C.int) {
+func mc_store_remove(h C.uint64_t, n C.int, keys **C.mc_cchar, force C.int, results *C.int) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
@@ -423,7 +418,7 @@ func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results 
 }
 
 //export mc_store_remove_by_regex
-func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C.int64_t) {
+func mc_store_remove_by_regex(h C.uint64_t, pattern *C.mc_cchar, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {

@@ -1,6 +1,6 @@
 package main
 
-// #include <stdint.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -21,7 +21,7 @@ func dummyOf(h C.uint64_t) *standalone.Dummy {
 }
 
 //export mc_store_setup_dummy
-func mc_store_setup_dummy(h C.uint64_t, serverAddress *C.char, localBufferSize C.uint64_t, scope, keyspace *C.char) (ret C.int) {
+func mc_store_setup_dummy(h C.uint64_t, serverAddress *C.mc_cchar, localBufferSize C.uint64_t, scope, keyspace *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -18,7 +17,7 @@ import (
 // plans (docs/store-operations.md).
 
 //export mc_store_set_fleet_options
-func mc_store_set_fleet_options(h C.uint64_t, optionsJSON *C.char, errOut **C.char) (ret C.int) {
+func mc_store_set_fleet_options(h C.uint64_t, optionsJSON *C.mc_cchar, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	s, ok := stores.get(uint64(h))
 	if !ok {
@@ -52,7 +51,7 @@ func mc_store_segment_ids(h C.uint64_t, idsOut **C.char) (ret C.int) {
 }
 
 //export mc_store_set_segment_mode
-func mc_store_set_segment_mode(h C.uint64_t, ids **C.char, n C.int, mode C.int, errOut **C.char) (ret C.int) {
+func mc_store_set_segment_mode(h C.uint64_t, ids **C.mc_cchar, n, mode C.int, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil {
@@ -75,8 +74,7 @@ const (
 )
 
 //export mc_store_evacuate
-func mc_store_evacuate(h C.uint64_t, op C.int, ids **C.char, n C.int, timeoutMs C.int64_t,
-	reportOut, errOut **C.char) (ret C.int) {
+func mc_store_evacuate(h C.uint64_t, op C.int, ids **C.mc_cchar, n C.int, timeoutMs C.int64_t, reportOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || reportOut == nil {
@@ -127,7 +125,7 @@ type handoffItem struct {
 }
 
 //export mc_store_plan_handoff
-func mc_store_plan_handoff(h C.uint64_t, ids **C.char, n C.int, planOut, errOut **C.char) (ret C.int) {
+func mc_store_plan_handoff(h C.uint64_t, ids **C.mc_cchar, n C.int, planOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || planOut == nil {

@@ -1,6 +1,6 @@
 package main
 
-// #include <stdint.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -13,7 +13,7 @@ import (
 // The disk tier of a store client (setup's enable_ssd_offload).
 
 //export mc_store_enable_offload
-func mc_store_enable_offload(h C.uint64_t, path *C.char) (ret C.int) {
+func mc_store_enable_offload(h C.uint64_t, path *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -21,8 +20,7 @@ func storeFail(err error, errOut **C.char) C.int {
 func joinIDs(ids []string) *C.char { return C.CString(strings.Join(ids, "\n")) }
 
 //export mc_store_mount_segment
-func mc_store_mount_segment(h C.uint64_t, path *C.char, size, offset C.uint64_t, protocol, location *C.char,
-	idsOut, errOut **C.char) (ret C.int) {
+func mc_store_mount_segment(h C.uint64_t, path *C.mc_cchar, size, offset C.uint64_t, protocol, location *C.mc_cchar, idsOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || idsOut == nil {
@@ -37,8 +35,7 @@ func mc_store_mount_segment(h C.uint64_t, path *C.char, size, offset C.uint64_t,
 }
 
 //export mc_store_allocate_and_mount_segment
-func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, protocol, location *C.char,
-	allocated *C.uint64_t, idsOut, errOut **C.char) (ret C.int) {
+func mc_store_allocate_and_mount_segment(h, size C.uint64_t, protocol, location *C.mc_cchar, allocated *C.uint64_t, idsOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || idsOut == nil || allocated == nil {
@@ -54,8 +51,7 @@ func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, protocol
 }
 
 //export mc_store_unmount_segment
-func mc_store_unmount_segment(h C.uint64_t, ids **C.char, n C.int, graceSeconds C.int64_t, allocated C.int,
-	errOut **C.char) (ret C.int) {
+func mc_store_unmount_segment(h C.uint64_t, ids **C.mc_cchar, n C.int, graceSeconds C.int64_t, allocated C.int, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil {

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -58,7 +57,7 @@ func putSizes(results *C.int64_t, rs []client.GetResult) {
 }
 
 //export mc_store_get_session_start
-func mc_store_get_session_start(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_get_session_start(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	c := storeOf(h)
 	if results == nil || n <= 0 {
@@ -92,14 +91,13 @@ func sessionRanges(h C.uint64_t, n C.int, keys **C.char, counts *C.int, ptrs, si
 }
 
 //export mc_store_get_session_ranges
-func mc_store_get_session_ranges(h C.uint64_t, n C.int, keys **C.char, spanCounts *C.int, ptrs, sizes, srcOffsets *C.uint64_t,
-	results *C.int64_t) {
+func mc_store_get_session_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, spanCounts *C.mc_cint, ptrs, sizes, srcOffsets *C.mc_cu64, results *C.int64_t) {
 	defer recoverVoid()
 	sessionRanges(h, n, keys, spanCounts, ptrs, sizes, srcOffsets, results, (*client.Client).GetSessionRanges)
 }
 
 //export mc_store_get_session_end
-func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.char) (ret C.int) {
+func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
@@ -110,7 +108,7 @@ func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.char) (ret C.int) 
 }
 
 //export mc_store_put_session_start
-func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.char, sizes *C.uint64_t, configJSON *C.char, results *C.int) {
+func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.mc_cchar, sizes *C.mc_cu64, configJSON *C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	if results == nil || n <= 0 {
 		return
@@ -131,8 +129,7 @@ func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.char, sizes *C.u
 }
 
 //export mc_store_put_session_ranges
-func mc_store_put_session_ranges(h C.uint64_t, n C.int, keys **C.char, spanCounts *C.int, ptrs, sizes, dstOffsets *C.uint64_t,
-	results *C.int64_t) {
+func mc_store_put_session_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, spanCounts *C.mc_cint, ptrs, sizes, dstOffsets *C.mc_cu64, results *C.int64_t) {
 	defer recoverVoid()
 	sessionRanges(h, n, keys, spanCounts, ptrs, sizes, dstOffsets, results, (*client.Client).PutSessionRanges)
 }
@@ -151,20 +148,20 @@ func sessionCodes(h C.uint64_t, n C.int, keys **C.char, results *C.int, run func
 }
 
 //export mc_store_put_session_end
-func mc_store_put_session_end(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_put_session_end(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	defer invalidateHot(h, goStrings(keys, n)) // the objects are new: no cached copy of old ones
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionEnd)
 }
 
 //export mc_store_put_session_revoke
-func mc_store_put_session_revoke(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_put_session_revoke(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionRevoke)
 }
 
 //export mc_store_replica_clear
-func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.char, segment *C.char, cleared *C.int) (ret C.int) {
+func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.mc_cchar, segment *C.mc_cchar, cleared *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || cleared == nil || n <= 0 {
@@ -194,7 +191,7 @@ func taskCreated(id client.TaskID, err error, hi, lo *C.uint64_t) C.int {
 }
 
 //export mc_store_create_copy_task
-func mc_store_create_copy_task(h C.uint64_t, key *C.char, n C.int, targets **C.char, hi, lo *C.uint64_t) (ret C.int) {
+func mc_store_create_copy_task(h C.uint64_t, key *C.mc_cchar, n C.int, targets **C.mc_cchar, hi, lo *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
@@ -205,7 +202,7 @@ func mc_store_create_copy_task(h C.uint64_t, key *C.char, n C.int, targets **C.c
 }
 
 //export mc_store_create_move_task
-func mc_store_create_move_task(h C.uint64_t, key, source, target *C.char, hi, lo *C.uint64_t) (ret C.int) {
+func mc_store_create_move_task(h C.uint64_t, key, source, target *C.mc_cchar, hi, lo *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -15,7 +14,7 @@ import (
 // The store's tracing and metrics calls (docs/store-operations.md#tracing).
 
 //export mc_store_init_tracing
-func mc_store_init_tracing(settingsJSON *C.char, statusOut, errOut **C.char) (ret C.int) {
+func mc_store_init_tracing(settingsJSON *C.mc_cchar, statusOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	ts := client.TraceSettingsFromEnv()
 	if settingsJSON != nil {
@@ -56,7 +55,7 @@ func mc_store_breakdown(h C.uint64_t) (ret *C.char) {
 }
 
 //export mc_store_start_metrics_server
-func mc_store_start_metrics_server(h C.uint64_t, addr *C.char, addrOut, errOut **C.char) (ret C.int) {
+func mc_store_start_metrics_server(h C.uint64_t, addr *C.mc_cchar, addrOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || addrOut == nil {
