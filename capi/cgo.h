@@ -28,4 +28,9 @@ typedef const mc_pg_op mc_cpg_op;     /* const mc_pg_op    */
 typedef const mc_ep_dispatch_args mc_cep_dispatch_args;
 typedef const mc_ep_combine_args mc_cep_combine_args;
 
+/* last_error.c: the calling thread's last error. set takes ownership of
+ * msg (malloc'd); last returns a malloc'd copy ("" when none). */
+void mc_capi_set_last_error(char *msg);
+char *mc_capi_last_error(void);
+
 #endif /* MC_CAPI_CGO_H */

@@ -75,12 +75,10 @@ func pgStatus(err error) C.int {
 	return pgOther
 }
 
-// pgFail stores err's message in *errOut (if non-NULL) and returns its status.
+// pgFail records err's message (thread's last error, *errOut if non-NULL)
+// and returns its status.
 func pgFail(err error, errOut **C.char) C.int {
-	if errOut != nil {
-		*errOut = C.CString(err.Error())
-	}
-	return pgStatus(err)
+	return failedOut(pgStatus(err), err, errOut)
 }
 
 //export mc_pg_set_host_ip
@@ -230,9 +228,9 @@ func mc_pg_group_destroy(group C.uint64_t) {
 //export mc_pg_group_view
 func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, pgOther)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int(-1), err)
 	}
 	// Called at every op completion for the epoch alone: the mask is only
 	// built when asked for.
@@ -268,9 +266,9 @@ func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut 
 //export mc_pg_group_slot_bytes
 func mc_pg_group_slot_bytes(group C.uint64_t) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int64_t(-1), err)
 	}
 	return C.int64_t(g.SlotBytes())
 }
@@ -292,13 +290,6 @@ const (
 
 // opFlagSync (mc_pg_op.flags): the caller waits for the op at once.
 const opFlagSync = 1
-
-func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
-	if p == nil || n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(p), int(n))
-}
 
 // ints copies n C integers at p (nil: none).
 func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
@@ -322,7 +313,7 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx u
 	if op == nil || done == nil {
 		return pgFail(fmt.Errorf("%w: NULL op or callback", backend.ErrInvalid), errOut)
 	}
-	in, out := cBytes(op.in, op.in_bytes), cBytes(op.out, op.out_bytes)
+	in, out := cslice[byte](op.in, int(op.in_bytes)), cslice[byte](op.out, int(op.out_bytes))
 	dt, rop, root, count := backend.DType(op.dtype), backend.ReduceOp(op.reduce_op), int(op.root), int(op.count)
 	var opts []backend.OpOption
 	if op.flags&opFlagSync != 0 {

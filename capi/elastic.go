@@ -22,9 +22,9 @@ func mc_pg_group_set_mirror(group C.uint64_t, mirror *C.int32_t, n C.int, errOut
 //export mc_pg_group_world_size
 func mc_pg_group_world_size(group C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, pgOther)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int(-1), err)
 	}
 	return C.int(g.WorldSize())
 }
@@ -124,9 +124,9 @@ func mc_pg_peer_state(group C.uint64_t, ranks *C.mc_ci32, n C.int, out *C.int32_
 //export mc_pg_num_synced_ranks
 func mc_pg_num_synced_ranks(group C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, pgOther)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int(-1), err)
 	}
 	return C.int(g.NumSyncedRanks())
 }

@@ -32,26 +32,21 @@ const (
 	epModeAsync = 2
 )
 
+var errNoBuffer = errors.New("ep: unknown buffer handle")
+
+// epFail reports a failed EP call (mooncake.h, "Errors"): -202 when the
+// buffer closed, the Transfer Engine's number of a transfer error, else -1
+// (invalid argument: ep's own checks).
 func epFail(err error, errOut **C.char) C.int {
-	if errOut != nil {
-		*errOut = C.CString(err.Error())
-	}
+	code := C.int(transfer.CodeInvalidArgument)
 	var te *transfer.Error
 	switch {
 	case errors.Is(err, ep.ErrClosed):
-		return C.int(transfer.CodeContext)
+		code = C.int(transfer.CodeContext)
 	case errors.As(err, &te):
-		return C.int(transfer.CodeOf(err))
+		code = C.int(transfer.CodeOf(err))
 	}
-	return C.int(transfer.CodeInvalidArgument)
-}
-
-// cslice views n Ts of C memory at p; none when p is NULL or n <= 0.
-func cslice[T any](p unsafe.Pointer, n int) []T {
-	if p == nil || n <= 0 {
-		return nil
-	}
-	return unsafe.Slice((*T)(p), n)
+	return failedOut(code, err, errOut)
 }
 
 //export mc_ep_size_hint
@@ -77,7 +72,7 @@ func mc_ep_buffer_self(buf C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return nil
+		return failed[*C.char](nil, errNoBuffer)
 	}
 	j, _ := json.Marshal(b.Self())
 	return C.CString(string(j))
@@ -88,7 +83,7 @@ func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.mc_cchar, errOut **C.char
 	defer recoverToErr(&ret, -1, errOut)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+		return epFail(errNoBuffer, errOut)
 	}
 	var peers []ep.Peer
 	if err := json.Unmarshal([]byte(C.GoString(peersJSON)), &peers); err != nil {
@@ -139,7 +134,7 @@ func epShape(b *ep.Buffer, n, h, e int) (l, rn, r int) {
 func epStart(buf C.uint64_t, mode C.int32_t, opOut *C.uint64_t) (*ep.Buffer, error) {
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return nil, errors.New("ep: unknown buffer handle")
+		return nil, errNoBuffer
 	}
 	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
 		return nil, errors.New("ep: op_out is NULL")

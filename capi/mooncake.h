@@ -6,12 +6,7 @@
  *   - Objects are opaque uint64_t handles; 0 is never a valid handle.
  *   - Strings are NUL-terminated UTF-8. A returned char* is malloc'd and must
  *     be released with mc_free(); NULL means "no value".
- *   - int results: 0 on success, otherwise a negative upstream error number
- *     (Transfer Engine: -1 invalid argument, -2 too many requests,
- *     -3 address not registered, -4 batch busy, -7 address overlapped,
- *     -102 socket, -103 malformed JSON, -104 handshake rejected,
- *     -200 metadata, -202 context/timeout, -302 memory, -303 not implemented).
- *     mc_engine_last_error() gives the message of an engine's last failure.
+ *   - Errors: see "Errors" below.
  *   - Addresses are absolute virtual addresses in the owning process.
  *   - No function blocks longer than the transfer timeout
  *     (MC_TRANSFER_TIMEOUT seconds, default 30) plus connection set-up.
@@ -35,14 +30,50 @@
  *     operation canceled by mc_ep_buffer_destroy completes with -202, a
  *     transfer canceled by the engine's close ends failed.
  *
+ * Errors (one convention for every function):
+ *   - The result says whether a call failed: an int result is 0 on success
+ *     (or the non-negative value the function documents: a count, a size,
+ *     a flag) and a negative error number on failure; a handle, id or
+ *     address is 0 on failure; a string is NULL. Functions without a result
+ *     that take a results array put a number per item there.
+ *   - Error numbers come from one table per family, upstream's where
+ *     upstream has one:
+ *       Transfer Engine (mc_engine_*, mc_rpc_*, mc_ep_*, mc_pointer_kind,
+ *       mc_copy_memory): -1 invalid argument (also the generic failure),
+ *       -2 too many requests, -3 address not registered, -4 batch busy,
+ *       -7 address overlapped, -102 socket, -103 malformed JSON,
+ *       -104 handshake rejected, -200 metadata, -202 context/timeout
+ *       (also "closed"), -302 memory, -303 not implemented;
+ *       Store (mc_store_*): upstream Mooncake Store's ErrorCode (-600
+ *       invalid params, also "handle not set up", -704 object not found, ...;
+ *       see the store section);
+ *       Collectives (mc_pg_*): -1 invalid request, -2 peer failure, -3 group
+ *       destroyed, -4 group broken, -5 other. These are ours: upstream has
+ *       no C ABI for its backend, and the numbers are the outcome kinds the
+ *       torch plugin turns into exceptions (-1 for an unknown handle where
+ *       a function returns a count).
+ *   - Every failure also records a message for the calling thread:
+ *     mc_last_error() returns it (malloc'd; free with mc_free). It is only
+ *     meaningful right after a call that failed: a successful call leaves
+ *     it as it was. A call with per-item results leaves the message of the
+ *     last item that failed. Functions that take `char **err` also store a
+ *     copy of the message there (malloc'd; free with mc_free) unless err is
+ *     NULL; they predate mc_last_error and are kept for their callers.
+ *   - Documented exceptions (kept as upstream or because they are states,
+ *     not failures): mc_engine_check_batch (-1 failed, -2 timed out: the
+ *     batch's outcome, with a message), mc_store_health_check (1, 2),
+ *     mc_store_stop_metrics_server (1: none ran), mc_rpc_server_next (0 on a
+ *     timeout), mc_ep_op_done (1 for an unknown handle),
+ *     mc_store_get_session_end (-1 for a handle not set up, as upstream).
+ *
  * Panics: no Go panic crosses this ABI. A panic on the calling thread
  * inside any function is recovered there (and logged with its stack); the
  * call returns its failure value: -1 for int results (collectives: -5), 0
- * for handles, ids and addresses, NULL for strings, with a message in
- * *err where the function takes one. Functions without a result return,
- * their outputs possibly unfilled. Work that runs on the library's own
- * threads (async EP receives, collective ops) reports errors through its
- * completion instead.
+ * for handles, ids and addresses, NULL for strings, with the message as the
+ * thread's last error (and in *err where the function takes one).
+ * Functions without a result return, their outputs possibly unfilled. Work
+ * that runs on the library's own threads (async EP receives, collective
+ * ops) reports errors through its completion instead.
  */
 #ifndef MOONCAKE_H
 #define MOONCAKE_H
@@ -58,6 +89,10 @@ char *mc_version(void);
 
 /* Release memory returned by this library. */
 void mc_free(void *p);
+
+/* Message of the last failed call on the calling thread ("" if none); see
+ * "Errors". Free with mc_free. */
+char *mc_last_error(void);
 
 /* ---- Transfer Engine ------------------------------------------------- */
 
@@ -82,9 +117,6 @@ int mc_engine_initialize(uint64_t engine, const char *local_hostname,
  * in flight is canceled, the metadata is withdrawn and all memory is
  * unregistered, managed buffers freed. */
 void mc_engine_destroy(uint64_t engine);
-
-/* Message of the engine's last failure ("" if none). Free with mc_free. */
-char *mc_engine_last_error(uint64_t engine);
 
 /* Port of the handshake (RPC) listener, or -1. */
 int mc_engine_get_rpc_port(uint64_t engine);
@@ -203,7 +235,8 @@ int mc_rpc_server_stop(uint64_t server);
 uint64_t mc_rpc_client_create(int pool_size, int timeout_ms);
 
 /* Send len bytes at data with kind to the server at target ("host:port");
- * 0 once queued there, -1 with *err set (free with mc_free). */
+ * 0 once queued there, else a negative number (-1 for most failures) with
+ * *err set (free with mc_free). */
 int mc_rpc_client_send(uint64_t client, const char *target, int kind,
                        const void *data, uint64_t len, char **err);
 
@@ -742,7 +775,9 @@ int mc_pg_submit(uint64_t group, const mc_pg_op *op, mc_pg_done_fn done,
 /* ---- MoE expert parallelism (mooncake.mooncake_ep_buffer) ----------- */
 /* Notation: R ranks, E experts, L = E/R, N max tokens per rank, H hidden,
  * T local tokens, K top-k. Tensors are raw pointers to contiguous memory.
- * On failure *err (if err is non-NULL) gets a message to free with mc_free. */
+ * Failures: -1 (bad arguments, unknown handle), -202 (buffer closed) or a
+ * transfer's error number; the message also goes to *err (if err is
+ * non-NULL; free with mc_free). */
 
 /* Upstream's get_ep_buffer_size_hint: 16*E + 8*E*N*(16+H) bytes. */
 int64_t mc_ep_size_hint(int64_t n, int64_t h, int64_t num_ranks, int64_t e);

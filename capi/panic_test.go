@@ -5,8 +5,10 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestEveryExportRecovers: the first statement of every //export function
@@ -104,4 +106,33 @@ func TestStorePutWithNullResults(t *testing.T) {
 	if got := mc_store_put(0, 1, nil, nil, nil, nil, nil, 0, nil); got >= 0 {
 		t.Fatalf("mc_store_put(NULL results) = %d, want a negative status", got)
 	}
+}
+
+// TestRecoveredPanicIsTheLastError: the barrier records the panic's message
+// as the calling thread's last error (mc_last_error).
+func TestRecoveredPanicIsTheLastError(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	got := func() (ret int) {
+		defer recoverTo(&ret, -7)
+		panic("boom at the ABI")
+	}()
+	if got != -7 {
+		t.Fatalf("result %d, want the failure value -7", got)
+	}
+	p := mc_last_error()
+	defer mc_free(unsafe.Pointer(p))
+	msg := unsafe.String((*byte)(unsafe.Pointer(p)), cStrlen(unsafe.Pointer(p)))
+	if !strings.Contains(msg, "recovered Go panic") || !strings.Contains(msg, "boom at the ABI") {
+		t.Fatalf("last error %q", msg)
+	}
+}
+
+// cStrlen is strlen of the NUL-terminated string at p.
+func cStrlen(p unsafe.Pointer) int {
+	n := 0
+	for *(*byte)(unsafe.Add(p, n)) != 0 {
+		n++
+	}
+	return n
 }

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"unsafe"
@@ -41,10 +42,29 @@ func storeOf(h C.uint64_t) *client.Client {
 	return s.c
 }
 
-// code converts a Go error to the int a C caller receives.
-func code(err error) C.int { return C.int(kvstore.CodeOf(err)) }
+// code converts a Go error to the int a C caller receives: 0 for nil,
+// else its store error number, with its message recorded as the thread's
+// last error (so a batch call leaves the message of its last failed key).
+func code(err error) C.int {
+	if err == nil {
+		return 0
+	}
+	return failed(C.int(kvstore.CodeOf(err)), err)
+}
 
+// notReady (-600) answers a call on a handle that cannot serve it.
 const notReady = C.int(kvstore.InvalidParams)
+
+var (
+	errUnknownStore = fmt.Errorf("%w: unknown or closed store handle", kvstore.InvalidParams)
+	errSetUpAlready = fmt.Errorf("%w: the store handle is set up already (a closed one cannot be set up again)", kvstore.InvalidParams)
+	errBadParts     = fmt.Errorf("%w: bad part counts, pointers or sizes, or a malformed config_json", kvstore.InvalidParams)
+	errNotReady     = fmt.Errorf("%w: the store handle is not set up for this call (or closed), or a required argument is NULL or out of range", kvstore.InvalidParams)
+)
+
+// refused records errNotReady as the thread's last error and returns
+// notReady: the failure of a call the handle cannot serve.
+func refused() C.int { return failed(notReady, errNotReady) }
 
 //export mc_store_create
 func mc_store_create() (ret C.uint64_t) {
@@ -57,7 +77,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.mc_cchar, glo
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
-		return notReady
+		return storeFail(errUnknownStore, nil)
 	}
 	cfg := client.Config{
 		LocalHostname:     C.GoString(localHostname),
@@ -73,16 +93,13 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.mc_cchar, glo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil || s.d != nil {
-		return notReady
+		return storeFail(errSetUpAlready, nil)
 	}
 	cfg.Fleet = s.fleet
 	var es *engineSlot
 	if engine != 0 {
-		if es = slotOf(engine); es == nil {
-			return notReady
-		}
-		if cfg.Engine = es.retain(); cfg.Engine == nil {
-			return notReady
+		if es = slotOf(engine); es == nil || func() bool { cfg.Engine = es.retain(); return cfg.Engine == nil }() {
+			return storeFail(fmt.Errorf("%w: engine handle %d is not an initialized engine", kvstore.InvalidParams, engine), nil)
 		}
 	}
 	c, err := client.New(cfg)
@@ -91,7 +108,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.mc_cchar, glo
 			es.release()
 		}
 		slog.Error("store setup failed", "err", err)
-		return code(err)
+		return storeFail(err, nil)
 	}
 	s.c, s.engine = c, es
 	s.hot = withHotCache(c)
@@ -206,7 +223,7 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.mc_cin
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, notReady)
-		return notReady
+		return refused()
 	}
 	parts, ok := partsOf(partCounts, ptrs, sizes, n)
 	cfg := client.DefaultReplicateConfig()
@@ -216,7 +233,7 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.mc_cin
 		}
 	}
 	if !ok {
-		fillC(res, C.int(kvstore.InvalidParams))
+		fillC(res, code(errBadParts))
 		return C.int(kvstore.InvalidParams)
 	}
 	errs := c.BatchPut(goStrings(keys, n), parts, cfg, client.PutOptions{Upsert: flags&putUpsert != 0, ZeroCopy: flags&putZeroCopy != 0})
@@ -236,12 +253,12 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.m
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	parts, ok := partsOf(partCounts, ptrs, sizes, n)
 	if !ok {
-		fillC(res, C.int64_t(kvstore.InvalidParams))
+		fillC(res, C.int64_t(code(errBadParts)))
 		return
 	}
 	for i, r := range c.BatchGetInto(goStrings(keys, n), parts, zeroCopy != 0) {
@@ -253,7 +270,7 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.m
 func mc_store_get(h C.uint64_t, n C.int, keys **C.mc_cchar, outPtrs *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
 	if outPtrs == nil {
-		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(notReady))
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(refused()))
 		return
 	}
 	out := cslice[C.uint64_t](unsafe.Pointer(outPtrs), int(n))
@@ -277,7 +294,7 @@ func mc_store_get(h C.uint64_t, n C.int, keys **C.mc_cchar, outPtrs *C.uint64_t,
 func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_store_alloc_fn, results *C.int64_t) {
 	defer recoverVoid()
 	if alloc == nil {
-		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(kvstore.InvalidParams))
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(code(fmt.Errorf("%w: alloc is NULL", kvstore.InvalidParams))))
 		return
 	}
 	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
@@ -292,7 +309,7 @@ func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc fun
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	rs := c.BatchGet(goStrings(keys, n), func(i int, size uint64) ([]client.Part, error) {
@@ -314,7 +331,7 @@ func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, dsts, srcOffs
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	d, o, s := u64s(dsts, n), u64s(srcOffsets, n), u64s(sizes, n)
 	if c == nil || results == nil || n <= 0 || len(d) != int(n) || len(o) != int(n) || len(s) != int(n) {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	names := goStrings(keys, n)
@@ -329,7 +346,7 @@ func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, dsts, srcOffs
 
 func getResult(r client.GetResult) C.int64_t {
 	if r.Err != nil {
-		return C.int64_t(kvstore.CodeOf(r.Err))
+		return C.int64_t(code(r.Err))
 	}
 	return C.int64_t(r.Size)
 }
@@ -340,7 +357,7 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
-		fillC(res, notReady)
+		fillC(res, refused())
 		return
 	}
 	for i, v := range c.BatchExist(goStrings(keys, n)) {
@@ -353,11 +370,11 @@ func mc_store_get_size(h C.uint64_t, key *C.mc_cchar) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return C.int64_t(notReady)
+		return C.int64_t(refused())
 	}
 	n, err := c.Size(C.GoString(key))
 	if err != nil {
-		return C.int64_t(kvstore.CodeOf(err))
+		return C.int64_t(code(err))
 	}
 	return C.int64_t(n)
 }
@@ -384,7 +401,7 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret *C.cha
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	lists := c.ReplicaLists(goStrings(keys, n))
 	out := make([]replicaList, len(lists))
@@ -409,7 +426,7 @@ func mc_store_remove(h C.uint64_t, n C.int, keys **C.mc_cchar, force C.int, resu
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
-		fillC(res, notReady)
+		fillC(res, refused())
 		return
 	}
 	for i, v := range c.BatchRemove(goStrings(keys, n), force != 0) {
@@ -422,11 +439,11 @@ func mc_store_remove_by_regex(h C.uint64_t, pattern *C.mc_cchar, force C.int) (r
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return C.int64_t(notReady)
+		return C.int64_t(refused())
 	}
 	n, err := c.RemoveByRegex(C.GoString(pattern), force != 0)
 	if err != nil {
-		return C.int64_t(kvstore.CodeOf(err))
+		return C.int64_t(code(err))
 	}
 	return C.int64_t(n)
 }
@@ -436,11 +453,11 @@ func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return C.int64_t(notReady)
+		return C.int64_t(refused())
 	}
 	n, err := c.RemoveAll(force != 0)
 	if err != nil {
-		return C.int64_t(kvstore.CodeOf(err))
+		return C.int64_t(code(err))
 	}
 	return C.int64_t(n)
 }
@@ -450,7 +467,7 @@ func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	return code(c.RegisterBuffer(uintptr(ptr), uint64(size)))
 }
@@ -460,7 +477,7 @@ func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	return code(c.UnregisterBuffer(uintptr(ptr)))
 }

@@ -25,12 +25,12 @@ func mc_store_setup_dummy(h C.uint64_t, serverAddress *C.mc_cchar, localBufferSi
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
-		return notReady
+		return storeFail(errUnknownStore, nil)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil || s.d != nil {
-		return notReady
+		return storeFail(errSetUpAlready, nil)
 	}
 	d, err := standalone.NewDummy(standalone.DummyConfig{
 		ServerAddress: C.GoString(serverAddress), LocalBufferSize: uint64(localBufferSize),
@@ -59,7 +59,7 @@ func mc_store_dummy_metrics(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	d := dummyOf(h)
 	if d == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	return C.CString(d.MetricsText())
 }
@@ -69,7 +69,7 @@ func mc_store_dummy_register_fd(h C.uint64_t, ptr, size C.uint64_t, fd C.int, of
 	defer recoverTo(&ret, -1)
 	d := dummyOf(h)
 	if d == nil {
-		return notReady
+		return refused()
 	}
 	return code(d.RegisterFD(uintptr(ptr), uint64(size), int(fd), uint64(offset)))
 }

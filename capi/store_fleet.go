@@ -21,7 +21,7 @@ func mc_store_set_fleet_options(h C.uint64_t, optionsJSON *C.mc_cchar, errOut **
 	defer recoverToErr(&ret, -1, errOut)
 	s, ok := stores.get(uint64(h))
 	if !ok {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	var f client.FleetConfig
 	if err := json.Unmarshal([]byte(C.GoString(optionsJSON)), &f); err != nil {
@@ -44,7 +44,7 @@ func mc_store_segment_ids(h C.uint64_t, idsOut **C.char) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || idsOut == nil {
-		return notReady
+		return refused()
 	}
 	*idsOut = joinIDs(c.SegmentIDs())
 	return 0
@@ -55,7 +55,7 @@ func mc_store_set_segment_mode(h C.uint64_t, ids **C.mc_cchar, n, mode C.int, er
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	if _, known := pb.SegmentMode_name[int32(mode)]; !known {
 		return storeFail(fmt.Errorf("%w: segment mode %d", kvstore.InvalidParams, mode), errOut)
@@ -78,7 +78,7 @@ func mc_store_evacuate(h C.uint64_t, op C.int, ids **C.mc_cchar, n C.int, timeou
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || reportOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	if timeoutMs <= 0 {
 		return storeFail(fmt.Errorf("%w: timeout must be positive", kvstore.InvalidParams), errOut)
@@ -129,7 +129,7 @@ func mc_store_plan_handoff(h C.uint64_t, ids **C.mc_cchar, n C.int, planOut, err
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || planOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	resp, err := c.PlanHandoff(goStrings(ids, n))
 	if err != nil {

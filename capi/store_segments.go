@@ -5,15 +5,15 @@ import "C"
 
 import (
 	"strings"
+
+	"github.com/mooncake-go/mooncake/kvstore"
 )
 
-// storeFail reports a failed store call: the error's number, and its
-// message in *errOut when errOut is not NULL (free with mc_free).
+// storeFail reports a failed store call: the error's number, its message
+// as the thread's last error and in *errOut when errOut is not NULL (free
+// with mc_free).
 func storeFail(err error, errOut **C.char) C.int {
-	if errOut != nil {
-		*errOut = C.CString(err.Error())
-	}
-	return code(err)
+	return failedOut(C.int(kvstore.CodeOf(err)), err, errOut)
 }
 
 // joinIDs returns segment ids as one malloc'd newline-separated string.
@@ -24,7 +24,7 @@ func mc_store_mount_segment(h C.uint64_t, path *C.mc_cchar, size, offset C.uint6
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || idsOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	ids, err := c.MountFile(C.GoString(path), uint64(size), uint64(offset), C.GoString(protocol), C.GoString(location))
 	if err != nil {
@@ -39,7 +39,7 @@ func mc_store_allocate_and_mount_segment(h, size C.uint64_t, protocol, location 
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || idsOut == nil || allocated == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	ids, n, err := c.AllocateAndMount(uint64(size), C.GoString(protocol), C.GoString(location))
 	if err != nil {
@@ -55,7 +55,7 @@ func mc_store_unmount_segment(h C.uint64_t, ids **C.mc_cchar, n C.int, graceSeco
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	if err := c.Unmount(goStrings(ids, n), int64(graceSeconds), allocated != 0); err != nil {
 		return storeFail(err, errOut)
@@ -68,7 +68,7 @@ func mc_store_local_buffer(h C.uint64_t, base, size *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || base == nil || size == nil {
-		return notReady
+		return refused()
 	}
 	b, n := c.LocalBuffer()
 	*base, *size = C.uint64_t(b), C.uint64_t(n)
@@ -94,7 +94,7 @@ func mc_store_local_free(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || !c.LocalFree(uintptr(ptr)) {
-		return notReady
+		return refused()
 	}
 	return 0
 }

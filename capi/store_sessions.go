@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"fmt"
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -64,7 +65,7 @@ func mc_store_get_session_start(h C.uint64_t, n C.int, keys **C.mc_cchar, result
 		return
 	}
 	if c == nil {
-		fillC(unsafe.Slice(results, int(n)), notReady)
+		fillC(unsafe.Slice(results, int(n)), refused())
 		return
 	}
 	putCodes(results, c.GetSessionStart(goStrings(keys, n)))
@@ -79,12 +80,12 @@ func sessionRanges(h C.uint64_t, n C.int, keys **C.char, counts *C.int, ptrs, si
 	res := unsafe.Slice(results, int(n))
 	c := storeOf(h)
 	if c == nil {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	spans, ok := spansOf(counts, ptrs, sizes, offsets, n)
 	if !ok {
-		fillC(res, C.int64_t(kvstore.InvalidParams))
+		fillC(res, C.int64_t(code(fmt.Errorf("%w: bad span counts, pointers, sizes or offsets", kvstore.InvalidParams))))
 		return
 	}
 	putSizes(results, run(c, goStrings(keys, n), spans))
@@ -101,7 +102,7 @@ func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret C.i
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
-		return C.int(kvstore.InternalError)
+		return failed(C.int(kvstore.InternalError), errNotReady) // -1, as mooncake.h documents
 	}
 	c.GetSessionEnd(goStrings(keys, n))
 	return 0
@@ -116,13 +117,13 @@ func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.mc_cchar, sizes 
 	res := unsafe.Slice(results, int(n))
 	c := storeOf(h)
 	if c == nil {
-		fillC(res, notReady)
+		fillC(res, refused())
 		return
 	}
 	cfg := client.DefaultReplicateConfig()
 	sz := u64s(sizes, n)
 	if configJSON != nil && json.Unmarshal([]byte(C.GoString(configJSON)), &cfg) != nil || len(sz) != int(n) {
-		fillC(res, C.int(kvstore.InvalidParams))
+		fillC(res, code(fmt.Errorf("%w: a NULL sizes array or a malformed config_json", kvstore.InvalidParams)))
 		return
 	}
 	putCodes(results, c.PutSessionStart(goStrings(keys, n), sz, cfg))
@@ -141,7 +142,7 @@ func sessionCodes(h C.uint64_t, n C.int, keys **C.char, results *C.int, run func
 	}
 	c := storeOf(h)
 	if c == nil {
-		fillC(unsafe.Slice(results, int(n)), notReady)
+		fillC(unsafe.Slice(results, int(n)), refused())
 		return
 	}
 	putCodes(results, run(c, goStrings(keys, n)))
@@ -165,7 +166,7 @@ func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.mc_cchar, segment *C
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || cleared == nil || n <= 0 {
-		return notReady
+		return refused()
 	}
 	done, err := c.BatchReplicaClear(goStrings(keys, n), C.GoString(segment))
 	if err != nil {
@@ -195,7 +196,7 @@ func mc_store_create_copy_task(h C.uint64_t, key *C.mc_cchar, n C.int, targets *
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
-		return notReady
+		return refused()
 	}
 	id, err := c.CreateCopyTask(C.GoString(key), goStrings(targets, n))
 	return taskCreated(id, err, hi, lo)
@@ -206,7 +207,7 @@ func mc_store_create_move_task(h C.uint64_t, key, source, target *C.mc_cchar, hi
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
-		return notReady
+		return refused()
 	}
 	id, err := c.CreateMoveTask(C.GoString(key), C.GoString(source), C.GoString(target))
 	return taskCreated(id, err, hi, lo)
@@ -230,9 +231,9 @@ func mc_store_query_task(h C.uint64_t, hi, lo C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	var out taskJSON
 	if c := storeOf(h); c == nil {
-		out.ErrorCode = int32(notReady)
+		out.ErrorCode = int32(refused())
 	} else if q, err := c.QueryTask(client.TaskID{Hi: uint64(hi), Lo: uint64(lo)}); err != nil {
-		out.ErrorCode = int32(kvstore.CodeOf(err))
+		out.ErrorCode = int32(code(err))
 	} else {
 		out = taskJSON{Hi: q.GetId().GetHi(), Lo: q.GetId().GetLo(), Type: int32(q.GetType()), Status: int32(q.GetStatus()),
 			Created: q.GetCreatedAtMsEpoch(), Updated: q.GetLastUpdatedAtMsEpoch(),

@@ -38,7 +38,7 @@ func mc_store_metrics_text(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	return C.CString(c.MetricsText())
 }
@@ -48,7 +48,7 @@ func mc_store_breakdown(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	b, _ := json.Marshal(c.Breakdown())
 	return C.CString(string(b))
@@ -59,7 +59,7 @@ func mc_store_start_metrics_server(h C.uint64_t, addr *C.mc_cchar, addrOut, errO
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || addrOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	got, err := c.StartMetricsServer(C.GoString(addr))
 	if err != nil {
@@ -74,7 +74,7 @@ func mc_store_stop_metrics_server(h C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	if !c.StopMetricsServer() {
 		return 1
@@ -87,7 +87,7 @@ func mc_store_metrics_server_address(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	return C.CString(c.MetricsServerAddress())
 }

@@ -422,6 +422,7 @@ def _ctypes_tables() -> dict[str, tuple[list, object]]:
 
     tables: dict[str, tuple[list, object]] = {}
     for mod, attrs in {
+        "mooncake._lib": ("_SIGNATURES",),
         "mooncake.store": ("_SIGNATURES", "_SEGMENT_SIGNATURES"),
         "mooncake._store_sessions": ("_SIGNATURES",),
         "mooncake._store_fleet": ("_SIGNATURES",),
