@@ -27,6 +27,7 @@ typedef const uint64_t mc_cu64;       /* const uint64_t    */
 typedef const mc_pg_op mc_cpg_op;     /* const mc_pg_op    */
 typedef const mc_ep_dispatch_args mc_cep_dispatch_args;
 typedef const mc_ep_combine_args mc_cep_combine_args;
+typedef const mc_store_setup_args mc_cstore_setup_args;
 
 /* last_error.c: the calling thread's last error. set takes ownership of
  * msg (malloc'd); last returns a malloc'd copy ("" when none). */

@@ -15,7 +15,8 @@
 // declaration and a signature that differs fails the build; cgo.h's const
 // aliases (*C.mc_cchar for `const char *`, ...) let a Go signature carry
 // the header's const. Calls that need many inputs take a struct declared
-// there (mc_pg_op, mc_ep_dispatch_args, mc_ep_combine_args).
+// there (mc_pg_op, mc_ep_dispatch_args, mc_ep_combine_args,
+// mc_store_setup_args).
 //
 // One error convention (mooncake.h, "Errors"): a failing call returns a
 // negative error number (upstream's Transfer Engine or Store numbers, the

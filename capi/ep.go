@@ -119,27 +119,34 @@ func epFinish(op *ep.Op, mode C.int32_t, opOut *C.uint64_t, errOut **C.char) C.i
 	return 0
 }
 
-// epShape is the (L, R*N) of a call's layout on buffer b, with R = 1 when
-// the shape is invalid (ep's checks word that error; the slice sizes here
-// need E/R).
-func epShape(b *ep.Buffer, n, h, e int) (l, rn, r int) {
-	r = b.Ranks()
-	if r <= 0 || e%r != 0 || n <= 0 || h <= 0 {
-		r = 1
-	}
-	return e / r, r * n, r
+// epCall is a dispatch's or combine's mc_ep_call, checked and sized.
+type epCall struct {
+	b             *ep.Buffer
+	mode          C.int32_t
+	T, K, N, H, E int
+	L, RN, R      int // experts per rank, rows per expert, ranks (1 if the shape is invalid)
+	active        []int32
 }
 
-// epStart checks the handle and op_out of a dispatch or combine.
-func epStart(buf C.uint64_t, mode C.int32_t, opOut *C.uint64_t) (*ep.Buffer, error) {
+// epBegin checks the handle, op_out and the common part of a call. With an
+// invalid shape R is 1: ep's checks word that error, and the slice sizes
+// the caller computes need E/R.
+func epBegin(buf C.uint64_t, c *C.mc_ep_call, opOut *C.uint64_t) (*epCall, error) {
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
 		return nil, errNoBuffer
 	}
-	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
+	if (c.mode == epModeHook || c.mode == epModeAsync) && opOut == nil {
 		return nil, errors.New("ep: op_out is NULL")
 	}
-	return b, nil
+	x := &epCall{b: b, mode: c.mode, T: int(c.num_tokens), K: int(c.top_k), N: int(c.max_tokens),
+		H: int(c.hidden), E: int(c.num_experts), R: b.Ranks(),
+		active: cslice[int32](unsafe.Pointer(c.active), b.Ranks())}
+	if x.R <= 0 || x.E%x.R != 0 || x.N <= 0 || x.H <= 0 {
+		x.R = 1
+	}
+	x.L, x.RN = x.E/x.R, x.R*x.N
+	return x, nil
 }
 
 //export mc_ep_dispatch
@@ -148,31 +155,28 @@ func mc_ep_dispatch(buf C.uint64_t, args *C.mc_cep_dispatch_args, opOut *C.uint6
 	if args == nil {
 		return epFail(errors.New("ep: args is NULL"), errOut)
 	}
-	b, err := epStart(buf, args.mode, opOut)
+	c, err := epBegin(buf, &args.call, opOut)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	T, K, N, H, E := int(args.num_tokens), int(args.top_k), int(args.max_tokens), int(args.hidden), int(args.num_experts)
-	L, RN, R := epShape(b, N, H, E)
 	elem := 2
 	if args.fp8 != 0 {
 		elem = 1
 	}
 	a := &ep.DispatchArgs{
-		X: cslice[uint16](args.x, T*H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), T*K),
-		T: T, K: K, N: N, H: H, E: E,
-		Active: cslice[int32](unsafe.Pointer(args.active), b.Ranks()), TimeoutUs: int64(args.timeout_us), FP8: args.fp8 != 0,
-		RecvX: cslice[byte](args.recv_x, L*RN*H*elem), RecvCount: cslice[int32](unsafe.Pointer(args.recv_count), L),
-		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), L*RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), L*R),
+		X: cslice[uint16](args.x, c.T*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
+		T: c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us), FP8: args.fp8 != 0,
+		RecvX: cslice[byte](args.recv_x, c.L*c.RN*c.H*elem), RecvCount: cslice[int32](unsafe.Pointer(args.recv_count), c.L),
+		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
 	}
 	if a.FP8 {
-		a.RecvScales = cslice[float32](unsafe.Pointer(args.recv_scales), L*RN*(H/ep.ChannelsPerScale))
+		a.RecvScales = cslice[float32](unsafe.Pointer(args.recv_scales), c.L*c.RN*(c.H/ep.ChannelsPerScale))
 	}
-	op, err := b.DispatchSend(a)
+	op, err := c.b.DispatchSend(a)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, args.mode, opOut, errOut)
+	return epFinish(op, c.mode, opOut, errOut)
 }
 
 //export mc_ep_combine
@@ -181,25 +185,22 @@ func mc_ep_combine(buf C.uint64_t, args *C.mc_cep_combine_args, opOut *C.uint64_
 	if args == nil {
 		return epFail(errors.New("ep: args is NULL"), errOut)
 	}
-	b, err := epStart(buf, args.mode, opOut)
+	c, err := epBegin(buf, &args.call, opOut)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	T, K, N, H, E := int(args.num_tokens), int(args.top_k), int(args.max_tokens), int(args.hidden), int(args.num_experts)
-	L, RN, R := epShape(b, N, H, E)
 	a := &ep.CombineArgs{
-		X: cslice[uint16](args.x, L*RN*H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), T*K),
-		Weights: cslice[float32](unsafe.Pointer(args.topk_weights), T*K),
-		T:       T, K: K, N: N, H: H, E: E,
-		Active: cslice[int32](unsafe.Pointer(args.active), b.Ranks()), TimeoutUs: int64(args.timeout_us),
-		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), L*RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), L*R),
-		Out: cslice[uint16](args.out, T*H),
+		X: cslice[uint16](args.x, c.L*c.RN*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
+		Weights: cslice[float32](unsafe.Pointer(args.topk_weights), c.T*c.K),
+		T:       c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us),
+		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
+		Out: cslice[uint16](args.out, c.T*c.H),
 	}
-	op, err := b.CombineSend(a)
+	op, err := c.b.CombineSend(a)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, args.mode, opOut, errOut)
+	return epFinish(op, c.mode, opOut, errOut)
 }
 
 //export mc_ep_op_wait

@@ -252,24 +252,33 @@ int mc_rpc_client_close(uint64_t client);
 /* Create a store handle; it does nothing until mc_store_setup. */
 uint64_t mc_store_create(void);
 
-/* Set the client up (upstream setup): start or share a Transfer Engine
- * (engine != 0: an initialized mc_engine handle), allocate the local
- * staging buffer, connect to the master ("host:port" or
- * "etcd://h1:p1;h2:p2" for HA) and mount global_segment_size bytes.
- * protocol "rdma"/"efa" falls back to tcp (see mooncake.h's engine notes);
- * tenant_id ("" or "default": the default tenant) goes with every request
- * to the master. hugepage_size (2 MiB or 1 GiB; 0: normal pages) puts the
- * local buffer and the segment on huge pages, which the kernel must have
- * reserved (-600 otherwise, the log says how many are missing). 0 or a
- * negative error number. A closed handle cannot be set up again: create a
- * new one. A given engine is retained until mc_store_close; an engine
- * handle that is not initialized or was destroyed is -600. */
-int mc_store_setup(uint64_t store, const char *local_hostname,
-                   const char *metadata_server, uint64_t global_segment_size,
-                   uint64_t local_buffer_size, const char *protocol,
-                   const char *device_name, const char *master_server_addr,
-                   uint64_t engine, const char *tenant_id,
-                   uint64_t hugepage_size);
+/* The arguments of mc_store_setup (upstream setup's). */
+typedef struct mc_store_setup_args {
+  const char *local_hostname;     /* "host" or "host:port"                 */
+  const char *metadata_server;    /* the engine's metadata server          */
+  uint64_t global_segment_size;   /* bytes mounted for other clients       */
+  uint64_t local_buffer_size;     /* the local staging buffer, bytes       */
+  const char *protocol;           /* "tcp" ("rdma"/"efa" fall back to it)  */
+  const char *device_name;        /* NIC filter ("" none)                  */
+  const char *master_server_addr; /* "host:port" or "etcd://h1:p1;h2:p2"   */
+  uint64_t engine;                /* an initialized mc_engine, 0: our own  */
+  const char *tenant_id;          /* "" or "default": the default tenant   */
+  uint64_t hugepage_size;         /* 2 MiB or 1 GiB; 0: normal pages       */
+} mc_store_setup_args;
+
+/* Set the client up (upstream setup) as args describes: start or share a
+ * Transfer Engine (args->engine != 0: an initialized mc_engine handle),
+ * allocate the local staging buffer, connect to the master and mount
+ * global_segment_size bytes. protocol "rdma"/"efa" falls back to tcp (see
+ * mooncake.h's engine notes); tenant_id goes with every request to the
+ * master. hugepage_size puts the local buffer and the segment on huge
+ * pages, which the kernel must have reserved (-600 otherwise, the log says
+ * how many are missing). 0 or a negative error number (-600 for a NULL
+ * args). A closed handle cannot be set up again: create a new one. A given
+ * engine is retained until mc_store_close; an engine handle that is not
+ * initialized or was destroyed is -600. args is read during the call only.
+ */
+int mc_store_setup(uint64_t store, const mc_store_setup_args *args);
 
 /* Start the client's disk tier (setup's enable_ssd_offload) in directory
  * path ("": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage),
@@ -813,25 +822,30 @@ enum {
                       with mc_ep_op_wait (async_finish)                      */
 };
 
+/* What every dispatch and combine has: its mode, shape and liveness.
+ * active (int32[R], 1 = alive) is updated in place: a rank that misses
+ * timeout_us (-1: wait forever) is set to 0. */
+typedef struct mc_ep_call {
+  int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
+  int64_t num_tokens;    /* T */
+  int64_t top_k;         /* K */
+  int64_t max_tokens;    /* N, per rank (the dispatch's, for a combine) */
+  int64_t hidden;        /* H, a multiple of 128 */
+  int64_t num_experts;   /* E, a multiple of R */
+  int64_t timeout_us;
+  int32_t *active;
+} mc_ep_call;
+
 /* One dispatch: the caller's tokens go to the ranks owning their top-k
  * experts. Inputs: x bf16[T,H], topk_idx int64[T,K] (-1 = none). Outputs:
  * recv_x [L,R*N,H] (bf16, or e4m3 when fp8), recv_scales float32 stored
  * [L,H/128,R*N] (fp8 only, else NULL), recv_count int32[L], src_info
- * int32[L,R*N], layout_range int64[L,R] = (begin<<32)|count. active
- * (int32[R], 1 = alive) is updated in place: a rank that misses timeout_us
- * (-1: wait forever) is set to 0. */
+ * int32[L,R*N], layout_range int64[L,R] = (begin<<32)|count. */
 typedef struct mc_ep_dispatch_args {
-  int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
-  int32_t fp8;           /* != 0: e4m3 recv_x with recv_scales     */
-  int64_t num_tokens;    /* T */
-  int64_t top_k;         /* K */
-  int64_t max_tokens;    /* N, per rank */
-  int64_t hidden;        /* H, a multiple of 128 */
-  int64_t num_experts;   /* E, a multiple of R */
-  int64_t timeout_us;
+  mc_ep_call call;
+  int32_t fp8;           /* != 0: e4m3 recv_x with recv_scales */
   const void *x;
   const int64_t *topk_idx;
-  int32_t *active;
   void *recv_x;
   float *recv_scales;
   int32_t *recv_count;
@@ -842,19 +856,12 @@ typedef struct mc_ep_dispatch_args {
 /* One combine: x bf16[L,R*N,H] expert outputs in the dispatch layout,
  * topk_idx int64[T,K], topk_weights float32[T,K], src_info/layout_range
  * from the dispatch; out bf16[T,H] = sum_k w*y (float32 accumulation,
- * terms of inactive owners dropped). active as for dispatch. */
+ * terms of inactive owners dropped). */
 typedef struct mc_ep_combine_args {
-  int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
-  int64_t num_tokens;    /* T */
-  int64_t top_k;         /* K */
-  int64_t max_tokens;    /* N, per rank, as in the dispatch */
-  int64_t hidden;        /* H */
-  int64_t num_experts;   /* E */
-  int64_t timeout_us;
+  mc_ep_call call;
   const void *x;
   const int64_t *topk_idx;
   const float *topk_weights;
-  int32_t *active;
   const int32_t *src_info;
   const int64_t *layout_range;
   void *out;

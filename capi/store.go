@@ -73,22 +73,25 @@ func mc_store_create() (ret C.uint64_t) {
 }
 
 //export mc_store_setup
-func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.mc_cchar, globalSegmentSize, localBufferSize C.uint64_t, protocol, deviceName, masterAddr *C.mc_cchar, engine C.uint64_t, tenantID *C.mc_cchar, hugePageSize C.uint64_t) (ret C.int) {
+func mc_store_setup(h C.uint64_t, args *C.mc_cstore_setup_args) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return storeFail(errUnknownStore, nil)
 	}
+	if args == nil {
+		return storeFail(fmt.Errorf("%w: setup args is NULL", kvstore.InvalidParams), nil)
+	}
 	cfg := client.Config{
-		LocalHostname:     C.GoString(localHostname),
-		MetadataServer:    C.GoString(metadataServer),
-		GlobalSegmentSize: uint64(globalSegmentSize),
-		LocalBufferSize:   uint64(localBufferSize),
-		Protocol:          C.GoString(protocol),
-		DeviceName:        C.GoString(deviceName),
-		MasterServerAddr:  C.GoString(masterAddr),
-		TenantID:          C.GoString(tenantID),
-		HugePageSize:      uint64(hugePageSize),
+		LocalHostname:     C.GoString(args.local_hostname),
+		MetadataServer:    C.GoString(args.metadata_server),
+		GlobalSegmentSize: uint64(args.global_segment_size),
+		LocalBufferSize:   uint64(args.local_buffer_size),
+		Protocol:          C.GoString(args.protocol),
+		DeviceName:        C.GoString(args.device_name),
+		MasterServerAddr:  C.GoString(args.master_server_addr),
+		TenantID:          C.GoString(args.tenant_id),
+		HugePageSize:      uint64(args.hugepage_size),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,8 +100,11 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.mc_cchar, glo
 	}
 	cfg.Fleet = s.fleet
 	var es *engineSlot
-	if engine != 0 {
-		if es = slotOf(engine); es == nil || func() bool { cfg.Engine = es.retain(); return cfg.Engine == nil }() {
+	if engine := args.engine; engine != 0 {
+		if es = slotOf(engine); es != nil {
+			cfg.Engine = es.retain()
+		}
+		if cfg.Engine == nil {
 			return storeFail(fmt.Errorf("%w: engine handle %d is not an initialized engine", kvstore.InvalidParams, engine), nil)
 		}
 	}

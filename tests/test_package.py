@@ -297,8 +297,14 @@ _FUNCTION_POINTERS = set(re.findall(r"typedef[^;(]*\(\s*\*\s*(\w+)\s*\)", HEADER
 def _structs() -> dict[str, type]:
     """mooncake.h's structs that Python passes, and their ctypes.Structure."""
     from mooncake import mooncake_ep_buffer as ep
+    from mooncake import store
 
-    return {"mc_ep_dispatch_args": ep.DispatchArgs, "mc_ep_combine_args": ep.CombineArgs}
+    return {
+        "mc_store_setup_args": store.StoreSetupArgs,
+        "mc_ep_call": ep.EpCall,
+        "mc_ep_dispatch_args": ep.DispatchArgs,
+        "mc_ep_combine_args": ep.CombineArgs,
+    }
 
 
 def _header_structs(header: str) -> dict[str, list[tuple[str, str]]]:

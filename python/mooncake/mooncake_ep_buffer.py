@@ -51,21 +51,29 @@ _ptr = ctypes.c_void_p
 _errp = ctypes.POINTER(ctypes.c_void_p)
 
 
-class DispatchArgs(ctypes.Structure):
-    """mooncake.h's ``mc_ep_dispatch_args`` (tests/test_package.py checks the layout)."""
+class EpCall(ctypes.Structure):
+    """mooncake.h's ``mc_ep_call``: the mode, shape and liveness of a call."""
 
     _fields_ = [
         ("mode", ctypes.c_int32),
-        ("fp8", ctypes.c_int32),
         ("num_tokens", _i64),
         ("top_k", _i64),
         ("max_tokens", _i64),
         ("hidden", _i64),
         ("num_experts", _i64),
         ("timeout_us", _i64),
+        ("active", _ptr),
+    ]
+
+
+class DispatchArgs(ctypes.Structure):
+    """mooncake.h's ``mc_ep_dispatch_args`` (tests/test_package.py checks the layout)."""
+
+    _fields_ = [
+        ("call", EpCall),
+        ("fp8", ctypes.c_int32),
         ("x", _ptr),
         ("topk_idx", _ptr),
-        ("active", _ptr),
         ("recv_x", _ptr),
         ("recv_scales", _ptr),
         ("recv_count", _ptr),
@@ -78,17 +86,10 @@ class CombineArgs(ctypes.Structure):
     """mooncake.h's ``mc_ep_combine_args`` (tests/test_package.py checks the layout)."""
 
     _fields_ = [
-        ("mode", ctypes.c_int32),
-        ("num_tokens", _i64),
-        ("top_k", _i64),
-        ("max_tokens", _i64),
-        ("hidden", _i64),
-        ("num_experts", _i64),
-        ("timeout_us", _i64),
+        ("call", EpCall),
         ("x", _ptr),
         ("topk_idx", _ptr),
         ("topk_weights", _ptr),
-        ("active", _ptr),
         ("src_info", _ptr),
         ("layout_range", _ptr),
         ("out", _ptr),
@@ -476,17 +477,10 @@ class Buffer:
         layout_range = torch.empty((L, R), dtype=torch.int64)
         op, err = _u64(0), ctypes.c_void_p()
         args = DispatchArgs(
-            mode=mode,
+            call=EpCall(mode, T, K, N, H, E, int(timeout_us), active.data_ptr()),
             fp8=int(fp8),
-            num_tokens=T,
-            top_k=K,
-            max_tokens=N,
-            hidden=H,
-            num_experts=E,
-            timeout_us=int(timeout_us),
             x=x.data_ptr(),
             topk_idx=topk_idx.data_ptr(),
-            active=active.data_ptr(),
             recv_x=recv_x.data_ptr(),
             recv_scales=scales.data_ptr() if scales is not None else None,
             recv_count=recv_count.data_ptr(),
@@ -573,17 +567,10 @@ class Buffer:
         active = self._active_ranks_tensor(active_ranks, stage)
         op, err = _u64(0), ctypes.c_void_p()
         args = CombineArgs(
-            mode=mode,
-            num_tokens=T,
-            top_k=K,
-            max_tokens=N,
-            hidden=H,
-            num_experts=E,
-            timeout_us=int(timeout_us),
+            call=EpCall(mode, T, K, N, H, E, int(timeout_us), active.data_ptr()),
             x=x.data_ptr(),
             topk_idx=topk_idx.data_ptr(),
             topk_weights=topk_weights.data_ptr(),
-            active=active.data_ptr(),
             src_info=src_info.data_ptr(),
             layout_range=layout_range.data_ptr(),
             out=out.data_ptr(),
