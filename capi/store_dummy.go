@@ -4,8 +4,10 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"log/slog"
 
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/standalone"
 )
 
@@ -49,9 +51,13 @@ func mc_store_alloc_from_mem_pool(h C.uint64_t, size C.uint64_t) (ret C.uint64_t
 	defer recoverTo(&ret, 0)
 	d := dummyOf(h)
 	if d == nil {
-		return 0
+		return failed(C.uint64_t(0), errNotReady)
 	}
-	return C.uint64_t(d.AllocFromMemPool(uint64(size)))
+	p := d.AllocFromMemPool(uint64(size))
+	if p == 0 {
+		return failed(C.uint64_t(0), fmt.Errorf("%w: no %d bytes of shared memory (size 0, a closed client, or the memfd could not be made)", kvstore.InvalidParams, uint64(size)))
+	}
+	return C.uint64_t(p)
 }
 
 //export mc_store_dummy_metrics

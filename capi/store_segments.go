@@ -4,6 +4,7 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -80,11 +81,11 @@ func mc_store_local_alloc(h C.uint64_t, size, align C.uint64_t) (ret C.uint64_t)
 	defer recoverTo(&ret, 0)
 	c := storeOf(h)
 	if c == nil {
-		return 0
+		return failed(C.uint64_t(0), errNotReady)
 	}
 	p, ok := c.LocalAlloc(uint64(size), uint64(align))
 	if !ok {
-		return 0
+		return failed(C.uint64_t(0), fmt.Errorf("%w: %d bytes aligned to %d are not free in the local buffer (or a bad alignment)", kvstore.NoAvailableHandle, uint64(size), uint64(align)))
 	}
 	return C.uint64_t(p)
 }

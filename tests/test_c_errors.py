@@ -119,3 +119,18 @@ def test_last_error_is_per_thread() -> None:
     t.start()
     t.join(timeout=60)
     assert fresh == [""]
+
+
+def test_python_raises_with_the_message() -> None:
+    """A Python method that raises on an error number carries the thread's
+    message (here: a store that was never set up)."""
+    s = store.MooncakeDistributedStore()
+    try:
+        s.segment_ids()
+    except store.StoreOperationError as e:
+        assert e.code == _INVALID_PARAMS
+        assert "not set up" in str(e), str(e)
+    else:
+        raise AssertionError("segment_ids on a store that is not set up did not raise")
+    finally:
+        s.close()

@@ -116,7 +116,7 @@ def _lib_ep() -> ctypes.CDLL:
 def _check(rc: int, err: ctypes.c_void_p) -> None:
     if rc == 0:
         return
-    msg = _lib.take_string(err.value) or f"error {rc}"
+    msg = _lib.take_string(err.value) or _lib.last_error() or f"error {rc}"
     if rc == _CODE_INVALID_ARGUMENT:
         raise ValueError(msg)
     raise RuntimeError(f"{msg} (error {rc})")
