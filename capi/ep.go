@@ -149,58 +149,58 @@ func epBegin(buf C.uint64_t, c *C.mc_ep_call, opOut *C.uint64_t) (*epCall, error
 	return x, nil
 }
 
-//export mc_ep_dispatch
-func mc_ep_dispatch(buf C.uint64_t, args *C.mc_cep_dispatch_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
-	defer recoverToErr(&ret, -1, errOut)
-	if args == nil {
+// epRun is the frame of a dispatch or combine: check the handle, op_out
+// and the common part (call, the first member of both argument structs, so
+// NULL args arrive as a NULL call), send, then receive or hand off the
+// receive as the mode says.
+func epRun(buf C.uint64_t, call *C.mc_ep_call, opOut *C.uint64_t, errOut **C.char, send func(c *epCall) (*ep.Op, error)) C.int {
+	if call == nil {
 		return epFail(errors.New("ep: args is NULL"), errOut)
 	}
-	c, err := epBegin(buf, &args.call, opOut)
+	c, err := epBegin(buf, call, opOut)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	elem := 2
-	if args.fp8 != 0 {
-		elem = 1
-	}
-	a := &ep.DispatchArgs{
-		X: cslice[uint16](args.x, c.T*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
-		T: c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us), FP8: args.fp8 != 0,
-		RecvX: cslice[byte](args.recv_x, c.L*c.RN*c.H*elem), RecvCount: cslice[int32](unsafe.Pointer(args.recv_count), c.L),
-		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
-	}
-	if a.FP8 {
-		a.RecvScales = cslice[float32](unsafe.Pointer(args.recv_scales), c.L*c.RN*(c.H/ep.ChannelsPerScale))
-	}
-	op, err := c.b.DispatchSend(a)
+	op, err := send(c)
 	if err != nil {
 		return epFail(err, errOut)
 	}
 	return epFinish(op, c.mode, opOut, errOut)
 }
 
+//export mc_ep_dispatch
+func mc_ep_dispatch(buf C.uint64_t, args *C.mc_cep_dispatch_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
+	return epRun(buf, (*C.mc_ep_call)(unsafe.Pointer(args)), opOut, errOut, func(c *epCall) (*ep.Op, error) {
+		elem := 2
+		if args.fp8 != 0 {
+			elem = 1
+		}
+		a := &ep.DispatchArgs{
+			X: cslice[uint16](args.x, c.T*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
+			T: c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us), FP8: args.fp8 != 0,
+			RecvX: cslice[byte](args.recv_x, c.L*c.RN*c.H*elem), RecvCount: cslice[int32](unsafe.Pointer(args.recv_count), c.L),
+			SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
+		}
+		if a.FP8 {
+			a.RecvScales = cslice[float32](unsafe.Pointer(args.recv_scales), c.L*c.RN*(c.H/ep.ChannelsPerScale))
+		}
+		return c.b.DispatchSend(a)
+	})
+}
+
 //export mc_ep_combine
 func mc_ep_combine(buf C.uint64_t, args *C.mc_cep_combine_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
-	if args == nil {
-		return epFail(errors.New("ep: args is NULL"), errOut)
-	}
-	c, err := epBegin(buf, &args.call, opOut)
-	if err != nil {
-		return epFail(err, errOut)
-	}
-	a := &ep.CombineArgs{
-		X: cslice[uint16](args.x, c.L*c.RN*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
-		Weights: cslice[float32](unsafe.Pointer(args.topk_weights), c.T*c.K),
-		T:       c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us),
-		SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
-		Out: cslice[uint16](args.out, c.T*c.H),
-	}
-	op, err := c.b.CombineSend(a)
-	if err != nil {
-		return epFail(err, errOut)
-	}
-	return epFinish(op, c.mode, opOut, errOut)
+	return epRun(buf, (*C.mc_ep_call)(unsafe.Pointer(args)), opOut, errOut, func(c *epCall) (*ep.Op, error) {
+		return c.b.CombineSend(&ep.CombineArgs{
+			X: cslice[uint16](args.x, c.L*c.RN*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
+			Weights: cslice[float32](unsafe.Pointer(args.topk_weights), c.T*c.K),
+			T:       c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us),
+			SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
+			Out: cslice[uint16](args.out, c.T*c.H),
+		})
+	})
 }
 
 //export mc_ep_op_wait

@@ -825,7 +825,7 @@ enum {
 /* What every dispatch and combine has: its mode, shape and liveness.
  * active (int32[R], 1 = alive) is updated in place: a rank that misses
  * timeout_us (-1: wait forever) is set to 0. */
-typedef struct mc_ep_call {
+typedef struct mc_ep_call { /* the first member of both argument structs */
   int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
   int64_t num_tokens;    /* T */
   int64_t top_k;         /* K */

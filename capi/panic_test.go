@@ -14,20 +14,9 @@ import (
 // TestEveryExportRecovers: the first statement of every //export function
 // is a deferred recoverTo, recoverToErr or recoverVoid (the panic barrier).
 func TestEveryExportRecovers(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
+	fset, files := parseSources(t, parser.ParseComments)
 	exports := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		for _, d := range file.Decls {
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Doc == nil || !hasExport(fn) {
@@ -42,6 +31,25 @@ func TestEveryExportRecovers(t *testing.T) {
 	if exports < 70 {
 		t.Fatalf("found only %d exports; the scan is broken", exports)
 	}
+}
+
+// parseSources parses the package's non-test Go files, by file name.
+func parseSources(t *testing.T, mode parser.Mode) (*token.FileSet, map[string]*ast.File) {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset, files := token.NewFileSet(), map[string]*ast.File{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		if files[name], err = parser.ParseFile(fset, name, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fset, files
 }
 
 func hasExport(fn *ast.FuncDecl) bool {

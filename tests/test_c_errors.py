@@ -134,3 +134,13 @@ def test_python_raises_with_the_message() -> None:
         raise AssertionError("segment_ids on a store that is not set up did not raise")
     finally:
         s.close()
+
+
+def test_ep_calls_refuse_null_args_and_unknown_handles() -> None:
+    lib = _lib.bind(mooncake_ep_buffer._SIGNATURES)
+    op, err = ctypes.c_uint64(0), ctypes.c_void_p()
+    assert lib.mc_ep_dispatch(0, None, ctypes.byref(op), ctypes.byref(err)) == _INVALID_ARGUMENT
+    assert _lib.take_string(err.value) == "ep: args is NULL"
+    args = mooncake_ep_buffer.CombineArgs(call=mooncake_ep_buffer.EpCall(mode=0))
+    assert lib.mc_ep_combine(0, ctypes.byref(args), ctypes.byref(op), None) == _INVALID_ARGUMENT
+    assert _lib.last_error() == "ep: unknown buffer handle"
