@@ -2,7 +2,10 @@
  * mooncake.h - the C ABI of Mooncake-Go (libmooncake.so).
  *
  * One shared library per process: Python (ctypes) and the torch plugin load
- * this same file. Conventions:
+ * this same file. This header is the ABI's one declaration: the library's
+ * Go exports are compiled against it (capi/cgo.h), and the Python ctypes
+ * tables and structs are checked against it (tests/test_package.py).
+ * Conventions:
  *   - Objects are opaque uint64_t handles; 0 is never a valid handle.
  *   - Strings are NUL-terminated UTF-8. A returned char* is malloc'd and must
  *     be released with mc_free(); NULL means "no value".
