@@ -1,27 +1,7 @@
 package main
 
 /*
-#include <stdint.h>
-#include <stdlib.h>
-
-typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key, const char *value, uint64_t len);
-typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf, uint64_t cap, int64_t timeout_ms);
-typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message, uint64_t failed);
-
-typedef struct mc_pg_op {
-	int32_t kind;
-	int32_t dtype;
-	int32_t reduce_op;
-	int32_t root;
-	void *in;
-	void *out;
-	uint64_t in_bytes;
-	uint64_t out_bytes;
-	uint64_t count;
-	const uint64_t *send_bytes;
-	const uint64_t *recv_bytes;
-	int32_t flags;
-} mc_pg_op;
+#include "cgo.h"
 
 static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const char *v, uint64_t n) {
 	return f(ctx, k, v, n);
@@ -95,16 +75,14 @@ func pgStatus(err error) C.int {
 	return pgOther
 }
 
-// pgFail stores err's message in *errOut (if non-NULL) and returns its status.
+// pgFail records err's message (thread's last error, *errOut if non-NULL)
+// and returns its status.
 func pgFail(err error, errOut **C.char) C.int {
-	if errOut != nil {
-		*errOut = C.CString(err.Error())
-	}
-	return pgStatus(err)
+	return failedOut(pgStatus(err), err, errOut)
 }
 
 //export mc_pg_set_host_ip
-func mc_pg_set_host_ip(ip *C.char, errOut **C.char) (ret C.int) {
+func mc_pg_set_host_ip(ip *C.mc_cchar, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	if err := pgRuntime.SetHostIP(C.GoString(ip)); err != nil {
 		return pgFail(err, errOut)
@@ -113,7 +91,7 @@ func mc_pg_set_host_ip(ip *C.char, errOut **C.char) (ret C.int) {
 }
 
 //export mc_pg_set_device_filter
-func mc_pg_set_device_filter(names **C.char, n C.int, errOut **C.char) (ret C.int) {
+func mc_pg_set_device_filter(names *C.mc_ccstr, n C.int, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	var f []string
 	if n > 0 {
@@ -220,8 +198,7 @@ const (
 )
 
 //export mc_pg_group_create
-func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.char, storeCtx unsafe.Pointer,
-	set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
+func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.mc_cchar, storeCtx unsafe.Pointer, set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	if set == nil || get == nil {
 		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
@@ -251,9 +228,9 @@ func mc_pg_group_destroy(group C.uint64_t) {
 //export mc_pg_group_view
 func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, pgOther)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int(-1), err)
 	}
 	// Called at every op completion for the epoch alone: the mask is only
 	// built when asked for.
@@ -289,9 +266,9 @@ func mc_pg_inject_link_failure(group C.uint64_t, peer C.int, fail C.int, errOut 
 //export mc_pg_group_slot_bytes
 func mc_pg_group_slot_bytes(group C.uint64_t) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int64_t(-1), err)
 	}
 	return C.int64_t(g.SlotBytes())
 }
@@ -314,13 +291,6 @@ const (
 // opFlagSync (mc_pg_op.flags): the caller waits for the op at once.
 const opFlagSync = 1
 
-func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
-	if p == nil || n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(p), int(n))
-}
-
 // ints copies n C integers at p (nil: none).
 func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
 	if p == nil || n <= 0 {
@@ -334,7 +304,7 @@ func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
 }
 
 //export mc_pg_submit
-func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) (ret C.int) {
+func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx unsafe.Pointer, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
@@ -343,7 +313,7 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_pg_op, done C.mc_pg_done_fn, ctx un
 	if op == nil || done == nil {
 		return pgFail(fmt.Errorf("%w: NULL op or callback", backend.ErrInvalid), errOut)
 	}
-	in, out := cBytes(op.in, op.in_bytes), cBytes(op.out, op.out_bytes)
+	in, out := cslice[byte](op.in, int(op.in_bytes)), cslice[byte](op.out, int(op.out_bytes))
 	dt, rop, root, count := backend.DType(op.dtype), backend.ReduceOp(op.reduce_op), int(op.root), int(op.count)
 	var opts []backend.OpOption
 	if op.flags&opFlagSync != 0 {

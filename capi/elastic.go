@@ -1,8 +1,6 @@
 package main
 
-/*
-#include <stdint.h>
-*/
+// #include "cgo.h"
 import "C"
 
 import "unsafe"
@@ -24,9 +22,9 @@ func mc_pg_group_set_mirror(group C.uint64_t, mirror *C.int32_t, n C.int, errOut
 //export mc_pg_group_world_size
 func mc_pg_group_world_size(group C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, pgOther)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int(-1), err)
 	}
 	return C.int(g.WorldSize())
 }
@@ -45,8 +43,7 @@ func mc_pg_join_group(group C.uint64_t, errOut **C.char) (ret C.int) {
 }
 
 //export mc_pg_propose
-func mc_pg_propose(group C.uint64_t, activate C.int, ranks *C.int32_t, n C.int, status *C.int32_t,
-	newEpoch *C.uint64_t, dropped *C.uint64_t, reason **C.char, errOut **C.char) (ret C.int) {
+func mc_pg_propose(group C.uint64_t, activate C.int, ranks *C.mc_ci32, n C.int, status *C.int32_t, newEpoch, dropped *C.uint64_t, reason, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
@@ -102,7 +99,7 @@ func mc_pg_sync_after_failure(group C.uint64_t, status *C.int32_t, reason **C.ch
 }
 
 //export mc_pg_peer_state
-func mc_pg_peer_state(group C.uint64_t, ranks *C.int32_t, n C.int, out *C.int32_t, errOut **C.char) (ret C.int) {
+func mc_pg_peer_state(group C.uint64_t, ranks *C.mc_ci32, n C.int, out *C.int32_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)
 	g, err := pgGroup(group)
 	if err != nil {
@@ -127,9 +124,9 @@ func mc_pg_peer_state(group C.uint64_t, ranks *C.int32_t, n C.int, out *C.int32_
 //export mc_pg_num_synced_ranks
 func mc_pg_num_synced_ranks(group C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, pgOther)
-	g, ok := pgGroups.get(uint64(group))
-	if !ok {
-		return -1
+	g, err := pgGroup(group)
+	if err != nil {
+		return failed(C.int(-1), err)
 	}
 	return C.int(g.NumSyncedRanks())
 }

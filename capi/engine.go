@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -21,10 +20,9 @@ import (
 // the collectives runtime given the engine holds another, so the engine
 // closes only when the last of them lets go.
 type engineSlot struct {
-	mu      sync.Mutex
-	e       *transfer.Engine
-	lastErr string
-	refs    int // 1 at creation; 0 once released for good
+	mu   sync.Mutex
+	e    *transfer.Engine
+	refs int // 1 at creation; 0 once released for good
 }
 
 func newEngineSlot() *engineSlot { return &engineSlot{refs: 1} }
@@ -61,27 +59,35 @@ func (s *engineSlot) engine() *transfer.Engine {
 	return s.e
 }
 
-// fail records err as the slot's last error and returns its error number.
-func (s *engineSlot) fail(err error) C.int {
-	s.mu.Lock()
-	s.lastErr = err.Error()
-	s.mu.Unlock()
+// engineFail records err as the thread's last error and returns its
+// Transfer Engine error number.
+func engineFail(err error) C.int {
 	slog.Debug("capi: engine call failed", "err", err)
-	return C.int(transfer.CodeOf(err))
+	return failed(C.int(transfer.CodeOf(err)), err)
 }
+
+var errNoEngine = &transfer.Error{Code: transfer.CodeInvalidArgument, Msg: "unknown, uninitialized or destroyed engine handle"}
+
+// badArg is an invalid-argument error (-1) of the Transfer Engine's kind.
+func badArg(format string, args ...any) error {
+	return &transfer.Error{Code: transfer.CodeInvalidArgument, Msg: fmt.Sprintf(format, args...)}
+}
+
+// noEngine is the failure of a call on a handle without a started engine.
+func noEngine() C.int { return engineFail(errNoEngine) }
 
 func slotOf(h C.uint64_t) *engineSlot {
 	s, _ := engines.get(uint64(h))
 	return s
 }
 
-// liveEngine returns the slot and its started engine, or nil.
-func liveEngine(h C.uint64_t) (*engineSlot, *transfer.Engine) {
+// liveEngine returns the handle's started engine, or nil.
+func liveEngine(h C.uint64_t) *transfer.Engine {
 	s := slotOf(h)
 	if s == nil {
-		return nil, nil
+		return nil
 	}
-	return s, s.engine()
+	return s.engine()
 }
 
 //export mc_engine_create
@@ -91,14 +97,14 @@ func mc_engine_create() (ret C.uint64_t) {
 }
 
 //export mc_engine_initialize
-func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.char) (ret C.int) {
+func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol, deviceName *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s := slotOf(h)
 	if s == nil {
-		return C.int(transfer.CodeInvalidArgument)
+		return noEngine()
 	}
 	if s.engine() != nil {
-		return s.fail(fmt.Errorf("engine already initialized"))
+		return engineFail(fmt.Errorf("engine already initialized"))
 	}
 	e, err := transfer.New(transfer.Config{
 		LocalHostname:  C.GoString(localHostname),
@@ -107,7 +113,7 @@ func mc_engine_initialize(h C.uint64_t, localHostname, metadataServer, protocol,
 		DeviceName:     C.GoString(deviceName),
 	})
 	if err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	s.mu.Lock()
 	s.e = e
@@ -123,46 +129,34 @@ func mc_engine_destroy(h C.uint64_t) {
 	}
 }
 
-//export mc_engine_last_error
-func mc_engine_last_error(h C.uint64_t) (ret *C.char) {
-	defer recoverTo(&ret, nil)
-	s := slotOf(h)
-	if s == nil {
-		return C.CString("unknown engine handle")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return C.CString(s.lastErr)
-}
-
 //export mc_engine_get_rpc_port
 func mc_engine_get_rpc_port(h C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	if _, e := liveEngine(h); e != nil {
+	if e := liveEngine(h); e != nil {
 		return C.int(e.RPCPort())
 	}
-	return -1
+	return failed(C.int(-1), errNoEngine)
 }
 
 //export mc_engine_segment_name
 func mc_engine_segment_name(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
-	if _, e := liveEngine(h); e != nil {
+	if e := liveEngine(h); e != nil {
 		return C.CString(e.Name())
 	}
-	return nil
+	return failed[*C.char](nil, errNoEngine)
 }
 
 //export mc_engine_allocate_managed_buffer
 func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return 0
+		return failed(C.uint64_t(0), errNoEngine)
 	}
 	addr, err := e.AllocateManagedBuffer(uint64(length))
 	if err != nil {
-		s.fail(err)
+		engineFail(err)
 		return 0
 	}
 	return C.uint64_t(addr)
@@ -171,50 +165,56 @@ func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) (ret C.u
 //export mc_engine_free_managed_buffer
 func mc_engine_free_managed_buffer(h C.uint64_t, addr C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return C.int(transfer.CodeInvalidArgument)
+		return noEngine()
 	}
 	if err := e.FreeManagedBuffer(uintptr(addr)); err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	return 0
 }
 
 //export mc_engine_register_memory
-func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.uint64_t, n C.int, location *C.char) (ret C.int) {
+func mc_engine_register_memory(h C.uint64_t, addrs, lengths *C.mc_cu64, n C.int, location *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
-	if e == nil || n < 0 {
-		return C.int(transfer.CodeInvalidArgument)
+	e := liveEngine(h)
+	if e == nil {
+		return noEngine()
+	}
+	if n < 0 {
+		return engineFail(badArg("negative buffer count %d", n))
 	}
 	a, l := u64s(addrs, n), u64s(lengths, n)
 	if len(a) != int(n) || len(l) != int(n) {
-		return s.fail(fmt.Errorf("null address or length array"))
+		return engineFail(fmt.Errorf("null address or length array"))
 	}
 	ptrs := make([]uintptr, n)
 	for i := range ptrs {
 		ptrs[i] = uintptr(a[i])
 	}
 	if err := e.BatchRegisterLocalMemory(ptrs, l, C.GoString(location)); err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	return 0
 }
 
 //export mc_engine_unregister_memory
-func mc_engine_unregister_memory(h C.uint64_t, addrs *C.uint64_t, n C.int) (ret C.int) {
+func mc_engine_unregister_memory(h C.uint64_t, addrs *C.mc_cu64, n C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
-	if e == nil || n < 0 {
-		return C.int(transfer.CodeInvalidArgument)
+	e := liveEngine(h)
+	if e == nil {
+		return noEngine()
+	}
+	if n < 0 {
+		return engineFail(badArg("negative buffer count %d", n))
 	}
 	ptrs := make([]uintptr, n)
 	for i, a := range u64s(addrs, n) {
 		ptrs[i] = uintptr(a)
 	}
 	if err := e.BatchUnregisterLocalMemory(ptrs); err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	return 0
 }
@@ -239,43 +239,43 @@ func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) ([
 }
 
 //export mc_engine_transfer_sync
-func mc_engine_transfer_sync(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int, notifyName, notifyMsg *C.char) (ret C.int) {
+func mc_engine_transfer_sync(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int, notifyName, notifyMsg *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return C.int(transfer.CodeInvalidArgument)
+		return noEngine()
 	}
 	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n)
 	if err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	tgt := C.GoString(target)
 	if err := e.TransferSync(tgt, reqs); err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	if notifyName != nil {
 		if err := e.SendNotify(tgt, transfer.Notify{Name: C.GoString(notifyName), Msg: C.GoString(notifyMsg)}); err != nil {
-			return s.fail(err)
+			return engineFail(err)
 		}
 	}
 	return 0
 }
 
 //export mc_engine_transfer_async
-func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) (ret C.uint64_t) {
+func mc_engine_transfer_async(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return 0
+		return failed(C.uint64_t(0), errNoEngine)
 	}
 	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n)
 	if err != nil {
-		s.fail(err)
+		engineFail(err)
 		return 0
 	}
 	seg, err := e.CachedSegment(C.GoString(target))
 	if err != nil {
-		s.fail(err)
+		engineFail(err)
 		return 0
 	}
 	for i := range reqs {
@@ -283,35 +283,38 @@ func mc_engine_transfer_async(h C.uint64_t, target *C.char, opcode C.int, buffer
 	}
 	id, err := e.AllocateBatch(len(reqs))
 	if err != nil {
-		s.fail(err)
+		engineFail(err)
 		return 0
 	}
 	if err := e.SubmitTransfer(id, reqs); err != nil {
 		e.FreeBatch(id)
-		s.fail(err)
+		engineFail(err)
 		return 0
 	}
 	return C.uint64_t(id)
 }
 
 //export mc_engine_wait_batches
-func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) (ret C.int) {
+func mc_engine_wait_batches(h C.uint64_t, ids *C.mc_cu64, n C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
-	if e == nil || n < 0 {
-		return -1
+	e := liveEngine(h)
+	if e == nil {
+		return failed(C.int(-1), errNoEngine)
+	}
+	if n < 0 {
+		return failed(C.int(-1), badArg("negative batch count %d", n))
 	}
 	rc := C.int(0)
 	for _, id := range u64s(ids, n) {
 		st, err := e.WaitBatch(transfer.BatchID(id))
 		if err != nil {
-			s.fail(err)
+			engineFail(err)
 			rc = -1
 			continue
 		}
 		e.FreeBatch(transfer.BatchID(id))
 		if st.Status != transfer.StatusCompleted {
-			s.fail(fmt.Errorf("batch %d: %s", id, st.Status))
+			engineFail(fmt.Errorf("batch %d: %s", id, st.Status))
 			rc = -1
 		}
 	}
@@ -321,13 +324,13 @@ func mc_engine_wait_batches(h C.uint64_t, ids *C.uint64_t, n C.int) (ret C.int) 
 //export mc_engine_check_batch
 func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return -1
+		return failed(C.int(-1), errNoEngine)
 	}
 	st, err := e.BatchStatus(transfer.BatchID(id))
 	if err != nil {
-		s.fail(err)
+		engineFail(err)
 		return -1
 	}
 	switch st.Status {
@@ -340,6 +343,7 @@ func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) (ret C.int) {
 		if e.FreeBatch(transfer.BatchID(id)) != nil {
 			return 0
 		}
+		engineFail(fmt.Errorf("batch %d: %s", id, st.Status))
 		if st.Status == transfer.StatusTimeout {
 			return -2
 		}
@@ -350,19 +354,23 @@ func mc_engine_check_batch(h C.uint64_t, id C.uint64_t) (ret C.int) {
 }
 
 //export mc_engine_first_buffer_address
-func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) (ret C.uint64_t) {
+func mc_engine_first_buffer_address(h C.uint64_t, segment *C.mc_cchar) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return 0
+		return failed(C.uint64_t(0), errNoEngine)
 	}
 	seg, err := e.CachedSegment(C.GoString(segment))
 	if err != nil {
-		s.fail(err)
+		engineFail(err)
 		return 0
 	}
 	d, err := e.SegmentDescriptor(seg)
-	if err != nil || len(d.Buffers) == 0 {
+	if err == nil && len(d.Buffers) == 0 {
+		err = fmt.Errorf("segment %q has no registered buffer", C.GoString(segment))
+	}
+	if err != nil {
+		engineFail(err)
 		return 0
 	}
 	return C.uint64_t(d.Buffers[0].Addr)
@@ -371,9 +379,9 @@ func mc_engine_first_buffer_address(h C.uint64_t, segment *C.char) (ret C.uint64
 //export mc_engine_get_notifies
 func mc_engine_get_notifies(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
-	_, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return nil
+		return failed[*C.char](nil, errNoEngine)
 	}
 	ns := e.GetNotifies()
 	if ns == nil {
@@ -384,27 +392,27 @@ func mc_engine_get_notifies(h C.uint64_t) (ret *C.char) {
 }
 
 //export mc_engine_send_notify
-func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.char) (ret C.int) {
+func mc_engine_send_notify(h C.uint64_t, target, name, msg *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return C.int(transfer.CodeInvalidArgument)
+		return noEngine()
 	}
 	if err := e.SendNotify(C.GoString(target), transfer.Notify{Name: C.GoString(name), Msg: C.GoString(msg)}); err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	return 0
 }
 
 //export mc_engine_send_probe
-func mc_engine_send_probe(h C.uint64_t, peer *C.char) (ret C.int) {
+func mc_engine_send_probe(h C.uint64_t, peer *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
+	e := liveEngine(h)
 	if e == nil {
-		return C.int(transfer.CodeInvalidArgument)
+		return noEngine()
 	}
 	if err := e.Probe(C.GoString(peer)); err != nil {
-		return s.fail(err)
+		return engineFail(err)
 	}
 	return 0
 }
@@ -417,25 +425,20 @@ func mc_local_topology() (ret *C.char) {
 	return C.CString(transfer.LocalTopology())
 }
 
-// u64s views a C array of n uint64 as a Go slice (no copy).
-func u64s(p *C.uint64_t, n C.int) []uint64 {
-	if p == nil || n <= 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n))
-}
-
 func init() { logging.Setup() }
 
 //export mc_engine_write_local
-func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, length C.uint64_t) (ret C.int) {
+func mc_engine_write_local(h, addr C.uint64_t, src *C.mc_cvoid, length C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
-	if e == nil || (src == nil && length > 0) {
-		return C.int(transfer.CodeInvalidArgument)
+	e := liveEngine(h)
+	if e == nil {
+		return noEngine()
 	}
-	if err := e.WriteLocal(uintptr(addr), unsafe.Slice((*byte)(src), int(length))); err != nil {
-		return s.fail(err)
+	if src == nil && length > 0 {
+		return engineFail(badArg("src is NULL"))
+	}
+	if err := e.WriteLocal(uintptr(addr), cslice[byte](unsafe.Pointer(src), int(length))); err != nil {
+		return engineFail(err)
 	}
 	return 0
 }
@@ -443,12 +446,15 @@ func mc_engine_write_local(h C.uint64_t, addr C.uint64_t, src unsafe.Pointer, le
 //export mc_engine_read_local
 func mc_engine_read_local(h C.uint64_t, addr C.uint64_t, dst unsafe.Pointer, length C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
-	s, e := liveEngine(h)
-	if e == nil || (dst == nil && length > 0) {
-		return C.int(transfer.CodeInvalidArgument)
+	e := liveEngine(h)
+	if e == nil {
+		return noEngine()
 	}
-	if err := e.ReadLocal(uintptr(addr), unsafe.Slice((*byte)(dst), int(length))); err != nil {
-		return s.fail(err)
+	if dst == nil && length > 0 {
+		return engineFail(badArg("dst is NULL"))
+	}
+	if err := e.ReadLocal(uintptr(addr), cslice[byte](dst, int(length))); err != nil {
+		return engineFail(err)
 	}
 	return 0
 }

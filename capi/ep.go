@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -33,26 +32,21 @@ const (
 	epModeAsync = 2
 )
 
+var errNoBuffer = errors.New("ep: unknown buffer handle")
+
+// epFail reports a failed EP call (mooncake.h, "Errors"): -202 when the
+// buffer closed, the Transfer Engine's number of a transfer error, else -1
+// (invalid argument: ep's own checks).
 func epFail(err error, errOut **C.char) C.int {
-	if errOut != nil {
-		*errOut = C.CString(err.Error())
-	}
+	code := C.int(transfer.CodeInvalidArgument)
 	var te *transfer.Error
 	switch {
 	case errors.Is(err, ep.ErrClosed):
-		return C.int(transfer.CodeContext)
+		code = C.int(transfer.CodeContext)
 	case errors.As(err, &te):
-		return C.int(transfer.CodeOf(err))
+		code = C.int(transfer.CodeOf(err))
 	}
-	return C.int(transfer.CodeInvalidArgument)
-}
-
-// cslice views n Ts of C memory at p; none when p is NULL or n <= 0.
-func cslice[T any](p unsafe.Pointer, n int) []T {
-	if p == nil || n <= 0 {
-		return nil
-	}
-	return unsafe.Slice((*T)(p), n)
+	return failedOut(code, err, errOut)
 }
 
 //export mc_ep_size_hint
@@ -62,7 +56,7 @@ func mc_ep_size_hint(n, h, ranks, e C.int64_t) (ret C.int64_t) {
 }
 
 //export mc_ep_buffer_create
-func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.char, disableP2P C.int, errOut **C.char) (ret C.uint64_t) {
+func mc_ep_buffer_create(rank, ranks C.int, nbytes C.int64_t, localHostname *C.mc_cchar, disableP2P C.int, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	b, err := ep.NewBuffer(ep.Config{Rank: int(rank), Ranks: int(ranks), Bytes: int64(nbytes),
 		LocalHostname: C.GoString(localHostname), DisableP2P: disableP2P != 0})
@@ -78,18 +72,18 @@ func mc_ep_buffer_self(buf C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return nil
+		return failed[*C.char](nil, errNoBuffer)
 	}
 	j, _ := json.Marshal(b.Self())
 	return C.CString(string(j))
 }
 
 //export mc_ep_buffer_connect
-func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.char, errOut **C.char) (ret C.int) {
+func mc_ep_buffer_connect(buf C.uint64_t, peersJSON *C.mc_cchar, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+		return epFail(errNoBuffer, errOut)
 	}
 	var peers []ep.Peer
 	if err := json.Unmarshal([]byte(C.GoString(peersJSON)), &peers); err != nil {
@@ -109,8 +103,8 @@ func mc_ep_buffer_destroy(buf C.uint64_t) {
 	}
 }
 
-// finish runs or hands off the receive of op according to mode.
-func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t, errOut **C.char) C.int {
+// epFinish runs or hands off the receive of op according to mode.
+func epFinish(op *ep.Op, mode C.int32_t, opOut *C.uint64_t, errOut **C.char) C.int {
 	switch mode {
 	case epModeHook:
 		*opOut = C.uint64_t(epOps.put(&epOp{op: op}))
@@ -125,71 +119,88 @@ func epFinish(op *ep.Op, mode C.int, opOut *C.uint64_t, errOut **C.char) C.int {
 	return 0
 }
 
-//export mc_ep_dispatch
-func mc_ep_dispatch(buf C.uint64_t, mode C.int, x unsafe.Pointer, t C.int64_t, topk unsafe.Pointer, k C.int64_t,
-	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, fp8 C.int,
-	recvX, recvScales, recvCount, srcInfo, layoutRange unsafe.Pointer, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
-	defer recoverToErr(&ret, -1, errOut)
+// epCall is a dispatch's or combine's mc_ep_call, checked and sized.
+type epCall struct {
+	b             *ep.Buffer
+	mode          C.int32_t
+	T, K, N, H, E int
+	L, RN, R      int // experts per rank, rows per expert, ranks (1 if the shape is invalid)
+	active        []int32
+}
+
+// epBegin checks the handle, op_out and the common part of a call. With an
+// invalid shape R is 1: ep's checks word that error, and the slice sizes
+// the caller computes need E/R.
+func epBegin(buf C.uint64_t, c *C.mc_ep_call, opOut *C.uint64_t) (*epCall, error) {
 	b, ok := epBuffers.get(uint64(buf))
 	if !ok {
-		return epFail(errors.New("ep: unknown buffer handle"), errOut)
+		return nil, errNoBuffer
 	}
-	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
-		return epFail(errors.New("ep: op_out is NULL"), errOut)
+	if (c.mode == epModeHook || c.mode == epModeAsync) && opOut == nil {
+		return nil, errors.New("ep: op_out is NULL")
 	}
-	T, K, N, H, E, R := int(t), int(k), int(n), int(h), int(e), b.Ranks()
-	if R <= 0 || E%R != 0 || N <= 0 || H <= 0 {
-		// Let ep's checks word the error; slice sizes below need E/R.
-		R = 1
+	x := &epCall{b: b, mode: c.mode, T: int(c.num_tokens), K: int(c.top_k), N: int(c.max_tokens),
+		H: int(c.hidden), E: int(c.num_experts), R: b.Ranks(),
+		active: cslice[int32](unsafe.Pointer(c.active), b.Ranks())}
+	if x.R <= 0 || x.E%x.R != 0 || x.N <= 0 || x.H <= 0 {
+		x.R = 1
 	}
-	L, RN := E/R, R*N
-	elem := 2
-	if fp8 != 0 {
-		elem = 1
+	x.L, x.RN = x.E/x.R, x.R*x.N
+	return x, nil
+}
+
+// epRun is the frame of a dispatch or combine: check the handle, op_out
+// and the common part (call, the first member of both argument structs, so
+// NULL args arrive as a NULL call), send, then receive or hand off the
+// receive as the mode says.
+func epRun(buf C.uint64_t, call *C.mc_ep_call, opOut *C.uint64_t, errOut **C.char, send func(c *epCall) (*ep.Op, error)) C.int {
+	if call == nil {
+		return epFail(errors.New("ep: args is NULL"), errOut)
 	}
-	a := &ep.DispatchArgs{
-		X: cslice[uint16](x, T*H), TopkIdx: cslice[int64](topk, T*K), T: T, K: K, N: N, H: H, E: E,
-		Active: cslice[int32](active, b.Ranks()), TimeoutUs: int64(timeoutUs), FP8: fp8 != 0,
-		RecvX: cslice[byte](recvX, L*RN*H*elem), RecvCount: cslice[int32](recvCount, L),
-		SrcInfo: cslice[int32](srcInfo, L*RN), LayoutRange: cslice[int64](layoutRange, L*R),
-	}
-	if a.FP8 {
-		a.RecvScales = cslice[float32](recvScales, L*RN*(H/ep.ChannelsPerScale))
-	}
-	op, err := b.DispatchSend(a)
+	c, err := epBegin(buf, call, opOut)
 	if err != nil {
 		return epFail(err, errOut)
 	}
-	return epFinish(op, mode, opOut, errOut)
+	op, err := send(c)
+	if err != nil {
+		return epFail(err, errOut)
+	}
+	return epFinish(op, c.mode, opOut, errOut)
+}
+
+//export mc_ep_dispatch
+func mc_ep_dispatch(buf C.uint64_t, args *C.mc_cep_dispatch_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, -1, errOut)
+	return epRun(buf, (*C.mc_ep_call)(unsafe.Pointer(args)), opOut, errOut, func(c *epCall) (*ep.Op, error) {
+		elem := 2
+		if args.fp8 != 0 {
+			elem = 1
+		}
+		a := &ep.DispatchArgs{
+			X: cslice[uint16](args.x, c.T*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
+			T: c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us), FP8: args.fp8 != 0,
+			RecvX: cslice[byte](args.recv_x, c.L*c.RN*c.H*elem), RecvCount: cslice[int32](unsafe.Pointer(args.recv_count), c.L),
+			SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
+		}
+		if a.FP8 {
+			a.RecvScales = cslice[float32](unsafe.Pointer(args.recv_scales), c.L*c.RN*(c.H/ep.ChannelsPerScale))
+		}
+		return c.b.DispatchSend(a)
+	})
 }
 
 //export mc_ep_combine
-func mc_ep_combine(buf C.uint64_t, mode C.int, x unsafe.Pointer, topk, weights unsafe.Pointer, t, k C.int64_t,
-	active unsafe.Pointer, n, h, e, timeoutUs C.int64_t, srcInfo, layoutRange, out unsafe.Pointer,
-	opOut *C.uint64_t, errOut **C.char) (ret C.int) {
+func mc_ep_combine(buf C.uint64_t, args *C.mc_cep_combine_args, opOut *C.uint64_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
-	b, ok := epBuffers.get(uint64(buf))
-	if !ok {
-		return epFail(errors.New("ep: unknown buffer handle"), errOut)
-	}
-	if (mode == epModeHook || mode == epModeAsync) && opOut == nil {
-		return epFail(errors.New("ep: op_out is NULL"), errOut)
-	}
-	T, K, N, H, E, R := int(t), int(k), int(n), int(h), int(e), b.Ranks()
-	if R <= 0 || E%R != 0 || N <= 0 || H <= 0 {
-		R = 1
-	}
-	L, RN := E/R, R*N
-	a := &ep.CombineArgs{
-		X: cslice[uint16](x, L*RN*H), TopkIdx: cslice[int64](topk, T*K), Weights: cslice[float32](weights, T*K),
-		T: T, K: K, N: N, H: H, E: E, Active: cslice[int32](active, b.Ranks()), TimeoutUs: int64(timeoutUs),
-		SrcInfo: cslice[int32](srcInfo, L*RN), LayoutRange: cslice[int64](layoutRange, L*R), Out: cslice[uint16](out, T*H),
-	}
-	op, err := b.CombineSend(a)
-	if err != nil {
-		return epFail(err, errOut)
-	}
-	return epFinish(op, mode, opOut, errOut)
+	return epRun(buf, (*C.mc_ep_call)(unsafe.Pointer(args)), opOut, errOut, func(c *epCall) (*ep.Op, error) {
+		return c.b.CombineSend(&ep.CombineArgs{
+			X: cslice[uint16](args.x, c.L*c.RN*c.H), TopkIdx: cslice[int64](unsafe.Pointer(args.topk_idx), c.T*c.K),
+			Weights: cslice[float32](unsafe.Pointer(args.topk_weights), c.T*c.K),
+			T:       c.T, K: c.K, N: c.N, H: c.H, E: c.E, Active: c.active, TimeoutUs: int64(args.call.timeout_us),
+			SrcInfo: cslice[int32](unsafe.Pointer(args.src_info), c.L*c.RN), LayoutRange: cslice[int64](unsafe.Pointer(args.layout_range), c.L*c.R),
+			Out: cslice[uint16](args.out, c.T*c.H),
+		})
+	})
 }
 
 //export mc_ep_op_wait

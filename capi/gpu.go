@@ -1,6 +1,6 @@
 package main
 
-// #include <stdint.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -17,7 +17,7 @@ func mc_pointer_kind(ptr C.uint64_t, device *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	info, err := gpu.System().Pointer(uintptr(ptr))
 	if err != nil {
-		return -1
+		return failed(C.int(-1), err)
 	}
 	if device != nil {
 		*device = -1
@@ -36,7 +36,7 @@ func mc_pointer_kind(ptr C.uint64_t, device *C.int) (ret C.int) {
 func mc_copy_memory(dst, src, n C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	if err := gpu.System().Copy(uintptr(dst), uintptr(src), uint64(n)); err != nil {
-		return -1
+		return failed(C.int(-1), err)
 	}
 	return 0
 }

@@ -1,6 +1,6 @@
 package main
 
-// #include <stdint.h>
+// #include "cgo.h"
 import "C"
 
 import (

@@ -1,10 +1,12 @@
 package main
 
-// #include <stddef.h>
+// #include "cgo.h"
 import "C"
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"math"
 	"unsafe"
 )
@@ -16,14 +18,17 @@ import (
 // not hold exactly n keys (out is then untouched).
 //
 //export mc_split_keys
-func mc_split_keys(packed *C.char, size C.size_t, n C.int, out **C.char) (ret C.int) {
+func mc_split_keys(packed *C.mc_cchar, size C.size_t, n C.int, out **C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	if n < 0 || (n > 0 && (packed == nil || out == nil || size == 0)) {
-		return -1
+		return failed(C.int(-1), errors.New("mc_split_keys: NULL buffer or output, or a negative count"))
+	}
+	if n == 0 {
+		return 0
 	}
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(packed)), int(size))
-	if buf[len(buf)-1] != 0 || bytes.Count(buf, []byte{0}) != int(n) {
-		return -1
+	if got := bytes.Count(buf, []byte{0}); buf[len(buf)-1] != 0 || got != int(n) {
+		return failed(C.int(-1), fmt.Errorf("mc_split_keys: the buffer holds %d NUL-terminated keys, not %d", got, n))
 	}
 	ptrs := unsafe.Slice(out, int(n))
 	for i := range ptrs {
@@ -47,7 +52,7 @@ func goStrings(p **C.char, n C.int) []string {
 	lens := make([]int, n)
 	packed, total := true, 0
 	for i, s := range ptrs {
-		lens[i] = cStrlen(s)
+		lens[i] = cStrlen(unsafe.Pointer(s))
 		if uintptr(unsafe.Pointer(s)) != uintptr(unsafe.Pointer(ptrs[0]))+uintptr(total) {
 			packed = false
 		}
@@ -70,6 +75,6 @@ func goStrings(p **C.char, n C.int) []string {
 }
 
 // cStrlen is strlen(3) without a call into C.
-func cStrlen(s *C.char) int {
-	return bytes.IndexByte(unsafe.Slice((*byte)(unsafe.Pointer(s)), math.MaxInt32), 0)
+func cStrlen(s unsafe.Pointer) int {
+	return bytes.IndexByte(unsafe.Slice((*byte)(s), math.MaxInt32), 0)
 }

@@ -2,16 +2,14 @@
  * mooncake.h - the C ABI of Mooncake-Go (libmooncake.so).
  *
  * One shared library per process: Python (ctypes) and the torch plugin load
- * this same file. Conventions:
+ * this same file. This header is the ABI's one declaration: the library's
+ * Go exports are compiled against it (capi/cgo.h), and the Python ctypes
+ * tables and structs are checked against it (tests/test_package.py).
+ * Conventions:
  *   - Objects are opaque uint64_t handles; 0 is never a valid handle.
  *   - Strings are NUL-terminated UTF-8. A returned char* is malloc'd and must
  *     be released with mc_free(); NULL means "no value".
- *   - int results: 0 on success, otherwise a negative upstream error number
- *     (Transfer Engine: -1 invalid argument, -2 too many requests,
- *     -3 address not registered, -4 batch busy, -7 address overlapped,
- *     -102 socket, -103 malformed JSON, -104 handshake rejected,
- *     -200 metadata, -202 context/timeout, -302 memory, -303 not implemented).
- *     mc_engine_last_error() gives the message of an engine's last failure.
+ *   - Errors: see "Errors" below.
  *   - Addresses are absolute virtual addresses in the owning process.
  *   - No function blocks longer than the transfer timeout
  *     (MC_TRANSFER_TIMEOUT seconds, default 30) plus connection set-up.
@@ -35,14 +33,50 @@
  *     operation canceled by mc_ep_buffer_destroy completes with -202, a
  *     transfer canceled by the engine's close ends failed.
  *
+ * Errors (one convention for every function):
+ *   - The result says whether a call failed: an int result is 0 on success
+ *     (or the non-negative value the function documents: a count, a size,
+ *     a flag) and a negative error number on failure; a handle, id or
+ *     address is 0 on failure; a string is NULL. Functions without a result
+ *     that take a results array put a number per item there.
+ *   - Error numbers come from one table per family, upstream's where
+ *     upstream has one:
+ *       Transfer Engine (mc_engine_*, mc_rpc_*, mc_ep_*, mc_pointer_kind,
+ *       mc_copy_memory): -1 invalid argument (also the generic failure),
+ *       -2 too many requests, -3 address not registered, -4 batch busy,
+ *       -7 address overlapped, -102 socket, -103 malformed JSON,
+ *       -104 handshake rejected, -200 metadata, -202 context/timeout
+ *       (also "closed"), -302 memory, -303 not implemented;
+ *       Store (mc_store_*): upstream Mooncake Store's ErrorCode (-600
+ *       invalid params, also "handle not set up", -704 object not found, ...;
+ *       see the store section);
+ *       Collectives (mc_pg_*): -1 invalid request, -2 peer failure, -3 group
+ *       destroyed, -4 group broken, -5 other. These are ours: upstream has
+ *       no C ABI for its backend, and the numbers are the outcome kinds the
+ *       torch plugin turns into exceptions (-1 for an unknown handle where
+ *       a function returns a count).
+ *   - Every failure also records a message for the calling thread:
+ *     mc_last_error() returns it (malloc'd; free with mc_free). It is only
+ *     meaningful right after a call that failed: a successful call leaves
+ *     it as it was. A call with per-item results leaves the message of the
+ *     last item that failed. Functions that take `char **err` also store a
+ *     copy of the message there (malloc'd; free with mc_free) unless err is
+ *     NULL; they predate mc_last_error and are kept for their callers.
+ *   - Documented exceptions (kept as upstream or because they are states,
+ *     not failures): mc_engine_check_batch (-1 failed, -2 timed out: the
+ *     batch's outcome, with a message), mc_store_health_check (1, 2),
+ *     mc_store_stop_metrics_server (1: none ran), mc_rpc_server_next (0 on a
+ *     timeout), mc_ep_op_done (1 for an unknown handle),
+ *     mc_store_get_session_end (-1 for a handle not set up, as upstream).
+ *
  * Panics: no Go panic crosses this ABI. A panic on the calling thread
  * inside any function is recovered there (and logged with its stack); the
  * call returns its failure value: -1 for int results (collectives: -5), 0
- * for handles, ids and addresses, NULL for strings, with a message in
- * *err where the function takes one. Functions without a result return,
- * their outputs possibly unfilled. Work that runs on the library's own
- * threads (async EP receives, collective ops) reports errors through its
- * completion instead.
+ * for handles, ids and addresses, NULL for strings, with the message as the
+ * thread's last error (and in *err where the function takes one).
+ * Functions without a result return, their outputs possibly unfilled. Work
+ * that runs on the library's own threads (async EP receives, collective
+ * ops) reports errors through its completion instead.
  */
 #ifndef MOONCAKE_H
 #define MOONCAKE_H
@@ -65,6 +99,10 @@ void mc_free(void *p);
  * builds a batch's key array from one buffer. 0, or -1 (out untouched)
  * when the buffer does not hold exactly n keys. */
 int mc_split_keys(const char *packed, size_t size, int n, const char **out);
+
+/* Message of the last failed call on the calling thread ("" if none); see
+ * "Errors". Free with mc_free. */
+char *mc_last_error(void);
 
 /* ---- Transfer Engine ------------------------------------------------- */
 
@@ -89,9 +127,6 @@ int mc_engine_initialize(uint64_t engine, const char *local_hostname,
  * in flight is canceled, the metadata is withdrawn and all memory is
  * unregistered, managed buffers freed. */
 void mc_engine_destroy(uint64_t engine);
-
-/* Message of the engine's last failure ("" if none). Free with mc_free. */
-char *mc_engine_last_error(uint64_t engine);
 
 /* Port of the handshake (RPC) listener, or -1. */
 int mc_engine_get_rpc_port(uint64_t engine);
@@ -210,7 +245,8 @@ int mc_rpc_server_stop(uint64_t server);
 uint64_t mc_rpc_client_create(int pool_size, int timeout_ms);
 
 /* Send len bytes at data with kind to the server at target ("host:port");
- * 0 once queued there, -1 with *err set (free with mc_free). */
+ * 0 once queued there, else a negative number (-1 for most failures) with
+ * *err set (free with mc_free). */
 int mc_rpc_client_send(uint64_t client, const char *target, int kind,
                        const void *data, uint64_t len, char **err);
 
@@ -226,24 +262,33 @@ int mc_rpc_client_close(uint64_t client);
 /* Create a store handle; it does nothing until mc_store_setup. */
 uint64_t mc_store_create(void);
 
-/* Set the client up (upstream setup): start or share a Transfer Engine
- * (engine != 0: an initialized mc_engine handle), allocate the local
- * staging buffer, connect to the master ("host:port" or
- * "etcd://h1:p1;h2:p2" for HA) and mount global_segment_size bytes.
- * protocol "rdma"/"efa" falls back to tcp (see mooncake.h's engine notes);
- * tenant_id ("" or "default": the default tenant) goes with every request
- * to the master. hugepage_size (2 MiB or 1 GiB; 0: normal pages) puts the
- * local buffer and the segment on huge pages, which the kernel must have
- * reserved (-600 otherwise, the log says how many are missing). 0 or a
- * negative error number. A closed handle cannot be set up again: create a
- * new one. A given engine is retained until mc_store_close; an engine
- * handle that is not initialized or was destroyed is -600. */
-int mc_store_setup(uint64_t store, const char *local_hostname,
-                   const char *metadata_server, uint64_t global_segment_size,
-                   uint64_t local_buffer_size, const char *protocol,
-                   const char *device_name, const char *master_server_addr,
-                   uint64_t engine, const char *tenant_id,
-                   uint64_t hugepage_size);
+/* The arguments of mc_store_setup (upstream setup's). */
+typedef struct mc_store_setup_args {
+  const char *local_hostname;     /* "host" or "host:port"                 */
+  const char *metadata_server;    /* the engine's metadata server          */
+  uint64_t global_segment_size;   /* bytes mounted for other clients       */
+  uint64_t local_buffer_size;     /* the local staging buffer, bytes       */
+  const char *protocol;           /* "tcp" ("rdma"/"efa" fall back to it)  */
+  const char *device_name;        /* NIC filter ("" none)                  */
+  const char *master_server_addr; /* "host:port" or "etcd://h1:p1;h2:p2"   */
+  uint64_t engine;                /* an initialized mc_engine, 0: our own  */
+  const char *tenant_id;          /* "" or "default": the default tenant   */
+  uint64_t hugepage_size;         /* 2 MiB or 1 GiB; 0: normal pages       */
+} mc_store_setup_args;
+
+/* Set the client up (upstream setup) as args describes: start or share a
+ * Transfer Engine (args->engine != 0: an initialized mc_engine handle),
+ * allocate the local staging buffer, connect to the master and mount
+ * global_segment_size bytes. protocol "rdma"/"efa" falls back to tcp (see
+ * mooncake.h's engine notes); tenant_id goes with every request to the
+ * master. hugepage_size puts the local buffer and the segment on huge
+ * pages, which the kernel must have reserved (-600 otherwise, the log says
+ * how many are missing). 0 or a negative error number (-600 for a NULL
+ * args). A closed handle cannot be set up again: create a new one. A given
+ * engine is retained until mc_store_close; an engine handle that is not
+ * initialized or was destroyed is -600. args is read during the call only.
+ */
+int mc_store_setup(uint64_t store, const mc_store_setup_args *args);
 
 /* Start the client's disk tier (setup's enable_ssd_offload) in directory
  * path ("": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage),
@@ -749,7 +794,9 @@ int mc_pg_submit(uint64_t group, const mc_pg_op *op, mc_pg_done_fn done,
 /* ---- MoE expert parallelism (mooncake.mooncake_ep_buffer) ----------- */
 /* Notation: R ranks, E experts, L = E/R, N max tokens per rank, H hidden,
  * T local tokens, K top-k. Tensors are raw pointers to contiguous memory.
- * On failure *err (if err is non-NULL) gets a message to free with mc_free. */
+ * Failures: -1 (bad arguments, unknown handle), -202 (buffer closed) or a
+ * transfer's error number; the message also goes to *err (if err is
+ * non-NULL; free with mc_free). */
 
 /* Upstream's get_ep_buffer_size_hint: 16*E + 8*E*N*(16+H) bytes. */
 int64_t mc_ep_size_hint(int64_t n, int64_t h, int64_t num_ranks, int64_t e);
@@ -777,32 +824,66 @@ int mc_ep_buffer_connect(uint64_t buf, const char *peers_json, char **err);
  * then the buffer and its engine are freed. */
 void mc_ep_buffer_destroy(uint64_t buf);
 
-/* mode: 0 synchronous; 1 send now, receive in mc_ep_op_wait (recv hook);
- * 2 send now, receive on a background thread (async_finish), complete with
- * mc_ep_op_wait. In modes 1 and 2 *op_out gets the operation handle and
- * every pointer must stay valid until mc_ep_op_wait returns.
+/* Modes of mc_ep_dispatch / mc_ep_combine (the args' mode field). */
+enum {
+  MC_EP_SYNC = 0,  /* send and receive before returning                     */
+  MC_EP_HOOK = 1,  /* send now, receive in mc_ep_op_wait (recv hook)         */
+  MC_EP_ASYNC = 2  /* send now, receive on a background thread; complete
+                      with mc_ep_op_wait (async_finish)                      */
+};
+
+/* What every dispatch and combine has: its mode, shape and liveness.
  * active (int32[R], 1 = alive) is updated in place: a rank that misses
- * timeout_us (-1: wait forever) is set to 0.
- *
- * dispatch: x bf16[T,H], topk int64[T,K] (-1 = none); outputs recv_x
- * [L,R*N,H] (bf16, or e4m3 when fp8), recv_scales float32 stored
+ * timeout_us (-1: wait forever) is set to 0. */
+typedef struct mc_ep_call { /* the first member of both argument structs */
+  int32_t mode;          /* MC_EP_SYNC, MC_EP_HOOK or MC_EP_ASYNC */
+  int64_t num_tokens;    /* T */
+  int64_t top_k;         /* K */
+  int64_t max_tokens;    /* N, per rank (the dispatch's, for a combine) */
+  int64_t hidden;        /* H, a multiple of 128 */
+  int64_t num_experts;   /* E, a multiple of R */
+  int64_t timeout_us;
+  int32_t *active;
+} mc_ep_call;
+
+/* One dispatch: the caller's tokens go to the ranks owning their top-k
+ * experts. Inputs: x bf16[T,H], topk_idx int64[T,K] (-1 = none). Outputs:
+ * recv_x [L,R*N,H] (bf16, or e4m3 when fp8), recv_scales float32 stored
  * [L,H/128,R*N] (fp8 only, else NULL), recv_count int32[L], src_info
  * int32[L,R*N], layout_range int64[L,R] = (begin<<32)|count. */
-int mc_ep_dispatch(uint64_t buf, int mode, const void *x, int64_t t,
-                   const void *topk, int64_t k, void *active, int64_t n,
-                   int64_t h, int64_t e, int64_t timeout_us, int fp8,
-                   void *recv_x, void *recv_scales, void *recv_count,
-                   void *src_info, void *layout_range, uint64_t *op_out,
-                   char **err);
+typedef struct mc_ep_dispatch_args {
+  mc_ep_call call;
+  int32_t fp8;           /* != 0: e4m3 recv_x with recv_scales */
+  const void *x;
+  const int64_t *topk_idx;
+  void *recv_x;
+  float *recv_scales;
+  int32_t *recv_count;
+  int32_t *src_info;
+  int64_t *layout_range;
+} mc_ep_dispatch_args;
 
-/* combine: x bf16[L,R*N,H] expert outputs in the dispatch layout, topk
- * int64[T,K], weights float32[T,K], src_info/layout_range from the
- * dispatch; out bf16[T,H] = sum_k w*y (float32 accumulation, terms of
- * inactive owners dropped). */
-int mc_ep_combine(uint64_t buf, int mode, const void *x, const void *topk,
-                  const void *weights, int64_t t, int64_t k, void *active,
-                  int64_t n, int64_t h, int64_t e, int64_t timeout_us,
-                  const void *src_info, const void *layout_range, void *out,
+/* One combine: x bf16[L,R*N,H] expert outputs in the dispatch layout,
+ * topk_idx int64[T,K], topk_weights float32[T,K], src_info/layout_range
+ * from the dispatch; out bf16[T,H] = sum_k w*y (float32 accumulation,
+ * terms of inactive owners dropped). */
+typedef struct mc_ep_combine_args {
+  mc_ep_call call;
+  const void *x;
+  const int64_t *topk_idx;
+  const float *topk_weights;
+  const int32_t *src_info;
+  const int64_t *layout_range;
+  void *out;
+} mc_ep_combine_args;
+
+/* Run a dispatch / combine as args describes. In modes MC_EP_HOOK and
+ * MC_EP_ASYNC *op_out gets the operation handle, and every pointer of
+ * args must stay valid until mc_ep_op_wait returns (args itself is read
+ * during the call only). */
+int mc_ep_dispatch(uint64_t buf, const mc_ep_dispatch_args *args,
+                   uint64_t *op_out, char **err);
+int mc_ep_combine(uint64_t buf, const mc_ep_combine_args *args,
                   uint64_t *op_out, char **err);
 
 /* Complete (mode 1) or wait for (mode 2) an operation; frees its handle.

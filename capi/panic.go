@@ -1,9 +1,10 @@
 package main
 
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -20,11 +21,13 @@ import (
 //
 // TestEveryExportRecovers checks that no export lacks it.
 
-// recoverTo stores failure in *ret when the export panicked.
+// recoverTo stores failure in *ret when the export panicked, and the
+// panic's message as the thread's last error.
 func recoverTo[T any](ret *T, failure T) {
 	if r := recover(); r != nil {
 		logPanic(r)
 		*ret = failure
+		setLastError(panicMessage(r))
 	}
 }
 
@@ -33,17 +36,16 @@ func recoverTo[T any](ret *T, failure T) {
 func recoverToErr[T any](ret *T, failure T, errOut **C.char) {
 	if r := recover(); r != nil {
 		logPanic(r)
-		*ret = failure
-		if errOut != nil {
-			*errOut = C.CString(panicMessage(r))
-		}
+		*ret = failedOut(failure, errors.New(panicMessage(r)), errOut)
 	}
 }
 
-// recoverVoid swallows a panic of an export that returns nothing.
+// recoverVoid stops a panic of an export that returns nothing; its
+// message becomes the thread's last error.
 func recoverVoid() {
 	if r := recover(); r != nil {
 		logPanic(r)
+		setLastError(panicMessage(r))
 	}
 }
 

@@ -5,27 +5,18 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestEveryExportRecovers: the first statement of every //export function
 // is a deferred recoverTo, recoverToErr or recoverVoid (the panic barrier).
 func TestEveryExportRecovers(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
+	fset, files := parseSources(t, parser.ParseComments)
 	exports := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		for _, d := range file.Decls {
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Doc == nil || !hasExport(fn) {
@@ -40,6 +31,25 @@ func TestEveryExportRecovers(t *testing.T) {
 	if exports < 70 {
 		t.Fatalf("found only %d exports; the scan is broken", exports)
 	}
+}
+
+// parseSources parses the package's non-test Go files, by file name.
+func parseSources(t *testing.T, mode parser.Mode) (*token.FileSet, map[string]*ast.File) {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset, files := token.NewFileSet(), map[string]*ast.File{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		if files[name], err = parser.ParseFile(fset, name, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fset, files
 }
 
 func hasExport(fn *ast.FuncDecl) bool {
@@ -103,5 +113,25 @@ func TestBarrierTurnsPanicsIntoFailures(t *testing.T) {
 func TestStorePutWithNullResults(t *testing.T) {
 	if got := mc_store_put(0, 1, nil, nil, nil, nil, nil, 0, nil); got >= 0 {
 		t.Fatalf("mc_store_put(NULL results) = %d, want a negative status", got)
+	}
+}
+
+// TestRecoveredPanicIsTheLastError: the barrier records the panic's message
+// as the calling thread's last error (mc_last_error).
+func TestRecoveredPanicIsTheLastError(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	got := func() (ret int) {
+		defer recoverTo(&ret, -7)
+		panic("boom at the ABI")
+	}()
+	if got != -7 {
+		t.Fatalf("result %d, want the failure value -7", got)
+	}
+	p := mc_last_error()
+	defer mc_free(unsafe.Pointer(p))
+	msg := unsafe.String((*byte)(unsafe.Pointer(p)), cStrlen(unsafe.Pointer(p)))
+	if !strings.Contains(msg, "recovered Go panic") || !strings.Contains(msg, "boom at the ABI") {
+		t.Fatalf("last error %q", msg)
 	}
 }

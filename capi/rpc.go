@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 // #include <string.h>
 import "C"
 
@@ -10,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/rpcmsg"
 )
 
@@ -21,20 +21,12 @@ var (
 	rpcClients handleTable[*rpcmsg.Client]
 )
 
-// setErr stores err's message in *out when out is not NULL.
-func setErr(out **C.char, err error) {
-	if out != nil {
-		*out = C.CString(err.Error())
-	}
-}
-
 //export mc_rpc_server_start
-func mc_rpc_server_start(listenAddress *C.char, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) (ret C.uint64_t) {
+func mc_rpc_server_start(listenAddress *C.mc_cchar, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	s, err := rpcmsg.Listen(C.GoString(listenAddress), int(queueLen), uint64(maxMessage))
 	if err != nil {
-		setErr(errOut, err)
-		return 0
+		return failedOut(C.uint64_t(0), err, errOut)
 	}
 	if addrOut != nil {
 		*addrOut = C.CString(s.Addr())
@@ -47,12 +39,12 @@ func mc_rpc_server_next(h C.uint64_t, timeoutMs C.int, kind *C.int, source **C.c
 	defer recoverTo(&ret, -1)
 	s, ok := rpcServers.get(uint64(h))
 	if !ok || kind == nil || source == nil || data == nil || length == nil {
-		return -1
+		return failed(C.int(-1), errors.New("rpc server: unknown handle or a NULL output argument"))
 	}
 	m, got, err := s.Next(time.Duration(timeoutMs) * time.Millisecond)
 	switch {
 	case errors.Is(err, rpcmsg.ErrClosed):
-		return -1
+		return failed(C.int(-1), err)
 	case !got:
 		return 0
 	}
@@ -80,20 +72,15 @@ func mc_rpc_client_create(poolSize, timeoutMs C.int) (ret C.uint64_t) {
 }
 
 //export mc_rpc_client_send
-func mc_rpc_client_send(h C.uint64_t, target *C.char, kind C.int, data unsafe.Pointer, length C.uint64_t, errOut **C.char) (ret C.int) {
+func mc_rpc_client_send(h C.uint64_t, target *C.mc_cchar, kind C.int, data *C.mc_cvoid, length C.uint64_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c, ok := rpcClients.get(uint64(h))
 	if !ok || kind < 0 || kind > 255 || (data == nil && length > 0) {
-		setErr(errOut, errors.New("rpc client: bad handle or arguments"))
-		return -1
+		return failedOut(C.int(transfer.CodeInvalidArgument), errors.New("rpc client: bad handle or arguments"), errOut)
 	}
-	var payload []byte
-	if length > 0 {
-		payload = unsafe.Slice((*byte)(data), int(length))
-	}
+	payload := cslice[byte](unsafe.Pointer(data), int(length))
 	if err := c.Send(C.GoString(target), byte(kind), payload); err != nil {
-		setErr(errOut, err)
-		return -1
+		return failedOut(C.int(transfer.CodeOf(err)), err, errOut)
 	}
 	return 0
 }

@@ -1,16 +1,15 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
-// typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
-// static uint64_t call_store_alloc(void *fn, int index, uint64_t size) {
-//     return ((mc_store_alloc_fn)fn)(index, size);
+// #include "cgo.h"
+// static uint64_t call_store_alloc(mc_store_alloc_fn fn, int index, uint64_t size) {
+//     return fn(index, size);
 // }
 // static void free_addr(uint64_t p) { free((void *)(uintptr_t)p); }
 import "C"
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"unsafe"
@@ -43,10 +42,29 @@ func storeOf(h C.uint64_t) *client.Client {
 	return s.c
 }
 
-// code converts a Go error to the int a C caller receives.
-func code(err error) C.int { return C.int(kvstore.CodeOf(err)) }
+// code converts a Go error to the int a C caller receives: 0 for nil,
+// else its store error number, with its message recorded as the thread's
+// last error (so a batch call leaves the message of its last failed key).
+func code(err error) C.int {
+	if err == nil {
+		return 0
+	}
+	return failed(C.int(kvstore.CodeOf(err)), err)
+}
 
+// notReady (-600) answers a call on a handle that cannot serve it.
 const notReady = C.int(kvstore.InvalidParams)
+
+var (
+	errUnknownStore = fmt.Errorf("%w: unknown or closed store handle", kvstore.InvalidParams)
+	errSetUpAlready = fmt.Errorf("%w: the store handle is set up already (a closed one cannot be set up again)", kvstore.InvalidParams)
+	errBadParts     = fmt.Errorf("%w: bad part counts, pointers or sizes, or a malformed config_json", kvstore.InvalidParams)
+	errNotReady     = fmt.Errorf("%w: the store handle is not set up for this call (or closed), or a required argument is NULL or out of range", kvstore.InvalidParams)
+)
+
+// refused records errNotReady as the thread's last error and returns
+// notReady: the failure of a call the handle cannot serve.
+func refused() C.int { return failed(notReady, errNotReady) }
 
 //export mc_store_create
 func mc_store_create() (ret C.uint64_t) {
@@ -55,37 +73,39 @@ func mc_store_create() (ret C.uint64_t) {
 }
 
 //export mc_store_setup
-func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
-	protocol, deviceName, masterAddr *C.char, engine C.uint64_t, tenantID *C.char, hugePageSize C.uint64_t) (ret C.int) {
+func mc_store_setup(h C.uint64_t, args *C.mc_cstore_setup_args) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
-		return notReady
+		return storeFail(errUnknownStore, nil)
+	}
+	if args == nil {
+		return storeFail(fmt.Errorf("%w: setup args is NULL", kvstore.InvalidParams), nil)
 	}
 	cfg := client.Config{
-		LocalHostname:     C.GoString(localHostname),
-		MetadataServer:    C.GoString(metadataServer),
-		GlobalSegmentSize: uint64(globalSegmentSize),
-		LocalBufferSize:   uint64(localBufferSize),
-		Protocol:          C.GoString(protocol),
-		DeviceName:        C.GoString(deviceName),
-		MasterServerAddr:  C.GoString(masterAddr),
-		TenantID:          C.GoString(tenantID),
-		HugePageSize:      uint64(hugePageSize),
+		LocalHostname:     C.GoString(args.local_hostname),
+		MetadataServer:    C.GoString(args.metadata_server),
+		GlobalSegmentSize: uint64(args.global_segment_size),
+		LocalBufferSize:   uint64(args.local_buffer_size),
+		Protocol:          C.GoString(args.protocol),
+		DeviceName:        C.GoString(args.device_name),
+		MasterServerAddr:  C.GoString(args.master_server_addr),
+		TenantID:          C.GoString(args.tenant_id),
+		HugePageSize:      uint64(args.hugepage_size),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil || s.d != nil {
-		return notReady
+		return storeFail(errSetUpAlready, nil)
 	}
 	cfg.Fleet = s.fleet
 	var es *engineSlot
-	if engine != 0 {
-		if es = slotOf(engine); es == nil {
-			return notReady
+	if engine := args.engine; engine != 0 {
+		if es = slotOf(engine); es != nil {
+			cfg.Engine = es.retain()
 		}
-		if cfg.Engine = es.retain(); cfg.Engine == nil {
-			return notReady
+		if cfg.Engine == nil {
+			return storeFail(fmt.Errorf("%w: engine handle %d is not an initialized engine", kvstore.InvalidParams, engine), nil)
 		}
 	}
 	c, err := client.New(cfg)
@@ -94,7 +114,7 @@ func mc_store_setup(h C.uint64_t, localHostname, metadataServer *C.char, globalS
 			es.release()
 		}
 		slog.Error("store setup failed", "err", err)
-		return code(err)
+		return storeFail(err, nil)
 	}
 	s.c, s.engine = c, es
 	s.hot = withHotCache(c)
@@ -191,14 +211,13 @@ const (
 )
 
 //export mc_store_put
-func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
-	configJSON *C.char, flags C.int, results *C.int) (ret C.int) {
+func mc_store_put(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.mc_cint, ptrs, sizes *C.mc_cu64, configJSON *C.mc_cchar, flags C.int, results *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
 		fillC(res, notReady)
-		return notReady
+		return refused()
 	}
 	parts, ok := partsOf(partCounts, ptrs, sizes, n)
 	cfg := client.DefaultReplicateConfig()
@@ -208,7 +227,7 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs,
 		}
 	}
 	if !ok {
-		fillC(res, C.int(kvstore.InvalidParams))
+		fillC(res, code(errBadParts))
 		return C.int(kvstore.InvalidParams)
 	}
 	errs := c.BatchPut(goStrings(keys, n), parts, cfg, client.PutOptions{Upsert: flags&putUpsert != 0, ZeroCopy: flags&putZeroCopy != 0})
@@ -223,18 +242,17 @@ func mc_store_put(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs,
 }
 
 //export mc_store_get_into
-func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, ptrs, sizes *C.uint64_t,
-	zeroCopy C.int, results *C.int64_t) {
+func mc_store_get_into(h C.uint64_t, n C.int, keys **C.mc_cchar, partCounts *C.mc_cint, ptrs, sizes *C.mc_cu64, zeroCopy C.int, results *C.int64_t) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	parts, ok := partsOf(partCounts, ptrs, sizes, n)
 	if !ok {
-		fillC(res, C.int64_t(kvstore.InvalidParams))
+		fillC(res, C.int64_t(code(errBadParts)))
 		return
 	}
 	for i, r := range c.BatchGetInto(goStrings(keys, n), parts, zeroCopy != 0) {
@@ -243,10 +261,10 @@ func mc_store_get_into(h C.uint64_t, n C.int, keys **C.char, partCounts *C.int, 
 }
 
 //export mc_store_get
-func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, results *C.int64_t) {
+func mc_store_get(h C.uint64_t, n C.int, keys **C.mc_cchar, outPtrs *C.uint64_t, results *C.int64_t) {
 	defer recoverVoid()
 	if outPtrs == nil {
-		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(notReady))
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(refused()))
 		return
 	}
 	out := cslice[C.uint64_t](unsafe.Pointer(outPtrs), int(n))
@@ -267,10 +285,10 @@ func mc_store_get(h C.uint64_t, n C.int, keys **C.char, outPtrs *C.uint64_t, res
 }
 
 //export mc_store_get_with_allocator
-func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.char, alloc unsafe.Pointer, results *C.int64_t) {
+func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_store_alloc_fn, results *C.int64_t) {
 	defer recoverVoid()
 	if alloc == nil {
-		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(kvstore.InvalidParams))
+		fillC(cslice[C.int64_t](unsafe.Pointer(results), int(n)), C.int64_t(code(fmt.Errorf("%w: alloc is NULL", kvstore.InvalidParams))))
 		return
 	}
 	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
@@ -285,7 +303,7 @@ func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc fun
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil || n <= 0 {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	rs := c.BatchGet(goStrings(keys, n), func(i int, size uint64) ([]client.Part, error) {
@@ -301,13 +319,13 @@ func getWith(h C.uint64_t, n C.int, keys **C.char, results *C.int64_t, alloc fun
 }
 
 //export mc_store_get_ranges
-func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets, sizes *C.uint64_t, results *C.int64_t) {
+func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, dsts, srcOffsets, sizes *C.mc_cu64, results *C.int64_t) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
 	d, o, s := u64s(dsts, n), u64s(srcOffsets, n), u64s(sizes, n)
 	if c == nil || results == nil || n <= 0 || len(d) != int(n) || len(o) != int(n) || len(s) != int(n) {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	names := goStrings(keys, n)
@@ -322,18 +340,18 @@ func mc_store_get_ranges(h C.uint64_t, n C.int, keys **C.char, dsts, srcOffsets,
 
 func getResult(r client.GetResult) C.int64_t {
 	if r.Err != nil {
-		return C.int64_t(kvstore.CodeOf(r.Err))
+		return C.int64_t(code(r.Err))
 	}
 	return C.int64_t(r.Size)
 }
 
 //export mc_store_exist
-func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_exist(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
-		fillC(res, notReady)
+		fillC(res, refused())
 		return
 	}
 	for i, v := range c.BatchExist(goStrings(keys, n)) {
@@ -342,15 +360,15 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
 }
 
 //export mc_store_get_size
-func mc_store_get_size(h C.uint64_t, key *C.char) (ret C.int64_t) {
+func mc_store_get_size(h C.uint64_t, key *C.mc_cchar) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return C.int64_t(notReady)
+		return C.int64_t(refused())
 	}
 	n, err := c.Size(C.GoString(key))
 	if err != nil {
-		return C.int64_t(kvstore.CodeOf(err))
+		return C.int64_t(code(err))
 	}
 	return C.int64_t(n)
 }
@@ -373,11 +391,11 @@ type replicaList struct {
 }
 
 //export mc_store_replica_desc
-func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
+func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	lists := c.ReplicaLists(goStrings(keys, n))
 	out := make([]replicaList, len(lists))
@@ -397,12 +415,12 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.char) (ret *C.char) {
 }
 
 //export mc_store_remove
-func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results *C.int) {
+func mc_store_remove(h C.uint64_t, n C.int, keys **C.mc_cchar, force C.int, results *C.int) {
 	defer recoverVoid()
 	c := opsOf(h)
 	res := cslice[C.int](unsafe.Pointer(results), int(n))
 	if c == nil || results == nil {
-		fillC(res, notReady)
+		fillC(res, refused())
 		return
 	}
 	for i, v := range c.BatchRemove(goStrings(keys, n), force != 0) {
@@ -411,15 +429,15 @@ func mc_store_remove(h C.uint64_t, n C.int, keys **C.char, force C.int, results 
 }
 
 //export mc_store_remove_by_regex
-func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int) (ret C.int64_t) {
+func mc_store_remove_by_regex(h C.uint64_t, pattern *C.mc_cchar, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return C.int64_t(notReady)
+		return C.int64_t(refused())
 	}
 	n, err := c.RemoveByRegex(C.GoString(pattern), force != 0)
 	if err != nil {
-		return C.int64_t(kvstore.CodeOf(err))
+		return C.int64_t(code(err))
 	}
 	return C.int64_t(n)
 }
@@ -429,11 +447,11 @@ func mc_store_remove_all(h C.uint64_t, force C.int) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return C.int64_t(notReady)
+		return C.int64_t(refused())
 	}
 	n, err := c.RemoveAll(force != 0)
 	if err != nil {
-		return C.int64_t(kvstore.CodeOf(err))
+		return C.int64_t(code(err))
 	}
 	return C.int64_t(n)
 }
@@ -443,7 +461,7 @@ func mc_store_register_buffer(h C.uint64_t, ptr, size C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	return code(c.RegisterBuffer(uintptr(ptr), uint64(size)))
 }
@@ -453,7 +471,7 @@ func mc_store_unregister_buffer(h C.uint64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := opsOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	return code(c.UnregisterBuffer(uintptr(ptr)))
 }

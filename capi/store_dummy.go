@@ -1,11 +1,13 @@
 package main
 
-// #include <stdint.h>
+// #include "cgo.h"
 import "C"
 
 import (
+	"fmt"
 	"log/slog"
 
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/standalone"
 )
 
@@ -21,16 +23,16 @@ func dummyOf(h C.uint64_t) *standalone.Dummy {
 }
 
 //export mc_store_setup_dummy
-func mc_store_setup_dummy(h C.uint64_t, serverAddress *C.char, localBufferSize C.uint64_t, scope, keyspace *C.char) (ret C.int) {
+func mc_store_setup_dummy(h C.uint64_t, serverAddress *C.mc_cchar, localBufferSize C.uint64_t, scope, keyspace *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	s, ok := stores.get(uint64(h))
 	if !ok {
-		return notReady
+		return storeFail(errUnknownStore, nil)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil || s.d != nil {
-		return notReady
+		return storeFail(errSetUpAlready, nil)
 	}
 	d, err := standalone.NewDummy(standalone.DummyConfig{
 		ServerAddress: C.GoString(serverAddress), LocalBufferSize: uint64(localBufferSize),
@@ -49,9 +51,13 @@ func mc_store_alloc_from_mem_pool(h C.uint64_t, size C.uint64_t) (ret C.uint64_t
 	defer recoverTo(&ret, 0)
 	d := dummyOf(h)
 	if d == nil {
-		return 0
+		return failed(C.uint64_t(0), errNotReady)
 	}
-	return C.uint64_t(d.AllocFromMemPool(uint64(size)))
+	p := d.AllocFromMemPool(uint64(size))
+	if p == 0 {
+		return failed(C.uint64_t(0), fmt.Errorf("%w: no %d bytes of shared memory (size 0, a closed client, or the memfd could not be made)", kvstore.InvalidParams, uint64(size)))
+	}
+	return C.uint64_t(p)
 }
 
 //export mc_store_dummy_metrics
@@ -59,7 +65,7 @@ func mc_store_dummy_metrics(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	d := dummyOf(h)
 	if d == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	return C.CString(d.MetricsText())
 }
@@ -69,7 +75,7 @@ func mc_store_dummy_register_fd(h C.uint64_t, ptr, size C.uint64_t, fd C.int, of
 	defer recoverTo(&ret, -1)
 	d := dummyOf(h)
 	if d == nil {
-		return notReady
+		return refused()
 	}
 	return code(d.RegisterFD(uintptr(ptr), uint64(size), int(fd), uint64(offset)))
 }

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -18,11 +17,11 @@ import (
 // plans (docs/store-operations.md).
 
 //export mc_store_set_fleet_options
-func mc_store_set_fleet_options(h C.uint64_t, optionsJSON *C.char, errOut **C.char) (ret C.int) {
+func mc_store_set_fleet_options(h C.uint64_t, optionsJSON *C.mc_cchar, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	s, ok := stores.get(uint64(h))
 	if !ok {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	var f client.FleetConfig
 	if err := json.Unmarshal([]byte(C.GoString(optionsJSON)), &f); err != nil {
@@ -45,18 +44,18 @@ func mc_store_segment_ids(h C.uint64_t, idsOut **C.char) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || idsOut == nil {
-		return notReady
+		return refused()
 	}
 	*idsOut = joinIDs(c.SegmentIDs())
 	return 0
 }
 
 //export mc_store_set_segment_mode
-func mc_store_set_segment_mode(h C.uint64_t, ids **C.char, n C.int, mode C.int, errOut **C.char) (ret C.int) {
+func mc_store_set_segment_mode(h C.uint64_t, ids **C.mc_cchar, n, mode C.int, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	if _, known := pb.SegmentMode_name[int32(mode)]; !known {
 		return storeFail(fmt.Errorf("%w: segment mode %d", kvstore.InvalidParams, mode), errOut)
@@ -75,12 +74,11 @@ const (
 )
 
 //export mc_store_evacuate
-func mc_store_evacuate(h C.uint64_t, op C.int, ids **C.char, n C.int, timeoutMs C.int64_t,
-	reportOut, errOut **C.char) (ret C.int) {
+func mc_store_evacuate(h C.uint64_t, op C.int, ids **C.mc_cchar, n C.int, timeoutMs C.int64_t, reportOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || reportOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	if timeoutMs <= 0 {
 		return storeFail(fmt.Errorf("%w: timeout must be positive", kvstore.InvalidParams), errOut)
@@ -127,11 +125,11 @@ type handoffItem struct {
 }
 
 //export mc_store_plan_handoff
-func mc_store_plan_handoff(h C.uint64_t, ids **C.char, n C.int, planOut, errOut **C.char) (ret C.int) {
+func mc_store_plan_handoff(h C.uint64_t, ids **C.mc_cchar, n C.int, planOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || planOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	resp, err := c.PlanHandoff(goStrings(ids, n))
 	if err != nil {

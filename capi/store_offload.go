@@ -1,9 +1,10 @@
 package main
 
-// #include <stdint.h>
+// #include "cgo.h"
 import "C"
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,11 +14,11 @@ import (
 // The disk tier of a store client (setup's enable_ssd_offload).
 
 //export mc_store_enable_offload
-func mc_store_enable_offload(h C.uint64_t, path *C.char) (ret C.int) {
+func mc_store_enable_offload(h C.uint64_t, path *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	if err := c.EnableOffload(C.GoString(path)); err != nil {
 		slog.Error("store setup: ssd offload failed", "err", err)
@@ -31,10 +32,10 @@ func mc_store_unmount_local_disk(h C.uint64_t, graceSeconds C.int64_t) (ret C.in
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	if graceSeconds < 0 {
-		return C.int(kvstore.InvalidParams)
+		return code(fmt.Errorf("%w: negative grace period %d s", kvstore.InvalidParams, graceSeconds))
 	}
 	return code(c.UnmountLocalDisk(time.Duration(graceSeconds) * time.Second))
 }

@@ -1,11 +1,11 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
 	"encoding/json"
+	"fmt"
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -58,14 +58,14 @@ func putSizes(results *C.int64_t, rs []client.GetResult) {
 }
 
 //export mc_store_get_session_start
-func mc_store_get_session_start(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_get_session_start(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	c := storeOf(h)
 	if results == nil || n <= 0 {
 		return
 	}
 	if c == nil {
-		fillC(unsafe.Slice(results, int(n)), notReady)
+		fillC(unsafe.Slice(results, int(n)), refused())
 		return
 	}
 	putCodes(results, c.GetSessionStart(goStrings(keys, n)))
@@ -80,37 +80,36 @@ func sessionRanges(h C.uint64_t, n C.int, keys **C.char, counts *C.int, ptrs, si
 	res := unsafe.Slice(results, int(n))
 	c := storeOf(h)
 	if c == nil {
-		fillC(res, C.int64_t(notReady))
+		fillC(res, C.int64_t(refused()))
 		return
 	}
 	spans, ok := spansOf(counts, ptrs, sizes, offsets, n)
 	if !ok {
-		fillC(res, C.int64_t(kvstore.InvalidParams))
+		fillC(res, C.int64_t(code(fmt.Errorf("%w: bad span counts, pointers, sizes or offsets", kvstore.InvalidParams))))
 		return
 	}
 	putSizes(results, run(c, goStrings(keys, n), spans))
 }
 
 //export mc_store_get_session_ranges
-func mc_store_get_session_ranges(h C.uint64_t, n C.int, keys **C.char, spanCounts *C.int, ptrs, sizes, srcOffsets *C.uint64_t,
-	results *C.int64_t) {
+func mc_store_get_session_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, spanCounts *C.mc_cint, ptrs, sizes, srcOffsets *C.mc_cu64, results *C.int64_t) {
 	defer recoverVoid()
 	sessionRanges(h, n, keys, spanCounts, ptrs, sizes, srcOffsets, results, (*client.Client).GetSessionRanges)
 }
 
 //export mc_store_get_session_end
-func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.char) (ret C.int) {
+func mc_store_get_session_end(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
-		return C.int(kvstore.InternalError)
+		return failed(C.int(kvstore.InternalError), errNotReady) // -1, as mooncake.h documents
 	}
 	c.GetSessionEnd(goStrings(keys, n))
 	return 0
 }
 
 //export mc_store_put_session_start
-func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.char, sizes *C.uint64_t, configJSON *C.char, results *C.int) {
+func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.mc_cchar, sizes *C.mc_cu64, configJSON *C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	if results == nil || n <= 0 {
 		return
@@ -118,21 +117,20 @@ func mc_store_put_session_start(h C.uint64_t, n C.int, keys **C.char, sizes *C.u
 	res := unsafe.Slice(results, int(n))
 	c := storeOf(h)
 	if c == nil {
-		fillC(res, notReady)
+		fillC(res, refused())
 		return
 	}
 	cfg := client.DefaultReplicateConfig()
 	sz := u64s(sizes, n)
 	if configJSON != nil && json.Unmarshal([]byte(C.GoString(configJSON)), &cfg) != nil || len(sz) != int(n) {
-		fillC(res, C.int(kvstore.InvalidParams))
+		fillC(res, code(fmt.Errorf("%w: a NULL sizes array or a malformed config_json", kvstore.InvalidParams)))
 		return
 	}
 	putCodes(results, c.PutSessionStart(goStrings(keys, n), sz, cfg))
 }
 
 //export mc_store_put_session_ranges
-func mc_store_put_session_ranges(h C.uint64_t, n C.int, keys **C.char, spanCounts *C.int, ptrs, sizes, dstOffsets *C.uint64_t,
-	results *C.int64_t) {
+func mc_store_put_session_ranges(h C.uint64_t, n C.int, keys **C.mc_cchar, spanCounts *C.mc_cint, ptrs, sizes, dstOffsets *C.mc_cu64, results *C.int64_t) {
 	defer recoverVoid()
 	sessionRanges(h, n, keys, spanCounts, ptrs, sizes, dstOffsets, results, (*client.Client).PutSessionRanges)
 }
@@ -144,31 +142,31 @@ func sessionCodes(h C.uint64_t, n C.int, keys **C.char, results *C.int, run func
 	}
 	c := storeOf(h)
 	if c == nil {
-		fillC(unsafe.Slice(results, int(n)), notReady)
+		fillC(unsafe.Slice(results, int(n)), refused())
 		return
 	}
 	putCodes(results, run(c, goStrings(keys, n)))
 }
 
 //export mc_store_put_session_end
-func mc_store_put_session_end(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_put_session_end(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	defer invalidateHot(h, goStrings(keys, n)) // the objects are new: no cached copy of old ones
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionEnd)
 }
 
 //export mc_store_put_session_revoke
-func mc_store_put_session_revoke(h C.uint64_t, n C.int, keys **C.char, results *C.int) {
+func mc_store_put_session_revoke(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	defer recoverVoid()
 	sessionCodes(h, n, keys, results, (*client.Client).PutSessionRevoke)
 }
 
 //export mc_store_replica_clear
-func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.char, segment *C.char, cleared *C.int) (ret C.int) {
+func mc_store_replica_clear(h C.uint64_t, n C.int, keys **C.mc_cchar, segment *C.mc_cchar, cleared *C.int) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || cleared == nil || n <= 0 {
-		return notReady
+		return refused()
 	}
 	done, err := c.BatchReplicaClear(goStrings(keys, n), C.GoString(segment))
 	if err != nil {
@@ -194,22 +192,22 @@ func taskCreated(id client.TaskID, err error, hi, lo *C.uint64_t) C.int {
 }
 
 //export mc_store_create_copy_task
-func mc_store_create_copy_task(h C.uint64_t, key *C.char, n C.int, targets **C.char, hi, lo *C.uint64_t) (ret C.int) {
+func mc_store_create_copy_task(h C.uint64_t, key *C.mc_cchar, n C.int, targets **C.mc_cchar, hi, lo *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
-		return notReady
+		return refused()
 	}
 	id, err := c.CreateCopyTask(C.GoString(key), goStrings(targets, n))
 	return taskCreated(id, err, hi, lo)
 }
 
 //export mc_store_create_move_task
-func mc_store_create_move_task(h C.uint64_t, key, source, target *C.char, hi, lo *C.uint64_t) (ret C.int) {
+func mc_store_create_move_task(h C.uint64_t, key, source, target *C.mc_cchar, hi, lo *C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil || hi == nil || lo == nil {
-		return notReady
+		return refused()
 	}
 	id, err := c.CreateMoveTask(C.GoString(key), C.GoString(source), C.GoString(target))
 	return taskCreated(id, err, hi, lo)
@@ -233,9 +231,9 @@ func mc_store_query_task(h C.uint64_t, hi, lo C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	var out taskJSON
 	if c := storeOf(h); c == nil {
-		out.ErrorCode = int32(notReady)
+		out.ErrorCode = int32(refused())
 	} else if q, err := c.QueryTask(client.TaskID{Hi: uint64(hi), Lo: uint64(lo)}); err != nil {
-		out.ErrorCode = int32(kvstore.CodeOf(err))
+		out.ErrorCode = int32(code(err))
 	} else {
 		out = taskJSON{Hi: q.GetId().GetHi(), Lo: q.GetId().GetLo(), Type: int32(q.GetType()), Status: int32(q.GetStatus()),
 			Created: q.GetCreatedAtMsEpoch(), Updated: q.GetLastUpdatedAtMsEpoch(),

@@ -1,7 +1,6 @@
 package main
 
-// #include <stdint.h>
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (
@@ -15,7 +14,7 @@ import (
 // The store's tracing and metrics calls (docs/store-operations.md#tracing).
 
 //export mc_store_init_tracing
-func mc_store_init_tracing(settingsJSON *C.char, statusOut, errOut **C.char) (ret C.int) {
+func mc_store_init_tracing(settingsJSON *C.mc_cchar, statusOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	ts := client.TraceSettingsFromEnv()
 	if settingsJSON != nil {
@@ -39,7 +38,7 @@ func mc_store_metrics_text(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	return C.CString(c.MetricsText())
 }
@@ -49,18 +48,18 @@ func mc_store_breakdown(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	b, _ := json.Marshal(c.Breakdown())
 	return C.CString(string(b))
 }
 
 //export mc_store_start_metrics_server
-func mc_store_start_metrics_server(h C.uint64_t, addr *C.char, addrOut, errOut **C.char) (ret C.int) {
+func mc_store_start_metrics_server(h C.uint64_t, addr *C.mc_cchar, addrOut, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, -1, errOut)
 	c := storeOf(h)
 	if c == nil || addrOut == nil {
-		return notReady
+		return storeFail(errNotReady, errOut)
 	}
 	got, err := c.StartMetricsServer(C.GoString(addr))
 	if err != nil {
@@ -75,7 +74,7 @@ func mc_store_stop_metrics_server(h C.uint64_t) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	c := storeOf(h)
 	if c == nil {
-		return notReady
+		return refused()
 	}
 	if !c.StopMetricsServer() {
 		return 1
@@ -88,7 +87,7 @@ func mc_store_metrics_server_address(h C.uint64_t) (ret *C.char) {
 	defer recoverTo(&ret, nil)
 	c := storeOf(h)
 	if c == nil {
-		return nil
+		return failed[*C.char](nil, errNotReady)
 	}
 	return C.CString(c.MetricsServerAddress())
 }

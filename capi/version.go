@@ -1,6 +1,6 @@
 package main
 
-// #include <stdlib.h>
+// #include "cgo.h"
 import "C"
 
 import (

@@ -32,27 +32,25 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
-
 func TestNoDriverIsHostOnly(t *testing.T) {
 	m := gpu.NewMemory(nil, 0)
 	if m.Enabled() {
 		t.Fatal("a Memory without driver claims a GPU")
 	}
 	src, dst := pattern(100, 1), make([]byte, 100)
-	info, err := m.Range(addr(src), 100)
+	info, err := m.Range(gpu.AddrOf(src), 100)
 	if err != nil || info.Kind != gpu.KindHost || !info.HostAccessible() {
 		t.Fatalf("Range = %+v, %v", info, err)
 	}
-	if err := m.Copy(addr(dst), addr(src), 100); err != nil || !bytes.Equal(dst, src) {
+	if err := m.Copy(gpu.AddrOf(dst), gpu.AddrOf(src), 100); err != nil || !bytes.Equal(dst, src) {
 		t.Fatalf("Copy: %v", err)
 	}
 	var w bytes.Buffer
-	if err := m.Send(&w, addr(src), 100); err != nil || !bytes.Equal(w.Bytes(), src) {
+	if err := m.Send(&w, gpu.AddrOf(src), 100); err != nil || !bytes.Equal(w.Bytes(), src) {
 		t.Fatalf("Send: %v", err)
 	}
 	got := make([]byte, 100)
-	if err := m.Recv(bytes.NewReader(src), addr(got), 100); err != nil || !bytes.Equal(got, src) {
+	if err := m.Recv(bytes.NewReader(src), gpu.AddrOf(got), 100); err != nil || !bytes.Equal(got, src) {
 		t.Fatalf("Recv: %v", err)
 	}
 }
@@ -296,7 +294,28 @@ func TestAsyncCopyNeedsPinnedMemory(t *testing.T) {
 	s, _ := d.StreamCreate(0)
 	defer d.StreamDestroy(s)
 	host := make([]byte, 64)
-	if err := d.CopyDtoHAsync(addr(host), p, 64, s); err == nil {
+	if err := d.CopyDtoHAsync(gpu.AddrOf(host), p, 64, s); err == nil {
 		t.Fatal("fake accepted an async copy into pageable memory")
+	}
+}
+
+// TestAddrOfAndHostBytesAreInverse: the project's one pair of address
+// conversions views the same memory both ways.
+func TestAddrOfAndHostBytesAreInverse(t *testing.T) {
+	b := make([]byte, 8)
+	copy(b, "mooncake")
+	view := gpu.HostBytes(gpu.AddrOf(b), uint64(len(b)))
+	if len(view) != len(b) || &view[0] != &b[0] {
+		t.Fatalf("HostBytes(AddrOf(b)) is not b: %q", view)
+	}
+	view[0] = 'M'
+	if b[0] != 'M' {
+		t.Fatal("a write through the view did not reach b")
+	}
+	if gpu.AddrOf(b[3:]) != gpu.AddrOf(b)+3 {
+		t.Fatal("AddrOf of a subslice is not its first byte")
+	}
+	if gpu.AddrOf(nil) != 0 || gpu.HostBytes(gpu.AddrOf(b), 0) != nil {
+		t.Fatal("nil and empty views")
 	}
 }

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -271,9 +272,15 @@ _SCALARS = {
 def _fits(c_type: str, ct) -> bool:
     """Whether ctypes type `ct` passes C type `c_type` correctly."""
     if c_type in _SCALARS:
-        return ct is _SCALARS[c_type] or ctypes.sizeof(ct) == ctypes.sizeof(_SCALARS[c_type]) and (
-            issubclass(ct, ctypes._SimpleCData) and ct._type_ == _SCALARS[c_type]._type_
+        return (
+            ct is _SCALARS[c_type]
+            or ctypes.sizeof(ct) == ctypes.sizeof(_SCALARS[c_type])
+            and (issubclass(ct, ctypes._SimpleCData) and ct._type_ == _SCALARS[c_type]._type_)
         )
+    if c_type in _structs():
+        return ct is _structs()[c_type]
+    if c_type in _FUNCTION_POINTERS:
+        return ct is ctypes.c_void_p or issubclass(ct, ctypes._CFuncPtr)
     if not c_type.endswith("*"):
         return False
     if ct in (ctypes.c_void_p, ctypes.c_char_p) or ct is ctypes.py_object:
@@ -282,12 +289,146 @@ def _fits(c_type: str, ct) -> bool:
     return isinstance(target, type) and (_fits(c_type[:-1], target) or c_type[:-1] == "void")
 
 
+# mooncake.h's function-pointer typedefs (callbacks): passed as c_void_p or
+# as a ctypes CFUNCTYPE.
+_FUNCTION_POINTERS = set(re.findall(r"typedef[^;(]*\(\s*\*\s*(\w+)\s*\)", HEADER.read_text()))
+
+
+def _structs() -> dict[str, type]:
+    """mooncake.h's structs that Python passes, and their ctypes.Structure."""
+    from mooncake import mooncake_ep_buffer as ep
+    from mooncake import store
+
+    return {
+        "mc_store_setup_args": store.StoreSetupArgs,
+        "mc_ep_call": ep.EpCall,
+        "mc_ep_dispatch_args": ep.DispatchArgs,
+        "mc_ep_combine_args": ep.CombineArgs,
+    }
+
+
+def _header_structs(header: str) -> dict[str, list[tuple[str, str]]]:
+    """typedef name -> [(field, C type)] of every `typedef struct` in a header;
+    types normalised as `_prototypes` does (no const, "*" attached)."""
+    text = re.sub(r"/\*.*?\*/", " ", header, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    out = {}
+    for body, name in re.findall(r"typedef\s+struct\s+\w*\s*\{([^{}]*)\}\s*(\w+)\s*;", text):
+        fields = []
+        for decl in body.split(";"):
+            decl = " ".join(decl.replace("const ", " ").replace("*", " * ").split())
+            if decl:
+                words = decl.split(" ")
+                fields.append(
+                    (
+                        words[-1],
+                        " ".join(w for w in words[:-1] if w != "*") + "*" * words.count("*"),
+                    )
+                )
+        out[name] = fields
+    return out
+
+
+def _c_layouts(header: Path, structs: dict[str, list[tuple[str, str]]]) -> dict[str, dict]:
+    """sizeof and (offset, size) of each field of `structs`, as the C compiler
+    lays them out from `header`."""
+    lines = [
+        f'#include "{header.name}"',
+        "#include <stddef.h>",
+        "#include <stdio.h>",
+        "int main(void) {",
+    ]
+    for name, fields in structs.items():
+        lines.append(f'  printf("{name} . %zu %zu\\n", sizeof({name}), (size_t)0);')
+        for f, _ in fields:
+            size = f"sizeof((({name} *)0)->{f})"
+            lines.append(f'  printf("{name} {f} %zu %zu\\n", offsetof({name}, {f}), {size});')
+    lines += ["  return 0;", "}"]
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler to lay out mooncake.h's structs"
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = Path(d) / "layout.c", Path(d) / "layout"
+        src.write_text("\n".join(lines) + "\n")
+        r = subprocess.run(
+            [cc, "-I", str(header.parent), str(src), "-o", str(exe)], capture_output=True, text=True
+        )
+        assert r.returncode == 0, f"compiling the layout probe failed:\n{r.stderr}"
+        run = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    out: dict[str, dict] = {}
+    for line in run.stdout.splitlines():
+        name, field, a, b = line.split()
+        out.setdefault(name, {})[field] = (int(a), int(b))
+    return out
+
+
+def _struct_mismatches(c_fields: list[tuple[str, str]], layout: dict, cls: type) -> list[str]:
+    """How ctypes.Structure `cls` differs from the C struct (fields, layout)."""
+    bad = []
+    names = [f[0] for f in cls._fields_]
+    if names != [f for f, _ in c_fields]:
+        bad.append(f"fields {names} != {[f for f, _ in c_fields]}")
+    if ctypes.sizeof(cls) != layout["."][0]:
+        bad.append(f"sizeof {ctypes.sizeof(cls)} != {layout['.'][0]}")
+    types = dict(cls._fields_)
+    for field, c_type in c_fields:
+        if field not in types:
+            continue
+        desc = getattr(cls, field)
+        if (desc.offset, desc.size) != layout[field]:
+            bad.append(f"{field}: offset/size {(desc.offset, desc.size)} != {layout[field]}")
+        if not _fits(c_type, types[field]):
+            bad.append(f"{field}: {types[field]} cannot hold {c_type}")
+    return bad
+
+
+def test_ctypes_structs_match_the_header() -> None:
+    """Every struct Python passes has mooncake.h's field names, order, types,
+    offsets and size (as the C compiler lays the header out)."""
+    structs = _header_structs(HEADER.read_text())
+    assert "mc_pg_op" in structs and structs["mc_pg_op"][0] == ("kind", "int32_t")
+    wanted = {name: structs[name] for name in _structs()}
+    layouts = _c_layouts(HEADER, wanted)
+    for name, cls in _structs().items():
+        bad = _struct_mismatches(wanted[name], layouts[name], cls)
+        assert not bad, f"{cls.__qualname__} vs mooncake.h's {name}: {bad}"
+
+
+def test_struct_check_catches_a_drift(tmp_path: Path) -> None:
+    """The layout check fails a ctypes struct whose field order, type or
+    padding differs from the header's."""
+    h = tmp_path / "drift.h"
+    h.write_text(
+        "#include <stdint.h>\n"
+        "typedef struct s { int32_t a; /* c */ int64_t b; const void *p; } s;\n"
+    )
+    fields = _header_structs(h.read_text())["s"]
+    assert fields == [("a", "int32_t"), ("b", "int64_t"), ("p", "void*")]
+    layout = _c_layouts(h, {"s": fields})["s"]
+    assert layout == {".": (24, 0), "a": (0, 4), "b": (8, 8), "p": (16, 8)}
+
+    def struct(*fs: tuple[str, type], pack: int = 0) -> type:
+        attrs: dict = {"_fields_": list(fs)}
+        if pack:
+            attrs["_pack_"] = pack
+        return type("S", (ctypes.Structure,), attrs)
+
+    good = struct(("a", ctypes.c_int32), ("b", ctypes.c_int64), ("p", ctypes.c_void_p))
+    assert _struct_mismatches(fields, layout, good) == []
+    swapped = struct(("b", ctypes.c_int64), ("a", ctypes.c_int32), ("p", ctypes.c_void_p))
+    assert _struct_mismatches(fields, layout, swapped)
+    narrow = struct(("a", ctypes.c_int32), ("b", ctypes.c_int32), ("p", ctypes.c_void_p))
+    assert _struct_mismatches(fields, layout, narrow)
+    packed = struct(("a", ctypes.c_int32), ("b", ctypes.c_int64), ("p", ctypes.c_void_p), pack=1)
+    assert _struct_mismatches(fields, layout, packed)
+
+
 def _ctypes_tables() -> dict[str, tuple[list, object]]:
     """Every (argtypes, restype) the Python package declares for libmooncake."""
     import importlib
 
     tables: dict[str, tuple[list, object]] = {}
     for mod, attrs in {
+        "mooncake._lib": ("_SIGNATURES",),
         "mooncake.store": ("_SIGNATURES", "_SEGMENT_SIGNATURES"),
         "mooncake._store_sessions": ("_SIGNATURES",),
         "mooncake._store_fleet": ("_SIGNATURES",),
@@ -307,24 +448,21 @@ def _ctypes_tables() -> dict[str, tuple[list, object]]:
     return tables
 
 
-def test_ctypes_tables_match_the_exports(cgo_header: str) -> None:
-    """The ctypes signature tables agree, parameter by parameter, with the Go
-    exports (cgo's header), and the documented header with both."""
+def test_ctypes_tables_match_the_header(cgo_header: str) -> None:
+    """The ctypes signature tables agree, parameter by parameter, with
+    mooncake.h, which declares what libmooncake exports (the compiler checks
+    each export against it; see capi/cgo.h)."""
     exports = cgo_header.split("End of boilerplate cgo prologue.", 1)[1].split("*/", 1)[1]
     exported = _prototypes(exports)
     documented = _prototypes(HEADER.read_text())
     assert len(exported) > 50 and set(exported) == set(documented)
-    for name, (ret, params) in exported.items():
+    for name, (_, params) in exported.items():
         assert len(documented[name][1]) == len(params), f"mooncake.h: arity of {name}"
-        doc_ret = documented[name][0]
-        assert doc_ret == ret or "void*" in (doc_ret, ret), (
-            f"mooncake.h: {name} returns {doc_ret}, the export {ret}"
-        )
     tables = _ctypes_tables()
     assert len(tables) > 50
     for name, (args, res) in tables.items():
-        assert name in exported, f"ctypes declares {name}, which libmooncake does not export"
-        ret, params = exported[name]
+        assert name in documented, f"ctypes declares {name}, which mooncake.h does not"
+        ret, params = documented[name]
         assert len(args) == len(params), f"{name}: {len(args)} ctypes arguments for {len(params)}"
         for i, (c_type, ct) in enumerate(zip(params, args, strict=True)):
             assert _fits(c_type, ct), f"{name} argument {i}: {ct} cannot pass {c_type}"
@@ -332,3 +470,12 @@ def test_ctypes_tables_match_the_exports(cgo_header: str) -> None:
             assert res is None, f"{name} returns void, ctypes says {res}"
         else:
             assert res is not None and _fits(ret, res), f"{name} returns {ret}, ctypes says {res}"
+
+
+def test_exports_are_compiled_against_the_header(cgo_header: str) -> None:
+    """cgo's header carries capi's preambles, which include mooncake.h (through
+    capi/cgo.h): that is what makes the compiler reject an export whose
+    signature differs from its declaration."""
+    prolog = cgo_header.split("End of boilerplate cgo prologue.", 1)[0]
+    assert '#include "cgo.h"' in prolog
+    assert '#include "mooncake.h"' in (REPO / "capi" / "cgo.h").read_text()

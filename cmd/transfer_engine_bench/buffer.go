@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -39,7 +40,7 @@ func allocBuffer(e *transfer.Engine, size uint64, managed bool) (*benchBuffer, e
 		if err != nil {
 			return nil, fmt.Errorf("mmap %d bytes: %w", size, err)
 		}
-		b.plain, b.addr = mem, uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+		b.plain, b.addr = mem, gpu.AddrOf(mem)
 		if err := e.RegisterLocalMemory(b.addr, size, "cpu:0"); err != nil {
 			unix.Munmap(mem)
 			return nil, fmt.Errorf("register %d bytes: %w", size, err)

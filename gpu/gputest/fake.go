@@ -15,7 +15,6 @@ import (
 	"sort"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/gpu"
 )
@@ -76,7 +75,7 @@ func (d *Driver) DeviceAlloc(device int, n uint64) (uintptr, error) {
 	if err != nil {
 		return 0, err
 	}
-	a := &alloc{base: uintptr(unsafe.Pointer(unsafe.SliceData(guard))), size: n, device: device, guard: guard, backing: make([]byte, n)}
+	a := &alloc{base: gpu.AddrOf(guard), size: n, device: device, guard: guard, backing: make([]byte, n)}
 	d.insert(a)
 	return a.base, nil
 }
@@ -85,7 +84,7 @@ func (d *Driver) DeviceAlloc(device int, n uint64) (uintptr, error) {
 // managed, and directly accessible.
 func (d *Driver) ManagedAlloc(device int, n uint64) (uintptr, error) {
 	b := make([]byte, n)
-	a := &alloc{base: uintptr(unsafe.Pointer(unsafe.SliceData(b))), size: n, device: device, managed: true, backing: b}
+	a := &alloc{base: gpu.AddrOf(b), size: n, device: device, managed: true, backing: b}
 	d.insert(a)
 	return a.base, nil
 }
@@ -273,7 +272,7 @@ func (d *Driver) StreamDestroy(s gpu.Stream) error {
 // HostAlloc allocates pinned memory (Go memory the driver keeps alive).
 func (d *Driver) HostAlloc(n uint64) (uintptr, error) {
 	b := make([]byte, n)
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	p := gpu.AddrOf(b)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.pinned[p] = b

@@ -181,3 +181,39 @@ func hasSuffix(p string, exts []string) bool {
 	}
 	return false
 }
+
+// zeroMeans lists the numeric variables whose 0 is a documented setting
+// (their Doc says what 0 does); every other one follows the one rule: a
+// non-positive value is rejected (logged, the default applies), so that
+// e.g. MC_RPC_TIMEOUT_MS=0 cannot make every RPC fail at once.
+var zeroMeans = map[string]bool{
+	"MC_STORE_LOCAL_HOT_MAX_AGE_MS":              true, // 0: no age bound
+	"MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE":     true, // 0: no limit beyond the total size limit
+	"MC_STORE_RS_EVICTION_LOW_WATERMARK_PERCENT": true, // 0 %: evict down to empty
+}
+
+func TestNonPositiveValuesAreRejected(t *testing.T) {
+	numeric := 0
+	for _, v := range All {
+		if v.Upstream() || v.Kind != Int && v.Kind != Seconds {
+			continue
+		}
+		numeric++
+		if v.Validate("-1") == nil {
+			t.Errorf("%s accepts -1", v.Name)
+		}
+		switch err := v.Validate("0"); {
+		case zeroMeans[v.Name] && err != nil:
+			t.Errorf("%s rejects 0, which its doc gives a meaning: %v", v.Name, err)
+		case !zeroMeans[v.Name] && err == nil:
+			t.Errorf("%s accepts 0 (non-positive values must be rejected)", v.Name)
+		}
+	}
+	if numeric < 20 {
+		t.Fatalf("only %d numeric variables found; the scan is broken", numeric)
+	}
+	t.Setenv("MC_RPC_TIMEOUT_MS", "0")
+	if n := RPCTimeoutMs.Int(10000); n != 10000 {
+		t.Errorf("MC_RPC_TIMEOUT_MS=0 gave %d, want the default", n)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -121,7 +122,7 @@ func (c *Client) setup(cfg Config) error {
 			return fmt.Errorf("%w: local buffer of %d bytes: %v", kvstore.InvalidParams, cfg.LocalBufferSize, err)
 		}
 		c.local = buf
-		if err := c.engine.RegisterLocalOnly(addrOf(buf), uint64(len(buf))); err != nil {
+		if err := c.engine.RegisterLocalOnly(gpu.AddrOf(buf), uint64(len(buf))); err != nil {
 			return err
 		}
 	}
@@ -201,7 +202,7 @@ func (c *Client) release() {
 		c.releaseSegmentMemory(s)
 	}
 	if c.local != nil {
-		c.engine.UnregisterLocalMemory(addrOf(c.local))
+		c.engine.UnregisterLocalMemory(gpu.AddrOf(c.local))
 		unix.Munmap(c.local)
 	}
 	if c.ownsTE {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
@@ -61,7 +62,7 @@ func fillPattern(b []byte, seed byte) []byte {
 	return b
 }
 
-func part(b []byte) []Part { return []Part{{addrOf(b), uint64(len(b))}} }
+func part(b []byte) []Part { return []Part{{gpu.AddrOf(b), uint64(len(b))}} }
 
 func TestPutGetCopyAndZeroCopy(t *testing.T) {
 	rpc, meta := startMaster(t, nil)
@@ -145,7 +146,7 @@ func TestGetErrors(t *testing.T) {
 	if n, err := c.Size("big"); err != nil || n != 100 {
 		t.Fatalf("size: %d %v", n, err)
 	}
-	got := c.GetRanges([]Range{{Key: "big", Dst: addrOf(buf(t, 10)), SrcOffset: 95, Size: 10}})
+	got := c.GetRanges([]Range{{Key: "big", Dst: gpu.AddrOf(buf(t, 10)), SrcOffset: 95, Size: 10}})
 	if !errors.Is(got[0].Err, kvstore.InvalidParams) {
 		t.Fatalf("range past the end: %v", got[0].Err)
 	}
@@ -236,7 +237,7 @@ func TestGetFallsBackToNextReplica(t *testing.T) {
 		}
 	}
 	dst := buf(t, 100)
-	if r := reader.GetRanges([]Range{{Key: "two", Dst: addrOf(dst), SrcOffset: 50, Size: 100}}); r[0].Err != nil || !bytes.Equal(dst, src[50:150]) {
+	if r := reader.GetRanges([]Range{{Key: "two", Dst: gpu.AddrOf(dst), SrcOffset: 50, Size: 100}}); r[0].Err != nil || !bytes.Equal(dst, src[50:150]) {
 		t.Fatalf("ranged read: %+v", r[0])
 	}
 }

@@ -89,7 +89,7 @@ func TestDeviceMemoryPutGet(t *testing.T) {
 				want := fillPattern(make([]byte, 3000+i), byte(i))
 				host := buf(t, 1000)
 				copy(host, want[1000:2000])
-				puts = append(puts, []Part{devicePart(t, d, want[:1000]), {Addr: addrOf(host), Size: 1000}, devicePart(t, d, want[2000:])})
+				puts = append(puts, []Part{devicePart(t, d, want[:1000]), {Addr: gpu.AddrOf(host), Size: 1000}, devicePart(t, d, want[2000:])})
 				gets = append(gets, []Part{devicePart(t, d, make([]byte, 1500)), devicePart(t, d, make([]byte, 1500+i))})
 				wants = append(wants, want)
 			}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -28,12 +29,12 @@ func BenchmarkLatency(b *testing.B) {
 	lists, _ := reader.replicaLists([]string{"k"})
 	r := lists[0].Replicas[0]
 	_ = storage
-	if err := reader.RegisterBuffer(addrOf(dst), 4096); err != nil {
+	if err := reader.RegisterBuffer(gpu.AddrOf(dst), 4096); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("transfer", func(b *testing.B) {
 		for range b.N {
-			reader.engine.TransferSync(r.TransportEndpoint, []transfer.Request{{Opcode: transfer.OpRead, Source: addrOf(dst), TargetOffset: r.BufferAddress, Length: 4096}})
+			reader.engine.TransferSync(r.TransportEndpoint, []transfer.Request{{Opcode: transfer.OpRead, Source: gpu.AddrOf(dst), TargetOffset: r.BufferAddress, Length: 4096}})
 		}
 	})
 	b.Run("get_into", func(b *testing.B) {
@@ -82,14 +83,14 @@ func BenchmarkRemoteGet(b *testing.B) {
 	if err := c.Put(key, part(src), DefaultReplicateConfig(), PutOptions{ZeroCopy: true}); err != nil {
 		b.Fatal(err)
 	}
-	if err := c.RegisterBuffer(addrOf(dst), 4096); err != nil {
+	if err := c.RegisterBuffer(gpu.AddrOf(dst), 4096); err != nil {
 		b.Fatal(err)
 	}
 	lists, _ := c.replicaLists([]string{key})
 	r := lists[0].Replicas[0]
 	b.Run("transfer", func(b *testing.B) {
 		for range b.N {
-			if err := c.engine.TransferSync(r.TransportEndpoint, []transfer.Request{{Opcode: transfer.OpRead, Source: addrOf(dst), TargetOffset: r.BufferAddress, Length: 4096}}); err != nil {
+			if err := c.engine.TransferSync(r.TransportEndpoint, []transfer.Request{{Opcode: transfer.OpRead, Source: gpu.AddrOf(dst), TargetOffset: r.BufferAddress, Length: 4096}}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore"
 )
@@ -33,9 +34,9 @@ func TestCloseWhileCallsRun(t *testing.T) {
 				defer wg.Done()
 				for i := 0; ; i++ {
 					key := fmt.Sprintf("lifecycle/%d/%d/%d", round, w, i)
-					err := c.Put(key, []Part{{Addr: addrOf(src), Size: n}}, DefaultReplicateConfig(), PutOptions{})
+					err := c.Put(key, []Part{{Addr: gpu.AddrOf(src), Size: n}}, DefaultReplicateConfig(), PutOptions{})
 					if err == nil {
-						err = c.GetInto(key, []Part{{Addr: addrOf(dst), Size: n}}, false).Err
+						err = c.GetInto(key, []Part{{Addr: gpu.AddrOf(dst), Size: n}}, false).Err
 					}
 					if err == nil {
 						continue

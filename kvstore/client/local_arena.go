@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 	"sync"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // arena hands out aligned ranges of the registered local buffer. Staging
@@ -24,7 +26,7 @@ type span struct{ off, n uint64 }
 func newArena(buf []byte) *arena {
 	a := &arena{used: map[uint64]uint64{}, freed: make(chan struct{})}
 	if len(buf) > 0 {
-		a.base, a.size = addrOf(buf), uint64(len(buf))
+		a.base, a.size = gpu.AddrOf(buf), uint64(len(buf))
 		a.free = []span{{0, a.size}}
 	}
 	return a

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -72,13 +73,13 @@ func (c *Client) MountFile(path string, size, offset uint64, protocol, location 
 	if err != nil {
 		return nil, fmt.Errorf("%w: mmap %s: %v", kvstore.InvalidParams, path, err)
 	}
-	if err := c.engine.RegisterLocalMemory(addrOf(m), size, location); err != nil {
+	if err := c.engine.RegisterLocalMemory(gpu.AddrOf(m), size, location); err != nil {
 		unix.Munmap(m)
 		return nil, fmt.Errorf("%w: register %s: %v", kvstore.InternalError, path, err)
 	}
-	id, err := c.mountSegment(&mount{mapping: m}, uint64(addrOf(m)), size)
+	id, err := c.mountSegment(&mount{mapping: m}, uint64(gpu.AddrOf(m)), size)
 	if err != nil {
-		c.engine.UnregisterLocalMemory(addrOf(m))
+		c.engine.UnregisterLocalMemory(gpu.AddrOf(m))
 		unix.Munmap(m)
 		return nil, err
 	}
@@ -278,7 +279,7 @@ func (c *Client) releaseMount(m *mount) {
 		c.engine.FreeManagedBuffer(uintptr(m.seg.Base))
 		return
 	}
-	c.engine.UnregisterLocalMemory(addrOf(m.mapping))
+	c.engine.UnregisterLocalMemory(gpu.AddrOf(m.mapping))
 	unix.Munmap(m.mapping)
 }
 

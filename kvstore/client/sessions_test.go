@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
@@ -28,11 +29,11 @@ func TestSessionsRangedPutAndGet(t *testing.T) {
 	if res := r.GetSessionStart([]string{"s"}); !errors.Is(res[0], kvstore.ReplicaIsNotReady) {
 		t.Fatalf("get session on an open write: %v", res)
 	}
-	spans := []Span{{addrOf(src[2000:]), 1000, 2000}, {addrOf(src), 2000, 0}}
+	spans := []Span{{gpu.AddrOf(src[2000:]), 1000, 2000}, {gpu.AddrOf(src), 2000, 0}}
 	if res := w.PutSessionRanges([]string{"s", "none"}, [][]Span{spans, spans}); res[0].Err != nil || res[0].Size != n || !errors.Is(res[1].Err, kvstore.InvalidParams) {
 		t.Fatalf("put ranges: %+v", res)
 	}
-	if res := w.PutSessionRanges([]string{"s"}, [][]Span{{{addrOf(src), 10, n - 5}}}); !errors.Is(res[0].Err, kvstore.InvalidParams) {
+	if res := w.PutSessionRanges([]string{"s"}, [][]Span{{{gpu.AddrOf(src), 10, n - 5}}}); !errors.Is(res[0].Err, kvstore.InvalidParams) {
 		t.Fatalf("overflowing range: %+v", res)
 	}
 	if errs := w.PutSessionEnd([]string{"s", "none"}); errs[0] != nil || !errors.Is(errs[1], kvstore.InvalidParams) {
@@ -42,15 +43,15 @@ func TestSessionsRangedPutAndGet(t *testing.T) {
 		t.Fatalf("get session start: %v", res)
 	}
 	dst := buf(t, n)
-	got := r.GetSessionRanges([]string{"s"}, [][]Span{{{addrOf(dst), 100, 0}, {addrOf(dst[100:]), n - 100, 100}}})
+	got := r.GetSessionRanges([]string{"s"}, [][]Span{{{gpu.AddrOf(dst), 100, 0}, {gpu.AddrOf(dst[100:]), n - 100, 100}}})
 	if got[0].Err != nil || got[0].Size != n || !bytes.Equal(dst, src) {
 		t.Fatalf("get ranges: %+v equal=%v", got, bytes.Equal(dst, src))
 	}
-	if got := r.GetSessionRanges([]string{"s"}, [][]Span{{{addrOf(dst), 2, n - 1}}}); !errors.Is(got[0].Err, kvstore.InvalidParams) {
+	if got := r.GetSessionRanges([]string{"s"}, [][]Span{{{gpu.AddrOf(dst), 2, n - 1}}}); !errors.Is(got[0].Err, kvstore.InvalidParams) {
 		t.Fatalf("range past the end: %+v", got)
 	}
 	r.GetSessionEnd([]string{"s"})
-	if got := r.GetSessionRanges([]string{"s"}, [][]Span{{{addrOf(dst), 1, 0}}}); !errors.Is(got[0].Err, kvstore.InvalidParams) {
+	if got := r.GetSessionRanges([]string{"s"}, [][]Span{{{gpu.AddrOf(dst), 1, 0}}}); !errors.Is(got[0].Err, kvstore.InvalidParams) {
 		t.Fatalf("read after session end: %+v", got)
 	}
 }

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/gpu"
 )
@@ -34,7 +33,7 @@ func (p *stagingPool) get(ctx context.Context) ([]byte, error) {
 	return mem(addr, uint64(p.size))[:p.size:p.size], nil
 }
 
-func (p *stagingPool) put(c []byte) { p.arena.release(addrOf(c)) }
+func (p *stagingPool) put(c []byte) { p.arena.release(gpu.AddrOf(c)) }
 
 // Part is a range of the caller's memory.
 type Part struct {
@@ -53,8 +52,6 @@ func partsSize(parts []Part) uint64 {
 
 // mem views a caller memory range (host memory).
 func mem(addr uintptr, n uint64) []byte { return gpu.HostBytes(addr, n) }
-
-func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // copyOut copies object bytes [off, off+len(src)) from src into the parts,
 // which together hold the object in order. Parts may be device memory

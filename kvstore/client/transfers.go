@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
@@ -110,7 +111,7 @@ func (c *Client) writeReplicas(parts []Part, replicas []*pb.ReplicaDescriptor, o
 			return transferErr(err)
 		}
 		return parallel(len(replicas), func(i int) error {
-			return c.moveDirect(transfer.OpWrite, []Part{{addrOf(chunk), uint64(len(chunk))}}, replicas[i], objOff+off)
+			return c.moveDirect(transfer.OpWrite, []Part{{gpu.AddrOf(chunk), uint64(len(chunk))}}, replicas[i], objOff+off)
 		})
 	})
 }
@@ -131,7 +132,7 @@ func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n ui
 		}
 	}
 	return c.staged(n, func(chunk []byte, off uint64) error {
-		if err := c.moveDirect(transfer.OpRead, []Part{{addrOf(chunk), uint64(len(chunk))}}, r, objOff+off); err != nil {
+		if err := c.moveDirect(transfer.OpRead, []Part{{gpu.AddrOf(chunk), uint64(len(chunk))}}, r, objOff+off); err != nil {
 			return err
 		}
 		if err := copyOut(c.engine.Memory(), parts, off, chunk); err != nil {

@@ -2,9 +2,10 @@ package ipc
 
 import (
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // Region is a memfd mapped shared into this process.
@@ -60,7 +61,7 @@ func MapFD(fd int, offset, size uint64, writable bool) (*Region, error) {
 }
 
 // Addr is the address of the mapping's first byte.
-func (r *Region) Addr() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(r.Mem))) }
+func (r *Region) Addr() uintptr { return gpu.AddrOf(r.Mem) }
 
 // Close unmaps the region and closes its descriptor.
 func (r *Region) Close() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 )
@@ -75,7 +76,7 @@ func (d *Dummy) BatchPut(keys []string, parts [][]client.Part, cfg client.Replic
 				continue
 			}
 			lent[i] = s
-			if err := client.CopyFromParts(bytesAt(s.addr, n), parts[i]); err != nil {
+			if err := client.CopyFromParts(gpu.HostBytes(s.addr, n), parts[i]); err != nil {
 				errs[i] = err
 				continue
 			}
@@ -145,7 +146,7 @@ func (d *Dummy) BatchGetInto(keys []string, parts [][]client.Part, _ bool) []cli
 		if errorsIs(r.Err, kvstore.BufferOverflow) {
 			r.Err = kvstore.InvalidParams // a destination too small, as the real client's get_into
 		}
-		if r.Err == nil && lent[j].addr != 0 && !scatter(parts[i], bytesAt(lent[j].addr, r.Size)) {
+		if r.Err == nil && lent[j].addr != 0 && !scatter(parts[i], gpu.HostBytes(lent[j].addr, r.Size)) {
 			r = client.GetResult{Err: kvstore.InternalError} // a copy into device memory failed
 		}
 		out[i] = r
@@ -218,7 +219,7 @@ func (d *Dummy) BatchGet(keys []string, alloc client.Allocator) []client.GetResu
 		r := res[j]
 		switch {
 		case r.Err == nil:
-			deliver(i, bytesAt(lent[j].addr, r.Size))
+			deliver(i, gpu.HostBytes(lent[j].addr, r.Size))
 		case errorsIs(r.Err, kvstore.BufferOverflow):
 			out[i].Err = fmt.Errorf("%w: an object of %d bytes does not fit the dummy's local buffer", kvstore.InvalidParams, r.Size)
 		default:
@@ -339,7 +340,7 @@ func (d *Dummy) GetRanges(ranges []client.Range) []client.GetResult {
 		}
 		out[i].Size = uint64(resp.Codes[k])
 		if lent[i].addr != 0 {
-			copy(bytesAt(ranges[i].Dst, out[i].Size), bytesAt(lent[i].addr, out[i].Size))
+			copy(gpu.HostBytes(ranges[i].Dst, out[i].Size), gpu.HostBytes(lent[i].addr, out[i].Size))
 		}
 	}
 	return out

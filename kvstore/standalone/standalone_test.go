@@ -7,8 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
-	"unsafe"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 	"github.com/mooncake-go/mooncake/kvstore/hotcache"
@@ -75,7 +75,7 @@ func TestZeroCopyAndStagedCalls(t *testing.T) {
 	if err := a.RegisterBuffer(p, 1<<16); err != nil {
 		t.Fatal(err)
 	}
-	src := bytesAt(p, 5000)
+	src := gpu.HostBytes(p, 5000)
 	copy(src, bytes.Repeat([]byte("region"), 1000))
 	if errs := a.BatchPut([]string{"zc"}, [][]client.Part{{{Addr: p, Size: 5000}}}, client.DefaultReplicateConfig(),
 		client.PutOptions{ZeroCopy: true}); errs[0] != nil {
@@ -83,7 +83,7 @@ func TestZeroCopyAndStagedCalls(t *testing.T) {
 	}
 	// b reads into private memory: staged through its local buffer.
 	dst := make([]byte, 8192)
-	r := b.BatchGetInto([]string{"zc", "missing"}, [][]client.Part{{{Addr: addrOfSlice(dst), Size: 8192}}, {{Addr: addrOfSlice(dst), Size: 8}}}, true)
+	r := b.BatchGetInto([]string{"zc", "missing"}, [][]client.Part{{{Addr: gpu.AddrOf(dst), Size: 8192}}, {{Addr: gpu.AddrOf(dst), Size: 8}}}, true)
 	if r[0].Err != nil || r[0].Size != 5000 || !bytes.Equal(dst[:5000], src) {
 		t.Fatalf("get %+v", r[0])
 	}
@@ -98,9 +98,6 @@ func TestZeroCopyAndStagedCalls(t *testing.T) {
 	}
 }
 
-// addrOfSlice is the address of b's first byte.
-func addrOfSlice(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
-
 func TestTranslateStaysInsideTheDummysRegions(t *testing.T) {
 	mem := make([]byte, 4096)
 	s := &session{regions: []*installed{{base: 0x10000, size: 4096, m: &ipc.Region{FD: -1, Mem: mem}}}}
@@ -114,7 +111,7 @@ func TestTranslateStaysInsideTheDummysRegions(t *testing.T) {
 		}
 	}
 	p, _ := s.translate([]span{{Addr: 0x10010, Size: 16}})
-	if p[0].Addr != addrOfSlice(mem)+0x10 {
+	if p[0].Addr != gpu.AddrOf(mem)+0x10 {
 		t.Fatal("translated to the wrong address")
 	}
 }
@@ -130,7 +127,7 @@ func TestDummyLeavingReleasesItsSession(t *testing.T) {
 	eventually(t, func() bool { return srv.Sessions() == 2 }, "two sessions")
 	a.Close()
 	eventually(t, func() bool { return srv.Sessions() == 1 }, "the closed dummy's session ends")
-	if errs := b.BatchPut([]string{"k"}, [][]client.Part{{{Addr: addrOfSlice([]byte("v")), Size: 1}}}, client.DefaultReplicateConfig(), client.PutOptions{}); errs[0] != nil {
+	if errs := b.BatchPut([]string{"k"}, [][]client.Part{{{Addr: gpu.AddrOf([]byte("v")), Size: 1}}}, client.DefaultReplicateConfig(), client.PutOptions{}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	if got := a.BatchExist([]string{"k"}); got[0] != int(kvstore.InvalidParams) {
@@ -168,13 +165,13 @@ func TestHotCacheFillHitInvalidate(t *testing.T) {
 	a := dummy(t, addr, "s")
 	val := []byte("hot value")
 	put := func(v []byte, upsert bool) {
-		if errs := a.BatchPut([]string{"h"}, [][]client.Part{{{Addr: addrOfSlice(v), Size: uint64(len(v))}}}, client.DefaultReplicateConfig(), client.PutOptions{Upsert: upsert}); errs[0] != nil {
+		if errs := a.BatchPut([]string{"h"}, [][]client.Part{{{Addr: gpu.AddrOf(v), Size: uint64(len(v))}}}, client.DefaultReplicateConfig(), client.PutOptions{Upsert: upsert}); errs[0] != nil {
 			t.Fatal(errs[0])
 		}
 	}
 	get := func() []byte {
 		dst := make([]byte, 64)
-		r := a.BatchGetInto([]string{"h"}, [][]client.Part{{{Addr: addrOfSlice(dst), Size: 64}}}, true)
+		r := a.BatchGetInto([]string{"h"}, [][]client.Part{{{Addr: gpu.AddrOf(dst), Size: 64}}}, true)
 		if r[0].Err != nil {
 			t.Fatal(r[0].Err)
 		}
@@ -241,7 +238,7 @@ func TestRegisterFDOfCallerMemory(t *testing.T) {
 		t.Fatal(errs[0])
 	}
 	dst := make([]byte, 16)
-	res := dummy(t, addr, "s").BatchGetInto([]string{"fd"}, [][]client.Part{{{Addr: addrOfSlice(dst), Size: 16}}}, true)
+	res := dummy(t, addr, "s").BatchGetInto([]string{"fd"}, [][]client.Part{{{Addr: gpu.AddrOf(dst), Size: 16}}}, true)
 	if res[0].Err != nil || string(dst[:res[0].Size]) != "page two" {
 		t.Fatalf("read back %q %v", dst, res[0].Err)
 	}

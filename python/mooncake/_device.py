@@ -33,7 +33,9 @@ def pointer_kind(ptr: int) -> tuple[int, int]:
     device = ctypes.c_int(-1)
     kind = _cdll().mc_pointer_kind(ptr, ctypes.byref(device))
     if kind < 0:
-        raise RuntimeError(f"mooncake: the CUDA driver cannot classify pointer {ptr:#x}")
+        raise RuntimeError(
+            f"mooncake: the CUDA driver cannot classify pointer {ptr:#x}: {_lib.last_error()}"
+        )
     return kind, device.value
 
 
@@ -46,7 +48,9 @@ def device_of(ptr: int) -> int | None:
 def copy(dst: int, src: int, n: int) -> None:
     """Copy n bytes between any two kinds of memory."""
     if n and _cdll().mc_copy_memory(dst, src, n) != 0:
-        raise RuntimeError(f"mooncake: copying {n} bytes {src:#x} -> {dst:#x} failed (CUDA)")
+        raise RuntimeError(
+            f"mooncake: copying {n} bytes {src:#x} -> {dst:#x} failed: {_lib.last_error()}"
+        )
 
 
 def read(ptr: int, n: int) -> bytes:

@@ -61,14 +61,20 @@ def lib() -> ctypes.CDLL:
     return _cdll
 
 
+# The functions this module itself calls.
+_SIGNATURES: dict[str, tuple[list, Any]] = {
+    "mc_version": ([], PTR),
+    "mc_free": ([PTR], None),
+    "mc_last_error": ([], PTR),
+    "mc_split_keys": ([STR, ctypes.c_size_t, INT, P(STR)], INT),
+}
+
+
 def _declare(cdll: ctypes.CDLL) -> None:
     """Set argtypes/restype of the functions this module itself calls."""
-    cdll.mc_version.argtypes = []
-    cdll.mc_version.restype = ctypes.c_void_p
-    cdll.mc_free.argtypes = [ctypes.c_void_p]
-    cdll.mc_free.restype = None
-    cdll.mc_split_keys.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-    cdll.mc_split_keys.restype = ctypes.c_int
+    for name, (args, res) in _SIGNATURES.items():
+        fn = getattr(cdll, name)
+        fn.argtypes, fn.restype = args, res
 
 
 _bound: set[int] = set()
@@ -101,6 +107,17 @@ def take_string(ptr: int | None) -> str | None:
         return ctypes.string_at(ptr).decode("utf-8", errors="replace")
     finally:
         lib().mc_free(ptr)
+
+
+def last_error() -> str:
+    """Return the message of the last failed libmooncake call on this thread.
+
+    The C ABI's error convention (capi/mooncake.h, "Errors"): a failing call
+    returns its error number (or 0 / NULL) and records a message for its
+    thread; a successful call leaves the message as it was. "" when no call
+    on this thread has failed.
+    """
+    return take_string(lib().mc_last_error()) or ""
 
 
 def version() -> str:

@@ -214,7 +214,7 @@ class _FleetOps:
         out = PTR()
         rc = self._fleet().mc_store_segment_ids(self._handle, ctypes.byref(out))
         if rc != 0:
-            raise StoreOperationError("segment_ids", rc, "the store is not set up")
+            raise StoreOperationError("segment_ids", rc, _lib.last_error())
         return [i for i in (_lib.take_string(out.value) or "").split("\n") if i]
 
     def _set_mode(self, name: str, mode: int, segment_ids: str | Sequence[str] | None) -> None:

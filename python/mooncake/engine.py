@@ -49,7 +49,6 @@ _SIGNATURES = {
     "mc_engine_create": ([], _u64),
     "mc_engine_initialize": ([_u64, _str, _str, _str, _str], _int),
     "mc_engine_destroy": ([_u64], None),
-    "mc_engine_last_error": ([_u64], _ptr),
     "mc_engine_get_rpc_port": ([_u64], _int),
     "mc_engine_segment_name": ([_u64], _ptr),
     "mc_engine_allocate_managed_buffer": ([_u64, _u64], _u64),
@@ -165,8 +164,10 @@ class TransferEngine:
         return self.initialize(local_hostname, metadata_server, protocol, device_name)
 
     def last_error(self) -> str:
-        """Message of this engine's last failure ("" if none). Not upstream API."""
-        return _lib.take_string(self._lib.mc_engine_last_error(self._handle)) or ""
+        """Message of the last failed libmooncake call on this thread ("" if
+        none), e.g. of the engine call that just returned an error number. Not
+        upstream API; see `mooncake._lib.last_error`."""
+        return _lib.last_error()
 
     def get_rpc_port(self) -> int:
         """Port of the engine's handshake (RPC) listener, -1 if not started."""

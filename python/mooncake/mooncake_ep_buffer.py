@@ -50,58 +50,60 @@ _int = ctypes.c_int
 _ptr = ctypes.c_void_p
 _errp = ctypes.POINTER(ctypes.c_void_p)
 
+
+class EpCall(ctypes.Structure):
+    """mooncake.h's ``mc_ep_call``: the mode, shape and liveness of a call."""
+
+    _fields_ = [
+        ("mode", ctypes.c_int32),
+        ("num_tokens", _i64),
+        ("top_k", _i64),
+        ("max_tokens", _i64),
+        ("hidden", _i64),
+        ("num_experts", _i64),
+        ("timeout_us", _i64),
+        ("active", _ptr),
+    ]
+
+
+class DispatchArgs(ctypes.Structure):
+    """mooncake.h's ``mc_ep_dispatch_args`` (tests/test_package.py checks the layout)."""
+
+    _fields_ = [
+        ("call", EpCall),
+        ("fp8", ctypes.c_int32),
+        ("x", _ptr),
+        ("topk_idx", _ptr),
+        ("recv_x", _ptr),
+        ("recv_scales", _ptr),
+        ("recv_count", _ptr),
+        ("src_info", _ptr),
+        ("layout_range", _ptr),
+    ]
+
+
+class CombineArgs(ctypes.Structure):
+    """mooncake.h's ``mc_ep_combine_args`` (tests/test_package.py checks the layout)."""
+
+    _fields_ = [
+        ("call", EpCall),
+        ("x", _ptr),
+        ("topk_idx", _ptr),
+        ("topk_weights", _ptr),
+        ("src_info", _ptr),
+        ("layout_range", _ptr),
+        ("out", _ptr),
+    ]
+
+
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "mc_ep_size_hint": ([_i64, _i64, _i64, _i64], _i64),
     "mc_ep_buffer_create": ([_int, _int, _i64, ctypes.c_char_p, _int, _errp], _u64),
     "mc_ep_buffer_self": ([_u64], _ptr),
     "mc_ep_buffer_connect": ([_u64, ctypes.c_char_p, _errp], _int),
     "mc_ep_buffer_destroy": ([_u64], None),
-    "mc_ep_dispatch": (
-        [
-            _u64,
-            _int,
-            _ptr,
-            _i64,
-            _ptr,
-            _i64,
-            _ptr,
-            _i64,
-            _i64,
-            _i64,
-            _i64,
-            _int,
-            _ptr,
-            _ptr,
-            _ptr,
-            _ptr,
-            _ptr,
-            ctypes.POINTER(_u64),
-            _errp,
-        ],
-        _int,
-    ),
-    "mc_ep_combine": (
-        [
-            _u64,
-            _int,
-            _ptr,
-            _ptr,
-            _ptr,
-            _i64,
-            _i64,
-            _ptr,
-            _i64,
-            _i64,
-            _i64,
-            _i64,
-            _ptr,
-            _ptr,
-            _ptr,
-            ctypes.POINTER(_u64),
-            _errp,
-        ],
-        _int,
-    ),
+    "mc_ep_dispatch": ([_u64, ctypes.POINTER(DispatchArgs), ctypes.POINTER(_u64), _errp], _int),
+    "mc_ep_combine": ([_u64, ctypes.POINTER(CombineArgs), ctypes.POINTER(_u64), _errp], _int),
     "mc_ep_op_wait": ([_u64, _errp], _int),
     "mc_ep_op_done": ([_u64], _int),
 }
@@ -114,7 +116,7 @@ def _lib_ep() -> ctypes.CDLL:
 def _check(rc: int, err: ctypes.c_void_p) -> None:
     if rc == 0:
         return
-    msg = _lib.take_string(err.value) or f"error {rc}"
+    msg = _lib.take_string(err.value) or _lib.last_error() or f"error {rc}"
     if rc == _CODE_INVALID_ARGUMENT:
         raise ValueError(msg)
     raise RuntimeError(f"{msg} (error {rc})")
@@ -474,26 +476,19 @@ class Buffer:
         src_info = self._empty((L, R * N), torch.int32)
         layout_range = torch.empty((L, R), dtype=torch.int64)
         op, err = _u64(0), ctypes.c_void_p()
+        args = DispatchArgs(
+            call=EpCall(mode, T, K, N, H, E, int(timeout_us), active.data_ptr()),
+            fp8=int(fp8),
+            x=x.data_ptr(),
+            topk_idx=topk_idx.data_ptr(),
+            recv_x=recv_x.data_ptr(),
+            recv_scales=scales.data_ptr() if scales is not None else None,
+            recv_count=recv_count.data_ptr(),
+            src_info=src_info.data_ptr(),
+            layout_range=layout_range.data_ptr(),
+        )
         rc = _lib_ep().mc_ep_dispatch(
-            self._live(),
-            mode,
-            x.data_ptr(),
-            T,
-            topk_idx.data_ptr(),
-            K,
-            active.data_ptr(),
-            N,
-            H,
-            E,
-            int(timeout_us),
-            int(fp8),
-            recv_x.data_ptr(),
-            scales.data_ptr() if scales is not None else None,
-            recv_count.data_ptr(),
-            src_info.data_ptr(),
-            layout_range.data_ptr(),
-            ctypes.byref(op),
-            ctypes.byref(err),
+            self._live(), ctypes.byref(args), ctypes.byref(op), ctypes.byref(err)
         )
         _check(rc, err)
         keep = (x, topk_idx, active, recv_x, scales, recv_count, src_info, layout_range)
@@ -571,24 +566,17 @@ class Buffer:
                 stage.into(result, out)
         active = self._active_ranks_tensor(active_ranks, stage)
         op, err = _u64(0), ctypes.c_void_p()
+        args = CombineArgs(
+            call=EpCall(mode, T, K, N, H, E, int(timeout_us), active.data_ptr()),
+            x=x.data_ptr(),
+            topk_idx=topk_idx.data_ptr(),
+            topk_weights=topk_weights.data_ptr(),
+            src_info=src_info.data_ptr(),
+            layout_range=layout_range.data_ptr(),
+            out=out.data_ptr(),
+        )
         rc = _lib_ep().mc_ep_combine(
-            self._live(),
-            mode,
-            x.data_ptr(),
-            topk_idx.data_ptr(),
-            topk_weights.data_ptr(),
-            T,
-            K,
-            active.data_ptr(),
-            N,
-            H,
-            E,
-            int(timeout_us),
-            src_info.data_ptr(),
-            layout_range.data_ptr(),
-            out.data_ptr(),
-            ctypes.byref(op),
-            ctypes.byref(err),
+            self._live(), ctypes.byref(args), ctypes.byref(op), ctypes.byref(err)
         )
         _check(rc, err)
         keep = (x, topk_idx, topk_weights, active, src_info, layout_range, out)

@@ -227,9 +227,26 @@ def parse_size(value: int | str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+class StoreSetupArgs(ctypes.Structure):
+    """mooncake.h's ``mc_store_setup_args`` (tests/test_package.py checks the layout)."""
+
+    _fields_ = [
+        ("local_hostname", STR),
+        ("metadata_server", STR),
+        ("global_segment_size", U64),
+        ("local_buffer_size", U64),
+        ("protocol", STR),
+        ("device_name", STR),
+        ("master_server_addr", STR),
+        ("engine", U64),
+        ("tenant_id", STR),
+        ("hugepage_size", U64),
+    ]
+
+
 _SIGNATURES = {
     "mc_store_create": ([], U64),
-    "mc_store_setup": ([U64, STR, STR, U64, U64, STR, STR, STR, U64, STR, U64], INT),
+    "mc_store_setup": ([U64, P(StoreSetupArgs)], INT),
     "mc_store_close": ([U64], INT),
     "mc_store_health_check": ([U64], INT),
     "mc_store_get_hostname": ([U64], PTR),
@@ -516,19 +533,19 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         except StoreOperationError as e:
             _log.error("setup: %s", e)
             return e.code
-        rc = self._lib.mc_store_setup(
-            self._handle,
-            params.local_hostname.encode(),
-            params.metadata_server.encode(),
-            params.global_segment_size,
-            params.local_buffer_size,
-            params.protocol.encode(),
-            params.rdma_devices.encode(),
-            params.master_server_addr.encode(),
-            engine_handle,
-            params.tenant_id.encode(),
-            params.hugepage_bytes,
+        args = StoreSetupArgs(
+            local_hostname=params.local_hostname.encode(),
+            metadata_server=params.metadata_server.encode(),
+            global_segment_size=params.global_segment_size,
+            local_buffer_size=params.local_buffer_size,
+            protocol=params.protocol.encode(),
+            device_name=params.rdma_devices.encode(),
+            master_server_addr=params.master_server_addr.encode(),
+            engine=engine_handle,
+            tenant_id=params.tenant_id.encode(),
+            hugepage_size=params.hugepage_bytes,
         )
+        rc = self._lib.mc_store_setup(self._handle, ctypes.byref(args))
         if rc == 0 and params.enable_ssd_offload:
             rc = self._enable_offload(params.ssd_offload_path)
             if rc != 0:

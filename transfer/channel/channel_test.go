@@ -46,7 +46,7 @@ func newPair(t *testing.T, forceTCP bool) *pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { seg.Close() })
-	p.to = Endpoint{Seg: seg.Handle(), Base: uint64(addrOf(p.rxMem))}
+	p.to = Endpoint{Seg: seg.Handle(), Base: uint64(gpu.AddrOf(p.rxMem))}
 	return p
 }
 
@@ -187,7 +187,7 @@ func TestGet(t *testing.T) {
 
 func TestRunNamesFailedRequests(t *testing.T) {
 	p := newPair(t, true)
-	src := uint64(addrOf(p.txMem))
+	src := uint64(gpu.AddrOf(p.txMem))
 	reqs := []transfer.Request{
 		{Opcode: transfer.OpWrite, Source: uintptr(src), Target: p.to.Seg, TargetOffset: p.to.Base, Length: 128},
 		{Opcode: transfer.OpWrite, Source: uintptr(src), Target: p.to.Seg, TargetOffset: p.to.Base + bufBytes, Length: 128},

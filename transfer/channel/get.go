@@ -1,6 +1,10 @@
 package channel
 
-import "github.com/mooncake-go/mooncake/transfer"
+import (
+	"github.com/mooncake-go/mooncake/transfer"
+
+	"github.com/mooncake-go/mooncake/gpu"
+)
 
 // Get copies len(dst) bytes at offset off of from's region into dst:
 // through a direct view when there is one, else with a READ into stage
@@ -13,7 +17,7 @@ func Get(eng *transfer.Engine, from Endpoint, off uint64, dst, stage []byte) err
 	if err != nil || ok {
 		return err
 	}
-	req := transfer.Request{Opcode: transfer.OpRead, Source: addrOf(stage), Target: from.Seg,
+	req := transfer.Request{Opcode: transfer.OpRead, Source: gpu.AddrOf(stage), Target: from.Seg,
 		TargetOffset: from.Base + off, Length: uint64(len(dst))}
 	if err := Run(eng, []transfer.Request{req})[0]; err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
@@ -101,7 +102,7 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 			errs[i] = fmt.Errorf("channel: no direct view of the peer and no staging for the payload")
 		case !ok:
 			for _, w := range m.Data.Stage() {
-				staged.add(i, transfer.Request{Opcode: transfer.OpWrite, Source: addrOf(w.Src), Target: m.To.Seg,
+				staged.add(i, transfer.Request{Opcode: transfer.OpWrite, Source: gpu.AddrOf(w.Src), Target: m.To.Seg,
 					TargetOffset: m.To.Base + w.Off, Length: uint64(len(w.Src))})
 			}
 		}
@@ -148,7 +149,7 @@ func publish(eng *transfer.Engine, m *Message, i int, r *transferRound) error {
 	}
 	for k, f := range m.Flags {
 		store(f.Src, f)
-		addr, src, w := m.To.Base+f.Off, addrOf(f.Src), f.width()
+		addr, src, w := m.To.Base+f.Off, gpu.AddrOf(f.Src), f.width()
 		if k > 0 {
 			prev := &r.reqs[len(r.reqs)-1]
 			switch {
@@ -176,7 +177,6 @@ func store(mem []byte, f Flag) {
 }
 
 // addrOf is the address of b's first byte (a transfer's source).
-func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 func firstError(errs []error) error {
 	for _, err := range errs {
