@@ -124,7 +124,7 @@ func (m *Memory) CopyToHost(dst []byte, src uintptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	err := m.Copy(addrOf(dst), src, uint64(len(dst)))
+	err := m.Copy(AddrOf(dst), src, uint64(len(dst)))
 	runtime.KeepAlive(dst)
 	return err
 }
@@ -134,7 +134,7 @@ func (m *Memory) CopyFromHost(dst uintptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	err := m.Copy(dst, addrOf(src), uint64(len(src)))
+	err := m.Copy(dst, AddrOf(src), uint64(len(src)))
 	runtime.KeepAlive(src)
 	return err
 }
@@ -157,7 +157,7 @@ func (m *Memory) Close() error {
 	return first
 }
 
-// hostBytes views n bytes of host memory at addr.
+// HostBytes views n bytes of host memory at addr.
 func HostBytes(addr uintptr, n uint64) []byte {
 	if n == 0 {
 		return nil
@@ -168,4 +168,5 @@ func HostBytes(addr uintptr, n uint64) []byte {
 	return unsafe.Slice((*byte)(p), n)
 }
 
-func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+// AddrOf returns the address of the first byte of b.
+func AddrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
