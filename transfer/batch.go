@@ -62,10 +62,12 @@ func (t *task) FinishSlice(st Status, moved uint64) {
 	if f := t.failure.Load(); f != 0 {
 		final = Status(f)
 	}
+	// The state is final before the local region is released, so that
+	// whoever waited for the region (unregistration, Close) sees it.
+	t.status.Store(int32(final))
 	if t.local != nil {
 		t.local.Release()
 	}
-	t.status.Store(int32(final))
 	t.batch.taskDone()
 }
 

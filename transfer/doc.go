@@ -13,7 +13,9 @@
 //
 //   - shm (package shm): when the target runs on the same host and the
 //     target buffer was allocated by its engine (AllocateManagedBuffer),
-//     the initiator maps the buffer's memfd and the transfer is a memcpy.
+//     the initiator maps the buffer's memfd and the transfer is a memcpy:
+//     on a worker for SubmitTransfer, on the caller's thread for the
+//     synchronous RunBatch and TransferSync.
 //   - tcp (package tcp): for any peer. Every request is validated by the
 //     target against its registered buffers; a request outside them is
 //     rejected and the target's memory is never touched.

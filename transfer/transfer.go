@@ -47,7 +47,9 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	return nil
 }
 
-// SubmitTransfer starts the requests in batch id. Every request is checked first (known
+// SubmitTransfer starts the requests in batch id and returns without
+// waiting for any of them, whatever the transport (a same-host copy runs on
+// the shm transport's workers). Every request is checked first (known
 // segment, registered local memory, valid opcode); if any is invalid
 // nothing is submitted. Zero-length requests complete at once.
 func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {

@@ -1,8 +1,9 @@
 // Package shm is the Transfer Engine's same-host transport: memory that an
 // engine allocates from a memfd (Buffer), which peers on the same host map
 // through /proc/<pid>/fd/<fd>, so that a transfer into it is a memcpy.
-// Transport connects to such peers; its Conns copy through the mapping
-// and also offer the mapping itself (transport.DirectView).
+// Transport connects to such peers; its Conns copy asynchronously on
+// worker goroutines (Submit) and also offer the mapping itself
+// (transport.DirectView) for callers that copy inline.
 package shm
 
 import (

@@ -12,7 +12,8 @@ import (
 // publish a control page, and carries transfers into the buffers they
 // share.
 type Transport struct {
-	mem *gpu.Memory // copies device memory
+	mem     *gpu.Memory // copies device memory
+	workers copier
 }
 
 // NewTransport returns the same-host transport; device memory on the local
@@ -109,17 +110,10 @@ func (c *conn) View(addr, n uint64, fn func(mem []byte)) bool {
 	return true
 }
 
-// Submit copies the job through the peer's mapping.
+// Submit hands the copy to the transport's workers and returns at once.
 func (c *conn) Submit(j *transport.Job) {
 	j.Tracker.Start(1)
-	var err error
-	if !c.View(j.Remote, j.Length, func(mem []byte) {
-		err = transport.Move(c.t.mem, j.Op, j.Local, j.LocalMem.Device, gpu.AddrOf(mem), false, j.Length)
-	}) {
-		j.Tracker.FinishSlice(transport.StatusFailed, 0)
-		return
-	}
-	j.Tracker.FinishSlice(transport.StatusOf(err), j.Length)
+	c.t.workers.add(c, j)
 }
 
 // Close unmaps everything, after copies in progress; queued copies then
