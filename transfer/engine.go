@@ -209,8 +209,10 @@ func (e *Engine) Timeout() time.Duration { return e.cfg.TransferTimeout }
 // starts, every call that would start work fails with ErrClosed. It stops
 // serving peers at once (listeners and every accepted connection are
 // closed, so a peer's request in flight fails and later ones cannot reach
-// this engine), waits for the calls already running, cancels queued and
-// in-flight transfers (their tasks end FAILED or CANCELED), withdraws the
+// this engine) and cuts its own connections to peers (queued and in-flight
+// transfers, a synchronous one on a caller's thread included, end FAILED
+// or CANCELED), waits for the calls already running, cancels what they
+// started, withdraws the
 // published metadata, and unregisters all memory, user-registered and
 // managed, after the transfers using it have ended; only then are managed
 // buffers freed. Concurrent and later calls wait for the first to finish.
@@ -219,11 +221,23 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// stopServing cuts peers off: no new connection, and none that was
-// accepted stays open.
+// stopServing cuts peers off (no new connection, and none that was
+// accepted stays open) and cuts this engine's own connections to them, so
+// that a transfer waiting for a peer ends now: queued and in-flight ones,
+// and a synchronous one waiting on the caller's thread, whose call Close
+// would otherwise wait for until its deadline.
 func (e *Engine) stopServing() {
 	e.rpcSrv.Close()
 	e.tcpSrv.Close()
+	e.segMu.Lock()
+	segs := make([]*remoteSegment, 0, len(e.segs))
+	for _, s := range e.segs {
+		segs = append(segs, s)
+	}
+	e.segMu.Unlock()
+	for _, s := range segs {
+		s.close()
+	}
 }
 
 // release frees what the engine holds once no call runs any more.

@@ -56,10 +56,11 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 	return e.submit(id, reqs, false)
 }
 
-// submit is SubmitTransfer; with inline, a request that a connection can
-// serve through a direct view of the peer's memory is copied on the
-// caller's thread before submit returns (RunBatch, which waits anyway,
-// saves the hand-off).
+// submit is SubmitTransfer; with inline (RunBatch, which waits anyway,
+// saves the hand-offs), a request that a connection can serve through a
+// direct view of the peer's memory is copied on the caller's thread, and
+// so is a batch of one request that a connection can run itself
+// (transport.SyncRunner: tcp, one slice), before submit returns.
 func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 	if err := e.enter("submit"); err != nil {
 		return err
@@ -94,7 +95,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 	}
 	routes := map[*remoteSegment]*route{} // looked up once per segment
 	for i, t := range tasks {
-		e.run(segs[i], t, routes, inline)
+		e.run(segs[i], t, routes, inline, len(reqs) == 1)
 	}
 	return nil
 }
@@ -117,8 +118,9 @@ func routeOf(s *remoteSegment, cache map[*remoteSegment]*route) *route {
 }
 
 // run starts one task on the first of the segment's connections that
-// carries its range (see submit for inline).
-func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route, inline bool) {
+// carries its range (see submit for inline; alone: the task is its batch's
+// only one).
+func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route, inline, alone bool) {
 	if t.req.Length == 0 {
 		t.Start(1)
 		t.FinishSlice(StatusCompleted, 0)
@@ -166,6 +168,9 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 				return
 			}
 			continue // the view went away: the next transport
+		}
+		if r, ok := c.(transport.SyncRunner); ok && inline && alone && r.RunSync(&t.job) {
+			return
 		}
 		c.Submit(&t.job)
 		return

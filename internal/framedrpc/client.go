@@ -2,6 +2,7 @@ package framedrpc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/mooncake-go/mooncake/internal/pollread"
 )
 
 // ErrNotFramed is returned by Dial when the server does not answer the
@@ -41,7 +44,7 @@ type Client struct {
 // clientConn is one framed connection.
 type clientConn struct {
 	c    net.Conn
-	pr   *pollReader
+	pr   *pollread.Reader
 	fr   *frameReader
 	out  []byte
 	dead atomic.Bool // closed because a call's context ended
@@ -49,7 +52,7 @@ type clientConn struct {
 
 // close stops a read in progress and closes the connection.
 func (cc *clientConn) close() {
-	cc.pr.stop.Store(true)
+	cc.pr.Stop()
 	cc.c.Close()
 }
 
@@ -81,14 +84,14 @@ func (c *Client) dial(ctx context.Context) (*clientConn, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	pr, err := newPollReader(conn.(*net.TCPConn))
+	pr, err := pollread.New(conn.(*net.TCPConn))
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	cc := &clientConn{c: conn, pr: pr, fr: newFrameReader(pr)}
-	pr.ctx = ctx
-	defer func() { pr.ctx = context.Background() }()
+	pr.SetContext(ctx)
+	defer pr.SetContext(nil)
 	stop := context.AfterFunc(ctx, cc.close)
 	defer stop()
 	ack := make([]byte, len(Magic))
@@ -177,7 +180,7 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 			return err
 		}
 		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return status.FromContextError(firstError(ctx.Err(), err)).Err()
+			return status.FromContextError(cmp.Or(ctx.Err(), err)).Err()
 		}
 		if reused && !replied && attempt == 0 && isClosedByPeer(err) && !c.isClosed() {
 			continue
@@ -194,8 +197,8 @@ func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, 
 		stop := context.AfterFunc(ctx, func() { cc.dead.Store(true); cc.close() })
 		defer stop()
 	}
-	cc.pr.ctx = ctx
-	defer func() { cc.pr.ctx = context.Background() }()
+	cc.pr.SetContext(ctx)
+	defer cc.pr.SetContext(nil)
 	out := appendHeader(cc.out[:0], kindCall, method)
 	if out, err = (proto.MarshalOptions{}).MarshalAppend(out, args.(proto.Message)); err != nil {
 		return false, status.Errorf(codes.Internal, "framedrpc: encode %s request: %v", method, err)

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/internal/pollread"
 	"github.com/mooncake-go/mooncake/transfer/internal/conns"
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
@@ -40,9 +42,17 @@ type peer struct {
 	// close, so nothing is queued after the lanes have drained.
 	gate     sync.RWMutex
 	isClosed bool
-	// conns are the lanes' connections: close cuts them, so a slice in
-	// the middle of a request ends at once instead of at its deadline.
+	// conns are the lanes' and the direct connections: close cuts them,
+	// so a slice in the middle of a request ends at once instead of at its
+	// deadline.
 	conns conns.Set
+	// The direct connections (direct.go), guarded by mu: all of them, the
+	// idle ones, how many there are or are being dialled (at most
+	// maxLanes), and whether Close has stopped them.
+	direct       map[*wireConn]struct{}
+	idle         []*wireConn
+	directs      int
+	directClosed bool
 }
 
 func newPeer(addr string, lanes int, mem *gpu.Memory, onFailure func()) *peer {
@@ -107,6 +117,7 @@ func (p *peer) Close() {
 	if !p.isClosed {
 		p.isClosed = true
 		close(p.closed)
+		p.stopDirect()
 		p.conns.CloseAll()
 	}
 }
@@ -130,31 +141,62 @@ func (p *peer) lane() {
 				continue
 			}
 			if c == nil {
-				conn, err := net.DialTimeout("tcp", p.addr, time.Until(s.j.Deadline))
-				if err != nil {
-					p.onFailure()
-					s.j.Tracker.FinishSlice(failureStatus(err), 0)
+				var st transport.Status
+				if c, st = p.dial(s.j.Deadline, false); c == nil {
+					s.j.Tracker.FinishSlice(st, 0)
 					continue
 				}
-				if !p.conns.Add(conn) {
-					s.j.Tracker.FinishSlice(transport.StatusCanceled, 0)
-					continue
-				}
-				conn.(*net.TCPConn).SetNoDelay(true)
-				c = &wireConn{Conn: conn, r: bufio.NewReaderSize(conn, frameReadBuffer), mem: p.mem}
 			}
-			st := c.do(s)
-			if st != transport.StatusCompleted && st != statusRejectedKeep {
+			st, keep := p.settle(c.do(s))
+			if !keep {
 				p.conns.Remove(c.Conn)
 				c = nil
-				p.onFailure()
-			}
-			if st == statusRejectedKeep {
-				st = transport.StatusFailed
 			}
 			s.j.Tracker.FinishSlice(st, s.length)
 		}
 	}
+}
+
+// dial opens a connection to the peer, tracked in p.conns; direct ones
+// read in poll(2) on the caller's thread (direct.go). On failure it
+// returns nil and the status to report.
+func (p *peer) dial(deadline time.Time, direct bool) (*wireConn, transport.Status) {
+	conn, err := net.DialTimeout("tcp", p.addr, time.Until(deadline))
+	if err != nil {
+		p.onFailure()
+		return nil, failureStatus(err)
+	}
+	if !p.conns.Add(conn) {
+		return nil, transport.StatusCanceled
+	}
+	tc := conn.(*net.TCPConn)
+	tc.SetNoDelay(true)
+	c := &wireConn{Conn: conn, mem: p.mem}
+	var r io.Reader = conn
+	if direct {
+		if c.pr, err = pollread.New(tc); err != nil {
+			p.conns.Remove(conn)
+			return nil, transport.StatusFailed
+		}
+		r = c.pr
+	}
+	c.r = bufio.NewReaderSize(r, frameReadBuffer)
+	return c, transport.StatusCompleted
+}
+
+// settle turns a slice's outcome on a connection into the status to
+// report and whether the connection stays usable; a failure other than
+// the peer's rejection may mean the peer moved, so it is told to the
+// engine.
+func (p *peer) settle(st transport.Status) (transport.Status, bool) {
+	switch st {
+	case transport.StatusCompleted:
+		return st, true
+	case statusRejectedKeep:
+		return transport.StatusFailed, true
+	}
+	p.onFailure()
+	return st, false
 }
 
 // drain cancels slices left in the queue after close.
@@ -176,12 +218,16 @@ const statusRejectedKeep transport.Status = -1
 type wireConn struct {
 	net.Conn
 	r   *bufio.Reader
+	pr  *pollread.Reader // under r on a direct connection, else nil
 	mem *gpu.Memory
 }
 
 // do runs one slice as a v2 request.
 func (c *wireConn) do(s *slice) transport.Status {
 	c.SetDeadline(s.j.Deadline)
+	if c.pr != nil {
+		c.pr.SetDeadline(s.j.Deadline)
+	}
 	var hb [tcpHeaderSize]byte
 	tcpHeader{size: s.length, addr: s.remote, opcode: s.j.Op, v2: true}.encode(&hb)
 	if s.j.Op == transport.OpWrite {
@@ -246,7 +292,7 @@ func (c *wireConn) readStatus() transport.Status {
 
 // failureStatus maps a network error to TIMEOUT or FAILED.
 func failureStatus(err error) transport.Status {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return transport.StatusTimeout
 	}
 	var ne net.Error

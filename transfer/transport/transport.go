@@ -103,3 +103,14 @@ type Exposed interface {
 	// [addr, addr+n) and holds it until Release; nil when there is none.
 	AcquireExposed(addr uintptr, n uint64) Region
 }
+
+// SyncRunner is the optional capability of a Conn that can run a job on
+// the caller's thread, quicker than Submit and a wait for a caller that
+// waits anyway (tcp: a job of one slice over an idle connection, its reply
+// awaited in poll(2)).
+type SyncRunner interface {
+	// RunSync runs j to its end before returning (its Tracker hears
+	// everything) and reports true, or reports false at once, having done
+	// nothing, for a job it does not run this way.
+	RunSync(j *Job) bool
+}
