@@ -91,7 +91,7 @@ func (c *Client) dial(ctx context.Context) (*clientConn, error) {
 	}
 	cc := &clientConn{c: conn, pr: pr, fr: newFrameReader(pr)}
 	pr.SetContext(ctx)
-	defer pr.SetContext(nil)
+	defer pr.SetContext(context.Background())
 	stop := context.AfterFunc(ctx, cc.close)
 	defer stop()
 	ack := make([]byte, len(Magic))
@@ -198,7 +198,7 @@ func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, 
 		defer stop()
 	}
 	cc.pr.SetContext(ctx)
-	defer cc.pr.SetContext(nil)
+	defer cc.pr.SetContext(context.Background())
 	out := appendHeader(cc.out[:0], kindCall, method)
 	if out, err = (proto.MarshalOptions{}).MarshalAppend(out, args.(proto.Message)); err != nil {
 		return false, status.Errorf(codes.Internal, "framedrpc: encode %s request: %v", method, err)

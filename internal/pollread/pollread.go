@@ -48,13 +48,8 @@ func New(c syscall.Conn) (*Reader, error) {
 }
 
 // SetContext makes the reads that follow end with ctx's error once ctx is
-// done (context.Background when nil).
-func (r *Reader) SetContext(ctx context.Context) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	r.ctx = ctx
-}
+// done (context.Background: never).
+func (r *Reader) SetContext(ctx context.Context) { r.ctx = ctx }
 
 // SetDeadline makes the reads that follow end with
 // context.DeadlineExceeded at t (the zero time: no deadline besides the

@@ -55,7 +55,7 @@ func TestReader(t *testing.T) {
 	if _, err := r.Read(buf); !errors.Is(err, context.Canceled) {
 		t.Fatalf("read with a cancelled context: %v", err)
 	}
-	r.SetContext(nil)
+	r.SetContext(context.Background())
 
 	done := make(chan error, 1)
 	go func() {
