@@ -200,6 +200,30 @@ class Peer:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGSTOP the peer and return once every one of its threads is stopped.
+
+        kill(2) returns before a multi-threaded process has stopped: the
+        thread the kernel picks must run to begin the group stop, and until
+        it does (it may wait for a CPU) the other threads go on serving.
+        """
+        self.proc.send_signal(signal.SIGSTOP)
+        tasks = f"/proc/{self.proc.pid}/task"
+        deadline = time.monotonic() + timeout
+        while True:
+            states = []
+            for tid in os.listdir(tasks):
+                with contextlib.suppress(FileNotFoundError):
+                    with open(f"{tasks}/{tid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+            if states and all(st in ("T", "t") for st in states):
+                return
+            if time.monotonic() > deadline:
+                raise PeerError(
+                    f"peer {self.proc.pid}: threads not stopped after {timeout} s: {states}"
+                )
+            time.sleep(0.001)
+
     def kill(self) -> None:
         """SIGKILL and reap (idempotent)."""
         try:

@@ -4,33 +4,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
-
-// Status is the state of a transfer task or batch (upstream TransferStatusEnum).
-type Status int32
-
-// Transfer states.
-const (
-	StatusWaiting Status = iota
-	StatusPending
-	StatusInvalid
-	StatusCanceled
-	StatusCompleted
-	StatusTimeout
-	StatusFailed
-)
-
-var statusNames = [...]string{"WAITING", "PENDING", "INVALID", "CANCELED", "COMPLETED", "TIMEOUT", "FAILED"}
-
-func (s Status) String() string {
-	if s >= 0 && int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return "UNKNOWN"
-}
-
-// done reports whether s is final.
-func (s Status) done() bool { return s >= StatusCanceled }
 
 // Request is one transfer: Length bytes between local memory at Source and
 // the remote segment Target at the absolute remote address TargetOffset.
@@ -51,10 +27,12 @@ type TransferStatus struct {
 // BatchID names a batch allocated by Engine.AllocateBatch.
 type BatchID uint64
 
-// task is one submitted request. Transports split it into slices and report
-// each slice's outcome through finishSlice.
+// task is one submitted request. It is its transport job's Tracker:
+// transports split the job into slices and report each slice's outcome
+// through FinishSlice.
 type task struct {
 	req       Request
+	job       transport.Job
 	batch     *batch
 	local     *region // held against unregistration until the task settles
 	deadline  time.Time
@@ -64,14 +42,14 @@ type task struct {
 	failure   atomic.Int32 // first failing Status, 0 if none
 }
 
-// start marks the task pending with n (at least one) slices outstanding.
-func (t *task) start(n int) {
+// Start marks the task pending with n (at least one) slices outstanding.
+func (t *task) Start(n int) {
 	t.remaining.Store(int32(n))
 	t.status.Store(int32(StatusPending))
 }
 
-// finishSlice records one slice's outcome; the last one settles the task.
-func (t *task) finishSlice(st Status, moved uint64) {
+// FinishSlice records one slice's outcome; the last one settles the task.
+func (t *task) FinishSlice(st Status, moved uint64) {
 	if st == StatusCompleted {
 		t.moved.Add(moved)
 	} else {
@@ -84,10 +62,12 @@ func (t *task) finishSlice(st Status, moved uint64) {
 	if f := t.failure.Load(); f != 0 {
 		final = Status(f)
 	}
-	if t.local != nil {
-		t.local.release()
-	}
+	// The state is final before the local region is released, so that
+	// whoever waited for the region (unregistration, Close) sees it.
 	t.status.Store(int32(final))
+	if t.local != nil {
+		t.local.Release()
+	}
 	t.batch.taskDone()
 }
 
@@ -175,7 +155,7 @@ func (b *batch) state() TransferStatus {
 			out.Status = StatusFailed
 		case st.Status == StatusTimeout && out.Status != StatusFailed:
 			out.Status = StatusTimeout
-		case !st.Status.done():
+		case !st.Status.Final():
 			pending = true
 		}
 	}

@@ -15,9 +15,6 @@ const (
 	defaultLanesPerPeer       = 4
 	defaultMinRPCPort         = 15000
 	defaultMaxRPCPort         = 17000
-	// tcpSliceSize is the largest piece of one request that travels as one
-	// TCP request; bigger requests are split over the peer's lanes.
-	tcpSliceSize = 4 << 20
 )
 
 // Config configures an Engine. The zero value of every field means "take

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
 // GPU memory in the engine. A registered buffer may be device memory (a
@@ -20,47 +21,32 @@ import (
 // A device buffer is never shared through memfd, so same-host peers reach
 // it over TCP.
 
-// deviceMem is where a registered region's memory lives.
-type deviceMem struct {
-	device  bool // CUDA device memory, not host-accessible
-	ordinal int  // the GPU, when device
-}
-
 // classify says whether [addr, addr+n) is device memory; device memory
 // must lie inside one CUDA allocation.
-func (e *Engine) classify(addr uintptr, n uint64) (deviceMem, error) {
+func (e *Engine) classify(addr uintptr, n uint64) (transport.Placement, error) {
 	info, err := e.mem.Range(addr, n)
 	if err != nil {
-		return deviceMem{}, errorf(CodeInvalidArgument, err, "classify [%#x,+%d)", addr, n)
+		return transport.Placement{}, errorf(CodeInvalidArgument, err, "classify [%#x,+%d)", addr, n)
 	}
 	if info.HostAccessible() {
-		return deviceMem{}, nil
+		return transport.Placement{}, nil
 	}
-	return deviceMem{device: true, ordinal: info.Device}, nil
+	return transport.Placement{Device: true, Ordinal: info.Device}, nil
 }
 
 // deviceLocation is the placement hint of device memory registered with
 // the wildcard location: "cuda:N", as upstream names it.
-func deviceLocation(location string, d deviceMem) string {
-	if d.device && location == "*" {
-		return "cuda:" + strconv.Itoa(d.ordinal)
+func deviceLocation(location string, d transport.Placement) string {
+	if d.Device && location == "*" {
+		return "cuda:" + strconv.Itoa(d.Ordinal)
 	}
 	return location
 }
 
-// move copies n bytes between local memory and other memory at remote (a
-// region of this engine or a mapped peer buffer): remote to local for
-// OpRead, local to remote for OpWrite.
+// move copies n bytes between local memory and other memory at remote:
+// transport.Move with the engine's GPU memory access.
 func (e *Engine) move(op Opcode, local uintptr, localDev bool, remote uintptr, remoteDev bool, n uint64) error {
-	dst, src := remote, local
-	if op == OpRead {
-		dst, src = local, remote
-	}
-	if !localDev && !remoteDev {
-		copy(bytesAt(dst, n), bytesAt(src, n))
-		return nil
-	}
-	return e.mem.Copy(dst, src, n)
+	return transport.Move(e.mem, op, local, localDev, remote, remoteDev, n)
 }
 
 // Memory is the GPU memory access the engine uses (Config.Memory or

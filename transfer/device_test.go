@@ -108,7 +108,7 @@ func testDeviceTransfers(t *testing.T, d gputest.Device) {
 				}
 				b := managed(t, e, n)
 				copy(b, want)
-				return addrOf(b), func() []byte { return append([]byte(nil), b...) }
+				return gpu.AddrOf(b), func() []byte { return append([]byte(nil), b...) }
 			}
 			local, readLocal := side(initiator, tc.localDevice, 1)
 			remote, readRemote := side(target, tc.remoteDevice, 2)
@@ -217,11 +217,11 @@ func TestNoDriverRegistersHost(t *testing.T) {
 	}
 	defer e.Close()
 	b := pattern(1000, 4)
-	if err := e.RegisterLocalMemory(addrOf(b), 1000, "*"); err != nil {
+	if err := e.RegisterLocalMemory(gpu.AddrOf(b), 1000, "*"); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.reg.find(addrOf(b), 1000); r == nil || r.device || r.location != "*" {
+	if r := e.reg.find(gpu.AddrOf(b), 1000); r == nil || r.placement.Device || r.location != "*" {
 		t.Fatalf("region = %+v", r)
 	}
-	e.UnregisterLocalMemory(addrOf(b))
+	e.UnregisterLocalMemory(gpu.AddrOf(b))
 }

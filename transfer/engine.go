@@ -1,7 +1,6 @@
 package transfer
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,12 @@ import (
 	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
+	"github.com/mooncake-go/mooncake/transfer/handshake"
+	"github.com/mooncake-go/mooncake/transfer/hugepage"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
+	"github.com/mooncake-go/mooncake/transfer/shm"
+	"github.com/mooncake-go/mooncake/transfer/tcp"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
 // SegmentHandle names a remote segment: Segment.Handle of an OpenSegment
@@ -29,15 +34,20 @@ type Engine struct {
 	name string      // local segment name
 	host string      // host peers use to reach this engine
 	p2p  bool
-	keys metadataKeys
-	meta MetadataStore // nil in P2P mode
+	dir  metadata.Directory
+	// handshakeMax bounds a handshake frame (MC_HANDSHAKE_MAX_LENGTH).
+	handshakeMax uint64
+	// transports are the ways to reach peers, the preferred first: shm
+	// (unless disabled), then tcp. A request runs on the first whose
+	// connection to its segment carries its range.
+	transports []transport.Transport
 
 	reg    registry
-	ctl    *shmBuffer // control page: registry version for same-host peers
+	ctl    *shm.Buffer // control page: registry version for same-host peers
 	rpcLn  net.Listener
 	dataLn net.Listener
-	rpcSrv *handshakeServer
-	tcpSrv *tcpServer
+	rpcSrv *handshake.Server
+	tcpSrv *tcp.Server
 	// life admits calls while the engine is open; Close waits for them.
 	life lifecycle.Gate
 	// ctlMu orders uses of the control page (ctl) against Close unmapping
@@ -48,31 +58,31 @@ type Engine struct {
 	faultMu     sync.Mutex
 	brokenLinks map[string]bool
 
-	segMu    sync.Mutex
-	segs     map[string]*remoteSegment
-	segByID  map[SegmentHandle]*remoteSegment
-	nextSeg  SegmentHandle
-	batchMu  sync.Mutex
-	batches  map[BatchID]*batch
-	nextBat  BatchID
-	notifyMu sync.Mutex
-	notifies []Notify
-	publish  sync.Mutex // serialises descriptor publication
+	segMu     sync.Mutex
+	segs      map[string]*remoteSegment
+	segByID   map[SegmentHandle]*remoteSegment
+	nextSeg   SegmentHandle
+	batchMu   sync.Mutex
+	batches   map[BatchID]*batch
+	nextBat   BatchID
+	notifyMu  sync.Mutex
+	notifies  []Notify
+	publishMu sync.Mutex // serialises descriptor publication
 }
 
 // New starts an engine: it opens the listeners, connects the metadata
 // backend and publishes the (empty) local segment.
 func New(cfg Config) (*Engine, error) {
 	cfg = cfg.withEnv()
-	transport, warning, err := resolveProtocol(cfg.Protocol, cfg.DeviceName, cfg.ForceTCP)
+	proto, warning, err := resolveProtocol(cfg.Protocol, cfg.DeviceName, cfg.ForceTCP)
 	if err != nil {
 		return nil, err
 	}
 	if warning != "" {
 		slog.Warn("transfer: " + warning)
 	}
-	cfg.Protocol = transport
-	conn, err := ParseMetadataConn(cfg.MetadataServer)
+	cfg.Protocol = proto
+	conn, err := metadata.ParseConn(cfg.MetadataServer)
 	if err != nil {
 		return nil, err
 	}
@@ -84,15 +94,15 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errorf(CodeInvalidArgument, nil, "empty local hostname")
 	}
 	e := &Engine{
-		cfg:     cfg,
-		mem:     cfg.Memory,
-		name:    cfg.LocalHostname,
-		host:    host,
-		p2p:     conn.Kind == "p2p",
-		keys:    newMetadataKeys(),
-		segs:    map[string]*remoteSegment{},
-		segByID: map[SegmentHandle]*remoteSegment{},
-		batches: map[BatchID]*batch{},
+		cfg:          cfg,
+		mem:          cfg.Memory,
+		name:         cfg.LocalHostname,
+		host:         host,
+		p2p:          conn.Kind == "p2p",
+		handshakeMax: uint64(envvars.HandshakeMaxLength.Int(defaultHandshakeMaxLength)),
+		segs:         map[string]*remoteSegment{},
+		segByID:      map[SegmentHandle]*remoteSegment{},
+		batches:      map[BatchID]*batch{},
 	}
 	bind := cfg.BindAddress
 	if bind == "" && net.ParseIP(host) != nil {
@@ -105,34 +115,31 @@ func New(cfg Config) (*Engine, error) {
 		e.rpcLn.Close()
 		return nil, errorf(CodeSocket, err, "listen data port")
 	}
+	e.rpcSrv = handshake.NewServer(e.rpcLn, e.handshakeMax, e.descriptorJSON, e.queueNotify)
+	e.tcpSrv = tcp.NewServer(e.dataLn, &e.reg, e.mem, cfg.TransferTimeout)
 	if _, _, err := net.SplitHostPort(cfg.LocalHostname); err != nil || e.p2p {
 		// P2P names are host:rpc_port by definition; a bare host gets the
 		// same so that engines sharing a host never share a name.
 		e.name = net.JoinHostPort(host, strconv.Itoa(e.RPCPort()))
 	}
 	if !cfg.ForceTCP {
-		if e.ctl, err = newShmBuffer(uint64(os.Getpagesize()), 0); err != nil {
+		if e.ctl, err = shm.NewBuffer(uint64(os.Getpagesize()), 0); err != nil {
 			slog.Warn("transfer: shared memory unavailable, using tcp only", "err", err)
+		} else {
+			e.transports = append(e.transports, shm.NewTransport(e.mem))
 		}
 	}
-	if !e.p2p {
-		if e.meta, err = openMetadataStore(conn); err != nil {
-			e.closeListeners()
-			return nil, err
+	e.transports = append(e.transports, tcp.NewTransport(cfg.LanesPerPeer, e.mem))
+	if e.dir, err = openDirectory(conn, e.handshakeTimeout(), e.handshakeMax); err != nil {
+		e.stopServing()
+		if e.ctl != nil {
+			e.ctl.Close()
 		}
+		return nil, err
 	}
-	e.rpcSrv = &handshakeServer{ln: e.rpcLn, max: handshakeMaxLength(), metadata: e.descriptorJSON, notify: e.queueNotify}
-	e.tcpSrv = &tcpServer{ln: e.dataLn, reg: &e.reg, mem: e.mem, timeout: cfg.TransferTimeout}
-	go e.rpcSrv.serve()
-	go e.tcpSrv.serve()
-	if !e.p2p {
-		rpc, _ := json.Marshal(RPCMeta{Host: host, RPCPort: e.RPCPort()})
-		if err := e.metaPut(e.keys.rpcMeta(e.name), rpc); err != nil {
-			e.Close()
-			return nil, err
-		}
-	}
-	if err := e.publishDescriptor(); err != nil {
+	go e.rpcSrv.Serve()
+	go e.tcpSrv.Serve()
+	if err := e.publish(); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -159,9 +166,28 @@ func listenRPC(bind string) (net.Listener, error) {
 	return nil, errorf(CodeSocket, err, "no free rpc port in [%d,%d]", lo, hi)
 }
 
-func handshakeMaxLength() uint64 {
-	n := envvars.HandshakeMaxLength.Int(defaultHandshakeMaxLength)
-	return uint64(n)
+// openDirectory opens the metadata backend that conn names.
+func openDirectory(conn metadata.Conn, handshakeTimeout time.Duration, handshakeMax uint64) (metadata.Directory, error) {
+	if conn.Kind == "p2p" {
+		return metadata.P2P{Timeout: handshakeTimeout, MaxFrame: handshakeMax}, nil
+	}
+	store, err := metadata.Open(conn)
+	if err != nil {
+		return nil, err
+	}
+	return metadata.NewStoreDirectory(store, metadata.ClusterID()), nil
+}
+
+// publish stores where this engine's handshake listener is and its
+// descriptor.
+func (e *Engine) publish() error {
+	e.publishMu.Lock()
+	defer e.publishMu.Unlock()
+	b, err := e.descriptorJSON()
+	if err != nil {
+		return err
+	}
+	return e.dir.Publish(e.name, metadata.RPCMeta{Host: e.host, RPCPort: e.RPCPort()}, b)
 }
 
 // Name is the local segment name peers open this engine by.
@@ -183,8 +209,10 @@ func (e *Engine) Timeout() time.Duration { return e.cfg.TransferTimeout }
 // starts, every call that would start work fails with ErrClosed. It stops
 // serving peers at once (listeners and every accepted connection are
 // closed, so a peer's request in flight fails and later ones cannot reach
-// this engine), waits for the calls already running, cancels queued and
-// in-flight transfers (their tasks end FAILED or CANCELED), withdraws the
+// this engine) and cuts its own connections to peers (queued and in-flight
+// transfers, a synchronous one on a caller's thread included, end FAILED
+// or CANCELED), waits for the calls already running, cancels what they
+// started, withdraws the
 // published metadata, and unregisters all memory, user-registered and
 // managed, after the transfers using it have ended; only then are managed
 // buffers freed. Concurrent and later calls wait for the first to finish.
@@ -193,15 +221,22 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// stopServing cuts peers off: no new connection, and none that was
-// accepted stays open.
+// stopServing cuts peers off (no new connection, and none that was
+// accepted stays open) and cuts this engine's own connections to them, so
+// that a transfer waiting for a peer ends now: queued and in-flight ones,
+// and a synchronous one waiting on the caller's thread, whose call Close
+// would otherwise wait for until its deadline.
 func (e *Engine) stopServing() {
-	e.closeListeners()
-	if e.rpcSrv != nil {
-		e.rpcSrv.conns.closeAll()
+	e.rpcSrv.Close()
+	e.tcpSrv.Close()
+	e.segMu.Lock()
+	segs := make([]*remoteSegment, 0, len(e.segs))
+	for _, s := range e.segs {
+		segs = append(segs, s)
 	}
-	if e.tcpSrv != nil {
-		e.tcpSrv.conns.closeAll()
+	e.segMu.Unlock()
+	for _, s := range segs {
+		s.close()
 	}
 }
 
@@ -214,24 +249,19 @@ func (e *Engine) release() {
 	for _, s := range segs {
 		s.close() // cancels queued slices and cuts those in flight
 	}
-	if e.meta != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		e.meta.Delete(ctx, e.keys.segment(e.name))
-		e.meta.Delete(ctx, e.keys.rpcMeta(e.name))
-		cancel()
-		e.meta.Close()
-	}
+	e.dir.Withdraw(e.name)
+	e.dir.Close()
 	e.bumpVersion()
 	for _, r := range e.reg.snapshot() {
 		// remove waits for the transfers using the region.
 		if _, err := e.reg.remove(r.addr); err == nil && r.shm != nil {
-			r.shm.close()
+			r.shm.Close()
 		}
 	}
 	if e.ctl != nil {
 		e.ctlMu.Lock()
 		e.ctlClosed = true
-		e.ctl.close()
+		e.ctl.Close()
 		e.ctlMu.Unlock()
 	}
 }
@@ -258,40 +288,22 @@ func (e *Engine) refuseClosed(what string) error {
 
 func closedError(what string) error { return errorf(CodeContext, ErrClosed, "%s", what) }
 
-func (e *Engine) closeListeners() {
-	if e.rpcLn != nil {
-		e.rpcLn.Close()
-	}
-	if e.dataLn != nil {
-		e.dataLn.Close()
-	}
-}
-
-func (e *Engine) metaPut(key string, val []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := e.meta.Put(ctx, key, val); err != nil {
-		return errorf(CodeMetadata, err, "publish %s", key)
-	}
-	return nil
-}
-
 // descriptor builds the local segment descriptor.
 func (e *Engine) descriptor() *SegmentDesc {
 	d := &SegmentDesc{
 		Name:            e.name,
 		Protocol:        "tcp",
 		TCPDataPort:     e.dataLn.Addr().(*net.TCPAddr).Port,
-		TCPProtoVersion: tcpProtoVersion,
+		TCPProtoVersion: tcp.ProtoVersion,
 		Timestamp:       time.Now().UTC().Format(time.RFC3339Nano),
 		Buffers:         []BufferDesc{},
 	}
 	if e.ctl != nil {
 		e.ctlMu.Lock()
 		if !e.ctlClosed {
-			d.HostID, d.PID = localHostID(), os.Getpid()
-			d.CtlFD, d.CtlInode = e.ctl.fd, e.ctl.inode
-			d.Version = e.ctl.version().Load()
+			d.HostID, d.PID = shm.HostID(), os.Getpid()
+			d.CtlFD, d.CtlInode = e.ctl.FD, e.ctl.Inode
+			d.Version = e.ctl.Version().Load()
 		}
 		e.ctlMu.Unlock()
 	}
@@ -301,7 +313,7 @@ func (e *Engine) descriptor() *SegmentDesc {
 		}
 		b := BufferDesc{Name: fmt.Sprintf("%s@%d", r.location, i), Addr: uint64(r.addr), Length: r.length}
 		if r.shm != nil && e.ctl != nil {
-			b.ShmFD, b.ShmInode = r.shm.fd, r.shm.inode
+			b.ShmFD, b.ShmInode = r.shm.FD, r.shm.Inode
 		}
 		d.Buffers = append(d.Buffers, b)
 	}
@@ -313,16 +325,13 @@ func (e *Engine) descriptorJSON() ([]byte, error) { return json.Marshal(e.descri
 // publishDescriptor stores the current descriptor in the metadata backend
 // (P2P peers fetch it on demand instead).
 func (e *Engine) publishDescriptor() error {
-	if e.meta == nil {
-		return nil
-	}
-	e.publish.Lock()
-	defer e.publish.Unlock()
+	e.publishMu.Lock()
+	defer e.publishMu.Unlock()
 	b, err := e.descriptorJSON()
 	if err != nil {
 		return err
 	}
-	return e.metaPut(e.keys.segment(e.name), b)
+	return e.dir.PublishDescriptor(e.name, b)
 }
 
 // RegisterLocalMemory makes [addr, addr+length) reachable by peers.
@@ -349,7 +358,7 @@ func (e *Engine) BatchRegisterLocalMemory(addrs []uintptr, lengths []uint64, loc
 	for i := range addrs {
 		dev, err := e.classify(addrs[i], lengths[i])
 		if err == nil {
-			err = e.reg.add(&region{addr: addrs[i], length: lengths[i], location: deviceLocation(location, dev), deviceMem: dev})
+			err = e.reg.add(&region{addr: addrs[i], length: lengths[i], location: deviceLocation(location, dev), placement: dev})
 		}
 		if err != nil {
 			for _, a := range addrs[:i] {
@@ -374,7 +383,7 @@ func (e *Engine) RegisterLocalOnly(addr uintptr, length uint64) error {
 	if err != nil {
 		return err
 	}
-	return e.reg.add(&region{addr: addr, length: length, location: "local", localOnly: true, deviceMem: dev})
+	return e.reg.add(&region{addr: addr, length: length, location: "local", localOnly: true, placement: dev})
 }
 
 // IsRegistered reports whether [addr, addr+length) lies inside one
@@ -407,7 +416,7 @@ func (e *Engine) BatchUnregisterLocalMemory(addrs []uintptr) error {
 		published = published || !r.localOnly
 		if r.shm != nil {
 			e.bumpVersion()
-			r.shm.close()
+			r.shm.Close()
 		}
 	}
 	if !published {
@@ -428,7 +437,7 @@ func (e *Engine) bumpVersion() {
 	if e.ctl != nil {
 		e.ctlMu.Lock()
 		if !e.ctlClosed {
-			e.ctl.version().Add(1)
+			e.ctl.Version().Add(1)
 		}
 		e.ctlMu.Unlock()
 	}
@@ -441,9 +450,9 @@ func (e *Engine) AllocateManagedBuffer(length uint64) (uintptr, error) {
 }
 
 // AllocateManagedBufferPages is AllocateManagedBuffer on huge pages of
-// hugePage bytes (HugePage2MB or HugePage1GB; 0 for normal pages). The
+// hugePage bytes (hugepage.Size2MB or Size1GB; 0 for normal pages). The
 // buffer is length rounded up to whole pages; with too few huge pages
-// reserved it fails with HugePageShortage's error.
+// reserved it fails with hugepage.Shortage's error.
 func (e *Engine) AllocateManagedBufferPages(length, hugePage uint64) (uintptr, error) {
 	if err := e.enter("allocate managed buffer"); err != nil {
 		return 0, err
@@ -452,24 +461,23 @@ func (e *Engine) AllocateManagedBufferPages(length, hugePage uint64) (uintptr, e
 	if length == 0 {
 		return 0, errorf(CodeInvalidArgument, nil, "zero-length buffer")
 	}
-	if hugePage != 0 && !ValidHugePageSize(hugePage) {
+	if hugePage != 0 && !hugepage.Valid(hugePage) {
 		return 0, errorf(CodeInvalidArgument, nil, "huge page size %d: want 2 MiB or 1 GiB", hugePage)
 	}
-	b, err := newShmBuffer(length, hugePage)
+	b, err := shm.NewBuffer(length, hugePage)
 	if err != nil {
 		return 0, err
 	}
-	length = uint64(len(b.mem))
-	if err := e.reg.add(&region{addr: b.addr(), length: length, location: "cpu", shm: b}); err != nil {
-		b.close()
+	if err := e.reg.add(&region{addr: b.Addr(), length: b.Len(), location: "cpu", shm: b}); err != nil {
+		b.Close()
 		return 0, err
 	}
 	if err := e.publishDescriptor(); err != nil {
-		e.reg.remove(b.addr())
-		b.close()
+		e.reg.remove(b.Addr())
+		b.Close()
 		return 0, err
 	}
-	return b.addr(), nil
+	return b.Addr(), nil
 }
 
 // FreeManagedBuffer unregisters and frees a buffer from AllocateManagedBuffer.
@@ -507,7 +515,7 @@ func (e *Engine) SendNotify(target string, n Notify) error {
 		return err
 	}
 	payload, _ := json.Marshal(n)
-	_, err = s.call(frameNotify, payload)
+	_, err = s.call(handshake.FrameNotify, payload)
 	return err
 }
 
@@ -523,7 +531,7 @@ func (e *Engine) Probe(target string) error {
 	if err != nil {
 		return err
 	}
-	reply, err := s.call(frameProbe, []byte("{}"))
+	reply, err := s.call(handshake.FrameProbe, []byte("{}"))
 	if err != nil {
 		return err
 	}
@@ -545,8 +553,8 @@ func (e *Engine) WriteLocal(addr uintptr, src []byte) error {
 	if r == nil {
 		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(src))
 	}
-	defer r.release()
-	return e.move(OpWrite, addrOf(src), false, addr, r.device, uint64(len(src)))
+	defer r.Release()
+	return e.move(OpWrite, gpu.AddrOf(src), false, addr, r.placement.Device, uint64(len(src)))
 }
 
 // ReadLocal copies len(dst) bytes of this engine's registered memory at addr
@@ -560,6 +568,6 @@ func (e *Engine) ReadLocal(addr uintptr, dst []byte) error {
 	if r == nil {
 		return errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, len(dst))
 	}
-	defer r.release()
-	return e.move(OpRead, addrOf(dst), false, addr, r.device, uint64(len(dst)))
+	defer r.Release()
+	return e.move(OpRead, gpu.AddrOf(dst), false, addr, r.placement.Device, uint64(len(dst)))
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +29,7 @@ func managed(t *testing.T, e *Engine, n int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bytesAt(a, uint64(n))
+	return gpu.HostBytes(a, uint64(n))
 }
 
 func pattern(n int, seed byte) []byte {
@@ -50,7 +52,7 @@ func TestEngineReadWrite(t *testing.T) {
 			remote := managed(t, target, n)
 			local := managed(t, initiator, n)
 			copy(local, pattern(n, 1))
-			req := []Request{{Opcode: OpWrite, Source: addrOf(local), TargetOffset: uint64(addrOf(remote)), Length: n}}
+			req := []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), TargetOffset: uint64(gpu.AddrOf(remote)), Length: n}}
 			if err := initiator.TransferSync(target.Name(), req); err != nil {
 				t.Fatal(err)
 			}
@@ -66,9 +68,10 @@ func TestEngineReadWrite(t *testing.T) {
 				t.Fatal("READ: local differs from remote")
 			}
 			s, _ := initiator.openSegment(target.Name())
-			_, shm, _, _ := s.route()
-			if got := shm != nil; got == tc.forceTCP {
-				t.Fatalf("shm attached = %v with forceTCP = %v", got, tc.forceTCP)
+			_, conns, _ := s.route()
+			_, direct := conns[0].(transport.DirectView)
+			if direct == tc.forceTCP {
+				t.Fatalf("a same-host mapping first = %v with forceTCP = %v", direct, tc.forceTCP)
 			}
 		})
 	}
@@ -91,7 +94,7 @@ func TestEngineBatchStatus(t *testing.T) {
 	var reqs []Request
 	for i := range 4 {
 		off := uint64(i * 1024)
-		reqs = append(reqs, Request{Opcode: OpWrite, Source: addrOf(local) + uintptr(off), Target: h, TargetOffset: uint64(addrOf(remote)) + off, Length: 1024})
+		reqs = append(reqs, Request{Opcode: OpWrite, Source: gpu.AddrOf(local) + uintptr(off), Target: h, TargetOffset: uint64(gpu.AddrOf(remote)) + off, Length: 1024})
 	}
 	if err := initiator.SubmitTransfer(id, reqs[:1]); err != nil {
 		t.Fatal(err)
@@ -163,7 +166,7 @@ func TestEngineRejectsUnregisteredTarget(t *testing.T) {
 		// mmap'd, not Go heap, as registered memory is in real use (the race
 		// detector cannot see the ordering a network round trip gives).
 		arena := anonMemory(t, 3*4096)
-		if err := target.RegisterLocalMemory(addrOf(arena)+4096, 4096, "cpu:0"); err != nil {
+		if err := target.RegisterLocalMemory(gpu.AddrOf(arena)+4096, 4096, "cpu:0"); err != nil {
 			t.Fatal(err)
 		}
 		local := managed(t, initiator, 8192)
@@ -173,13 +176,13 @@ func TestEngineRejectsUnregisteredTarget(t *testing.T) {
 			addr uintptr
 			n    uint64
 		}{
-			{"before", addrOf(arena), 4096},
-			{"straddling end", addrOf(arena) + 6144, 4096},
-			{"after", addrOf(arena) + 8192, 4096},
-			{"too long", addrOf(arena) + 4096, 8192},
+			{"before", gpu.AddrOf(arena), 4096},
+			{"straddling end", gpu.AddrOf(arena) + 6144, 4096},
+			{"after", gpu.AddrOf(arena) + 8192, 4096},
+			{"too long", gpu.AddrOf(arena) + 4096, 8192},
 		} {
 			for _, op := range []Opcode{OpWrite, OpRead} {
-				err := initiator.TransferSync(target.Name(), []Request{{Opcode: op, Source: addrOf(local), TargetOffset: uint64(tc.addr), Length: tc.n}})
+				err := initiator.TransferSync(target.Name(), []Request{{Opcode: op, Source: gpu.AddrOf(local), TargetOffset: uint64(tc.addr), Length: tc.n}})
 				if err == nil {
 					t.Errorf("forceTCP=%v %s %s: accepted", forceTCP, tc.name, op)
 				}
@@ -192,13 +195,13 @@ func TestEngineRejectsUnregisteredTarget(t *testing.T) {
 			t.Fatalf("forceTCP=%v: rejected READ changed local memory", forceTCP)
 		}
 		// The connection stays usable after rejections.
-		if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: addrOf(local), TargetOffset: uint64(addrOf(arena)) + 4096, Length: 4096}}); err != nil {
+		if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), TargetOffset: uint64(gpu.AddrOf(arena)) + 4096, Length: 4096}}); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(arena[4096:8192], local[:4096]) {
 			t.Fatal("valid write after rejections lost")
 		}
-		target.UnregisterLocalMemory(addrOf(arena) + 4096)
+		target.UnregisterLocalMemory(gpu.AddrOf(arena) + 4096)
 	}
 }
 
@@ -212,7 +215,7 @@ func TestEngineBadArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := mustBatch(t, e, 4)
-	if err := e.SubmitTransfer(id, []Request{{Opcode: OpWrite, Source: addrOf(unregistered), Target: h, TargetOffset: uint64(addrOf(remote)), Length: 64}}); CodeOf(err) != CodeAddressNotRegistered {
+	if err := e.SubmitTransfer(id, []Request{{Opcode: OpWrite, Source: gpu.AddrOf(unregistered), Target: h, TargetOffset: uint64(gpu.AddrOf(remote)), Length: 64}}); CodeOf(err) != CodeAddressNotRegistered {
 		t.Fatalf("unregistered source: %v", err)
 	}
 	if err := e.SubmitTransfer(id, []Request{{Opcode: 7, Target: h}}); CodeOf(err) != CodeInvalidArgument {
@@ -228,13 +231,13 @@ func TestEngineBadArguments(t *testing.T) {
 		t.Fatalf("zero batch: %v", err)
 	}
 	buf := anonMemory(t, 128)
-	if err := e.RegisterLocalMemory(addrOf(buf), 128, ""); err != nil {
+	if err := e.RegisterLocalMemory(gpu.AddrOf(buf), 128, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.RegisterLocalMemory(addrOf(buf)+64, 128, ""); CodeOf(err) != CodeAddressOverlapped {
+	if err := e.RegisterLocalMemory(gpu.AddrOf(buf)+64, 128, ""); CodeOf(err) != CodeAddressOverlapped {
 		t.Fatalf("overlap: %v", err)
 	}
-	if err := e.UnregisterLocalMemory(addrOf(buf) + 1); CodeOf(err) != CodeAddressNotRegistered {
+	if err := e.UnregisterLocalMemory(gpu.AddrOf(buf) + 1); CodeOf(err) != CodeAddressNotRegistered {
 		t.Fatalf("unregister unknown: %v", err)
 	}
 	// Zero-length requests complete without touching anything.
@@ -278,7 +281,7 @@ func TestEngineDeadPeer(t *testing.T) {
 		}
 		remote, _ := target.AllocateManagedBuffer(1 << 20)
 		local := managed(t, initiator, 1<<20)
-		req := []Request{{Opcode: OpWrite, Source: addrOf(local), TargetOffset: uint64(remote), Length: 1 << 20}}
+		req := []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), TargetOffset: uint64(remote), Length: 1 << 20}}
 		if err := initiator.TransferSync(target.Name(), req); err != nil {
 			t.Fatal(err)
 		}
@@ -312,32 +315,32 @@ func TestEngineLocalOnly(t *testing.T) {
 	remote := managed(t, target, 4096)
 	scratch := anonMemory(t, 4096)
 	copy(scratch, pattern(4096, 5))
-	if err := initiator.RegisterLocalOnly(addrOf(scratch), 4096); err != nil {
+	if err := initiator.RegisterLocalOnly(gpu.AddrOf(scratch), 4096); err != nil {
 		t.Fatal(err)
 	}
-	if !initiator.IsRegistered(addrOf(scratch)+10, 100) || initiator.IsRegistered(addrOf(scratch)+10, 4096) {
+	if !initiator.IsRegistered(gpu.AddrOf(scratch)+10, 100) || initiator.IsRegistered(gpu.AddrOf(scratch)+10, 4096) {
 		t.Fatal("IsRegistered")
 	}
-	if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: addrOf(scratch), TargetOffset: uint64(addrOf(remote)), Length: 4096}}); err != nil {
+	if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: gpu.AddrOf(scratch), TargetOffset: uint64(gpu.AddrOf(remote)), Length: 4096}}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(remote, scratch) {
 		t.Fatal("write from local-only memory lost")
 	}
 	for _, b := range initiator.descriptor().Buffers {
-		if b.Addr == uint64(addrOf(scratch)) {
+		if b.Addr == uint64(gpu.AddrOf(scratch)) {
 			t.Fatal("local-only buffer published")
 		}
 	}
 	// A peer cannot write into it, even knowing the address.
 	src := managed(t, target, 4096)
-	if err := target.TransferSync(initiator.Name(), []Request{{Opcode: OpWrite, Source: addrOf(src), TargetOffset: uint64(addrOf(scratch)), Length: 4096}}); err == nil {
+	if err := target.TransferSync(initiator.Name(), []Request{{Opcode: OpWrite, Source: gpu.AddrOf(src), TargetOffset: uint64(gpu.AddrOf(scratch)), Length: 4096}}); err == nil {
 		t.Fatal("peer wrote into local-only memory")
 	}
 	if !bytes.Equal(scratch, pattern(4096, 5)) {
 		t.Fatal("local-only memory modified by a peer")
 	}
-	if err := initiator.UnregisterLocalMemory(addrOf(scratch)); err != nil {
+	if err := initiator.UnregisterLocalMemory(gpu.AddrOf(scratch)); err != nil {
 		t.Fatal(err)
 	}
 }

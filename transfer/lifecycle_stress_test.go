@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/testutil"
 )
 
@@ -30,7 +31,7 @@ func TestCloseUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		user := anonMemory(t, n) // user-registered: TCP only
-		if err := target.RegisterLocalMemory(addrOf(user), n, ""); err != nil {
+		if err := target.RegisterLocalMemory(gpu.AddrOf(user), n, ""); err != nil {
 			t.Fatal(err)
 		}
 		managedAddr, err := target.AllocateManagedBuffer(n)
@@ -47,7 +48,7 @@ func TestCloseUnderLoad(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				src := local + uintptr(w*n)
-				dst := []uint64{uint64(addrOf(user)), uint64(managedAddr)}[w%2]
+				dst := []uint64{uint64(gpu.AddrOf(user)), uint64(managedAddr)}[w%2]
 				for i := 0; ; i++ {
 					op := []Opcode{OpWrite, OpRead}[i%2]
 					err := initiator.TransferSync(target.Name(), []Request{{Opcode: op, Source: src, TargetOffset: dst, Length: n / workers}})

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // TestCloseRevokesPeerAccess: after Close, a peer that already had a
@@ -13,12 +15,12 @@ func TestCloseRevokesPeerAccess(t *testing.T) {
 	target := newTestEngine(t, true)
 	initiator := newTestEngine(t, true)
 	mem := anonMemory(t, 4096)
-	if err := target.RegisterLocalMemory(addrOf(mem), 4096, "cpu:0"); err != nil {
+	if err := target.RegisterLocalMemory(gpu.AddrOf(mem), 4096, "cpu:0"); err != nil {
 		t.Fatal(err)
 	}
 	local := managed(t, initiator, 4096)
 	copy(local, pattern(4096, 1))
-	req := []Request{{Opcode: OpWrite, Source: addrOf(local), TargetOffset: uint64(addrOf(mem)), Length: 4096}}
+	req := []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), TargetOffset: uint64(gpu.AddrOf(mem)), Length: 4096}}
 	if err := initiator.TransferSync(target.Name(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestCloseRevokesPeerAccess(t *testing.T) {
 	if err := initiator.TransferSync(target.Name(), req); err == nil {
 		t.Fatal("read from a closed engine's memory reported success")
 	}
-	if target.IsRegistered(addrOf(mem), 4096) {
+	if target.IsRegistered(gpu.AddrOf(mem), 4096) {
 		t.Fatal("user memory still registered after Close")
 	}
 }
@@ -65,11 +67,11 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 	}
 	mem := anonMemory(t, 4096)
 	checks := map[string]error{
-		"RegisterLocalMemory": e.RegisterLocalMemory(addrOf(mem), 4096, ""),
-		"RegisterLocalOnly":   e.RegisterLocalOnly(addrOf(mem), 4096),
-		"SubmitTransfer":      e.SubmitTransfer(id, []Request{{Opcode: OpWrite, Source: addrOf(local), Target: h, TargetOffset: uint64(addrOf(remote)), Length: 64}}),
-		"TransferSync":        e.TransferSync(peer.Name(), []Request{{Opcode: OpWrite, Source: addrOf(local), TargetOffset: uint64(addrOf(remote)), Length: 64}}),
-		"WriteLocal":          e.WriteLocal(addrOf(local), []byte{1}),
+		"RegisterLocalMemory": e.RegisterLocalMemory(gpu.AddrOf(mem), 4096, ""),
+		"RegisterLocalOnly":   e.RegisterLocalOnly(gpu.AddrOf(mem), 4096),
+		"SubmitTransfer":      e.SubmitTransfer(id, []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), Target: h, TargetOffset: uint64(gpu.AddrOf(remote)), Length: 64}}),
+		"TransferSync":        e.TransferSync(peer.Name(), []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), TargetOffset: uint64(gpu.AddrOf(remote)), Length: 64}}),
+		"WriteLocal":          e.WriteLocal(gpu.AddrOf(local), []byte{1}),
 		"SendNotify":          e.SendNotify(peer.Name(), Notify{Msg: "x"}),
 		"Probe":               e.Probe(peer.Name()),
 	}
@@ -77,7 +79,7 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 	checks["AllocateManagedBuffer"] = err
 	_, err = e.AllocateBatch(1)
 	checks["AllocateBatch"] = err
-	_, err = e.AccessRemote(h, uint64(addrOf(remote)), 4, func([]byte) {})
+	_, err = e.AccessRemote(h, uint64(gpu.AddrOf(remote)), 4, func([]byte) {})
 	checks["AccessRemote"] = err
 	_, err = e.OpenSegment(peer.Name())
 	checks["OpenSegment"] = err
@@ -88,7 +90,7 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 			t.Errorf("%s on a closed engine: %v, want ErrClosed", name, err)
 		}
 	}
-	if e.IsRegistered(addrOf(local), 1) {
+	if e.IsRegistered(gpu.AddrOf(local), 1) {
 		t.Error("managed buffer still registered after Close")
 	}
 }

@@ -3,25 +3,28 @@ package transfer
 import (
 	"bytes"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer/tcp"
 )
 
 // TestEngineRejectsLargeRequestPastBuffer checks that a request larger than
 // one TCP slice that runs past the target's buffer fails as a whole: the
 // slices that would fit must not be moved either (the TCP transport splits
-// requests into tcpSliceSize pieces that the target checks one by one).
+// requests into tcp.SliceSize pieces that the target checks one by one).
 func TestEngineRejectsLargeRequestPastBuffer(t *testing.T) {
-	const n = tcpSliceSize + tcpSliceSize/2 // registered bytes
+	const n = tcp.SliceSize + tcp.SliceSize/2 // registered bytes
 	const margin = 4096
 	for _, forceTCP := range []bool{true, false} {
 		target := newTestEngine(t, forceTCP)
 		initiator := newTestEngine(t, forceTCP)
 		arena := anonMemory(t, n+2*margin)
 		copy(arena, pattern(len(arena), 3))
-		base := addrOf(arena) + margin
+		base := gpu.AddrOf(arena) + margin
 		if err := target.RegisterLocalMemory(base, n, "cpu:0"); err != nil {
 			t.Fatal(err)
 		}
-		local := managed(t, initiator, 2*tcpSliceSize)
+		local := managed(t, initiator, 2*tcp.SliceSize)
 		copy(local, pattern(len(local), 4))
 		for _, tc := range []struct {
 			name string
@@ -29,11 +32,11 @@ func TestEngineRejectsLargeRequestPastBuffer(t *testing.T) {
 			n    uint64
 		}{
 			{"one past end", base, n + 1},
-			{"first slice inside", base + n - tcpSliceSize - 8, tcpSliceSize + 16},
-			{"last slice inside", base - 16, tcpSliceSize + 32},
+			{"first slice inside", base + n - tcp.SliceSize - 8, tcp.SliceSize + 16},
+			{"last slice inside", base - 16, tcp.SliceSize + 32},
 		} {
 			for _, op := range []Opcode{OpWrite, OpRead} {
-				err := initiator.TransferSync(target.Name(), []Request{{Opcode: op, Source: addrOf(local), TargetOffset: uint64(tc.addr), Length: tc.n}})
+				err := initiator.TransferSync(target.Name(), []Request{{Opcode: op, Source: gpu.AddrOf(local), TargetOffset: uint64(tc.addr), Length: tc.n}})
 				if err == nil {
 					t.Errorf("forceTCP=%v %s %s: accepted", forceTCP, tc.name, op)
 				}
@@ -48,16 +51,16 @@ func TestEngineRejectsLargeRequestPastBuffer(t *testing.T) {
 		// Memory the target registers after the initiator cached its
 		// descriptor is still reachable (the range check refreshes it).
 		extra := anonMemory(t, 4096)
-		if err := target.RegisterLocalMemory(addrOf(extra), 4096, "cpu:0"); err != nil {
+		if err := target.RegisterLocalMemory(gpu.AddrOf(extra), 4096, "cpu:0"); err != nil {
 			t.Fatal(err)
 		}
-		if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: addrOf(local), TargetOffset: uint64(addrOf(extra)), Length: 4096}}); err != nil {
+		if err := initiator.TransferSync(target.Name(), []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), TargetOffset: uint64(gpu.AddrOf(extra)), Length: 4096}}); err != nil {
 			t.Fatalf("forceTCP=%v: write into newly registered memory: %v", forceTCP, err)
 		}
 		if !bytes.Equal(extra, local[:4096]) {
 			t.Fatalf("forceTCP=%v: write into newly registered memory lost", forceTCP)
 		}
-		target.UnregisterLocalMemory(addrOf(extra))
+		target.UnregisterLocalMemory(gpu.AddrOf(extra))
 		target.UnregisterLocalMemory(base)
 	}
 }
@@ -69,7 +72,7 @@ func TestEngineRejectsLargeRequestPastBuffer(t *testing.T) {
 func TestDescriptorBuffersInRegistrationOrder(t *testing.T) {
 	e := newTestEngine(t, true)
 	arena := anonMemory(t, 3*4096)
-	order := []uintptr{addrOf(arena) + 2*4096, addrOf(arena), addrOf(arena) + 4096}
+	order := []uintptr{gpu.AddrOf(arena) + 2*4096, gpu.AddrOf(arena), gpu.AddrOf(arena) + 4096}
 	for _, a := range order {
 		if err := e.RegisterLocalMemory(a, 4096, "cpu:0"); err != nil {
 			t.Fatal(err)

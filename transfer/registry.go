@@ -3,6 +3,9 @@ package transfer
 import (
 	"sort"
 	"sync"
+
+	"github.com/mooncake-go/mooncake/transfer/shm"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
 // region is one registered buffer of the local segment.
@@ -10,12 +13,12 @@ type region struct {
 	addr     uintptr
 	length   uint64
 	location string
-	shm      *shmBuffer // non-nil when peers on this host can map it
+	shm      *shm.Buffer // non-nil when peers on this host can map it
 	// localOnly regions serve as the local side of transfers but are not
 	// published, and peers cannot reach them.
 	localOnly bool
-	deviceMem        // CUDA device memory (device.go)
-	seq       uint64 // registration order, set by registry.add
+	placement transport.Placement // CUDA device memory or host (device.go)
+	seq       uint64              // registration order, set by registry.add
 
 	// use is held shared by every transfer touching the region and
 	// exclusively by unregistration, which so waits for them to finish.
@@ -23,8 +26,11 @@ type region struct {
 	removed bool // guarded by use
 }
 
-// release ends a use begun by registry.acquire.
-func (r *region) release() { r.use.RUnlock() }
+// Release ends a use begun by registry.acquire.
+func (r *region) Release() { r.use.RUnlock() }
+
+// Placement is where the region's memory lives.
+func (r *region) Placement() transport.Placement { return r.placement }
 
 func (r *region) end() uintptr { return r.addr + uintptr(r.length) }
 
@@ -91,6 +97,20 @@ func (g *registry) acquire(addr uintptr, n uint64) *region {
 	r.use.RLock()
 	if r.removed {
 		r.use.RUnlock()
+		return nil
+	}
+	return r
+}
+
+// AcquireExposed is acquire for the regions peers may reach (not local-only
+// ones): what the serving side of a transport checks requests against.
+func (g *registry) AcquireExposed(addr uintptr, n uint64) transport.Region {
+	r := g.acquire(addr, n)
+	if r == nil {
+		return nil
+	}
+	if r.localOnly {
+		r.Release()
 		return nil
 	}
 	return r

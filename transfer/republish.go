@@ -1,7 +1,5 @@
 package transfer
 
-import "encoding/json"
-
 // Republish stores this engine's mooncake/rpc_meta and mooncake/ram
 // documents in the metadata backend again. A store client calls it when it
 // remounts its segments, because the metadata store may have lost them
@@ -9,16 +7,12 @@ import "encoding/json"
 // mooncake_master also restarts its embedded HTTP metadata store empty.
 // It is a no-op with P2PHANDSHAKE.
 func (e *Engine) Republish() error {
-	if e.meta == nil {
+	if e.p2p {
 		return nil
 	}
 	if err := e.enter("republish"); err != nil {
 		return err
 	}
 	defer e.life.Exit()
-	rpc, _ := json.Marshal(RPCMeta{Host: e.host, RPCPort: e.RPCPort()})
-	if err := e.metaPut(e.keys.rpcMeta(e.name), rpc); err != nil {
-		return err
-	}
-	return e.publishDescriptor()
+	return e.publish()
 }

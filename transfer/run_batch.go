@@ -3,7 +3,10 @@ package transfer
 // RunBatch submits reqs as one batch, waits until every request is final,
 // and returns each request's final state (states[i] is reqs[i]'s). It is
 // the synchronous form of AllocateBatch, SubmitTransfer, WaitBatch and
-// FreeBatch. An error means the batch could not be run at all (a closed
+// FreeBatch, except that a request a connection can serve through a direct
+// view of the peer's memory (a same-host shared buffer) is copied on the
+// caller's thread, which is quicker than handing it to a worker and
+// waiting. An error means the batch could not be run at all (a closed
 // engine, an invalid request: nothing was submitted).
 func (e *Engine) RunBatch(reqs []Request) ([]Status, error) {
 	if len(reqs) == 0 {
@@ -14,7 +17,7 @@ func (e *Engine) RunBatch(reqs []Request) ([]Status, error) {
 		return nil, err
 	}
 	defer e.FreeBatch(id)
-	if err := e.SubmitTransfer(id, reqs); err != nil {
+	if err := e.submit(id, reqs, true); err != nil {
 		return nil, err
 	}
 	b, err := e.batch(id)

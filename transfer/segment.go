@@ -1,18 +1,17 @@
 package transfer
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"net"
-	"strconv"
+	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/handshake"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
 // remoteSegment is a peer segment this engine has opened: its cached
-// descriptor, where to reach it, and its transports.
+// descriptor, where to reach it, and a connection per transport that
+// reaches it.
 type remoteSegment struct {
 	e      *Engine
 	name   string
@@ -24,12 +23,12 @@ type remoteSegment struct {
 	refs   int
 	cached bool
 
-	mu       sync.Mutex
-	desc     *SegmentDesc // nil until fetched or after a failure
-	rpcAddr  string
-	dataAddr string
-	tcp      *tcpPeer
-	shm      *peerShm // nil when the peer is not reachable through shm
+	mu      sync.Mutex
+	desc    *SegmentDesc // nil until fetched or after a failure
+	rpcAddr string
+	// conns[i] is the connection over e.transports[i], nil where that
+	// transport does not reach the peer.
+	conns []transport.Conn
 	// stale asks the next use to fetch the descriptor again. It is atomic
 	// so transports can set it without taking mu.
 	stale atomic.Bool
@@ -178,102 +177,108 @@ func (s *remoteSegment) current() (*SegmentDesc, error) {
 func (s *remoteSegment) invalidate() { s.stale.Store(true) }
 
 func (s *remoteSegment) refreshLocked() (_ *SegmentDesc, err error) {
-	e := s.e
 	s.stale.Store(false)
 	defer func() {
 		if err != nil {
 			s.stale.Store(true)
 		}
 	}()
-	var raw []byte
-	var host string
-	if e.p2p {
-		host, _, err = net.SplitHostPort(s.name)
-		if err != nil {
-			return nil, errorf(CodeInvalidArgument, err, "P2P segment name %q is not host:port", s.name)
-		}
-		s.rpcAddr = s.name
-		raw, err = handshakeCall(s.name, frameMetadata, []byte("{}"), e.handshakeTimeout(), handshakeMaxLength())
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		var rpc RPCMeta
-		if err := e.metaGetJSON(e.keys.rpcMeta(s.name), &rpc); err != nil {
-			return nil, err
-		}
-		host = rpc.Host
-		s.rpcAddr = net.JoinHostPort(rpc.Host, strconv.Itoa(rpc.RPCPort))
-		if raw, err = e.metaGet(e.keys.segment(s.name)); err != nil {
-			return nil, err
-		}
-	}
-	d, err := decodeSegmentDesc(raw)
+	loc, raw, err := s.e.dir.Lookup(s.name)
 	if err != nil {
 		return nil, err
 	}
-	dataAddr := net.JoinHostPort(host, strconv.Itoa(d.TCPDataPort))
-	if s.tcp != nil && s.dataAddr != dataAddr {
-		s.tcp.close()
-		s.tcp = nil
+	d, err := transport.DecodeSegmentDesc(raw)
+	if err != nil {
+		return nil, err
 	}
-	s.dataAddr = dataAddr
-	s.updateShm(d)
+	s.rpcAddr = loc.RPCAddr
+	s.connect(transport.Peer{Name: s.name, Host: loc.Host, Desc: d, Invalidate: s.invalidate})
 	s.desc = d
 	return d, nil
 }
 
-// updateShm (re)attaches the peer's shared memory for descriptor d.
-func (s *remoteSegment) updateShm(d *SegmentDesc) {
-	if s.e.ctl == nil {
-		return // shm disabled here
+// connect brings the segment's connections in line with the peer's new
+// descriptor: a connection that can follow it stays, one that cannot is
+// closed, and every transport that reaches the peer without a connection
+// connects (a failure to connect leaves that transport out until the next
+// descriptor).
+func (s *remoteSegment) connect(p transport.Peer) {
+	if s.conns == nil {
+		s.conns = make([]transport.Conn, len(s.e.transports))
 	}
-	if s.shm != nil && (s.desc == nil || s.desc.PID != d.PID || s.desc.CtlInode != d.CtlInode) {
-		s.shm.close()
-		s.shm = nil
-	}
-	if s.shm == nil {
-		if p, err := openPeerShm(d); err == nil {
-			s.shm = p
+	for i, t := range s.e.transports {
+		c := s.conns[i]
+		reaches := t.Reaches(p)
+		if c != nil && (!reaches || !c.Update(p)) {
+			c.Close()
+			c = nil
 		}
-		return
+		if c == nil && reaches {
+			var err error
+			if c, err = t.Connect(p); err != nil {
+				slog.Debug("transfer: transport cannot connect", "transport", t.Name(), "segment", s.name, "err", err)
+				c = nil
+			}
+		}
+		s.conns[i] = c
 	}
-	keep := map[uint64]bool{}
-	for _, b := range d.Buffers {
-		keep[b.ShmInode] = true
-	}
-	s.shm.forget(keep)
 }
 
-// route decides how to reach the segment now: the descriptor, the shm
-// attachment if usable (nil otherwise), and the TCP peer.
-func (s *remoteSegment) route() (*SegmentDesc, *peerShm, *tcpPeer, error) {
+// route returns the descriptor and the connections usable now, in the
+// engine's order of transports. A connection that finds the peer gone
+// fails the route; one whose peer's registrations changed makes it fetch
+// the descriptor again, and is left out while it stays stale (the target
+// then validates the request over another transport).
+func (s *remoteSegment) route() (*SegmentDesc, []transport.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.desc == nil || s.stale.Load() {
 		if _, err := s.refreshLocked(); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 	}
-	if s.shm != nil {
-		if !s.shm.alive() {
-			s.invalidate()
-			return nil, nil, nil, errorf(CodeSocket, nil, "segment %q: peer process exited", s.name)
+	usable := make([]transport.Conn, 0, len(s.conns))
+	refreshed := false
+	for i := 0; i < len(s.conns); i++ {
+		c := s.conns[i]
+		if c == nil {
+			continue
 		}
-		if s.shm.version() != s.desc.Version {
+		stale, err := c.Check()
+		if err != nil {
+			s.invalidate()
+			return nil, nil, errorf(CodeSocket, nil, "segment %q: %v", s.name, err)
+		}
+		if stale && !refreshed {
+			refreshed = true
 			if _, err := s.refreshLocked(); err != nil {
-				return nil, nil, nil, err
+				return nil, nil, err
+			}
+			usable, i = usable[:0], -1 // the connections may have changed
+			continue
+		}
+		if !stale {
+			usable = append(usable, c)
+		}
+	}
+	if len(usable) == 0 {
+		return nil, nil, errorf(CodeSocket, nil, "segment %q: no transport reaches it", s.name)
+	}
+	return s.desc, usable, nil
+}
+
+// peerGone reports whether a connection knows the peer's process is gone.
+func (s *remoteSegment) peerGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		if c != nil {
+			if _, err := c.Check(); err != nil {
+				return true
 			}
 		}
 	}
-	if s.tcp == nil {
-		s.tcp = newTCPPeer(s.dataAddr, s.e.cfg.LanesPerPeer, s.e.mem, s.invalidate)
-	}
-	shm := s.shm
-	if shm != nil && shm.version() != s.desc.Version {
-		shm = nil // still changing: let the target validate over TCP
-	}
-	return s.desc, shm, s.tcp, nil
+	return false
 }
 
 // call sends one handshake frame to the segment's RPC port.
@@ -284,7 +289,7 @@ func (s *remoteSegment) call(typ byte, payload []byte) ([]byte, error) {
 	s.mu.Lock()
 	addr := s.rpcAddr
 	s.mu.Unlock()
-	reply, err := handshakeCall(addr, typ, payload, s.e.handshakeTimeout(), handshakeMaxLength())
+	reply, err := handshake.Call(addr, typ, payload, s.e.handshakeTimeout(), s.e.handshakeMax)
 	if err != nil {
 		s.invalidate()
 	}
@@ -294,37 +299,11 @@ func (s *remoteSegment) call(typ byte, payload []byte) ([]byte, error) {
 func (s *remoteSegment) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tcp != nil {
-		s.tcp.close()
-		s.tcp = nil
+	for _, c := range s.conns {
+		if c != nil {
+			c.Close()
+		}
 	}
-	if s.shm != nil {
-		s.shm.close()
-		s.shm = nil
-	}
+	s.conns = nil
 	s.desc = nil
-}
-
-func (e *Engine) metaGet(key string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, err := e.meta.Get(ctx, key)
-	if errors.Is(err, ErrMetadataNotFound) {
-		return nil, errorf(CodeMetadata, err, "segment not published (%s)", key)
-	}
-	if err != nil {
-		return nil, errorf(CodeMetadata, err, "read %s", key)
-	}
-	return b, nil
-}
-
-func (e *Engine) metaGetJSON(key string, v any) error {
-	b, err := e.metaGet(key)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return errorf(CodeMalformedJSON, err, "%s", key)
-	}
-	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"sync"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // writeThrough writes a pattern into target's buffer remote through h and
@@ -13,8 +15,8 @@ func writeThrough(t *testing.T, e *Engine, h SegmentHandle, local, remote []byte
 	copy(local, pattern(len(local), seed))
 	id := mustBatch(t, e, 1)
 	defer e.FreeBatch(id)
-	if err := e.SubmitTransfer(id, []Request{{Opcode: OpWrite, Source: addrOf(local), Target: h,
-		TargetOffset: uint64(addrOf(remote)), Length: uint64(len(local))}}); err != nil {
+	if err := e.SubmitTransfer(id, []Request{{Opcode: OpWrite, Source: gpu.AddrOf(local), Target: h,
+		TargetOffset: uint64(gpu.AddrOf(remote)), Length: uint64(len(local))}}); err != nil {
 		return err
 	}
 	st, err := e.WaitBatch(id)

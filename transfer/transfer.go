@@ -2,6 +2,9 @@ package transfer
 
 import (
 	"time"
+
+	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
 // AllocateBatch creates a batch that can hold capacity tasks.
@@ -44,10 +47,21 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	return nil
 }
 
-// SubmitTransfer starts the requests in batch id. Every request is checked
-// first (known segment, registered local memory, valid opcode); if any is
-// invalid nothing is submitted. Zero-length requests complete at once.
+// SubmitTransfer starts the requests in batch id and returns without
+// waiting for any of them, whatever the transport (a same-host copy runs on
+// the shm transport's workers). Every request is checked first (known
+// segment, registered local memory, valid opcode); if any is invalid
+// nothing is submitted. Zero-length requests complete at once.
 func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
+	return e.submit(id, reqs, false)
+}
+
+// submit is SubmitTransfer; with inline (RunBatch, which waits anyway,
+// saves the hand-offs), a request that a connection can serve through a
+// direct view of the peer's memory is copied on the caller's thread, and
+// so is a batch of one request that a connection can run itself
+// (transport.SyncRunner: tcp, one slice), before submit returns.
+func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 	if err := e.enter("submit"); err != nil {
 		return err
 	}
@@ -81,73 +95,102 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 	}
 	routes := map[*remoteSegment]*route{} // looked up once per segment
 	for i, t := range tasks {
-		e.run(segs[i], t, routes)
+		e.run(segs[i], t, routes, inline, len(reqs) == 1)
 	}
 	return nil
 }
 
 // route is how a segment is reached during one submission.
 type route struct {
-	desc *SegmentDesc
-	shm  *peerShm
-	tcp  *tcpPeer
-	err  error
+	desc  *SegmentDesc
+	conns []transport.Conn
+	err   error
 }
 
 func routeOf(s *remoteSegment, cache map[*remoteSegment]*route) *route {
 	r, ok := cache[s]
 	if !ok {
 		r = &route{}
-		r.desc, r.shm, r.tcp, r.err = s.route()
+		r.desc, r.conns, r.err = s.route()
 		cache[s] = r
 	}
 	return r
 }
 
-// run starts one task on the best transport for its target.
-func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route) {
+// run starts one task on the first of the segment's connections that
+// carries its range (see submit for inline; alone: the task is its batch's
+// only one).
+func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route, inline, alone bool) {
 	if t.req.Length == 0 {
-		t.start(1)
-		t.finishSlice(StatusCompleted, 0)
+		t.Start(1)
+		t.FinishSlice(StatusCompleted, 0)
 		return
 	}
 	// Held until the task settles, so the source cannot be unregistered
 	// under the transfer.
 	if t.local = e.reg.acquire(t.req.Source, t.req.Length); t.local == nil {
-		t.start(1)
-		t.finishSlice(StatusFailed, 0)
+		t.Start(1)
+		t.FinishSlice(StatusFailed, 0)
 		return
 	}
 	if s.name == e.name {
-		t.start(1)
-		t.finishSlice(e.copyLocal(t.req, t.local), t.req.Length)
+		t.Start(1)
+		t.FinishSlice(e.copyLocal(t.req, t.local), t.req.Length)
 		return
 	}
 	r := routeOf(s, routes)
-	if r.err == nil && r.desc.findBuffer(t.req.TargetOffset, t.req.Length) < 0 {
+	if r.err == nil && r.desc.FindBuffer(t.req.TargetOffset, t.req.Length) < 0 {
 		// TCP splits a request into slices that the target checks one
 		// by one, so a request running past its buffer would move the
 		// slices that do fit. Check the whole range first, against a
 		// fresh descriptor (the cached one may predate a registration).
 		s.invalidate()
 		delete(routes, s)
-		if r = routeOf(s, routes); r.err == nil && r.desc.findBuffer(t.req.TargetOffset, t.req.Length) < 0 {
+		if r = routeOf(s, routes); r.err == nil && r.desc.FindBuffer(t.req.TargetOffset, t.req.Length) < 0 {
 			r = &route{err: errorf(CodeAddressNotRegistered, nil, "remote [%#x,+%d) is not inside one buffer of %q", t.req.TargetOffset, t.req.Length, s.name)}
 		}
 	}
 	if r.err != nil {
-		t.start(1)
-		t.finishSlice(StatusFailed, 0)
+		t.Start(1)
+		t.FinishSlice(StatusFailed, 0)
 		return
 	}
-	if r.shm != nil {
-		if done, err := e.copyShm(r.desc, r.shm, t.req, t.local); done {
-			t.start(1)
-			t.finishSlice(statusOf(err), t.req.Length)
+	t.job = transport.Job{
+		Op: t.req.Opcode, Local: t.req.Source, LocalMem: t.local.placement,
+		Remote: t.req.TargetOffset, Length: t.req.Length, Deadline: t.deadline, Tracker: t,
+	}
+	for _, c := range r.conns {
+		if !c.Carries(t.req.TargetOffset, t.req.Length) {
+			continue
+		}
+		if v, ok := c.(transport.DirectView); ok && inline {
+			if e.copyThrough(v, t) {
+				return
+			}
+			continue // the view went away: the next transport
+		}
+		if r, ok := c.(transport.SyncRunner); ok && inline && alone && r.RunSync(&t.job) {
 			return
 		}
+		c.Submit(&t.job)
+		return
 	}
-	r.tcp.submit(t)
+	t.Start(1)
+	t.FinishSlice(StatusFailed, 0)
+}
+
+// copyThrough runs t on the caller's thread through a direct view of the
+// peer's memory, and reports whether the view was there.
+func (e *Engine) copyThrough(v transport.DirectView, t *task) bool {
+	var err error
+	if !v.View(t.req.TargetOffset, t.req.Length, func(mem []byte) {
+		err = e.move(t.req.Opcode, t.req.Source, t.local.placement.Device, gpu.AddrOf(mem), false, t.req.Length)
+	}) {
+		return false
+	}
+	t.Start(1)
+	t.FinishSlice(transport.StatusOf(err), t.req.Length)
+	return true
 }
 
 // copyLocal serves a transfer whose target is this engine's own segment;
@@ -157,40 +200,11 @@ func (e *Engine) copyLocal(r Request, local *region) Status {
 	if dst == nil {
 		return StatusFailed
 	}
+	defer dst.Release()
 	if dst.localOnly {
-		dst.release()
 		return StatusFailed
 	}
-	defer dst.release()
-	return statusOf(e.move(r.Opcode, r.Source, local.device, uintptr(r.TargetOffset), dst.device, r.Length))
-}
-
-// statusOf is the final status of a local copy that returned err.
-func statusOf(err error) Status {
-	if err != nil {
-		return StatusFailed
-	}
-	return StatusCompleted
-}
-
-// copyShm moves r through the peer's mapped memory when the target range
-// lies in one of its shareable buffers; done false means use TCP instead.
-// local is the source's region.
-func (e *Engine) copyShm(d *SegmentDesc, p *peerShm, r Request, local *region) (done bool, err error) {
-	i := d.findBuffer(r.TargetOffset, r.Length)
-	if i < 0 || d.Buffers[i].ShmFD == 0 {
-		return false, nil
-	}
-	bd := d.Buffers[i]
-	p.use.RLock()
-	defer p.use.RUnlock()
-	m, err := p.buffer(d.PID, bd)
-	if err != nil {
-		return false, nil
-	}
-	off := r.TargetOffset - bd.Addr
-	remote := m[off : off+r.Length]
-	return true, e.move(r.Opcode, r.Source, local.device, addrOf(remote), false, r.Length)
+	return transport.StatusOf(e.move(r.Opcode, r.Source, local.placement.Device, uintptr(r.TargetOffset), dst.placement.Device, r.Length))
 }
 
 // TransferStatus returns the state of one task of a batch.

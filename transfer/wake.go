@@ -5,6 +5,9 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
 // Wake-ups for words in engine-managed (memfd) memory.
@@ -38,9 +41,7 @@ func (e *Engine) PeerExited(h SegmentHandle) bool {
 	if err != nil || s.name == e.name {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.shm != nil && !s.shm.alive()
+	return s.peerGone()
 }
 
 // WakeWord wakes every WaitWord on the 32-bit word at absolute address addr
@@ -88,32 +89,21 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 		if r == nil {
 			return false, errorf(CodeAddressNotRegistered, nil, "[%#x,+%d) is not registered", addr, length)
 		}
-		defer r.release()
-		if r.device {
+		defer r.Release()
+		if r.placement.Device {
 			return false, nil // device memory has no host view
 		}
-		fn(bytesAt(uintptr(addr), length))
+		fn(gpu.HostBytes(uintptr(addr), length))
 		return true, nil
 	}
-	desc, shm, _, err := s.route()
+	_, conns, err := s.route()
 	if err != nil {
 		return false, err
 	}
-	if shm == nil {
-		return false, nil
+	for _, c := range conns {
+		if v, ok := c.(transport.DirectView); ok && v.View(addr, length, fn) {
+			return true, nil
+		}
 	}
-	i := desc.findBuffer(addr, length)
-	if i < 0 || desc.Buffers[i].ShmFD == 0 {
-		return false, nil
-	}
-	bd := desc.Buffers[i]
-	shm.use.RLock()
-	defer shm.use.RUnlock()
-	m, err := shm.buffer(desc.PID, bd)
-	if err != nil {
-		return false, nil
-	}
-	off := addr - bd.Addr
-	fn(m[off : off+length : off+length])
-	return true, nil
+	return false, nil
 }

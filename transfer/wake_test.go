@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/mooncake-go/mooncake/gpu"
 )
 
 // A waiter blocked on a word of its managed buffer is woken by a same-host
@@ -33,7 +35,7 @@ func TestWakeWordWakesWaiterOnSharedMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := (*uint32)(unsafe.Pointer(&bytesAt(word, 4)[0]))
+	w := (*uint32)(unsafe.Pointer(&gpu.HostBytes(word, 4)[0]))
 	woken := make(chan bool, 1)
 	go func() {
 		for atomic.LoadUint32(w) == 0 {
@@ -46,7 +48,7 @@ func TestWakeWordWakesWaiterOnSharedMemory(t *testing.T) {
 		woken <- true
 	}()
 	time.Sleep(10 * time.Millisecond) // let the waiter block (not required for correctness)
-	binary.LittleEndian.PutUint32(bytesAt(src, 4), 7)
+	binary.LittleEndian.PutUint32(gpu.HostBytes(src, 4), 7)
 	if err := b.TransferSync(a.Name(), []Request{{Opcode: OpWrite, Source: src, TargetOffset: uint64(word), Length: 4}}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestAccessRemoteSeesPeerManagedBuffer(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("AccessRemote = %v, %v", ok, err)
 	}
-	if got := string(bytesAt(buf+100, 5)); got != "hello" {
+	if got := string(gpu.HostBytes(buf+100, 5)); got != "hello" {
 		t.Fatalf("peer buffer holds %q", got)
 	}
 	// Outside the peer's managed buffers: not accessible, nothing touched.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 // options are the parsed and validated command-line flags.
@@ -147,7 +148,7 @@ func (o *options) validate(rest []string, durationS float64) error {
 	if o.localServerName == "" {
 		return errors.New("--local_server_name must not be empty")
 	}
-	conn, err := transfer.ParseMetadataConn(o.metadataServer)
+	conn, err := metadata.ParseConn(o.metadataServer)
 	if err != nil {
 		return fmt.Errorf("--metadata_server %q: %v", o.metadataServer, err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/kvstore/master"
-	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 func newEtcdClient(endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
@@ -23,7 +23,7 @@ func newEtcdClient(endpoints []string, timeout time.Duration) (*clientv3.Client,
 // server's when it is etcd, and the HA masters'.
 func etcdEndpoints(cfg Config) []string {
 	var eps []string
-	if c, err := transfer.ParseMetadataConn(cfg.Metadata); err == nil && c.Kind == "etcd" {
+	if c, err := metadata.ParseConn(cfg.Metadata); err == nil && c.Kind == "etcd" {
 		eps = append(eps, strings.Split(c.Target, ",")...)
 	}
 	if rest, ok := strings.CutPrefix(cfg.Master, "etcd://"); ok {

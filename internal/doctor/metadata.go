@@ -13,7 +13,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/troubleshoot"
-	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 // maxCrossChecked bounds how many mounted segments the cluster check looks
@@ -29,7 +29,7 @@ func checkMetadata(ctx context.Context, cfg Config, env environ, m masterFacts) 
 	if cfg.Metadata == "" {
 		return []Result{skipped("metadata", "no metadata server given (--metadata or MC_METADATA_SERVER)")}
 	}
-	conn, err := transfer.ParseMetadataConn(cfg.Metadata)
+	conn, err := metadata.ParseConn(cfg.Metadata)
 	if err != nil {
 		return []Result{finding("metadata", Failure, fmt.Sprintf("metadata server %q: %v", cfg.Metadata, err),
 			`write it as "http://host:8080/metadata", "etcd://host:2379" or "P2PHANDSHAKE"`)}
@@ -37,14 +37,14 @@ func checkMetadata(ctx context.Context, cfg Config, env environ, m masterFacts) 
 	if conn.Kind == "p2p" {
 		return []Result{ok("metadata", "P2PHANDSHAKE: peers exchange descriptors directly, no metadata server")}
 	}
-	store, err := openStore(conn)
+	store, err := metadata.Open(conn)
 	if err != nil {
 		return []Result{problem("metadata", Failure, troubleshoot.MetadataUnreachable, fmt.Sprintf("metadata server %s: %v", cfg.Metadata, err))}
 	}
 	defer store.Close()
 	cluster := env.value(envvars.MetadataClusterID, "")
 	host, _ := os.Hostname()
-	key := transfer.SegmentMetadataKey(cluster, fmt.Sprintf("doctor/%s-%d", host, os.Getpid()))
+	key := metadata.SegmentKey(cluster, fmt.Sprintf("doctor/%s-%d", host, os.Getpid()))
 	if err := roundTrip(ctx, cfg.Timeout, store, key); err != nil {
 		return []Result{problem("metadata", Failure, troubleshoot.MetadataUnreachable, fmt.Sprintf("metadata server %s: %v", cfg.Metadata, err))}
 	}
@@ -52,15 +52,8 @@ func checkMetadata(ctx context.Context, cfg Config, env environ, m masterFacts) 
 	return append(out, crossCheckSegments(ctx, cfg, store, cluster, m))
 }
 
-func openStore(c transfer.MetadataConn) (transfer.MetadataStore, error) {
-	if c.Kind == "etcd" {
-		return transfer.NewEtcdStore(strings.Split(c.Target, ","))
-	}
-	return transfer.NewHTTPStore(c.Target), nil
-}
-
 // roundTrip puts a key, reads it back, and deletes it.
-func roundTrip(ctx context.Context, timeout time.Duration, s transfer.MetadataStore, key string) error {
+func roundTrip(ctx context.Context, timeout time.Duration, s metadata.Store, key string) error {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	want := fmt.Appendf(nil, `{"mooncake_doctor":%d}`, time.Now().UnixNano())
@@ -86,7 +79,7 @@ type mountedSegment struct {
 	TEEndpoint string `json:"te_endpoint"`
 }
 
-func crossCheckSegments(ctx context.Context, cfg Config, store transfer.MetadataStore, cluster string, m masterFacts) Result {
+func crossCheckSegments(ctx context.Context, cfg Config, store metadata.Store, cluster string, m masterFacts) Result {
 	const check = "metadata.cluster"
 	if m.admin == "" {
 		return skipped(check, "no master admin endpoint to list mounted segments from")
@@ -106,14 +99,14 @@ func crossCheckSegments(ctx context.Context, cfg Config, store transfer.Metadata
 	var missing []string
 	found := 0
 	for _, sg := range segs[:min(len(segs), maxCrossChecked)] {
-		key := transfer.SegmentMetadataKey(cluster, sg.TEEndpoint)
+		key := metadata.SegmentKey(cluster, sg.TEEndpoint)
 		cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		_, err := store.Get(cctx, key)
 		cancel()
 		switch {
 		case err == nil:
 			found++
-		case errors.Is(err, transfer.ErrMetadataNotFound):
+		case errors.Is(err, metadata.ErrNotFound):
 			missing = append(missing, fmt.Sprintf("%s (%s)", sg.TEEndpoint, key))
 		default:
 			return problem(check, Failure, troubleshoot.MetadataUnreachable, fmt.Sprintf("get %s: %v", key, err))
@@ -126,7 +119,7 @@ func crossCheckSegments(ctx context.Context, cfg Config, store transfer.Metadata
 		len(missing), found+len(missing), shown, strings.Join(missing, ", "))
 	if cluster != "" {
 		cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-		_, err := store.Get(cctx, transfer.SegmentMetadataKey("", segs[0].TEEndpoint))
+		_, err := store.Get(cctx, metadata.SegmentKey("", segs[0].TEEndpoint))
 		cancel()
 		if err == nil {
 			msg += "; they are published without a cluster id"

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/net/http/httpproxy"
 
 	"github.com/mooncake-go/mooncake/kvstore/master"
-	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 // proxyVars are the proxy variables that tools read, lower case first.
@@ -69,7 +69,7 @@ func proxyTargets(cfg Config) []proxyTarget {
 	} else if cfg.Master != "" {
 		ts = append(ts, proxyTarget{"master", "https", cfg.Master})
 	}
-	if c, err := transfer.ParseMetadataConn(cfg.Metadata); err == nil {
+	if c, err := metadata.ParseConn(cfg.Metadata); err == nil {
 		switch c.Kind {
 		case "http":
 			if u, err := url.Parse(c.Target); err == nil {

@@ -2,6 +2,7 @@ package framedrpc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mooncake-go/mooncake/internal/pollread"
 	"golang.org/x/sys/unix"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -41,7 +43,7 @@ type Client struct {
 
 // clientConn is one framed connection.
 type clientConn struct {
-	s    *sockConn
+	s    *pollread.Conn
 	fr   *frameReader
 	out  []byte
 	dead atomic.Bool // aborted because a call's context ended
@@ -67,14 +69,14 @@ func Dial(ctx context.Context, addr string, md map[string]string) (*Client, erro
 
 // dial opens and greets one connection.
 func (c *Client) dial(ctx context.Context) (*clientConn, error) {
-	sc, err := dialSock(ctx, c.addr)
+	sc, err := pollread.Dial(ctx, c.addr)
 	if err != nil {
 		return nil, err
 	}
 	cc := &clientConn{s: sc, fr: newFrameReader(sc)}
-	sc.ctx = ctx
-	defer func() { sc.ctx = context.Background() }()
-	stop := context.AfterFunc(ctx, sc.abort)
+	sc.SetContext(ctx)
+	defer sc.SetContext(context.Background())
+	stop := context.AfterFunc(ctx, sc.Abort)
 	defer stop()
 	ack := make([]byte, len(Magic))
 	if _, err = sc.Write(c.hello); err == nil {
@@ -82,13 +84,13 @@ func (c *Client) dial(ctx context.Context) (*clientConn, error) {
 	}
 	switch {
 	case ctx.Err() != nil:
-		sc.release()
+		sc.Release()
 		return nil, ctx.Err()
 	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
-		sc.release()
+		sc.Release()
 		return nil, fmt.Errorf("framedrpc: greet %s: %w", c.addr, err)
 	case err != nil || !bytes.Equal(ack, []byte(Magic)):
-		sc.release()
+		sc.Release()
 		return nil, fmt.Errorf("%w (%s)", ErrNotFramed, c.addr)
 	}
 	return cc, nil
@@ -115,7 +117,7 @@ func (c *Client) get(ctx context.Context) (cc *clientConn, reused bool, err erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		cc.s.release()
+		cc.s.Release()
 		return nil, false, status.Error(codes.Canceled, "framedrpc: client closed")
 	}
 	c.busy[cc] = struct{}{}
@@ -133,7 +135,7 @@ func (c *Client) put(cc *clientConn, healthy bool) {
 	}
 	c.mu.Unlock()
 	if cc != nil {
-		cc.s.release()
+		cc.s.Release()
 	}
 }
 
@@ -162,7 +164,7 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 			return err
 		}
 		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return status.FromContextError(firstError(ctx.Err(), err)).Err()
+			return status.FromContextError(cmp.Or(ctx.Err(), err)).Err()
 		}
 		if reused && !replied && attempt == 0 && isClosedByPeer(err) && !c.isClosed() {
 			continue
@@ -176,11 +178,11 @@ func (c *Client) Invoke(ctx context.Context, method string, args, reply any, opt
 // error leaves the connection unusable.
 func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, reply any) (replied bool, err error) {
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { cc.dead.Store(true); cc.s.abort() })
+		stop := context.AfterFunc(ctx, func() { cc.dead.Store(true); cc.s.Abort() })
 		defer stop()
 	}
-	cc.s.ctx = ctx
-	defer func() { cc.s.ctx = context.Background() }()
+	cc.s.SetContext(ctx)
+	defer cc.s.SetContext(context.Background())
 	out := appendHeader(cc.out[:0], kindCall, method)
 	if out, err = (proto.MarshalOptions{}).MarshalAppend(out, args.(proto.Message)); err != nil {
 		return false, status.Errorf(codes.Internal, "framedrpc: encode %s request: %v", method, err)
@@ -240,10 +242,10 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	for _, cc := range idle {
-		cc.s.release()
+		cc.s.Release()
 	}
 	for _, cc := range busy {
-		cc.s.abort() // its caller releases it on the way out
+		cc.s.Abort() // its caller releases it on the way out
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/pollread"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -108,7 +109,7 @@ func (s *Server) ServeConn(c net.Conn) {
 }
 
 func (s *Server) serve(c net.Conn) error {
-	rw := newRawIO(c)
+	rw := pollread.NewRawIO(c)
 	fr := newFrameReader(rw)
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	md, err := readHello(fr.r)

@@ -24,6 +24,7 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/hugepage"
 )
 
 // Health values, as upstream's health_check returns them.
@@ -113,7 +114,7 @@ func New(cfg Config) (*Client, error) {
 }
 
 func (c *Client) setup(cfg Config) error {
-	if cfg.HugePageSize != 0 && !transfer.ValidHugePageSize(cfg.HugePageSize) {
+	if cfg.HugePageSize != 0 && !hugepage.Valid(cfg.HugePageSize) {
 		return fmt.Errorf("%w: huge page size %d: want 2 MiB or 1 GiB", kvstore.InvalidParams, cfg.HugePageSize)
 	}
 	if cfg.LocalBufferSize > 0 {
@@ -157,12 +158,12 @@ func (c *Client) setup(cfg Config) error {
 func mapLocalBuffer(size, hugePage uint64) ([]byte, error) {
 	flags := unix.MAP_ANON | unix.MAP_PRIVATE
 	if hugePage > 0 {
-		flags |= unix.MAP_HUGETLB | transfer.HugePageShift(hugePage)<<unix.MAP_HUGE_SHIFT
-		size = transfer.RoundToPages(size, hugePage)
+		flags |= unix.MAP_HUGETLB | hugepage.Shift(hugePage)<<unix.MAP_HUGE_SHIFT
+		size = hugepage.RoundUp(size, hugePage)
 	}
 	buf, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil && hugePage > 0 {
-		return nil, transfer.HugePageShortage(hugePage, size, err)
+		return nil, hugepage.Shortage(hugePage, size, err)
 	}
 	return buf, err
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
-	"github.com/mooncake-go/mooncake/transfer"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 // MetadataDeleter is the part of the HTTP metadata store (metaserver.Server)
@@ -42,7 +42,7 @@ type Options struct {
 	// mooncake/ram/<segment> and mooncake/rpc_meta/<segment> keys of an
 	// expired client's segments deleted (--enable_metadata_cleanup_on_timeout),
 	// with the MC_METADATA_CLUSTER_ID prefix the engines use
-	// (transfer.SegmentMetadataKey).
+	// (metadata.SegmentKey).
 	Metadata                 MetadataDeleter
 	CleanupMetadataOnTimeout bool
 	// Standby makes the server start refusing RPCs (gRPC Unavailable)
@@ -253,8 +253,8 @@ func (s *Server) clientLoop() {
 			s.log.Warn("client expired; segment unmounted", "client_id", e.ClientID,
 				"segment_id", e.Segment.ID, "segment_name", e.Segment.Name)
 			if s.opts.CleanupMetadataOnTimeout && s.opts.Metadata != nil {
-				s.opts.Metadata.Delete(transfer.SegmentMetadataKey(transfer.ClusterID(), e.Segment.Name))
-				s.opts.Metadata.Delete(transfer.RPCMetaKey(transfer.ClusterID(), e.Segment.Name))
+				s.opts.Metadata.Delete(metadata.SegmentKey(metadata.ClusterID(), e.Segment.Name))
+				s.opts.Metadata.Delete(metadata.RPCMetaKey(metadata.ClusterID(), e.Segment.Name))
 			}
 		}
 	}

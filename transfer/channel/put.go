@@ -176,8 +176,6 @@ func store(mem []byte, f Flag) {
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&mem[0])), uint32(f.Val))
 }
 
-// addrOf is the address of b's first byte (a transfer's source).
-
 func firstError(errs []error) error {
 	for _, err := range errs {
 		if err != nil {

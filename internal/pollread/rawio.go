@@ -1,4 +1,4 @@
-package framedrpc
+package pollread
 
 import (
 	"io"
@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rawIO reads and writes a connection's non-blocking socket with raw
+// RawIO reads and writes a connection's non-blocking socket with raw
 // system calls, waiting in Go's network poller only when the socket is not
 // ready.
 //
@@ -20,13 +20,13 @@ import (
 // otherwise pays two or three of those wake-ups per call, more than the
 // call's own work. read(2) and send(2) on a non-blocking socket return at
 // once, so they need none of that.
-type rawIO struct {
+type RawIO struct {
 	raw syscall.RawConn
 }
 
-// newRawIO returns c's socket as a rawIO, or c itself when c has no file
+// NewRawIO returns c's socket as a RawIO, or c itself when c has no file
 // descriptor (a pipe in tests).
-func newRawIO(c net.Conn) io.ReadWriter {
+func NewRawIO(c net.Conn) io.ReadWriter {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return c
@@ -35,11 +35,11 @@ func newRawIO(c net.Conn) io.ReadWriter {
 	if err != nil {
 		return c
 	}
-	return rawIO{raw: raw}
+	return RawIO{raw: raw}
 }
 
 // Read implements io.Reader; deadlines set on the connection apply.
-func (r rawIO) Read(p []byte) (int, error) {
+func (r RawIO) Read(p []byte) (int, error) {
 	var n int
 	var rerr error
 	err := r.raw.Read(func(fd uintptr) bool {
@@ -58,7 +58,7 @@ func (r rawIO) Read(p []byte) (int, error) {
 }
 
 // Write implements io.Writer: all of p, or an error.
-func (r rawIO) Write(p []byte) (int, error) {
+func (r RawIO) Write(p []byte) (int, error) {
 	done := 0
 	var werr error
 	err := r.raw.Write(func(fd uintptr) bool {

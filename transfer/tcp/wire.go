@@ -1,34 +1,22 @@
-package transfer
+package tcp
 
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/mooncake-go/mooncake/transfer/transport"
 )
-
-// Opcode is a transfer direction, numbered as upstream (Read=0, Write=1).
-type Opcode uint8
-
-// Transfer directions.
-const (
-	OpRead  Opcode = 0
-	OpWrite Opcode = 1
-)
-
-func (o Opcode) String() string {
-	switch o {
-	case OpRead:
-		return "READ"
-	case OpWrite:
-		return "WRITE"
-	}
-	return fmt.Sprintf("opcode(%d)", uint8(o))
-}
 
 // TCP wire format (upstream tcp_transport, protocol v2): a request header is
 // the C struct {u64 size; u64 addr; u8 opcode} padded to 24 bytes, little
 // endian; opcode's high bit marks v2. A v2 server answers every request with
 // an 8-byte status frame: magic "MCTV" in the high 32 bits, code in the low.
 const (
+	// ProtoVersion is the wire protocol version this engine speaks and
+	// publishes in its descriptor (upstream v2: every request is answered
+	// with a status frame).
+	ProtoVersion = 2
+
 	tcpHeaderSize = 24
 	tcpV2Flag     = 0x80
 	statusMagic   = uint64(0x4D435456) << 32
@@ -36,6 +24,10 @@ const (
 	statusOK       = 0
 	statusRejected = 1
 )
+
+// SliceSize is the largest piece of one request that travels as one TCP
+// request; bigger requests are split over the peer's lanes.
+const SliceSize = 4 << 20
 
 // frameReadBuffer sizes the buffered reader in front of a TCP connection.
 // It is small on purpose: headers and status frames are a few bytes, and a
@@ -46,7 +38,7 @@ const frameReadBuffer = 512
 type tcpHeader struct {
 	size   uint64
 	addr   uint64
-	opcode Opcode
+	opcode transport.Opcode
 	v2     bool
 }
 
@@ -67,10 +59,10 @@ func decodeTCPHeader(b []byte) (tcpHeader, error) {
 	h := tcpHeader{
 		size:   binary.LittleEndian.Uint64(b[0:]),
 		addr:   binary.LittleEndian.Uint64(b[8:]),
-		opcode: Opcode(b[16] &^ tcpV2Flag),
+		opcode: transport.Opcode(b[16] &^ tcpV2Flag),
 		v2:     b[16]&tcpV2Flag != 0,
 	}
-	if h.opcode != OpRead && h.opcode != OpWrite {
+	if h.opcode != transport.OpRead && h.opcode != transport.OpWrite {
 		return tcpHeader{}, fmt.Errorf("tcp header: unknown opcode %d", b[16])
 	}
 	return h, nil

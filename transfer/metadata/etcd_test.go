@@ -1,4 +1,4 @@
-package transfer
+package metadata
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/errcode"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 )
@@ -26,10 +28,10 @@ func TestEtcdStore(t *testing.T) {
 	ctx := context.Background()
 	const key = "mooncake/ram/127.0.0.1:1234"
 
-	if _, err := s.Get(ctx, key); !errors.Is(err, ErrMetadataNotFound) {
-		t.Fatalf("Get missing: err = %v, want ErrMetadataNotFound", err)
-	} else if CodeOf(err) != CodeMetadata {
-		t.Fatalf("Get missing: code %d, want %d", CodeOf(err), CodeMetadata)
+	if _, err := s.Get(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get missing: err = %v, want ErrNotFound", err)
+	} else if errcode.Of(err) != errcode.Metadata {
+		t.Fatalf("Get missing: code %d, want %d", errcode.Of(err), errcode.Metadata)
 	}
 
 	v1 := []byte(`{"name":"127.0.0.1:1234","protocol":"tcp"}`)
@@ -52,8 +54,8 @@ func TestEtcdStore(t *testing.T) {
 	if err := s.Delete(ctx, key); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, err := s.Get(ctx, key); !errors.Is(err, ErrMetadataNotFound) {
-		t.Fatalf("Get after Delete: err = %v, want ErrMetadataNotFound", err)
+	if _, err := s.Get(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete: err = %v, want ErrNotFound", err)
 	}
 	if err := s.Delete(ctx, key); err != nil {
 		t.Fatalf("Delete missing: %v, want nil", err)
@@ -77,15 +79,15 @@ func TestEtcdStore(t *testing.T) {
 	}
 }
 
-func TestEtcdStoreOpenMetadataStore(t *testing.T) {
+func TestEtcdStoreOpenStore(t *testing.T) {
 	ep := testutil.StartEtcd(t)
-	conn, err := ParseMetadataConn("etcd://" + ep[len("http://"):])
+	conn, err := ParseConn("etcd://" + ep[len("http://"):])
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := openMetadataStore(conn)
+	ms, err := Open(conn)
 	if err != nil {
-		t.Fatalf("openMetadataStore: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	defer ms.Close()
 	ctx := context.Background()
@@ -101,10 +103,10 @@ func TestEtcdStoreOpenMetadataStore(t *testing.T) {
 }
 
 func TestEtcdStoreNoEndpoints(t *testing.T) {
-	if _, err := NewEtcdStore(nil); CodeOf(err) != CodeInvalidArgument {
+	if _, err := NewEtcdStore(nil); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("NewEtcdStore(nil) = %v, want invalid argument", err)
 	}
-	if _, err := NewEtcdStore([]string{" ", ""}); CodeOf(err) != CodeInvalidArgument {
+	if _, err := NewEtcdStore([]string{" ", ""}); errcode.Of(err) != errcode.InvalidArgument {
 		t.Fatalf("NewEtcdStore(blank) = %v, want invalid argument", err)
 	}
 }
@@ -118,7 +120,7 @@ func TestEtcdStoreDeadEndpoint(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := s.Get(ctx, "k")
-	if err == nil || errors.Is(err, ErrMetadataNotFound) || CodeOf(err) != CodeMetadata {
+	if err == nil || errors.Is(err, ErrNotFound) || errcode.Of(err) != errcode.Metadata {
 		t.Fatalf("Get on dead etcd: err = %v, want a metadata error", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -128,7 +130,7 @@ func TestEtcdStoreDeadEndpoint(t *testing.T) {
 	// Without a deadline, the store's default one bounds it (shortened here).
 	s.timeout = 300 * time.Millisecond
 	start = time.Now()
-	if err := s.Put(context.Background(), "k", []byte("v")); err == nil || CodeOf(err) != CodeMetadata {
+	if err := s.Put(context.Background(), "k", []byte("v")); err == nil || errcode.Of(err) != errcode.Metadata {
 		t.Fatalf("Put on dead etcd: err = %v, want a metadata error", err)
 	}
 	err = s.Delete(context.Background(), "k")

@@ -1,4 +1,4 @@
-package transfer
+package metadata
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/errcode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -18,7 +20,7 @@ const (
 	etcdDefaultTimeout = 5 * time.Second
 )
 
-// EtcdStore is a MetadataStore backed by etcd v3, the upstream default. Keys
+// EtcdStore is a Store backed by etcd v3, the upstream default. Keys
 // and values are stored as they are, so engines of either implementation
 // sharing one etcd see each other's segments. It is safe for concurrent use.
 type EtcdStore struct {
@@ -42,7 +44,7 @@ func NewEtcdStore(endpoints []string) (*EtcdStore, error) {
 		}
 	}
 	if len(eps) == 0 {
-		return nil, errorf(CodeInvalidArgument, nil, "etcd metadata store: no endpoints")
+		return nil, errcode.Errorf(errcode.InvalidArgument, nil, "etcd metadata store: no endpoints")
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
@@ -50,7 +52,7 @@ func NewEtcdStore(endpoints []string) (*EtcdStore, error) {
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, errorf(CodeMetadata, err, "connect etcd %s", strings.Join(eps, ","))
+		return nil, errcode.Errorf(errcode.Metadata, err, "connect etcd %s", strings.Join(eps, ","))
 	}
 	return &EtcdStore{client: c, endpoints: eps, timeout: etcdDefaultTimeout}, nil
 }
@@ -67,16 +69,16 @@ func (s *EtcdStore) bound(ctx context.Context) (context.Context, context.CancelF
 }
 
 // Get returns the value stored under key, or an error wrapping
-// ErrMetadataNotFound when there is none.
+// ErrNotFound when there is none.
 func (s *EtcdStore) Get(ctx context.Context, key string) ([]byte, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
-		return nil, errorf(CodeMetadata, err, "etcd get %q", key)
+		return nil, errcode.Errorf(errcode.Metadata, err, "etcd get %q", key)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, errorf(CodeMetadata, ErrMetadataNotFound, "etcd get %q", key)
+		return nil, errcode.Errorf(errcode.Metadata, ErrNotFound, "etcd get %q", key)
 	}
 	return resp.Kvs[0].Value, nil
 }
@@ -86,7 +88,7 @@ func (s *EtcdStore) Put(ctx context.Context, key string, value []byte) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.client.Put(ctx, key, string(value)); err != nil {
-		return errorf(CodeMetadata, err, "etcd put %q", key)
+		return errcode.Errorf(errcode.Metadata, err, "etcd put %q", key)
 	}
 	return nil
 }
@@ -96,7 +98,7 @@ func (s *EtcdStore) Delete(ctx context.Context, key string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.client.Delete(ctx, key); err != nil {
-		return errorf(CodeMetadata, err, "etcd delete %q", key)
+		return errcode.Errorf(errcode.Metadata, err, "etcd delete %q", key)
 	}
 	return nil
 }
@@ -106,7 +108,7 @@ func (s *EtcdStore) Delete(ctx context.Context, key string) error {
 func (s *EtcdStore) Close() error {
 	s.closeOnce.Do(func() {
 		if err := s.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			s.closeErr = errorf(CodeMetadata, err, "close etcd client")
+			s.closeErr = errcode.Errorf(errcode.Metadata, err, "close etcd client")
 		}
 	})
 	return s.closeErr

@@ -1,4 +1,4 @@
-package transfer
+package metadata
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/errcode"
 )
 
 // Timeouts of one HTTP metadata request, as upstream's HTTPStoragePlugin
@@ -22,7 +24,7 @@ const (
 // into an error message.
 const httpErrorBodyLimit = 512
 
-// HTTPStore is a MetadataStore backed by an upstream-compatible HTTP
+// HTTPStore is a Store backed by an upstream-compatible HTTP
 // metadata server (mooncake_http_metadata_server, the KV master's embedded
 // one, or upstream's C++/Python servers). A key K lives at
 // URL + "?key=" + escaped K, and is read with GET, written with PUT and
@@ -60,7 +62,7 @@ func (s *HTTPStore) keyURL(key string) string {
 }
 
 // Get returns the value stored under key, or an error wrapping
-// ErrMetadataNotFound when the server answers 404.
+// ErrNotFound when the server answers 404.
 func (s *HTTPStore) Get(ctx context.Context, key string) ([]byte, error) {
 	resp, err := s.do(ctx, http.MethodGet, key, nil)
 	if err != nil {
@@ -71,11 +73,11 @@ func (s *HTTPStore) Get(ctx context.Context, key string) ([]byte, error) {
 	case http.StatusOK:
 		body, err := io.ReadAll(resp.Body)
 		if err != nil {
-			return nil, errorf(CodeMetadata, err, "GET %s: read body", s.keyURL(key))
+			return nil, errcode.Errorf(errcode.Metadata, err, "GET %s: read body", s.keyURL(key))
 		}
 		return body, nil
 	case http.StatusNotFound:
-		return nil, errorf(CodeMetadata, ErrMetadataNotFound, "GET %s", s.keyURL(key))
+		return nil, errcode.Errorf(errcode.Metadata, ErrNotFound, "GET %s", s.keyURL(key))
 	default:
 		return nil, statusError(http.MethodGet, s.keyURL(key), resp)
 	}
@@ -126,7 +128,7 @@ func (s *HTTPStore) do(ctx context.Context, method, key string, body []byte) (*h
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, errorf(CodeMetadata, err, "%s %s", method, u)
+		return nil, errcode.Errorf(errcode.Metadata, err, "%s %s", method, u)
 	}
 	if method == http.MethodPut {
 		if body == nil {
@@ -137,15 +139,15 @@ func (s *HTTPStore) do(ctx context.Context, method, key string, body []byte) (*h
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, errorf(CodeMetadata, err, "%s %s", method, u)
+		return nil, errcode.Errorf(errcode.Metadata, err, "%s %s", method, u)
 	}
 	return resp, nil
 }
 
 // statusError describes a non-200 answer, with the start of its body.
-func statusError(method, u string, resp *http.Response) *Error {
+func statusError(method, u string, resp *http.Response) *errcode.Error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, httpErrorBodyLimit))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return errorf(CodeMetadata, nil, "%s %s: http %d: %s",
+	return errcode.Errorf(errcode.Metadata, nil, "%s %s: http %d: %s",
 		method, u, resp.StatusCode, strings.TrimSpace(string(b)))
 }

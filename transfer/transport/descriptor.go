@@ -1,13 +1,11 @@
-package transfer
+package transport
 
 import (
 	"encoding/json"
 	"fmt"
-)
 
-// tcpProtoVersion is the TCP wire protocol version this engine speaks
-// (upstream v2: every request is answered with a status frame).
-const tcpProtoVersion = 2
+	"github.com/mooncake-go/mooncake/transfer/errcode"
+)
 
 // BufferDesc describes one registered buffer of a segment.
 type BufferDesc struct {
@@ -44,31 +42,25 @@ type SegmentDesc struct {
 	Version uint64 `json:"shm_version,omitempty"`
 }
 
-// RPCMeta is the document under mooncake/rpc_meta/<name>: where the
-// segment's handshake (RPC) listener is.
-type RPCMeta struct {
-	Host    string `json:"ip_or_host_name"`
-	RPCPort int    `json:"rpc_port"`
-}
-
-func decodeSegmentDesc(b []byte) (*SegmentDesc, error) {
+// DecodeSegmentDesc parses and checks a descriptor document.
+func DecodeSegmentDesc(b []byte) (*SegmentDesc, error) {
 	var d SegmentDesc
 	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, errorf(CodeMalformedJSON, err, "segment descriptor")
+		return nil, errcode.Errorf(errcode.MalformedJSON, err, "segment descriptor")
 	}
 	if d.Name == "" {
-		return nil, errorf(CodeMalformedJSON, nil, "segment descriptor has no name")
+		return nil, errcode.Errorf(errcode.MalformedJSON, nil, "segment descriptor has no name")
 	}
 	for _, b := range d.Buffers {
 		if b.Addr+b.Length < b.Addr {
-			return nil, errorf(CodeMalformedJSON, nil, "buffer %q wraps the address space", b.Name)
+			return nil, errcode.Errorf(errcode.MalformedJSON, nil, "buffer %q wraps the address space", b.Name)
 		}
 	}
 	return &d, nil
 }
 
-// findBuffer returns the index of the buffer holding [addr, addr+n), or -1.
-func (d *SegmentDesc) findBuffer(addr, n uint64) int {
+// FindBuffer returns the index of the buffer holding [addr, addr+n), or -1.
+func (d *SegmentDesc) FindBuffer(addr, n uint64) int {
 	for i, b := range d.Buffers {
 		if addr >= b.Addr && n <= b.Length && addr-b.Addr <= b.Length-n {
 			return i

@@ -1,4 +1,4 @@
-package transfer
+package metadata
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/transfer/errcode"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
@@ -32,8 +34,8 @@ func TestHTTPStore(t *testing.T) {
 	const key = "mooncake/ram/127.0.0.1:1234"
 
 	_, err := s.Get(ctx, key)
-	if !errors.Is(err, ErrMetadataNotFound) || CodeOf(err) != CodeMetadata {
-		t.Fatalf("Get missing: err = %v, want ErrMetadataNotFound with code %d", err, CodeMetadata)
+	if !errors.Is(err, ErrNotFound) || errcode.Of(err) != errcode.Metadata {
+		t.Fatalf("Get missing: err = %v, want ErrNotFound with code %d", err, errcode.Metadata)
 	}
 
 	v := []byte(`{"name":"127.0.0.1:1234","protocol":"tcp"}`)
@@ -59,7 +61,7 @@ func TestHTTPStore(t *testing.T) {
 	if err := s.Delete(ctx, key); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, err := s.Get(ctx, key); !errors.Is(err, ErrMetadataNotFound) {
+	if _, err := s.Get(ctx, key); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after Delete: %v", err)
 	}
 	if err := s.Delete(ctx, key); err != nil {
@@ -115,9 +117,9 @@ func TestHTTPStoreRPCMetaOverwriteRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("Put of a different rpc_meta value succeeded")
 	}
-	if CodeOf(err) != CodeMetadata || !strings.Contains(err.Error(), "400") ||
+	if errcode.Of(err) != errcode.Metadata || !strings.Contains(err.Error(), "400") ||
 		!strings.Contains(err.Error(), "Duplicate rpc_meta key not allowed") {
-		t.Fatalf("refusal error = %v; want code %d with status and body", err, CodeMetadata)
+		t.Fatalf("refusal error = %v; want code %d with status and body", err, errcode.Metadata)
 	}
 	if got, _ := s.Get(ctx, key); string(got) != `{"rpc_port":1}` {
 		t.Fatalf("rpc_meta value changed to %q", got)
@@ -133,7 +135,7 @@ func TestHTTPStoreServerError(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	_, err := s.Get(ctx, "k")
-	if err == nil || errors.Is(err, ErrMetadataNotFound) || !strings.Contains(err.Error(), "500") ||
+	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "500") ||
 		!strings.Contains(err.Error(), "boom") {
 		t.Fatalf("Get on 500: %v", err)
 	}
@@ -151,7 +153,7 @@ func TestHTTPStoreServerDown(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	start := time.Now()
-	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, ErrMetadataNotFound) || CodeOf(err) != CodeMetadata {
+	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, ErrNotFound) || errcode.Of(err) != errcode.Metadata {
 		t.Fatalf("Get on a down server: %v", err)
 	}
 	if err := s.Put(ctx, "k", []byte("v")); err == nil {
@@ -199,19 +201,19 @@ func TestHTTPStoreTimeout(t *testing.T) {
 	}
 }
 
-func TestHTTPStoreOpenMetadataStore(t *testing.T) {
+func TestHTTPStoreOpenStore(t *testing.T) {
 	_, u := startMetaserver(t)
-	conn, err := ParseMetadataConn(u)
+	conn, err := ParseConn(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := openMetadataStore(conn)
+	ms, err := Open(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ms.Close()
 	hs, ok := ms.(*HTTPStore)
 	if !ok || hs.URL() != u {
-		t.Fatalf("openMetadataStore(%q) = %T %v", u, ms, ms)
+		t.Fatalf("Open(%q) = %T %v", u, ms, ms)
 	}
 }

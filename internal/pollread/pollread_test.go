@@ -1,0 +1,79 @@
+package pollread
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// pair returns the two ends of a loopback TCP connection.
+func pair(t *testing.T) (client *net.TCPConn, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s
+}
+
+// Reads return what the peer sent, io.EOF once it hung up, and end with
+// the deadline's, the context's or Stop's error while nothing comes.
+func TestReader(t *testing.T) {
+	c, s := pair(t)
+	r, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Write([]byte("hello"))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(r, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+
+	r.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := r.Read(buf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+	r.SetDeadline(time.Time{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r.SetContext(ctx)
+	cancel()
+	if _, err := r.Read(buf); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read with a cancelled context: %v", err)
+	}
+	r.SetContext(context.Background())
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Read(buf)
+		done <- err
+	}()
+	r.Stop()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read stopped: %v", err)
+	}
+
+	c2, s2 := pair(t)
+	r2, err := New(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+	if _, err := r2.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer hung up: %v", err)
+	}
+}

@@ -1,0 +1,47 @@
+package metadata
+
+import (
+	"strings"
+
+	"github.com/mooncake-go/mooncake/transfer/errcode"
+)
+
+// P2PHandshake is the metadata "server" string that selects peer-to-peer
+// handshake mode.
+const P2PHandshake = "P2PHANDSHAKE"
+
+// Conn is a parsed metadata connection string.
+type Conn struct {
+	Kind string // "etcd", "http" (also https), or "p2p"
+	// Target is what the backend dials: for etcd the endpoints joined by
+	// commas; for http the full URL.
+	Target string
+}
+
+// ParseConn parses a metadata connection string as upstream does:
+// "P2PHANDSHAKE", "etcd://h:p[,h2:p2]", "http(s)://h:p/path", or a bare
+// "host:port" meaning etcd.
+func ParseConn(s string) (Conn, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return Conn{}, errcode.Errorf(errcode.InvalidArgument, nil, "empty metadata server")
+	case strings.EqualFold(s, P2PHandshake):
+		return Conn{Kind: "p2p"}, nil
+	}
+	proto, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return Conn{Kind: "etcd", Target: s}, nil
+	}
+	switch strings.ToLower(proto) {
+	case "etcd":
+		if rest == "" {
+			return Conn{}, errcode.Errorf(errcode.InvalidArgument, nil, "etcd metadata server %q has no endpoints", s)
+		}
+		return Conn{Kind: "etcd", Target: rest}, nil
+	case "http", "https":
+		return Conn{Kind: "http", Target: s}, nil
+	default:
+		return Conn{}, errcode.Errorf(errcode.NotImplemented, nil, "metadata protocol %q is not supported (etcd, http, P2PHANDSHAKE)", proto)
+	}
+}

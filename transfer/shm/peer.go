@@ -1,0 +1,137 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/transfer/transport"
+)
+
+// HostID identifies this host and PID namespace: two engines with the
+// same ID can open each other's memfds through /proc.
+var HostID = sync.OnceValue(func() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + ns
+})
+
+// mapPeerFile maps length bytes of a peer's memfd, checking that the file
+// is still the one the descriptor named.
+func mapPeerFile(pid, fd int, inode, length uint64) ([]byte, error) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if st.Ino != inode || uint64(st.Size) < length {
+		return nil, fmt.Errorf("peer file %d/%d changed (inode %d, size %d)", pid, fd, st.Ino, st.Size)
+	}
+	return unix.Mmap(int(f.Fd()), 0, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+}
+
+// mappings is this engine's view of a same-host peer's shareable memory.
+type mappings struct {
+	pid   int
+	pidfd int
+	ctl   []byte // the peer's control page
+	// use is held shared while a copy touches a mapping and exclusively
+	// while mappings are removed, so nothing is unmapped under a copy.
+	use    sync.RWMutex
+	mu     sync.Mutex        // guards maps
+	maps   map[uint64][]byte // by inode
+	closed bool              // guarded by use
+}
+
+// openMappings prepares shared-memory access to the segment d, or returns
+// an error when d cannot be reached that way (another host, no
+// permission).
+func openMappings(d *transport.SegmentDesc) (*mappings, error) {
+	pidfd, err := unix.PidfdOpen(d.PID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open %d: %w", d.PID, err)
+	}
+	ctl, err := mapPeerFile(d.PID, d.CtlFD, d.CtlInode, uint64(os.Getpagesize()))
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, err
+	}
+	return &mappings{pid: d.PID, pidfd: pidfd, ctl: ctl, maps: map[uint64][]byte{}}, nil
+}
+
+// alive reports whether the peer process still runs.
+func (p *mappings) alive() bool {
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n == 0
+	}
+}
+
+// version is the peer's current registry version.
+func (p *mappings) version() uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&p.ctl[0])).Load()
+}
+
+// buffer returns the mapping of the peer buffer b, mapping it on first
+// use. The caller holds p.use shared for as long as it uses the mapping.
+func (p *mappings) buffer(b transport.BufferDesc) ([]byte, error) {
+	if p.closed {
+		return nil, fmt.Errorf("peer mapping closed")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.maps[b.ShmInode]; ok && uint64(len(m)) >= b.Length {
+		return m[:b.Length], nil
+	}
+	m, err := mapPeerFile(p.pid, b.ShmFD, b.ShmInode, b.Length)
+	if err != nil {
+		return nil, err
+	}
+	p.maps[b.ShmInode] = m
+	return m, nil
+}
+
+// forget unmaps buffers whose inode is not in keep.
+func (p *mappings) forget(keep map[uint64]bool) {
+	p.use.Lock()
+	defer p.use.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ino, m := range p.maps {
+		if !keep[ino] {
+			unix.Munmap(m)
+			delete(p.maps, ino)
+		}
+	}
+}
+
+func (p *mappings) close() {
+	p.forget(nil)
+	p.use.Lock()
+	defer p.use.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	unix.Munmap(p.ctl)
+	unix.Close(p.pidfd)
+}

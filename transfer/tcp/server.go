@@ -1,0 +1,142 @@
+package tcp
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/transfer/internal/conns"
+	"github.com/mooncake-go/mooncake/transfer/transport"
+)
+
+// Server executes peers' READ and WRITE requests against the exposed
+// memory. A request is served only when [addr, addr+size) lies inside one
+// exposed region; anything else is answered with statusRejected and no
+// memory is touched. Close closes the listener and every accepted
+// connection, so that a request in flight fails and no later one reaches
+// the memory.
+type Server struct {
+	*conns.Listener
+	memory  transport.Exposed
+	mem     *gpu.Memory   // stages registered device memory
+	timeout time.Duration // bounds the data phase of one request
+}
+
+// NewServer returns a server for ln that serves requests into memory, each
+// data phase bounded by timeout, device memory staged through mem. Serve
+// starts it.
+func NewServer(ln net.Listener, memory transport.Exposed, mem *gpu.Memory, timeout time.Duration) *Server {
+	return &Server{Listener: conns.NewListener(ln), memory: memory, mem: mem, timeout: timeout}
+}
+
+// Serve accepts and serves connections until Close.
+func (s *Server) Serve() { s.Listener.Serve(s.serveConn) }
+
+// serveConn serves one peer's requests until it hangs up, sends garbage,
+// or the engine closes the connection.
+func (s *Server) serveConn(conn net.Conn) {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	r := bufio.NewReaderSize(conn, frameReadBuffer)
+	var hb [tcpHeaderSize]byte
+	for {
+		conn.SetReadDeadline(time.Time{}) // idle between requests
+		if _, err := io.ReadFull(r, hb[:]); err != nil {
+			return
+		}
+		h, err := decodeTCPHeader(hb[:])
+		if err != nil {
+			slog.Debug("tcp: bad header", "peer", conn.RemoteAddr(), "err", err)
+			return
+		}
+		conn.SetDeadline(time.Now().Add(s.timeout))
+		if !s.serveRequest(conn, r, h) {
+			return
+		}
+	}
+}
+
+// serveRequest runs one request; false means the connection must close.
+func (s *Server) serveRequest(conn net.Conn, r io.Reader, h tcpHeader) bool {
+	reg := s.memory.AcquireExposed(uintptr(h.addr), h.size)
+	if reg == nil {
+		return s.reject(conn, r, h)
+	}
+	defer reg.Release()
+	at := reg.Placement()
+	if h.opcode == transport.OpWrite {
+		if err := s.receive(r, at, h); err != nil {
+			slog.Debug("tcp: write", "peer", conn.RemoteAddr(), "err", err)
+			return false
+		}
+		return !h.v2 || writeStatus(conn, statusOK)
+	}
+	if h.v2 && !at.Device {
+		// The status and the bytes in one write: the initiator wakes once.
+		st := encodeStatus(statusOK)
+		bufs := net.Buffers{st[:], gpu.HostBytes(uintptr(h.addr), h.size)}
+		if _, err := bufs.WriteTo(conn); err != nil {
+			slog.Debug("tcp: read", "peer", conn.RemoteAddr(), "err", err)
+			return false
+		}
+		return true
+	}
+	if h.v2 && !writeStatus(conn, statusOK) {
+		return false
+	}
+	if err := s.send(conn, at, h); err != nil {
+		slog.Debug("tcp: read", "peer", conn.RemoteAddr(), "err", err)
+		return false
+	}
+	return true
+}
+
+// receive reads a WRITE's payload into the exposed region at; device
+// memory is filled through pinned host chunks.
+func (s *Server) receive(r io.Reader, at transport.Placement, h tcpHeader) error {
+	if at.Device {
+		return s.mem.RecvDevice(r, uintptr(h.addr), h.size, at.Ordinal)
+	}
+	_, err := io.ReadFull(r, gpu.HostBytes(uintptr(h.addr), h.size))
+	return err
+}
+
+// send writes a READ's bytes from the exposed region at; device memory
+// is sent through pinned host chunks.
+func (s *Server) send(conn net.Conn, at transport.Placement, h tcpHeader) error {
+	if at.Device {
+		return s.mem.SendDevice(conn, uintptr(h.addr), h.size, at.Ordinal)
+	}
+	_, err := conn.Write(gpu.HostBytes(uintptr(h.addr), h.size))
+	return err
+}
+
+func writeStatus(conn net.Conn, code uint32) bool {
+	st := encodeStatus(code)
+	_, err := conn.Write(st[:])
+	return err == nil
+}
+
+// maxDrain is the largest rejected WRITE payload the server reads and drops
+// to keep the connection usable; larger ones close it.
+const maxDrain = SliceSize
+
+func (s *Server) reject(conn net.Conn, r io.Reader, h tcpHeader) bool {
+	slog.Debug("tcp: request outside registered memory", "peer", conn.RemoteAddr(), "op", h.opcode, "addr", h.addr, "size", h.size)
+	keep := true
+	if h.opcode == transport.OpWrite {
+		if h.size > maxDrain {
+			keep = false
+		} else if _, err := io.CopyN(io.Discard, r, int64(h.size)); err != nil {
+			return false
+		}
+	}
+	if !h.v2 {
+		return false // v1 learns of a rejection by the connection closing
+	}
+	return writeStatus(conn, statusRejected) && keep
+}
