@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +61,31 @@ def bus_factor(op: str, n: int) -> float:
     return (n - 1) / n
 
 
+def make_op(op: str, size: int, n: int, group: object) -> tuple[int, Callable[[], object]]:
+    """The op of OPS (or "barrier") on `size` bytes of float32 over torch.distributed
+    `group` of n ranks, as (bytes it moves, a function that runs it once)."""
+    import torch
+    import torch.distributed as dist
+
+    if op == "barrier":
+        return 0, lambda: dist.barrier(group=group)
+    if op in ("all_reduce", "broadcast"):
+        count = max(1, size // 4)
+        x = torch.ones(count)
+        if op == "all_reduce":
+            return count * 4, lambda: dist.all_reduce(x, group=group)
+        return count * 4, lambda: dist.broadcast(x, src=0, group=group)
+    per = max(1, size // (4 * n))
+    if op == "all_gather":
+        inp, out = torch.ones(per), torch.empty(per * n)
+        return per * n * 4, lambda: dist.all_gather_into_tensor(out, inp, group=group)
+    if op == "reduce_scatter":
+        inp, out = torch.ones(per * n), torch.empty(per)
+        return per * n * 4, lambda: dist.reduce_scatter_tensor(out, inp, group=group)
+    inp, out = torch.ones(per * n), torch.empty(per * n)
+    return per * n * 4, lambda: dist.all_to_all_single(out, inp, group=group)
+
+
 # ---- worker (one rank) ---------------------------------------------------------------
 
 
@@ -82,23 +108,6 @@ def worker(a: argparse.Namespace) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
         return float(t.item())
 
-    def make_op(op: str, size: int, group):
-        if op in ("all_reduce", "broadcast"):
-            count = max(1, size // 4)
-            x = torch.ones(count)
-            if op == "all_reduce":
-                return count * 4, lambda: dist.all_reduce(x, group=group)
-            return count * 4, lambda: dist.broadcast(x, src=0, group=group)
-        per = max(1, size // (4 * n))
-        if op == "all_gather":
-            inp, out = torch.ones(per), torch.empty(per * n)
-            return per * n * 4, lambda: dist.all_gather_into_tensor(out, inp, group=group)
-        if op == "reduce_scatter":
-            inp, out = torch.ones(per * n), torch.empty(per)
-            return per * n * 4, lambda: dist.reduce_scatter_tensor(out, inp, group=group)
-        inp, out = torch.ones(per * n), torch.empty(per * n)
-        return per * n * 4, lambda: dist.all_to_all_single(out, inp, group=group)
-
     results = []
     sizes = []
     s = a.min_bytes
@@ -112,7 +121,7 @@ def worker(a: argparse.Namespace) -> None:
             row: dict = {"world": n, "op": op, "size": size}
             fns, iters, times = {}, {}, {}
             for name, group in groups.items():
-                nbytes, fns[name] = make_op(op, size, group)
+                nbytes, fns[name] = make_op(op, size, n, group)
                 row["bytes"] = nbytes
                 for _ in range(a.warmup):
                     fns[name]()
