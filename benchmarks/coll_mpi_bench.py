@@ -111,6 +111,7 @@ def worker(a: argparse.Namespace) -> None:
             dist.barrier(group=gloo)
 
     cases = (LATENCY if "latency" in a.rows else []) + (BANDWIDTH if "bandwidth" in a.rows else [])
+    cases = [(op, size) for op, size in cases if not a.ops or op in a.ops]
     results = []
     for op, size in cases:
         fns: dict[str, Callable[[], object]] = {}
@@ -173,6 +174,8 @@ def run_world(a: argparse.Namespace, world: int, launcher: str | None) -> list[d
             str(out),
             "--rows",
             ",".join(a.rows),
+            "--ops",
+            ",".join(a.ops),
             "--rounds",
             str(a.rounds),
             "--target-time",
@@ -241,6 +244,7 @@ def main() -> None:
     )
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--rows", default="latency,bandwidth", help="latency, bandwidth or both")
+    ap.add_argument("--ops", default="", help="only these ops (comma-separated), e.g. all_reduce")
     ap.add_argument("--no-mpi", action="store_true", help="leave Open MPI out even if installed")
     ap.add_argument(
         "--target-time", type=float, default=0.3, help="seconds per (op, size, backend)"
@@ -257,6 +261,11 @@ def main() -> None:
     ap.add_argument("--json-out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.rows = [r for r in a.rows.split(",") if r]
+    a.ops = [o for o in a.ops.split(",") if o]
+    known = {op for op, _ in LATENCY + BANDWIDTH}
+    for o in a.ops:
+        if o not in known:
+            ap.error(f"unknown op {o!r} (have {', '.join(sorted(known))})")
     for r in a.rows:
         if r not in ("latency", "bandwidth"):
             ap.error(f"unknown row kind {r!r} (have latency, bandwidth)")
