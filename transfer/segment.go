@@ -256,7 +256,7 @@ func (s *remoteSegment) route() (*SegmentDesc, *peerShm, *tcpPeer, error) {
 		}
 	}
 	if s.shm != nil {
-		if !s.shm.alive() {
+		if !s.shm.aliveRecently() {
 			s.invalidate()
 			return nil, nil, nil, errorf(CodeSocket, nil, "segment %q: peer process exited", s.name)
 		}

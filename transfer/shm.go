@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -108,7 +109,18 @@ type peerShm struct {
 	mu     sync.Mutex        // guards maps
 	maps   map[uint64][]byte // by inode
 	closed bool              // guarded by use
+	// seenAlive is when (shmClock) a poll of pidfd last found the peer
+	// running: aliveRecently trusts it for aliveRecheck.
+	seenAlive atomic.Int64
 }
+
+// aliveRecheck is how long a poll that found a peer running is trusted by
+// the per-access check (aliveRecently): polling the pidfd costs a system
+// call, which small messages would otherwise pay several times each.
+const aliveRecheck = 100 * time.Microsecond
+
+// shmClock is the monotonic time base of peerShm.seenAlive.
+var shmClock = time.Now()
 
 // openPeerShm prepares shared-memory access to the segment d, or returns an
 // error when d cannot be reached that way (another host, no permission).
@@ -138,6 +150,23 @@ func (p *peerShm) alive() bool {
 		}
 		return err == nil && n == 0
 	}
+}
+
+// aliveRecently is alive for the access paths: it polls at most once per
+// aliveRecheck, so a peer that exited less than that ago may still be
+// reported running (its memory is still mapped here, so an access then
+// lands in memory nobody reads; waits notice the death through PeerExited,
+// which always polls).
+func (p *peerShm) aliveRecently() bool {
+	now := int64(time.Since(shmClock))
+	if seen := p.seenAlive.Load(); seen != 0 && now-seen < int64(aliveRecheck) {
+		return true
+	}
+	if !p.alive() {
+		return false
+	}
+	p.seenAlive.Store(now)
+	return true
 }
 
 // version is the peer's current registry version.
