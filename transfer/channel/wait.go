@@ -162,5 +162,8 @@ func (p Policy) Await(w Wait) error {
 }
 
 // yieldCPU hands this thread's CPU to another runnable thread, if there is
-// one (of any process: the peer a waiter waits for is one).
-func yieldCPU() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+// one (of any process: the peer a waiter waits for is one). A raw system
+// call: the Go scheduler is not told, so a yield that lasts (another
+// process ran) does not make it hand this goroutine's P to another thread,
+// which would wake that thread for nothing.
+func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
