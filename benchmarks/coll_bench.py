@@ -153,8 +153,15 @@ def worker(a: argparse.Namespace) -> None:
             results.append(row)
             if a.rank == 0:
                 print(json.dumps(row), flush=True)
-    if a.rank == 0:
-        Path(a.json_out).write_text(json.dumps(results))
+    finish_worker(a.rank, a.json_out, results)
+
+
+def finish_worker(rank: int, json_out: str, results: list[dict]) -> None:
+    """Rank 0 hands the rows to the driver; every rank leaves the process group."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        Path(json_out).write_text(json.dumps(results))
     dist.destroy_process_group()
 
 
@@ -205,15 +212,21 @@ def run_world(a: argparse.Namespace, world: int) -> list[dict]:
             env = dict(os.environ, OMP_NUM_THREADS="1")
             stdout = None if r == 0 else subprocess.DEVNULL
             procs.append(subprocess.Popen(cmd, env=env, stdout=stdout))
-        try:
-            for p in procs:
-                if p.wait() != 0:
-                    raise SystemExit(f"coll_bench: a rank of world {world} failed")
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
+        wait_ranks(procs, f"coll_bench: a rank of world {world} failed")
         return json.loads(out.read_text())
+
+
+def wait_ranks(procs: list[subprocess.Popen], failure: str) -> None:
+    """Waits for every process; the first that fails ends the run with `failure`, and
+    the ones still running are killed."""
+    try:
+        for p in procs:
+            if p.wait() != 0:
+                raise SystemExit(failure)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def print_table(rows: list[dict]) -> None:

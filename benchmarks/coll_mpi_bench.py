@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coll_bench import bus_factor, free_port, human, make_op  # noqa: E402
+from coll_bench import bus_factor, finish_worker, free_port, human, make_op, wait_ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 KiB, MiB = 1 << 10, 1 << 20
@@ -149,9 +149,7 @@ def worker(a: argparse.Namespace) -> None:
         results.append(row)
         if a.rank == 0:
             print(json.dumps(row), flush=True)
-    if a.rank == 0:
-        Path(a.json_out).write_text(json.dumps(results))
-    dist.destroy_process_group()
+    finish_worker(a.rank, a.json_out, results)
 
 
 def mpirun() -> str | None:
@@ -202,14 +200,7 @@ def run_world(a: argparse.Namespace, world: int, launcher: str | None) -> list[d
                 )
                 for r in range(world)
             ]
-        try:
-            for p in procs:
-                if p.wait() != 0:
-                    raise SystemExit(f"coll_mpi_bench: a rank of world {world} failed")
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
+        wait_ranks(procs, f"coll_mpi_bench: a rank of world {world} failed")
         return json.loads(out.read_text())
 
 
