@@ -73,6 +73,12 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// The access path trusts an old poll for aliveRecheck at most: after
+	// that, reaching the dead peer fails.
+	time.Sleep(2 * aliveRecheck)
+	if _, err := e.WakeWord(h, 0); err == nil {
+		t.Fatal("a direct access to a dead peer succeeded")
+	}
 	local := newTestEngine(t, false)
 	self, err := local.CachedSegment(local.Name())
 	if err == nil && local.PeerExited(self) {
