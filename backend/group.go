@@ -195,6 +195,9 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if us := envvars.PGSpinUs.Int(-1); us > 0 {
 		g.policy.Spin = time.Duration(us) * time.Microsecond
 	}
+	if us := envvars.PGYieldUs.Int(-1); us >= 0 {
+		g.policy.YieldFor = time.Duration(us) * time.Microsecond
+	}
 	g.coll = newFifo(g.policy.Spin)
 	g.sendQ = make([]*fifo, slots)
 	g.recvQ = make([]*fifo, slots)

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/internal/half"
@@ -41,12 +42,24 @@ func Reduce(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
 	return nil
 }
 
+// aliasPiece is how much reduceAliased reduces at a time (bytes; a
+// multiple of every element size): small enough to stay in L2.
+const aliasPiece = 64 << 10
+
+// aliasScratch holds reduceAliased's scratch pieces between calls: an
+// in-place all_reduce on every rank but the first hits that path on every
+// op, and allocating (and zeroing) a piece each time cost more than the
+// reduction of a small message.
+var aliasScratch = sync.Pool{New: func() any { b := make([]byte, aliasPiece); return &b }}
+
 // reduceAliased handles a dst that aliases a source other than the first
 // (which the kernels overwrite first): it reduces piece by piece into a
 // scratch buffer. Elements are independent, so the result is the same.
 func reduceAliased(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
-	const piece = 64 << 10 // bytes; a multiple of every element size
-	scratch := make([]byte, min(len(dst), piece))
+	const piece = aliasPiece
+	sp := aliasScratch.Get().(*[]byte)
+	defer aliasScratch.Put(sp)
+	scratch := (*sp)[:min(len(dst), piece)]
 	sub := make([][]byte, len(srcs))
 	es := dt.Size()
 	for off := 0; off < len(dst); off += piece {

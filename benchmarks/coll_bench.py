@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +61,31 @@ def bus_factor(op: str, n: int) -> float:
     return (n - 1) / n
 
 
+def make_op(op: str, size: int, n: int, group: object) -> tuple[int, Callable[[], object]]:
+    """The op of OPS (or "barrier") on `size` bytes of float32 over torch.distributed
+    `group` of n ranks, as (bytes it moves, a function that runs it once)."""
+    import torch
+    import torch.distributed as dist
+
+    if op == "barrier":
+        return 0, lambda: dist.barrier(group=group)
+    if op in ("all_reduce", "broadcast"):
+        count = max(1, size // 4)
+        x = torch.ones(count)
+        if op == "all_reduce":
+            return count * 4, lambda: dist.all_reduce(x, group=group)
+        return count * 4, lambda: dist.broadcast(x, src=0, group=group)
+    per = max(1, size // (4 * n))
+    if op == "all_gather":
+        inp, out = torch.ones(per), torch.empty(per * n)
+        return per * n * 4, lambda: dist.all_gather_into_tensor(out, inp, group=group)
+    if op == "reduce_scatter":
+        inp, out = torch.ones(per * n), torch.empty(per)
+        return per * n * 4, lambda: dist.reduce_scatter_tensor(out, inp, group=group)
+    inp, out = torch.ones(per * n), torch.empty(per * n)
+    return per * n * 4, lambda: dist.all_to_all_single(out, inp, group=group)
+
+
 # ---- worker (one rank) ---------------------------------------------------------------
 
 
@@ -82,23 +108,6 @@ def worker(a: argparse.Namespace) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
         return float(t.item())
 
-    def make_op(op: str, size: int, group):
-        if op in ("all_reduce", "broadcast"):
-            count = max(1, size // 4)
-            x = torch.ones(count)
-            if op == "all_reduce":
-                return count * 4, lambda: dist.all_reduce(x, group=group)
-            return count * 4, lambda: dist.broadcast(x, src=0, group=group)
-        per = max(1, size // (4 * n))
-        if op == "all_gather":
-            inp, out = torch.ones(per), torch.empty(per * n)
-            return per * n * 4, lambda: dist.all_gather_into_tensor(out, inp, group=group)
-        if op == "reduce_scatter":
-            inp, out = torch.ones(per * n), torch.empty(per)
-            return per * n * 4, lambda: dist.reduce_scatter_tensor(out, inp, group=group)
-        inp, out = torch.ones(per * n), torch.empty(per * n)
-        return per * n * 4, lambda: dist.all_to_all_single(out, inp, group=group)
-
     results = []
     sizes = []
     s = a.min_bytes
@@ -112,7 +121,7 @@ def worker(a: argparse.Namespace) -> None:
             row: dict = {"world": n, "op": op, "size": size}
             fns, iters, times = {}, {}, {}
             for name, group in groups.items():
-                nbytes, fns[name] = make_op(op, size, group)
+                nbytes, fns[name] = make_op(op, size, n, group)
                 row["bytes"] = nbytes
                 for _ in range(a.warmup):
                     fns[name]()
@@ -144,8 +153,15 @@ def worker(a: argparse.Namespace) -> None:
             results.append(row)
             if a.rank == 0:
                 print(json.dumps(row), flush=True)
-    if a.rank == 0:
-        Path(a.json_out).write_text(json.dumps(results))
+    finish_worker(a.rank, a.json_out, results)
+
+
+def finish_worker(rank: int, json_out: str, results: list[dict]) -> None:
+    """Rank 0 hands the rows to the driver; every rank leaves the process group."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        Path(json_out).write_text(json.dumps(results))
     dist.destroy_process_group()
 
 
@@ -196,15 +212,21 @@ def run_world(a: argparse.Namespace, world: int) -> list[dict]:
             env = dict(os.environ, OMP_NUM_THREADS="1")
             stdout = None if r == 0 else subprocess.DEVNULL
             procs.append(subprocess.Popen(cmd, env=env, stdout=stdout))
-        try:
-            for p in procs:
-                if p.wait() != 0:
-                    raise SystemExit(f"coll_bench: a rank of world {world} failed")
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
+        wait_ranks(procs, f"coll_bench: a rank of world {world} failed")
         return json.loads(out.read_text())
+
+
+def wait_ranks(procs: list[subprocess.Popen], failure: str) -> None:
+    """Waits for every process; the first that fails ends the run with `failure`, and
+    the ones still running are killed."""
+    try:
+        for p in procs:
+            if p.wait() != 0:
+                raise SystemExit(failure)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def print_table(rows: list[dict]) -> None:

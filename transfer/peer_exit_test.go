@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/transfer/shm"
 )
 
 // peerProcessEnv makes the test binary run peerProcess instead of the
@@ -72,6 +73,12 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 			t.Fatal("a killed peer not reported exited")
 		}
 		time.Sleep(time.Millisecond)
+	}
+	// The access path trusts an old poll for shm.AliveRecheck at most: after
+	// that, reaching the dead peer fails.
+	time.Sleep(2 * shm.AliveRecheck)
+	if _, err := e.WakeWord(h, 0); err == nil {
+		t.Fatal("a direct access to a dead peer succeeded")
 	}
 	local := newTestEngine(t, false)
 	self, err := local.CachedSegment(local.Name())

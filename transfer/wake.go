@@ -49,9 +49,15 @@ func (e *Engine) PeerExited(h SegmentHandle) bool {
 // word lies in a managed buffer of a same-host peer (or of this engine),
 // false when the peer is reached over TCP.
 func (e *Engine) WakeWord(h SegmentHandle, addr uint64) (bool, error) {
-	return e.AccessRemote(h, addr, 4, func(mem []byte) {
-		futexWake(uintptr(unsafe.Pointer(&mem[0])))
-	})
+	return e.AccessRemote(h, addr, 4, WakeView)
+}
+
+// WakeView wakes every WaitWord on the 32-bit word that view (at least 4
+// bytes of a direct view that AccessRemote handed out) starts with: for a
+// caller that has just stored the word through that same view, which saves
+// WakeWord's second lookup of the peer's mapping.
+func WakeView(view []byte) {
+	futexWake(uintptr(unsafe.Pointer(&view[:4][0])))
 }
 
 // futex operations (linux/futex.h). Not FUTEX_PRIVATE_FLAG: the word is in

@@ -190,6 +190,7 @@ var zeroMeans = map[string]bool{
 	"MC_STORE_LOCAL_HOT_MAX_AGE_MS":              true, // 0: no age bound
 	"MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE":     true, // 0: no limit beyond the total size limit
 	"MC_STORE_RS_EVICTION_LOW_WATERMARK_PERCENT": true, // 0 %: evict down to empty
+	"MC_PG_YIELD_US":                             true, // 0: block right after the spin
 }
 
 func TestNonPositiveValuesAreRejected(t *testing.T) {

@@ -55,7 +55,9 @@ var (
 	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "rsag", "rspull"}, Default: "chosen by size",
 		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
 	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
-		ReadBy: "backend", Doc: "spin before blocking, microseconds"}
+		ReadBy: "backend", Doc: "spin before yield-polling, microseconds"}
+	PGYieldUs = &Var{Name: "MC_PG_YIELD_US", Kind: Int, Min: 0, Default: "500",
+		ReadBy: "backend", Doc: "yield-polling after the spin, before blocking, microseconds (0: block right after the spin)"}
 	PGSlotBytes = &Var{Name: "MC_PG_SLOT_BYTES", Kind: Int, Min: 1, Default: "chosen by group size",
 		ReadBy: "backend", Doc: "collective slot size, bytes"}
 	PGP2PSlotBytes = &Var{Name: "MC_PG_P2P_SLOT_BYTES", Kind: Int, Min: 1, Default: "1048576",
@@ -101,7 +103,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreChecksum,
 	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGSlotBytes, PGP2PSlotBytes,
+	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,

@@ -134,17 +134,17 @@ func publish(eng *transfer.Engine, m *Message, i int, r *transferRound) error {
 	for _, f := range m.Flags {
 		lo, hi = min(lo, f.Off), max(hi, f.Off+f.width())
 	}
-	ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+lo, hi-lo, func(view []byte) {
+	last := m.Flags[len(m.Flags)-1]
+	ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+lo, max(hi, last.Off+4)-lo, func(view []byte) {
 		for _, f := range m.Flags {
 			store(view[f.Off-lo:], f)
 		}
+		transfer.WakeView(view[last.Off-lo:])
 	})
 	if err != nil {
 		return err
 	}
 	if ok {
-		last := m.Flags[len(m.Flags)-1]
-		_, _ = eng.WakeWord(m.To.Seg, m.To.Base+last.Off)
 		return nil
 	}
 	for k, f := range m.Flags {

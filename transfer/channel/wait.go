@@ -8,20 +8,26 @@ import (
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/transfer"
+	"golang.org/x/sys/unix"
 )
 
 // Policy is how a receiver spends its time waiting for a flag word. Hosts
 // are often oversubscribed (4 ranks on 2 cores), so a waiter spins only
-// briefly, then polls a few times yielding the processor, and then blocks on
-// the word (a futex on the shared memfd page) that a same-host sender wakes
-// right after its write. Nobody wakes a waiter whose sender writes over
-// TCP, so every block is bounded: the bound starts at FirstNap and doubles
-// while nobody wakes the waiter, up to MaxNap.
+// briefly, then keeps polling while handing its CPU to whoever else can run
+// there (sched_yield: the peer it waits for, when that peer shares the CPU),
+// and only then blocks on the word (a futex on the shared memfd page) that a
+// same-host sender wakes right after its write. A yield costs a system call
+// when nobody else is runnable and lets the peer run at once when it is, so
+// yield-polling answers within microseconds on a busy host where a block
+// would cost a sleep and a wake-up. Nobody wakes a waiter whose sender writes
+// over TCP, so every block is bounded: the bound starts at FirstNap and
+// doubles while nobody wakes the waiter, up to MaxNap.
 type Policy struct {
 	// Spin is how long the waiter busy-polls the word first.
 	Spin time.Duration
-	// Yields is how many more polls follow, each after runtime.Gosched.
-	Yields int
+	// YieldFor is how long it then polls, yielding the CPU (sched_yield)
+	// before each poll.
+	YieldFor time.Duration
 	// FirstNap and MaxNap bound each block on the word.
 	FirstNap, MaxNap time.Duration
 	// LivenessEvery is how often a blocked waiter runs its Alive hook.
@@ -32,7 +38,7 @@ type Policy struct {
 const (
 	spinAlone          = 50 * time.Microsecond
 	spinOversubscribed = 5 * time.Microsecond
-	defaultYields      = 8
+	yieldFor           = 500 * time.Microsecond
 	firstNap           = 20 * time.Microsecond
 	maxNap             = 200 * time.Microsecond
 	livenessEvery      = 5 * time.Millisecond
@@ -41,9 +47,9 @@ const (
 // DefaultPolicy is the wait policy for one of parties processes that
 // exchange messages on this host: it spins spinAlone while every party can
 // have a CPU of its own, only spinOversubscribed otherwise (spinning would
-// keep the sender it waits for off the CPU).
+// keep the sender it waits for off the CPU), then yield-polls for yieldFor.
 func DefaultPolicy(parties int) Policy {
-	p := Policy{Spin: spinAlone, Yields: defaultYields, FirstNap: firstNap, MaxNap: maxNap, LivenessEvery: livenessEvery}
+	p := Policy{Spin: spinAlone, YieldFor: yieldFor, FirstNap: firstNap, MaxNap: maxNap, LivenessEvery: livenessEvery}
 	if parties > runtime.NumCPU() {
 		p.Spin = spinOversubscribed
 	}
@@ -95,10 +101,23 @@ func (p Policy) Await(w Wait) error {
 			break
 		}
 	}
-	for range p.Yields {
-		runtime.Gosched()
-		if w.Ready() {
-			return nil
+	if p.YieldFor > 0 {
+		yieldStart := time.Now()
+		for i := 1; ; i++ {
+			yieldCPU()
+			if w.Ready() {
+				return nil
+			}
+			if i&15 == 0 {
+				if w.Check != nil {
+					if err := w.Check(); err != nil {
+						return err
+					}
+				}
+				if time.Since(yieldStart) >= p.YieldFor {
+					break
+				}
+			}
 		}
 	}
 	deadline := w.Deadline
@@ -141,3 +160,10 @@ func (p Policy) Await(w Wait) error {
 		}
 	}
 }
+
+// yieldCPU hands this thread's CPU to another runnable thread, if there is
+// one (of any process: the peer a waiter waits for is one). A raw system
+// call: the Go scheduler is not told, so a yield that lasts (another
+// process ran) does not make it hand this goroutine's P to another thread,
+// which would wake that thread for nothing.
+func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

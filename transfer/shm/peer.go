@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -56,7 +57,20 @@ type mappings struct {
 	mu     sync.Mutex        // guards maps
 	maps   map[uint64][]byte // by inode
 	closed bool              // guarded by use
+	// seenAlive is when (on clock) a poll of pidfd last found the peer
+	// running: aliveRecently trusts it for AliveRecheck.
+	seenAlive atomic.Int64
 }
+
+// AliveRecheck is how long a poll that found a peer running is trusted by
+// Conn.Check: polling the pidfd costs a system call, which every small
+// message would otherwise pay several times. A peer that exited less than
+// that ago may still be reported running; its memory is still mapped here,
+// so an access then lands in memory nobody reads.
+const AliveRecheck = 100 * time.Microsecond
+
+// clock is the monotonic time base of mappings.seenAlive.
+var clock = time.Now()
 
 // openMappings prepares shared-memory access to the segment d, or returns
 // an error when d cannot be reached that way (another host, no
@@ -84,6 +98,19 @@ func (p *mappings) alive() bool {
 		}
 		return err == nil && n == 0
 	}
+}
+
+// aliveRecently is alive, polling at most once per AliveRecheck.
+func (p *mappings) aliveRecently() bool {
+	now := int64(time.Since(clock))
+	if seen := p.seenAlive.Load(); seen != 0 && now-seen < int64(AliveRecheck) {
+		return true
+	}
+	if !p.alive() {
+		return false
+	}
+	p.seenAlive.Store(now)
+	return true
 }
 
 // version is the peer's current registry version.

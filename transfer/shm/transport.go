@@ -69,10 +69,10 @@ func (c *conn) Update(p transport.Peer) bool {
 	return true
 }
 
-// Check sees the peer's exit through its pidfd, and a changed registry
-// through the version on its control page.
+// Check sees the peer's exit through its pidfd (within AliveRecheck), and
+// a changed registry through the version on its control page.
 func (c *conn) Check() (bool, error) {
-	if !c.m.alive() {
+	if !c.m.aliveRecently() {
 		return false, errPeerExited
 	}
 	return c.m.version() != c.desc.Load().Version, nil
