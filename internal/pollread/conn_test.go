@@ -14,20 +14,12 @@ import (
 // server end.
 func dialPair(t *testing.T) (*Conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := Dial(context.Background(), ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Release(); s.Close() })
+	var c *Conn
+	s := loopback(t, func(addr string) (err error) {
+		c, err = Dial(context.Background(), addr)
+		return err
+	})
+	t.Cleanup(c.Release)
 	return c, s
 }
 

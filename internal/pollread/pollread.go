@@ -89,12 +89,19 @@ func (r *Reader) Read(p []byte) (int, error) {
 			}
 		}
 	})
+	return readOutcome(n, len(p), err, rerr)
+}
+
+// readOutcome is io.Reader's result of a read through a RawConn: its own
+// error first, then the read(2)'s, then io.EOF for a zero-byte read of a
+// non-empty buffer.
+func readOutcome(n, want int, connErr, readErr error) (int, error) {
 	switch {
-	case err != nil:
-		return 0, err
-	case rerr != nil:
-		return 0, rerr
-	case n == 0 && len(p) > 0:
+	case connErr != nil:
+		return 0, connErr
+	case readErr != nil:
+		return 0, readErr
+	case n == 0 && want > 0:
 		return 0, io.EOF
 	}
 	return n, nil

@@ -9,23 +9,35 @@ import (
 	"time"
 )
 
-// pair returns the two ends of a loopback TCP connection.
-func pair(t *testing.T) (client *net.TCPConn, server net.Conn) {
+// loopback listens on loopback, runs dial with the address, and returns
+// the accepted end.
+func loopback(t *testing.T, dial func(addr string) error) net.Conn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
+	if err := dial(ln.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
 	s, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(); s.Close() })
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// pair returns the two ends of a loopback TCP connection.
+func pair(t *testing.T) (client *net.TCPConn, server net.Conn) {
+	t.Helper()
+	var c net.Conn
+	s := loopback(t, func(addr string) (err error) {
+		c, err = net.Dial("tcp", addr)
+		return err
+	})
+	t.Cleanup(func() { c.Close() })
 	return c.(*net.TCPConn), s
 }
 

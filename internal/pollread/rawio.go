@@ -46,15 +46,7 @@ func (r RawIO) Read(p []byte) (int, error) {
 		n, rerr = rawRead(fd, p)
 		return rerr != unix.EAGAIN
 	})
-	switch {
-	case err != nil:
-		return 0, err
-	case rerr != nil:
-		return 0, rerr
-	case n == 0 && len(p) > 0:
-		return 0, io.EOF
-	}
-	return n, nil
+	return readOutcome(n, len(p), err, rerr)
 }
 
 // Write implements io.Writer: all of p, or an error.
