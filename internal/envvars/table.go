@@ -13,6 +13,8 @@ var (
 		ReadBy: "transfer", Doc: "address the engine's listeners bind to"}
 	TCPLanesPerPeer = &Var{Name: "MC_TCP_LANES_PER_PEER", Kind: Int, Min: 1, Default: "4",
 		ReadBy: "transfer", Doc: "TCP connections per peer"}
+	TCPSyncSpinUs = &Var{Name: "MC_TCP_SYNC_SPIN_US", Kind: Int, Min: 0, Default: "60",
+		ReadBy: "transfer", Doc: "a synchronous one-slice TCP transfer polls for its reply this long before sleeping in poll(2), microseconds (0: sleep at once)"}
 	MinRPCPort = &Var{Name: "MC_MIN_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "15000",
 		ReadBy: "transfer", Doc: "lowest handshake port the engine binds"}
 	MaxRPCPort = &Var{Name: "MC_MAX_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "17000",
@@ -99,7 +101,7 @@ var (
 // All is every variable: those above, those read by Python, C++ and the
 // scripts, and upstream's that Mooncake-Go does not read.
 var All = []*Var{
-	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, MinRPCPort, MaxRPCPort,
+	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, TCPSyncSpinUs, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreChecksum,
 	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,

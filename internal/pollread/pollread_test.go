@@ -89,3 +89,34 @@ func TestReader(t *testing.T) {
 		t.Fatalf("read after the peer hung up: %v", err)
 	}
 }
+
+// A spinning read takes bytes that come during the spin, and the spin
+// gives way to the deadline and to Stop.
+func TestReaderSpin(t *testing.T) {
+	c, s := pair(t)
+	r, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetSpin(time.Minute)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		s.Write([]byte("late"))
+	}()
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(r, b); err != nil || string(b) != "late" {
+		t.Fatalf("read during the spin = %q, %v", b, err)
+	}
+	r.SetDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := r.Read(b); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("spinning read past its deadline = %v; want DeadlineExceeded", err)
+	}
+	r.SetDeadline(time.Time{})
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		r.Stop()
+	}()
+	if _, err := r.Read(b); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("spinning read at Stop = %v; want net.ErrClosed", err)
+	}
+}

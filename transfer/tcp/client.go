@@ -178,6 +178,7 @@ func (p *peer) dial(deadline time.Time, direct bool) (*wireConn, transport.Statu
 			p.conns.Remove(conn)
 			return nil, transport.StatusFailed
 		}
+		c.pr.SetSpin(syncSpin)
 		r = c.pr
 	}
 	c.r = bufio.NewReaderSize(r, frameReadBuffer)
