@@ -60,9 +60,9 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 }
 
 // SetContext makes the reads and writes that follow end with ctx's error
-// once its deadline passes (context.Background: never). Cancelling ctx
-// ends a wait only through Abort, which the owner arranges (for instance
-// with context.AfterFunc).
+// once its deadline passes or it is cancelled (context.Background: never).
+// A cancellation is noticed within one poll slice; to end a wait at once
+// the owner also calls Abort (for instance from context.AfterFunc).
 func (c *Conn) SetContext(ctx context.Context) { c.ctx = ctx }
 
 // Read implements io.Reader. It ends with the context's error when its
