@@ -219,8 +219,9 @@ func mc_engine_unregister_memory(h C.uint64_t, addrs *C.mc_cu64, n C.int) (ret C
 	return 0
 }
 
-// requests builds n requests of one opcode from C arrays.
-func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) ([]transfer.Request, error) {
+// requests builds n requests of one opcode and transport hint (NULL or ""
+// for the engine's choice) from C arrays.
+func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int, hint *C.mc_cchar) ([]transfer.Request, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("empty batch")
 	}
@@ -232,20 +233,21 @@ func requests(opcode C.int, buffers, peerAddrs, lengths *C.uint64_t, n C.int) ([
 		return nil, fmt.Errorf("null buffer, address or length array")
 	}
 	reqs := make([]transfer.Request, n)
+	via := C.GoString(hint)
 	for i := range reqs {
-		reqs[i] = transfer.Request{Opcode: transfer.Opcode(opcode), Source: uintptr(b[i]), TargetOffset: p[i], Length: l[i]}
+		reqs[i] = transfer.Request{Opcode: transfer.Opcode(opcode), Source: uintptr(b[i]), TargetOffset: p[i], Length: l[i], Transport: via}
 	}
 	return reqs, nil
 }
 
 //export mc_engine_transfer_sync
-func mc_engine_transfer_sync(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int, notifyName, notifyMsg *C.mc_cchar) (ret C.int) {
+func mc_engine_transfer_sync(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int, notifyName, notifyMsg, hint *C.mc_cchar) (ret C.int) {
 	defer recoverTo(&ret, -1)
 	e := liveEngine(h)
 	if e == nil {
 		return noEngine()
 	}
-	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n)
+	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n, hint)
 	if err != nil {
 		return engineFail(err)
 	}
@@ -262,13 +264,13 @@ func mc_engine_transfer_sync(h C.uint64_t, target *C.mc_cchar, opcode C.int, buf
 }
 
 //export mc_engine_transfer_async
-func mc_engine_transfer_async(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int) (ret C.uint64_t) {
+func mc_engine_transfer_async(h C.uint64_t, target *C.mc_cchar, opcode C.int, buffers, peerAddrs, lengths *C.mc_cu64, n C.int, hint *C.mc_cchar) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
 	e := liveEngine(h)
 	if e == nil {
 		return failed(C.uint64_t(0), errNoEngine)
 	}
-	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n)
+	reqs, err := requests(opcode, buffers, peerAddrs, lengths, n, hint)
 	if err != nil {
 		engineFail(err)
 		return 0

@@ -157,18 +157,24 @@ int mc_engine_unregister_memory(uint64_t engine, const uint64_t *addrs, int n);
  * or WRITE (1) of lengths[i] bytes between local buffers[i] (registered) and
  * the target's absolute address peer_addrs[i]. If notify_name is non-NULL, a
  * notification {notify_name, notify_msg} is sent to the target after the
- * data. Returns 0 when every transfer completed, else a negative number. */
+ * data. transport_hint (upstream's) is NULL or "" for the engine's choice,
+ * or "tcp" or "shm" for that transport only ("rdma" and "efa" run as tcp);
+ * any other name fails the call before anything moves. Returns 0 when every
+ * transfer completed, else a negative number. */
 int mc_engine_transfer_sync(uint64_t engine, const char *target, int opcode,
                             const uint64_t *buffers, const uint64_t *peer_addrs,
                             const uint64_t *lengths, int n,
-                            const char *notify_name, const char *notify_msg);
+                            const char *notify_name, const char *notify_msg,
+                            const char *transport_hint);
 
-/* Submit n transfers as one batch without waiting. Returns the batch id, or
- * 0 on failure (nothing submitted). */
+/* Submit n transfers as one batch without waiting (transport_hint as for
+ * mc_engine_transfer_sync). Returns the batch id, or 0 on failure (nothing
+ * submitted). */
 uint64_t mc_engine_transfer_async(uint64_t engine, const char *target,
                                   int opcode, const uint64_t *buffers,
                                   const uint64_t *peer_addrs,
-                                  const uint64_t *lengths, int n);
+                                  const uint64_t *lengths, int n,
+                                  const char *transport_hint);
 
 /* Wait for n batches and free them. 0 if all completed, -1 if any failed or
  * timed out. */

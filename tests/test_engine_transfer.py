@@ -515,3 +515,38 @@ def test_out_of_range(oor_pair, op: str, api: str) -> None:
     assert_memory(tgt, pattern(st, tgt.base_size), f"{kind} target after rejected {op}s")
     # and the pair still works
     assert init.call(f"transfer_sync_{op}", seg, init.addr, tgt.addr, tgt.size) == 0
+
+
+# ==========================================================================
+# transport_hint
+
+
+@pytest.mark.parametrize("memory", ["managed", "plain"])
+def test_transport_hint(process_reaper, memory: str) -> None:
+    """transport_hint picks the transport: "shm" reaches only engine-allocated
+    (managed) target memory, "tcp" and "rdma" (which runs as tcp) reach both,
+    and a name the engine does not run fails the call with a message, moving
+    nothing."""
+    margin = MARGIN if memory == "plain" else 0
+    n = 1 << 16
+    tgt = Peer("P2PHANDSHAKE", size=n, memory=memory, margin=margin, popen=process_reaper.popen)
+    init = Peer("P2PHANDSHAKE", size=n, popen=process_reaper.popen)
+    seg = tgt.segment
+    for hint, ok in [("", True), ("shm", memory == "managed"), ("tcp", True), ("rdma", True)]:
+        si, st = next(_seeds), next(_seeds)
+        init.fill(si)
+        tgt.fill(st)
+        rc = init.call("transfer_sync_write", seg, init.addr, tgt.addr, n, hint)
+        assert rc == (0 if ok else -1), (hint, rc)
+        want = bytearray(pattern(st, tgt.base_size))
+        if ok:
+            off = tgt.reg_off()
+            want[off : off + n] = pattern(si, init.base_size)[init.reg_off() : init.reg_off() + n]
+        assert_memory(tgt, want, f"target after a write with hint {hint!r}")
+    st = next(_seeds)
+    tgt.fill(st)
+    reply = init.call_ex("transfer_sync_write", seg, init.addr, tgt.addr, n, "nvlink")
+    assert reply["result"] == -1 and "transport_hint" in reply["last_error"], reply
+    reply = init.call_ex("batch_transfer_async_write", seg, [init.addr], [tgt.addr], [n], "bogus")
+    assert reply["result"] == 0 and "transport_hint" in reply["last_error"], reply
+    assert_memory(tgt, pattern(st, tgt.base_size), "target after refused hints")

@@ -16,6 +16,12 @@ type Request struct {
 	Target       SegmentHandle
 	TargetOffset uint64
 	Length       uint64
+	// Transport is upstream's transport_hint: "" lets the engine choose
+	// (shared memory for same-host peers, else TCP); "tcp" or "shm" runs
+	// the request over that transport only; "rdma" and "efa" run as TCP,
+	// as those protocols do in this build (see ResolveProtocol). Any other
+	// name, or one this engine does not run, is refused at submission.
+	Transport string
 }
 
 // TransferStatus is a task's or batch's state and bytes moved.
@@ -33,6 +39,7 @@ type BatchID uint64
 type task struct {
 	req       Request
 	job       transport.Job
+	via       int // index of the transport the request must use, -1 for any
 	batch     *batch
 	local     *region // held against unregistration until the task settles
 	deadline  time.Time

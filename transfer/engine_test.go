@@ -69,7 +69,7 @@ func TestEngineReadWrite(t *testing.T) {
 			}
 			s, _ := initiator.openSegment(target.Name())
 			_, conns, _ := s.route()
-			_, direct := conns[0].(transport.DirectView)
+			_, direct := conns[0].conn.(transport.DirectView)
 			if direct == tc.forceTCP {
 				t.Fatalf("a same-host mapping first = %v with forceTCP = %v", direct, tc.forceTCP)
 			}

@@ -102,3 +102,24 @@ func resolveProtocol(protocol, devices string, forceTCP bool) (transport, warnin
 	}
 	return "tcp", fmt.Sprintf("this build has no RDMA transport; protocol %s on devices %v runs as tcp", asked, present), nil
 }
+
+// transportIndex resolves a request's transport hint (Request.Transport)
+// to an index into the engine's transports, -1 for the engine's choice.
+// The RDMA-class names resolve as the protocol does: to TCP.
+func (e *Engine) transportIndex(hint string) (int, error) {
+	name := strings.ToLower(strings.TrimSpace(hint))
+	if name == "" {
+		return -1, nil
+	}
+	if slices.Contains(rdmaProtocols, name) {
+		name = "tcp"
+	}
+	names := make([]string, len(e.transports))
+	for i, t := range e.transports {
+		if t.Name() == name {
+			return i, nil
+		}
+		names[i] = t.Name()
+	}
+	return 0, fmt.Errorf("transport_hint %q: this engine runs %s (and rdma, efa as tcp)", hint, strings.Join(names, ", "))
+}

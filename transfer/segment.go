@@ -224,12 +224,19 @@ func (s *remoteSegment) connect(p transport.Peer) {
 	}
 }
 
+// routeConn is a connection usable now and the index of its transport in
+// the engine's list.
+type routeConn struct {
+	conn transport.Conn
+	via  int
+}
+
 // route returns the descriptor and the connections usable now, in the
 // engine's order of transports. A connection that finds the peer gone
 // fails the route; one whose peer's registrations changed makes it fetch
 // the descriptor again, and is left out while it stays stale (the target
 // then validates the request over another transport).
-func (s *remoteSegment) route() (*SegmentDesc, []transport.Conn, error) {
+func (s *remoteSegment) route() (*SegmentDesc, []routeConn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.desc == nil || s.stale.Load() {
@@ -237,7 +244,7 @@ func (s *remoteSegment) route() (*SegmentDesc, []transport.Conn, error) {
 			return nil, nil, err
 		}
 	}
-	usable := make([]transport.Conn, 0, len(s.conns))
+	usable := make([]routeConn, 0, len(s.conns))
 	refreshed := false
 	for i := 0; i < len(s.conns); i++ {
 		c := s.conns[i]
@@ -258,7 +265,7 @@ func (s *remoteSegment) route() (*SegmentDesc, []transport.Conn, error) {
 			continue
 		}
 		if !stale {
-			usable = append(usable, c)
+			usable = append(usable, routeConn{c, i})
 		}
 	}
 	if len(usable) == 0 {

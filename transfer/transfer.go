@@ -71,7 +71,11 @@ func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 		return err
 	}
 	segs := make([]*remoteSegment, len(reqs))
+	vias := make([]int, len(reqs))
 	for i, r := range reqs {
+		if vias[i], err = e.transportIndex(r.Transport); err != nil {
+			return errorf(CodeInvalidArgument, err, "request %d", i)
+		}
 		if r.Opcode != OpRead && r.Opcode != OpWrite {
 			return errorf(CodeInvalidArgument, nil, "request %d: bad opcode %d", i, r.Opcode)
 		}
@@ -95,6 +99,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 	}
 	routes := map[*remoteSegment]*route{} // looked up once per segment
 	for i, t := range tasks {
+		t.via = vias[i]
 		e.run(segs[i], t, routes, inline, len(reqs) == 1)
 	}
 	return nil
@@ -103,7 +108,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 // route is how a segment is reached during one submission.
 type route struct {
 	desc  *SegmentDesc
-	conns []transport.Conn
+	conns []routeConn
 	err   error
 }
 
@@ -159,8 +164,9 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 		Op: t.req.Opcode, Local: t.req.Source, LocalMem: t.local.placement,
 		Remote: t.req.TargetOffset, Length: t.req.Length, Deadline: t.deadline, Tracker: t,
 	}
-	for _, c := range r.conns {
-		if !c.Carries(t.req.TargetOffset, t.req.Length) {
+	for _, rc := range r.conns {
+		c := rc.conn
+		if t.via >= 0 && rc.via != t.via || !c.Carries(t.req.TargetOffset, t.req.Length) {
 			continue
 		}
 		if v, ok := c.(transport.DirectView); ok && inline {

@@ -107,7 +107,7 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 		return false, err
 	}
 	for _, c := range conns {
-		if v, ok := c.(transport.DirectView); ok && v.View(addr, length, fn) {
+		if v, ok := c.conn.(transport.DirectView); ok && v.View(addr, length, fn) {
 			return true, nil
 		}
 	}

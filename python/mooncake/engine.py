@@ -55,8 +55,11 @@ _SIGNATURES = {
     "mc_engine_free_managed_buffer": ([_u64, _u64], _int),
     "mc_engine_register_memory": ([_u64, _u64p, _u64p, _int, _str], _int),
     "mc_engine_unregister_memory": ([_u64, _u64p, _int], _int),
-    "mc_engine_transfer_sync": ([_u64, _str, _int, _u64p, _u64p, _u64p, _int, _str, _str], _int),
-    "mc_engine_transfer_async": ([_u64, _str, _int, _u64p, _u64p, _u64p, _int], _u64),
+    "mc_engine_transfer_sync": (
+        [_u64, _str, _int, _u64p, _u64p, _u64p, _int, _str, _str, _str],
+        _int,
+    ),
+    "mc_engine_transfer_async": ([_u64, _str, _int, _u64p, _u64p, _u64p, _int, _str], _u64),
     "mc_engine_wait_batches": ([_u64, _u64p, _int], _int),
     "mc_engine_check_batch": ([_u64, _u64], _int),
     "mc_engine_write_local": ([_u64, _u64, _ptr, _u64], _int),
@@ -250,7 +253,14 @@ class TransferEngine:
     # -- transfers --------------------------------------------------------
 
     def _sync(
-        self, target, buffers, peer_addrs, lengths, opcode, notify: TransferNotify | None
+        self,
+        target,
+        buffers,
+        peer_addrs,
+        lengths,
+        opcode,
+        notify: TransferNotify | None,
+        transport_hint: str,
     ) -> int:
         n = len(buffers)
         if n == 0 or len(peer_addrs) != n or len(lengths) != n:
@@ -265,6 +275,7 @@ class TransferEngine:
             n,
             _encode(notify.name) if notify else None,
             _encode(notify.msg) if notify else None,
+            _encode(transport_hint),
         )
         return 0 if rc == 0 else -1
 
@@ -278,7 +289,13 @@ class TransferEngine:
     ) -> int:
         """WRITE local `buffer` to the target's address. 0, or -1 on failure or timeout."""
         return self._sync(
-            target_hostname, [buffer], [peer_buffer_address], [length], TransferOpcode.Write, None
+            target_hostname,
+            [buffer],
+            [peer_buffer_address],
+            [length],
+            TransferOpcode.Write,
+            None,
+            transport_hint,
         )
 
     def transfer_sync_read(
@@ -291,7 +308,13 @@ class TransferEngine:
     ) -> int:
         """READ the target's address into local `buffer`. 0, or -1."""
         return self._sync(
-            target_hostname, [buffer], [peer_buffer_address], [length], TransferOpcode.Read, None
+            target_hostname,
+            [buffer],
+            [peer_buffer_address],
+            [length],
+            TransferOpcode.Read,
+            None,
+            transport_hint,
         )
 
     def transfer_sync(
@@ -306,7 +329,13 @@ class TransferEngine:
     ) -> int:
         """One transfer in either direction, then `notify` to the target if given. 0, or -1."""
         return self._sync(
-            target_hostname, [buffer], [peer_buffer_address], [length], opcode, notify
+            target_hostname,
+            [buffer],
+            [peer_buffer_address],
+            [length],
+            opcode,
+            notify,
+            transport_hint,
         )
 
     def batch_transfer_sync_write(
@@ -314,7 +343,13 @@ class TransferEngine:
     ) -> int:
         """WRITE several buffers as one batch and wait. 0, or -1."""
         return self._sync(
-            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Write, None
+            target_hostname,
+            buffers,
+            peer_buffer_addresses,
+            lengths,
+            TransferOpcode.Write,
+            None,
+            transport_hint,
         )
 
     def batch_transfer_sync_read(
@@ -322,7 +357,13 @@ class TransferEngine:
     ) -> int:
         """READ several buffers as one batch and wait. 0, or -1."""
         return self._sync(
-            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Read, None
+            target_hostname,
+            buffers,
+            peer_buffer_addresses,
+            lengths,
+            TransferOpcode.Read,
+            None,
+            transport_hint,
         )
 
     def batch_transfer_sync(
@@ -336,7 +377,15 @@ class TransferEngine:
         transport_hint: str = "",
     ) -> int:
         """A batch in either direction, then `notify` if given. 0, or -1."""
-        return self._sync(target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify)
+        return self._sync(
+            target_hostname,
+            buffers,
+            peer_buffer_addresses,
+            lengths,
+            opcode,
+            notify,
+            transport_hint,
+        )
 
     def batch_transfer_async(
         self,
@@ -359,6 +408,7 @@ class TransferEngine:
             _array(peer_buffer_addresses),
             _array(lengths),
             n,
+            _encode(transport_hint),
         )
 
     def batch_transfer_async_write(
@@ -366,7 +416,12 @@ class TransferEngine:
     ) -> int:
         """Submit a WRITE batch. Returns its id, 0 on failure."""
         return self.batch_transfer_async(
-            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Write
+            target_hostname,
+            buffers,
+            peer_buffer_addresses,
+            lengths,
+            TransferOpcode.Write,
+            transport_hint,
         )
 
     def batch_transfer_async_read(
@@ -374,7 +429,12 @@ class TransferEngine:
     ) -> int:
         """Submit a READ batch. Returns its id, 0 on failure."""
         return self.batch_transfer_async(
-            target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.Read
+            target_hostname,
+            buffers,
+            peer_buffer_addresses,
+            lengths,
+            TransferOpcode.Read,
+            transport_hint,
         )
 
     def get_batch_transfer_status(self, batch_ids: Sequence[int]) -> int:
