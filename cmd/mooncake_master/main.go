@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -73,6 +74,7 @@ type options struct {
 	haConnString, etcdEndpoints string
 	clusterID                   string
 	memoryAllocator, allocStrat string
+	rpcThreads, maxThreads      int
 	ignoredInt                  int
 	ignoredBool                 bool
 	minLogLevel, verbosity      int
@@ -118,9 +120,9 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")
 	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
 	fs.StringVar(&o.allocStrat, "allocation_strategy", "random", "replica placement strategy (only random)")
-	for _, name := range []string{"rpc_thread_num", "max_threads", "rpc_conn_timeout_seconds"} {
-		fs.IntVar(&o.ignoredInt, name, 0, "accepted for compatibility; ignored")
-	}
+	fs.IntVar(&o.rpcThreads, "rpc_thread_num", 0, "threads that run the master's RPC handling at once (GOMAXPROCS, at most the CPU count); 0 means --max_threads")
+	fs.IntVar(&o.maxThreads, "max_threads", 16, "the default of --rpc_thread_num")
+	fs.IntVar(&o.ignoredInt, "rpc_conn_timeout_seconds", 0, "accepted for compatibility; ignored")
 	fs.BoolVar(&o.ignoredBool, "rpc_enable_tcp_no_delay", true, "accepted for compatibility; ignored")
 	declareOffloadFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
@@ -160,6 +162,14 @@ func parse(args []string, out io.Writer) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["rpc_port"] && set["port"] {
 		o.rpcPort = o.port
+	}
+	switch {
+	case o.rpcThreads < 0:
+		return fail("--rpc_thread_num=%d: want 0 (use --max_threads) or a positive number", o.rpcThreads)
+	case o.maxThreads < 1:
+		return fail("--max_threads=%d: want a positive number", o.maxThreads)
+	case o.rpcThreads == 0:
+		o.rpcThreads = o.maxThreads
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return fail("%v", err)
@@ -205,6 +215,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		logging.SetupLevel(*o.glogLevel)
 	}
 	log := slog.Default()
+	runtime.GOMAXPROCS(min(o.rpcThreads, runtime.NumCPU()))
 	rpcAddr := net.JoinHostPort(o.rpcAddress, strconv.Itoa(o.rpcPort))
 	sc := master.ServiceConfig{
 		RPCAddress:     rpcAddr,
@@ -228,7 +239,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		}
 	}
 	log.Info("mooncake_master starting",
-		"rpc_address", rpcAddr, "metrics", sc.MetricsAddress,
+		"rpc_address", rpcAddr, "rpc_threads", runtime.GOMAXPROCS(0), "metrics", sc.MetricsAddress,
 		"default_kv_lease_ttl", o.cfg.DefaultLeaseTTL, "default_kv_soft_pin_ttl", o.cfg.DefaultSoftPinTTL,
 		"max_kv_soft_pin_ttl", o.cfg.MaxSoftPinTTL, "allow_evict_soft_pinned_objects", o.cfg.AllowEvictSoftPinned,
 		"eviction_ratio", o.cfg.EvictionRatio, "eviction_high_watermark_ratio", o.cfg.EvictionHighWatermarkRatio,

@@ -69,6 +69,8 @@ func TestBadArguments(t *testing.T) {
 		{"--enable_ha", "--etcd_endpoints=x:1", "--ha_backend_type=redis"},
 		{"--memory_allocator=cachelib"},
 		{"--logtostderr=false"},
+		{"--rpc_thread_num=-1"},
+		{"--max_threads=0"},
 		{"stray"},
 	} {
 		var out bytes.Buffer
@@ -104,6 +106,9 @@ func TestParseForms(t *testing.T) {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},
 		{[]string{"--enable_multi_tenants=true"}, func(o *options) bool { return o.cfg.MultiTenant }},
+		{nil, func(o *options) bool { return o.rpcThreads == 16 }},
+		{[]string{"--max_threads=2"}, func(o *options) bool { return o.rpcThreads == 2 }},
+		{[]string{"--max_threads=2", "--rpc_thread_num=3"}, func(o *options) bool { return o.rpcThreads == 3 }},
 		{nil, func(o *options) bool { return !o.cfg.MultiTenant && o.glogLevel == nil }},
 		// glog's flags from upstream's launch scripts.
 		{[]string{"--logtostderr", "--minloglevel=1"}, func(o *options) bool { return *o.glogLevel == slog.LevelWarn }},
@@ -189,7 +194,7 @@ func TestBinaryServesAndStopsOnSignal(t *testing.T) {
 	p := startMaster(t, fmt.Sprintf("--rpc_port=%d", ports[0]), "--rpc_address=127.0.0.1",
 		"--metrics_port", fmt.Sprint(ports[1]), "--metrics_host=127.0.0.1",
 		"--enable_http_metadata_server=true", fmt.Sprintf("--http_metadata_server_port=%d", ports[2]),
-		"--http_metadata_server_host=127.0.0.1", "--default_kv_lease_ttl=500")
+		"--http_metadata_server_host=127.0.0.1", "--default_kv_lease_ttl=500", "--rpc_thread_num=1")
 	if body := waitHTTP(t, p, fmt.Sprintf("http://127.0.0.1:%d/health", ports[1])); body != "OK" {
 		t.Fatalf("/health = %q", body)
 	}
@@ -228,7 +233,7 @@ func TestBinaryServesAndStopsOnSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("master did not exit on SIGTERM")
 	}
-	for _, want := range []string{"mooncake_master starting", "default_kv_lease_ttl=500ms", "mooncake_master stopped"} {
+	for _, want := range []string{"mooncake_master starting", "default_kv_lease_ttl=500ms", "rpc_threads=1", "mooncake_master stopped"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("log lacks %q", want)
 		}
