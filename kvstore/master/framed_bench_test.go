@@ -19,7 +19,7 @@ func BenchmarkFramedBatchExist(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer svc.Close()
-			c, err := framedrpc.Dial(context.Background(), svc.RPCAddr(), nil)
+			c, err := framedrpc.Dial(context.Background(), svc.RPCAddr(), framedrpc.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
