@@ -265,17 +265,24 @@ func (s *Server) ExistKey(ctx context.Context, req *masterpb.KeyRequest) (*maste
 
 // BatchExistKey implements masterpb.MasterServer.
 func (s *Server) BatchExistKey(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.BatchExistKeyResponse, error) {
-	resp := &masterpb.BatchExistKeyResponse{}
+	keys := req.GetKeys()
+	// The items are allocated together, outside the state's lock: one
+	// allocation for a batch instead of one per key.
+	items := make([]masterpb.ExistKeyResponse, len(keys))
+	resp := &masterpb.BatchExistKeyResponse{Items: make([]*masterpb.ExistKeyResponse, len(keys))}
+	for i := range items {
+		resp.Items[i] = &items[i]
+	}
 	sc := s.scope(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_exist_key")
-		for _, k := range req.GetKeys() {
+		for i, k := range keys {
 			if sc.code != kvstore.OK {
-				resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(sc.code)})
+				items[i].ErrorCode = code32(sc.code)
 				continue
 			}
 			ok, code := st.ExistKey(sc.key(k), now)
-			resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(code), Exists: ok})
+			items[i].ErrorCode, items[i].Exists = code32(code), ok
 		}
 	})
 	return resp, err
