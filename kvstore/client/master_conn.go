@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,6 +44,10 @@ type masterConn struct {
 	conn   io.Closer // *framedrpc.Client or *grpc.ClientConn
 	rpc    pb.MasterClient
 	diskTM pb.DiskTierClient // the disk tier's service on the same connection
+
+	// noExistCodes is set once the master answered BatchExistCodes with
+	// Unimplemented (an older master); cleared at every new connection.
+	noExistCodes atomic.Bool
 }
 
 // masterViewKey is where HA masters publish the leader's address.
@@ -108,6 +113,7 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 		m.conn.Close()
 	}
 	changed = m.leader != ""
+	m.noExistCodes.Store(false)
 	m.conn, m.rpc, m.diskTM, m.leader = conn, pb.NewMasterClient(tracedConn{cc, m.trace}), pb.NewDiskTierClient(tracedConn{cc, m.trace}), addr
 	return changed, nil
 }
