@@ -458,6 +458,24 @@ def report(rows: list[dict], out: Path, load: bool) -> None:
     )
 
 
+def variant_name(spec: str) -> str:
+    name, sep, _ = spec.partition(":")
+    if not sep or not name:
+        raise SystemExit(f"master_bench: --variant {spec!r}: expected NAME:VAR=VALUE[,VAR=VALUE]")
+    return name
+
+
+def variant_env(spec: str) -> dict:
+    """The environment of ours with a --variant's settings."""
+    env = dict(os.environ, MC_STORE_MASTER_RPC="framed")
+    for item in spec.partition(":")[2].split(","):
+        var, eq, value = item.partition("=")
+        if not eq or not var:
+            raise SystemExit(f"master_bench: --variant {spec!r}: {item!r} is not VAR=VALUE")
+        env[var] = value
+    return env
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default="1,2,4", help="client process counts")
@@ -474,6 +492,20 @@ def main() -> None:
         "--upstream-venv",
         default=os.environ.get("MOONCAKE_UPSTREAM_VENV", ""),
         help="virtual environment with upstream's mooncake package",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+        help="also run ours with these environment variables set, as system ours-NAME "
+        "(repeatable; for A/B comparisons in one run)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every system this many times, interleaved (rows named SYSTEM#ROUND)",
     )
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
     ap.add_argument("--load-test", action="store_true", help="run the mixed master load test")
@@ -511,6 +543,8 @@ def main() -> None:
             systems.append(
                 ("ours-grpc", ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC="grpc"))
             )
+        for v in a.variant:
+            systems.append(("ours-" + variant_name(v), ours_py, ours_master, variant_env(v)))
         up = Path(a.upstream_venv) if a.upstream_venv else None
         if "upstream" in wanted:
             if up and (up / "bin" / "mooncake_master").exists():
@@ -540,16 +574,21 @@ def main() -> None:
             f"load {os.getloadavg()[0]:.2f}",
             flush=True,
         )
-        for name, py, master, env in systems:
-            s = System(name, py, master, env, procs, tmp)
-            if master:
-                s.start_store(free_port(), free_port(), free_port())
-            else:
-                s.start_redis(a.redis_server, free_port())
-            for n in clients:
-                todo = [c for c in cases if n == 1 or c not in LARGE_CASES]
-                rows += run_workers(s, n, todo, seconds)
-            procs.stop_all()
+        if a.rounds < 1:
+            raise SystemExit("master_bench: --rounds must be at least 1")
+        for rnd in range(1, a.rounds + 1):
+            for name, py, master, env in systems:
+                label = f"{name}#{rnd}" if a.rounds > 1 else name
+                s = System(label, py, master, env, procs, tmp)
+                if master:
+                    s.start_store(free_port(), free_port(), free_port())
+                else:
+                    s.start_redis(a.redis_server, free_port())
+                for n in clients:
+                    todo = [c for c in cases if n == 1 or c not in LARGE_CASES]
+                    rows += run_workers(s, n, todo, seconds)
+                procs.stop_all()
+            print(f"master_bench: round {rnd} done; load {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         procs.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)

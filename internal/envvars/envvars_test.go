@@ -192,6 +192,8 @@ var zeroMeans = map[string]bool{
 	"MC_STORE_RS_EVICTION_LOW_WATERMARK_PERCENT": true, // 0 %: evict down to empty
 	"MC_PG_YIELD_US":                             true, // 0: block right after the spin
 	"MC_TCP_SYNC_SPIN_US":                        true, // 0: sleep in poll(2) at once
+	"MC_STORE_MASTER_SPIN_US":                    true, // 0: no busy-polling before the yield-polling
+	"MC_STORE_MASTER_YIELD_US":                   true, // 0: sleep in poll(2) right after the spin
 }
 
 func TestNonPositiveValuesAreRejected(t *testing.T) {

@@ -14,7 +14,7 @@ var (
 	TCPLanesPerPeer = &Var{Name: "MC_TCP_LANES_PER_PEER", Kind: Int, Min: 1, Default: "4",
 		ReadBy: "transfer", Doc: "TCP connections per peer"}
 	TCPSyncSpinUs = &Var{Name: "MC_TCP_SYNC_SPIN_US", Kind: Int, Min: 0, Default: "60",
-		ReadBy: "transfer", Doc: "a synchronous one-slice TCP transfer polls for its reply this long before sleeping in poll(2), microseconds (0: sleep at once)"}
+		ReadBy: "transfer", Doc: "a synchronous one-slice TCP transfer polls for its reply this long before sleeping in poll(2), microseconds (0: sleep right after the spin)"}
 	MinRPCPort = &Var{Name: "MC_MIN_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "15000",
 		ReadBy: "transfer", Doc: "lowest handshake port the engine binds"}
 	MaxRPCPort = &Var{Name: "MC_MAX_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "17000",
@@ -38,6 +38,10 @@ var (
 		ReadBy: "kvstore/client", Doc: "timeout of one master RPC, ms"}
 	StoreMasterRPC = &Var{Name: "MC_STORE_MASTER_RPC", Kind: Enum, Values: []string{"framed", "grpc"}, Default: "framed",
 		ReadBy: "kvstore/client", Doc: "transport of the client's master calls: framed (same port, fewer hand-offs) or grpc"}
+	StoreMasterSpinUs = &Var{Name: "MC_STORE_MASTER_SPIN_US", Kind: Int, Min: 0, Default: "0",
+		ReadBy: "kvstore/client", Doc: "a framed master call busy-polls for its reply this long before yield-polling, microseconds (0: no busy-polling)"}
+	StoreMasterYieldUs = &Var{Name: "MC_STORE_MASTER_YIELD_US", Kind: Int, Min: 0, Default: "200",
+		ReadBy: "kvstore/client", Doc: "then polls this long more, yielding the CPU (sched_yield) between polls, before sleeping in poll(2), microseconds (0: sleep right after the spin)"}
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
 
@@ -103,7 +107,7 @@ var (
 var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, TCPSyncSpinUs, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
-	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreChecksum,
+	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum,
 	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
 	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,

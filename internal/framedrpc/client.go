@@ -34,10 +34,11 @@ const maxIdle = 16
 type Client struct {
 	addr  string
 	hello []byte
+	busy  pollread.Busy
 
 	mu     sync.Mutex
 	idle   []*clientConn
-	busy   map[*clientConn]struct{}
+	inUse  map[*clientConn]struct{}
 	closed bool
 }
 
@@ -49,16 +50,24 @@ type clientConn struct {
 	dead atomic.Bool // aborted because a call's context ended
 }
 
-// Dial connects to addr, sending md (such as a tenant id) as the
-// incoming gRPC metadata of every call. The first connection is opened
-// now, so a server that does not speak the protocol is reported
-// (ErrNotFramed) before any call is made.
-func Dial(ctx context.Context, addr string, md map[string]string) (*Client, error) {
-	hello, err := encodeHello(md)
+// Options are a Client's settings.
+type Options struct {
+	// Metadata (such as a tenant id) is sent as the incoming gRPC metadata
+	// of every call.
+	Metadata map[string]string
+	// Busy is how a call waits for its reply before sleeping in poll(2).
+	Busy pollread.Busy
+}
+
+// Dial connects to addr. The first connection is opened now, so a server
+// that does not speak the protocol is reported (ErrNotFramed) before any
+// call is made.
+func Dial(ctx context.Context, addr string, o Options) (*Client, error) {
+	hello, err := encodeHello(o.Metadata)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addr: addr, hello: hello, busy: map[*clientConn]struct{}{}}
+	c := &Client{addr: addr, hello: hello, busy: o.Busy, inUse: map[*clientConn]struct{}{}}
 	cc, err := c.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -74,6 +83,7 @@ func (c *Client) dial(ctx context.Context) (*clientConn, error) {
 		return nil, err
 	}
 	cc := &clientConn{s: sc, fr: newFrameReader(sc)}
+	sc.SetBusy(c.busy)
 	sc.SetContext(ctx)
 	defer sc.SetContext(context.Background())
 	stop := context.AfterFunc(ctx, sc.Abort)
@@ -106,7 +116,7 @@ func (c *Client) get(ctx context.Context) (cc *clientConn, reused bool, err erro
 	if n := len(c.idle); n > 0 {
 		cc = c.idle[n-1]
 		c.idle = c.idle[:n-1]
-		c.busy[cc] = struct{}{}
+		c.inUse[cc] = struct{}{}
 		c.mu.Unlock()
 		return cc, true, nil
 	}
@@ -120,7 +130,7 @@ func (c *Client) get(ctx context.Context) (cc *clientConn, reused bool, err erro
 		cc.s.Release()
 		return nil, false, status.Error(codes.Canceled, "framedrpc: client closed")
 	}
-	c.busy[cc] = struct{}{}
+	c.inUse[cc] = struct{}{}
 	return cc, false, nil
 }
 
@@ -128,7 +138,7 @@ func (c *Client) get(ctx context.Context) (cc *clientConn, reused bool, err erro
 // room, closed otherwise.
 func (c *Client) put(cc *clientConn, healthy bool) {
 	c.mu.Lock()
-	delete(c.busy, cc)
+	delete(c.inUse, cc)
 	if healthy && !cc.dead.Load() && !c.closed && len(c.idle) < maxIdle {
 		c.idle = append(c.idle, cc)
 		cc = nil
@@ -236,8 +246,8 @@ func (c *Client) Close() error {
 	c.closed = true
 	idle := c.idle
 	c.idle = nil
-	busy := make([]*clientConn, 0, len(c.busy))
-	for cc := range c.busy {
+	busy := make([]*clientConn, 0, len(c.inUse))
+	for cc := range c.inUse {
 		busy = append(busy, cc)
 	}
 	c.mu.Unlock()

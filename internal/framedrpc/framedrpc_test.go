@@ -90,7 +90,7 @@ func serve(t *testing.T) (addr string, e *echo, srv *Server) {
 
 func dial(t *testing.T, addr string, md map[string]string) *Client {
 	t.Helper()
-	c, err := Dial(context.Background(), addr, md)
+	c, err := Dial(context.Background(), addr, Options{Metadata: md})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestDialReportsAServerThatIsNotFramed(t *testing.T) {
 	defer g.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := Dial(ctx, ln.Addr().String(), nil); !errors.Is(err, ErrNotFramed) {
+	if _, err := Dial(ctx, ln.Addr().String(), Options{}); !errors.Is(err, ErrNotFramed) {
 		t.Fatalf("Dial to a plain gRPC server = %v; want ErrNotFramed", err)
 	}
 }
@@ -215,7 +215,7 @@ func TestClientCloseFailsCallsInFlight(t *testing.T) {
 	}()
 	for {
 		c.mu.Lock()
-		n := len(c.busy)
+		n := len(c.inUse)
 		c.mu.Unlock()
 		if n == 1 {
 			break

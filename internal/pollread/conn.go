@@ -23,6 +23,7 @@ import (
 type Conn struct {
 	ctx  context.Context // of the owner's call in progress
 	stop atomic.Bool     // set by Abort
+	busy Busy            // how a read waits before poll(2)
 
 	mu   sync.Mutex // orders Abort's shutdown(2) before Release's close(2)
 	fd   int
@@ -65,11 +66,20 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 // the owner also calls Abort (for instance from context.AfterFunc).
 func (c *Conn) SetContext(ctx context.Context) { c.ctx = ctx }
 
+// SetBusy makes a read that finds nothing to read keep trying as b says
+// before it sleeps in poll(2).
+func (c *Conn) SetBusy(b Busy) { c.busy = b }
+
 // Read implements io.Reader. It ends with the context's error when its
 // deadline passes first, and with net.ErrClosed after Abort.
 func (c *Conn) Read(p []byte) (int, error) {
+	busy := c.busy.Spin > 0 || c.busy.Yield > 0
 	for {
 		n, err := rawRead(uintptr(c.fd), p)
+		if busy && errors.Is(err, unix.EAGAIN) {
+			busy = false
+			n, err = c.busy.read(uintptr(c.fd), p)
+		}
 		if c.stop.Load() {
 			return 0, net.ErrClosed
 		}

@@ -10,23 +10,41 @@ import (
 	"time"
 )
 
-// dialPair returns a Conn dialled to a loopback listener and the accepted
-// server end.
-func dialPair(t *testing.T) (*Conn, net.Conn) {
+// dialPair returns a Conn dialled to a loopback listener, waiting as b
+// says, and the accepted server end.
+func dialPair(t *testing.T, b Busy) (*Conn, net.Conn) {
 	t.Helper()
 	var c *Conn
 	s := loopback(t, func(addr string) (err error) {
 		c, err = Dial(context.Background(), addr)
 		return err
 	})
+	c.SetBusy(b)
 	t.Cleanup(c.Release)
 	return c, s
 }
 
+// busyWaits are the ways of waiting every Conn test runs with: sleeping in
+// poll(2) at once, and spinning and yield-polling first.
+var busyWaits = map[string]Busy{
+	"sleep":      {},
+	"spin+yield": {Spin: 50 * time.Microsecond, Yield: 2 * time.Millisecond},
+	"yield":      {Yield: 200 * time.Microsecond},
+}
+
+// forEachBusy runs test once for each of busyWaits.
+func forEachBusy(t *testing.T, test func(t *testing.T, b Busy)) {
+	for name, b := range busyWaits {
+		t.Run(name, func(t *testing.T) { test(t, b) })
+	}
+}
+
 // A Conn carries bytes both ways, larger than the socket buffers (so that
 // writes wait for room), and reports EOF once the peer hung up.
-func TestConnCarriesBytesBothWays(t *testing.T) {
-	c, s := dialPair(t)
+func TestConnCarriesBytesBothWays(t *testing.T) { forEachBusy(t, testConnCarriesBytesBothWays) }
+
+func testConnCarriesBytesBothWays(t *testing.T, b Busy) {
+	c, s := dialPair(t, b)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
 	got := make(chan []byte, 1)
 	go func() {
@@ -57,8 +75,10 @@ func TestConnCarriesBytesBothWays(t *testing.T) {
 // A read waiting for bytes ends with the context's deadline, and Abort
 // from another goroutine ends a read in progress and every later call
 // with net.ErrClosed.
-func TestConnDeadlineAndAbort(t *testing.T) {
-	c, _ := dialPair(t)
+func TestConnDeadlineAndAbort(t *testing.T) { forEachBusy(t, testConnDeadlineAndAbort) }
+
+func testConnDeadlineAndAbort(t *testing.T, b Busy) {
+	c, _ := dialPair(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	c.SetContext(ctx)
@@ -84,4 +104,24 @@ func TestConnDeadlineAndAbort(t *testing.T) {
 	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Write after Abort = %v; want net.ErrClosed", err)
 	}
+}
+
+// Bytes that come while a read waits busily, and bytes that come after its
+// busy budget (when it sleeps in poll), are all read, in order.
+func TestConnReadsBytesDuringAndAfterTheBusyWait(t *testing.T) {
+	forEachBusy(t, func(t *testing.T, b Busy) {
+		c, s := dialPair(t, b)
+		go func() {
+			for i, gap := range []time.Duration{0, 0, 10 * time.Microsecond, 100 * time.Microsecond, 20 * time.Millisecond, 0} {
+				time.Sleep(gap)
+				if _, err := s.Write([]byte{byte('a' + i)}); err != nil {
+					return
+				}
+			}
+		}()
+		got := make([]byte, 6)
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != "abcdef" {
+			t.Fatalf("read %q, %v; want abcdef", got, err)
+		}
+	})
 }

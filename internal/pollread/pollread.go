@@ -14,7 +14,8 @@
 // of the poller altogether (the store client's framed RPC), so that a
 // reply does not also wake the poller's thread; RawIO is the raw read and
 // write of a connection that does wait in the poller (the framed RPC
-// server).
+// server). Busy is how a Conn's read keeps trying before it sleeps in
+// poll(2): spinning, then yield-polling (YieldCPU).
 package pollread
 
 import (

@@ -1,6 +1,9 @@
 package client
 
 import (
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -16,11 +19,28 @@ func (c *Client) BatchExist(keys []string) []int {
 	defer c.life.Exit()
 	ctx, cancel := rpcContext()
 	defer cancel()
-	resp, err := c.master.client().BatchExistKey(ctx, &pb.BatchKeyRequest{Keys: keys})
+	failed := func(err error) int { return int(kvstore.CodeOf(rpcResult(0, firstNonNil(err, kvstore.RPCFail)))) }
+	req := &pb.BatchKeyRequest{Keys: keys}
+	// The packed answer first; BatchExistKey on a master without it.
+	if !c.master.noExistCodes.Load() {
+		resp, err := c.master.client().BatchExistCodes(ctx, req)
+		if status.Code(err) != grpccodes.Unimplemented {
+			for i := range out {
+				if err != nil || i >= len(resp.GetCodes()) {
+					out[i] = failed(err)
+				} else {
+					out[i] = int(resp.Codes[i])
+				}
+			}
+			return out
+		}
+		c.master.noExistCodes.Store(true)
+	}
+	resp, err := c.master.client().BatchExistKey(ctx, req)
 	for i := range out {
 		switch {
 		case err != nil || i >= len(resp.GetItems()):
-			out[i] = int(kvstore.CodeOf(rpcResult(0, firstNonNil(err, kvstore.RPCFail))))
+			out[i] = failed(err)
 		case resp.Items[i].ErrorCode != 0:
 			out[i] = int(resp.Items[i].ErrorCode)
 		case resp.Items[i].Exists:

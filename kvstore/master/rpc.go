@@ -265,20 +265,50 @@ func (s *Server) ExistKey(ctx context.Context, req *masterpb.KeyRequest) (*maste
 
 // BatchExistKey implements masterpb.MasterServer.
 func (s *Server) BatchExistKey(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.BatchExistKeyResponse, error) {
-	resp := &masterpb.BatchExistKeyResponse{}
+	keys := req.GetKeys()
+	// The items are allocated together, outside the state's lock: one
+	// allocation for a batch instead of one per key.
+	items := make([]masterpb.ExistKeyResponse, len(keys))
+	resp := &masterpb.BatchExistKeyResponse{Items: make([]*masterpb.ExistKeyResponse, len(keys))}
+	for i := range items {
+		resp.Items[i] = &items[i]
+	}
+	err := s.batchExist(ctx, keys, func(i int, ok bool, code kvstore.ErrorCode) {
+		items[i].ErrorCode, items[i].Exists = code32(code), ok
+	})
+	return resp, err
+}
+
+// BatchExistCodes implements masterpb.MasterServer: BatchExistKey's
+// answer as one code per key (1 exists, 0 not, negative an error code).
+func (s *Server) BatchExistCodes(ctx context.Context, req *masterpb.BatchKeyRequest) (*masterpb.ExistCodesResponse, error) {
+	codes := make([]int32, len(req.GetKeys()))
+	err := s.batchExist(ctx, req.GetKeys(), func(i int, ok bool, code kvstore.ErrorCode) {
+		switch {
+		case code != kvstore.OK:
+			codes[i] = code32(code)
+		case ok:
+			codes[i] = 1
+		}
+	})
+	return &masterpb.ExistCodesResponse{Codes: codes}, err
+}
+
+// batchExist looks every key up (granting read leases, as upstream) and
+// reports each one's answer to set, by index.
+func (s *Server) batchExist(ctx context.Context, keys []string, set func(i int, ok bool, code kvstore.ErrorCode)) error {
 	sc := s.scope(ctx)
-	err := s.do(func(st *State, now time.Time) {
+	return s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_exist_key")
-		for _, k := range req.GetKeys() {
+		for i, k := range keys {
 			if sc.code != kvstore.OK {
-				resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(sc.code)})
+				set(i, false, sc.code)
 				continue
 			}
 			ok, code := st.ExistKey(sc.key(k), now)
-			resp.Items = append(resp.Items, &masterpb.ExistKeyResponse{ErrorCode: code32(code), Exists: ok})
+			set(i, ok, code)
 		}
 	})
-	return resp, err
 }
 
 // Remove implements masterpb.MasterServer.

@@ -144,6 +144,9 @@ func TestServerBatchOps(t *testing.T) {
 	if !bx.Items[0].Exists || bx.Items[1].Exists || bx.Items[2].Exists {
 		t.Fatalf("BatchExistKey %v", bx)
 	}
+	if bc, err := cl.BatchExistCodes(c, &masterpb.BatchKeyRequest{Keys: []string{"a", "b", "c"}}); err != nil || len(bc.Codes) != 3 || bc.Codes[0] != 1 || bc.Codes[1] != 0 || bc.Codes[2] != 0 {
+		t.Fatalf("BatchExistCodes %v, %v; want [1 0 0]", bc.GetCodes(), err)
+	}
 	bg, _ := cl.BatchGetReplicaList(c, &masterpb.BatchKeyRequest{Keys: []string{"a", "zz"}})
 	if bg.Items[0].ErrorCode != 0 || len(bg.Items[0].Replicas) != 1 || bg.Items[1].ErrorCode != int32(kvstore.ObjectNotFound) {
 		t.Fatalf("BatchGetReplicaList %v", bg)

@@ -36,7 +36,7 @@ func TestServiceServesGRPCAndFramedOnOnePort(t *testing.T) {
 	}
 	defer conn.Close()
 	viaGRPC := masterpb.NewMasterClient(conn)
-	fc, err := framedrpc.Dial(context.Background(), svc.RPCAddr(), map[string]string{kvstore.TenantMetadataKey: "t1"})
+	fc, err := framedrpc.Dial(context.Background(), svc.RPCAddr(), framedrpc.Options{Metadata: map[string]string{kvstore.TenantMetadataKey: "t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

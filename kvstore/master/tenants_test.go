@@ -98,6 +98,16 @@ func TestTenantIsolationOverGRPC(t *testing.T) {
 	if r, _ := cl.BatchExistKey(c, &masterpb.BatchKeyRequest{Keys: []string{"k"}}); r.Items[0].Exists {
 		t.Fatal("the default tenant sees a's key")
 	}
+	// The packed answer: 1, 0, or the scope's refusal for every key.
+	for _, tc := range []struct {
+		ctx  context.Context
+		want int32
+	}{{a, 1}, {c, 0}, {asTenant(c, "_bad"), int32(kvstore.InvalidParams)}} {
+		r, err := cl.BatchExistCodes(tc.ctx, &masterpb.BatchKeyRequest{Keys: []string{"k", "k"}})
+		if err != nil || len(r.Codes) != 2 || r.Codes[0] != tc.want || r.Codes[1] != tc.want {
+			t.Fatalf("BatchExistCodes = %v, %v; want two %d", r.GetCodes(), err, tc.want)
+		}
+	}
 	if r, _ := cl.Remove(b, &masterpb.RemoveRequest{Key: "k", Force: true}); r.ErrorCode != int32(kvstore.ObjectNotFound) {
 		t.Fatalf("b removes a's key: %v", r)
 	}

@@ -1440,6 +1440,50 @@ func (x *BatchExistKeyResponse) GetItems() []*ExistKeyResponse {
 	return nil
 }
 
+type ExistCodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Codes         []int32                `protobuf:"zigzag32,1,rep,packed,name=codes,proto3" json:"codes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExistCodesResponse) Reset() {
+	*x = ExistCodesResponse{}
+	mi := &file_master_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExistCodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExistCodesResponse) ProtoMessage() {}
+
+func (x *ExistCodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExistCodesResponse.ProtoReflect.Descriptor instead.
+func (*ExistCodesResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExistCodesResponse) GetCodes() []int32 {
+	if x != nil {
+		return x.Codes
+	}
+	return nil
+}
+
 type RemoveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1450,7 +1494,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1506,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1519,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{18}
+	return file_master_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -1502,7 +1546,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1558,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1571,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{19}
+	return file_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchRemoveRequest) GetKeys() []string {
@@ -1554,7 +1598,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1610,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1623,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{20}
+	return file_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -1605,7 +1649,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_master_proto_msgTypes[21]
+	mi := &file_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1661,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[21]
+	mi := &file_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1674,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{21}
+	return file_master_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -1650,7 +1694,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_master_proto_msgTypes[22]
+	mi := &file_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1706,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[22]
+	mi := &file_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1719,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{22}
+	return file_master_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CountResponse) GetErrorCode() int32 {
@@ -1714,7 +1758,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_master_proto_msgTypes[23]
+	mi := &file_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1770,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[23]
+	mi := &file_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1783,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{23}
+	return file_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Segment) GetId() string {
@@ -1815,7 +1859,7 @@ type MountSegmentRequest struct {
 
 func (x *MountSegmentRequest) Reset() {
 	*x = MountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[24]
+	mi := &file_master_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1871,7 @@ func (x *MountSegmentRequest) String() string {
 func (*MountSegmentRequest) ProtoMessage() {}
 
 func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[24]
+	mi := &file_master_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1884,7 @@ func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{24}
+	return file_master_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MountSegmentRequest) GetClientId() string {
@@ -1867,7 +1911,7 @@ type ReMountSegmentRequest struct {
 
 func (x *ReMountSegmentRequest) Reset() {
 	*x = ReMountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1923,7 @@ func (x *ReMountSegmentRequest) String() string {
 func (*ReMountSegmentRequest) ProtoMessage() {}
 
 func (x *ReMountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +1936,7 @@ func (x *ReMountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReMountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*ReMountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{25}
+	return file_master_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReMountSegmentRequest) GetClientId() string {
@@ -1919,7 +1963,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +1975,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +1988,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{26}
+	return file_master_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -1970,7 +2014,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2026,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2039,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{27}
+	return file_master_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PingRequest) GetClientId() string {
@@ -2018,7 +2062,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2074,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2087,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{28}
+	return file_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PingResponse) GetErrorCode() int32 {
@@ -2087,7 +2131,7 @@ type BatchReplicaClearRequest struct {
 
 func (x *BatchReplicaClearRequest) Reset() {
 	*x = BatchReplicaClearRequest{}
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2143,7 @@ func (x *BatchReplicaClearRequest) String() string {
 func (*BatchReplicaClearRequest) ProtoMessage() {}
 
 func (x *BatchReplicaClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2156,7 @@ func (x *BatchReplicaClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchReplicaClearRequest.ProtoReflect.Descriptor instead.
 func (*BatchReplicaClearRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{29}
+	return file_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchReplicaClearRequest) GetClientId() string {
@@ -2147,7 +2191,7 @@ type BatchReplicaClearResponse struct {
 
 func (x *BatchReplicaClearResponse) Reset() {
 	*x = BatchReplicaClearResponse{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2203,7 @@ func (x *BatchReplicaClearResponse) String() string {
 func (*BatchReplicaClearResponse) ProtoMessage() {}
 
 func (x *BatchReplicaClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2216,7 @@ func (x *BatchReplicaClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchReplicaClearResponse.ProtoReflect.Descriptor instead.
 func (*BatchReplicaClearResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchReplicaClearResponse) GetErrorCode() int32 {
@@ -2200,7 +2244,7 @@ type TaskId struct {
 
 func (x *TaskId) Reset() {
 	*x = TaskId{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2256,7 @@ func (x *TaskId) String() string {
 func (*TaskId) ProtoMessage() {}
 
 func (x *TaskId) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2269,7 @@ func (x *TaskId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskId.ProtoReflect.Descriptor instead.
 func (*TaskId) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TaskId) GetHi() uint64 {
@@ -2253,7 +2297,7 @@ type CreateCopyTaskRequest struct {
 
 func (x *CreateCopyTaskRequest) Reset() {
 	*x = CreateCopyTaskRequest{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2309,7 @@ func (x *CreateCopyTaskRequest) String() string {
 func (*CreateCopyTaskRequest) ProtoMessage() {}
 
 func (x *CreateCopyTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2322,7 @@ func (x *CreateCopyTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCopyTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateCopyTaskRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateCopyTaskRequest) GetKey() string {
@@ -2306,7 +2350,7 @@ type CreateMoveTaskRequest struct {
 
 func (x *CreateMoveTaskRequest) Reset() {
 	*x = CreateMoveTaskRequest{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2362,7 @@ func (x *CreateMoveTaskRequest) String() string {
 func (*CreateMoveTaskRequest) ProtoMessage() {}
 
 func (x *CreateMoveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2375,7 @@ func (x *CreateMoveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMoveTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateMoveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateMoveTaskRequest) GetKey() string {
@@ -2365,7 +2409,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2421,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2434,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateTaskResponse) GetErrorCode() int32 {
@@ -2416,7 +2460,7 @@ type QueryTaskRequest struct {
 
 func (x *QueryTaskRequest) Reset() {
 	*x = QueryTaskRequest{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2472,7 @@ func (x *QueryTaskRequest) String() string {
 func (*QueryTaskRequest) ProtoMessage() {}
 
 func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2485,7 @@ func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskRequest.ProtoReflect.Descriptor instead.
 func (*QueryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueryTaskRequest) GetId() *TaskId {
@@ -2468,7 +2512,7 @@ type QueryTaskResponse struct {
 
 func (x *QueryTaskResponse) Reset() {
 	*x = QueryTaskResponse{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2524,7 @@ func (x *QueryTaskResponse) String() string {
 func (*QueryTaskResponse) ProtoMessage() {}
 
 func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2537,7 @@ func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskResponse.ProtoReflect.Descriptor instead.
 func (*QueryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueryTaskResponse) GetErrorCode() int32 {
@@ -2567,7 +2611,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2623,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2636,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TaskAssignment) GetId() *TaskId {
@@ -2642,7 +2686,7 @@ type MarkTaskCompleteRequest struct {
 
 func (x *MarkTaskCompleteRequest) Reset() {
 	*x = MarkTaskCompleteRequest{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2698,7 @@ func (x *MarkTaskCompleteRequest) String() string {
 func (*MarkTaskCompleteRequest) ProtoMessage() {}
 
 func (x *MarkTaskCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2711,7 @@ func (x *MarkTaskCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkTaskCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkTaskCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MarkTaskCompleteRequest) GetClientId() string {
@@ -2709,7 +2753,7 @@ type SetSegmentModeRequest struct {
 
 func (x *SetSegmentModeRequest) Reset() {
 	*x = SetSegmentModeRequest{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2765,7 @@ func (x *SetSegmentModeRequest) String() string {
 func (*SetSegmentModeRequest) ProtoMessage() {}
 
 func (x *SetSegmentModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2778,7 @@ func (x *SetSegmentModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSegmentModeRequest.ProtoReflect.Descriptor instead.
 func (*SetSegmentModeRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetSegmentModeRequest) GetClientId() string {
@@ -2783,7 +2827,7 @@ type EvacuateSegmentResponse struct {
 
 func (x *EvacuateSegmentResponse) Reset() {
 	*x = EvacuateSegmentResponse{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2839,7 @@ func (x *EvacuateSegmentResponse) String() string {
 func (*EvacuateSegmentResponse) ProtoMessage() {}
 
 func (x *EvacuateSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2852,7 @@ func (x *EvacuateSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvacuateSegmentResponse.ProtoReflect.Descriptor instead.
 func (*EvacuateSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *EvacuateSegmentResponse) GetErrorCode() int32 {
@@ -2871,7 +2915,7 @@ type PlanHandoffRequest struct {
 
 func (x *PlanHandoffRequest) Reset() {
 	*x = PlanHandoffRequest{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +2927,7 @@ func (x *PlanHandoffRequest) String() string {
 func (*PlanHandoffRequest) ProtoMessage() {}
 
 func (x *PlanHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +2940,7 @@ func (x *PlanHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanHandoffRequest.ProtoReflect.Descriptor instead.
 func (*PlanHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PlanHandoffRequest) GetClientId() string {
@@ -2931,7 +2975,7 @@ type HandoffItem struct {
 
 func (x *HandoffItem) Reset() {
 	*x = HandoffItem{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +2987,7 @@ func (x *HandoffItem) String() string {
 func (*HandoffItem) ProtoMessage() {}
 
 func (x *HandoffItem) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3000,7 @@ func (x *HandoffItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffItem.ProtoReflect.Descriptor instead.
 func (*HandoffItem) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *HandoffItem) GetKey() string {
@@ -3016,7 +3060,7 @@ type PlanHandoffResponse struct {
 
 func (x *PlanHandoffResponse) Reset() {
 	*x = PlanHandoffResponse{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3072,7 @@ func (x *PlanHandoffResponse) String() string {
 func (*PlanHandoffResponse) ProtoMessage() {}
 
 func (x *PlanHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3085,7 @@ func (x *PlanHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanHandoffResponse.ProtoReflect.Descriptor instead.
 func (*PlanHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PlanHandoffResponse) GetErrorCode() int32 {
@@ -3162,7 +3206,9 @@ const file_master_proto_rawDesc = "" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x16\n" +
 	"\x06exists\x18\x02 \x01(\bR\x06exists\"R\n" +
 	"\x15BatchExistKeyResponse\x129\n" +
-	"\x05items\x18\x01 \x03(\v2#.mooncake.store.v1.ExistKeyResponseR\x05items\"7\n" +
+	"\x05items\x18\x01 \x03(\v2#.mooncake.store.v1.ExistKeyResponseR\x05items\"*\n" +
+	"\x12ExistCodesResponse\x12\x14\n" +
+	"\x05codes\x18\x01 \x03(\x11R\x05codes\"7\n" +
 	"\rRemoveRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\">\n" +
@@ -3317,7 +3363,7 @@ const file_master_proto_rawDesc = "" +
 	"\x0eSEGMENT_ACTIVE\x10\x00\x12\x13\n" +
 	"\x0fSEGMENT_STANDBY\x10\x01\x12\x14\n" +
 	"\x10SEGMENT_DRAINING\x10\x02\x12\x13\n" +
-	"\x0fSEGMENT_RETIRED\x10\x032\x8f\x15\n" +
+	"\x0fSEGMENT_RETIRED\x10\x032\xed\x15\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
@@ -3330,7 +3376,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0eGetReplicaList\x12\x1d.mooncake.store.v1.KeyRequest\x1a).mooncake.store.v1.GetReplicaListResponse\x12i\n" +
 	"\x13BatchGetReplicaList\x12\".mooncake.store.v1.BatchKeyRequest\x1a..mooncake.store.v1.BatchGetReplicaListResponse\x12N\n" +
 	"\bExistKey\x12\x1d.mooncake.store.v1.KeyRequest\x1a#.mooncake.store.v1.ExistKeyResponse\x12]\n" +
-	"\rBatchExistKey\x12\".mooncake.store.v1.BatchKeyRequest\x1a(.mooncake.store.v1.BatchExistKeyResponse\x12M\n" +
+	"\rBatchExistKey\x12\".mooncake.store.v1.BatchKeyRequest\x1a(.mooncake.store.v1.BatchExistKeyResponse\x12\\\n" +
+	"\x0fBatchExistCodes\x12\".mooncake.store.v1.BatchKeyRequest\x1a%.mooncake.store.v1.ExistCodesResponse\x12M\n" +
 	"\x06Remove\x12 .mooncake.store.v1.RemoveRequest\x1a!.mooncake.store.v1.StatusResponse\x12\\\n" +
 	"\vBatchRemove\x12%.mooncake.store.v1.BatchRemoveRequest\x1a&.mooncake.store.v1.BatchStatusResponse\x12Z\n" +
 	"\rRemoveByRegex\x12'.mooncake.store.v1.RemoveByRegexRequest\x1a .mooncake.store.v1.CountResponse\x12R\n" +
@@ -3362,7 +3409,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
@@ -3389,32 +3436,33 @@ var file_master_proto_goTypes = []any{
 	(*BatchGetReplicaListResponse)(nil), // 22: mooncake.store.v1.BatchGetReplicaListResponse
 	(*ExistKeyResponse)(nil),            // 23: mooncake.store.v1.ExistKeyResponse
 	(*BatchExistKeyResponse)(nil),       // 24: mooncake.store.v1.BatchExistKeyResponse
-	(*RemoveRequest)(nil),               // 25: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),          // 26: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 27: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 28: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 29: mooncake.store.v1.CountResponse
-	(*Segment)(nil),                     // 30: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 31: mooncake.store.v1.MountSegmentRequest
-	(*ReMountSegmentRequest)(nil),       // 32: mooncake.store.v1.ReMountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 33: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 34: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 35: mooncake.store.v1.PingResponse
-	(*BatchReplicaClearRequest)(nil),    // 36: mooncake.store.v1.BatchReplicaClearRequest
-	(*BatchReplicaClearResponse)(nil),   // 37: mooncake.store.v1.BatchReplicaClearResponse
-	(*TaskId)(nil),                      // 38: mooncake.store.v1.TaskId
-	(*CreateCopyTaskRequest)(nil),       // 39: mooncake.store.v1.CreateCopyTaskRequest
-	(*CreateMoveTaskRequest)(nil),       // 40: mooncake.store.v1.CreateMoveTaskRequest
-	(*CreateTaskResponse)(nil),          // 41: mooncake.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 42: mooncake.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 43: mooncake.store.v1.QueryTaskResponse
-	(*TaskAssignment)(nil),              // 44: mooncake.store.v1.TaskAssignment
-	(*MarkTaskCompleteRequest)(nil),     // 45: mooncake.store.v1.MarkTaskCompleteRequest
-	(*SetSegmentModeRequest)(nil),       // 46: mooncake.store.v1.SetSegmentModeRequest
-	(*EvacuateSegmentResponse)(nil),     // 47: mooncake.store.v1.EvacuateSegmentResponse
-	(*PlanHandoffRequest)(nil),          // 48: mooncake.store.v1.PlanHandoffRequest
-	(*HandoffItem)(nil),                 // 49: mooncake.store.v1.HandoffItem
-	(*PlanHandoffResponse)(nil),         // 50: mooncake.store.v1.PlanHandoffResponse
+	(*ExistCodesResponse)(nil),          // 25: mooncake.store.v1.ExistCodesResponse
+	(*RemoveRequest)(nil),               // 26: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),          // 27: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 28: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 29: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 30: mooncake.store.v1.CountResponse
+	(*Segment)(nil),                     // 31: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 32: mooncake.store.v1.MountSegmentRequest
+	(*ReMountSegmentRequest)(nil),       // 33: mooncake.store.v1.ReMountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 34: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 35: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 36: mooncake.store.v1.PingResponse
+	(*BatchReplicaClearRequest)(nil),    // 37: mooncake.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),   // 38: mooncake.store.v1.BatchReplicaClearResponse
+	(*TaskId)(nil),                      // 39: mooncake.store.v1.TaskId
+	(*CreateCopyTaskRequest)(nil),       // 40: mooncake.store.v1.CreateCopyTaskRequest
+	(*CreateMoveTaskRequest)(nil),       // 41: mooncake.store.v1.CreateMoveTaskRequest
+	(*CreateTaskResponse)(nil),          // 42: mooncake.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 43: mooncake.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 44: mooncake.store.v1.QueryTaskResponse
+	(*TaskAssignment)(nil),              // 45: mooncake.store.v1.TaskAssignment
+	(*MarkTaskCompleteRequest)(nil),     // 46: mooncake.store.v1.MarkTaskCompleteRequest
+	(*SetSegmentModeRequest)(nil),       // 47: mooncake.store.v1.SetSegmentModeRequest
+	(*EvacuateSegmentResponse)(nil),     // 48: mooncake.store.v1.EvacuateSegmentResponse
+	(*PlanHandoffRequest)(nil),          // 49: mooncake.store.v1.PlanHandoffRequest
+	(*HandoffItem)(nil),                 // 50: mooncake.store.v1.HandoffItem
+	(*PlanHandoffResponse)(nil),         // 51: mooncake.store.v1.PlanHandoffResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
@@ -3429,22 +3477,22 @@ var file_master_proto_depIdxs = []int32{
 	8,  // 9: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
 	21, // 10: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
 	23, // 11: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	30, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	30, // 13: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	31, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	31, // 13: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
 	3,  // 14: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	44, // 15: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
-	38, // 16: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	38, // 17: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
-	38, // 18: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	45, // 15: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	39, // 16: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	39, // 17: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	39, // 18: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
 	4,  // 19: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
 	5,  // 20: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
-	38, // 21: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	39, // 21: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
 	4,  // 22: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
 	8,  // 23: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
 	8,  // 24: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
-	38, // 25: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	39, // 25: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
 	6,  // 26: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
-	49, // 27: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
+	50, // 27: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
 	9,  // 28: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
 	11, // 29: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
 	12, // 30: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
@@ -3457,54 +3505,56 @@ var file_master_proto_depIdxs = []int32{
 	20, // 37: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
 	19, // 38: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
 	20, // 39: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	25, // 40: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	26, // 41: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	27, // 42: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	28, // 43: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	36, // 44: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
-	39, // 45: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
-	40, // 46: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
-	42, // 47: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
-	45, // 48: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
-	31, // 49: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	32, // 50: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	33, // 51: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	33, // 52: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	34, // 53: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	46, // 54: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
-	33, // 55: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	48, // 56: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
-	10, // 57: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	17, // 58: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	17, // 59: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	14, // 60: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	18, // 61: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	18, // 62: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	10, // 63: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	14, // 64: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	21, // 65: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	22, // 66: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	23, // 67: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	24, // 68: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	17, // 69: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	18, // 70: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	29, // 71: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	29, // 72: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	37, // 73: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	41, // 74: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	41, // 75: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	43, // 76: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	17, // 77: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	17, // 78: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 79: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 80: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 81: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	35, // 82: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	17, // 83: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
-	47, // 84: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
-	50, // 85: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
-	57, // [57:86] is the sub-list for method output_type
-	28, // [28:57] is the sub-list for method input_type
+	20, // 40: mooncake.store.v1.Master.BatchExistCodes:input_type -> mooncake.store.v1.BatchKeyRequest
+	26, // 41: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	27, // 42: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	28, // 43: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	29, // 44: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	37, // 45: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	40, // 46: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	41, // 47: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	43, // 48: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	46, // 49: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	32, // 50: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	33, // 51: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	34, // 52: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	34, // 53: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	35, // 54: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	47, // 55: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
+	34, // 56: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	49, // 57: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
+	10, // 58: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	17, // 59: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	17, // 60: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	14, // 61: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	18, // 62: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	18, // 63: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	10, // 64: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	14, // 65: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	21, // 66: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	22, // 67: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	23, // 68: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	24, // 69: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	25, // 70: mooncake.store.v1.Master.BatchExistCodes:output_type -> mooncake.store.v1.ExistCodesResponse
+	17, // 71: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	18, // 72: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	30, // 73: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	30, // 74: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	38, // 75: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	42, // 76: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	42, // 77: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	44, // 78: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	17, // 79: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	17, // 80: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 81: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 82: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 83: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	36, // 84: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	17, // 85: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
+	48, // 86: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
+	51, // 87: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
+	58, // [58:88] is the sub-list for method output_type
+	28, // [28:58] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name
@@ -3524,7 +3574,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

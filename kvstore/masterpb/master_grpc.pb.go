@@ -40,6 +40,7 @@ const (
 	Master_BatchGetReplicaList_FullMethodName = "/mooncake.store.v1.Master/BatchGetReplicaList"
 	Master_ExistKey_FullMethodName            = "/mooncake.store.v1.Master/ExistKey"
 	Master_BatchExistKey_FullMethodName       = "/mooncake.store.v1.Master/BatchExistKey"
+	Master_BatchExistCodes_FullMethodName     = "/mooncake.store.v1.Master/BatchExistCodes"
 	Master_Remove_FullMethodName              = "/mooncake.store.v1.Master/Remove"
 	Master_BatchRemove_FullMethodName         = "/mooncake.store.v1.Master/BatchRemove"
 	Master_RemoveByRegex_FullMethodName       = "/mooncake.store.v1.Master/RemoveByRegex"
@@ -82,6 +83,11 @@ type MasterClient interface {
 	BatchGetReplicaList(ctx context.Context, in *BatchKeyRequest, opts ...grpc.CallOption) (*BatchGetReplicaListResponse, error)
 	ExistKey(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*ExistKeyResponse, error)
 	BatchExistKey(ctx context.Context, in *BatchKeyRequest, opts ...grpc.CallOption) (*BatchExistKeyResponse, error)
+	// BatchExistKey's answer packed: one code per key (what the client's
+	// batch_is_exist returns: 1 exists, 0 not, negative an error code), with
+	// no message per key to encode and decode. A client falls back to
+	// BatchExistKey on a master without it (Unimplemented).
+	BatchExistCodes(ctx context.Context, in *BatchKeyRequest, opts ...grpc.CallOption) (*ExistCodesResponse, error)
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchStatusResponse, error)
 	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
@@ -233,6 +239,16 @@ func (c *masterClient) BatchExistKey(ctx context.Context, in *BatchKeyRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BatchExistKeyResponse)
 	err := c.cc.Invoke(ctx, Master_BatchExistKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchExistCodes(ctx context.Context, in *BatchKeyRequest, opts ...grpc.CallOption) (*ExistCodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExistCodesResponse)
+	err := c.cc.Invoke(ctx, Master_BatchExistCodes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -432,6 +448,11 @@ type MasterServer interface {
 	BatchGetReplicaList(context.Context, *BatchKeyRequest) (*BatchGetReplicaListResponse, error)
 	ExistKey(context.Context, *KeyRequest) (*ExistKeyResponse, error)
 	BatchExistKey(context.Context, *BatchKeyRequest) (*BatchExistKeyResponse, error)
+	// BatchExistKey's answer packed: one code per key (what the client's
+	// batch_is_exist returns: 1 exists, 0 not, negative an error code), with
+	// no message per key to encode and decode. A client falls back to
+	// BatchExistKey on a master without it (Unimplemented).
+	BatchExistCodes(context.Context, *BatchKeyRequest) (*ExistCodesResponse, error)
 	Remove(context.Context, *RemoveRequest) (*StatusResponse, error)
 	BatchRemove(context.Context, *BatchRemoveRequest) (*BatchStatusResponse, error)
 	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
@@ -504,6 +525,9 @@ func (UnimplementedMasterServer) ExistKey(context.Context, *KeyRequest) (*ExistK
 }
 func (UnimplementedMasterServer) BatchExistKey(context.Context, *BatchKeyRequest) (*BatchExistKeyResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method BatchExistKey not implemented")
+}
+func (UnimplementedMasterServer) BatchExistCodes(context.Context, *BatchKeyRequest) (*ExistCodesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BatchExistCodes not implemented")
 }
 func (UnimplementedMasterServer) Remove(context.Context, *RemoveRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Remove not implemented")
@@ -789,6 +813,24 @@ func _Master_BatchExistKey_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServer).BatchExistKey(ctx, req.(*BatchKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchExistCodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchExistCodes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchExistCodes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchExistCodes(ctx, req.(*BatchKeyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1153,6 +1195,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BatchExistKey",
 			Handler:    _Master_BatchExistKey_Handler,
+		},
+		{
+			MethodName: "BatchExistCodes",
+			Handler:    _Master_BatchExistCodes_Handler,
 		},
 		{
 			MethodName: "Remove",

@@ -7,8 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/internal/pollread"
 	"github.com/mooncake-go/mooncake/transfer"
-	"golang.org/x/sys/unix"
 )
 
 // Policy is how a receiver spends its time waiting for a flag word. Hosts
@@ -104,7 +104,7 @@ func (p Policy) Await(w Wait) error {
 	if p.YieldFor > 0 {
 		yieldStart := time.Now()
 		for i := 1; ; i++ {
-			yieldCPU()
+			pollread.YieldCPU()
 			if w.Ready() {
 				return nil
 			}
@@ -160,10 +160,3 @@ func (p Policy) Await(w Wait) error {
 		}
 	}
 }
-
-// yieldCPU hands this thread's CPU to another runnable thread, if there is
-// one (of any process: the peer a waiter waits for is one). A raw system
-// call: the Go scheduler is not told, so a yield that lasts (another
-// process ran) does not make it hand this goroutine's P to another thread,
-// which would wake that thread for nothing.
-func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
