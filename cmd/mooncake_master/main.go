@@ -75,8 +75,8 @@ type options struct {
 	clusterID                   string
 	memoryAllocator, allocStrat string
 	rpcThreads, maxThreads      int
-	ignoredInt                  int
-	ignoredBool                 bool
+	rpcConnTimeout              int
+	rpcNoDelay                  bool
 	minLogLevel, verbosity      int
 	logToStderr                 bool
 	glogLevel                   *slog.Level // set when --minloglevel or -v is given
@@ -122,8 +122,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.allocStrat, "allocation_strategy", "random", "replica placement strategy (only random)")
 	fs.IntVar(&o.rpcThreads, "rpc_thread_num", 0, "threads that run the master's RPC handling at once (GOMAXPROCS, at most the CPU count); 0 means --max_threads")
 	fs.IntVar(&o.maxThreads, "max_threads", 16, "the default of --rpc_thread_num")
-	fs.IntVar(&o.ignoredInt, "rpc_conn_timeout_seconds", 0, "accepted for compatibility; ignored")
-	fs.BoolVar(&o.ignoredBool, "rpc_enable_tcp_no_delay", true, "accepted for compatibility; ignored")
+	fs.IntVar(&o.rpcConnTimeout, "rpc_conn_timeout_seconds", 0, "close an RPC connection idle for this many seconds (0: never); clients dial again")
+	fs.BoolVar(&o.rpcNoDelay, "rpc_enable_tcp_no_delay", true, "set TCP_NODELAY on RPC connections (false: leave Nagle's algorithm on)")
 	declareOffloadFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
 	// glog's flags, which upstream's launch scripts pass.
@@ -170,6 +170,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 		return fail("--max_threads=%d: want a positive number", o.maxThreads)
 	case o.rpcThreads == 0:
 		o.rpcThreads = o.maxThreads
+	}
+	if o.rpcConnTimeout < 0 {
+		return fail("--rpc_conn_timeout_seconds=%d: want 0 (never) or a positive number", o.rpcConnTimeout)
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return fail("%v", err)
@@ -220,6 +223,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	sc := master.ServiceConfig{
 		RPCAddress:     rpcAddr,
 		MetricsAddress: net.JoinHostPort(o.metricsHost, strconv.Itoa(o.metricsPort)),
+		RPCIdleTimeout: time.Duration(o.rpcConnTimeout) * time.Second,
+		RPCNagle:       !o.rpcNoDelay,
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
 			Logger: log, ClusterID: o.clusterID,
@@ -239,7 +244,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		}
 	}
 	log.Info("mooncake_master starting",
-		"rpc_address", rpcAddr, "rpc_threads", runtime.GOMAXPROCS(0), "metrics", sc.MetricsAddress,
+		"rpc_address", rpcAddr, "rpc_threads", runtime.GOMAXPROCS(0), "rpc_conn_timeout", sc.RPCIdleTimeout,
+		"rpc_enable_tcp_no_delay", o.rpcNoDelay, "metrics", sc.MetricsAddress,
 		"default_kv_lease_ttl", o.cfg.DefaultLeaseTTL, "default_kv_soft_pin_ttl", o.cfg.DefaultSoftPinTTL,
 		"max_kv_soft_pin_ttl", o.cfg.MaxSoftPinTTL, "allow_evict_soft_pinned_objects", o.cfg.AllowEvictSoftPinned,
 		"eviction_ratio", o.cfg.EvictionRatio, "eviction_high_watermark_ratio", o.cfg.EvictionHighWatermarkRatio,

@@ -71,6 +71,7 @@ func TestBadArguments(t *testing.T) {
 		{"--logtostderr=false"},
 		{"--rpc_thread_num=-1"},
 		{"--max_threads=0"},
+		{"--rpc_conn_timeout_seconds=-1"},
 		{"stray"},
 	} {
 		var out bytes.Buffer
@@ -106,7 +107,10 @@ func TestParseForms(t *testing.T) {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},
 		{[]string{"--enable_multi_tenants=true"}, func(o *options) bool { return o.cfg.MultiTenant }},
-		{nil, func(o *options) bool { return o.rpcThreads == 16 }},
+		{nil, func(o *options) bool { return o.rpcThreads == 16 && o.rpcConnTimeout == 0 && o.rpcNoDelay }},
+		{[]string{"--rpc_conn_timeout_seconds=30", "--rpc_enable_tcp_no_delay=false"}, func(o *options) bool {
+			return o.rpcConnTimeout == 30 && !o.rpcNoDelay
+		}},
 		{[]string{"--max_threads=2"}, func(o *options) bool { return o.rpcThreads == 2 }},
 		{[]string{"--max_threads=2", "--rpc_thread_num=3"}, func(o *options) bool { return o.rpcThreads == 3 }},
 		{nil, func(o *options) bool { return !o.cfg.MultiTenant && o.glogLevel == nil }},
@@ -194,7 +198,8 @@ func TestBinaryServesAndStopsOnSignal(t *testing.T) {
 	p := startMaster(t, fmt.Sprintf("--rpc_port=%d", ports[0]), "--rpc_address=127.0.0.1",
 		"--metrics_port", fmt.Sprint(ports[1]), "--metrics_host=127.0.0.1",
 		"--enable_http_metadata_server=true", fmt.Sprintf("--http_metadata_server_port=%d", ports[2]),
-		"--http_metadata_server_host=127.0.0.1", "--default_kv_lease_ttl=500", "--rpc_thread_num=1")
+		"--http_metadata_server_host=127.0.0.1", "--default_kv_lease_ttl=500", "--rpc_thread_num=1",
+		"--rpc_conn_timeout_seconds=60", "--rpc_enable_tcp_no_delay=false")
 	if body := waitHTTP(t, p, fmt.Sprintf("http://127.0.0.1:%d/health", ports[1])); body != "OK" {
 		t.Fatalf("/health = %q", body)
 	}
@@ -233,7 +238,8 @@ func TestBinaryServesAndStopsOnSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("master did not exit on SIGTERM")
 	}
-	for _, want := range []string{"mooncake_master starting", "default_kv_lease_ttl=500ms", "rpc_threads=1", "mooncake_master stopped"} {
+	for _, want := range []string{"mooncake_master starting", "default_kv_lease_ttl=500ms", "rpc_threads=1", "rpc_conn_timeout=1m0s",
+		"rpc_enable_tcp_no_delay=false", "mooncake_master stopped"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("log lacks %q", want)
 		}

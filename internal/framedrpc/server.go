@@ -30,8 +30,12 @@ type method struct {
 }
 
 // Server answers framed calls with the handlers of registered services.
-// Register every service before serving.
+// Register every service, and set IdleTimeout, before serving.
 type Server struct {
+	// IdleTimeout, when positive, closes a connection on which no call
+	// arrived for that long (the client dials again on its next call).
+	IdleTimeout time.Duration
+
 	log     *slog.Logger
 	methods map[string]method
 
@@ -129,6 +133,9 @@ func (s *Server) serve(c net.Conn) error {
 	}
 	var out []byte
 	for {
+		if s.IdleTimeout > 0 {
+			_ = c.SetReadDeadline(time.Now().Add(s.IdleTimeout))
+		}
 		f, err := fr.next()
 		if err != nil {
 			return err

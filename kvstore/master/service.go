@@ -35,6 +35,13 @@ type ServiceConfig struct {
 	// HTTPMetadataAddress, when not empty, serves the Transfer Engine
 	// HTTP metadata store (GET/PUT/DELETE /metadata, /health) there.
 	HTTPMetadataAddress string
+	// RPCIdleTimeout, when positive, closes an RPC connection (framed or
+	// gRPC) that carried no call for that long; clients dial again on
+	// their next call (upstream's --rpc_conn_timeout_seconds).
+	RPCIdleTimeout time.Duration
+	// RPCNagle leaves Nagle's algorithm on for RPC connections
+	// (--rpc_enable_tcp_no_delay=false); by default they set TCP_NODELAY.
+	RPCNagle bool
 	// Server configures the object table and background loops.
 	Server Options
 	// HA, when not nil, runs leader election; the server stands by until
@@ -114,6 +121,10 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 	if s.rpcLn, err = listen(cfg.RPCAddress); err != nil {
 		return nil, err
 	}
+	rpcConns := s.rpcLn
+	if cfg.RPCNagle {
+		rpcConns = nagleListener{s.rpcLn}
+	}
 	type httpSvc struct {
 		name, addr string
 		h          http.Handler
@@ -144,14 +155,17 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		// Clients may keep idle connections alive with pings every few
 		// seconds; the default policy (5 min) would drop them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// MaxConnectionIdle 0 is gRPC's default: never.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: max(cfg.RPCIdleTimeout, 0)}),
 	)
 	srv.Register(s.grpc)
 	// The same service over framed connections on the same port: the
 	// clients' transport (internal/framedrpc); gRPC stays for every other
 	// caller.
 	s.framed = framedrpc.NewServer(log)
+	s.framed.IdleTimeout = cfg.RPCIdleTimeout
 	srv.Register(s.framed)
-	grpcLn := s.framed.Split(s.rpcLn)
+	grpcLn := s.framed.Split(rpcConns)
 	srv.Start()
 	s.wg.Add(1)
 	go func() {
@@ -222,4 +236,16 @@ func (s *Service) Close() {
 		s.Server.Close()
 		s.log.Info("mooncake_master stopped")
 	})
+}
+
+// nagleListener turns Nagle's algorithm back on for every connection it
+// accepts (Go sets TCP_NODELAY by default).
+type nagleListener struct{ net.Listener }
+
+func (l nagleListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok && err == nil {
+		_ = tc.SetNoDelay(false)
+	}
+	return c, err
 }
