@@ -34,13 +34,19 @@ func Reduce(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
 		return nil
 	}
 	for _, src := range srcs[1:] {
-		if overlaps(dst[:nb], src[:nb]) {
+		if overlaps(dst[:nb], src[:nb]) && !(exactAliasOK(dt) && sameStart(dst, src)) {
 			return reduceAliased(dst[:nb], srcs, dt, op, count)
 		}
 	}
 	reduceInto(dst, srcs, dt, op, count)
 	return nil
 }
+
+// exactAliasOK reports whether dt's kernel reads every source before it
+// writes dst, so that dst may be any one of the sources, not only the first.
+func exactAliasOK(dt DType) bool { return fusedFloats && (dt == Float32 || dt == Float64) }
+
+func sameStart(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
 
 // aliasPiece is how much reduceAliased reduces at a time (bytes; a
 // multiple of every element size): small enough to stay in L2.
@@ -52,8 +58,8 @@ const aliasPiece = 64 << 10
 // reduction of a small message.
 var aliasScratch = sync.Pool{New: func() any { b := make([]byte, aliasPiece); return &b }}
 
-// reduceAliased handles a dst that aliases a source other than the first
-// (which the kernels overwrite first): it reduces piece by piece into a
+// reduceAliased handles a dst that overlaps a source other than the first
+// in a way the kernel cannot take (exactAliasOK): it reduces piece by piece into a
 // scratch buffer. Elements are independent, so the result is the same.
 func reduceAliased(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
 	const piece = aliasPiece
@@ -81,7 +87,8 @@ func overlaps(a, b []byte) bool {
 	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
 
-// reduceInto dispatches to the dtype's kernel; dst may alias srcs[0] only.
+// reduceInto dispatches to the dtype's kernel; dst may alias srcs[0] only
+// (any source exactly where exactAliasOK).
 func reduceInto(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
 	nb := count * dt.Size()
 	switch dt {

@@ -1,0 +1,91 @@
+package backend
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// fusedFloats reports whether float32 and float64 reductions run the fused
+// vector kernels of reduce_vec_amd64.s: one pass that reads every source
+// once and writes dst once, so dst may alias any one source exactly.
+var fusedFloats = cpu.X86.HasAVX2
+
+// vecUnit is the bytes the vector kernels reduce per step.
+const vecUnit = 128
+
+//go:noescape
+func sumF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func avgF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float32)
+
+//go:noescape
+func prodF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func minF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func maxF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func sumF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func avgF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float64)
+
+//go:noescape
+func prodF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func minF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+//go:noescape
+func maxF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+
+// vecReduce reduces the longest prefix of dst that is a whole number of
+// vector units with the fused kernel and returns its length in elements
+// (0 when the kernels do not run here). Every source holds len(dst)
+// elements.
+func vecReduce[T float](dst []T, srcs [][]T, op ReduceOp) int {
+	es := int(unsafe.Sizeof(dst[0]))
+	nb := len(dst) * es &^ (vecUnit - 1)
+	if !fusedFloats || nb == 0 {
+		return 0
+	}
+	var buf [8]unsafe.Pointer
+	ptrs := buf[:0]
+	for _, s := range srcs {
+		ptrs = append(ptrs, unsafe.Pointer(unsafe.SliceData(s[:len(dst)])))
+	}
+	d, p, n := unsafe.Pointer(unsafe.SliceData(dst)), &ptrs[0], len(srcs)
+	if es == 4 {
+		switch op {
+		case Sum:
+			sumF32AVX2(d, p, n, nb)
+		case Avg:
+			avgF32AVX2(d, p, n, nb, float32(n))
+		case Product:
+			prodF32AVX2(d, p, n, nb)
+		case Min:
+			minF32AVX2(d, p, n, nb)
+		case Max:
+			maxF32AVX2(d, p, n, nb)
+		}
+	} else {
+		switch op {
+		case Sum:
+			sumF64AVX2(d, p, n, nb)
+		case Avg:
+			avgF64AVX2(d, p, n, nb, float64(n))
+		case Product:
+			prodF64AVX2(d, p, n, nb)
+		case Min:
+			minF64AVX2(d, p, n, nb)
+		case Max:
+			maxF64AVX2(d, p, n, nb)
+		}
+	}
+	return nb / es
+}
