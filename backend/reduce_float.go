@@ -47,11 +47,12 @@ func foldF[T float](d, s []T, op ReduceOp) {
 }
 
 // reduceF32 and reduceF64 run the fused vector kernel (reduce_vec_*.go)
-// where there is one, with a scalar tail of the same order of operations;
-// elsewhere the blocked Go code, which lets dst alias srcs[0] only.
-func reduceF32(dst []float32, srcs [][]float32, op ReduceOp) {
+// where there is one, with a scalar tail of the same order of operations,
+// storing into also as well when it is not nil; elsewhere the blocked Go
+// code, which lets dst alias srcs[0] only and takes no also.
+func reduceF32(dst, also []float32, srcs [][]float32, op ReduceOp) {
 	if fusedFloats {
-		foldTail(dst, srcs, op, vecReduce(dst, srcs, op))
+		foldTail(dst, also, srcs, op, vecReduce(dst, also, srcs, op))
 		return
 	}
 	reduceBlocks(dst, srcs, op, addF32)
@@ -62,17 +63,18 @@ func addF32(d, s []float32) {
 	blas32.Axpy(1, blas32.Vector{N: len(d), Inc: 1, Data: s}, blas32.Vector{N: len(d), Inc: 1, Data: d})
 }
 
-func reduceF64(dst []float64, srcs [][]float64, op ReduceOp) {
+func reduceF64(dst, also []float64, srcs [][]float64, op ReduceOp) {
 	if fusedFloats {
-		foldTail(dst, srcs, op, vecReduce(dst, srcs, op))
+		foldTail(dst, also, srcs, op, vecReduce(dst, also, srcs, op))
 		return
 	}
 	reduceBlocks(dst, srcs, op, floats.Add)
 }
 
 // foldTail reduces elements from on, one at a time with every source
-// read before dst is written, so dst may alias any source exactly.
-func foldTail[T float](dst []T, srcs [][]T, op ReduceOp, from int) {
+// read before dst (and also, when not nil) is written, so dst may alias any
+// source exactly.
+func foldTail[T float](dst, also []T, srcs [][]T, op ReduceOp, from int) {
 	for i := from; i < len(dst); i++ {
 		v := srcs[0][i]
 		for _, s := range srcs[1:] {
@@ -91,6 +93,9 @@ func foldTail[T float](dst []T, srcs [][]T, op ReduceOp, from int) {
 			v /= T(len(srcs))
 		}
 		dst[i] = v
+		if also != nil {
+			also[i] = v
+		}
 	}
 }
 

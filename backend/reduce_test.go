@@ -374,6 +374,15 @@ func TestReduceMatchesScalarReference(t *testing.T) {
 						if !bytes.Equal(cp, got) {
 							t.Fatalf("%v %v: result in place of source %d differs", dt, op, k)
 						}
+						// with a second output, as allReduceRSPull uses it
+						in[k] = append([]byte(nil), srcs[k]...)
+						also := make([]byte, len(want))
+						if err := reduceAlso(in[k], also, in, dt, op, count); err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(in[k], got) || !bytes.Equal(also, got) {
+							t.Fatalf("%v %v: reduceAlso in place of source %d differs", dt, op, k)
+						}
 					}
 				}
 			}

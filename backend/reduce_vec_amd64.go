@@ -15,40 +15,40 @@ var fusedFloats = cpu.X86.HasAVX2
 const vecUnit = 128
 
 //go:noescape
-func sumF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func sumF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func avgF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float32)
+func avgF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float32)
 
 //go:noescape
-func prodF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func prodF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func minF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func minF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func maxF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func maxF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func sumF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func sumF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func avgF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float64)
+func avgF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float64)
 
 //go:noescape
-func prodF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func prodF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func minF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func minF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 //go:noescape
-func maxF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+func maxF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
 // vecReduce reduces the longest prefix of dst that is a whole number of
-// vector units with the fused kernel and returns its length in elements
-// (0 when the kernels do not run here). Every source holds len(dst)
-// elements.
-func vecReduce[T float](dst []T, srcs [][]T, op ReduceOp) int {
+// vector units with the fused kernel, into also as well when it is not nil,
+// and returns its length in elements (0 when the kernels do not run here).
+// Every source, and also, hold len(dst) elements.
+func vecReduce[T float](dst, also []T, srcs [][]T, op ReduceOp) int {
 	es := int(unsafe.Sizeof(dst[0]))
 	nb := len(dst) * es &^ (vecUnit - 1)
 	if !fusedFloats || nb == 0 {
@@ -60,31 +60,35 @@ func vecReduce[T float](dst []T, srcs [][]T, op ReduceOp) int {
 		ptrs = append(ptrs, unsafe.Pointer(unsafe.SliceData(s[:len(dst)])))
 	}
 	d, p, n := unsafe.Pointer(unsafe.SliceData(dst)), &ptrs[0], len(srcs)
+	var a unsafe.Pointer
+	if also != nil {
+		a = unsafe.Pointer(unsafe.SliceData(also[:len(dst)]))
+	}
 	if es == 4 {
 		switch op {
 		case Sum:
-			sumF32AVX2(d, p, n, nb)
+			sumF32AVX2(d, a, p, n, nb)
 		case Avg:
-			avgF32AVX2(d, p, n, nb, float32(n))
+			avgF32AVX2(d, a, p, n, nb, float32(n))
 		case Product:
-			prodF32AVX2(d, p, n, nb)
+			prodF32AVX2(d, a, p, n, nb)
 		case Min:
-			minF32AVX2(d, p, n, nb)
+			minF32AVX2(d, a, p, n, nb)
 		case Max:
-			maxF32AVX2(d, p, n, nb)
+			maxF32AVX2(d, a, p, n, nb)
 		}
 	} else {
 		switch op {
 		case Sum:
-			sumF64AVX2(d, p, n, nb)
+			sumF64AVX2(d, a, p, n, nb)
 		case Avg:
-			avgF64AVX2(d, p, n, nb, float64(n))
+			avgF64AVX2(d, a, p, n, nb, float64(n))
 		case Product:
-			prodF64AVX2(d, p, n, nb)
+			prodF64AVX2(d, a, p, n, nb)
 		case Min:
-			minF64AVX2(d, p, n, nb)
+			minF64AVX2(d, a, p, n, nb)
 		case Max:
-			maxF64AVX2(d, p, n, nb)
+			maxF64AVX2(d, a, p, n, nb)
 		}
 	}
 	return nb / es

@@ -4,8 +4,10 @@
 // folding the sources in order, 128 bytes (four YMM vectors) at a time.
 // Every source is read once and dst written once; since each 128-byte unit
 // is read from every source before it is stored, dst may alias any source
-// exactly. Arguments: dst, srcs (array of nsrc source pointers), nsrc >= 1,
-// nbytes (a multiple of 128) and, for AVG, the divisor.
+// exactly. Arguments: dst, also (nil, or a second output that gets the
+// same result: a shared slot that peers read while dst is the caller's
+// buffer), srcs (array of nsrc source pointers), nsrc >= 1, nbytes (a
+// multiple of 128) and, for AVG, the divisor.
 
 // FOLD_* fold the vector at m (a source) into acc. MIN and MAX propagate
 // NaN and otherwise match "s < acc ? s : acc" (resp. >) bit for bit:
@@ -24,12 +26,14 @@
 #define DIVPS VDIVPS Y15, Y0, Y0; VDIVPS Y15, Y1, Y1; VDIVPS Y15, Y2, Y2; VDIVPS Y15, Y3, Y3
 #define DIVPD VDIVPD Y15, Y0, Y0; VDIVPD Y15, Y1, Y1; VDIVPD Y15, Y2, Y2; VDIVPD Y15, Y3, Y3
 
-// REDUCE is the loop: DI dst, SI srcs, R8 nsrc, CX nbytes, AX offset.
+// REDUCE is the loop: DI dst, BX also, SI srcs, R8 nsrc, CX nbytes, AX
+// offset.
 #define REDUCE(FOLD, FINISH) \
 	MOVQ dst+0(FP), DI; \
-	MOVQ srcs+8(FP), SI; \
-	MOVQ nsrc+16(FP), R8; \
-	MOVQ nbytes+24(FP), CX; \
+	MOVQ also+8(FP), BX; \
+	MOVQ srcs+16(FP), SI; \
+	MOVQ nsrc+24(FP), R8; \
+	MOVQ nbytes+32(FP), CX; \
 	XORQ AX, AX; \
 unit: \
 	CMPQ AX, CX; \
@@ -56,50 +60,57 @@ store: \
 	VMOVUPS Y1, 32(DI)(AX*1); \
 	VMOVUPS Y2, 64(DI)(AX*1); \
 	VMOVUPS Y3, 96(DI)(AX*1); \
+	TESTQ BX, BX; \
+	JZ   advance; \
+	VMOVUPS Y0, (BX)(AX*1); \
+	VMOVUPS Y1, 32(BX)(AX*1); \
+	VMOVUPS Y2, 64(BX)(AX*1); \
+	VMOVUPS Y3, 96(BX)(AX*1); \
+advance: \
 	ADDQ $128, AX; \
 	JMP  unit; \
 done: \
 	VZEROUPPER; \
 	RET
 
-// func sumF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·sumF32AVX2(SB), NOSPLIT, $0-32
+// func sumF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·sumF32AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_ADDPS, NOFINISH)
 
-// func avgF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float32)
-TEXT ·avgF32AVX2(SB), NOSPLIT, $0-36
-	VBROADCASTSS div+32(FP), Y15
+// func avgF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float32)
+TEXT ·avgF32AVX2(SB), NOSPLIT, $0-44
+	VBROADCASTSS div+40(FP), Y15
 	REDUCE(FOLD_ADDPS, DIVPS)
 
-// func prodF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·prodF32AVX2(SB), NOSPLIT, $0-32
+// func prodF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·prodF32AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_MULPS, NOFINISH)
 
-// func minF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·minF32AVX2(SB), NOSPLIT, $0-32
+// func minF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·minF32AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_MINPS, NOFINISH)
 
-// func maxF32AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·maxF32AVX2(SB), NOSPLIT, $0-32
+// func maxF32AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·maxF32AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_MAXPS, NOFINISH)
 
-// func sumF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·sumF64AVX2(SB), NOSPLIT, $0-32
+// func sumF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·sumF64AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_ADDPD, NOFINISH)
 
-// func avgF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float64)
-TEXT ·avgF64AVX2(SB), NOSPLIT, $0-40
-	VBROADCASTSD div+32(FP), Y15
+// func avgF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int, div float64)
+TEXT ·avgF64AVX2(SB), NOSPLIT, $0-48
+	VBROADCASTSD div+40(FP), Y15
 	REDUCE(FOLD_ADDPD, DIVPD)
 
-// func prodF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·prodF64AVX2(SB), NOSPLIT, $0-32
+// func prodF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·prodF64AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_MULPD, NOFINISH)
 
-// func minF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·minF64AVX2(SB), NOSPLIT, $0-32
+// func minF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·minF64AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_MINPD, NOFINISH)
 
-// func maxF64AVX2(dst unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
-TEXT ·maxF64AVX2(SB), NOSPLIT, $0-32
+// func maxF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
+TEXT ·maxF64AVX2(SB), NOSPLIT, $0-40
 	REDUCE(FOLD_MAXPD, NOFINISH)

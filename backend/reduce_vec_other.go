@@ -6,4 +6,4 @@ package backend
 // reductions run the blocked Go code of reduce_float.go.
 const fusedFloats = false
 
-func vecReduce[T float](dst []T, srcs [][]T, op ReduceOp) int { return 0 }
+func vecReduce[T float](dst, also []T, srcs [][]T, op ReduceOp) int { return 0 }

@@ -35,8 +35,8 @@ func fillF64(rng *rand.Rand, s []float64) {
 // equals any NaN: which input NaN survives depends on operand order the
 // compiler is free to pick for x*y and x+y), for
 // every op, at the given offset into the sources (unaligned starts), with
-// dst separate and dst being each source in turn.
-func checkVecReduce[T float](t *testing.T, nsrc, count, off int, fill func(*rand.Rand, []T), reduce func([]T, [][]T, ReduceOp), bits func(T) uint64) {
+// dst separate (and a second output) and dst being each source in turn.
+func checkVecReduce[T float](t *testing.T, nsrc, count, off int, fill func(*rand.Rand, []T), reduce func(dst, also []T, srcs [][]T, op ReduceOp), bits func(T) uint64) {
 	rng := rand.New(rand.NewPCG(uint64(nsrc), uint64(count+off)))
 	srcs := make([][]T, nsrc)
 	for i := range srcs {
@@ -46,22 +46,23 @@ func checkVecReduce[T float](t *testing.T, nsrc, count, off int, fill func(*rand
 	}
 	for _, op := range []ReduceOp{Sum, Avg, Product, Min, Max} {
 		want := make([]T, count)
-		foldTail(want, srcs, op, 0)
-		got := make([]T, count)
-		reduce(got, srcs, op)
-		for k := -1; k < nsrc; k++ { // k >= 0: in place into source k
-			in := srcs
-			if k >= 0 {
-				in = append([][]T(nil), srcs...)
-				in[k] = append([]T(nil), srcs[k]...)
-				got = in[k]
-				reduce(got, in, op)
-			}
+		foldTail(want, nil, srcs, op, 0)
+		got, also := make([]T, count), make([]T, count+off)[off:]
+		reduce(got, also, srcs, op)
+		check := func(what string, got []T) {
 			for i := range want {
 				if bits(got[i]) != bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
-					t.Fatalf("%T %v nsrc=%d count=%d off=%d in place %d: element %d = %v, want %v (inputs %v)", got[0], op, nsrc, count, off, k, i, got[i], want[i], column(srcs, i))
+					t.Fatalf("%T %v nsrc=%d count=%d off=%d %s: element %d = %v, want %v (inputs %v)", got[0], op, nsrc, count, off, what, i, got[i], want[i], column(srcs, i))
 				}
 			}
+		}
+		check("dst", got)
+		check("second output", also)
+		for k := range nsrc { // in place into source k
+			in := append([][]T(nil), srcs...)
+			in[k] = append([]T(nil), srcs[k]...)
+			reduce(in[k], nil, in, op)
+			check(fmt.Sprintf("in place of source %d", k), in[k])
 		}
 	}
 }
@@ -104,7 +105,7 @@ func TestVecReduceNaN(t *testing.T) {
 			}
 			srcs[pos][5] = nan
 			dst := make([]float32, 64)
-			reduceF32(dst, srcs, op)
+			reduceF32(dst, nil, srcs, op)
 			if !math.IsNaN(float64(dst[5])) {
 				t.Fatalf("%v with NaN in source %d: %v", op, pos, dst[5])
 			}
@@ -129,7 +130,7 @@ func BenchmarkReduceKernel(b *testing.B) {
 					srcs[i][j] = float32(i + j)
 				}
 			}
-			dst := make([]float32, count)
+			dst, also := make([]float32, count), make([]float32, count)
 			run := func(name string, f func()) {
 				b.Run(fmt.Sprintf("%s/bytes=%d/srcs=%d", name, size, nsrc), func(b *testing.B) {
 					b.SetBytes(int64(size))
@@ -138,7 +139,8 @@ func BenchmarkReduceKernel(b *testing.B) {
 					}
 				})
 			}
-			run("fused", func() { reduceF32(dst, srcs, Sum) })
+			run("fused", func() { reduceF32(dst, nil, srcs, Sum) })
+			run("fused-also", func() { reduceF32(dst, also, srcs, Sum) })
 			run("blocked", func() { reduceBlocks(dst, srcs, Sum, addF32) })
 		}
 		src, dst := make([]byte, size), make([]byte, size)
