@@ -17,7 +17,7 @@ import (
 func TestReductionAlgorithmsAllRankCounts(t *testing.T) {
 	defer func(f string) { forcedAllReduce = f }(forcedAllReduce)
 	for _, n := range []int{2, 3, 5, 8} {
-		for _, algo := range []string{"", "direct", "rsag", "rspull"} {
+		for _, algo := range []string{"", "direct", "directpull", "rsag", "rspull"} {
 			forcedAllReduce = algo
 			t.Run(fmt.Sprintf("ranks=%d/algo=%q", n, algo), func(t *testing.T) {
 				ranks(t, n, testSlot, func(t *testing.T, g *Group) { checkReductions(t, g, n, algo == "") })
