@@ -79,3 +79,16 @@ func checkReductions(t *testing.T, g *Group, n int, withRS bool) {
 		}
 	}
 }
+
+// Over TCP the pull algorithms read the peers' slots with Transfer Engine
+// READs into the stage slots instead of through direct views.
+func TestPullAllReducesOverTCP(t *testing.T) {
+	t.Setenv("MC_FORCE_TCP", "true")
+	defer func(f string) { forcedAllReduce = f }(forcedAllReduce)
+	for _, algo := range []string{"directpull", "rspull"} {
+		forcedAllReduce = algo
+		t.Run(algo, func(t *testing.T) {
+			ranks(t, 3, testSlot, func(t *testing.T, g *Group) { checkReductions(t, g, 3, false) })
+		})
+	}
+}
