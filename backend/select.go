@@ -15,8 +15,10 @@ var directAllReduceMax = envvars.PGDirectMax.Int(64 << 10)
 // directPullMin is the smallest one-step all_reduce (bytes) of three or
 // more ranks that lends each input from its owner's pull slot
 // (allReduceDirectPull: one copy per rank) instead of copying it into every
-// peer's slot (allReduceDirect: n-1 copies). Below it the copies cost less
-// than opening a view of every peer's slot per op.
+// peer's slot (allReduceDirect: n-1 copies). Small messages cost per-op
+// overhead rather than copies, so they keep the direct algorithm and its
+// fewer steps per peer (no view of the peer's slot, no wait for the acks of
+// the pull slot's previous readers).
 const directPullMin = 8 << 10
 
 // forcedAllReduce (MC_PG_ALLREDUCE_ALGO=direct|directpull|rsag|rspull) overrides the
