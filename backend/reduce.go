@@ -128,8 +128,8 @@ func overlaps(a, b []byte) bool {
 }
 
 // reduceInto dispatches to the dtype's kernel; dst may alias srcs[0] only
-// (any source exactly where fusedKernel). also, non-nil only where
-// fusedKernel, gets the result too.
+// (any source exactly where fusedKernel). also, when not nil (float32 and
+// float64 only), gets the result too.
 func reduceInto(dst, also []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
 	nb := count * dt.Size()
 	switch dt {

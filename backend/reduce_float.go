@@ -49,13 +49,14 @@ func foldF[T float](d, s []T, op ReduceOp) {
 // reduceF32 and reduceF64 run the fused vector kernel (reduce_vec_*.go)
 // where there is one, with a scalar tail of the same order of operations,
 // storing into also as well when it is not nil; elsewhere the blocked Go
-// code, which lets dst alias srcs[0] only and takes no also.
+// code, which lets dst alias srcs[0] only (and copies dst into also).
 func reduceF32(dst, also []float32, srcs [][]float32, op ReduceOp) {
 	if fusedFloats {
 		foldTail(dst, also, srcs, op, vecReduce(dst, also, srcs, op))
 		return
 	}
 	reduceBlocks(dst, srcs, op, addF32)
+	copy(also, dst)
 }
 
 // addF32 is d += s with gonum's assembly axpy (y += 1*x is exactly y+x).
@@ -69,6 +70,7 @@ func reduceF64(dst, also []float64, srcs [][]float64, op ReduceOp) {
 		return
 	}
 	reduceBlocks(dst, srcs, op, floats.Add)
+	copy(also, dst)
 }
 
 // foldTail reduces elements from on, one at a time with every source

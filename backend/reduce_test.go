@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -343,6 +344,14 @@ func randomElems(rng *rand.Rand, dt DType, count int, nan bool) []byte {
 }
 
 func TestReduceMatchesScalarReference(t *testing.T) {
+	defer func(f bool) { fusedFloats = f }(fusedFloats)
+	for _, fused := range []bool{fusedFloats, false} { // false: the portable kernels
+		fusedFloats = fused
+		t.Run(fmt.Sprintf("fused=%v", fused), testReduceMatchesScalarReference)
+	}
+}
+
+func testReduceMatchesScalarReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, dt := range allDTypes {
 		for _, op := range allOps {
