@@ -44,6 +44,12 @@ func minF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int
 //go:noescape
 func maxF64AVX2(dst, also unsafe.Pointer, srcs *unsafe.Pointer, nsrc, nbytes int)
 
+// vecCall is the most output bytes one kernel call reduces: assembly is
+// not preemptible, so a long reduction (megabytes from eight sources) is cut
+// into calls of tens of microseconds, which a goroutine preemption or a
+// garbage collection can wait for.
+const vecCall = 64 << 10
+
 // vecReduce reduces the longest prefix of dst that is a whole number of
 // vector units with the fused kernel, into also as well when it is not nil,
 // and returns its length in elements (0 when the kernels do not run here).
@@ -59,11 +65,29 @@ func vecReduce[T float](dst, also []T, srcs [][]T, op ReduceOp) int {
 	for _, s := range srcs {
 		ptrs = append(ptrs, unsafe.Pointer(unsafe.SliceData(s[:len(dst)])))
 	}
-	d, p, n := unsafe.Pointer(unsafe.SliceData(dst)), &ptrs[0], len(srcs)
+	d := unsafe.Pointer(unsafe.SliceData(dst))
 	var a unsafe.Pointer
 	if also != nil {
 		a = unsafe.Pointer(unsafe.SliceData(also[:len(dst)]))
 	}
+	for off := 0; off < nb; off += vecCall {
+		if off > 0 { // advance only here: no pointer past the end
+			for i := range ptrs {
+				ptrs[i] = unsafe.Add(ptrs[i], vecCall)
+			}
+			d = unsafe.Add(d, vecCall)
+			if a != nil {
+				a = unsafe.Add(a, vecCall)
+			}
+		}
+		vecKernel(es, op, d, a, ptrs, min(vecCall, nb-off))
+	}
+	return nb / es
+}
+
+// vecKernel runs the kernel of element size es and op on nb bytes.
+func vecKernel(es int, op ReduceOp, d, a unsafe.Pointer, ptrs []unsafe.Pointer, nb int) {
+	p, n := &ptrs[0], len(ptrs)
 	if es == 4 {
 		switch op {
 		case Sum:
@@ -77,19 +101,18 @@ func vecReduce[T float](dst, also []T, srcs [][]T, op ReduceOp) int {
 		case Max:
 			maxF32AVX2(d, a, p, n, nb)
 		}
-	} else {
-		switch op {
-		case Sum:
-			sumF64AVX2(d, a, p, n, nb)
-		case Avg:
-			avgF64AVX2(d, a, p, n, nb, float64(n))
-		case Product:
-			prodF64AVX2(d, a, p, n, nb)
-		case Min:
-			minF64AVX2(d, a, p, n, nb)
-		case Max:
-			maxF64AVX2(d, a, p, n, nb)
-		}
+		return
 	}
-	return nb / es
+	switch op {
+	case Sum:
+		sumF64AVX2(d, a, p, n, nb)
+	case Avg:
+		avgF64AVX2(d, a, p, n, nb, float64(n))
+	case Product:
+		prodF64AVX2(d, a, p, n, nb)
+	case Min:
+		minF64AVX2(d, a, p, n, nb)
+	case Max:
+		maxF64AVX2(d, a, p, n, nb)
+	}
 }
