@@ -1,11 +1,12 @@
 package backend
 
 // allReduceRSPull: reduce-scatter as allReduceRSAG, then each rank reduces
-// its slice into one of its pull slots, copies it into its own buffer and
-// lends the slot to every peer, which copies the slice straight from there
-// (pull.go). The all-gather then costs one copy per receiving rank instead
-// of two (one into the peer's slot, one out of it): for n ranks each rank
-// copies (n-1)/n + 1/n of the data there instead of 2(n-1)/n.
+// its slice into its own buffer and one of its pull slots at once
+// (reduceAlso: one pass where the kernel is fused) and lends the slot to
+// every peer, which copies the slice straight from there (pull.go). The
+// all-gather then costs one copy per receiving rank instead of two (one
+// into the peer's slot, one out of it): for n ranks each rank copies
+// (n-1)/n of the data there instead of 2(n-1)/n.
 func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
 	es := dt.Size()
 	// Slices are cut among the active ranks: position i of g.act owns slice i.
@@ -25,7 +26,8 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 		if err != nil {
 			return err
 		}
-		err = Reduce(ps[:len(mine)], srcs, dt, op, len(mine)/es)
+		g.dirty = true
+		err = reduceAlso(mine, ps[:len(mine)], srcs, dt, op, len(mine)/es)
 		g.release(chColl, others...)
 		if err != nil {
 			return err
@@ -33,8 +35,6 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 		if err := g.lendPull(s, others); err != nil {
 			return err
 		}
-		g.dirty = true
-		copy(mine, ps[:len(mine)])
 		for i, p := range g.act {
 			if p == g.rank {
 				continue

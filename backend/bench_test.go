@@ -10,7 +10,7 @@ import (
 // own engine; shm transport). Speed is reported, never asserted.
 func BenchmarkAllReduce(b *testing.B) {
 	for _, n := range []int{2, 4} {
-		for _, size := range []int{8, 64 << 10, 16 << 20} {
+		for _, size := range []int{8, 64 << 10, 1 << 20, 4 << 20, 16 << 20} {
 			b.Run(fmt.Sprintf("ranks=%d/bytes=%d", n, size), func(b *testing.B) {
 				store := NewMemStore()
 				gs := make([]*Group, n)

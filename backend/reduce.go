@@ -15,6 +15,54 @@ import (
 // elements. This one function defines every reduced value the backend
 // produces, whatever the algorithm, so results are bitwise reproducible.
 func Reduce(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
+	if err := checkReduce(dst, srcs, dt, op, count); err != nil || count == 0 {
+		return err
+	}
+	nb := count * dt.Size()
+	for _, src := range srcs[1:] {
+		if overlaps(dst[:nb], src[:nb]) && !(fusedKernel(dt) && sameStart(dst, src)) {
+			return reduceAliased(dst[:nb], srcs, dt, op, count)
+		}
+	}
+	reduceInto(dst, nil, srcs, dt, op, count)
+	return nil
+}
+
+// reduceAlso is Reduce that writes the result into also too: a second
+// output overlapping neither dst nor any source (a shared slot that peers
+// read, while dst is the caller's buffer). Where the kernel is fused it
+// stores both in the same pass; elsewhere it reduces into also and copies
+// that into dst.
+func reduceAlso(dst, also []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
+	nb := count * dt.Size()
+	if !fusedKernel(dt) { // into also, which overlaps nothing, then a copy
+		if err := Reduce(also, srcs, dt, op, count); err != nil {
+			return err
+		}
+		copy(dst, also[:nb])
+		return nil
+	}
+	if err := checkReduce(dst, srcs, dt, op, count); err != nil || count == 0 {
+		return err
+	}
+	if len(also) < nb {
+		return fmt.Errorf("%w: reduce second output holds %d bytes, need %d", ErrInvalid, len(also), nb)
+	}
+	for _, b := range append([][]byte{dst}, srcs...) {
+		if overlaps(also[:nb], b[:nb]) {
+			return fmt.Errorf("%w: reduce second output overlaps an input or the output", ErrInvalid)
+		}
+	}
+	for _, src := range srcs {
+		if overlaps(dst[:nb], src[:nb]) && !sameStart(dst, src) {
+			return fmt.Errorf("%w: reduce output overlaps an input partially", ErrInvalid)
+		}
+	}
+	reduceInto(dst, also, srcs, dt, op, count)
+	return nil
+}
+
+func checkReduce(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
 	if err := CheckReduction(dt, op); err != nil {
 		return err
 	}
@@ -30,17 +78,15 @@ func Reduce(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
 			return fmt.Errorf("%w: reduce input %d holds %d bytes, need %d", ErrInvalid, i, len(s), nb)
 		}
 	}
-	if count == 0 {
-		return nil
-	}
-	for _, src := range srcs[1:] {
-		if overlaps(dst[:nb], src[:nb]) {
-			return reduceAliased(dst[:nb], srcs, dt, op, count)
-		}
-	}
-	reduceInto(dst, srcs, dt, op, count)
 	return nil
 }
+
+// fusedKernel reports whether dt's kernel is one pass that reads every
+// source before it writes dst, so that dst may be any one of the sources,
+// not only the first, and a second output costs no extra pass.
+func fusedKernel(dt DType) bool { return fusedFloats && (dt == Float32 || dt == Float64) }
+
+func sameStart(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
 
 // aliasPiece is how much reduceAliased reduces at a time (bytes; a
 // multiple of every element size): small enough to stay in L2.
@@ -52,8 +98,8 @@ const aliasPiece = 64 << 10
 // reduction of a small message.
 var aliasScratch = sync.Pool{New: func() any { b := make([]byte, aliasPiece); return &b }}
 
-// reduceAliased handles a dst that aliases a source other than the first
-// (which the kernels overwrite first): it reduces piece by piece into a
+// reduceAliased handles a dst that overlaps a source other than the first
+// in a way the kernel cannot take (fusedKernel): it reduces piece by piece into a
 // scratch buffer. Elements are independent, so the result is the same.
 func reduceAliased(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) error {
 	const piece = aliasPiece
@@ -67,7 +113,7 @@ func reduceAliased(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) 
 		for i, s := range srcs {
 			sub[i] = s[off:end]
 		}
-		reduceInto(scratch, sub, dt, op, (end-off)/es)
+		reduceInto(scratch, nil, sub, dt, op, (end-off)/es)
 		copy(dst[off:end], scratch[:end-off])
 	}
 	return nil
@@ -81,8 +127,10 @@ func overlaps(a, b []byte) bool {
 	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
 
-// reduceInto dispatches to the dtype's kernel; dst may alias srcs[0] only.
-func reduceInto(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
+// reduceInto dispatches to the dtype's kernel; dst may alias srcs[0] only
+// (any source exactly where fusedKernel). also, when not nil (float32 and
+// float64 only), gets the result too.
+func reduceInto(dst, also []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
 	nb := count * dt.Size()
 	switch dt {
 	case Uint8:
@@ -98,9 +146,9 @@ func reduceInto(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
 	case Bool:
 		reduceBool(dst[:nb], srcs, op)
 	case Float32:
-		reduceF32(view[float32](dst, count), views[float32](srcs, count), op)
+		reduceF32(view[float32](dst, count), view[float32](also, count), views[float32](srcs, count), op)
 	case Float64:
-		reduceF64(view[float64](dst, count), views[float64](srcs, count), op)
+		reduceF64(view[float64](dst, count), view[float64](also, count), views[float64](srcs, count), op)
 	case Float16:
 		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, half.F16ToF32, half.F32ToF16)
 	case BFloat16:
@@ -108,10 +156,10 @@ func reduceInto(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) {
 	}
 }
 
-// view reinterprets the first count elements of b as []T. Tensor storage
+// view reinterprets the first count elements of b as []T (nil for nil). Tensor storage
 // and the registered buffers are aligned to the element size.
 func view[T any](b []byte, count int) []T {
-	if count == 0 {
+	if count == 0 || b == nil {
 		return nil
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), count)

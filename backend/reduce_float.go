@@ -46,42 +46,78 @@ func foldF[T float](d, s []T, op ReduceOp) {
 	}
 }
 
-// reduceF32 uses gonum's assembly axpy for SUM (y += 1*x is exactly y+x).
-func reduceF32(dst []float32, srcs [][]float32, op ReduceOp) {
-	for lo := 0; lo < len(dst); lo += block {
-		hi := min(lo+block, len(dst))
-		d := dst[lo:hi]
-		copy(d, srcs[0][lo:hi])
+// reduceF32 and reduceF64 run the fused vector kernel (reduce_vec_*.go)
+// where there is one, with a scalar tail of the same order of operations,
+// storing into also as well when it is not nil; elsewhere the blocked Go
+// code, which lets dst alias srcs[0] only (and copies dst into also).
+func reduceF32(dst, also []float32, srcs [][]float32, op ReduceOp) {
+	if fusedFloats {
+		foldTail(dst, also, srcs, op, vecReduce(dst, also, srcs, op))
+		return
+	}
+	reduceBlocks(dst, srcs, op, addF32)
+	copy(also, dst)
+}
+
+// addF32 is d += s with gonum's assembly axpy (y += 1*x is exactly y+x).
+func addF32(d, s []float32) {
+	blas32.Axpy(1, blas32.Vector{N: len(d), Inc: 1, Data: s}, blas32.Vector{N: len(d), Inc: 1, Data: d})
+}
+
+func reduceF64(dst, also []float64, srcs [][]float64, op ReduceOp) {
+	if fusedFloats {
+		foldTail(dst, also, srcs, op, vecReduce(dst, also, srcs, op))
+		return
+	}
+	reduceBlocks(dst, srcs, op, floats.Add)
+	copy(also, dst)
+}
+
+// foldTail reduces elements from on, one at a time with every source
+// read before dst (and also, when not nil) is written, so dst may alias any
+// source exactly.
+func foldTail[T float](dst, also []T, srcs [][]T, op ReduceOp, from int) {
+	for i := from; i < len(dst); i++ {
+		v := srcs[0][i]
 		for _, s := range srcs[1:] {
-			if op == Sum || op == Avg {
-				blas32.Axpy(1, blas32.Vector{N: hi - lo, Inc: 1, Data: s[lo:hi]}, blas32.Vector{N: hi - lo, Inc: 1, Data: d})
-			} else {
-				foldF(d, s[lo:hi], op)
+			switch op {
+			case Sum, Avg:
+				v += s[i]
+			case Product:
+				v *= s[i]
+			case Min:
+				v = minF(v, s[i])
+			case Max:
+				v = maxF(v, s[i])
 			}
 		}
 		if op == Avg {
-			n := float32(len(srcs))
-			for i := range d {
-				d[i] /= n
-			}
+			v /= T(len(srcs))
+		}
+		dst[i] = v
+		if also != nil {
+			also[i] = v
 		}
 	}
 }
 
-func reduceF64(dst []float64, srcs [][]float64, op ReduceOp) {
+// reduceBlocks copies srcs[0] into a block of dst and folds the other
+// sources into it (add: the SUM kernel), block by block so that the
+// partial result stays in cache.
+func reduceBlocks[T float](dst []T, srcs [][]T, op ReduceOp, add func(d, s []T)) {
 	for lo := 0; lo < len(dst); lo += block {
 		hi := min(lo+block, len(dst))
 		d := dst[lo:hi]
 		copy(d, srcs[0][lo:hi])
 		for _, s := range srcs[1:] {
 			if op == Sum || op == Avg {
-				floats.Add(d, s[lo:hi])
+				add(d, s[lo:hi])
 			} else {
 				foldF(d, s[lo:hi], op)
 			}
 		}
 		if op == Avg {
-			n := float64(len(srcs))
+			n := T(len(srcs))
 			for i := range d {
 				d[i] /= n
 			}

@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -343,6 +344,14 @@ func randomElems(rng *rand.Rand, dt DType, count int, nan bool) []byte {
 }
 
 func TestReduceMatchesScalarReference(t *testing.T) {
+	defer func(f bool) { fusedFloats = f }(fusedFloats)
+	for _, fused := range []bool{fusedFloats, false} { // false: the portable kernels
+		fusedFloats = fused
+		t.Run(fmt.Sprintf("fused=%v", fused), testReduceMatchesScalarReference)
+	}
+}
+
+func testReduceMatchesScalarReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, dt := range allDTypes {
 		for _, op := range allOps {
@@ -373,6 +382,15 @@ func TestReduceMatchesScalarReference(t *testing.T) {
 						}
 						if !bytes.Equal(cp, got) {
 							t.Fatalf("%v %v: result in place of source %d differs", dt, op, k)
+						}
+						// with a second output, as allReduceRSPull uses it
+						in[k] = append([]byte(nil), srcs[k]...)
+						also := make([]byte, len(want))
+						if err := reduceAlso(in[k], also, in, dt, op, count); err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(in[k], got) || !bytes.Equal(also, got) {
+							t.Fatalf("%v %v: reduceAlso in place of source %d differs", dt, op, k)
 						}
 					}
 				}

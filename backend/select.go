@@ -7,12 +7,21 @@ import "github.com/mooncake-go/mooncake/internal/envvars"
 type allReduceFn func(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
 
 // directAllReduceMax is the largest all_reduce (bytes) done in one step by
-// every rank sending its whole input to every other rank and reducing all
+// every rank handing its whole input to every other rank and reducing all
 // of them locally: one round trip instead of two, at n-1 times the traffic.
 // MC_PG_DIRECT_MAX overrides it.
 var directAllReduceMax = envvars.PGDirectMax.Int(64 << 10)
 
-// forcedAllReduce (MC_PG_ALLREDUCE_ALGO=direct|rsag|rspull) overrides the
+// directPullMin is the smallest one-step all_reduce (bytes) of three or
+// more ranks that lends each input from its owner's pull slot
+// (allReduceDirectPull: one copy per rank) instead of copying it into every
+// peer's slot (allReduceDirect: n-1 copies). Small messages cost per-op
+// overhead rather than copies, so they keep the direct algorithm and its
+// fewer steps per peer (no view of the peer's slot, no wait for the acks of
+// the pull slot's previous readers).
+const directPullMin = 8 << 10
+
+// forcedAllReduce (MC_PG_ALLREDUCE_ALGO=direct|directpull|rsag|rspull) overrides the
 // choice for sizes the algorithm can take, for benchmarking the algorithms
 // against each other.
 var forcedAllReduce = envvars.PGAllReduceAlgo.Value()
@@ -27,15 +36,27 @@ func chooseAllReduce(g *Group, nbytes int) allReduceFn {
 		if nbytes <= g.SlotBytes() {
 			return allReduceDirect
 		}
+	case "directpull":
+		if nbytes <= g.SlotBytes() {
+			return allReduceDirectPull
+		}
 	case "rsag":
 		return allReduceRSAG
 	case "rspull":
 		return allReduceRSPull
 	}
-	if nbytes <= min(directAllReduceMax, g.SlotBytes()) || n == 2 && nbytes <= g.SlotBytes() {
+	if n == 2 && nbytes <= g.SlotBytes() {
 		return allReduceDirect
 	}
-	if n == 2 { // pulling saves nothing between two ranks
+	if nbytes <= min(directAllReduceMax, g.SlotBytes()) {
+		if nbytes >= directPullMin {
+			return allReduceDirectPull
+		}
+		return allReduceDirect
+	}
+	if n == 2 {
+		// pulling would save each rank a copy of half the data, but it
+		// measured no faster between two ranks (interleaved, 16-64 MiB)
 		return allReduceRSAG
 	}
 	return allReduceRSPull

@@ -58,7 +58,7 @@ var (
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
 	PGDirectMax = &Var{Name: "MC_PG_DIRECT_MAX", Kind: Int, Min: 1, Default: "65536",
 		ReadBy: "backend", Doc: "largest all_reduce done in one direct step, bytes"}
-	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "rsag", "rspull"}, Default: "chosen by size",
+	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "directpull", "rsag", "rspull"}, Default: "chosen by size",
 		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
 	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
 		ReadBy: "backend", Doc: "spin before yield-polling, microseconds"}
