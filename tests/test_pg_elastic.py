@@ -703,11 +703,11 @@ def test_harness_late_process() -> None:
 
 
 def test_harness_late_gate_never_opened() -> None:
-    t0 = time.monotonic()
+    # The harness's stuck detector ends the run (its message names the
+    # unopened gates), not the 50 s deadline, whose message does not.
     with pytest.raises(AssertionError, match="unopened gates"):
         launch(1, "test_pg_elastic", "case_harness_idle", timeout=50, init="none",
                late=[Late(1, 2, "case_harness_never", gates=["never"])])
-    assert time.monotonic() - t0 < 20
 
 
 def test_replacement() -> None:
