@@ -16,7 +16,7 @@ func (g *Group) pullSlot(k int) int { return int((g.collOps + uint64(k)) % nSlot
 func (g *Group) claimPull(s int) ([]byte, error) {
 	for p, seq := range g.pullLent[s] {
 		if seq > 0 {
-			if err := g.waitAtLeast(chColl, g.word(g.lay.flag(fAck, chColl, p)), seq, p, g.collTimeout()); err != nil {
+			if err := g.waitAtLeast(chColl, fAck, p, seq, g.collTimeout()); err != nil {
 				return nil, err
 			}
 		}

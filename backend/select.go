@@ -51,3 +51,24 @@ func chooseBroadcast(g *Group) broadcastFn {
 	}
 	return broadcastPull
 }
+
+type allGatherFn func(g *Group, in, out []byte) error
+
+// forcedAllGather (MC_PG_ALLGATHER_ALGO=direct|pull) overrides the choice,
+// for benchmarking the algorithms against each other.
+var forcedAllGather = envvars.PGAllGatherAlgo.Value()
+
+// chooseAllGather: with two ranks pushing and pulling copy the same bytes;
+// from three on, pulling saves every rank n-2 copies of its block.
+func chooseAllGather(g *Group) allGatherFn {
+	switch forcedAllGather {
+	case "direct":
+		return allGatherDirect
+	case "pull":
+		return allGatherPull
+	}
+	if len(g.act) <= 2 {
+		return allGatherDirect
+	}
+	return allGatherPull
+}
