@@ -285,7 +285,8 @@ func (g *Group) fail(err error) error {
 	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) || errors.Is(err, ErrClosed) {
 		return err
 	}
-	g.broken.CompareAndSwap(nil, &err)
+	broken := err // its own variable: taking err's address would move err to the heap on every call
+	g.broken.CompareAndSwap(nil, &broken)
 	return err
 }
 

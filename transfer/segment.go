@@ -228,8 +228,9 @@ func (s *remoteSegment) connect(p transport.Peer) {
 // engine's order of transports. A connection that finds the peer gone
 // fails the route; one whose peer's registrations changed makes it fetch
 // the descriptor again, and is left out while it stays stale (the target
-// then validates the request over another transport).
-func (s *remoteSegment) route() (*SegmentDesc, []transport.Conn, error) {
+// then validates the request over another transport). The connections are
+// appended to buf[:0] (a caller's array saves the allocation).
+func (s *remoteSegment) route(buf []transport.Conn) (*SegmentDesc, []transport.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.desc == nil || s.stale.Load() {
@@ -237,7 +238,7 @@ func (s *remoteSegment) route() (*SegmentDesc, []transport.Conn, error) {
 			return nil, nil, err
 		}
 	}
-	usable := make([]transport.Conn, 0, len(s.conns))
+	usable := buf[:0]
 	refreshed := false
 	for i := 0; i < len(s.conns); i++ {
 		c := s.conns[i]
