@@ -4,12 +4,9 @@ package backend
 // block for each active peer into that peer's slot and receives chunk r of
 // each active peer's block for it. Pairs exchange ceil(bytes/slot)
 // messages, so uneven splits (and empty blocks) need no extra agreement;
-// the peers are g.act, the same on every active rank. Each rank writes to
-// its peers in ring order from itself (the next rank first) and reads in
-// the reverse order (the previous rank first, the one whose first write
-// was to it), so that the ranks do not all address the same peer at once.
-// The sizes have one entry per slot (the world size): blocks of inactive
-// slots are neither sent nor written.
+// the peers are g.act, the same on every active rank. The sizes have one
+// entry per slot (the world size): blocks of inactive slots are neither
+// sent nor written.
 func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) error {
 	n := len(sendBytes)
 	soff, roff := make([]int, n+1), make([]int, n+1)
@@ -20,7 +17,7 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 	own := func() { copy(outBuf[roff[g.rank]:roff[g.rank+1]], in[soff[g.rank]:soff[g.rank+1]]) }
 	slot := g.SlotBytes()
 	rounds := 0
-	others := g.othersInRingOrder()
+	others := g.others()
 	for _, p := range others {
 		rounds = max(rounds, (sendBytes[p]+slot-1)/slot, (recvBytes[p]+slot-1)/slot)
 	}
@@ -45,8 +42,8 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 			own()
 		}
 		got = got[:0]
-		for i := len(others) - 1; i >= 0; i-- {
-			if p := others[i]; at < recvBytes[p] {
+		for _, p := range others {
+			if at < recvBytes[p] {
 				s, err := g.recv(chColl, p)
 				if err != nil {
 					return err
