@@ -14,12 +14,7 @@ func allGatherPull(g *Group, in, outBuf []byte) error {
 	for k, off := 0, 0; off < nb; k, off = k+1, off+slot {
 		c := in[off:min(off+slot, nb)]
 		s := g.pullSlot(k)
-		ps, err := g.claimPull(s)
-		if err != nil {
-			return err
-		}
-		copy(ps, c)
-		if err := g.lendPull(s, others); err != nil {
+		if err := g.offerPull(s, c, others); err != nil {
 			return err
 		}
 		// This rank's own block, while the peers read the chunk.

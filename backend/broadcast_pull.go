@@ -12,12 +12,7 @@ func broadcastPull(g *Group, buf []byte, root int) error {
 		c := buf[off:min(off+slot, len(buf))]
 		s := g.pullSlot(k)
 		if g.rank == root {
-			ps, err := g.claimPull(s)
-			if err != nil {
-				return err
-			}
-			copy(ps, c)
-			if err := g.lendPull(s, others); err != nil {
+			if err := g.offerPull(s, c, others); err != nil {
 				return err
 			}
 			continue

@@ -41,6 +41,17 @@ func (g *Group) lendPull(s int, peers []int) error {
 	return nil
 }
 
+// offerPull copies c into pull slot s, once its last readers are done
+// with it, and lends the slot to peers.
+func (g *Group) offerPull(s int, c []byte, peers []int) error {
+	ps, err := g.claimPull(s)
+	if err != nil {
+		return err
+	}
+	copy(ps, c)
+	return g.lendPull(s, peers)
+}
+
 // pullFrom waits for peer's next message (which lends its pull slot s) and
 // copies len(dst) bytes of that slot into dst (a direct read for same-host
 // peers, a Transfer Engine READ otherwise). The caller releases the message.
