@@ -6,7 +6,8 @@ package backend
 // (by slot) in out (pull.go). A rank copies its input once instead of once
 // per peer: per rank n+1 copies of a block instead of 2n-1, the same for
 // two ranks. Peers are read in ring order from this rank on, so that the
-// readers of one op start at different ranks' buffers.
+// readers of one op start at different ranks' buffers. The op ends once
+// every peer has read this rank's chunks.
 func allGatherPull(g *Group, in, outBuf []byte) error {
 	nb := len(in)
 	slot := g.SlotBytes()
@@ -26,5 +27,5 @@ func allGatherPull(g *Group, in, outBuf []byte) error {
 		}
 		g.release(chColl, others...)
 	}
-	return nil
+	return g.awaitPullReaders((nb + slot - 1) / slot)
 }

@@ -52,6 +52,21 @@ func (g *Group) offerPull(s int, c []byte, peers []int) error {
 	return g.lendPull(s, peers)
 }
 
+// awaitPullReaders waits until every reader is done with what the first
+// rounds rounds of the current collective lent (its last nSlots rounds:
+// earlier ones were awaited before their slot was filled again). A rank
+// whose peers read from its memory must not finish the op while they
+// still do: it could exit next, taking that memory with it, and fail the
+// reads of a slower peer.
+func (g *Group) awaitPullReaders(rounds int) error {
+	for k := range min(rounds, nSlots) {
+		if _, err := g.claimPull(g.pullSlot(k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // pullFrom waits for peer's next message (which lends its pull slot s) and
 // copies len(dst) bytes of that slot into dst (a direct read for same-host
 // peers, a Transfer Engine READ otherwise). The caller releases the message.
