@@ -101,7 +101,7 @@ func (g *Group) AllGather(in, out []byte, opts ...OpOption) (*Work, error) {
 		if err := g.needWithin("all_gather", ws); err != nil {
 			return err
 		}
-		return chooseAllGather(g)(g, in, out)
+		return chooseAllGather(g, len(in))(g, in, out)
 	}, opts)
 }
 
