@@ -8,7 +8,8 @@ import "github.com/mooncake-go/mooncake/transfer/channel"
 // into its own buffer. One round trip like allReduceDirect, but one copy per
 // rank instead of n-1 (one into every peer's slot): the reduction reads the
 // peers' slots where they are (direct views of same-host peers' buffers;
-// a READ into the stage slot for the others).
+// a READ into the stage slot for the others). The op ends once every peer
+// has read this rank's slot.
 func allReduceDirectPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
 	others := g.others()
 	s := g.pullSlot(0)
@@ -29,7 +30,10 @@ func allReduceDirectPull(g *Group, buf []byte, count int, dt DType, op ReduceOp)
 	g.dirty = true
 	err = g.viewPulls(s, len(buf), srcs, 0, buf, func() error { return Reduce(buf, srcs, dt, op, count) })
 	g.release(chColl, others...)
-	return err
+	if err != nil {
+		return err
+	}
+	return g.awaitPullReaders(1)
 }
 
 // viewPulls fills srcs[i:] with n bytes of pull slot s of active position

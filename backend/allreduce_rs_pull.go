@@ -6,7 +6,8 @@ package backend
 // every peer, which copies the slice straight from there (pull.go). The
 // all-gather then costs one copy per receiving rank instead of two (one
 // into the peer's slot, one out of it): for n ranks each rank copies
-// (n-1)/n of the data there instead of 2(n-1)/n.
+// (n-1)/n of the data there instead of 2(n-1)/n. The op ends once every
+// peer has read this rank's slices.
 func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
 	es := dt.Size()
 	// Slices are cut among the active ranks: position i of g.act owns slice i.
@@ -15,7 +16,9 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 	others := g.others()
 	msgs := make([]out, 0, len(others))
 	srcs := make([][]byte, n)
+	rounds := 0
 	for k, lo := 0, 0; lo < count; k, lo = k+1, lo+per {
+		rounds++
 		slice := chunkSlices(buf, es, lo, min(per, count-lo), n)
 		mine, err := scatterChunk(g, slice, msgs, srcs)
 		if err != nil {
@@ -45,5 +48,5 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 		}
 		g.release(chColl, others...)
 	}
-	return nil
+	return g.awaitPullReaders(rounds)
 }

@@ -4,7 +4,8 @@ package backend
 // slots and lends it to every peer, which copies the chunk straight from
 // the root's buffer into its own (pull.go). The root copies the data once
 // instead of once per peer: the group moves n copies instead of 2(n-1).
-// With two pull slots the root fills chunk k+1 while the peers read chunk k.
+// With two pull slots the root fills chunk k+1 while the peers read chunk k;
+// the root's op ends once every peer has read the last chunks.
 func broadcastPull(g *Group, buf []byte, root int) error {
 	slot := g.SlotBytes()
 	others := g.others()
@@ -12,12 +13,7 @@ func broadcastPull(g *Group, buf []byte, root int) error {
 		c := buf[off:min(off+slot, len(buf))]
 		s := g.pullSlot(k)
 		if g.rank == root {
-			ps, err := g.claimPull(s)
-			if err != nil {
-				return err
-			}
-			copy(ps, c)
-			if err := g.lendPull(s, others); err != nil {
+			if err := g.offerPull(s, c, others); err != nil {
 				return err
 			}
 			continue
@@ -26,6 +22,9 @@ func broadcastPull(g *Group, buf []byte, root int) error {
 			return err
 		}
 		g.release(chColl, root)
+	}
+	if g.rank == root {
+		return g.awaitPullReaders((len(buf) + slot - 1) / slot)
 	}
 	return nil
 }

@@ -285,7 +285,8 @@ func (g *Group) fail(err error) error {
 	if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrInactive) || errors.Is(err, ErrClosed) {
 		return err
 	}
-	g.broken.CompareAndSwap(nil, &err)
+	broken := err // its own variable: taking err's address would move err to the heap on every call
+	g.broken.CompareAndSwap(nil, &broken)
 	return err
 }
 
@@ -347,3 +348,16 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 
 func (g *Group) collTimeout() time.Duration { return time.Duration(g.rt.collTimeout.Load()) }
 func (g *Group) p2pTimeout() time.Duration  { return time.Duration(g.rt.p2pTimeout.Load()) }
+
+// othersInRingOrder lists the other active ranks in ring order from this
+// one: the next active rank first, wrapping around. Ranks that walk their
+// lists in step then address different peers at each step, instead of
+// all starting at the lowest rank.
+func (g *Group) othersInRingOrder() []int {
+	n := len(g.act)
+	o := make([]int, 0, max(n-1, 0))
+	for i := 1; i < n; i++ {
+		o = append(o, g.act[(g.pos+i)%n])
+	}
+	return o
+}

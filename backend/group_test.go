@@ -531,8 +531,7 @@ func TestBroadcastPullOverTCP(t *testing.T) {
 	ranks(t, 3, testSlot, func(t *testing.T, g *Group) {
 		for root := range 3 {
 			buf := bytesOf(g.Rank(), 5*testSlot+3, root)
-			w, err := g.Broadcast(buf, root)
-			must(t, g, "broadcast", w, err)
+			runColl(t, g, "pull broadcast", func() error { return broadcastPull(g, buf, root) })
 			if !bytes.Equal(buf, bytesOf(root, 5*testSlot+3, root)) {
 				t.Errorf("rank %d: broadcast from %d over TCP wrong", g.Rank(), root)
 			}

@@ -39,8 +39,9 @@ const (
 //
 //	flags:  4 arrays [channel][peer] of one cache line each: ready (written
 //	        by the peer: sequence number of its last message to us), ack
-//	        (written by the peer: last message of ours it has consumed), and
-//	        the outgoing words ready/ack are written from (TE sources must be
+//	        (written by the peer: last message of ours it has consumed), each
+//	        followed by this rank's count of waiters blocked on it, and the
+//	        outgoing words ready/ack are written from (TE sources must be
 //	        registered memory)
 //	recv:   [channel][peer][nSlots] slots the peer writes into
 //	stage:  [channel][peer] one slot each: data on its way to that peer
@@ -91,6 +92,12 @@ func newLayout(n, collSlot, p2pSlot int) layout {
 
 func (l layout) flag(kind, ch, peer int) int { return l.flagBase[kind] + (ch*l.n+peer)*cacheLine }
 
+// sleepers is the offset of the count of this rank's waiters blocked on
+// flag (kind, ch, peer): the 32-bit word right after the flag, in its cache
+// line. The peer reads it after writing the flag, and wakes this rank only
+// while it is not zero.
+func (l layout) sleepers(kind, ch, peer int) int { return l.flag(kind, ch, peer) + 8 }
+
 // recv is the offset of the slot that message seq (1-based) from peer uses.
 func (l layout) recv(ch, peer int, seq uint64) int {
 	return l.recvBase[ch] + (peer*nSlots+int((seq-1)%nSlots))*l.slot[ch]
@@ -103,7 +110,7 @@ func (l layout) pull(i int) int { return l.pullBase + i%nSlots*l.slot[chColl] }
 
 // key is what every rank of a group must agree on.
 func (l layout) key() string {
-	return fmt.Sprintf("v2 slots=%d coll=%d p2p=%d", nSlots, l.slot[chColl], l.slot[chP2P])
+	return fmt.Sprintf("v3 slots=%d coll=%d p2p=%d", nSlots, l.slot[chColl], l.slot[chP2P])
 }
 
 // slotSizes returns the collective and p2p slot sizes for a group of n.

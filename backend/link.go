@@ -55,10 +55,13 @@ func (g *Group) timeout(ch int) time.Duration {
 	return g.collTimeout()
 }
 
-// flag is the message flag that sets word kind (fReady or fAck) for this
-// rank in peer's buffer to v, staged in this rank's outgoing word src.
-func (g *Group) flag(ch, kind, src, peer int, v uint64) channel.Flag {
-	return channel.Flag{Off: uint64(g.lay.flag(kind, ch, g.rank)), Val: v, Src: g.words(g.lay.flag(src, ch, peer))}
+// flagMessage is the message to peer that sets word kind (fReady or fAck)
+// for this rank in peer's buffer to v, staged in this rank's outgoing word
+// src; peer is woken only while it blocks on that word.
+func (g *Group) flagMessage(ch, kind, src, peer int, v uint64) channel.Message {
+	return channel.Message{To: g.endpoint(peer),
+		Flags:    []channel.Flag{{Off: uint64(g.lay.flag(kind, ch, g.rank)), Val: v, Src: g.words(g.lay.flag(src, ch, peer))}},
+		Sleepers: channel.SleeperWord{Off: uint64(g.lay.sleepers(kind, ch, g.rank)), Tracked: true}}
 }
 
 // send delivers msgs (at most one per peer) as one step: every slot is
@@ -72,11 +75,11 @@ func (g *Group) send(ch int, msgs []out) error {
 	for i, m := range msgs {
 		seq := g.sent[ch][m.peer] + 1
 		if seq-g.seqBase[ch] > nSlots {
-			if err := g.waitAtLeast(ch, g.word(g.lay.flag(fAck, ch, m.peer)), seq-nSlots, m.peer, g.timeout(ch)); err != nil {
+			if err := g.waitAtLeast(ch, fAck, m.peer, seq-nSlots, g.timeout(ch)); err != nil {
 				return err
 			}
 		}
-		put[i] = channel.Message{To: g.endpoint(m.peer), Flags: []channel.Flag{g.flag(ch, fReady, fOutReady, m.peer, seq)}}
+		put[i] = g.flagMessage(ch, fReady, fOutReady, m.peer, seq)
 		if len(m.data) > 0 {
 			dst := uint64(g.lay.recv(ch, g.rank, seq))
 			put[i].Data = channel.Data{Off: dst, Len: uint64(len(m.data)),
@@ -122,7 +125,7 @@ func (g *Group) putError(msgs []out, errs []error) error {
 // release.
 func (g *Group) recv(ch, peer int) ([]byte, error) {
 	seq := g.rcvd[ch][peer] + 1
-	if err := g.waitAtLeast(ch, g.word(g.lay.flag(fReady, ch, peer)), seq, peer, g.timeout(ch)); err != nil {
+	if err := g.waitAtLeast(ch, fReady, peer, seq, g.timeout(ch)); err != nil {
 		return nil, err
 	}
 	off := g.lay.recv(ch, peer, seq)
@@ -136,7 +139,7 @@ func (g *Group) release(ch int, peers ...int) {
 	acks := make([]channel.Message, len(peers))
 	for i, pr := range peers {
 		g.rcvd[ch][pr]++
-		acks[i] = channel.Message{To: g.endpoint(pr), Flags: []channel.Flag{g.flag(ch, fAck, fOutAck, pr, g.rcvd[ch][pr])}}
+		acks[i] = g.flagMessage(ch, fAck, fOutAck, pr, g.rcvd[ch][pr])
 	}
 	channel.Put(g.engine, acks, channel.EachMessage)
 }

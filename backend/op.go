@@ -81,7 +81,7 @@ func (g *Group) Broadcast(buf []byte, root int, opts ...OpOption) (*Work, error)
 		if err := g.needActive("broadcast root", root); err != nil {
 			return err
 		}
-		return chooseBroadcast(g)(g, buf, root)
+		return chooseBroadcast(g, len(buf))(g, buf, root)
 	}, opts)
 }
 
@@ -101,7 +101,7 @@ func (g *Group) AllGather(in, out []byte, opts ...OpOption) (*Work, error) {
 		if err := g.needWithin("all_gather", ws); err != nil {
 			return err
 		}
-		return allGatherDirect(g, in, out)
+		return chooseAllGather(g, len(in))(g, in, out)
 	}, opts)
 }
 

@@ -16,7 +16,7 @@ func (g *Group) pullSlot(k int) int { return int((g.collOps + uint64(k)) % nSlot
 func (g *Group) claimPull(s int) ([]byte, error) {
 	for p, seq := range g.pullLent[s] {
 		if seq > 0 {
-			if err := g.waitAtLeast(chColl, g.word(g.lay.flag(fAck, chColl, p)), seq, p, g.collTimeout()); err != nil {
+			if err := g.waitAtLeast(chColl, fAck, p, seq, g.collTimeout()); err != nil {
 				return nil, err
 			}
 		}
@@ -37,6 +37,32 @@ func (g *Group) lendPull(s int, peers []int) error {
 	}
 	for _, p := range peers {
 		g.pullLent[s][p] = g.sent[chColl][p]
+	}
+	return nil
+}
+
+// offerPull copies c into pull slot s, once its last readers are done
+// with it, and lends the slot to peers.
+func (g *Group) offerPull(s int, c []byte, peers []int) error {
+	ps, err := g.claimPull(s)
+	if err != nil {
+		return err
+	}
+	copy(ps, c)
+	return g.lendPull(s, peers)
+}
+
+// awaitPullReaders waits until every reader is done with what the first
+// rounds rounds of the current collective lent (its last nSlots rounds:
+// earlier ones were awaited before their slot was filled again). A rank
+// whose peers read from its memory must not finish the op while they
+// still do: it could exit next, taking that memory with it, and fail the
+// reads of a slower peer.
+func (g *Group) awaitPullReaders(rounds int) error {
+	for k := range min(rounds, nSlots) {
+		if _, err := g.claimPull(g.pullSlot(k)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

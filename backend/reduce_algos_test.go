@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -50,6 +51,7 @@ func checkReductions(t *testing.T, g *Group, n int, withRS bool) {
 				buf := unaligned(heads[me])
 				w, err := g.AllReduce(buf, count, dt, op)
 				must(t, g, "all_reduce "+what, w, err)
+				checkPullsAcknowledged(t, g, "all_reduce "+what)
 				if !bytes.Equal(buf, want) && !equalNaN(dt, buf, want) {
 					t.Errorf("rank %d: all_reduce %s wrong", me, what)
 				}
@@ -90,5 +92,19 @@ func TestPullAllReducesOverTCP(t *testing.T) {
 		t.Run(algo, func(t *testing.T) {
 			ranks(t, 3, testSlot, func(t *testing.T, g *Group) { checkReductions(t, g, 3, false) })
 		})
+	}
+}
+
+// checkPullsAcknowledged fails unless every peer has acknowledged every
+// pull slot this rank lent it: an op that lends its memory must not end
+// before its readers are done with it (the rank could exit next).
+func checkPullsAcknowledged(t *testing.T, g *Group, what string) {
+	t.Helper()
+	for s := range nSlots {
+		for p, seq := range g.pullLent[s] {
+			if acked := atomic.LoadUint64(g.word(g.lay.flag(fAck, chColl, p))); acked < seq {
+				t.Errorf("rank %d: %s ended with pull slot %d lent to rank %d unread (ack %d of %d)", g.Rank(), what, s, p, acked, seq)
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package backend
 import (
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
@@ -16,16 +17,20 @@ import (
 // within the policy's liveness interval: the engine knows it through a
 // pidfd.
 
-// waitAtLeast waits until *w >= want. peer is the rank whose write it is.
-// A wait of the collective channel gives up (errAborted) when a failure
-// reconciliation of the group is pending for this collective (faults.go).
-func (g *Group) waitAtLeast(ch int, w *uint64, want uint64, peer int, timeout time.Duration) error {
+// waitAtLeast waits until word kind (fReady or fAck) of channel ch that
+// peer writes reaches want, counted in the word's sleeper count while it
+// blocks. A wait of the collective channel gives up (errAborted) when a
+// failure reconciliation of the group is pending for this collective
+// (faults.go).
+func (g *Group) waitAtLeast(ch, kind, peer int, want uint64, timeout time.Duration) error {
+	w := g.word(g.lay.flag(kind, ch, peer))
 	if atomic.LoadUint64(w) >= want {
 		return nil
 	}
 	start := time.Now()
 	return g.policy.Await(channel.Wait{
 		Word:     channel.WordOf64(w),
+		Sleepers: (*uint32)(unsafe.Pointer(&g.mem[g.lay.sleepers(kind, ch, peer)])),
 		Ready:    func() bool { return atomic.LoadUint64(w) >= want },
 		Deadline: start.Add(timeout),
 		Expired: func(now time.Time) (time.Time, error) {

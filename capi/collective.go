@@ -291,6 +291,10 @@ const (
 // opFlagSync (mc_pg_op.flags): the caller waits for the op at once.
 const opFlagSync = 1
 
+// inlineOpts are the options of an op with opFlagSync, made once: building
+// them per op would allocate on every call.
+var inlineOpts = []backend.OpOption{backend.Inline()}
+
 // ints copies n C integers at p (nil: none).
 func ints[T C.int32_t | C.uint64_t](p *T, n int) []int {
 	if p == nil || n <= 0 {
@@ -317,7 +321,7 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx u
 	dt, rop, root, count := backend.DType(op.dtype), backend.ReduceOp(op.reduce_op), int(op.root), int(op.count)
 	var opts []backend.OpOption
 	if op.flags&opFlagSync != 0 {
-		opts = append(opts, backend.Inline())
+		opts = inlineOpts
 	}
 	var w *backend.Work
 	switch op.kind {

@@ -124,8 +124,10 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture(
       devices.push_back(t.device());
     }
   }
-  return c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()), devices);
+  // One type object for every op's Future (creating it allocates).
+  static const c10::TypePtr kTensorList =
+      c10::ListType::create(c10::TensorType::get());
+  return c10::make_intrusive<c10::ivalue::Future>(kTensorList, devices);
 }
 
 // The calling thread's current stream on each GPU that holds an output.

@@ -68,7 +68,7 @@ func TestEngineReadWrite(t *testing.T) {
 				t.Fatal("READ: local differs from remote")
 			}
 			s, _ := initiator.openSegment(target.Name())
-			_, conns, _ := s.route()
+			_, conns, _ := s.route(nil)
 			_, direct := conns[0].conn.(transport.DirectView)
 			if direct == tc.forceTCP {
 				t.Fatalf("a same-host mapping first = %v with forceTCP = %v", direct, tc.forceTCP)

@@ -235,8 +235,9 @@ type routeConn struct {
 // engine's order of transports. A connection that finds the peer gone
 // fails the route; one whose peer's registrations changed makes it fetch
 // the descriptor again, and is left out while it stays stale (the target
-// then validates the request over another transport).
-func (s *remoteSegment) route() (*SegmentDesc, []routeConn, error) {
+// then validates the request over another transport). The connections are
+// appended to buf[:0] (a caller's array saves the allocation).
+func (s *remoteSegment) route(buf []routeConn) (*SegmentDesc, []routeConn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.desc == nil || s.stale.Load() {
@@ -244,7 +245,7 @@ func (s *remoteSegment) route() (*SegmentDesc, []routeConn, error) {
 			return nil, nil, err
 		}
 	}
-	usable := make([]routeConn, 0, len(s.conns))
+	usable := buf[:0]
 	refreshed := false
 	for i := 0; i < len(s.conns); i++ {
 		c := s.conns[i]

@@ -116,7 +116,7 @@ func routeOf(s *remoteSegment, cache map[*remoteSegment]*route) *route {
 	r, ok := cache[s]
 	if !ok {
 		r = &route{}
-		r.desc, r.conns, r.err = s.route()
+		r.desc, r.conns, r.err = s.route(nil)
 		cache[s] = r
 	}
 	return r

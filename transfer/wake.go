@@ -102,7 +102,8 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 		fn(gpu.HostBytes(uintptr(addr), length))
 		return true, nil
 	}
-	_, conns, err := s.route()
+	var buf [4]routeConn // one per transport: no allocation per access
+	_, conns, err := s.route(buf[:0])
 	if err != nil {
 		return false, err
 	}

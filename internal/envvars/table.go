@@ -60,6 +60,8 @@ var (
 		ReadBy: "backend", Doc: "largest all_reduce done in one direct step, bytes"}
 	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "directpull", "rsag", "rspull"}, Default: "chosen by size",
 		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
+	PGAllGatherAlgo = &Var{Name: "MC_PG_ALLGATHER_ALGO", Kind: Enum, Values: []string{"direct", "pull"}, Default: "chosen by group size",
+		ReadBy: "backend", Doc: "force one all_gather algorithm (benchmarking)"}
 	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
 		ReadBy: "backend", Doc: "spin before yield-polling, microseconds"}
 	PGYieldUs = &Var{Name: "MC_PG_YIELD_US", Kind: Int, Min: 0, Default: "500",
@@ -109,7 +111,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum,
 	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
+	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,

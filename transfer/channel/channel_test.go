@@ -252,3 +252,42 @@ func TestAwaitSeesWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A waiter that only blocks (no spin, no yield, naps of an hour) counts
+// itself in its sleeper word while it blocks, and a Put that tracks the
+// word wakes it: a skipped wake-up would leave it asleep past the test's
+// limit. Many rounds race the waiter's count against the sender's store.
+func TestPutWakesCountedSleepersOnly(t *testing.T) {
+	p := newPair(t, false)
+	block := Policy{FirstNap: time.Hour, MaxNap: time.Hour, LivenessEvery: time.Hour}
+	w, sleepers := p.word64(0), p.word32(8)
+	msg := func(v uint64) Message {
+		return Message{To: p.to, Flags: []Flag{p.flag(0, 8, v)}, Sleepers: SleeperWord{Off: 8, Tracked: true}}
+	}
+	for round := uint64(1); round <= 300; round++ {
+		done := make(chan error, 1)
+		go func() {
+			done <- block.Await(Wait{Word: WordOf64(w), Sleepers: sleepers,
+				Ready: func() bool { return atomic.LoadUint64(w) >= round }})
+		}()
+		if round%3 == 0 { // let this one be asleep for sure before the put
+			for atomic.LoadUint32(sleepers) == 0 {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+		if errs := Put(p.tx, []Message{msg(round)}, EachMessage); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the waiter was not woken", round)
+		}
+		if n := atomic.LoadUint32(sleepers); n != 0 {
+			t.Fatalf("round %d: %d sleepers counted after the wait", round, n)
+		}
+	}
+}

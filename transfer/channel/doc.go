@@ -8,7 +8,8 @@
 // sequence number, a count, a ready bit), then wakes the peer if it sleeps
 // on the last flag. A same-host peer whose region is an engine-managed
 // (memfd) buffer is written directly (transfer.Engine.AccessRemote: one
-// memcpy into the mapping, flags as atomic stores, a futex wake-up); any
+// memcpy into the mapping, flags as atomic stores, a futex wake-up, skipped
+// when the message names the receiver's sleeper count and it is zero); any
 // other peer through the engine's WRITE transfers from local staging memory
 // the caller names, the flags in a second batch after the payload's, since
 // different requests may take different connections. The receiver waits

@@ -34,6 +34,17 @@ type Message struct {
 	// Flags are published in order once the payload is in place. The
 	// last one is the word the receiver sleeps on: it is woken.
 	Flags []Flag
+	// Sleepers, when Tracked, locates the receiver's count of waiters
+	// blocked on the last flag (Wait.Sleepers): the wake-up, a system
+	// call, is made only while that count is not zero. Untracked: always.
+	Sleepers SleeperWord
+}
+
+// SleeperWord is where a receiver counts its waiters that block on a flag
+// word: the 32-bit word at offset Off of its region, when Tracked.
+type SleeperWord struct {
+	Off     uint64
+	Tracked bool
 }
 
 // Data is a message's payload, written one of two ways.
@@ -126,20 +137,33 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 	return errs
 }
 
-// publish stores m's flags through one direct view spanning them and wakes
-// the receiver, or stages them and adds their writes to r (consecutive
+// publish stores m's flags through one direct view spanning them (and the
+// receiver's sleeper count) and wakes the receiver unless its count says
+// nobody sleeps, or stages them and adds their writes to r (consecutive
 // flags that are contiguous on both sides travel as one write).
+//
+// The flag's store and the count's load, against the waiter's increment of
+// the count and load of the flag (Await), are sequentially consistent
+// atomics: either this side sees the waiter counted, or the waiter sees the
+// flag before it blocks.
 func publish(eng *transfer.Engine, m *Message, i int, r *transferRound) error {
 	lo, hi := m.Flags[0].Off, uint64(0)
 	for _, f := range m.Flags {
 		lo, hi = min(lo, f.Off), max(hi, f.Off+f.width())
 	}
 	last := m.Flags[len(m.Flags)-1]
-	ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+lo, max(hi, last.Off+4)-lo, func(view []byte) {
+	hi = max(hi, last.Off+4)
+	sl := m.Sleepers
+	if sl.Tracked {
+		lo, hi = min(lo, sl.Off), max(hi, sl.Off+4)
+	}
+	ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+lo, hi-lo, func(view []byte) {
 		for _, f := range m.Flags {
 			store(view[f.Off-lo:], f)
 		}
-		transfer.WakeView(view[last.Off-lo:])
+		if !sl.Tracked || atomic.LoadUint32((*uint32)(unsafe.Pointer(&view[sl.Off-lo]))) != 0 {
+			transfer.WakeView(view[last.Off-lo:])
+		}
 	})
 	if err != nil {
 		return err

@@ -65,6 +65,11 @@ type Wait struct {
 	// Word is the 32-bit word the waiter sleeps on: the flag itself, or the
 	// low half of a little-endian 64-bit flag. Senders wake it (Put).
 	Word *uint32
+	// Sleepers, when set, is the waiter's count of blocked waiters on Word,
+	// in the same region (Message.Sleepers tells senders where): the wait
+	// counts itself there while it blocks, so that senders skip the
+	// wake-up while nobody does. nil: senders always wake.
+	Sleepers *uint32
 	// Ready reports whether the wait is over; it is called after Word was
 	// read, so a write after that read ends the following block at once.
 	Ready func() bool
@@ -124,7 +129,6 @@ func (p Policy) Await(w Wait) error {
 	nextLiveness := start.Add(p.LivenessEvery)
 	nap := p.FirstNap
 	for {
-		cur := atomic.LoadUint32(w.Word)
 		if w.Ready() {
 			return nil
 		}
@@ -155,8 +159,29 @@ func (p Policy) Await(w Wait) error {
 				d = left
 			}
 		}
-		if !transfer.WaitWord(uintptr(unsafe.Pointer(w.Word)), cur, d) {
+		ready, woken := w.block(d)
+		if ready {
+			return nil
+		}
+		if !woken {
 			nap = min(nap*2, p.MaxNap)
 		}
 	}
+}
+
+// block blocks on w.Word for at most d unless w is ready, counted in
+// w.Sleepers meanwhile: the count goes up before the word is read, so a
+// sender that stores the word after that read sees the count and wakes
+// the waiter (Put). It reports whether w was ready before blocking, and
+// else whether the block ended before d.
+func (w Wait) block(d time.Duration) (ready, woken bool) {
+	if w.Sleepers != nil {
+		atomic.AddUint32(w.Sleepers, 1)
+		defer atomic.AddUint32(w.Sleepers, ^uint32(0))
+	}
+	cur := atomic.LoadUint32(w.Word)
+	if w.Ready() {
+		return true, false
+	}
+	return false, transfer.WaitWord(uintptr(unsafe.Pointer(w.Word)), cur, d)
 }
