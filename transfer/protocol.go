@@ -114,11 +114,13 @@ func (e *Engine) transportIndex(hint string) (int, error) {
 	if slices.Contains(rdmaProtocols, name) {
 		name = "tcp"
 	}
-	names := make([]string, len(e.transports))
 	for i, t := range e.transports {
 		if t.Name() == name {
 			return i, nil
 		}
+	}
+	names := make([]string, len(e.transports))
+	for i, t := range e.transports {
 		names[i] = t.Name()
 	}
 	return 0, fmt.Errorf("transport_hint %q: this engine runs %s (and rdma, efa as tcp)", hint, strings.Join(names, ", "))
