@@ -1,15 +1,15 @@
 package backend
 
-// allGatherDirect: every active rank writes each slot-sized chunk of its
+// allGatherDirect: every active rank writes each chunk (stepBytes) of its
 // input into every active peer's slot, and copies what it receives to its
 // place (by slot) in out; blocks of inactive slots are left as they were.
 func allGatherDirect(g *Group, in, outBuf []byte) error {
 	nb := len(in)
-	slot := g.SlotBytes()
+	step := g.stepBytes()
 	others := g.others()
 	msgs := make([]out, 0, len(others))
-	for off := 0; off < nb; off += slot {
-		c := in[off:min(off+slot, nb)]
+	for off := 0; off < nb; off += step {
+		c := in[off:min(off+step, nb)]
 		msgs = msgs[:0]
 		for _, p := range others {
 			msgs = append(msgs, out{peer: p, data: c})

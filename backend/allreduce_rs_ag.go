@@ -1,7 +1,7 @@
 package backend
 
 // allReduceRSAG: reduce-scatter then all-gather, chunk by chunk. A chunk of
-// up to size*slot bytes is cut into size slices; rank r receives slice r
+// up to size*stepBytes bytes is cut into size slices; rank r receives slice r
 // from every peer, reduces it in rank order (in place in its own buffer),
 // and sends the result to every peer. Each rank moves 2(n-1)/n of the data
 // and reduces 1/n of it.
@@ -9,7 +9,7 @@ func allReduceRSAG(g *Group, buf []byte, count int, dt DType, op ReduceOp) error
 	es := dt.Size()
 	// Slices are cut among the active ranks: position i of g.act owns slice i.
 	n := len(g.act)
-	per := n * (g.SlotBytes() / es)
+	per := n * (g.stepBytes() / es)
 	others := g.others()
 	msgs := make([]out, 0, len(others))
 	srcs := make([][]byte, n)

@@ -12,7 +12,7 @@ func allReduceRSPull(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 	es := dt.Size()
 	// Slices are cut among the active ranks: position i of g.act owns slice i.
 	n := len(g.act)
-	per := n * (g.SlotBytes() / es)
+	per := n * (g.stepBytes() / es)
 	others := g.others()
 	msgs := make([]out, 0, len(others))
 	srcs := make([][]byte, n)
