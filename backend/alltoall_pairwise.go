@@ -2,7 +2,7 @@ package backend
 
 // allToAllPairwise: in round r every active rank writes chunk r of its
 // block for each active peer into that peer's slot and receives chunk r of
-// each active peer's block for it. Pairs exchange ceil(bytes/slot)
+// each active peer's block for it. Pairs exchange ceil(bytes/stepBytes)
 // messages, so uneven splits (and empty blocks) need no extra agreement;
 // the peers are g.act, the same on every active rank. The sizes have one
 // entry per slot (the world size): blocks of inactive slots are neither
@@ -15,11 +15,11 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 		roff[p+1] = roff[p] + recvBytes[p]
 	}
 	own := func() { copy(outBuf[roff[g.rank]:roff[g.rank+1]], in[soff[g.rank]:soff[g.rank+1]]) }
-	slot := g.SlotBytes()
+	step := g.stepBytes()
 	rounds := 0
 	others := g.others()
 	for _, p := range others {
-		rounds = max(rounds, (sendBytes[p]+slot-1)/slot, (recvBytes[p]+slot-1)/slot)
+		rounds = max(rounds, (sendBytes[p]+step-1)/step, (recvBytes[p]+step-1)/step)
 	}
 	if rounds == 0 {
 		own()
@@ -28,11 +28,11 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 	msgs := make([]out, 0, len(others))
 	got := make([]int, 0, len(others))
 	for r := range rounds {
-		at := r * slot
+		at := r * step
 		msgs = msgs[:0]
 		for _, p := range others {
 			if at < sendBytes[p] {
-				msgs = append(msgs, out{peer: p, data: in[soff[p]+at : soff[p]+min(sendBytes[p], at+slot)]})
+				msgs = append(msgs, out{peer: p, data: in[soff[p]+at : soff[p]+min(sendBytes[p], at+step)]})
 			}
 		}
 		if err := g.send(chColl, msgs); err != nil {
@@ -48,7 +48,7 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 				if err != nil {
 					return err
 				}
-				copy(outBuf[roff[p]+at:roff[p]+min(recvBytes[p], at+slot)], s)
+				copy(outBuf[roff[p]+at:roff[p]+min(recvBytes[p], at+step)], s)
 				got = append(got, p)
 			}
 		}

@@ -1,14 +1,14 @@
 package backend
 
-// broadcastOneToAll: the root writes each slot-sized chunk into every
+// broadcastOneToAll: the root writes each chunk (stepBytes) into every
 // peer's slot; with two slots per peer it runs one chunk ahead of the
 // receivers' copy-out.
 func broadcastOneToAll(g *Group, buf []byte, root int) error {
-	slot := g.SlotBytes()
+	step := g.stepBytes()
 	others := g.others()
 	msgs := make([]out, 0, len(others))
-	for off := 0; off < len(buf); off += slot {
-		c := buf[off:min(off+slot, len(buf))]
+	for off := 0; off < len(buf); off += step {
+		c := buf[off:min(off+step, len(buf))]
 		if g.rank == root {
 			msgs = msgs[:0]
 			for _, p := range others {

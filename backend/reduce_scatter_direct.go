@@ -5,7 +5,7 @@ package backend
 // receives in rank order into out. Blocks of inactive slots are not read.
 func reduceScatterDirect(g *Group, in, outBuf []byte, count int, dt DType, op ReduceOp) error {
 	es := dt.Size()
-	per := g.SlotBytes() / es
+	per := g.stepBytes() / es
 	others := g.others()
 	msgs := make([]out, 0, len(others))
 	srcs := make([][]byte, len(g.act)) // srcs[i]: active position i's block

@@ -4,12 +4,16 @@ import "github.com/mooncake-go/mooncake/internal/envvars"
 
 // Algorithm choice by size and world size: the one place it is made.
 
-// maxStepBytes caps the piece one step of a chunked algorithm moves per
+// maxStepBytes caps the piece one step of a pushing algorithm moves per
 // message (stepBytes). A step reads its input, fills the peers' slots and
 // copies or reduces out of its own; kept to 512 KiB per piece, that stays
 // within a core's 2 MiB L2 cache where a 4 MiB slot does not. Measured on 2
-// ranks (median busbw of 4 launches, GB/s): all_reduce of 4 MiB 7.2 -> 13.1
-// and all_gather of 4 MiB 5.4 -> 9.3.
+// ranks (median busbw of 3-4 launches, GB/s, 4 MiB): all_reduce 7.2 -> 13.1,
+// all_gather 5.4 -> 9.3, reduce_scatter 6.0 -> 10.0, all_to_all 4.0 -> 6.0.
+// all_gather and broadcast by pulling (allgather_pull.go,
+// broadcast_pull.go) keep whole slots: each of their steps also waits for
+// every reader, and with 4 ranks on 2 cores smaller steps made 16 MiB
+// all_gather and broadcast 12-14% slower.
 const maxStepBytes = 512 << 10
 
 // stepBytes is the largest piece one message of a chunked collective

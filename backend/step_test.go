@@ -6,7 +6,7 @@ import (
 )
 
 // With slots larger than maxStepBytes (the 4 MiB default of small groups),
-// the chunked algorithms cut tensors into stepBytes pieces: the results are
+// the pushing algorithms cut tensors into stepBytes pieces: the results are
 // right, and the number of messages to the peer is the number of pieces.
 func TestChunkedAlgorithmsStepBelowSlot(t *testing.T) {
 	const slot = 4 << 20
@@ -44,6 +44,43 @@ func TestChunkedAlgorithmsStepBelowSlot(t *testing.T) {
 		}
 		if d := sentTo() - before; d != 4 {
 			t.Errorf("rank %d: all_reduce of %d bytes sent %d messages, want 2 chunks x 2", me, count*4, d)
+		}
+
+		// reduce_scatter, all_to_all and broadcast: 4 pieces of each block.
+		ins := [][]byte{input(Float32, 0, 2*count, 3), input(Float32, 1, 2*count, 3)}
+		blocks := [][]byte{ins[0][me*count*4 : (me+1)*count*4], ins[1][me*count*4 : (me+1)*count*4]}
+		outRS := make([]byte, count*4)
+		before = sentTo()
+		w, err = g.ReduceScatter(ins[me], outRS, count, Float32, Sum)
+		must(t, g, "reduce_scatter", w, err)
+		if !bytes.Equal(outRS, refReduce(Float32, Sum, blocks, count)) {
+			t.Errorf("rank %d: reduce_scatter of %d floats per rank wrong", me, count)
+		}
+		if d := sentTo() - before; d != 4 {
+			t.Errorf("rank %d: reduce_scatter sent %d messages, want 4", me, d)
+		}
+
+		in := append(bytesOf(me, nb, 4), bytesOf(me+2, nb, 4)...) // blocks for rank 0, rank 1
+		outA2A := make([]byte, 2*nb)
+		before = sentTo()
+		w, err = g.AllToAll(in, outA2A, []int{nb, nb}, []int{nb, nb})
+		must(t, g, "all_to_all", w, err)
+		if wantA2A := append(bytesOf(2*me, nb, 4), bytesOf(2*me+1, nb, 4)...); !bytes.Equal(outA2A, wantA2A) {
+			t.Errorf("rank %d: all_to_all of %d-byte blocks wrong", me, nb)
+		}
+		if d := sentTo() - before; d != 4 {
+			t.Errorf("rank %d: all_to_all sent %d messages, want 4", me, d)
+		}
+
+		bc := bytesOf(me, nb, 5)
+		before = sentTo()
+		w, err = g.Broadcast(bc, 0)
+		must(t, g, "broadcast", w, err)
+		if !bytes.Equal(bc, bytesOf(0, nb, 5)) {
+			t.Errorf("rank %d: broadcast of %d bytes wrong", me, nb)
+		}
+		if want := map[int]uint64{0: 4, 1: 0}[me]; sentTo()-before != want {
+			t.Errorf("rank %d: broadcast sent %d messages, want %d", me, sentTo()-before, want)
 		}
 	})
 }
