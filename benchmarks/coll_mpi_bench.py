@@ -22,7 +22,7 @@ is empty. See benchmarks/README.md for installing Open MPI and mpi4py from PyPI.
 Writes bench-out/coll_mpi_bench.csv.
 
 Usage: .venv/bin/python benchmarks/coll_mpi_bench.py [--worlds 2,4] [--rows latency,bandwidth]
-           [--no-mpi] [--rounds 5] [--target-time 0.3]
+           [--no-mpi] [--rounds 5] [--target-time 0.3] [--launches 1]
 """
 
 from __future__ import annotations
@@ -73,6 +73,35 @@ def mpi_op(op: str, size: int, n: int, comm) -> tuple[int, Callable[[], object]]
     if op == "reduce_scatter":
         return per * n * 4, lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
     return per * n * 4, lambda: comm.Alltoall(inp, out)
+
+
+SYSTEMS = ("mooncake", "mpi", "gloo")
+
+
+def make_row(n: int, op: str, nbytes: int, seconds: dict[str, float]) -> dict:
+    """A table row from each system's time per op (seconds; a missing system is NaN)."""
+    row: dict = {"world": n, "op": op, "bytes": nbytes}
+    for name in SYSTEMS:
+        dt = seconds.get(name, float("nan"))
+        row[f"{name}_us"] = dt * 1e6
+        row[f"{name}_busbw"] = nbytes / dt / 1e9 * bus_factor(op, n) if nbytes else float("nan")
+    row["x_mpi"] = row["mpi_us"] / row["mooncake_us"]
+    row["x_gloo"] = row["gloo_us"] / row["mooncake_us"]
+    return row
+
+
+def merge_launches(launches: list[list[dict]]) -> list[dict]:
+    """One row per (world, op, size): each system's median time over the launches."""
+    merged = []
+    for rows in zip(*launches, strict=True):
+        r0 = rows[0]
+        seconds = {
+            name: statistics.median(r[f"{name}_us"] for r in rows) / 1e6
+            for name in SYSTEMS
+            if r0[f"{name}_us"] == r0[f"{name}_us"]  # NaN: the system did not run
+        }
+        merged.append(make_row(r0["world"], r0["op"], r0["bytes"], seconds))
+    return merged
 
 
 def worker(a: argparse.Namespace) -> None:
@@ -136,16 +165,7 @@ def worker(a: argparse.Namespace) -> None:
                 for _ in range(iters[name]):
                     fn()
                 times[name].append(agree_max((time.perf_counter() - t0) / iters[name]))
-        row: dict = {"world": n, "op": op, "bytes": nbytes}
-        for name in ("mooncake", "mpi", "gloo"):
-            if name not in times:
-                row[f"{name}_us"] = row[f"{name}_busbw"] = float("nan")
-                continue
-            dt = statistics.median(times[name])
-            row[f"{name}_us"] = dt * 1e6
-            row[f"{name}_busbw"] = nbytes / dt / 1e9 * bus_factor(op, n) if nbytes else float("nan")
-        row["x_mpi"] = row["mpi_us"] / row["mooncake_us"]
-        row["x_gloo"] = row["gloo_us"] / row["mooncake_us"]
+        row = make_row(n, op, nbytes, {k: statistics.median(v) for k, v in times.items()})
         results.append(row)
         if a.rank == 0:
             print(json.dumps(row), flush=True)
@@ -241,6 +261,13 @@ def main() -> None:
         "--target-time", type=float, default=0.3, help="seconds per (op, size, backend)"
     )
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds; the median is kept")
+    ap.add_argument(
+        "--launches",
+        type=int,
+        default=1,
+        help="start every world this many times (worlds interleaved) and keep each cell's median:"
+        " on a shared or virtual host whole seconds run slow at once, which one launch cannot tell",
+    )
     ap.add_argument("--max-iters", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "bench-out"))
@@ -267,11 +294,18 @@ def main() -> None:
     if launcher is None and not a.no_mpi:
         print("coll_mpi_bench: mpi4py or mpirun not found: no Open MPI column", file=sys.stderr)
     t0 = time.time()
-    rows: list[dict] = []
-    for w in [int(x) for x in a.worlds.split(",") if x]:
-        rows += run_world(a, w, launcher)
+    worlds = [int(x) for x in a.worlds.split(",") if x]
+    runs: dict[int, list[list[dict]]] = {w: [] for w in worlds}
+    for i in range(a.launches):
+        for w in worlds:
+            if a.launches > 1:
+                print(f"coll_mpi_bench: launch {i + 1}/{a.launches}, {w} ranks", flush=True)
+            runs[w].append(run_world(a, w, launcher))
+    rows = [r for w in worlds for r in merge_launches(runs[w])]
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print_table(rows)
+    if a.launches > 1:
+        print(f"(each cell: the median of {a.launches} launches)")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     keys = (
