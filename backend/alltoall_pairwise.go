@@ -2,8 +2,7 @@ package backend
 
 // allToAllPairwise: in round r every active rank writes chunk r of its
 // block for each active peer into that peer's slot and receives chunk r of
-// each active peer's block for it, copying them out in the order they
-// arrive. Pairs exchange ceil(bytes/stepBytes)
+// each active peer's block for it. Pairs exchange ceil(bytes/stepBytes)
 // messages, so uneven splits (and empty blocks) need no extra agreement;
 // the peers are g.act, the same on every active rank. The sizes have one
 // entry per slot (the world size): blocks of inactive slots are neither
@@ -28,7 +27,6 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 	}
 	msgs := make([]out, 0, len(others))
 	got := make([]int, 0, len(others))
-	pending := make([]int, 0, len(others))
 	for r := range rounds {
 		at := r * step
 		msgs = msgs[:0]
@@ -43,20 +41,16 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 		if r == 0 { // while the peers copy out what they just got
 			own()
 		}
-		pending = pending[:0]
+		got = got[:0]
 		for _, p := range others {
 			if at < recvBytes[p] {
-				pending = append(pending, p)
+				s, err := g.recv(chColl, p)
+				if err != nil {
+					return err
+				}
+				copy(outBuf[roff[p]+at:roff[p]+min(recvBytes[p], at+step)], s)
+				got = append(got, p)
 			}
-		}
-		got = got[:0]
-		for len(pending) > 0 { // in the order the chunks arrive
-			p, s, err := g.recvAny(chColl, &pending)
-			if err != nil {
-				return err
-			}
-			copy(outBuf[roff[p]+at:roff[p]+min(recvBytes[p], at+step)], s)
-			got = append(got, p)
 		}
 		g.release(chColl, got...)
 	}

@@ -124,30 +124,12 @@ func (g *Group) putError(msgs []out, errs []error) error {
 // whole slot; the caller knows the length). The slot stays valid until
 // release.
 func (g *Group) recv(ch, peer int) ([]byte, error) {
-	if err := g.waitAtLeast(ch, fReady, peer, g.rcvd[ch][peer]+1, g.timeout(ch)); err != nil {
+	seq := g.rcvd[ch][peer] + 1
+	if err := g.waitAtLeast(ch, fReady, peer, seq, g.timeout(ch)); err != nil {
 		return nil, err
 	}
-	return g.arrived(ch, peer), nil
-}
-
-// recvAny waits for the next message from any of pending (not empty),
-// removes that peer from pending, and returns it with its slot, as recv:
-// a rank copying out several peers' messages copies each as it comes.
-func (g *Group) recvAny(ch int, pending *[]int) (int, []byte, error) {
-	i, err := g.waitAnyReady(ch, *pending)
-	if err != nil {
-		return -1, nil, err
-	}
-	ps := *pending
-	peer := ps[i]
-	*pending = append(ps[:i], ps[i+1:]...)
-	return peer, g.arrived(ch, peer), nil
-}
-
-// arrived is the slot of the next message from peer, which has arrived.
-func (g *Group) arrived(ch, peer int) []byte {
-	off := g.lay.recv(ch, peer, g.rcvd[ch][peer]+1)
-	return g.mem[off : off+g.lay.slot[ch]]
+	off := g.lay.recv(ch, peer, seq)
+	return g.mem[off : off+g.lay.slot[ch]], nil
 }
 
 // release gives the slots of the last message from each of peers back to

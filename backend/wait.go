@@ -27,48 +27,16 @@ func (g *Group) waitAtLeast(ch, kind, peer int, want uint64, timeout time.Durati
 	if atomic.LoadUint64(w) >= want {
 		return nil
 	}
-	return g.await(ch, kind, peer, nil, func() bool { return atomic.LoadUint64(w) >= want }, timeout)
-}
-
-// waitAnyReady waits until the next message on channel ch from at least
-// one of peers (not empty) has arrived, and returns the index in peers of
-// one that has: a rank that copies out several peers' messages takes them
-// in the order they come, and only waits while none has. A waiter that
-// gets to block sleeps on the first peer's word; another peer's message
-// ends the sleep at the next nap (at most the policy's MaxNap).
-func (g *Group) waitAnyReady(ch int, peers []int) (int, error) {
-	arrived := func() int {
-		for i, p := range peers {
-			if atomic.LoadUint64(g.word(g.lay.flag(fReady, ch, p))) > g.rcvd[ch][p] {
-				return i
-			}
-		}
-		return -1
-	}
-	found := arrived()
-	if found >= 0 {
-		return found, nil
-	}
-	err := g.await(ch, fReady, peers[0], peers[1:], func() bool { found = arrived(); return found >= 0 }, g.timeout(ch))
-	return found, err
-}
-
-// await waits under the group's policy until ready reports true, for the
-// writes of rank first (whose word kind it blocks on) and of others. Past
-// the deadline each of them is probed (see above).
-func (g *Group) await(ch, kind, first int, others []int, ready func() bool, timeout time.Duration) error {
 	start := time.Now()
 	return g.policy.Await(channel.Wait{
-		Word:     channel.WordOf64(g.word(g.lay.flag(kind, ch, first))),
-		Sleepers: (*uint32)(unsafe.Pointer(&g.mem[g.lay.sleepers(kind, ch, first)])),
-		Ready:    ready,
+		Word:     channel.WordOf64(w),
+		Sleepers: (*uint32)(unsafe.Pointer(&g.mem[g.lay.sleepers(kind, ch, peer)])),
+		Ready:    func() bool { return atomic.LoadUint64(w) >= want },
 		Deadline: start.Add(timeout),
 		Expired: func(now time.Time) (time.Time, error) {
-			for _, peer := range append([]int{first}, others...) {
-				if err := g.probe(peer); err != nil {
-					return now, peerFailure(peer, "rank %d (%s) stopped answering after %v: %v",
-						peer, g.peer(peer).name, now.Sub(start).Round(time.Millisecond), err)
-				}
+			if err := g.probe(peer); err != nil {
+				return now, peerFailure(peer, "rank %d (%s) stopped answering after %v: %v",
+					peer, g.peer(peer).name, now.Sub(start).Round(time.Millisecond), err)
 			}
 			return now.Add(timeout), nil
 		},
@@ -82,10 +50,8 @@ func (g *Group) await(ch, kind, first int, others []int, ready func() bool, time
 			return nil
 		},
 		Alive: func() error {
-			for _, peer := range append([]int{first}, others...) {
-				if p := g.peer(peer); p != nil && g.engine.PeerExited(p.seg) {
-					return peerFailure(peer, "rank %d (%s) exited", peer, p.name)
-				}
+			if p := g.peer(peer); p != nil && g.engine.PeerExited(p.seg) {
+				return peerFailure(peer, "rank %d (%s) exited", peer, p.name)
 			}
 			return nil
 		},
