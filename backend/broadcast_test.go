@@ -6,14 +6,14 @@ import (
 )
 
 // Both broadcast algorithms from every root against the root's bytes, for
-// 1-5 ranks and sizes below, at and across the slot size (more chunks
+// 1-8 ranks and sizes below, at and across the slot size (more chunks
 // than slots), several ops in a row so that slots are reused.
 func TestBroadcastAlgorithms(t *testing.T) {
 	algos := []struct {
 		name string
 		fn   broadcastFn
 	}{{"push", broadcastOneToAll}, {"pull", broadcastPull}}
-	for _, n := range []int{1, 2, 3, 5} {
+	for n := 1; n <= 8; n++ {
 		ranks(t, n, testSlot, func(t *testing.T, g *Group) {
 			for _, a := range algos {
 				for seed, nb := range []int{0, 1, 17, testSlot, 3*testSlot + 5} {
