@@ -1,7 +1,9 @@
 # Mooncake-Go developer entry points. See docs/build.md.
 #
 #   make demo    set up, then run demo/demo.py
-#   make test    set up, then go vet, go test -race, pytest
+#   make test    set up, then go vet, go test -race, the fuzzers briefly, pytest
+#   make faults  the fault tests repeated under load (scripts/faults.sh)
+#   make fuzz    every Go fuzz target for longer (FUZZTIME, default 60s)
 #   make setup   scripts/setup.sh: etcd/redis, .venv, build + install the package
 #   make build   go build ./... and (re)install the Python package
 #   make lint    gofmt, go vet, ruff
@@ -19,7 +21,7 @@ GO ?= go
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all setup build lint test demo bench proto clean
+.PHONY: all setup build lint test faults fuzz demo bench proto clean
 
 all: build
 
@@ -39,11 +41,18 @@ lint: setup
 test: setup
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+	FUZZTIME=3s scripts/fuzz.sh
 	@rc=0; $(PY) -m pytest -q tests || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -z "$$(find tests -name 'test_*.py' -o -name '*_test.py')" ]; then \
 		echo "pytest: no Python test files in tests/ yet"; rc=0; \
 	fi; \
 	exit $$rc
+
+faults: setup
+	scripts/faults.sh
+
+fuzz:
+	FUZZTIME=$${FUZZTIME:-60s} scripts/fuzz.sh
 
 demo: setup
 	$(PY) demo/demo.py

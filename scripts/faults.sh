@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Repeats the fault tests under CPU load (`make faults`).
+#
+#   scripts/faults.sh [-n RUNS] [-l LOAD] [-p PATTERN]
+#
+#   -n RUNS     runs of each suite (default 20, or $FAULT_RUNS)
+#   -l LOAD     busy-loop processes kept running beside the tests (default:
+#               the number of cores, or $FAULT_LOAD; 0 for none)
+#   -p PATTERN  run only suites whose name matches this extended regex
+#
+# `make test` runs each fault scenario once; this target is where they are
+# repeated: real processes killed (kill -9, os._exit), stopped (SIGSTOP) and
+# cut off, while other processes compete for the cores. Every run of a suite
+# must pass; the script prints one line per suite with its pass count and
+# exits non-zero if any run failed, keeping the failing runs' output under
+# $FAULT_LOGS (default build/faults/).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$PATH:/usr/local/go/bin"
+export CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}"
+
+runs="${FAULT_RUNS:-20}"
+load="${FAULT_LOAD:-$(nproc)}"
+pattern=""
+while getopts "n:l:p:h" opt; do
+	case $opt in
+	n) runs=$OPTARG ;;
+	l) load=$OPTARG ;;
+	p) pattern=$OPTARG ;;
+	h)
+		sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*) exit 2 ;;
+	esac
+done
+logs="${FAULT_LOGS:-build/faults}"
+mkdir -p "$logs"
+PY=.venv/bin/python
+
+# name | command. Go suites are built once (-c) and the binary rerun, so a
+# run measures the scenario, not the compiler.
+suites=(
+	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery"
+	"transfer-faults|go:./transfer|PeerExit|Close|DeadPeer|InjectLinkFailure"
+	"pg-faults|py:tests/test_pg_faults.py"
+	"pg-elastic|py:tests/test_pg_elastic.py"
+	"ep-faults|py:tests/test_ep_faults.py"
+	"store-ha|py:tests/test_store_ha.py"
+	"store-dummy|py:tests/test_store_dummy.py"
+)
+
+loaders=()
+stop_load() {
+	local pid
+	for pid in "${loaders[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+}
+trap stop_load EXIT
+for ((i = 0; i < load; i++)); do
+	# Each loader ends by itself after six hours, should this script be
+	# killed before its trap runs.
+	timeout 6h bash -c 'while :; do :; done' &
+	loaders+=($!)
+done
+
+failed=0
+printf '%-20s %6s %6s\n' suite passed runs
+for s in "${suites[@]}"; do
+	name=${s%%|*}
+	spec=${s#*|}
+	if [[ -n $pattern && ! $name =~ $pattern ]]; then
+		continue
+	fi
+	case $spec in
+	go:*)
+		rest=${spec#go:}
+		pkg=${rest%%|*}
+		run=${rest#*|}
+		bin="$logs/$name.test"
+		go test -race -c -o "$bin" "$pkg"
+		cmd=("$(realpath "$bin")" -test.run "$run" -test.count 1 -test.timeout 10m)
+		workdir=$pkg
+		;;
+	py:*)
+		cmd=("$(realpath "$PY")" -m pytest -q -x -p no:cacheprovider "${spec#py:}")
+		workdir=.
+		;;
+	esac
+	passed=0
+	for ((r = 1; r <= runs; r++)); do
+		out="$logs/$name.$r.log"
+		if (cd "$workdir" && "${cmd[@]}") >"$out" 2>&1; then
+			passed=$((passed + 1))
+			rm -f "$out"
+		else
+			failed=1
+			echo "faults: $name run $r failed; output in $out" >&2
+		fi
+	done
+	printf '%-20s %6d %6d\n' "$name" "$passed" "$runs"
+done
+exit $failed
