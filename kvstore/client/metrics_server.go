@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/procmetrics"
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
@@ -78,6 +79,7 @@ func (c *Client) StartMetricsServer(addr string) (string, error) {
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = w.Write([]byte(c.MetricsText()))
+		procmetrics.Read().Write(w)
 	})
 	mux.HandleFunc("GET /breakdown", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.Breakdown())

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/procmetrics"
 	"github.com/mooncake-go/mooncake/internal/version"
 )
 
@@ -35,6 +36,7 @@ func (s *Server) AdminHandler() http.Handler {
 			leader = 1
 		}
 		fmt.Fprintf(w, "# HELP master_is_leader Whether this master serves RPCs.\n# TYPE master_is_leader gauge\nmaster_is_leader %d\n", leader)
+		procmetrics.Read().Write(w)
 	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")

@@ -329,6 +329,11 @@ func TestServiceOverTCP(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	for _, gauge := range []string{"go_goroutines ", "process_open_fds ", "process_resident_memory_bytes "} {
+		if !strings.Contains(m, "\n"+gauge) {
+			t.Errorf("/metrics lacks the process gauge %q", gauge)
+		}
+	}
 	if code, body := get(svc.MetricsAddr(), "/get_all_segments"); code != 200 || !strings.Contains(body, `"id":"s"`) {
 		t.Fatalf("/get_all_segments = %d %s", code, body)
 	}

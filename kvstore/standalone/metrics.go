@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/procmetrics"
 )
 
 // labelled is one scope's counters and the label that names it (`scope="x"`,
@@ -59,5 +61,6 @@ func (s *Server) MetricsText() string {
 	if len(rows) > 0 {
 		writeScopeMetrics(&b, rows)
 	}
+	procmetrics.Read().Write(&b)
 	return b.String()
 }
