@@ -128,7 +128,7 @@ func (c *Client) setup(cfg Config) error {
 		}
 	}
 	c.arena = newArena(c.local)
-	c.staging = newStagingPool(c.arena)
+	c.staging = newStagingPool(c.arena, c.engine)
 	var err error
 	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace, c.trace); err != nil {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
@@ -201,6 +201,9 @@ func (c *Client) release() {
 	}
 	for _, s := range c.segments {
 		c.releaseSegmentMemory(s)
+	}
+	if c.staging != nil {
+		c.staging.close()
 	}
 	if c.local != nil {
 		c.engine.UnregisterLocalMemory(gpu.AddrOf(c.local))

@@ -62,9 +62,7 @@ func (a *arena) tryAlloc(n, align uint64) (uintptr, bool) {
 // alloc waits for n bytes until ctx ends.
 func (a *arena) alloc(ctx context.Context, n, align uint64) (uintptr, error) {
 	for {
-		a.mu.Lock()
-		wake := a.freed
-		a.mu.Unlock()
+		wake := a.wake()
 		if p, ok := a.tryAlloc(n, align); ok {
 			return p, nil
 		}
@@ -74,6 +72,13 @@ func (a *arena) alloc(ctx context.Context, n, align uint64) (uintptr, error) {
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// wake is closed at the next release.
+func (a *arena) wake() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.freed
 }
 
 // release returns the range that starts at p; false if p is not the start

@@ -2,38 +2,135 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mooncake-go/mooncake/gpu"
 )
 
-// maxStageChunk bounds one staging chunk: a copying operation takes a
-// chunk of this size (or the whole buffer, when smaller) from the local
-// buffer's arena, so concurrent operations each get their own.
+// maxStageChunk bounds one staging chunk: a copying operation stages its
+// bytes through a chunk of at most this size (or the whole buffer, when
+// smaller), so concurrent operations each get their own.
 const maxStageChunk = 4 << 20
 
 // stageAlign aligns staging chunks and local-buffer leases.
 const stageAlign = 64
 
-// stagingPool hands out chunks of the registered local buffer.
+// registrar registers memory as the local side of transfers (the
+// client's Transfer Engine).
+type registrar interface {
+	RegisterLocalOnly(addr uintptr, length uint64) error
+	UnregisterLocalMemory(addr uintptr) error
+}
+
+// stagingPool hands out staging chunks. It takes them from the local
+// buffer's arena, which BufferPool leases (LocalAlloc) share; when the
+// leases leave no room there, from a reserve that only staging uses: one
+// chunk's worth of memory, mapped and registered the first time it is
+// needed and kept until close. A lease can hold the local buffer for as
+// long as its owner likes, but reserve chunks are held only by staging
+// operations, each bounded by its transfer deadline, so a copying put or
+// get always makes progress however much of the local buffer is leased.
 type stagingPool struct {
 	arena *arena
-	size  int
+	size  int // the largest chunk; 0 without a local buffer
+	reg   registrar
+
+	mu      sync.Mutex
+	reserve *arena // nil until first needed
+	mapping []byte // the reserve's memory
+	closed  bool
 }
 
-func newStagingPool(a *arena) *stagingPool {
-	return &stagingPool{arena: a, size: int(min(a.size, maxStageChunk))}
+func newStagingPool(a *arena, reg registrar) *stagingPool {
+	return &stagingPool{arena: a, size: int(min(a.size, maxStageChunk)), reg: reg}
 }
 
-// get waits for a free chunk.
-func (p *stagingPool) get(ctx context.Context) ([]byte, error) {
-	addr, err := p.arena.alloc(ctx, uint64(p.size), stageAlign)
+// chunkSize is the chunk staging n bytes takes: n rounded up to
+// stageAlign, at most size.
+func (p *stagingPool) chunkSize(n uint64) uint64 {
+	n = (max(n, 1) + stageAlign - 1) &^ (stageAlign - 1)
+	return min(n, uint64(p.size))
+}
+
+// get returns a chunk for staging n bytes (in pieces of the chunk when n
+// is larger than it). It waits, until ctx ends, only while other staging
+// operations hold both the local buffer's free room and the reserve.
+func (p *stagingPool) get(ctx context.Context, n uint64) ([]byte, error) {
+	m := p.chunkSize(n)
+	if addr, ok := p.arena.tryAlloc(m, stageAlign); ok {
+		return mem(addr, m), nil
+	}
+	res, err := p.reserveArena()
 	if err != nil {
 		return nil, err
 	}
-	return mem(addr, uint64(p.size))[:p.size:p.size], nil
+	for {
+		mainFreed, resFreed := p.arena.wake(), res.wake()
+		if addr, ok := p.arena.tryAlloc(m, stageAlign); ok {
+			return mem(addr, m), nil
+		}
+		if addr, ok := res.tryAlloc(m, stageAlign); ok {
+			return mem(addr, m), nil
+		}
+		select {
+		case <-mainFreed:
+		case <-resFreed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no staging chunk of %d bytes: %w", m, ctx.Err())
+		}
+	}
 }
 
-func (p *stagingPool) put(c []byte) { p.arena.release(gpu.AddrOf(c)) }
+// reserveArena maps and registers the reserve on first use.
+func (p *stagingPool) reserveArena() (*arena, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reserve != nil {
+		return p.reserve, nil
+	}
+	if p.closed {
+		return nil, fmt.Errorf("staging pool closed")
+	}
+	buf, err := unix.Mmap(-1, 0, p.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("staging reserve of %d bytes: %w", p.size, err)
+	}
+	if err := p.reg.RegisterLocalOnly(gpu.AddrOf(buf), uint64(len(buf))); err != nil {
+		unix.Munmap(buf)
+		return nil, fmt.Errorf("staging reserve of %d bytes: %w", p.size, err)
+	}
+	p.mapping, p.reserve = buf, newArena(buf)
+	return p.reserve, nil
+}
+
+// put returns a chunk from get.
+func (p *stagingPool) put(c []byte) {
+	addr := gpu.AddrOf(c)
+	if p.arena.release(addr) {
+		return
+	}
+	p.mu.Lock()
+	res := p.reserve
+	p.mu.Unlock()
+	if res != nil {
+		res.release(addr)
+	}
+}
+
+// close unregisters and unmaps the reserve; no chunk may be out.
+func (p *stagingPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.mapping != nil {
+		p.reg.UnregisterLocalMemory(gpu.AddrOf(p.mapping))
+		unix.Munmap(p.mapping)
+		p.mapping, p.reserve = nil, nil
+	}
+}
 
 // Part is a range of the caller's memory.
 type Part struct {

@@ -142,16 +142,17 @@ func (c *Client) readReplica(parts []Part, r *pb.ReplicaDescriptor, objOff, n ui
 	})
 }
 
-// staged runs fn over n bytes in pieces of one staging chunk.
+// staged runs fn over n bytes in pieces of one staging chunk (see
+// stagingPool: leases of the local buffer cannot starve it).
 func (c *Client) staged(n uint64, fn func(chunk []byte, off uint64) error) error {
 	if c.staging.size == 0 {
 		return kvstore.InvalidParams // no local buffer: zero-copy calls only
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.engine.Timeout())
 	defer cancel()
-	chunk, err := c.staging.get(ctx)
+	chunk, err := c.staging.get(ctx, n)
 	if err != nil {
-		return kvstore.TransferFail
+		return transferErr(err)
 	}
 	defer c.staging.put(chunk)
 	for off := uint64(0); off < n; off += uint64(len(chunk)) {
