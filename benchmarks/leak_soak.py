@@ -1,0 +1,463 @@
+"""Leak soak: what a long run leaves behind in every process of the store.
+
+``python benchmarks/leak_soak.py [--calls 100000] [--cycles 200] [--out DIR]``
+
+Starts a ``mooncake_master`` (with its HTTP metadata store) on loopback, then:
+
+1. **embedded**: a worker process with an in-process ``MooncakeDistributedStore`` makes
+   `--calls` mixed calls (put, get, get_into, batch put/get, is_exist, remove) over 1000
+   keys;
+2. **dummy**: a ``mooncake_client`` daemon (hot cache on, shared memory) and a dummy
+   client process make the same mix through the daemon's socket, zero-copy and copying;
+3. **rest**: ``mc_store_rest_server``, driven by `--calls` HTTP requests (put, get,
+   exist, remove) over one kept-alive connection;
+4. **cycles**: `--cycles` setup/put/get/close cycles of an embedded store in one
+   process (an observer store kept open reports that process's goroutines), and the same
+   number of ``setup_dummy``/close cycles against the daemon;
+5. **kill -9**: a client killed in the middle of its calls (the master and a new client
+   must carry on), a dummy killed mid-call (the daemon must drop its session and its
+   memfds), and the daemon killed mid-call (its dummy's calls must fail, not hang).
+
+For each process it reads, before and after: open descriptors, memfds among them,
+threads, resident memory (from /proc) and goroutines (from the process's /metrics). It
+also counts the host's /dev/shm entries and leftover processes. The "before" reading is
+taken after a warm-up of 2000 calls, so caches that fill once do not count as growth. It
+prints one table, and writes ``leak_soak.csv`` beside it. It asserts nothing: it is a
+measurement, to be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import http.client
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import store_bench as sb  # noqa: E402
+
+KEYS = 1000
+VALUE = 4096
+WARMUP = 2000
+PAYLOAD = bytes(random.Random(0).getrandbits(8) for _ in range(VALUE))  # every value put
+
+
+# -- readings ------------------------------------------------------------------------
+
+
+def proc_reading(pid: int) -> dict[str, int]:
+    """fds, memfds, threads and RSS of process pid, from /proc."""
+    fds = memfds = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        fds += 1
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                memfds += 1
+        except OSError:
+            pass
+    out = {"fds": fds, "memfds": memfds, "threads": -1, "rss_kib": -1}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name == "Threads":
+                out["threads"] = int(value.split()[0])
+            elif name == "VmRSS":
+                out["rss_kib"] = int(value.split()[0])
+    return out
+
+
+def metric(text: str, name: str) -> int:
+    """The value of an unlabelled sample in Prometheus text, or -1."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    return -1
+
+
+def goroutines_at(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return metric(r.read().decode(), "go_goroutines")
+
+
+def reading(pid: int, metrics_url: str | None) -> dict[str, int]:
+    r = proc_reading(pid)
+    r["goroutines"] = goroutines_at(metrics_url) if metrics_url else -1
+    return r
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+# -- the call mix -----------------------------------------------------------------------
+
+
+def call_mix(store, calls: int, rng: random.Random, buf_ptr: int, buf_len: int) -> int:
+    """`calls` mixed calls on `store`; the number that failed."""
+    value = PAYLOAD
+    failures = 0
+    for i in range(calls):
+        key = f"soak-{rng.randrange(KEYS)}"
+        op = i % 8
+        if op in (0, 1):
+            failures += store.put(key, value) != 0
+        elif op == 2:
+            got = store.get(key)
+            failures += got not in (b"", value)
+        elif op == 3:
+            n = store.get_into(key, buf_ptr, buf_len)
+            failures += n not in (VALUE, -704)  # -704: OBJECT_NOT_FOUND
+        elif op == 4:
+            keys = [f"soak-{k}" for k in rng.sample(range(KEYS), 4)]
+            failures += store.put_batch(keys, [value] * 4) != 0
+        elif op == 5:
+            keys = [f"soak-{k}" for k in rng.sample(range(KEYS), 4)]
+            failures += any(v not in (b"", value) for v in store.get_batch(keys))
+        elif op == 6:
+            failures += store.is_exist(key) < 0
+        else:
+            # -704 missing, -706 still leased by a recent get: both expected
+            failures += store.remove(key) not in (0, -704, -706)
+    return failures
+
+
+# -- worker roles (run in their own processes) -------------------------------------------
+
+
+def serve_commands(run) -> None:
+    """Answer the parent's commands on stdin: `run N` makes N calls and prints
+    the failures; `exit` returns."""
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd and cmd[0] == "run":
+            print(f"done {run(int(cmd[1]))}", flush=True)
+        elif cmd and cmd[0] == "exit":
+            return
+
+
+def role_embedded(args) -> None:
+    from mooncake.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup(sb.LOOPBACK, args.metadata, 64 << 20, 16 << 20, "tcp", "", args.master)
+    if rc != 0:
+        raise SystemExit(f"leak_soak: setup failed: {rc}")
+    print(f"metrics http://{store.start_metrics_server(0, sb.LOOPBACK)}/metrics", flush=True)
+    buf = ctypes.create_string_buffer(VALUE)
+    store.register_buffer(ctypes.addressof(buf), VALUE)
+    rng = random.Random(1)
+    serve_commands(lambda n: call_mix(store, n, rng, ctypes.addressof(buf), VALUE))
+    store.close()
+
+
+def role_dummy(args) -> None:
+    from mooncake.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup_dummy(64 << 20, 16 << 20, args.daemon, worker_scope="soak")
+    if rc != 0:
+        raise SystemExit(f"leak_soak: setup_dummy failed: {rc}")
+    ptr = store.alloc_from_mem_pool(VALUE)
+    if not ptr or store.register_buffer(ptr, VALUE) != 0:
+        raise SystemExit("leak_soak: dummy buffer")
+    rng = random.Random(2)
+    serve_commands(lambda n: call_mix(store, n, rng, ptr, VALUE))
+    store.close()
+
+
+def role_cycles(args) -> None:
+    """`--cycles` embedded setup/close cycles, then as many dummy ones; prints
+    a JSON reading of this process after 10 cycles and after all of them."""
+    from mooncake.store import MooncakeDistributedStore
+
+    observer = MooncakeDistributedStore()
+    if observer.setup(sb.LOOPBACK, args.metadata, 16 << 20, 4 << 20, "tcp", "", args.master):
+        raise SystemExit("leak_soak: observer setup failed")
+    url = f"http://{observer.start_metrics_server(0, sb.LOOPBACK)}/metrics"
+    value = b"c" * VALUE
+    failures = 0
+    readings = {}
+    for kind in ("embedded", "dummy"):
+        for i in range(args.cycles):
+            s = MooncakeDistributedStore()
+            if kind == "embedded":
+                rc = s.setup(sb.LOOPBACK, args.metadata, 16 << 20, 4 << 20, "tcp", "", args.master)
+            else:
+                rc = s.setup_dummy(16 << 20, 4 << 20, args.daemon, worker_scope=f"cycle-{i % 4}")
+            if rc != 0:
+                failures += 1
+            else:
+                key = f"cycle-{kind}-{i}"
+                failures += s.put(key, value) != 0
+                failures += s.get(key) != value
+                failures += s.remove(key, force=True) != 0
+            s.close()
+            if i + 1 in (10, args.cycles):
+                readings[f"{kind}-{i + 1}"] = reading(os.getpid(), url)
+    print(json.dumps({"readings": readings, "failures": failures}), flush=True)
+    observer.close()
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+
+class Worker:
+    """A worker process of this script, driven over its stdin."""
+
+    def __init__(self, procs: sb.Procs, role: str, args, extra: list[str], log: Path) -> None:
+        argv = [sys.executable, __file__, f"--role={role}", f"--metadata={args.metadata}",
+                f"--master={args.master}", *extra]
+        self.p = procs.start(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=open(log, "wb"), text=True)
+        self.metrics_url = None
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                raise SystemExit(f"leak_soak: worker {role} died at start (see {log})")
+            if line.startswith("metrics "):
+                self.metrics_url = line.split()[1]
+            if line.strip() == "ready":
+                return
+
+    def run(self, calls: int) -> int:
+        self.p.stdin.write(f"run {calls}\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line.startswith("done "):
+            raise SystemExit(f"leak_soak: worker answered {line!r}")
+        return int(line.split()[1])
+
+    def start_run(self, calls: int) -> None:
+        self.p.stdin.write(f"run {calls}\n")
+        self.p.stdin.flush()
+
+    def exit(self) -> int:
+        self.p.stdin.write("exit\n")
+        self.p.stdin.flush()
+        return self.p.wait(timeout=60)
+
+
+Rows = list[list]
+
+
+def add_rows(rows: Rows, what: str, before: dict, after: dict) -> None:
+    for k in ("fds", "memfds", "threads", "rss_kib", "goroutines"):
+        b, a = before.get(k, -1), after.get(k, -1)
+        if b < 0 and a < 0:
+            continue
+        rows.append([what, k, b, a, a - b])
+
+
+def start_master(procs: sb.Procs, tmp: Path) -> tuple[str, str, str, subprocess.Popen]:
+    rpc, meta, admin = sb.free_port(), sb.free_port(), sb.free_port()
+    p = procs.start(
+        [sb.master_binary(tmp), "--enable_http_metadata_server=true",
+         f"--rpc_address={sb.LOOPBACK}", f"--rpc_port={rpc}",
+         f"--http_metadata_server_host={sb.LOOPBACK}", f"--http_metadata_server_port={meta}",
+         f"--metrics_host={sb.LOOPBACK}", f"--metrics_port={admin}",
+         "--enable_metric_reporting=false", "--client_ttl=2"],
+        stdout=open(tmp / "master.log", "wb"), stderr=subprocess.STDOUT)
+    sb.wait_until(lambda: sb.port_open(rpc) and sb.port_open(meta), 30, "mooncake_master")
+    return (f"{sb.LOOPBACK}:{rpc}", f"http://{sb.LOOPBACK}:{meta}/metadata",
+            f"http://{sb.LOOPBACK}:{admin}/metrics", p)
+
+
+def start_daemon(procs: sb.Procs, tmp: Path, args, name: str) -> tuple[str, str, subprocess.Popen]:
+    port, http_port = sb.free_port(), sb.free_port()
+    env = dict(os.environ, MC_STORE_LOCAL_HOT_CACHE_SIZE=str(64 << 20),
+               MC_STORE_LOCAL_HOT_BLOCK_SIZE=str(64 << 10), MC_STORE_LOCAL_HOT_CACHE_USE_SHM="1")
+    p = procs.start(
+        [sb.master_binary(tmp, "mooncake_client"), f"--host={sb.LOOPBACK}",
+         f"--metadata_server={args.metadata}", f"--master_server_address={args.master}",
+         f"--port={port}", "--global_segment_size=256MB", "--enable_http_server=true",
+         f"--http_port={http_port}"],
+        stdout=open(tmp / f"{name}.log", "wb"), stderr=subprocess.STDOUT, env=env)
+    base = f"http://{sb.LOOPBACK}:{http_port}"
+    sb.wait_until(lambda: urllib.request.urlopen(base + "/health", timeout=1).status == 200,
+                  30, "mooncake_client")
+    return f"{sb.LOOPBACK}:{port}", base + "/metrics", p
+
+
+def soak_rest(procs: sb.Procs, tmp: Path, args, rows: Rows) -> int:
+    port = sb.free_port()
+    env = dict(os.environ, MOONCAKE_MASTER=args.master, MOONCAKE_TE_META_DATA_SERVER=args.metadata,
+               MOONCAKE_LOCAL_HOSTNAME=sb.LOOPBACK, MOONCAKE_PROTOCOL="tcp",
+               MOONCAKE_GLOBAL_SEGMENT_SIZE=str(64 << 20), MOONCAKE_LOCAL_BUFFER_SIZE=str(16 << 20))
+    exe = Path(sys.executable).parent / "mc_store_rest_server"
+    p = procs.start([str(exe), f"--port={port}", "--host=127.0.0.1"],
+                    stdout=open(tmp / "rest.log", "wb"), stderr=subprocess.STDOUT, env=env)
+    sb.wait_until(lambda: sb.port_open(port), 60, "mc_store_rest_server")
+    conn = http.client.HTTPConnection(sb.LOOPBACK, port, timeout=30)
+    rng = random.Random(3)
+    value = "v" * 1024
+    failures = 0
+
+    def one(i: int) -> None:
+        nonlocal failures
+        key = f"rest-{rng.randrange(KEYS)}"
+        op = i % 4
+        if op == 0:
+            conn.request("PUT", "/api/put", body=json.dumps({"key": key, "value": value}),
+                         headers={"Content-Type": "application/json"})
+        elif op == 1:
+            conn.request("GET", f"/api/get/{key}")
+        elif op == 2:
+            conn.request("GET", f"/api/exist/{key}")
+        else:
+            conn.request("DELETE", f"/api/remove/{key}")
+        r = conn.getresponse()
+        r.read()
+        # A missing key is 404 for a get; a remove of a missing or leased key
+        # is upstream's 500 "Remove operation failed".
+        failures += r.status not in {0: (200,), 1: (200, 404), 2: (200,), 3: (200, 500)}[op]
+
+    for i in range(WARMUP):
+        one(i)
+    before = reading(p.pid, None)
+    t0 = time.monotonic()
+    for i in range(args.calls):
+        one(i)
+    rate = args.calls / (time.monotonic() - t0)
+    add_rows(rows, f"rest service ({rate:.0f} calls/s)", before, reading(p.pid, None))
+    conn.close()
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+    return failures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=100_000, help="calls per path (default 100000)")
+    ap.add_argument("--cycles", type=int, default=200, help="setup/close cycles (default 200)")
+    ap.add_argument("--out", default=str(sb.REPO / "bench-out"), help="where leak_soak.csv goes")
+    ap.add_argument("--role", default="parent", help=argparse.SUPPRESS)
+    ap.add_argument("--metadata", help=argparse.SUPPRESS)
+    ap.add_argument("--master", help=argparse.SUPPRESS)
+    ap.add_argument("--daemon", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    roles = {"embedded": role_embedded, "dummy": role_dummy, "cycles": role_cycles}
+    if args.role in roles:
+        roles[args.role](args)
+        return
+
+    procs = sb.Procs()
+    signal.signal(signal.SIGTERM, lambda s, f: (procs.stop_all(), sys.exit(128 + s)))
+    tmp = Path(tempfile.mkdtemp(prefix="leak-soak-"))
+    rows: Rows = []
+    failures: dict[str, int] = {}
+    shm_before = shm_entries()
+    try:
+        args.master, args.metadata, master_metrics, master = start_master(procs, tmp)
+        master_before = reading(master.pid, master_metrics)
+
+        print(f"embedded: {args.calls} calls ...", flush=True)
+        w = Worker(procs, "embedded", args, [], tmp / "embedded.log")
+        w.run(WARMUP)
+        before = reading(w.p.pid, w.metrics_url)
+        failures["embedded"] = w.run(args.calls)
+        add_rows(rows, "embedded client", before, reading(w.p.pid, w.metrics_url))
+        w.exit()
+
+        print(f"dummy: {args.calls} calls ...", flush=True)
+        args.daemon, daemon_metrics, daemon = start_daemon(procs, tmp, args, "daemon")
+        daemon_idle = reading(daemon.pid, daemon_metrics)
+        w = Worker(procs, "dummy", args, [f"--daemon={args.daemon}"], tmp / "dummy.log")
+        w.run(WARMUP)
+        before, dbefore = reading(w.p.pid, None), reading(daemon.pid, daemon_metrics)
+        failures["dummy"] = w.run(args.calls)
+        add_rows(rows, "dummy client", before, reading(w.p.pid, None))
+        add_rows(rows, "daemon (dummy's calls)", dbefore, reading(daemon.pid, daemon_metrics))
+        w.exit()
+
+        print(f"rest: {args.calls} calls ...", flush=True)
+        failures["rest"] = soak_rest(procs, tmp, args, rows)
+
+        print(f"cycles: {args.cycles} embedded and {args.cycles} dummy setup/close ...",
+              flush=True)
+        dbefore = reading(daemon.pid, daemon_metrics)
+        p = procs.start([sys.executable, __file__, "--role=cycles", f"--metadata={args.metadata}",
+                         f"--master={args.master}", f"--daemon={args.daemon}",
+                         f"--cycles={args.cycles}"],
+                        stdout=subprocess.PIPE, stderr=open(tmp / "cycles.log", "wb"), text=True)
+        out = json.loads(p.stdout.read())
+        p.wait(timeout=60)
+        r = out["readings"]
+        failures["cycles"] = out["failures"]
+        add_rows(rows, f"setup/close, embedded (cycle 10 -> {args.cycles})",
+                 r["embedded-10"], r[f"embedded-{args.cycles}"])
+        add_rows(rows, f"setup/close, dummy (cycle 10 -> {args.cycles})",
+                 r["dummy-10"], r[f"dummy-{args.cycles}"])
+        add_rows(rows, "daemon (setup/close cycles)", dbefore, reading(daemon.pid, daemon_metrics))
+
+        print("kill -9: a client, a dummy, the daemon, each mid-call ...", flush=True)
+        w = Worker(procs, "embedded", args, [], tmp / "killed-embedded.log")
+        w.start_run(args.calls)
+        time.sleep(1.0)
+        w.p.kill()
+        w.p.wait()
+        w = Worker(procs, "dummy", args, [f"--daemon={args.daemon}"], tmp / "killed-dummy.log")
+        w.start_run(args.calls)
+        time.sleep(1.0)
+        w.p.kill()
+        w.p.wait()
+        # The daemon notices the dummy's socket closing at once: give it a
+        # moment to drop the session, then compare with the idle daemon.
+        time.sleep(1.0)
+        add_rows(rows, "daemon, idle -> after its dummies (one killed)", daemon_idle,
+                 reading(daemon.pid, daemon_metrics))
+        w = Worker(procs, "dummy", args, [f"--daemon={args.daemon}"], tmp / "orphan-dummy.log")
+        w.start_run(args.calls)
+        time.sleep(1.0)
+        daemon.kill()
+        daemon.wait()
+        try:
+            w.p.stdout.readline()  # the dummy's run must end (its calls fail), not hang
+            w.exit()
+            failures["dummy after daemon kill -9 ended"] = 0
+        except Exception:
+            failures["dummy after daemon kill -9 ended"] = 1
+        # A new client must still work against the master once the killed
+        # ones' leases (--client_ttl=2) have run out.
+        time.sleep(3.0)
+        w = Worker(procs, "embedded", args, [], tmp / "after-kills.log")
+        failures["new client after the kills"] = w.run(WARMUP)
+        w.exit()
+        add_rows(rows, "master (whole soak)", master_before, reading(master.pid, master_metrics))
+    finally:
+        procs.stop_all()
+    time.sleep(0.5)
+    left = sorted(shm_entries() - shm_before)
+    rows.append(["host", "/dev/shm entries left", len(shm_before), len(shm_before) + len(left),
+                 len(left)])
+    alive = [p.pid for p in procs.procs if p.poll() is None]
+    rows.append(["host", "processes left", 0, len(alive), len(alive)])
+
+    w0 = max(len(r[0]) for r in rows)
+    print()
+    print(f"{'process':<{w0}}  {'measure':<22} {'before':>10} {'after':>10} {'growth':>8}")
+    for what, k, b, a, g in rows:
+        print(f"{what:<{w0}}  {k:<22} {b:>10} {a:>10} {g:>+8}")
+    print()
+    print("failed calls:", ", ".join(f"{k} {v}" for k, v in failures.items()))
+    if left:
+        print("left in /dev/shm:", " ".join(left))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "leak_soak.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["process", "measure", "before", "after", "growth"], *rows])
+    print(f"csv: {out / 'leak_soak.csv'}")
+
+
+if __name__ == "__main__":
+    main()
