@@ -54,6 +54,15 @@ class Daemon:
         return f"{LOOPBACK}:{self.port}"
 
     def start(self) -> Daemon:
+        self.launch()
+        ok = wait_for(lambda: self.proc.poll() is not None or self._health() == 200, 30)
+        assert ok and self.proc.poll() is None, (
+            f"mooncake_client did not start:\n{self.log.read_text()}"
+        )
+        return self
+
+    def launch(self) -> Daemon:
+        """Start the process without waiting for it to become ready."""
         self.http_port = free_ports(1)[0]
         with open(self.log, "ab") as log:
             self.proc = self.reaper.popen(
@@ -73,11 +82,11 @@ class Daemon:
                 stderr=subprocess.STDOUT,
                 env=self.env,
             )
-        ok = wait_for(lambda: self.proc.poll() is not None or self._health() == 200, 30)
-        assert ok and self.proc.poll() is None, (
-            f"mooncake_client did not start:\n{self.log.read_text()}"
-        )
         return self
+
+    def retrying(self) -> bool:
+        """Whether the log says setup failed and will be retried."""
+        return "setup failed; retrying" in self.log.read_text(errors="replace")
 
     def _health(self) -> int:
         try:
@@ -428,6 +437,56 @@ def test_mem_pool_size_bounds_alloc_from_mem_pool(daemons):
         assert s.alloc_from_mem_pool(256 << 10) != 0
     finally:
         s.close()
+
+
+# -- setup before the services are up (issue 35) ------------------------------------
+
+
+@pytest.fixture
+def unstarted_master(go_bin_dir, process_reaper):
+    """A master (with its metadata server) on free ports, not started yet."""
+    from store_fixtures import Master
+
+    return Master(go_binary("mooncake_master", go_bin_dir), process_reaper)
+
+
+def test_daemon_waits_for_the_master_and_metadata_server(
+    unstarted_master, go_bin_dir, process_reaper, dummies
+):
+    d = Daemon(go_binary("mooncake_client", go_bin_dir), process_reaper, unstarted_master)
+    d.launch()
+    assert wait_for(lambda: d.proc.poll() is not None or d.retrying(), 30), d.log.read_text()
+    assert d.proc.poll() is None, (
+        f"the daemon exited while the master was down:\n{d.log.read_text()}"
+    )
+    unstarted_master.start()
+    assert wait_for(lambda: d.proc.poll() is not None or d._health() == 200, 60), d.log.read_text()
+    assert d.proc.poll() is None, d.log.read_text()
+    a = dummies(d)
+    p = _prefix()
+    assert a.call("put", p + "k", b"after a late master") == 0
+    assert a.call("get", p + "k") == b"after a late master"
+    assert d.terminate() == 0
+
+
+def test_daemon_retrying_setup_exits_0_on_sigterm(unstarted_master, go_bin_dir, process_reaper):
+    d = Daemon(go_binary("mooncake_client", go_bin_dir), process_reaper, unstarted_master)
+    d.launch()
+    assert wait_for(lambda: d.proc.poll() is not None or d.retrying(), 30), d.log.read_text()
+    assert d.proc.poll() is None, d.log.read_text()
+    assert d.terminate() == 0, d.log.read_text()
+
+
+def test_daemon_setup_timeout_gives_up(unstarted_master, go_bin_dir, process_reaper):
+    d = Daemon(
+        go_binary("mooncake_client", go_bin_dir),
+        process_reaper,
+        unstarted_master,
+        flags=["--setup_timeout=1"],
+    )
+    d.launch()
+    assert d.proc.wait(timeout=60) == 1
+    assert "--setup_timeout" in d.log.read_text()
 
 
 def test_daemon_help_and_bad_flags(go_bin_dir):

@@ -16,6 +16,7 @@ type options struct {
 	host, metadataServer, deviceNames string
 	masterAddress, protocol, tenantID string
 	port, httpPort, threads           int
+	setupTimeout                      int // seconds; 0: retry setup until stopped
 	globalSegmentSize                 uint64
 	localBufferSize                   uint64
 	enableOffload, startOffloadRPC    bool
@@ -84,6 +85,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.startOffloadRPC, "start_offload_rpc_server", true, "accepted for compatibility; only meaningful with --enable_offload")
 	fs.BoolVar(&o.enableHTTPServer, "enable_http_server", false, "serve /metrics and /health on --http_port")
 	fs.IntVar(&o.httpPort, "http_port", 9300, "port of the HTTP server")
+	fs.IntVar(&o.setupTimeout, "setup_timeout", 0, "seconds to keep retrying setup while the metadata server or master is unreachable (0: until SIGTERM/SIGINT)")
 	fs.StringVar(&o.logDir, "log_dir", "", "glog compatibility: logs always go to stderr (a directory is refused)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
@@ -118,6 +120,8 @@ func parse(args []string, out io.Writer) (*options, error) {
 		return fail("invalid --port %d", o.port)
 	case o.httpPort <= 0 || o.httpPort > 65535:
 		return fail("invalid --http_port %d", o.httpPort)
+	case o.setupTimeout < 0:
+		return fail("invalid --setup_timeout %d (seconds, 0 to retry until stopped)", o.setupTimeout)
 	case o.threads < 1:
 		return fail("--threads must be at least 1")
 	case o.enableOffload:

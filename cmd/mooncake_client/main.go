@@ -4,6 +4,13 @@
 // Unix socket @mooncake_client_<port>.sock. Flags keep upstream's names and
 // defaults.
 //
+// Setup: while the metadata server or the master cannot be reached (not
+// started yet, restarting), the daemon keeps retrying with backoff (up to
+// 5 s apart), logging a failure when it changes and otherwise every 30 s;
+// --setup_timeout=N gives up (exit 1) after N seconds. SIGTERM or SIGINT
+// while it waits exits 0. Other setup failures (bad flags, no memory for
+// the segment) exit 1 at once.
+//
 // Shutdown (SIGTERM, SIGINT): dummy calls that arrive are refused
 // (UNAVAILABLE_IN_CURRENT_STATUS), running ones finish, the dummies'
 // connections close (their later calls fail with RPC_FAIL until a daemon
@@ -59,11 +66,15 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		return err
 	}
 	log := slog.Default()
-	c, err := client.New(client.Config{
+	c, err := setupClient(client.Config{
 		LocalHostname: o.host, MetadataServer: o.metadataServer, GlobalSegmentSize: o.globalSegmentSize,
 		LocalBufferSize: o.localBufferSize, Protocol: o.protocol, DeviceName: o.deviceNames,
 		MasterServerAddr: o.masterAddress, TenantID: o.tenantID,
-	})
+	}, time.Duration(o.setupTimeout)*time.Second, stop, log)
+	if errors.As(err, new(errStopped)) {
+		log.Info("mooncake_client stopped", "reason", err.Error())
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("store client setup: %w", err)
 	}

@@ -100,7 +100,7 @@ func New(cfg Config) (*Client, error) {
 		c.engine, err = transfer.New(transfer.Config{LocalHostname: c.hostname, MetadataServer: cfg.MetadataServer,
 			Protocol: cfg.Protocol, DeviceName: cfg.DeviceName})
 		if err != nil {
-			return nil, fmt.Errorf("%w: transfer engine: %v", kvstore.InvalidParams, err)
+			return nil, fmt.Errorf("%w: transfer engine: %w", kvstore.InvalidParams, err)
 		}
 		c.ownsTE = true
 	}
@@ -131,7 +131,7 @@ func (c *Client) setup(cfg Config) error {
 	c.staging = newStagingPool(c.arena, c.engine)
 	var err error
 	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace, c.trace); err != nil {
-		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
+		return fmt.Errorf("%w: %w", kvstore.RPCFail, err)
 	}
 	if cfg.GlobalSegmentSize > 0 {
 		base, err := c.engine.AllocateManagedBufferPages(cfg.GlobalSegmentSize, cfg.HugePageSize)
