@@ -85,7 +85,7 @@ type Evacuation struct {
 	Remaining   int // replicas still on the segment, complete or being written
 	Moving      int // move tasks off the segment in flight
 	Started     int // move tasks this pass started
-	Dropped     int // replicas dropped: a replica elsewhere, no room for a copy
+	Dropped     int // replicas dropped: no room for a copy, but one outlives the client
 	Unplaceable int // objects whose only replica is here and fits nowhere else
 	Quarantined int // moved or dropped buffers readers may still hold
 }
@@ -99,10 +99,12 @@ func (e Evacuation) Done() bool { return e.Remaining == 0 && e.Moving == 0 && e.
 // which must not be ACTIVE (UNAVAILABLE_IN_CURRENT_STATUS; new replicas
 // would keep arriving): every COMPLETE replica on it that no task moves
 // yet gets a move task to another ACTIVE segment that holds no replica of
-// the object (executed by clientID, which holds the source). A replica
-// whose object is readable elsewhere too (another memory replica, or a
-// disk copy) is dropped when no segment has room for a copy; one that is the object's only replica then stays, as
-// unplaceable. Moved and dropped buffers stay reserved until the object's
+// the object (executed by clientID, which holds the source). When no
+// segment has room for a copy, a replica is dropped only if the object
+// stays readable once clientID has left (survivesDeparture: another
+// memory replica, or a disk copy on another client's disk); otherwise it
+// stays, as unplaceable, and the drain waits as it would without a disk
+// tier. Moved and dropped buffers stay reserved until the object's
 // read lease ends, so reads already routed to them succeed. Calling it
 // again picks up what earlier passes could not place and replicas whose
 // writes completed since; the drain is over when Done.
@@ -135,7 +137,7 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time) (Evacuati
 				ev.Started++
 				continue
 			}
-			if len(o.readable()) > 1 || len(o.disk) > 0 {
+			if s.survivesDeparture(o, r) {
 				s.dropReplica(o, r, now)
 				ev.Dropped++
 			} else {
@@ -157,6 +159,20 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time) (Evacuati
 		}
 	}
 	return ev, kvstore.OK
+}
+
+// survivesDeparture reports whether o stays readable without r and
+// without anything else r's client owns on disk: another COMPLETE memory
+// replica (a segment of its own, drained on its own turn), or a
+// LOCAL_DISK copy on another client's disk. A copy on the leaving
+// client's own disk goes with it, so it does not count.
+func (s *State) survivesDeparture(o *object, r *replica) bool {
+	for _, other := range o.readable() {
+		if other != r {
+			return true
+		}
+	}
+	return slices.ContainsFunc(o.disk, func(d diskReplica) bool { return d.client != r.seg.client })
 }
 
 // movingFrom returns the source replicas of unfinished tasks reading
@@ -212,7 +228,7 @@ type HandoffItem struct {
 	Size          uint64
 	From          Segment
 	To            *Segment // nil: no other segment has room
-	OtherReplicas int      // readable replicas elsewhere: other segments, disk copies
+	OtherReplicas int      // readable replicas that outlive the segments: other segments, other clients' disk copies
 }
 
 // PlanHandoff is a dry run of evacuating clientID's segments segIDs (all
@@ -257,7 +273,11 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 				continue
 			}
 			it := HandoffItem{Key: key, Size: o.size, From: r.seg.info}
-			it.OtherReplicas = len(o.disk)
+			for _, d := range o.disk {
+				if d.client != clientID {
+					it.OtherReplicas++
+				}
+			}
 			for _, other := range o.readable() {
 				if !leaving[other.seg] {
 					it.OtherReplicas++
