@@ -232,6 +232,37 @@ def test_pool_and_staging_share_the_local_buffer(store_master, stores):
     lease.release()
 
 
+def test_a_lease_of_the_whole_local_buffer_starves_no_copying_call(store_master, stores):
+    """Issue 35: with one lease holding all of the local buffer (a DataProto
+    array kept alive, say), copying puts and gets waited for a staging chunk
+    until the transfer timeout, failed, and get returned b"". They now stage
+    through a reserve of their own; the lease keeps working."""
+    s = stores(store_master, buffer="4MB")
+    pool = BufferPool(s)
+    lease = pool.acquire(4 * MiB)
+    assert pool.overflow_registrations == 0  # the lease is the whole local buffer
+    pattern = bytes(range(256)) * (4 * MiB // 256)
+    lease.buffer[:] = pattern
+    small = b"manifest of a structured object"
+    big = np.random.default_rng(3).integers(0, 256, 9 * MiB + 13, dtype=np.uint8).tobytes()
+    assert s.put("leased-small", small) == 0
+    assert s.get("leased-small") == small
+    assert s.put("leased-big", big) == 0  # larger than the whole local buffer
+    assert s.get("leased-big") == big
+    assert s.get_batch(["leased-small", "leased-big"]) == [small, big]
+    assert bytes(lease.buffer) == pattern  # staging never wrote into the lease
+    # The lease itself still works, zero-copy both ways.
+    assert s.put_from("leased-lease", lease.ptr, lease.size) == 0
+    lease.buffer[:] = bytes(4 * MiB)
+    assert s.get_into("leased-lease", lease.ptr, lease.size) == 4 * MiB
+    assert bytes(lease.buffer) == pattern
+    lease.release()
+    # Released, the whole buffer is free again for a lease (staging kept none of it).
+    with pool.acquire(4 * MiB):
+        assert pool.overflow_registrations == 0
+        assert s.get("leased-small") == small
+
+
 def test_host_mem_allocator():
     a = MooncakeHostMemAllocator()
     ptr = a.alloc(MiB)
