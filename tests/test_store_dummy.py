@@ -14,6 +14,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOPBACK, free_ports, go_binary, kill_process, wait_for
+from conftest import LOOPBACK, free_ports, go_binary, kill_process, port_open, wait_for
 from dummy_peer import parse_metrics
 
 HERE = Path(__file__).resolve().parent
@@ -459,6 +460,7 @@ def test_daemon_waits_for_the_master_and_metadata_server(
     assert d.proc.poll() is None, (
         f"the daemon exited while the master was down:\n{d.log.read_text()}"
     )
+    assert not port_open(LOOPBACK, d.port)  # not ready: its TCP port stays closed
     unstarted_master.start()
     assert wait_for(lambda: d.proc.poll() is not None or d._health() == 200, 60), d.log.read_text()
     assert d.proc.poll() is None, d.log.read_text()
@@ -467,6 +469,20 @@ def test_daemon_waits_for_the_master_and_metadata_server(
     assert a.call("put", p + "k", b"after a late master") == 0
     assert a.call("get", p + "k") == b"after a late master"
     assert d.terminate() == 0
+
+
+def test_daemon_tcp_port_signals_readiness_and_serves_nothing(daemons):
+    d = daemons()
+    assert port_open(LOOPBACK, d.port)
+    with socket.create_connection((LOOPBACK, d.port), timeout=30) as c:
+        c.sendall(b"\x00" * 64)  # never read: the port speaks no protocol
+        c.settimeout(30)
+        try:
+            assert c.recv(64) == b""
+        except ConnectionResetError:
+            pass  # closed with our bytes unread
+    assert d.terminate() == 0
+    assert not port_open(LOOPBACK, d.port)
 
 
 def test_daemon_retrying_setup_exits_0_on_sigterm(unstarted_master, go_bin_dir, process_reaper):

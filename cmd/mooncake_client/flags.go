@@ -76,7 +76,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.deviceNames, "device_names", "", "RDMA devices, comma-separated (empty: auto)")
 	fs.StringVar(&o.masterAddress, "master_server_address", "127.0.0.1:50051", "master host:port, or etcd://h1:p1;h2:p2 to follow an HA leader")
 	fs.StringVar(&o.protocol, "protocol", "tcp", "transport: tcp or rdma")
-	fs.IntVar(&o.port, "port", 50052, "names the Unix socket dummy clients connect to (@mooncake_client_<port>.sock); setup_dummy's server_address is host:<port>")
+	fs.IntVar(&o.port, "port", 50052, "names the Unix socket dummy clients connect to (@mooncake_client_<port>.sock; setup_dummy's server_address is host:<port>) and is the TCP port that accepts connections once the daemon is ready (readiness only)")
 	fs.Var(size{&o.globalSegmentSize}, "global_segment_size", "memory this client contributes to the pool (\"4 GB\", \"512MB\", bytes)")
 	fs.Var(size{&o.localBufferSize}, "local_buffer_size", "the daemon's own staging buffer (dummies stage through theirs)")
 	fs.IntVar(&o.threads, "threads", 1, "accepted for compatibility (>= 1): dummy calls are served concurrently regardless")

@@ -11,6 +11,11 @@
 // while it waits exits 0. Other setup failures (bad flags, no memory for
 // the segment) exit 1 at once.
 //
+// TCP --port (readyListener): once it serves dummies the daemon accepts
+// TCP connections on --port at --host's address (loopback when --host is
+// a wildcard) and closes them at once, a readiness signal for launchers;
+// the dummy protocol itself is served on the Unix socket only.
+//
 // Shutdown (SIGTERM, SIGINT): dummy calls that arrive are refused
 // (UNAVAILABLE_IN_CURRENT_STATUS), running ones finish, the dummies'
 // connections close (their later calls fail with RPC_FAIL until a daemon
@@ -101,11 +106,18 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		go httpSrv.Serve(ln)
 		log.Info("mooncake_client http server", "address", ln.Addr().String())
 	}
-	log.Info("mooncake_client ready", "hostname", c.Hostname(), "socket", socket[1:], "master", o.masterAddress,
+	ready, err := listenReady(readyAddress(o.host, o.port))
+	if err != nil {
+		return err
+	}
+	defer ready.Close()
+	log.Info("mooncake_client ready", "hostname", c.Hostname(), "socket", socket[1:], "tcp_port", ready.Addr(),
+		"master", o.masterAddress,
 		"global_segment_size", o.globalSegmentSize, "tenant_id", o.tenantID,
 		"hot_cache_size", hc.Size, "hot_cache_block", hc.BlockSize, "hot_cache_shm", hc.Shared)
 	sig := <-stop
 	log.Info("mooncake_client stopping: finishing running calls, then unmounting", "signal", fmt.Sprint(sig))
+	ready.Close()
 	if httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		httpSrv.Shutdown(ctx)
