@@ -15,7 +15,11 @@ import uuid
 import pytest
 
 from conftest import LOOPBACK, free_port, wait_for
-from mooncake.mooncake_store_service import MooncakeStoreService, _shm_name_to_path
+from mooncake.mooncake_store_service import (
+    MooncakeStoreService,
+    _shm_name_to_path,
+    parse_args,
+)
 
 
 class Served:
@@ -239,6 +243,84 @@ def test_reconfigure(served, shm_file):
         {"status": "success", "mode": "prefill"},
     )
     assert svc.mounted_segment_ids == [] and svc.last_mount_info == {}
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A 1 MiB file outside /dev/shm that the service could open read-write."""
+    path = tmp_path / "passwd"
+    path.write_bytes(b"root:x:0:0::/root:/bin/sh\n" * (1 << 15))
+    return path
+
+
+@pytest.fixture
+def shm_link(victim):
+    """A symlink in /dev/shm that points at the victim file."""
+    link = f"/dev/shm/mc-rest-link-{uuid.uuid4().hex}"
+    os.symlink(victim, link)
+    yield link
+    os.unlink(link)
+
+
+def test_reconfigure_refuses_paths_outside_segment_dir(served, victim, shm_link):
+    """Issue 33 #4: decode mode mounted (and puts overwrote) any file the service could open."""
+    before = victim.read_bytes()
+    size = len(before)
+    for path in (
+        str(victim),
+        "/dev/shm/" + os.path.relpath(victim, "/dev/shm"),
+        os.path.relpath(victim, "/dev/shm"),
+        shm_link,
+        os.path.basename(shm_link),
+        "/dev/shm",
+        "/dev/shm/",
+    ):
+        status, body = served.json(
+            "POST", "/api/reconfigure", {"mode": "decode", "path": path, "size": size}
+        )
+        assert status == 400 and body["error"].startswith("Refused path"), (path, status, body)
+    svc = served.service
+    assert svc.current_mode == "prefill" and svc.mounted_segment_ids == []
+    # mount_shm's names are confined too: a symlink in /dev/shm is not followed.
+    status, body = served.json(
+        "POST", "/api/mount_shm", {"name": os.path.basename(shm_link), "size": size}
+    )
+    assert status == 400 and body["error"].startswith("Refused name"), body
+    # Nothing was mounted, so puts cannot land in the file.
+    for i in range(8):
+        served.json("PUT", "/api/put", {"key": f"fill{i}", "value": "z" * 4096})
+    assert victim.read_bytes() == before
+
+
+def test_non_loopback_bind_needs_allow_remote(capsys, monkeypatch):
+    assert parse_args([]).host == LOOPBACK
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--host", "0.0.0.0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "refusing to bind '0.0.0.0'" in err and "--allow_remote" in err
+    args = parse_args(["--host", "0.0.0.0", "--allow_remote"])
+    assert args.host == "0.0.0.0" and args.allow_remote
+    assert parse_args(["--host", "::1"]).host == "::1"
+    # The service itself refuses too, before listening.
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("MOONCAKE_MASTER", f"{LOOPBACK}:1")
+    svc = MooncakeStoreService()
+    for host in ("0.0.0.0", "", "example.com"):
+        with pytest.raises(ValueError, match="--allow_remote"):
+            asyncio.run(svc.start_http_service(free_port(), host))
+    assert svc._runner is None
+
+
+def test_console_script_refuses_remote_bind():
+    exe = os.path.join(os.path.dirname(sys.executable), "mc_store_rest_server")
+    proc = subprocess.run(
+        [exe, "--host", "0.0.0.0", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "--allow_remote" in proc.stderr, proc.stderr
 
 
 def test_data_on_mounted_segment_is_served(store_master, env_for, stores, shm_file):

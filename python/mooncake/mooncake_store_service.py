@@ -1,9 +1,10 @@
 """mooncake.mooncake_store_service: a store client behind a small REST API.
 
 ``mc_store_rest_server [--config PATH] [-D key=value ...] [--port 8080]
+[--host 127.0.0.1] [--allow_remote] [--segment_dir /dev/shm]
 [--max-wait-time 60]`` sets up a `MooncakeDistributedStore` from a
 `MooncakeConfig` (the file, else the environment; ``-D`` overrides fields)
-and serves, with aiohttp on <host>:<port> (``--host``, default 0.0.0.0):
+and serves, with aiohttp on <host>:<port>:
 
 * ``PUT /api/put`` (JSON key, value), ``GET /api/get/{key}``,
   ``GET /api/exist/{key}``, ``DELETE /api/remove/{key}``,
@@ -15,14 +16,25 @@ and serves, with aiohttp on <host>:<port> (``--host``, default 0.0.0.0):
 
 Responses are JSON (``{"status": "success", ...}`` or ``{"error": ...}``)
 except a successful GET of a value, which is the raw bytes.
+
+The API has no authentication, so unlike upstream (always 0.0.0.0) it binds
+127.0.0.1 by default and a non-loopback ``--host`` needs ``--allow_remote``.
+Every file a request names (``mount_shm``'s name, ``reconfigure``'s path)
+must be a regular file directly inside ``--segment_dir`` (default
+/dev/shm), owned by the service's user; it is opened with O_NOFOLLOW
+relative to that directory and mounted through its descriptor, so no
+symlink or ``..`` leads out of it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
+import os
 import signal
+import stat
 import time
 from typing import Any
 
@@ -34,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 100 << 20
 MAX_GRACE_SECONDS = 3600
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_SEGMENT_DIR = "/dev/shm"
 
 
 def _json(body: dict, status: int = 200) -> web.Response:
@@ -55,6 +69,62 @@ def _shm_name_to_path(name: Any) -> str | None:
     return f"/dev/shm/{name}"
 
 
+def is_loopback_host(host: str) -> bool:
+    """True for an address that only this host can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_host(host: str, allow_remote: bool) -> None:
+    """Refuse to bind a non-loopback `host` unless `allow_remote` (the API is unauthenticated)."""
+    if not allow_remote and not is_loopback_host(host):
+        raise ValueError(
+            f"refusing to bind {host!r}: the REST API has no authentication; "
+            "bind a loopback address or pass --allow_remote to serve the network"
+        )
+
+
+class PathRefused(ValueError):
+    """A file named by a request lies outside the segment directory, or is no plain file."""
+
+
+def open_confined(directory: str, path: Any) -> tuple[int, str]:
+    """Open `path` read-write if it names a regular file directly inside `directory`.
+
+    `path` is a plain name or a path whose parent, after lexical normalisation,
+    is `directory` (as given or resolved). The file is opened relative to the
+    directory with O_NOFOLLOW, so a symlink is refused however it got there,
+    and must be a regular file owned by this process's user. Returns the
+    descriptor (the caller closes it) and the resolved path; raises
+    `PathRefused` otherwise, with nothing opened.
+    """
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise PathRefused("path must be a non-empty string")
+    real_dir = os.path.realpath(directory)
+    full = os.path.normpath(os.path.join(real_dir, path))
+    parent, name = os.path.split(full)
+    allowed = (real_dir, os.path.normpath(os.path.abspath(directory)))
+    if parent not in allowed or name in ("", ".", ".."):
+        raise PathRefused(f"path must name a file directly inside {directory}")
+    dfd = os.open(real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dfd)
+        except OSError as e:
+            raise PathRefused(f"cannot open {name!r} in {directory}: {e.strerror}") from None
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise PathRefused(f"{name!r} in {directory} is not a regular file owned by this user")
+    return fd, os.path.join(real_dir, name)
+
+
 def _segment_ids(body: dict) -> list[str]:
     ids = body.get("segment_ids")
     if isinstance(ids, str):
@@ -71,7 +141,12 @@ def _is_int(v: Any) -> bool:
 class MooncakeStoreService:
     """The store client and the HTTP handlers of `mc_store_rest_server`."""
 
-    def __init__(self, config_path: str | None = None, cli_config: dict | None = None) -> None:
+    def __init__(
+        self,
+        config_path: str | None = None,
+        cli_config: dict | None = None,
+        segment_dir: str = DEFAULT_SEGMENT_DIR,
+    ) -> None:
         try:
             self.config = (
                 MooncakeConfig.from_file(config_path)
@@ -86,6 +161,7 @@ class MooncakeStoreService:
                 setattr(self.config, key, value)
             else:
                 logger.warning("ignoring unknown config override %r", key)
+        self.segment_dir = segment_dir
         self.store: Any = None
         self.current_mode = "prefill"
         self.mounted_segment_ids: list[str] = []
@@ -159,7 +235,11 @@ class MooncakeStoreService:
         app.router.add_post("/api/reconfigure", self.handle_reconfigure)
         return app
 
-    async def start_http_service(self, port: int = 8080, host: str = "0.0.0.0") -> None:
+    async def start_http_service(
+        self, port: int = 8080, host: str = DEFAULT_HOST, allow_remote: bool = False
+    ) -> None:
+        """Serve on host:port; a non-loopback host needs `allow_remote` (ValueError)."""
+        check_bind_host(host, allow_remote)
         self._runner = web.AppRunner(self.make_app())
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
@@ -241,10 +321,18 @@ class MooncakeStoreService:
 
     # -- segments --------------------------------------------------------------
 
-    async def _mount(self, path: str, size: int, offset: int, protocol: str, location: str):
-        return await asyncio.to_thread(
-            self.store.mount_segment, path, size, offset, protocol, location
-        )
+    async def _mount(self, path: Any, size: int, offset: int, protocol: str, location: str):
+        """Mount `path` (confined to the segment directory) through its descriptor.
+
+        Raises `PathRefused` before touching the store when the path is refused.
+        """
+        fd, _ = open_confined(self.segment_dir, path)
+        try:
+            return await asyncio.to_thread(
+                self.store.mount_segment, f"/proc/self/fd/{fd}", size, offset, protocol, location
+            )
+        finally:
+            os.close(fd)
 
     @_guard
     async def handle_mount_shm(self, request: web.Request) -> web.Response:
@@ -252,13 +340,16 @@ class MooncakeStoreService:
         path, size = _shm_name_to_path(body.get("name")), body.get("size")
         if path is None or size is None:
             return _error("Missing or invalid name or size", 400)
-        res = await self._mount(
-            path,
-            size,
-            body.get("offset", 0),
-            body.get("protocol", self.config.protocol),
-            body.get("location", ""),
-        )
+        try:
+            res = await self._mount(
+                path,
+                size,
+                body.get("offset", 0),
+                body.get("protocol", self.config.protocol),
+                body.get("location", ""),
+            )
+        except PathRefused as e:
+            return _error(f"Refused name: {e}", 400)
         if res["ret"] != 0:
             return _error(f"Mount failed, ret={res['ret']}", 500)
         return _json({"status": "success", "segment_ids": res["segment_ids"]})
@@ -357,7 +448,10 @@ class MooncakeStoreService:
             "protocol": body.get("protocol", self.config.protocol),
             "location": body.get("location", ""),
         }
-        res = await self._mount(path, size, info["offset"], info["protocol"], info["location"])
+        try:
+            res = await self._mount(path, size, info["offset"], info["protocol"], info["location"])
+        except PathRefused as e:  # nothing was mounted, the mode is unchanged
+            return _error(f"Refused path: {e}", 400)
         previous = list(self.mounted_segment_ids)
         if res["ret"] != 0:
             if previous:
@@ -415,19 +509,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="override a config field (repeatable)",
     )
     p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
-    p.add_argument("--host", default="0.0.0.0", help="HTTP bind address (default 0.0.0.0)")
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"HTTP bind address (default {DEFAULT_HOST}; upstream binds 0.0.0.0). "
+        "The API is unauthenticated: a non-loopback address needs --allow_remote",
+    )
+    p.add_argument(
+        "--allow_remote",
+        action="store_true",
+        help="allow a non-loopback --host (anyone who reaches the port can put, "
+        "remove and mount segments)",
+    )
+    p.add_argument(
+        "--segment_dir",
+        default=DEFAULT_SEGMENT_DIR,
+        help="the only directory whose files mount_shm and reconfigure may mount "
+        f"(default {DEFAULT_SEGMENT_DIR})",
+    )
     p.add_argument(
         "--max-wait-time",
         type=float,
         default=60,
         help="seconds to keep retrying store setup (default 60)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        check_bind_host(args.host, args.allow_remote)
+    except ValueError as e:
+        p.error(str(e))
+    return args
 
 
 async def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    service = MooncakeStoreService(args.config, _parse_defines(args.define))
+    service = MooncakeStoreService(args.config, _parse_defines(args.define), args.segment_dir)
     shutdown = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -437,7 +553,7 @@ async def main(argv: list[str] | None = None) -> None:
             if shutdown.is_set():
                 return
             raise RuntimeError("Failed to start store service")
-        await service.start_http_service(args.port, args.host)
+        await service.start_http_service(args.port, args.host, args.allow_remote)
         await shutdown.wait()
     finally:
         await service.stop_http_service()
