@@ -4,7 +4,10 @@ server (/metrics, /breakdown, /tracing) and `mooncake store stats`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -56,6 +59,25 @@ def local() -> ReplicateConfig:
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.read()
+
+
+def call(method: str, url: str, form: str | None = None) -> tuple[int, dict]:
+    """`method url` with an optional form body: the status and the JSON answer."""
+    data = None if form is None else form.encode()
+    req = urllib.request.Request(url, data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/x-www-form-urlencoded")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def post(url: str) -> dict:
+    status, body = call("POST", url)
+    assert status == 200, (status, body)
+    return body
 
 
 def test_jsonl_sink_writes_one_span_per_call_and_phase(store_master, peers, tmp_path):
@@ -114,18 +136,22 @@ def test_setup_opens_the_sinks_python_sets_before_it(store_master, stores, tmp_p
         assert [sp["name"] for sp in spans(trace) if sp["kind"] == "api"] == ["put"]
         assert store.init_tracing()["jsonl_file"] == str(trace)
     finally:  # the sinks are process-wide: close this one for the other tests
-        get(f"http://{addr}/tracing?enabled=off")
+        post(f"http://{addr}/tracing?enabled=off")
         store.stop_metrics_server()
 
 
 def test_metrics_server_breakdown_tracing_control_and_cli(
-    store_master, stores, tmp_path, go_bin_dir
+    store_master, stores, tmp_path, go_bin_dir, monkeypatch
 ):
+    # the JSONL sink is fixed at setup; /tracing only switches it
+    trace = tmp_path / "window.jsonl"
+    monkeypatch.setenv("MC_STORE_RS_TRACE_JSONL_FILE", str(trace))
     store = stores(store_master)
+    addr = store.start_metrics_server()
+    assert post(f"http://{addr}/tracing?enabled=off")["jsonl_file"] == ""
     for i in range(3):
         assert store.put(f"trace-m{i}", b"m" * 100, local()) == 0
     assert store.get("trace-m0") == b"m" * 100
-    addr = store.start_metrics_server()
     try:
         assert store.metrics_server_address() == addr
         b = json.loads(get(f"http://{addr}/breakdown"))
@@ -141,11 +167,9 @@ def test_metrics_server_breakdown_tracing_control_and_cli(
         assert store.metrics_text().startswith("# HELP mooncake_store_api_calls_total")
 
         # switch the JSONL sink on and off at run time
-        trace = tmp_path / "window.jsonl"
-        st = json.loads(get(f"http://{addr}/tracing?enabled=on&file={trace}"))
-        assert st["jsonl_file"] == str(trace)
+        assert post(f"http://{addr}/tracing?enabled=on")["jsonl_file"] == str(trace)
         assert store.get("trace-m1") == b"m" * 100
-        assert json.loads(get(f"http://{addr}/tracing?enabled=off"))["jsonl_file"] == ""
+        assert call("POST", f"http://{addr}/tracing", "enabled=off")[1]["jsonl_file"] == ""
         assert store.get("trace-m2") == b"m" * 100
         window = [sp for sp in spans(trace) if sp["kind"] == "api"]
         assert [sp["name"] for sp in window] == ["get"]
@@ -180,3 +204,30 @@ def test_metrics_server_breakdown_tracing_control_and_cli(
         assert store.stop_metrics_server() is True
     assert store.metrics_server_address() is None
     assert store.stop_metrics_server() is False
+
+
+def test_tracing_endpoint_opens_no_file_a_request_names(store_master, stores, tmp_path):
+    """Issue 33 #8: GET /tracing?enabled=on&file=PATH created and appended to any path."""
+    store = stores(store_master)
+    addr = store.start_metrics_server()
+    outside = tmp_path / "outside" / "victim.jsonl"
+    outside.parent.mkdir()
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(outside)
+    escape = f"mc-trace-escape-{os.getpid()}.jsonl"
+    names = [f"../{escape}", str(outside), str(link), "plain.jsonl"]
+    created = [Path("..", escape), outside, Path("plain.jsonl")]
+    try:
+        before = call("GET", f"http://{addr}/tracing")[1]
+        for name in names:
+            q = "enabled=on&file=" + urllib.parse.quote(name)
+            assert call("GET", f"http://{addr}/tracing?{q}")[0] == 405
+            assert call("POST", f"http://{addr}/tracing?{q}")[0] == 400
+            assert call("POST", f"http://{addr}/tracing", q)[0] == 400
+        # GET cannot switch the sink either way; state is unchanged
+        assert call("GET", f"http://{addr}/tracing?enabled=off")[0] == 405
+        assert call("GET", f"http://{addr}/tracing")[1] == before
+        for p in created:
+            assert not p.exists(), p
+    finally:
+        store.stop_metrics_server()

@@ -17,8 +17,8 @@ import (
 )
 
 // metricsServer is a client's HTTP server of its span breakdown:
-// /metrics (Prometheus text), /breakdown (JSON) and /tracing (the JSONL
-// sink's control).
+// /metrics (Prometheus text), /breakdown (JSON) and /tracing (GET: the
+// sinks' state; POST: the JSONL sink on or off).
 type metricsServer struct {
 	mu  sync.Mutex
 	srv *http.Server
@@ -84,7 +84,7 @@ func (c *Client) StartMetricsServer(addr string) (string, error) {
 	mux.HandleFunc("GET /breakdown", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.Breakdown())
 	})
-	mux.HandleFunc("/tracing", tracingControl)
+	tracingRoutes(mux)
 	m.srv, m.ln = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln
 	go func(srv *http.Server) {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -94,24 +94,57 @@ func (c *Client) StartMetricsServer(addr string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// tracingControl is /tracing: without "enabled" it reports where spans
-// go; enabled=on (with file=PATH, or the file used before) or
-// enabled=off switches the JSONL sink.
+// tracingRoutes serves /tracing on mux: GET reads, POST switches; any
+// other method is 405.
+func tracingRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /tracing", tracingState)
+	mux.HandleFunc("POST /tracing", tracingControl)
+}
+
+// maxTracingForm bounds the body of a POST /tracing.
+const maxTracingForm = 4 << 10
+
+// tracingState is GET /tracing: where spans go. It changes nothing, so
+// a GET that asks for a change (enabled= or file=) is 405: a link or an
+// image tag must not switch tracing.
+func tracingState(w http.ResponseWriter, r *http.Request) {
+	if q := r.URL.Query(); q.Has("enabled") || q.Has("file") {
+		w.Header().Set("Allow", "POST")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "GET /tracing only reads the state: switch it with POST /tracing?enabled=on|off"})
+		return
+	}
+	traceSinks.mu.Lock()
+	st := traceSinks.status()
+	traceSinks.mu.Unlock()
+	writeJSON(w, http.StatusOK, st)
+}
+
+// tracingControl is POST /tracing: enabled=on|off (in the query or a
+// form body) switches the JSONL sink fixed at setup. A file= is refused:
+// the sink's path is never taken from a request.
 func tracingControl(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	r.Body = http.MaxBytesReader(w, r.Body, maxTracingForm)
+	if err := r.ParseForm(); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad form: " + err.Error()})
+		return
+	}
+	if r.Form.Has("file") {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "file= is not accepted: the JSONL trace file is fixed at setup (MC_STORE_RS_TRACE_JSONL_FILE)"})
+		return
+	}
 	var st TracingStatus
 	var err error
-	switch q.Get("enabled") {
-	case "":
-		traceSinks.mu.Lock()
-		st = traceSinks.status()
-		traceSinks.mu.Unlock()
+	switch v := r.Form.Get("enabled"); v {
 	case "on", "true", "1":
-		st, err = SetJSONLTracing(true, q.Get("file"))
+		st, err = SetJSONLTracing(true)
 	case "off", "false", "0":
-		st, err = SetJSONLTracing(false, "")
+		st, err = SetJSONLTracing(false)
 	default:
-		err = fmt.Errorf("enabled=%q: want on or off", q.Get("enabled"))
+		err = fmt.Errorf("enabled=%q: want on or off", v)
+	}
+	if errors.Is(err, errNoTraceSink) {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
 	}
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})

@@ -25,7 +25,8 @@ import (
 // span. Spans always feed the client's breakdown (count, errors, time,
 // bytes per name); the process-wide sinks also write them out: log lines
 // (MC_STORE_RS_TRACE on stderr, or MC_STORE_RS_TRACE_FILE) and JSON lines
-// (MC_STORE_RS_TRACE_JSONL_FILE, or the metrics server's /tracing).
+// (MC_STORE_RS_TRACE_JSONL_FILE; the metrics server's POST /tracing
+// switches that sink off and on again, never to another file).
 
 // TraceSpan is one record of the JSONL sink.
 type TraceSpan struct {
@@ -114,9 +115,11 @@ func InitTracing(ts TraceSettings) (TracingStatus, error) {
 	return s.status(), nil
 }
 
-// SetJSONLTracing turns the JSONL sink on (appending to path; "" keeps
-// the current file) or off.
-func SetJSONLTracing(on bool, path string) (TracingStatus, error) {
+// SetJSONLTracing turns the JSONL sink off, or on again: on the file
+// fixed at setup (the last one InitTracing opened, from
+// MC_STORE_RS_TRACE_JSONL_FILE). No caller chooses a path here: the
+// metrics server's /tracing reaches it over the network.
+func SetJSONLTracing(on bool) (TracingStatus, error) {
 	s := &traceSinks
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,22 +130,19 @@ func SetJSONLTracing(on bool, path string) (TracingStatus, error) {
 		}
 		return s.status(), nil
 	}
-	if path == "" {
-		path = s.path
-	}
-	if path == "" {
-		return s.status(), fmt.Errorf("%w: tracing on needs a file", kvstore.InvalidParams)
-	}
-	if s.jsonl != nil && path == s.path {
+	if s.jsonl != nil {
 		return s.status(), nil
 	}
-	if s.jsonl != nil {
-		s.jsonl.Close()
-		s.jsonl = nil
+	if s.path == "" {
+		return s.status(), errNoTraceSink
 	}
-	err := s.openJSONL(path)
+	err := s.openJSONL(s.path)
 	return s.status(), err
 }
+
+// errNoTraceSink is SetJSONLTracing(true) before any JSONL file was
+// configured.
+var errNoTraceSink = fmt.Errorf("%w: no JSONL trace file is configured (set MC_STORE_RS_TRACE_JSONL_FILE before setup)", kvstore.InvalidParams)
 
 func (s *sinks) openJSONL(path string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
