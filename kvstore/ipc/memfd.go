@@ -15,18 +15,29 @@ type Region struct {
 	all []byte // what mmap returned (page-aligned start)
 }
 
-// NewRegion creates a memfd of size bytes and maps it read-write.
+// sizeSeals are the seals every Region carries from the moment it is
+// sized: no holder of its descriptor can shrink it (a mapping of the lost
+// pages would fault, SIGBUS, in whichever process touches them) or grow it.
+const sizeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+
+// NewRegion creates a memfd of size bytes, seals its size (F_SEAL_SHRINK
+// and F_SEAL_GROW: no process it is passed to can truncate it under
+// another's mapping) and maps it read-write.
 func NewRegion(name string, size uint64) (*Region, error) {
 	if size == 0 {
 		return nil, fmt.Errorf("ipc: region of 0 bytes")
 	}
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sizeSeals); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("seal the size of a memfd: %w", err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -36,15 +47,50 @@ func NewRegion(name string, size uint64) (*Region, error) {
 	return &Region{FD: fd, Mem: mem, all: mem}, nil
 }
 
+// SealWrites makes r's own mapping the only writable one the file will
+// ever have: F_SEAL_FUTURE_WRITE refuses write(2), hole punching and every
+// later writable shared mapping, through any descriptor of the file (a
+// reopened /proc/PID/fd/N included, whatever its mode), and F_SEAL_SEAL
+// refuses further seals. Descriptors of r handed out after this can only
+// be read. Needs Linux 5.1.
+func (r *Region) SealWrites() error {
+	if _, err := unix.FcntlInt(uintptr(r.FD), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE|unix.F_SEAL_SEAL); err != nil {
+		return fmt.Errorf("seal a memfd against writes (F_SEAL_FUTURE_WRITE, Linux 5.1): %w", err)
+	}
+	return nil
+}
+
+// CheckSizeSealed returns nil when fd is a memfd sealed against shrinking
+// (F_SEAL_SHRINK), so a mapping of it can never lose its pages; else an
+// error that says how to make one. Seals cannot be removed, so the answer
+// holds for as long as the file lives.
+func CheckSizeSealed(fd int) error {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return fmt.Errorf("the region's file is not a memfd (F_GET_SEALS: %w): "+
+			"a region must be a memfd sealed with F_SEAL_SHRINK", err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return fmt.Errorf("the region's memfd is not sealed against shrinking: create it with MFD_ALLOW_SEALING " +
+			"and add F_SEAL_SHRINK|F_SEAL_GROW after sizing it (alloc_from_mem_pool and MooncakeHostMemAllocator memory is)")
+	}
+	return nil
+}
+
 // MapFD maps size bytes at offset of a received descriptor, which the
-// Region then owns. writable selects PROT_WRITE. The file must be at least
-// offset+size bytes long (a shorter one would fault on access).
+// Region then owns (on success). writable selects PROT_WRITE. The file
+// must be a memfd sealed against shrinking (CheckSizeSealed) and at least
+// offset+size bytes long: the process that sent it can then never make
+// the mapping fault.
 func MapFD(fd int, offset, size uint64, writable bool) (*Region, error) {
+	if err := CheckSizeSealed(fd); err != nil {
+		return nil, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("fstat: %w", err)
 	}
-	if size == 0 || uint64(st.Size) < offset+size {
+	if size == 0 || st.Size < 0 || offset > uint64(st.Size) || size > uint64(st.Size)-offset {
 		return nil, fmt.Errorf("ipc: file of %d bytes cannot back [%d, %d)", st.Size, offset, offset+size)
 	}
 	prot := unix.PROT_READ
