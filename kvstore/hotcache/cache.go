@@ -1,7 +1,6 @@
 package hotcache
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -19,12 +18,19 @@ type Stats struct {
 
 // Cache is the writer's side of a hot cache. Methods are safe for
 // concurrent use.
+//
+// The cache's own index (keys, sizes, fill times, sequence numbers) is in
+// private memory and is the only one it reads: the slot records in the
+// region are a copy it publishes for views, never read back. A shared
+// region is sealed (ipc.Region.SealWrites) before any other process gets
+// its descriptor, so only this process can write it.
 type Cache struct {
 	mu     sync.Mutex
 	mem    []byte
 	region *ipc.Region // the memfd when shared, else nil
 	g      geometry
 	maxAge uint64
+	index  []entry // per slot, authoritative
 	next   []uint8 // per set: the way the next fill replaces
 
 	// Fills check that no invalidation of the key happened while its
@@ -34,6 +40,13 @@ type Cache struct {
 	clears uint64
 
 	hits, misses, fills, invalidations, bypasses atomic.Uint64
+}
+
+// entry is what a slot holds, as the writer knows it.
+type entry struct {
+	key          string // "" when the slot is empty
+	size, filled uint64 // size <= the block size
+	seq          uint64 // the slot's sequence number as last published (even)
 }
 
 // Config sizes a cache.
@@ -50,21 +63,27 @@ func New(cfg Config) (*Cache, error) {
 	if g.sets == 0 {
 		return nil, fmt.Errorf("hotcache: %d bytes hold no block of %d bytes", cfg.Size, cfg.BlockSize)
 	}
-	c := &Cache{g: g, maxAge: uint64(max(cfg.MaxAge, 0)), next: make([]uint8, g.sets)}
-	if cfg.Shared {
-		r, err := ipc.NewRegion("mooncake_hot_cache", g.total())
-		if err != nil {
-			return nil, err
-		}
-		c.region, c.mem = r, r.Mem
-	} else {
+	c := &Cache{g: g, maxAge: uint64(max(cfg.MaxAge, 0)), index: make([]entry, g.slots()), next: make([]uint8, g.sets)}
+	if !cfg.Shared {
 		mem, err := unix.Mmap(-1, 0, int(g.total()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 		if err != nil {
 			return nil, fmt.Errorf("hotcache: map %d bytes: %w", g.total(), err)
 		}
 		c.mem = mem
+		writeHeader(c.mem, g, c.maxAge)
+		return c, nil
 	}
-	writeHeader(c.mem, g, c.maxAge)
+	r, err := ipc.NewRegion("mooncake_hot_cache", g.total())
+	if err != nil {
+		return nil, err
+	}
+	writeHeader(r.Mem, g, c.maxAge)
+	// From here on r.Mem is the only writable mapping the memfd will have.
+	if err := r.SealWrites(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("hotcache: cannot share the cache read-only: %w", err)
+	}
+	c.region, c.mem = r, r.Mem
 	return c, nil
 }
 
@@ -74,7 +93,9 @@ func (c *Cache) BlockSize() uint64 { return c.g.block }
 // Blocks is how many objects it holds at most.
 func (c *Cache) Blocks() int { return c.g.slots() }
 
-// Shared returns the memfd and its size when the cache is shareable.
+// Shared returns the memfd and its size when the cache is shareable. The
+// memfd is sealed: a descriptor of it can only be mapped read-only, never
+// written, resized or resealed.
 func (c *Cache) Shared() (fd int, size uint64, ok bool) {
 	if c.region == nil {
 		return -1, 0, false
@@ -88,11 +109,15 @@ func (c *Cache) Stats() Stats {
 		Invalidations: c.invalidations.Load(), Bypasses: c.bypasses.Load()}
 }
 
-// find returns the slot holding key, or -1; the caller holds mu.
+// find returns the slot holding key, or -1 (always for ""); the caller
+// holds mu.
 func (c *Cache) find(key string, h uint64) int {
+	if key == "" {
+		return -1
+	}
 	first := c.g.set(h)
 	for s := first; s < first+c.g.ways; s++ {
-		if keyIs(c.g.record(c.mem, s), key) {
+		if c.index[s].key == key {
 			return s
 		}
 	}
@@ -109,11 +134,9 @@ func (c *Cache) Read(key string, use func(data []byte) bool) bool {
 	if c.mem == nil {
 		return false // closed
 	}
-	s := c.find(key, h)
-	if s >= 0 {
-		rec := c.g.record(c.mem, s)
-		le := binary.LittleEndian
-		if fresh(le.Uint64(rec[recFilled:]), c.maxAge) && use(c.g.data(c.mem, s)[:le.Uint64(rec[recSize:])]) {
+	if s := c.find(key, h); s >= 0 {
+		e := &c.index[s]
+		if fresh(e.filled, c.maxAge) && use(c.g.data(c.mem, s)[:e.size]) {
 			c.hits.Add(1)
 			return true
 		}
@@ -155,7 +178,7 @@ func (c *Cache) Fill(t Ticket, n uint64, gather func(dst []byte) error) {
 	if s < 0 {
 		set := c.g.set(h)
 		for w := set; w < set+c.g.ways && s < 0; w++ {
-			if binary.LittleEndian.Uint32(c.g.record(c.mem, w)[recKeyLen:]) == 0 {
+			if c.index[w].key == "" {
 				s = w
 			}
 		}
@@ -165,21 +188,34 @@ func (c *Cache) Fill(t Ticket, n uint64, gather func(dst []byte) error) {
 			c.next[i] = uint8((int(c.next[i]) + 1) % c.g.ways)
 		}
 	}
-	rec := c.g.record(c.mem, s)
-	seq := seqOf(rec)
-	atomic.StoreUint64(seq, atomic.LoadUint64(seq)|1) // odd: readers keep off
-	le := binary.LittleEndian
+	c.begin(s) // readers keep off the slot
+	e := &c.index[s]
 	if err := gather(c.g.data(c.mem, s)[:n]); err != nil {
-		le.PutUint32(rec[recKeyLen:], 0)                  // the slot is empty now
-		atomic.StoreUint64(seq, atomic.LoadUint64(seq)+1) // even again
+		*e = entry{seq: e.seq} // the slot is empty now
+		c.end(s)
 		return
 	}
-	le.PutUint64(rec[recSize:], n)
-	le.PutUint64(rec[recFilled:], monoNow())
-	le.PutUint32(rec[recKeyLen:], uint32(len(t.key)))
-	copy(rec[recKey:], t.key)
-	atomic.StoreUint64(seq, atomic.LoadUint64(seq)+1) // even again, and changed
+	e.key, e.size, e.filled = t.key, n, monoNow()
+	c.end(s)
 	c.fills.Add(1)
+}
+
+// begin makes slot s's published sequence number odd: readers skip the
+// slot, and those already reading it will see the number move. An atomic
+// read-modify-write, so the writes that follow cannot be seen before it.
+// The caller holds mu.
+func (c *Cache) begin(s int) {
+	atomic.SwapUint64(seqOf(c.g.record(c.mem, s)), c.index[s].seq+1)
+}
+
+// end publishes slot s's entry in its record and a new, even sequence
+// number, after every write to the slot. The caller holds mu.
+func (c *Cache) end(s int) {
+	e := &c.index[s]
+	rec := c.g.record(c.mem, s)
+	writeRecord(rec, e.key, e.size, e.filled)
+	e.seq += 2
+	atomic.SwapUint64(seqOf(rec), e.seq)
 }
 
 // Invalidate drops key: later reads miss, and fills of reads that began
@@ -206,8 +242,8 @@ func (c *Cache) Clear() {
 	if c.mem == nil {
 		return
 	}
-	for s := range c.g.slots() {
-		if binary.LittleEndian.Uint32(c.g.record(c.mem, s)[recKeyLen:]) != 0 {
+	for s := range c.index {
+		if c.index[s].key != "" {
 			c.drop(s)
 			c.invalidations.Add(1)
 		}
@@ -216,11 +252,9 @@ func (c *Cache) Clear() {
 
 // drop empties slot s; the caller holds mu.
 func (c *Cache) drop(s int) {
-	rec := c.g.record(c.mem, s)
-	seq := seqOf(rec)
-	atomic.StoreUint64(seq, atomic.LoadUint64(seq)|1)
-	binary.LittleEndian.PutUint32(rec[recKeyLen:], 0)
-	atomic.StoreUint64(seq, atomic.LoadUint64(seq)+1)
+	c.begin(s)
+	c.index[s] = entry{seq: c.index[s].seq}
+	c.end(s)
 }
 
 // Close releases the memory; later calls find nothing and store nothing

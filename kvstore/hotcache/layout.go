@@ -83,20 +83,71 @@ func writeHeader(mem []byte, g geometry, maxAgeNs uint64) {
 	le.PutUint64(mem[hdrMagic:], magic)
 }
 
+// Bounds a reader puts on a header: the associativity, and the region
+// size (far above any cache, and low enough that no offset computed from
+// it overflows).
+const (
+	maxWays   = 64
+	maxRegion = 1 << 48
+)
+
 // readHeader checks a mapped region's header and returns its geometry.
 func readHeader(mem []byte) (geometry, uint64, error) {
+	return parseHeader(mem, uint64(len(mem)))
+}
+
+// parseHeader checks the header at the start of hdr against a region of
+// n bytes: every slot record and every block the geometry names lies
+// inside those n bytes (the arithmetic cannot overflow), so a reader can
+// index the region by it without further checks.
+func parseHeader(hdr []byte, n uint64) (geometry, uint64, error) {
 	le := binary.LittleEndian
-	if len(mem) < headerSize || le.Uint64(mem[hdrMagic:]) != magic {
+	if len(hdr) < hdrMaxAge+8 || n < headerSize || n > maxRegion || le.Uint64(hdr[hdrMagic:]) != magic {
 		return geometry{}, 0, fmt.Errorf("hotcache: not a hot cache region")
 	}
-	g := geometry{block: le.Uint64(mem[hdrBlock:]), sets: int(le.Uint64(mem[hdrSets:])), ways: int(le.Uint64(mem[hdrWays:]))}
-	page := uint64(unix.Getpagesize())
-	g.dataOff = (headerSize + uint64(g.slots())*recordSize + page - 1) &^ (page - 1)
-	if g.sets <= 0 || g.ways <= 0 || g.total() > uint64(len(mem)) {
-		return geometry{}, 0, fmt.Errorf("hotcache: region of %d bytes does not hold its %d sets of %d blocks of %d bytes",
-			len(mem), g.sets, g.ways, g.block)
+	block, sets, ways := le.Uint64(hdr[hdrBlock:]), le.Uint64(hdr[hdrSets:]), le.Uint64(hdr[hdrWays:])
+	bad := fmt.Errorf("hotcache: region of %d bytes does not hold its %d sets of %d blocks of %d bytes", n, sets, ways, block)
+	if block == 0 || ways == 0 || ways > maxWays || sets == 0 || sets > (n-headerSize)/recordSize/ways {
+		return geometry{}, 0, bad
 	}
-	return g, le.Uint64(mem[hdrMaxAge:]), nil
+	slots := sets * ways // at most (n-headerSize)/recordSize
+	page := uint64(unix.Getpagesize())
+	dataOff := (headerSize + slots*recordSize + page - 1) &^ (page - 1)
+	if dataOff > n || block > (n-dataOff)/slots {
+		return geometry{}, 0, bad
+	}
+	return geometry{block: block, sets: int(sets), ways: int(ways), dataOff: dataOff}, le.Uint64(hdr[hdrMaxAge:]), nil
+}
+
+// record is a slot's entry as a reader decodes it from the region.
+type record struct {
+	size, filled uint64
+	key          []byte // in the region
+}
+
+// readRecord decodes a slot record of a region whose blocks are block
+// bytes: ok=false for an empty slot and for one whose fields are out of
+// bounds (no key, a key longer than MaxKey, a size over the block).
+func readRecord(rec []byte, block uint64) (record, bool) {
+	if len(rec) < recordSize {
+		return record{}, false
+	}
+	le := binary.LittleEndian
+	n, size := le.Uint32(rec[recKeyLen:]), le.Uint64(rec[recSize:])
+	if n == 0 || n > MaxKey || size > block {
+		return record{}, false
+	}
+	return record{size: size, filled: le.Uint64(rec[recFilled:]), key: rec[recKey : recKey+int(n)]}, true
+}
+
+// writeRecord publishes an entry in its slot record (key "" empties it);
+// the caller has made the record's sequence number odd.
+func writeRecord(rec []byte, key string, size, filled uint64) {
+	le := binary.LittleEndian
+	le.PutUint64(rec[recSize:], size)
+	le.PutUint64(rec[recFilled:], filled)
+	le.PutUint32(rec[recKeyLen:], uint32(len(key)))
+	copy(rec[recKey:], key)
 }
 
 func hashKey(key string) uint64 {
@@ -120,12 +171,6 @@ func (g geometry) data(mem []byte, slot int) []byte {
 
 // seqOf is the record's sequence word, read and written atomically.
 func seqOf(rec []byte) *uint64 { return (*uint64)(unsafe.Pointer(&rec[recSeq])) }
-
-// keyIs reports whether the record holds key.
-func keyIs(rec []byte, key string) bool {
-	n := binary.LittleEndian.Uint32(rec[recKeyLen:])
-	return n > 0 && int(n) == len(key) && string(rec[recKey:recKey+int(n)]) == key
-}
 
 // monoNow is CLOCK_MONOTONIC in ns: one clock for every process of the host.
 func monoNow() uint64 {

@@ -1,7 +1,6 @@
 package hotcache
 
 import (
-	"encoding/binary"
 	"sync/atomic"
 )
 
@@ -34,25 +33,33 @@ func (v *View) Counts() (hits, misses uint64) { return v.hits.Load(), v.misses.L
 // took them (false: a destination too small). If the writer changed the
 // block meanwhile the read is a miss even though use ran: the caller must
 // then read the object another way, overwriting what use wrote.
+//
+// The protocol (a seqlock per slot): load the record's sequence number;
+// odd means the writer is changing the slot, so skip it. Decode the record
+// with every length bounded (readRecord), compare the key, copy the
+// block's bytes out, then load the sequence number again: only if it is
+// unchanged were the key, the size and the bytes one consistent entry.
 func (v *View) Read(key string, use func(data []byte) bool) bool {
 	if len(key) == 0 || len(key) > MaxKey {
 		v.misses.Add(1)
 		return false
 	}
 	first := v.g.set(hashKey(key))
-	le := binary.LittleEndian
 	for s := first; s < first+v.g.ways; s++ {
 		rec := v.g.record(v.mem, s)
 		seq := seqOf(rec)
 		before := atomic.LoadUint64(seq)
-		if before&1 != 0 || !keyIs(rec, key) {
+		if before&1 != 0 {
 			continue
 		}
-		size, filled := le.Uint64(rec[recSize:]), le.Uint64(rec[recFilled:])
-		if size > v.g.block || !fresh(filled, v.maxAge) {
+		r, ok := readRecord(rec, v.g.block)
+		if !ok || string(r.key) != key {
+			continue
+		}
+		if !fresh(r.filled, v.maxAge) {
 			break
 		}
-		took := use(v.g.data(v.mem, s)[:size])
+		took := use(v.g.data(v.mem, s)[:r.size])
 		fence()
 		if took && atomic.LoadUint64(seq) == before {
 			v.hits.Add(1)
