@@ -348,11 +348,41 @@ def test_safetensor_helpers_failures(store, tmp_path):
     assert store.save_tensor_to_safetensor(k, str(two)) == 0
     got = store.load_tensor_from_safetensor(file_name=str(two))
     assert same(got, sample(0, (2,))) and same(store.get_tensor(str(two)), got)
-    # default file name: the key
-    cwd_key = str(tmp_path / "bykey")
-    assert store.put_tensor(cwd_key, sample(0, (3,))) == 0
-    assert store.save_tensor_to_safetensor(cwd_key) == 0
-    assert read_safetensors_by_hand(cwd_key)[1] == raw(sample(0, (3,)))
+
+
+def test_save_tensor_to_safetensor_key_names_a_file_in_the_working_dir(
+    store, tmp_path, monkeypatch
+):
+    """Issue 33 #10: without file_name the key was the path, so "../../x" escaped."""
+    work = tmp_path / "work" / "dir"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    t = sample(0, (3,))
+    # default file name: the key, a plain name in the working directory
+    assert store.put_tensor("bykey", t) == 0
+    assert store.save_tensor_to_safetensor("bykey") == 0
+    assert read_safetensors_by_hand(work / "bykey")[1] == raw(t)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    (work / "link").symlink_to(victim)
+    for k in ("../escape", "../../escape", str(tmp_path / "abs"), "sub/x", "..", ".", "link"):
+        assert store.put_tensor(k, t) == 0
+        assert store.save_tensor_to_safetensor(k) == INVALID, k
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["bykey", "dir", "link", "victim", "work"]
+    assert victim.read_bytes() == b"keep"
+    # an explicit file_name is the caller's choice, as upstream's
+    assert store.save_tensor_to_safetensor("../escape", str(tmp_path / "chosen")) == 0
+    assert (tmp_path / "chosen").exists()
+
+
+def test_load_tensor_from_safetensor_crafted_headers_are_none(store, tmp_path):
+    """Issue 33 #10: a crafted header raised TypeError/RuntimeError instead of None."""
+    from test_store_tensor_safetensors import CRAFTED
+
+    for i, (name, data) in enumerate(CRAFTED.items()):
+        path = tmp_path / f"crafted{i}"
+        path.write_bytes(data)
+        assert store.load_tensor_from_safetensor(key("crafted"), file_name=str(path)) is None, name
 
 
 # -- async_store --------------------------------------------------------------------------------

@@ -978,14 +978,21 @@ class _TensorAPI:
     def save_tensor_to_safetensor(self, key: str, file_name: str | None = None) -> int:
         """Write the tensor under `key` to a safetensors file (`file_name`, default `key`).
 
-        The file holds one tensor named `key`. 0; -1100 (FILE_NOT_FOUND) if
-        the store has no tensor under `key`; -600 if the file cannot be written.
+        The file holds one tensor named `key`. Without `file_name` the key is
+        the file's name in the working directory, so it must be a plain name
+        (no ``/``, ``\\``, ``.`` or ``..``; -600 otherwise) and a symlink there
+        is not followed. 0; -1100 (FILE_NOT_FOUND) if the store has no tensor
+        under `key`; -600 if the file cannot be written.
         """
         tensor = self.get_tensor(key)
         if tensor is None:
             return int(_store().ErrorCode.FILE_NOT_FOUND)
         try:
-            _safetensors.save_file({key: tensor}, file_name or key)
+            if file_name:
+                _safetensors.save_file({key: tensor}, file_name)
+            else:
+                path = _safetensors.file_name_for_key(key)
+                _safetensors.save_file({key: tensor}, path, follow_symlinks=False)
         except (OSError, ValueError) as e:
             _log.warning("save_tensor_to_safetensor(%r): %s", key, e)
             return int(_store().ErrorCode.INVALID_PARAMS)
@@ -996,7 +1003,8 @@ class _TensorAPI:
 
         The tensor is the file's entry named `key` if there is one, else its
         first (a warning is logged). Returns the tensor, or None if the file
-        is missing, empty or invalid, or the put fails.
+        is missing, empty or invalid (every header field is checked), or the
+        put fails.
         """
         try:
             tensors = _safetensors.load_file(file_name)
