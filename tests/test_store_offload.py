@@ -325,3 +325,22 @@ def test_master_restart_relearns_the_disk(master_factory, peers, stores, tmp_pat
     reader = stores(master, segment=0)
     for k in keys:
         assert reader.get(k) == value(k, 64 << 10)
+
+
+def test_drain_keeps_a_replica_whose_disk_copy_leaves_with_the_node(
+    master_factory, peers, tmp_path
+):
+    """Issue 33 #3: a drain dropped the last memory replica because of a disk copy on the
+    very node being drained (reported dropped: 1; once the node left, the object was gone)."""
+    master = master_factory("--enable_offload")
+    node = disk_peer(peers, master, tmp_path / "node")
+    assert node.call("put", "drain-own-disk", value("drain-own-disk")) == 0
+    assert wait_for(
+        lambda: sorted(replica_types(master, "drain-own-disk")) == ["LOCAL_DISK", "MEMORY"], 30
+    ), replica_types(master, "drain-own-disk")
+    # No other node: the memory replica has nowhere to go and must stay, unplaceable.
+    with pytest.raises(RuntimeError, match="unplaceable"):
+        node.call("drain_segment", None, 1.0)
+    assert sorted(replica_types(master, "drain-own-disk")) == ["LOCAL_DISK", "MEMORY"]
+    assert node.call("plan_handoff")["unplaceable"] == 1
+    assert node.call("get", "drain-own-disk") == value("drain-own-disk")
