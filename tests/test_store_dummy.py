@@ -5,16 +5,22 @@ store call to it, with bulk data in shared memory the daemon maps.
 Covers: put/get through the daemon, zero-copy batch I/O through registered
 regions, tensors, a dummy dying, the daemon dying and restarting, graceful
 shutdown, the hot cache (counters, invalidation, bypass, sharing within a
-worker scope, isolation across scopes) and the errors setup_dummy reports.
+worker scope, isolation across scopes), what a process that speaks the
+socket protocol itself cannot do to the daemon (shrink a region under it,
+write the hot cache) and the errors setup_dummy reports.
 """
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
+import mmap
 import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import urllib.error
@@ -398,6 +404,118 @@ def test_hot_cache_in_daemon_memory_serves_hits_by_call(daemons, dummies):
     m = a.call("x_metrics")
     assert m["mooncake_dummy_hot_cache_mapped"] == 0
     assert m["mooncake_hot_cache_hits_total"] == 1 and m["mooncake_hot_cache_misses_total"] == 1
+
+
+# -- a dummy that does not play by the rules ----------------------------------------
+
+
+class RawDummy:
+    """A process that speaks the dummy protocol itself, as an attacker would:
+    a 12-byte frame header (body length, call id, kind 1, descriptor count),
+    a JSON body, descriptors as SCM_RIGHTS with the header."""
+
+    def __init__(self, daemon: Daemon):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(CALL_TIMEOUT)
+        self.sock.connect(f"\0@mooncake_client_{daemon.port}.sock")
+        self.next_id = 1
+
+    def call(self, req: dict, fds: tuple[int, ...] = ()) -> tuple[dict, list[int]]:
+        body = json.dumps(req).encode()
+        header = struct.pack("<IIBBxx", len(body), self.next_id, 1, len(fds))
+        self.next_id += 1
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        self.sock.sendmsg([header + body], anc)
+        data, got = b"", []
+        while len(data) < 12 or len(data) < 12 + struct.unpack_from("<I", data)[0]:
+            chunk, anc, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 8))
+            if not chunk:
+                raise ConnectionError("mooncake_client closed the connection")
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+            data += chunk
+        return json.loads(data[12 : 12 + struct.unpack_from("<I", data)[0]]), got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _memfd(size: int, sealed: bool) -> int:
+    fd = os.memfd_create("test-region", os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealed else 0))
+    os.ftruncate(fd, size)
+    if sealed:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    return fd
+
+
+def test_a_dummy_cannot_shrink_a_region_under_the_daemon(daemons, dummies):
+    d = daemons()
+    victim = dummies(d)
+    p = _prefix()
+    assert victim.call("put", p + "v", b"victim bytes") == 0
+    raw = RawDummy(d)
+    assert raw.call({"op": "hello", "scope": "attacker"})[0]["code"] == 0
+    # An unsealed memfd is refused: once mapped, a truncation would kill the
+    # daemon with SIGBUS at its next copy.
+    loose = _memfd(1 << 16, sealed=False)
+    reply, _ = raw.call({"op": "register", "base": 1 << 40, "size": 1 << 16}, (loose,))
+    assert reply["code"] == -600 and "F_SEAL_SHRINK" in reply["message"], reply
+    os.ftruncate(loose, 0)
+    put = {"op": "put", "keys": [p + "a"], "parts": [[{"a": 1 << 40, "s": 4096}]]}
+    assert raw.call(put)[0]["codes"] == [-600]  # not a region of this dummy
+    os.close(loose)
+    # A sealed one is accepted, cannot shrink, and serves puts and gets.
+    fd = _memfd(1 << 16, sealed=True)
+    with mmap.mmap(fd, 1 << 16) as mem:
+        mem[:12] = b"sealed bytes"
+        base = 2 << 40
+        assert raw.call({"op": "register", "base": base, "size": 1 << 16}, (fd,))[0]["code"] == 0
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 0)
+        put = {"op": "put", "keys": [p + "s"], "parts": [[{"a": base, "s": 12}]]}
+        assert raw.call(put)[0]["codes"] == [0]
+        get = {"op": "get", "keys": [p + "s"], "parts": [[{"a": base + 4096, "s": 4096}]]}
+        assert raw.call(get)[0]["codes"] == [12]
+        assert mem[4096 : 4096 + 12] == b"sealed bytes"
+    os.close(fd)
+    raw.close()
+    assert d.proc.poll() is None
+    assert victim.call("get", p + "v") == b"victim bytes"
+    assert victim.call("get", p + "s") == b"sealed bytes"
+
+
+def test_the_hot_cache_memfd_cannot_be_written_by_a_dummy(daemons, dummies):
+    d = daemons(env=HOT_CACHE_ENV)
+    victim = dummies(d, worker_scope="victim-scope")
+    p = _prefix()
+    assert victim.call("put", p + "v", b"victim bytes") == 0
+    assert victim.call("get", p + "v") == b"victim bytes"  # fills the scope's cache
+    raw = RawDummy(d)
+    assert raw.call({"op": "hello", "scope": "victim-scope"})[0]["code"] == 0
+    reply, fds = raw.call({"op": "hot_cache"})
+    assert reply["code"] == 0 and len(fds) == 1, reply
+    fd, size = fds[0], reply["count"]
+    with pytest.raises(PermissionError):
+        mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    with pytest.raises(PermissionError):
+        os.ftruncate(fd, 0)
+    with pytest.raises(PermissionError):
+        os.pwrite(fd, b"forged", 4096)
+    # A memfd is mode 0777: it reopens read-write, and writes still fail.
+    again = os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+    with pytest.raises(PermissionError):
+        os.pwrite(again, b"forged", 4096)
+    with pytest.raises(PermissionError):
+        mmap.mmap(again, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ) as view:
+        assert view.find(b"victim bytes") >= 0  # reading is what the descriptor is for
+    os.close(again)
+    os.close(fd)
+    raw.close()
+    assert victim.call("get", p + "v") == b"victim bytes"
+    assert _hits(victim) == 1
+    assert d.proc.poll() is None
 
 
 # -- setup ------------------------------------------------------------------------

@@ -10,6 +10,13 @@
 // seqlock), so a reader that raced a change sees the number move and
 // treats the read as a miss.
 //
+// Only the writer can write the region: the memfd is sealed
+// (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_FUTURE_WRITE, F_SEAL_SEAL) after the
+// writer maps it, so a reader's descriptor maps read-only and cannot be
+// written, resized or resealed. The writer keeps its own index in private
+// memory and never reads the records it publishes; readers bound every
+// length they decode (parseHeader, readRecord).
+//
 // Layout of the region (all integers little-endian, native alignment):
 // a 4 KiB header page (magic, block size, sets, ways, maximum age), then
 // one 256-byte slot record per block (sequence, object size, fill time,

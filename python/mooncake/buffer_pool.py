@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import fcntl
 import mmap
 import os
 import sys
@@ -474,11 +475,14 @@ class MooncakeHostMemAllocator:
                 )
             flags = _MFD_HUGETLB | (shift << _MFD_HUGE_SHIFT)
         try:
-            fd = os.memfd_create("mooncake_shm", flags)
+            fd = os.memfd_create("mooncake_shm", flags | os.MFD_ALLOW_SEALING)
         except OSError as e:
             raise RuntimeError(f"Failed to create shared memory: {e.strerror}") from e
         try:
             os.ftruncate(fd, length)
+            # A mooncake_client daemon maps only memfds that cannot shrink
+            # under its mapping (a truncated one would kill it with SIGBUS).
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
             ptr = _libc.mmap(
                 None,
                 length,
