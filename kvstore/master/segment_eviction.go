@@ -1,6 +1,7 @@
 package master
 
 import (
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -13,13 +14,36 @@ import (
 
 // overfull reports whether sg is past its high watermark.
 func (sg *segment) overfull() bool {
-	hi := uint64(sg.info.HighWatermark)
-	return hi > 0 && sg.alloc.Allocated()*100 > hi*sg.alloc.Size()
+	return sg.info.HighWatermark > 0 && cmpPercent(sg.alloc.Allocated(), sg.info.HighWatermark, sg.alloc.Size()) > 0
 }
 
 // belowLow reports whether sg is at or below its low watermark.
 func (sg *segment) belowLow() bool {
-	return sg.alloc.Allocated()*100 <= uint64(sg.info.LowWatermark)*sg.alloc.Size()
+	return cmpPercent(sg.alloc.Allocated(), sg.info.LowWatermark, sg.alloc.Size()) <= 0
+}
+
+// cmpPercent compares allocated×100 with percent×size in 128 bits, so a
+// segment of many EiB (or a percent from a uint32 field) cannot wrap the
+// products: -1, 0 or +1. A negative percent counts as 0.
+func cmpPercent(allocated uint64, percent int, size uint64) int {
+	ah, al := bits.Mul64(allocated, 100)
+	bh, bl := bits.Mul64(uint64(max(percent, 0)), size)
+	switch {
+	case ah != bh:
+		return cmpU64(ah, bh)
+	default:
+		return cmpU64(al, bl)
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // anySegmentOverfull reports whether some segment is past its high

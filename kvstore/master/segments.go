@@ -2,6 +2,8 @@ package master
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -42,7 +44,8 @@ func (s *State) touch(clientID string, now time.Time) *client {
 // MountSegment adds seg to the pool on behalf of clientID. Mounting a
 // segment id the same client already mounted is a no-op (OK); an id held
 // by another client is SEGMENT_ALREADY_EXISTS; an empty id, a zero size or
-// a zero base address is INVALID_PARAMS (as upstream). Mounting does not make the client "ok": its next Ping
+// a zero base address is INVALID_PARAMS (as upstream), and so is a segment
+// whose end passes 2^64 or which takes the pool's capacity to 2^64 bytes. Mounting does not make the client "ok": its next Ping
 // answers NEED_REMOUNT until it calls ReMountSegment (upstream behaviour).
 func (s *State) MountSegment(clientID string, seg Segment, now time.Time) kvstore.ErrorCode {
 	return s.m.result("mount_segment", s.mount(clientID, seg, now))
@@ -58,6 +61,16 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 		}
 		s.touch(clientID, now)
 		return kvstore.OK
+	}
+	// Replica addresses are base + offset, and capacities, usage and
+	// tenant charges are sums over the mounted segments: a segment that
+	// ends past 2^64, or one that takes the pool's total past it, would
+	// make them wrap.
+	if _, carry := bits.Add64(seg.Base, seg.Size, 0); carry != 0 {
+		return kvstore.InvalidParams
+	}
+	if capacity, _ := s.usage(); addSat(capacity, seg.Size) == math.MaxUint64 {
+		return kvstore.InvalidParams
 	}
 	c := s.touch(clientID, now)
 	sg := &segment{info: seg, client: clientID, alloc: NewAllocator(seg.Size)}

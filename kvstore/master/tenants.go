@@ -1,6 +1,8 @@
 package master
 
 import (
+	"math"
+	"math/bits"
 	"sort"
 	"strings"
 
@@ -95,18 +97,46 @@ func (s *State) TenantKeys(tenant string) []string {
 	return keys
 }
 
+// replicaBytes is size × replicas, saturated at math.MaxUint64 (no pool
+// can hold that much, so a saturated worst case is always refused).
+func replicaBytes(size uint64, replicas int) uint64 {
+	if replicas <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(size, uint64(replicas))
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
+}
+
+// addSat is a + b, saturated at math.MaxUint64.
+func addSat(a, b uint64) uint64 {
+	sum, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return sum
+}
+
 // admitWrite checks that the tenant of objectKey may write size bytes in
 // replicas replicas, holding held bytes already under that key (an upsert
 // replaces them): TENANT_NOT_REGISTERED for a tenant without a quota entry
 // (multi-tenancy only), TENANT_QUOTA_EXCEEDED when the worst case (every
-// replica granted) would pass its quota.
+// replica granted) would pass its quota. The worst case is computed
+// without wrapping: a size × replicas past 2^64 is past every quota.
 func (s *State) admitWrite(objectKey string, size uint64, replicas int, held uint64) kvstore.ErrorCode {
 	name, _ := s.splitKey(objectKey)
 	t, ok := s.tenants[name]
 	if !ok {
 		return kvstore.TenantNotRegistered
 	}
-	if t.quota > 0 && t.used-held+size*uint64(replicas) > t.quota {
+	if t.quota == 0 {
+		return kvstore.OK
+	}
+	// held is part of used (charge keeps used the sum of what each object
+	// holds), so used - held cannot wrap; min guards the invariant anyway.
+	if addSat(t.used-min(held, t.used), replicaBytes(size, replicas)) > t.quota {
 		return kvstore.TenantQuotaExceeded
 	}
 	return kvstore.OK
@@ -116,7 +146,7 @@ func (s *State) admitWrite(objectKey string, size uint64, replicas int, held uin
 // (nothing once it is erased or left without replicas). Every change of an
 // object's replicas or size ends with it.
 func (s *State) charge(o *object) {
-	held := o.size * uint64(len(o.replicas))
+	held := replicaBytes(o.size, len(o.replicas))
 	if _, live := s.objects[o.key]; !live {
 		held = 0
 	}
@@ -133,7 +163,11 @@ func (s *State) charge(o *object) {
 	case held == 0:
 		t.objects--
 	}
-	t.used = t.used - o.charged + held
+	// used is the sum of what the tenant's objects hold: every replica is
+	// a buffer in a mounted segment and the mounted capacity fits in a
+	// uint64 (mount refuses more), so neither step wraps; saturating keeps
+	// a broken invariant from wrapping used to a small number.
+	t.used = addSat(t.used-min(o.charged, t.used), held)
 	o.charged = held
 }
 
