@@ -22,6 +22,7 @@ type options struct {
 	enableOffload, startOffloadRPC    bool
 	enableHTTPServer                  bool
 	logDir                            string
+	allowedUIDs, allowedGIDs          []uint32
 }
 
 // usageError is a command-line error; main exits 2 on it.
@@ -86,6 +87,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.enableHTTPServer, "enable_http_server", false, "serve /metrics and /health on --http_port")
 	fs.IntVar(&o.httpPort, "http_port", 9300, "port of the HTTP server")
 	fs.IntVar(&o.setupTimeout, "setup_timeout", 0, "seconds to keep retrying setup while the metadata server or master is unreachable (0: until SIGTERM/SIGINT)")
+	fs.Var(idList{ids: &o.allowedUIDs}, "allowed_uids", "users, besides the daemon's own, whose processes may connect as dummy clients: comma-separated uids or names (root only when listed or when the daemon is root)")
+	fs.Var(idList{ids: &o.allowedGIDs, groups: true}, "allowed_gids", "groups whose members (primary or supplementary gid) may connect as dummy clients: comma-separated gids or names")
 	fs.StringVar(&o.logDir, "log_dir", "", "glog compatibility: logs always go to stderr (a directory is refused)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
@@ -93,7 +96,9 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 			"serves dummy clients (MooncakeDistributedStore.setup_dummy) on a Unix socket of this\n"+
 			"host, and unmounts on SIGTERM or SIGINT. Hot cache: MC_STORE_LOCAL_HOT_CACHE_SIZE,\n"+
 			"MC_STORE_LOCAL_HOT_BLOCK_SIZE, MC_STORE_LOCAL_HOT_CACHE_USE_SHM=1,\n"+
-			"MC_STORE_LOCAL_HOT_MAX_AGE_MS (see docs/store.md).\n\nFlags:\n", fs.Name())
+			"MC_STORE_LOCAL_HOT_MAX_AGE_MS (see docs/store.md). Only processes of the daemon's own\n"+
+			"uid, and those --allowed_uids and --allowed_gids name, may connect; the kernel's\n"+
+			"record of the peer (SO_PEERCRED) decides, and others are refused at once.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
 	return fs

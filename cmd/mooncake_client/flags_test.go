@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -42,5 +43,23 @@ func TestRefusedFlags(t *testing.T) {
 	}
 	if _, err := parse([]string{"--help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: %v", err)
+	}
+}
+
+func TestAllowedIDs(t *testing.T) {
+	o, err := parse([]string{"--allowed_uids=1000, root,65534", "--allowed_gids=root,44"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.allowedUIDs, []uint32{1000, 0, 65534}) || !slices.Equal(o.allowedGIDs, []uint32{0, 44}) {
+		t.Fatalf("uids %v gids %v", o.allowedUIDs, o.allowedGIDs)
+	}
+	if o, _ := parse(nil, io.Discard); len(o.allowedUIDs)+len(o.allowedGIDs) != 0 {
+		t.Fatalf("allowed by default: %v %v", o.allowedUIDs, o.allowedGIDs)
+	}
+	for _, bad := range []string{"--allowed_uids=no-such-user-here", "--allowed_gids=no-such-group-here", "--allowed_uids=-1"} {
+		if _, err := parse([]string{bad}, io.Discard); !errors.As(err, new(usageError)) {
+			t.Errorf("%s: err %v, want a usage error", bad, err)
+		}
 	}
 }

@@ -86,7 +86,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	defer c.Close() // unmounts the segment, after the server below stopped
 	hc := hotcache.ConfigFromEnv()
 	socket := ipc.SocketName(o.port)
-	srv, err := standalone.NewServer(standalone.ServerConfig{Client: c, Socket: socket, Keyspace: o.tenantID, HotCache: hc})
+	srv, err := standalone.NewServer(standalone.ServerConfig{Client: c, Socket: socket, Keyspace: o.tenantID, HotCache: hc,
+		Allowed: ipc.Admission{UIDs: o.allowedUIDs, GIDs: o.allowedGIDs}})
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 package standalone
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -26,6 +28,10 @@ type ServerConfig struct {
 	// HotCache, when its Size is positive, gives every worker scope a hot
 	// cache of this shape (Size bytes each).
 	HotCache hotcache.Config
+	// Allowed names the peers, besides processes of the daemon's own uid,
+	// that may connect (mooncake_client's --allowed_uids and
+	// --allowed_gids); everyone else is refused at accept.
+	Allowed ipc.Admission
 }
 
 // Server serves dummy clients. Close ends it.
@@ -39,6 +45,8 @@ type Server struct {
 	scopes   map[string]*scope
 
 	requests, failures atomic.Uint64
+	refused            atomic.Uint64
+	refusedUIDs        map[uint32]bool // uids whose refusal was logged (guarded by mu)
 	wg                 sync.WaitGroup
 }
 
@@ -51,7 +59,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Socket, err)
 	}
-	s := &Server{cfg: cfg, ln: ln, sessions: map[*session]struct{}{}, scopes: map[string]*scope{}}
+	s := &Server{cfg: cfg, ln: ln, sessions: map[*session]struct{}{}, scopes: map[string]*scope{}, refusedUIDs: map[uint32]bool{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -63,6 +71,10 @@ func (s *Server) accept() {
 		uc, err := s.ln.AcceptUnix()
 		if err != nil {
 			return // closed
+		}
+		if !s.admit(uc) {
+			uc.Close()
+			continue
 		}
 		sess := &session{srv: s}
 		s.mu.Lock()
@@ -89,6 +101,42 @@ func (s *Server) accept() {
 		}()
 	}
 }
+
+// maxRefusedLogged bounds the uids whose first refusal is logged at warning
+// level; later refusals are logged at debug level.
+const maxRefusedLogged = 1024
+
+// admit says whether the process that connected on uc may use the daemon
+// (cfg.Allowed): the abstract socket is open to every process of the
+// network namespace, so the kernel's record of the peer is what decides.
+// A refusal is logged at warning level once per uid.
+func (s *Server) admit(uc *net.UnixConn) bool {
+	p, err := ipc.PeerOf(uc)
+	if err == nil && s.cfg.Allowed.Admits(p) {
+		return true
+	}
+	s.refused.Add(1)
+	s.mu.Lock()
+	first := err != nil || (!s.refusedUIDs[p.UID] && len(s.refusedUIDs) < maxRefusedLogged)
+	if err == nil && first {
+		s.refusedUIDs[p.UID] = true
+	}
+	s.mu.Unlock()
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelWarn
+	}
+	if err != nil {
+		slog.Log(context.Background(), level, "mooncake_client: refused a dummy connection", "err", err)
+	} else {
+		slog.Log(context.Background(), level, "mooncake_client: refused a dummy connection from a user that may not use this daemon (--allowed_uids, --allowed_gids)",
+			"uid", p.UID, "gid", p.GID, "pid", p.PID, "daemon_uid", os.Geteuid())
+	}
+	return false
+}
+
+// Refused is how many connections were refused at accept.
+func (s *Server) Refused() uint64 { return s.refused.Load() }
 
 func (s *Server) forget(sess *session) {
 	s.mu.Lock()

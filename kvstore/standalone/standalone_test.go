@@ -22,6 +22,13 @@ var nextPort = 40000 + os.Getpid()%10000
 // returns the server and the address dummies connect to.
 func daemon(t *testing.T, hot hotcache.Config) (*Server, string) {
 	t.Helper()
+	return daemonWith(t, ServerConfig{HotCache: hot})
+}
+
+// daemonWith is daemon with cfg's other settings (Client, Socket and
+// Keyspace are filled in).
+func daemonWith(t *testing.T, cfg ServerConfig) (*Server, string) {
+	t.Helper()
 	svc, err := master.StartService(master.ServiceConfig{RPCAddress: "127.0.0.1:0", HTTPMetadataAddress: "127.0.0.1:0",
 		Server: master.Options{Config: master.DefaultConfig()}})
 	if err != nil {
@@ -35,7 +42,8 @@ func daemon(t *testing.T, hot hotcache.Config) (*Server, string) {
 	}
 	t.Cleanup(func() { c.Close() })
 	nextPort++
-	srv, err := NewServer(ServerConfig{Client: c, Socket: ipc.SocketName(nextPort), Keyspace: "default", HotCache: hot})
+	cfg.Client, cfg.Socket, cfg.Keyspace = c, ipc.SocketName(nextPort), "default"
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
