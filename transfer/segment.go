@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mooncake-go/mooncake/transfer/handshake"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
@@ -23,15 +24,31 @@ type remoteSegment struct {
 	refs   int
 	cached bool
 
+	// mu guards the fields below. It is never held across network I/O
+	// or a transport's Connect: a fetch runs outside it (refresh), so a
+	// peer or directory that does not answer delays only the callers that
+	// need the new descriptor, never those using connections already open.
 	mu      sync.Mutex
 	desc    *SegmentDesc // nil until fetched or after a failure
 	rpcAddr string
 	// conns[i] is the connection over e.transports[i], nil where that
 	// transport does not reach the peer.
 	conns []transport.Conn
+	// fetching is the descriptor fetch in flight, nil when none: every
+	// caller that needs a fetch joins it (one per segment at a time).
+	fetching *fetch
+	closed   bool // close ran: a fetch that ends after it publishes nothing
 	// stale asks the next use to fetch the descriptor again. It is atomic
 	// so transports can set it without taking mu.
 	stale atomic.Bool
+}
+
+// fetch is one descriptor fetch of a segment; done closes when desc and
+// err are set.
+type fetch struct {
+	done chan struct{}
+	desc *SegmentDesc
+	err  error
 }
 
 // Segment is one owned reference to a remote segment, as OpenSegment hands
@@ -165,49 +182,96 @@ func (e *Engine) SegmentDescriptor(h SegmentHandle) (*SegmentDesc, error) {
 // current returns the cached descriptor, fetching it when there is none.
 func (s *remoteSegment) current() (*SegmentDesc, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.desc != nil && !s.stale.Load() {
-		return s.desc, nil
+		d := s.desc
+		s.mu.Unlock()
+		return d, nil
 	}
-	return s.refreshLocked()
+	s.mu.Unlock()
+	return s.refresh()
 }
 
 // invalidate drops the cached descriptor so the next use fetches it again
 // (after a failure: the peer may have restarted elsewhere).
 func (s *remoteSegment) invalidate() { s.stale.Store(true) }
 
-func (s *remoteSegment) refreshLocked() (_ *SegmentDesc, err error) {
-	s.stale.Store(false)
-	defer func() {
-		if err != nil {
-			s.stale.Store(true)
-		}
-	}()
-	loc, raw, err := s.e.dir.Lookup(s.name)
-	if err != nil {
-		return nil, err
-	}
-	d, err := transport.DecodeSegmentDesc(raw)
-	if err != nil {
-		return nil, err
-	}
-	s.rpcAddr = loc.RPCAddr
-	s.connect(transport.Peer{Name: s.name, Host: loc.Host, Desc: d, Invalidate: s.invalidate})
-	s.desc = d
-	return d, nil
+// refresh fetches the descriptor and brings the connections in line with
+// it, or joins the fetch already in flight, and waits for it. It is
+// called without mu.
+func (s *remoteSegment) refresh() (*SegmentDesc, error) {
+	s.mu.Lock()
+	f := s.startFetchLocked()
+	s.mu.Unlock()
+	<-f.done
+	return f.desc, f.err
 }
 
-// connect brings the segment's connections in line with the peer's new
-// descriptor: a connection that can follow it stays, one that cannot is
-// closed, and every transport that reaches the peer without a connection
-// connects (a failure to connect leaves that transport out until the next
-// descriptor).
-func (s *remoteSegment) connect(p transport.Peer) {
-	if s.conns == nil {
-		s.conns = make([]transport.Conn, len(s.e.transports))
+// startFetchLocked returns the fetch in flight, starting one on its own
+// goroutine if there is none. Called with mu held.
+func (s *remoteSegment) startFetchLocked() *fetch {
+	if s.fetching != nil {
+		return s.fetching
+	}
+	f := &fetch{done: make(chan struct{})}
+	s.fetching = f
+	s.stale.Store(false)
+	conns := append([]transport.Conn(nil), s.conns...)
+	go s.runFetch(f, conns)
+	return f
+}
+
+// runFetch is one fetch: the directory lookup and the transports' Update
+// and Connect run without mu; the outcome is published under it. conns
+// are the connections when the fetch started (only a fetch replaces
+// them, and one runs at a time).
+func (s *remoteSegment) runFetch(f *fetch, conns []transport.Conn) {
+	var loc metadata.Location
+	var d *SegmentDesc
+	old := append([]transport.Conn(nil), conns...)
+	loc, raw, err := s.e.dir.Lookup(s.name)
+	if err == nil {
+		d, err = transport.DecodeSegmentDesc(raw)
+	}
+	if err == nil {
+		conns = s.connect(conns, transport.Peer{Name: s.name, Host: loc.Host, Desc: d, Invalidate: s.invalidate})
+	}
+	s.mu.Lock()
+	s.fetching = nil
+	switch {
+	case s.closed:
+		// The segment went away during the fetch: close already closed
+		// the old connections; the new ones are closed here.
+		for i, c := range conns {
+			if c != nil && (i >= len(old) || c != old[i]) {
+				c.Close()
+			}
+		}
+		err = errorf(CodeInvalidArgument, nil, "segment %q: closed", s.name)
+	case err != nil:
+		s.stale.Store(true) // the next use tries again
+	default:
+		s.rpcAddr, s.conns, s.desc = loc.RPCAddr, conns, d
+	}
+	f.desc, f.err = d, err
+	if err != nil {
+		f.desc = nil
+	}
+	close(f.done)
+	s.mu.Unlock()
+}
+
+// connect brings the segment's connections (conns, one slot per
+// transport; nil before the first fetch) in line with the peer's new
+// descriptor and returns them: a connection that can follow it stays, one
+// that cannot is closed, and every transport that reaches the peer
+// without a connection connects (a failure to connect leaves that
+// transport out until the next descriptor). It runs without mu.
+func (s *remoteSegment) connect(conns []transport.Conn, p transport.Peer) []transport.Conn {
+	if conns == nil {
+		conns = make([]transport.Conn, len(s.e.transports))
 	}
 	for i, t := range s.e.transports {
-		c := s.conns[i]
+		c := conns[i]
 		reaches := t.Reaches(p)
 		if c != nil && (!reaches || !c.Update(p)) {
 			c.Close()
@@ -220,7 +284,16 @@ func (s *remoteSegment) connect(p transport.Peer) {
 				c = nil
 			}
 		}
-		s.conns[i] = c
+		conns[i] = c
+	}
+	return conns
+}
+
+func closeAll(conns []transport.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
 	}
 }
 
@@ -232,47 +305,72 @@ type routeConn struct {
 }
 
 // route returns the descriptor and the connections usable now, in the
-// engine's order of transports. A connection that finds the peer gone
-// fails the route; one whose peer's registrations changed makes it fetch
-// the descriptor again, and is left out while it stays stale (the target
-// then validates the request over another transport). The connections are
-// appended to buf[:0] (a caller's array saves the allocation).
+// engine's order of transports. Without a descriptor, or once the segment
+// is invalidated (the peer may have moved), it waits for a fetch. A
+// connection that finds the peer gone fails the route; one whose peer's
+// registrations changed starts a fetch in the background and is left out
+// while it stays stale (the target then validates the request over
+// another transport); only when no connection is left does the route wait
+// for that fetch. No lock is held while a fetch runs, so a peer or
+// directory that does not answer never holds up the connections already
+// open. The connections are appended to buf[:0] (a caller's array saves
+// the allocation).
 func (s *remoteSegment) route(buf []routeConn) (*SegmentDesc, []routeConn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.desc == nil || s.stale.Load() {
-		if _, err := s.refreshLocked(); err != nil {
+	for waited := false; ; waited = true {
+		s.mu.Lock()
+		if s.desc == nil || s.stale.Load() {
+			s.mu.Unlock()
+			if _, err := s.refresh(); err != nil {
+				return nil, nil, err
+			}
+			s.mu.Lock()
+		}
+		desc, usable, stale, err := s.usableLocked(buf[:0])
+		if stale && !waited {
+			f := s.startFetchLocked()
+			s.mu.Unlock()
+			if len(usable) > 0 {
+				return desc, usable, nil
+			}
+			<-f.done
+			if f.err != nil {
+				return nil, nil, f.err
+			}
+			continue // the connections may have changed
+		}
+		s.mu.Unlock()
+		if err != nil {
 			return nil, nil, err
 		}
+		if len(usable) == 0 {
+			return nil, nil, errorf(CodeSocket, nil, "segment %q: no transport reaches it", s.name)
+		}
+		return desc, usable, nil
 	}
-	usable := buf[:0]
-	refreshed := false
-	for i := 0; i < len(s.conns); i++ {
-		c := s.conns[i]
+}
+
+// usableLocked checks the connections without blocking: the ones usable
+// now (appended to usable), whether one is stale, and an error when one
+// finds the peer gone (the segment is then invalidated). Called with mu
+// held, after a fetch succeeded (desc is set).
+func (s *remoteSegment) usableLocked(usable []routeConn) (*SegmentDesc, []routeConn, bool, error) {
+	stale := false
+	for i, c := range s.conns {
 		if c == nil {
 			continue
 		}
-		stale, err := c.Check()
+		st, err := c.Check()
 		if err != nil {
 			s.invalidate()
-			return nil, nil, errorf(CodeSocket, nil, "segment %q: %v", s.name, err)
+			return nil, nil, false, errorf(CodeSocket, nil, "segment %q: %v", s.name, err)
 		}
-		if stale && !refreshed {
-			refreshed = true
-			if _, err := s.refreshLocked(); err != nil {
-				return nil, nil, err
-			}
-			usable, i = usable[:0], -1 // the connections may have changed
+		if st {
+			stale = true
 			continue
 		}
-		if !stale {
-			usable = append(usable, routeConn{c, i})
-		}
+		usable = append(usable, routeConn{c, i})
 	}
-	if len(usable) == 0 {
-		return nil, nil, errorf(CodeSocket, nil, "segment %q: no transport reaches it", s.name)
-	}
-	return s.desc, usable, nil
+	return s.desc, usable, stale, nil
 }
 
 // peerGone reports whether a connection knows the peer's process is gone.
@@ -307,11 +405,8 @@ func (s *remoteSegment) call(typ byte, payload []byte) ([]byte, error) {
 func (s *remoteSegment) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range s.conns {
-		if c != nil {
-			c.Close()
-		}
-	}
+	closeAll(s.conns)
 	s.conns = nil
 	s.desc = nil
+	s.closed = true
 }
