@@ -24,13 +24,19 @@ must be a regular file directly inside ``--segment_dir`` (default
 /dev/shm), owned by the service's user; it is opened with O_NOFOLLOW
 relative to that directory and mounted through its descriptor, so no
 symlink or ``..`` leads out of it.
+
+SIGINT and SIGTERM (unblocked at start, in case the parent left them blocked)
+set the shutdown event: the service stops listening, closes the store and
+exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -41,6 +47,7 @@ from typing import Any
 from aiohttp import web
 
 from mooncake.mooncake_config import MooncakeConfig
+from mooncake.store import MooncakeDistributedStore
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +132,54 @@ def open_confined(directory: str, path: Any) -> tuple[int, str]:
     return fd, os.path.join(real_dir, name)
 
 
+class BadRequest(ValueError):
+    """A request body that is not a JSON object; answered 400 with its message."""
+
+
+async def _json_body(request: Any) -> dict:
+    """The JSON object in the body of `request`, read with ``await request.json()`` only.
+
+    An empty body is an empty object (no fields given). A body that is not
+    JSON, or JSON other than an object, raises `BadRequest`. A body over the
+    app's ``client_max_size`` makes aiohttp raise its 413 while reading.
+    """
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as e:
+        if e.doc.strip():
+            raise BadRequest("Malformed JSON body") from None
+        return {}
+    except (UnicodeDecodeError, LookupError):  # not text in its charset, or no such charset
+        raise BadRequest("Malformed JSON body") from None
+    if not isinstance(body, dict):
+        raise BadRequest("Request body must be a JSON object")
+    return body
+
+
+def _install_shutdown_signal_handlers(
+    loop: asyncio.AbstractEventLoop, event: asyncio.Event
+) -> None:
+    """Make SIGINT and SIGTERM set `event` on `loop` (loop.add_signal_handler, main thread)."""
+
+    def request_shutdown(signum: int) -> None:
+        logger.info("received %s, shutting down", signal.Signals(signum).name)
+        event.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, request_shutdown, sig)
+
+
+def _unblock_shutdown_signals() -> None:
+    """Unblock SIGINT and SIGTERM in the calling thread.
+
+    The signal mask is inherited across fork and exec, so a parent that had
+    them blocked would leave a SIGTERM pending forever and the service
+    unstoppable but by SIGKILL. Called after the handlers are installed, so a
+    signal already pending is delivered to them.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _segment_ids(body: dict) -> list[str]:
     ids = body.get("segment_ids")
     if isinstance(ids, str):
@@ -138,8 +193,28 @@ def _is_int(v: Any) -> bool:
     return type(v) is int
 
 
+# Config fields with a default: a config object without them (one made for
+# an older MooncakeConfig, or a test's namespace) gets the default.
+_OPTIONAL_CONFIG = {
+    f.name: f.default
+    for f in dataclasses.fields(MooncakeConfig)
+    if f.default is not dataclasses.MISSING
+}
+
+
 class MooncakeStoreService:
-    """The store client and the HTTP handlers of `mc_store_rest_server`."""
+    """The store client and the HTTP handlers of `mc_store_rest_server`.
+
+    The handlers use only ``store``, ``config``, ``segment_dir``,
+    ``current_mode``, ``mounted_segment_ids``, ``last_mount_info`` and
+    ``_state_lock`` (the asyncio lock around mode and segment-list changes),
+    so a service made with ``__new__`` and those set works as one from
+    ``__init__``.
+    """
+
+    segment_dir: str = DEFAULT_SEGMENT_DIR
+    store: Any = None
+    _runner: web.AppRunner | None = None
 
     def __init__(
         self,
@@ -162,17 +237,21 @@ class MooncakeStoreService:
             else:
                 logger.warning("ignoring unknown config override %r", key)
         self.segment_dir = segment_dir
-        self.store: Any = None
+        self.store = None
         self.current_mode = "prefill"
         self.mounted_segment_ids: list[str] = []
         self.last_mount_info: dict = {}
-        self._lock = asyncio.Lock()
-        self._runner: web.AppRunner | None = None
+        self._state_lock = asyncio.Lock()
+        self._runner = None
 
     # -- lifecycle -------------------------------------------------------------
 
     def _setup_args(self) -> dict:
         c = self.config
+
+        def opt(name: str) -> Any:
+            return getattr(c, name, _OPTIONAL_CONFIG[name])
+
         return {
             "local_hostname": c.local_hostname,
             "metadata_server": c.metadata_server,
@@ -181,46 +260,87 @@ class MooncakeStoreService:
             "protocol": c.protocol,
             "rdma_devices": c.device_name or "",
             "master_server_addr": c.master_server_address,
-            "enable_ssd_offload": c.enable_ssd_offload,
-            "ssd_offload_path": c.ssd_offload_path,
-            "tenant_id": c.tenant_id,
-            "enable_client_http_server": c.enable_client_http_server,
-            "client_http_port": c.client_http_port,
+            "enable_ssd_offload": opt("enable_ssd_offload"),
+            "ssd_offload_path": opt("ssd_offload_path"),
+            "tenant_id": opt("tenant_id"),
+            "enable_client_http_server": opt("enable_client_http_server"),
+            "client_http_port": opt("client_http_port"),
         }
 
     async def start_store_service(
         self, max_wait_time: float = 60, shutdown_event: asyncio.Event | None = None
     ) -> bool:
-        """Set the store up, retrying for up to `max_wait_time` seconds; True when it is."""
-        from mooncake.store import MooncakeDistributedStore
+        """Set the store up, retrying for up to `max_wait_time` seconds; True when it is.
 
+        Each attempt makes a new module-level `MooncakeDistributedStore` and
+        calls its ``setup`` on the event loop's thread; a nonzero return or an
+        exception is logged and retried after at most 1 s. `shutdown_event`,
+        once set, ends the retry wait at once and makes this return False;
+        set while ``setup`` ran, the new store is closed again.
+        """
         start = time.monotonic()
-        while time.monotonic() - start < max_wait_time:
+        attempt = 0
+        if shutdown_event is not None:
+            await asyncio.sleep(0)  # run a signal callback queued before we started
+        while True:
             if shutdown_event is not None and shutdown_event.is_set():
-                self.stop()
+                logger.info("store startup cancelled by shutdown request")
                 return False
-            store = MooncakeDistributedStore()
-            rc = await asyncio.to_thread(store.setup, self._setup_args())
+            if time.monotonic() - start >= max_wait_time:
+                logger.error(
+                    "store setup failed %d times in %.1f s; giving up", attempt, max_wait_time
+                )
+                return False
+            attempt += 1
+            store = None
+            try:
+                store = MooncakeDistributedStore()
+                rc = store.setup(self._setup_args())
+            except Exception as e:
+                logger.warning("store setup attempt %d raised: %s", attempt, e)
+                rc = None
             if rc == 0:
                 self.store = store
-                if shutdown_event is not None and shutdown_event.is_set():
-                    self.stop()
-                    return False
+                if shutdown_event is not None:
+                    await asyncio.sleep(0)  # a signal that came during setup
+                    if shutdown_event.is_set():
+                        logger.info("store startup cancelled by shutdown request")
+                        await self.stop()
+                        return False
                 return True
-            store.close()
-            logger.warning("store setup failed (%d); retrying", rc)
-            await asyncio.sleep(min(1.0, max(0.0, max_wait_time - (time.monotonic() - start))))
-        return False
+            if rc is not None:
+                logger.warning("store setup attempt %d failed (%s); retrying", attempt, rc)
+            self._discard(store)
+            delay = min(1.0, max(0.0, max_wait_time - (time.monotonic() - start)))
+            if shutdown_event is None:
+                await asyncio.sleep(delay)
+            else:
+                try:
+                    await asyncio.wait_for(shutdown_event.wait(), delay)
+                except TimeoutError:
+                    pass
 
-    def stop(self) -> None:
-        """Close the store (once)."""
+    @staticmethod
+    def _discard(store: Any) -> None:
+        """Close a store whose setup failed (errors only logged)."""
+        if store is None:
+            return
+        try:
+            store.close()
+        except Exception as e:
+            logger.debug("closing a store that failed setup: %s", e)
+
+    async def stop(self) -> None:
+        """Stop serving HTTP and close the store; each once, so a second call does nothing."""
+        await self.stop_http_service()
         store, self.store = self.store, None
         if store is not None:
             rc = store.close()
             if rc != 0:
-                logger.warning("store close returned %d", rc)
+                logger.warning("store close returned %s", rc)
 
     def make_app(self) -> web.Application:
+        """The aiohttp app: the routes, with bodies limited to `MAX_BODY` (413 beyond)."""
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_put("/api/put", self.handle_put)
         app.router.add_get("/api/get/{key}", self.handle_get)
@@ -237,26 +357,42 @@ class MooncakeStoreService:
 
     async def start_http_service(
         self, port: int = 8080, host: str = DEFAULT_HOST, allow_remote: bool = False
-    ) -> None:
-        """Serve on host:port; a non-loopback host needs `allow_remote` (ValueError)."""
+    ) -> bool:
+        """Serve on host:port (True once listening); a non-loopback host needs `allow_remote`.
+
+        Raises ValueError for a refused host, before anything listens.
+        """
         check_bind_host(host, allow_remote)
-        self._runner = web.AppRunner(self.make_app())
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        runner = web.AppRunner(self.make_app())
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
         logger.info("mc_store_rest_server listening on %s:%d", host, port)
+        return True
 
     async def stop_http_service(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        """Stop listening and finish the requests in flight (nothing if not serving)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
 
     # -- key/value -------------------------------------------------------------
 
     @staticmethod
     def _guard(fn):
+        """Answer a `BadRequest` 400, let aiohttp's HTTP errors (413) through, anything else 500."""
+
         async def wrapped(self, request: web.Request) -> web.Response:
             try:
                 return await fn(self, request)
+            except BadRequest as e:
+                return _error(str(e), 400)
+            except web.HTTPException:
+                raise
             except Exception as e:
                 logger.exception("request failed")
                 return _error(str(e), 500)
@@ -267,7 +403,7 @@ class MooncakeStoreService:
 
     @_guard
     async def handle_put(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json_body(request)
         key, value = body.get("key"), body.get("value")
         if not key or value is None:
             return _error("Missing key or value", 400)
@@ -336,7 +472,7 @@ class MooncakeStoreService:
 
     @_guard
     async def handle_mount_shm(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json_body(request)
         path, size = _shm_name_to_path(body.get("name")), body.get("size")
         if path is None or size is None:
             return _error("Missing or invalid name or size", 400)
@@ -356,26 +492,27 @@ class MooncakeStoreService:
 
     @_guard
     async def handle_unmount_shm(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json_body(request)
         ids = _segment_ids(body)
         if not ids:
             return _error("Missing segment_ids", 400)
         grace = body.get("grace_period_seconds", 0)
         failed = []
-        for sid in ids:
-            if await asyncio.to_thread(self.store.unmount_segment, [sid], grace) != 0:
-                failed.append(sid)
-            elif sid in self.mounted_segment_ids:
-                self.mounted_segment_ids.remove(sid)
-        if not self.mounted_segment_ids:
-            self.current_mode = "prefill"
+        async with self._state_lock:
+            for sid in ids:
+                if await asyncio.to_thread(self.store.unmount_segment, [sid], grace) != 0:
+                    failed.append(sid)
+                elif sid in self.mounted_segment_ids:
+                    self.mounted_segment_ids.remove(sid)
+            if not self.mounted_segment_ids:
+                self.current_mode = "prefill"
         if failed:
             return _error("Unmount failed for one or more segments", 500, failed_segment_ids=failed)
         return _json({"status": "success"})
 
     @_guard
     async def handle_mount(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json_body(request)
         size = body.get("size")
         if not _is_int(size) or size <= 0:
             return _error("Invalid size, must be a positive integer", 400)
@@ -397,7 +534,7 @@ class MooncakeStoreService:
 
     @_guard
     async def handle_unmount(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json_body(request)
         ids = _segment_ids(body)
         if not ids:
             return _error("Missing segment_ids", 400)
@@ -410,12 +547,7 @@ class MooncakeStoreService:
 
     @_guard
     async def handle_unmount_local_disk(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json() if await request.read() else {}
-        except ValueError:
-            return _error("Malformed JSON body", 400)
-        if not isinstance(body, dict):
-            return _error("Request body must be a JSON object", 400)
+        body = await _json_body(request)
         grace = body.get("grace_period_seconds", 0)
         if not _is_int(grace) or not 0 <= grace <= MAX_GRACE_SECONDS:
             return _error(
@@ -428,11 +560,11 @@ class MooncakeStoreService:
 
     @_guard
     async def handle_reconfigure(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        body = await _json_body(request)
         mode = str(body.get("mode", "")).lower()
         if mode not in ("decode", "prefill"):
             return _error("Invalid mode. Use 'decode' or 'prefill'", 400)
-        async with self._lock:
+        async with self._state_lock:
             if mode == "decode":
                 return await self._to_decode(body)
             return await self._to_prefill()
@@ -495,7 +627,11 @@ def _parse_defines(items: list[str]) -> dict:
     return out
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of `mc_store_rest_server` (`argv`, default sys.argv[1:]).
+
+    Exits 2 for a non-loopback ``--host`` without ``--allow_remote``.
+    """
     p = argparse.ArgumentParser(
         prog="mc_store_rest_server", description="A Mooncake store client behind a REST API."
     )
@@ -542,22 +678,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    service = MooncakeStoreService(args.config, _parse_defines(args.define), args.segment_dir)
+    """Run the service until SIGINT/SIGTERM; the store is closed however it ends.
+
+    The module-level `parse_arguments` and `MooncakeStoreService` are looked
+    up at call time. A namespace without ``host``, ``allow_remote`` or
+    ``segment_dir`` (upstream's flags only) gets their defaults.
+    """
+    args = parse_arguments(argv)
+    host = getattr(args, "host", DEFAULT_HOST)
+    allow_remote = getattr(args, "allow_remote", False)
+    service = MooncakeStoreService(
+        args.config,
+        _parse_defines(args.define),
+        segment_dir=getattr(args, "segment_dir", DEFAULT_SEGMENT_DIR),
+    )
     shutdown = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, shutdown.set)
+    _install_shutdown_signal_handlers(asyncio.get_running_loop(), shutdown)
+    _unblock_shutdown_signals()
     try:
         if not await service.start_store_service(args.max_wait_time, shutdown):
             if shutdown.is_set():
                 return
             raise RuntimeError("Failed to start store service")
-        await service.start_http_service(args.port, args.host, args.allow_remote)
+        await service.start_http_service(args.port, host, allow_remote)
         await shutdown.wait()
     finally:
-        await service.stop_http_service()
-        service.stop()
+        await service.stop()
 
 
 def sync_main() -> None:
