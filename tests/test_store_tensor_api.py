@@ -385,6 +385,20 @@ def test_load_tensor_from_safetensor_crafted_headers_are_none(store, tmp_path):
         assert store.load_tensor_from_safetensor(key("crafted"), file_name=str(path)) is None, name
 
 
+def test_load_tensor_from_safetensor_takes_file_name_positionally(store, tmp_path):
+    """Issue 35 #4: upstream's tests call (key, file_name); ours took file_name keyword-only."""
+    t = sample(6, (2, 3))
+    k, k2 = key("pos"), key("pos_back")
+    path = str(tmp_path / "pos.safetensors")
+    assert store.put_tensor(k, t) == 0
+    assert store.save_tensor_to_safetensor(k, path) == 0
+    back = store.load_tensor_from_safetensor(k2, path)
+    assert same(back, t) and same(store.get_tensor(k2), t)
+    assert store.load_tensor_from_safetensor(k2, str(tmp_path / "missing")) is None
+    with pytest.raises(TypeError, match="file_name"):
+        store.load_tensor_from_safetensor(k2)
+
+
 # -- async_store --------------------------------------------------------------------------------
 
 

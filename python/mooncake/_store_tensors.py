@@ -998,14 +998,20 @@ class _TensorAPI:
             return int(_store().ErrorCode.INVALID_PARAMS)
         return 0
 
-    def load_tensor_from_safetensor(self, key: str | None = None, *, file_name: str) -> Any:
+    def load_tensor_from_safetensor(
+        self, key: str | None = None, file_name: str | None = None
+    ) -> Any:
         """Put a tensor of a safetensors file into the store under `key` (default `file_name`).
 
+        `file_name` is required, positionally (``(key, file_name)``) or by
+        keyword (``(file_name=...)``, or with a key); without it TypeError.
         The tensor is the file's entry named `key` if there is one, else its
         first (a warning is logged). Returns the tensor, or None if the file
         is missing, empty or invalid (every header field is checked), or the
         put fails.
         """
+        if file_name is None:
+            raise TypeError("load_tensor_from_safetensor() missing required argument 'file_name'")
         try:
             tensors = _safetensors.load_file(file_name)
         except (OSError, ValueError) as e:
