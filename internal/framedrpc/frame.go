@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Magic opens a framed connection (client hello) and acknowledges it
@@ -104,18 +105,38 @@ func (fr *frameReader) next() (frame, error) {
 	case m > int(n) || (kind != kindCall && m != 0) || fr.hdr[5] != 0:
 		return frame{}, fmt.Errorf("%w: bad header %x", errBadFrame, fr.hdr)
 	}
-	body := fr.buf
-	if int(n) > cap(body) {
-		body = make([]byte, n)
-		if n <= keepBuffer {
-			fr.buf = body
-		}
-	}
-	body = body[:n]
-	if _, err := io.ReadFull(fr.r, body); err != nil {
+	body, err := fr.readBody(int(n))
+	if err != nil {
 		return frame{}, fmt.Errorf("%w: truncated body: %v", errBadFrame, err)
 	}
 	return frame{kind: kind, method: body[:m], body: body[m:]}, nil
+}
+
+// readBody reads n bytes into the reused buffer, or for a body larger
+// than keepBuffer into one that grows with the bytes that arrive: a
+// header alone, from a peer that never sends the body, cannot make the
+// reader allocate MaxBody.
+func (fr *frameReader) readBody(n int) ([]byte, error) {
+	if n <= keepBuffer {
+		if n > cap(fr.buf) {
+			fr.buf = make([]byte, n)
+		}
+		body := fr.buf[:n]
+		_, err := io.ReadFull(fr.r, body)
+		return body, err
+	}
+	body := make([]byte, 0, keepBuffer)
+	for len(body) < n {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, min(n-len(body), len(body)))
+		}
+		k := min(cap(body), n)
+		if _, err := io.ReadFull(fr.r, body[len(body):k]); err != nil {
+			return nil, err
+		}
+		body = body[:k]
+	}
+	return body, nil
 }
 
 // appendHeader appends a frame header to b; the body length is patched by
