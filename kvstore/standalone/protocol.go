@@ -85,6 +85,36 @@ type scopeCounters struct {
 	Bypasses      uint64 `json:"bypasses"`
 }
 
+// decodeRequest parses a request body from a dummy and checks the shape
+// its operation needs, so the handlers index nothing that is not there:
+// a known op, as many part lists as keys for put and get, one key for
+// size, and a register range that does not wrap around the address space
+// or the file. The body is at most ipc.MaxBody bytes (the wire's bound).
+func decodeRequest(body []byte) (request, error) {
+	var req request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return request{}, err
+	}
+	switch req.Op {
+	case opHello, opUnregister, opRanges, opExist, opRemove, opRemoveRegex, opRemoveAll, opHealth, opHotCache, opStats:
+	case opPut, opGet:
+		if len(req.Parts) != len(req.Keys) {
+			return request{}, fmt.Errorf("%s: %d keys, %d part lists", req.Op, len(req.Keys), len(req.Parts))
+		}
+	case opSize:
+		if len(req.Keys) != 1 {
+			return request{}, fmt.Errorf("size takes one key, got %d", len(req.Keys))
+		}
+	case opRegister:
+		if req.Size == 0 || req.Base+req.Size < req.Base || req.Offset+req.Size < req.Offset {
+			return request{}, fmt.Errorf("register: region [%#x,+%d) at file offset %d", req.Base, req.Size, req.Offset)
+		}
+	default:
+		return request{}, fmt.Errorf("unknown operation %q", req.Op)
+	}
+	return req, nil
+}
+
 func failed(code kvstore.ErrorCode, format string, args ...any) response {
 	return response{Code: int32(code), Message: fmt.Sprintf(format, args...)}
 }

@@ -1,7 +1,6 @@
 package standalone
 
 import (
-	"encoding/json"
 	"log/slog"
 	"sort"
 	"sync"
@@ -33,8 +32,8 @@ func (r *installed) real() uintptr { return r.m.Addr() }
 
 // handle answers one request of the dummy.
 func (s *session) handle(msg ipc.Message) ipc.Message {
-	var req request
-	if err := json.Unmarshal(msg.Body, &req); err != nil {
+	req, err := decodeRequest(msg.Body)
+	if err != nil {
 		closeAll(msg.FDs)
 		return reply(failed(kvstore.InvalidParams, "malformed request: %v", err))
 	}
