@@ -8,3 +8,9 @@ const DefaultTenant = "default"
 // of a client's requests to the master (upstream sends tenant_id with
 // every object RPC). A request without it works as the default tenant.
 const TenantMetadataKey = "mooncake-tenant-id"
+
+// TenantTokenMetadataKey is the gRPC metadata entry that carries the
+// client's tenant token (MC_TENANT_TOKEN), which a master configured with
+// --tenant_tokens_file requires with every object RPC (our extension;
+// upstream has no tenant authentication).
+const TenantTokenMetadataKey = "mooncake-tenant-token"

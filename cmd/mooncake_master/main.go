@@ -59,6 +59,7 @@ func main() {
 
 // options are the parsed flags.
 type options struct {
+	tenantTokensFile            string
 	rpcPort, port               int
 	rpcAddress                  string
 	metricsPort                 int
@@ -126,6 +127,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.rpcNoDelay, "rpc_enable_tcp_no_delay", true, "set TCP_NODELAY on RPC connections (false: leave Nagle's algorithm on)")
 	declareOffloadFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
+	fs.StringVar(&o.tenantTokensFile, "tenant_tokens_file", "", "with --enable_multi_tenants: file of \"tenant_id token\" lines (\"_admin token\" for the admin API); each client must present its tenant's token (MC_TENANT_TOKEN), the admin endpoints a Bearer token. Empty: any client may name any tenant (upstream)")
 	// glog's flags, which upstream's launch scripts pass.
 	fs.IntVar(&o.minLogLevel, "minloglevel", 0, "glog compatibility: 0 info, 1 warning, 2 error (overrides MC_LOG_LEVEL)")
 	fs.IntVar(&o.verbosity, "v", 0, "glog compatibility: above 0 adds debug messages (overrides MC_LOG_LEVEL)")
@@ -230,6 +232,14 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 			Logger: log, ClusterID: o.clusterID,
 		},
 		Logger: log,
+	}
+	if o.tenantTokensFile != "" {
+		tt, err := master.LoadTenantTokens(o.tenantTokensFile)
+		if err != nil {
+			return err
+		}
+		sc.Server.TenantTokens = tt
+		log.Info("tenant tokens loaded", "file", o.tenantTokensFile, "tenants", tt.Tenants())
 	}
 	if o.enableHTTPMetadata {
 		sc.HTTPMetadataAddress = net.JoinHostPort(o.httpMetadataHost, strconv.Itoa(o.httpMetadataPort))

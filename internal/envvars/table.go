@@ -44,6 +44,8 @@ var (
 		ReadBy: "kvstore/client", Doc: "then polls this long more, yielding the CPU (sched_yield) between polls, before sleeping in poll(2), microseconds (0: sleep right after the spin)"}
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
+	StoreTenantToken = &Var{Name: "MC_TENANT_TOKEN", Kind: Text, Default: "none",
+		ReadBy: "kvstore/client", Doc: "secret sent with every master call as the tenant's token; a master with --tenant_tokens_file refuses a tenant's calls without it (ILLEGAL_CLIENT)"}
 
 	StoreHotCacheSize = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_SIZE", Kind: Int, Min: 1, Default: "0 (no hot cache)",
 		ReadBy: "kvstore/hotcache", Doc: "bytes of hot cache: per worker scope of a mooncake_client, or of a client set up in process"}
@@ -109,7 +111,7 @@ var (
 var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, TCPSyncSpinUs, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
-	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum,
+	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum, StoreTenantToken,
 	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
 	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,

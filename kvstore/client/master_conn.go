@@ -133,12 +133,16 @@ func masterBusy() pollread.Busy {
 }
 
 // metadata is what every call carries: the tenant id unless it is the
-// default, the namespace unless it is empty (read by the master as
-// kvstore.TenantMetadataKey and kvstore.NamespaceMetadataKey).
+// default, the tenant token of MC_TENANT_TOKEN when set, the namespace
+// unless it is empty (read by the master as kvstore.TenantMetadataKey,
+// kvstore.TenantTokenMetadataKey and kvstore.NamespaceMetadataKey).
 func (m *masterConn) metadata() map[string]string {
 	md := map[string]string{}
 	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
 		md[kvstore.TenantMetadataKey] = m.tenant
+	}
+	if tok := envvars.StoreTenantToken.Value(); tok != "" {
+		md[kvstore.TenantTokenMetadataKey] = tok
 	}
 	if m.ns != "" {
 		md[kvstore.NamespaceMetadataKey] = m.ns

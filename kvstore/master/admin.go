@@ -23,7 +23,10 @@ import (
 //	/api/v1/tenant_quotas  tenant quota policy (handleTenantQuotas)
 //
 // With multi-tenancy, /get_all_keys and /query_key take ?tenant_id=T (the
-// default tenant when absent) and show that tenant's keys.
+// default tenant when absent) and show that tenant's keys. With tenant
+// tokens configured they, like /api/v1/tenant_quotas, need
+// "Authorization: Bearer <token>" (the admin token, or T's own); the other
+// endpoints stay open.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/tenant_quotas", s.handleTenantQuotas)
@@ -75,7 +78,7 @@ func (s *Server) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
-		tenant, ok := adminTenant(w, r, s.opts.Config)
+		tenant, ok := s.adminTenant(w, r)
 		if !ok {
 			return
 		}
@@ -92,7 +95,7 @@ func (s *Server) AdminHandler() http.Handler {
 			http.Error(w, "missing key", http.StatusBadRequest)
 			return
 		}
-		tenant, found := adminTenant(w, r, s.opts.Config)
+		tenant, found := s.adminTenant(w, r)
 		if !found {
 			return
 		}

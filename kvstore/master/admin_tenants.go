@@ -52,8 +52,21 @@ func writeAdminError(w http.ResponseWriter, code kvstore.ErrorCode, msg string) 
 //
 // Refusals answer {"error_code": N, "error": "..."} with 400 (bad id or
 // body), 404 (TENANT_NOT_REGISTERED) or 409 (TENANT_NOT_EMPTY).
+//
+// With tenant tokens configured (TenantTokens), every request needs the
+// admin token, except a GET of one tenant, which that tenant's own token
+// also may read; others get 401.
 func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("tenant_id")
+	reader := ""
+	if r.Method == http.MethodGet && r.URL.Query().Has("tenant_id") {
+		if t, code := s.opts.Config.ResolveTenant(id); code == kvstore.OK {
+			reader = t
+		}
+	}
+	if !s.authorizeAdmin(w, r, reader) {
+		return
+	}
 	switch r.Method {
 	case http.MethodGet:
 		if !r.URL.Query().Has("tenant_id") {
@@ -113,12 +126,15 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 }
 
 // adminTenant is the tenant an admin key query names (?tenant_id=, the
-// default tenant when absent), or a 400 already written.
-func adminTenant(w http.ResponseWriter, r *http.Request, cfg Config) (string, bool) {
-	t, code := cfg.ResolveTenant(r.URL.Query().Get("tenant_id"))
+// default tenant when absent), or a 400 (bad id) or 401 (with tenant
+// tokens, neither the admin's nor that tenant's token) already written.
+func (s *Server) adminTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
+	t, code := s.opts.Config.ResolveTenant(r.URL.Query().Get("tenant_id"))
 	if code != kvstore.OK {
-		writeAdminError(w, code, "invalid tenant_id "+strconv.Quote(r.URL.Query().Get("tenant_id")))
+		if s.authorizeAdmin(w, r, "") {
+			writeAdminError(w, code, "invalid tenant_id "+strconv.Quote(r.URL.Query().Get("tenant_id")))
+		}
 		return "", false
 	}
-	return t, true
+	return t, s.authorizeAdmin(w, r, t)
 }

@@ -14,8 +14,10 @@ import (
 
 // scope is the tenant namespace one request works in: the tenant id its
 // gRPC metadata carries (kvstore.TenantMetadataKey), resolved by the
-// configuration. code is not OK for an id the master refuses; every key
-// of the request then fails with it.
+// configuration. code is not OK for an id the master refuses, or, with
+// tenant tokens configured, when the call lacks that tenant's token
+// (kvstore.TenantTokenMetadataKey; ILLEGAL_CLIENT); every key of the
+// request then fails with it.
 type scope struct {
 	cfg    Config
 	tenant string
@@ -29,6 +31,15 @@ func (s *Server) scope(ctx context.Context) scope {
 		id = v[0]
 	}
 	t, code := s.opts.Config.ResolveTenant(id)
+	if code == kvstore.OK && s.opts.TenantTokens != nil {
+		var tok string
+		if v := metadata.ValueFromIncomingContext(ctx, kvstore.TenantTokenMetadataKey); len(v) > 0 {
+			tok = v[0]
+		}
+		if !s.opts.TenantTokens.allowTenant(t, tok) {
+			code = kvstore.IllegalClient
+		}
+	}
 	sc := scope{cfg: s.opts.Config, tenant: t, code: code}
 	if v := metadata.ValueFromIncomingContext(ctx, kvstore.NamespaceMetadataKey); len(v) > 0 && code == kvstore.OK {
 		ns, err := kvstore.ParseNamespace(v[0])

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,10 @@ type Options struct {
 	// runs leader election, and its --cluster_id.
 	HA        bool
 	ClusterID string
+	// TenantTokens, when not nil, makes every tenant prove itself with a
+	// token (--tenant_tokens_file; TenantTokens). It needs
+	// Config.MultiTenant.
+	TenantTokens *TenantTokens
 }
 
 // Server serves the Master gRPC service over one State guarded by a
@@ -83,6 +88,9 @@ type Server struct {
 func NewServer(opts Options) (*Server, error) {
 	if opts.Config == (Config{}) {
 		opts.Config = DefaultConfig()
+	}
+	if opts.TenantTokens != nil && !opts.Config.MultiTenant {
+		return nil, errors.New("master: tenant tokens need multi-tenancy (--enable_multi_tenants)")
 	}
 	st, err := NewState(opts.Config)
 	if err != nil {
