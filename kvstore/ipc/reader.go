@@ -22,15 +22,15 @@ type fdBatch struct {
 // descriptors its header announces.
 //
 // A writer sends a frame's descriptors with the frame's first bytes
-// (writeFrame), and the kernel returns descriptors with the recvmsg that
-// reads the first byte sent with them, ending that recvmsg there; bytes
-// sent earlier without descriptors may come in the same recvmsg. So a
-// frame's descriptors are the batch whose bytes include the frame's first
-// header byte, and their number is the header's count. Anything else is a
+// (writeFrame). The kernel returns descriptors with the recvmsg that reads
+// the first byte sent with them and ends that recvmsg within those bytes
+// (bytes sent earlier without descriptors may come first in the same
+// recvmsg). So a batch's descriptors were sent with the bytes that hold
+// the batch's last byte, and belong to the last frame whose header starts
+// among the batch's bytes, in number the header's count. Anything else is a
 // protocol error that ends the connection: a frame that announces
 // descriptors none brought, a count that differs from the batch's,
-// descriptors no frame announced (a batch whose bytes hold no frame start,
-// or lie wholly before the next frame), more than a frame may carry
+// descriptors no frame announced, more than a frame may carry
 // (MSG_CTRUNC). The reader never keeps descriptors beyond the frame being
 // read, and on every error they are closed (closePending).
 type reader struct {
@@ -128,7 +128,7 @@ func (r *reader) next() (*frame, error) {
 	}
 	start := r.off
 	end := start + headerSize + uint64(n)
-	fds, err := r.claim(start, nfds)
+	fds, err := r.claim(start, end, nfds)
 	if err == nil {
 		err = r.checkUnclaimed(end)
 	}
@@ -150,16 +150,18 @@ func (r *reader) next() (*frame, error) {
 	return f, nil
 }
 
-// claim takes the descriptors of the frame that starts at stream offset
-// start and announces nfds of them.
-func (r *reader) claim(start uint64, nfds int) ([]int, error) {
+// claim takes the descriptors of the frame at stream offsets [start, end)
+// that announces nfds of them: the batch whose bytes hold the frame's
+// first byte and end inside the frame (were they to reach past it, a later
+// frame would start among them, and they would be that one's).
+func (r *reader) claim(start, end uint64, nfds int) ([]int, error) {
 	if err := r.checkUnclaimed(start); err != nil {
 		return nil, err
 	}
 	if nfds == 0 {
 		return nil, nil
 	}
-	if len(r.batches) == 0 || r.batches[0].start > start {
+	if len(r.batches) == 0 || r.batches[0].start > start || r.batches[0].end > end {
 		return nil, fmt.Errorf("%w: a frame announces %d descriptors and none came with it", ErrProtocol, nfds)
 	}
 	b := r.batches[0]
