@@ -2,6 +2,8 @@ package master
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,6 +15,21 @@ import (
 type tenantQuotaRequest struct {
 	TenantID   string  `json:"tenant_id"`
 	QuotaBytes *uint64 `json:"quota_bytes"`
+}
+
+// decodeTenantQuota reads a PUT /api/v1/tenant_quotas body: exactly one
+// JSON object (anything after it is an error, so a truncated or
+// concatenated request is not half applied).
+func decodeTenantQuota(body io.Reader) (tenantQuotaRequest, error) {
+	var req tenantQuotaRequest
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(&req); err != nil {
+		return req, err
+	}
+	if err := dec.Decode(new(json.RawMessage)); err != io.EOF {
+		return req, errors.New("data after the JSON object")
+	}
+	return req, nil
 }
 
 // adminError is the JSON body of a refused admin request.
@@ -84,8 +101,8 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, info)
 	case http.MethodPut:
-		var req tenantQuotaRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+		req, err := decodeTenantQuota(http.MaxBytesReader(w, r.Body, 1<<16))
+		if err != nil {
 			writeAdminError(w, kvstore.InvalidParams, "body must be JSON {\"tenant_id\": ..., \"quota_bytes\": N}: "+err.Error())
 			return
 		}

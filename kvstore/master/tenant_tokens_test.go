@@ -204,3 +204,34 @@ func TestTenantTokensOnTheAdminPort(t *testing.T) {
 		}
 	}
 }
+
+// A PUT /api/v1/tenant_quotas body must be one JSON object: one with data
+// after it (two objects, or trailing bytes) was applied as its first part.
+func TestTenantQuotaBodyIsOneObject(t *testing.T) {
+	srv := newTestServer(t, func(o *Options) { o.Config.MultiTenant = true })
+	h := srv.AdminHandler()
+	for _, body := range []string{
+		`{"tenant_id":"c","quota_bytes":1} x`,
+		`{"tenant_id":"c","quota_bytes":1}{"tenant_id":"d","quota_bytes":2}`,
+		`{"tenant_id":"c","quota_bytes":-1}`,
+		`{"tenant_id":"c","quota_bytes":18446744073709551616}`,
+		`{"tenant_id":"c"}`,
+		`[1]`,
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(body)))
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("PUT %s = %d, want 400", body, rec.Code)
+		}
+	}
+	var code kvstore.ErrorCode
+	srv.WithState(func(st *State, _ time.Time) { _, code = st.Tenant("c") })
+	if code != kvstore.TenantNotRegistered {
+		t.Fatalf("a refused body registered tenant c (%v)", code)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(`{"tenant_id":"c","quota_bytes":1}`+"\n")))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("a well-formed PUT = %d %s", rec.Code, rec.Body)
+	}
+}
