@@ -51,6 +51,7 @@ func (s *Server) MetricsText() string {
 	fmt.Fprintf(&b, "# HELP mooncake_client_dummy_sessions dummy clients connected\n# TYPE mooncake_client_dummy_sessions gauge\nmooncake_client_dummy_sessions %d\n", s.Sessions())
 	fmt.Fprintf(&b, "# HELP mooncake_client_dummy_requests_total calls dummies made\n# TYPE mooncake_client_dummy_requests_total counter\nmooncake_client_dummy_requests_total %d\n", s.requests.Load())
 	fmt.Fprintf(&b, "# HELP mooncake_client_dummy_request_failures_total calls that failed as a whole\n# TYPE mooncake_client_dummy_request_failures_total counter\nmooncake_client_dummy_request_failures_total %d\n", s.failures.Load())
+	fmt.Fprintf(&b, "# HELP mooncake_client_refused_connections_total connections refused at accept (a user not allowed)\n# TYPE mooncake_client_refused_connections_total counter\nmooncake_client_refused_connections_total %d\n", s.Refused())
 	fmt.Fprintf(&b, "# HELP mooncake_client_health health_check of the real client (0 healthy)\n# TYPE mooncake_client_health gauge\nmooncake_client_health %d\n", s.cfg.Client.Health())
 	scopes := s.scopeList()
 	sort.Slice(scopes, func(i, j int) bool { return scopes[i].name < scopes[j].name })

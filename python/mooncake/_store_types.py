@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from mooncake._buffers import MemoryView, sized
+from mooncake._byte_buffer import ByteExporter
 
 
 class ObjectDataType(enum.IntEnum):
@@ -161,25 +161,41 @@ class ReplicaDescriptor:
         return cls(status, MemoryDescriptor(desc))
 
 
-class BufferHandle(MemoryView):
+class BufferHandle(ByteExporter):  # type: ignore[misc,valid-type]
     """A copy of an object in memory the client owns (upstream `get_buffer`).
 
     It exposes the bytes through the buffer protocol (`memoryview(h)`,
-    `bytes(h)`, `numpy.frombuffer(h)`: 1-D, one byte per item) and as
-    `ptr()` / `size()`. The memory is released when the handle and every
+    `bytes(h)`, `numpy.frombuffer(h)`: 1-D, format "B", so a view can be
+    indexed and iterated; size 0 gives an empty view) and as `ptr()` /
+    `size()` / `len()`. The memory is released when the handle and every
     view of it are gone.
     """
 
-    __slots__ = ()
+    __slots__ = ("_ptr", "_size", "__weakref__")
+
+    def ptr(self) -> int:
+        """Address of the first byte."""
+        return self._ptr
+
+    def size(self) -> int:
+        """Size in bytes."""
+        return self._size
 
     def len(self) -> int:
         """Size in bytes (upstream's name for `size`)."""
-        return self.size()
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"BufferHandle(ptr={self._ptr:#x}, size={self._size})"
 
 
 def take_buffer(ptr: int, size: int, free: Callable[[int], Any]) -> BufferHandle:
     """Wrap `size` bytes at `ptr` (owned by the caller) in a handle that
     calls `free(ptr)` once it and all its views are collected."""
-    handle = sized(BufferHandle, size).from_address(ptr)
+    handle = BufferHandle()
+    handle._ptr, handle._size = int(ptr), int(size)
     weakref.finalize(handle, free, ptr)
     return handle

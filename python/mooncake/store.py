@@ -30,6 +30,7 @@ from typing import Any
 
 from mooncake import _lib
 from mooncake._buffers import address_of
+from mooncake._engram import EngramStore, EngramStoreConfig  # noqa: F401  (re-exports)
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
@@ -152,6 +153,29 @@ class ReplicateConfig:
         self.prefer_local: bool = False
         self.preferred_storage_owners: list[str] = []
         self.preferred_storage_owner: str = ""
+        self._session_ids: list[str] = []
+
+    @property
+    def session_ids(self) -> list[str]:
+        """Sessions to route the write to: always empty in this build.
+
+        This store has no write sessions for a config to name (its
+        ``batch_put_session_*`` calls are keyed by object key), so a
+        non-empty list is refused with ValueError rather than carried and
+        ignored; a list or tuple of anything but strings is a TypeError.
+        """
+        return list(self._session_ids)
+
+    @session_ids.setter
+    def session_ids(self, value: list[str]) -> None:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(i, str) for i in value):
+            raise TypeError(f"session_ids must be a list of str, not {value!r}")
+        if value:
+            raise ValueError(
+                "ReplicateConfig.session_ids is not supported by this build: it has no "
+                "write sessions to route a put to (leave it empty)"
+            )
+        self._session_ids = []
 
     @property
     def soft_pin_ttl_ms(self) -> int | None:
@@ -200,7 +224,8 @@ class ReplicateConfig:
             f"data_type={ObjectDataType(self.data_type).name}, group_ids={self.group_ids}, "
             f"prefer_local={self.prefer_local}, "
             f"preferred_storage_owners={self.preferred_storage_owners}, "
-            f"preferred_storage_owner={self.preferred_storage_owner!r})"
+            f"preferred_storage_owner={self.preferred_storage_owner!r}, "
+            f"session_ids={self.session_ids})"
         )
 
     __repr__ = __str__
