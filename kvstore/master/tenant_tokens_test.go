@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -233,5 +234,51 @@ func TestTenantQuotaBodyIsOneObject(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(`{"tenant_id":"c","quota_bytes":1}`+"\n")))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("a well-formed PUT = %d %s", rec.Code, rec.Body)
+	}
+}
+
+// Over the framed transport (the clients' default) the token travels in
+// the connection's hello like the tenant id, and is checked the same way.
+func TestTenantTokensOverFramedCalls(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MultiTenant = true
+	svc, err := StartService(ServiceConfig{RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg, TenantTokens: testTokens(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	svc.Server.WithState(func(st *State, _ time.Time) {
+		if code := st.SetTenantQuota("a", 0); code != kvstore.OK {
+			t.Fatal(code)
+		}
+	})
+	dial := func(md map[string]string) masterpb.MasterClient {
+		fc, err := framedrpc.Dial(context.Background(), svc.RPCAddr(), framedrpc.Options{Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fc.Close() })
+		return masterpb.NewMasterClient(fc)
+	}
+	owner := dial(map[string]string{kvstore.TenantMetadataKey: "a", kvstore.TenantTokenMetadataKey: tokA})
+	other := dial(map[string]string{kvstore.TenantMetadataKey: "a", kvstore.TenantTokenMetadataKey: tokB})
+	c := ctx(t)
+	if r, err := owner.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "c", Segment: seg("s", 1<<20)}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("mount: %v %v", r, err)
+	}
+	if r, err := owner.PutStart(c, &masterpb.PutStartRequest{ClientId: "c", Key: "k", Size: 100, Config: &masterpb.ReplicateConfig{ReplicaNum: 1}}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("put start: %v %v", r, err)
+	}
+	if r, err := owner.PutEnd(c, &masterpb.PutEndRequest{ClientId: "c", Key: "k"}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("put end: %v %v", r, err)
+	}
+	if r, err := other.GetReplicaList(c, &masterpb.KeyRequest{Key: "k"}); err != nil || r.ErrorCode != int32(kvstore.IllegalClient) {
+		t.Fatalf("framed read with b's token: %v %v, want ILLEGAL_CLIENT", r, err)
+	}
+	if r, err := other.Remove(c, &masterpb.RemoveRequest{Key: "k", Force: true}); err != nil || r.ErrorCode != int32(kvstore.IllegalClient) {
+		t.Fatalf("framed remove with b's token: %v %v, want ILLEGAL_CLIENT", r, err)
+	}
+	if r, err := owner.GetReplicaList(c, &masterpb.KeyRequest{Key: "k"}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("the owner lost its object: %v %v", r, err)
 	}
 }
