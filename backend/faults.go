@@ -271,11 +271,16 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 	}
 	g.reconciled.Store(true)
 	g.applyView(rep.View)
+	others := slices.DeleteFunc(slices.Clone(rep.Excluded), func(r int) bool { return r == g.rank })
 	var excl []int
 	if g.manual {
-		excl = slices.DeleteFunc(slices.Clone(rep.Excluded), func(r int) bool { return r == g.rank })
+		excl = others
 	}
 	g.setColl(rep.View, excl)
+	// This rank's next collective is the op the others failed in (they
+	// run it again as the first of the new base): it completes with their
+	// outcome, so every survivor reports the same one.
+	g.carry.set(rep.View.Base, g.collOps+1, others, !g.isActive())
 }
 
 // syncFailure asks the coordinator to reconcile (bounded: the window plus
