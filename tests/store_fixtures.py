@@ -183,7 +183,7 @@ class Master:
             return e.code, json.loads(e.read() or b"null")
 
     def segments(self) -> list[dict]:
-        with urllib.request.urlopen(self.admin + "/get_all_segments", timeout=3) as r:
+        with urllib.request.urlopen(self.admin + "/api/v1/segments/status", timeout=3) as r:
             return json.loads(r.read())
 
     def metrics(self) -> dict[str, float]:

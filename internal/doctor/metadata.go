@@ -73,7 +73,8 @@ func roundTrip(ctx context.Context, timeout time.Duration, s metadata.Store, key
 	return nil
 }
 
-// mountedSegment is the part of the master's /get_all_segments used here.
+// mountedSegment is the part of the master's /api/v1/segments/status used
+// here (/get_all_segments lists names only, as upstream's).
 type mountedSegment struct {
 	Name       string `json:"name"`
 	TEEndpoint string `json:"te_endpoint"`
@@ -131,7 +132,7 @@ func crossCheckSegments(ctx context.Context, cfg Config, store metadata.Store, c
 func mountedSegments(ctx context.Context, cfg Config, admin string) ([]mountedSegment, error) {
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+admin+"/get_all_segments", nil)
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+admin+"/api/v1/segments/status", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,11 @@ import (
 //	GET /health            200 "OK"
 //	GET /role              "leader" or "standby"
 //	GET /status            JSON: version, role, HA, cluster id, lease TTL, clock
-//	GET /get_all_segments  JSON list of mounted segments
+//	GET /get_all_segments  plain text: one mounted segment name per line
 //	GET /get_all_keys      JSON list of keys
 //	GET /query_key?key=K   JSON metadata of K (404 when absent); grants no lease
 //	/api/v1/tenant_quotas  tenant quota policy (handleTenantQuotas)
+//	/api/v1/drain_jobs, /api/v1/segments/status  drains (admin_drain.go)
 //
 // With multi-tenancy, /get_all_keys and /query_key take ?tenant_id=T (the
 // default tenant when absent) and show that tenant's keys. With tenant
@@ -30,6 +31,7 @@ import (
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/tenant_quotas", s.handleTenantQuotas)
+	registerDrainRoutes(mux, s)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		st := s.Stats()
@@ -55,28 +57,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.status())
 	})
-	mux.HandleFunc("GET /get_all_segments", func(w http.ResponseWriter, r *http.Request) {
-		type seg struct {
-			ID         string `json:"id"`
-			Name       string `json:"name"`
-			ClientID   string `json:"client_id"`
-			Base       uint64 `json:"base"`
-			Size       uint64 `json:"size"`
-			Allocated  uint64 `json:"allocated"`
-			TEEndpoint string `json:"te_endpoint"`
-			Protocol   string `json:"protocol"`
-			HostID     string `json:"host_id"`
-			Draining   bool   `json:"draining"`
-			Mode       string `json:"mode"` // lifecycle mode: ACTIVE, STANDBY, DRAINING, RETIRED
-		}
-		out := []seg{}
-		s.WithState(func(st *State, _ time.Time) {
-			for _, sg := range st.Segments() {
-				out = append(out, seg{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated, sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String()})
-			}
-		})
-		writeJSON(w, http.StatusOK, out)
-	})
+	mux.HandleFunc("GET /get_all_segments", s.handleAllSegments)
 	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
 		tenant, ok := s.adminTenant(w, r)
 		if !ok {

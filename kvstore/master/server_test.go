@@ -334,7 +334,7 @@ func TestServiceOverTCP(t *testing.T) {
 			t.Errorf("/metrics lacks the process gauge %q", gauge)
 		}
 	}
-	if code, body := get(svc.MetricsAddr(), "/get_all_segments"); code != 200 || !strings.Contains(body, `"id":"s"`) {
+	if code, body := get(svc.MetricsAddr(), "/get_all_segments"); code != 200 || body != "host-s\n" {
 		t.Fatalf("/get_all_segments = %d %s", code, body)
 	}
 	if code, body := get(svc.MetricsAddr(), "/query_key?key=k"); code != 200 || !strings.Contains(body, `"status":"COMPLETE"`) {

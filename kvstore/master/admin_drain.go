@@ -1,0 +1,419 @@
+package master
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// This file serves drain jobs and the segment lists on the admin port:
+//
+//	GET  /get_all_segments          plain text, one segment name per line
+//
+//	POST /api/v1/drain_jobs          start a drain job (drainJobRequest body)
+//	GET  /api/v1/drain_jobs/query    ?id=N: one job's status (DrainJobStatus)
+//	GET  /api/v1/segments/status     [?segment=ID or name]: segments and modes
+//
+// A drain job is the master-side form of the client's drain_segment: the
+// segments go DRAINING (no new replicas) and the master runs evacuation
+// passes until they are empty and no reader can hold one of their buffers,
+// or until the job's timeout. The owning client executes the move tasks,
+// as it does for its own drains.
+
+// Bounds on a drain job request.
+const (
+	maxDrainBodyBytes      = 64 << 10
+	maxDrainSegments       = 1024
+	maxDrainSegmentIDLen   = 256
+	maxDrainTimeout        = 24 * time.Hour
+	defaultDrainTimeout    = 120 * time.Second
+	maxRunningDrainJobs    = 64
+	maxFinishedDrainJobs   = 256
+	drainJobPassInterval   = 250 * time.Millisecond
+	drainJobStateRunning   = "RUNNING"
+	drainJobStateSucceeded = "SUCCEEDED"
+	drainJobStateFailed    = "FAILED"
+)
+
+// drainJobRequest is the body of POST /api/v1/drain_jobs, the fields of
+// the Python drain_segment call: segment_ids (segment ids), or
+// segment_names (every segment mounted under that name, as
+// /get_all_segments lists them), and timeout_seconds (default 120).
+type drainJobRequest struct {
+	SegmentIDs     []string `json:"segment_ids"`
+	SegmentNames   []string `json:"segment_names"`
+	TimeoutSeconds *float64 `json:"timeout_seconds"`
+}
+
+// errDrainBodyTooLarge is decodeDrainJobRequest's error for a body over
+// maxDrainBodyBytes.
+var errDrainBodyTooLarge = errors.New("request body too large")
+
+// decodeDrainJobRequest reads and validates a drain job request: one JSON
+// object, no unknown fields, nothing after it, 1..maxDrainSegments
+// non-empty segment ids and names of at most maxDrainSegmentIDLen bytes,
+// and a timeout in (0, 24h]. It returns the request with the timeout
+// filled in.
+func decodeDrainJobRequest(r io.Reader) (drainJobRequest, time.Duration, error) {
+	var req drainJobRequest
+	body, err := io.ReadAll(io.LimitReader(r, maxDrainBodyBytes+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return req, 0, errDrainBodyTooLarge
+		}
+		return req, 0, fmt.Errorf("reading the body: %w", err)
+	}
+	if len(body) > maxDrainBodyBytes {
+		return req, 0, errDrainBodyTooLarge
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, 0, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if dec.More() {
+		return req, 0, errors.New("invalid JSON body: data after the object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, 0, errors.New("invalid JSON body: data after the object")
+	}
+	n := len(req.SegmentIDs) + len(req.SegmentNames)
+	if n == 0 {
+		return req, 0, errors.New("segment_ids or segment_names must name at least one segment")
+	}
+	if n > maxDrainSegments {
+		return req, 0, fmt.Errorf("at most %d segments per job, got %d", maxDrainSegments, n)
+	}
+	for _, id := range slices.Concat(req.SegmentIDs, req.SegmentNames) {
+		if id == "" || len(id) > maxDrainSegmentIDLen {
+			return req, 0, fmt.Errorf("segment ids and names must be 1..%d bytes, got %d", maxDrainSegmentIDLen, len(id))
+		}
+	}
+	timeout := defaultDrainTimeout
+	if req.TimeoutSeconds != nil {
+		t := *req.TimeoutSeconds
+		if !(t > 0) || t > maxDrainTimeout.Seconds() {
+			return req, 0, fmt.Errorf("timeout_seconds must be in (0, %d], got %v", int(maxDrainTimeout.Seconds()), t)
+		}
+		timeout = max(time.Millisecond, time.Duration(t*float64(time.Second)))
+	}
+	return req, timeout, nil
+}
+
+// DrainJobStatus is a drain job as GET /api/v1/drain_jobs/query shows it.
+// Moves, Dropped and Passes add up over the passes (as the Python drain
+// report's fields); Remaining to Quarantined are the last pass's totals
+// over the job's segments.
+type DrainJobStatus struct {
+	ID             string   `json:"id"`
+	State          string   `json:"state"` // RUNNING, SUCCEEDED or FAILED
+	SegmentIDs     []string `json:"segment_ids"`
+	TimeoutSeconds float64  `json:"timeout_seconds"`
+	Moves          int      `json:"moves"`
+	Dropped        int      `json:"dropped"`
+	Passes         int      `json:"passes"`
+	Remaining      int      `json:"remaining"`
+	Moving         int      `json:"moving"`
+	Unplaceable    int      `json:"unplaceable"`
+	Quarantined    int      `json:"quarantined"`
+	ErrorCode      int      `json:"error_code"`
+	Error          string   `json:"error"`
+	CreatedAtMs    int64    `json:"created_at_ms"`
+	UpdatedAtMs    int64    `json:"updated_at_ms"`
+}
+
+// drainJobs is the job table of one admin handler.
+type drainJobs struct {
+	s        *Server
+	mu       sync.Mutex
+	next     uint64
+	jobs     map[string]*DrainJobStatus
+	finished []string // ids of finished jobs, oldest first
+	running  int
+}
+
+// registerDrainRoutes adds the drain job and segment status endpoints to mux.
+func registerDrainRoutes(mux *http.ServeMux, s *Server) {
+	d := &drainJobs{s: s, jobs: map[string]*DrainJobStatus{}}
+	mux.HandleFunc("POST /api/v1/drain_jobs", d.create)
+	mux.HandleFunc("GET /api/v1/drain_jobs/query", d.query)
+	mux.HandleFunc("GET /api/v1/segments/status", s.segmentsStatus)
+}
+
+// create starts a job: 201 with its status; 400 for a bad body, 413 for a
+// large one, 404 for an unknown segment, 409 for a segment that cannot
+// drain (retired, or in another running job), 503 on a standby or with
+// too many running jobs. With tenant tokens configured it needs the admin
+// token (401 otherwise), as does query.
+func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
+	if !d.s.authorizeAdmin(w, r, "") {
+		return
+	}
+	req, timeout, err := decodeDrainJobRequest(http.MaxBytesReader(w, r.Body, maxDrainBodyBytes))
+	if errors.Is(err, errDrainBodyTooLarge) {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running >= maxRunningDrainJobs {
+		http.Error(w, fmt.Sprintf("%d drain jobs are running; wait for one to finish", d.running), http.StatusServiceUnavailable)
+		return
+	}
+	var (
+		ids    []string
+		status = http.StatusCreated
+		msg    string
+	)
+	err = d.s.do(func(st *State, now time.Time) {
+		owners := map[string]string{}
+		for _, sg := range st.Segments() {
+			if slices.Contains(req.SegmentIDs, sg.ID) || slices.Contains(req.SegmentNames, sg.Name) {
+				if _, dup := owners[sg.ID]; !dup {
+					ids = append(ids, sg.ID)
+				}
+				owners[sg.ID] = sg.ClientID
+				if sg.Mode == SegmentRetired {
+					status, msg = http.StatusConflict, fmt.Sprintf("segment %s is RETIRED", sg.ID)
+					return
+				}
+			}
+		}
+		for _, id := range req.SegmentIDs {
+			if _, ok := owners[id]; !ok {
+				status, msg = http.StatusNotFound, fmt.Sprintf("segment id %q is not mounted", id)
+				return
+			}
+		}
+		for _, name := range req.SegmentNames {
+			if !slices.ContainsFunc(st.Segments(), func(sg SegmentInfo) bool { return sg.Name == name }) {
+				status, msg = http.StatusNotFound, fmt.Sprintf("no segment is mounted as %q", name)
+				return
+			}
+		}
+		for _, j := range d.jobs {
+			if j.State != drainJobStateRunning {
+				continue
+			}
+			for _, id := range ids {
+				if slices.Contains(j.SegmentIDs, id) {
+					status, msg = http.StatusConflict, fmt.Sprintf("segment %s is in running drain job %s", id, j.ID)
+					return
+				}
+			}
+		}
+		for _, id := range ids {
+			if code := st.SetSegmentMode(owners[id], id, SegmentDraining, now); code != kvstore.OK {
+				status, msg = http.StatusConflict, fmt.Sprintf("segment %s: %v", id, code)
+				return
+			}
+		}
+	})
+	if err != nil {
+		http.Error(w, "not the leader", http.StatusServiceUnavailable)
+		return
+	}
+	if status != http.StatusCreated {
+		http.Error(w, msg, status)
+		return
+	}
+	select {
+	case <-d.s.stop:
+		http.Error(w, "the master is shutting down", http.StatusServiceUnavailable)
+		return
+	default:
+	}
+	d.next++
+	now := d.s.clock().UnixMilli()
+	job := &DrainJobStatus{ID: strconv.FormatUint(d.next, 10), State: drainJobStateRunning, SegmentIDs: ids,
+		TimeoutSeconds: timeout.Seconds(), CreatedAtMs: now, UpdatedAtMs: now}
+	d.jobs[job.ID] = job
+	d.running++
+	created := *job // what the job is now; run updates it from here on
+	go d.run(job, timeout)
+	writeJSON(w, http.StatusCreated, created)
+}
+
+// run drives job's evacuation passes until it finishes or the master stops.
+func (d *drainJobs) run(job *DrainJobStatus, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(drainJobPassInterval)
+	defer tick.Stop()
+	for {
+		if d.pass(job, time.Now().After(deadline)) {
+			return
+		}
+		select {
+		case <-d.s.stop:
+			d.finish(job, int(kvstore.InternalError), "the master shut down")
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pass runs one evacuation pass over the job's segments and records it;
+// it reports whether the job is over (done, failed, or past its deadline).
+func (d *drainJobs) pass(job *DrainJobStatus, late bool) bool {
+	var (
+		total    Evacuation
+		code     = kvstore.OK
+		failedOn string
+	)
+	err := d.s.do(func(st *State, now time.Time) {
+		for _, id := range job.SegmentIDs {
+			sg, ok := st.segments[id]
+			if !ok {
+				code, failedOn = kvstore.SegmentNotFound, id
+				return
+			}
+			ev, c := st.EvacuateSegment(sg.client, id, now)
+			if c != kvstore.OK {
+				code, failedOn = c, id
+				return
+			}
+			total.Remaining += ev.Remaining
+			total.Moving += ev.Moving
+			total.Started += ev.Started
+			total.Dropped += ev.Dropped
+			total.Unplaceable += ev.Unplaceable
+			total.Quarantined += ev.Quarantined
+		}
+	})
+	d.mu.Lock()
+	job.Passes++
+	job.Moves += total.Started
+	job.Dropped += total.Dropped
+	job.Remaining, job.Moving, job.Unplaceable, job.Quarantined = total.Remaining, total.Moving, total.Unplaceable, total.Quarantined
+	job.UpdatedAtMs = d.s.clock().UnixMilli()
+	d.mu.Unlock()
+	switch {
+	case err != nil:
+		d.finish(job, int(kvstore.InternalError), "this master is no longer the leader")
+	case code != kvstore.OK:
+		d.finish(job, int(code), fmt.Sprintf("segment %s: %v", failedOn, code))
+	case total.Done():
+		d.finish(job, 0, "")
+	case late:
+		d.finish(job, int(kvstore.RPCTimeout), fmt.Sprintf("drain not finished after %s: %d replicas (%d moving, %d unplaceable), %d buffers readers may hold",
+			time.Duration(job.TimeoutSeconds*float64(time.Second)), total.Remaining, total.Moving, total.Unplaceable, total.Quarantined))
+	default:
+		return false
+	}
+	return true
+}
+
+// finish ends job with code (0: success) and msg, and forgets the oldest
+// finished jobs beyond maxFinishedDrainJobs.
+func (d *drainJobs) finish(job *DrainJobStatus, code int, msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	job.State = drainJobStateSucceeded
+	if code != 0 {
+		job.State = drainJobStateFailed
+	}
+	job.ErrorCode, job.Error = code, msg
+	job.UpdatedAtMs = d.s.clock().UnixMilli()
+	d.running--
+	d.finished = append(d.finished, job.ID)
+	for len(d.finished) > maxFinishedDrainJobs {
+		delete(d.jobs, d.finished[0])
+		d.finished = d.finished[1:]
+	}
+}
+
+// query answers GET /api/v1/drain_jobs/query?id=N: 200 with the job, 400
+// without a numeric id, 404 for an unknown (or forgotten) one.
+func (d *drainJobs) query(w http.ResponseWriter, r *http.Request) {
+	if !d.s.authorizeAdmin(w, r, "") {
+		return
+	}
+	id := r.URL.Query().Get("id")
+	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		http.Error(w, "id must be a drain job id (a decimal number)", http.StatusBadRequest)
+		return
+	}
+	d.mu.Lock()
+	job, ok := d.jobs[id]
+	var out DrainJobStatus
+	if ok {
+		out = *job
+		out.SegmentIDs = slices.Clone(job.SegmentIDs)
+	}
+	d.mu.Unlock()
+	if !ok {
+		http.Error(w, fmt.Sprintf("no drain job %s", id), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// SegmentStatus is one segment as GET /api/v1/segments/status lists it.
+type SegmentStatus struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	ClientID   string `json:"client_id"`
+	Base       uint64 `json:"base"`
+	Size       uint64 `json:"size"`
+	Allocated  uint64 `json:"allocated"`
+	TEEndpoint string `json:"te_endpoint"`
+	Protocol   string `json:"protocol"`
+	HostID     string `json:"host_id"`
+	Draining   bool   `json:"draining"` // takes no new replicas
+	Mode       string `json:"mode"`     // ACTIVE, STANDBY, DRAINING or RETIRED
+}
+
+// segmentsStatus answers GET /api/v1/segments/status: every mounted
+// segment, or with ?segment= those whose id or name it is (404 if none).
+func (s *Server) segmentsStatus(w http.ResponseWriter, r *http.Request) {
+	want, filter := r.URL.Query().Get("segment"), r.URL.Query().Has("segment")
+	out := []SegmentStatus{}
+	s.WithState(func(st *State, _ time.Time) {
+		for _, sg := range st.Segments() {
+			if filter && sg.ID != want && sg.Name != want {
+				continue
+			}
+			out = append(out, SegmentStatus{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated,
+				sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String()})
+		}
+	})
+	if filter && len(out) == 0 {
+		http.Error(w, fmt.Sprintf("no segment %q is mounted", want), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleAllSegments answers GET /get_all_segments as upstream does: plain
+// text, the name of each mounted segment on its own line (each name once),
+// and an empty body when none is mounted (SGLang's check_server waits
+// while it is empty). /api/v1/segments/status has the details.
+func (s *Server) handleAllSegments(w http.ResponseWriter, r *http.Request) {
+	var b bytes.Buffer
+	seen := map[string]bool{}
+	s.WithState(func(st *State, _ time.Time) {
+		for _, sg := range st.Segments() {
+			if !seen[sg.Name] {
+				seen[sg.Name] = true
+				b.WriteString(sg.Name)
+				b.WriteByte('\n')
+			}
+		}
+	})
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
+}

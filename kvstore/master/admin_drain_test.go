@@ -1,0 +1,218 @@
+package master
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+)
+
+// adminDo sends one request to h and returns the status and body.
+func adminDo(t *testing.T, base, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitDrainJob polls the job until it leaves RUNNING (10 s bound).
+func waitDrainJob(t *testing.T, base, id string) DrainJobStatus {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		code, body := adminDo(t, base, "GET", "/api/v1/drain_jobs/query?id="+id, "")
+		if code != http.StatusOK {
+			t.Fatalf("query job %s = %d %s", id, code, body)
+		}
+		last = body
+		var st DrainJobStatus
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.State != drainJobStateRunning {
+			return st
+		}
+	}
+	t.Fatalf("drain job %s still running after 10 s: %s", id, last)
+	return DrainJobStatus{}
+}
+
+func TestAdminGetAllSegmentsIsPlainTextNames(t *testing.T) {
+	srv := newTestServer(t, nil)
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	if code, body := adminDo(t, h.URL, "GET", "/get_all_segments", ""); code != 200 || body != "" {
+		t.Fatalf("no segments: /get_all_segments = %d %q, want 200 and an empty body", code, body)
+	}
+	c := ctx(t)
+	for _, m := range []struct{ client, id string }{{"c1", "s1"}, {"c2", "s2"}} {
+		if r, err := srv.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: m.client, Segment: seg(m.id, 1<<20)}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("mount %s: %v %v", m.id, r, err)
+		}
+	}
+	code, body := adminDo(t, h.URL, "GET", "/get_all_segments", "")
+	if code != 200 || body != "host-s1\nhost-s2\n" {
+		t.Fatalf("/get_all_segments = %d %q, want the two names one per line", code, body)
+	}
+}
+
+func TestAdminDrainJobEmptiesSegment(t *testing.T) {
+	// A short lease: the dropped buffer is free once the put's lease ends.
+	srv := newTestServer(t, func(o *Options) { o.Config.DefaultLeaseTTL = time.Millisecond })
+	srv.Start() // its client loop frees the quarantined buffer
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	c := ctx(t)
+	for _, m := range []struct{ client, id string }{{"c1", "s1"}, {"c2", "s2"}} {
+		if r, err := srv.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: m.client, Segment: seg(m.id, 1<<20)}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("mount %s: %v %v", m.id, r, err)
+		}
+	}
+	// Two replicas, one per segment: draining s1 drops its copy (no third
+	// segment takes one, and s2's outlives c1).
+	ps, err := srv.PutStart(c, &masterpb.PutStartRequest{ClientId: "c1", Key: "k", Size: 100, Config: &masterpb.ReplicateConfig{ReplicaNum: 2}})
+	if err != nil || ps.ErrorCode != 0 || len(ps.Replicas) != 2 {
+		t.Fatalf("put start: %v %v", ps, err)
+	}
+	if r, err := srv.PutEnd(c, &masterpb.PutEndRequest{ClientId: "c1", Key: "k"}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("put end: %v %v", r, err)
+	}
+	code, body := adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", `{"segment_names":["host-s1"],"timeout_seconds":30}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var created DrainJobStatus
+	if err := json.Unmarshal([]byte(body), &created); err != nil || created.ID == "" || len(created.SegmentIDs) != 1 || created.SegmentIDs[0] != "s1" {
+		t.Fatalf("create body %s (%v)", body, err)
+	}
+	code, body = adminDo(t, h.URL, "GET", "/api/v1/segments/status?segment=s1", "")
+	if code != 200 || !strings.Contains(body, `"mode":"DRAINING"`) {
+		t.Fatalf("segments/status of s1 = %d %s, want DRAINING", code, body)
+	}
+	if st := waitDrainJob(t, h.URL, created.ID); st.State != drainJobStateSucceeded || st.Dropped != 1 || st.Remaining != 0 || st.Passes < 1 {
+		t.Fatalf("job = %+v, want SUCCEEDED with one dropped replica", st)
+	}
+	srv.WithState(func(st *State, _ time.Time) {
+		for _, sg := range st.Segments() {
+			if sg.ID == "s1" && sg.Allocated != 0 {
+				t.Errorf("s1 still holds %d bytes after the drain", sg.Allocated)
+			}
+		}
+	})
+	code, body = adminDo(t, h.URL, "GET", "/api/v1/segments/status", "")
+	var segs []SegmentStatus
+	if err := json.Unmarshal([]byte(body), &segs); code != 200 || err != nil || len(segs) != 2 || segs[0].Mode != "DRAINING" || segs[1].Mode != "ACTIVE" {
+		t.Fatalf("segments/status = %d %s", code, body)
+	}
+}
+
+func TestAdminDrainJobTimesOutWithUnplaceableReplica(t *testing.T) {
+	srv := newTestServer(t, nil)
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	c := ctx(t)
+	if r, err := srv.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "c1", Segment: seg("s1", 1<<20)}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("mount: %v %v", r, err)
+	}
+	if ps, err := srv.PutStart(c, &masterpb.PutStartRequest{ClientId: "c1", Key: "k", Size: 100, Config: &masterpb.ReplicateConfig{ReplicaNum: 1}}); err != nil || ps.ErrorCode != 0 {
+		t.Fatalf("put start: %v %v", ps, err)
+	}
+	if r, err := srv.PutEnd(c, &masterpb.PutEndRequest{ClientId: "c1", Key: "k"}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("put end: %v %v", r, err)
+	}
+	code, body := adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", `{"segment_ids":["s1"],"timeout_seconds":0.05}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var created DrainJobStatus
+	_ = json.Unmarshal([]byte(body), &created)
+	st := waitDrainJob(t, h.URL, created.ID)
+	if st.State != drainJobStateFailed || st.Unplaceable != 1 || st.Remaining != 1 || !strings.Contains(st.Error, "not finished") {
+		t.Fatalf("job = %+v, want FAILED with the one unplaceable replica", st)
+	}
+}
+
+func TestAdminDrainJobRejectsBadRequests(t *testing.T) {
+	srv := newTestServer(t, nil)
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	if r, err := srv.MountSegment(ctx(t), &masterpb.MountSegmentRequest{ClientId: "c1", Segment: seg("s1", 1<<20)}); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("mount: %v %v", r, err)
+	}
+	srv.WithState(func(st *State, now time.Time) { st.SetSegmentMode("c1", "s1", SegmentRetired, now) })
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/api/v1/drain_jobs", `not json`, 400},
+		{"POST", "/api/v1/drain_jobs", `{}`, 400},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":[""]}`, 400},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["s1"],"bogus":1}`, 400},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["s1"]} {}`, 400},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["s1"],"timeout_seconds":-1}`, 400},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["s1"],"timeout_seconds":1e9}`, 400},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["` + strings.Repeat("x", maxDrainBodyBytes) + `"]}`, 413},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["nope"]}`, 404},
+		{"POST", "/api/v1/drain_jobs", `{"segment_names":["nope"]}`, 404},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["s1"]}`, 409}, // retired
+		{"GET", "/api/v1/drain_jobs/query", ``, 400},
+		{"GET", "/api/v1/drain_jobs/query?id=x", ``, 400},
+		{"GET", "/api/v1/drain_jobs/query?id=7", ``, 404},
+		{"GET", "/api/v1/segments/status?segment=nope", ``, 404},
+		{"GET", "/api/v1/drain_jobs", ``, 405},
+	} {
+		if code, body := adminDo(t, h.URL, tc.method, tc.path, tc.body); code != tc.want {
+			t.Errorf("%s %s %.60q = %d %s, want %d", tc.method, tc.path, tc.body, code, body, tc.want)
+		}
+	}
+}
+
+// With tenant tokens configured, drain jobs need the admin token.
+func TestAdminDrainJobNeedsAdminTokenWithTenantTokens(t *testing.T) {
+	srv := newTestServer(t, func(o *Options) {
+		o.Config.MultiTenant = true
+		o.TenantTokens = testTokens(t)
+	})
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	for _, tc := range []struct {
+		method, path, body, token string
+		want                      int
+	}{
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["nope"]}`, "", 401},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["nope"]}`, tokA, 401},
+		{"POST", "/api/v1/drain_jobs", `{"segment_ids":["nope"]}`, tokAdmin, 404},
+		{"GET", "/api/v1/drain_jobs/query?id=1", ``, "", 401},
+		{"GET", "/api/v1/drain_jobs/query?id=1", ``, tokAdmin, 404},
+	} {
+		req, _ := http.NewRequest(tc.method, h.URL+tc.path, strings.NewReader(tc.body))
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s with token %q = %d, want %d", tc.method, tc.path, tc.token, resp.StatusCode, tc.want)
+		}
+	}
+}
