@@ -3,15 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
+	"path/filepath"
 )
 
-// offloadFlags are the disk tier's flags (upstream names and defaults);
-// they fill o.cfg.Offload.
-type offloadFlags struct {
-	rootFsDir string
-}
-
-// declareOffloadFlags declares the disk tier's flags into fs.
+// declareOffloadFlags declares the disk tiers' flags into fs (upstream
+// names and defaults): the client-local SSD offload (o.cfg.Offload) and
+// the shared-file-system DISK replicas (o.cfg.FS).
 func declareOffloadFlags(fs *flag.FlagSet, o *options) {
 	c := &o.cfg.Offload
 	fs.BoolVar(&c.Enable, "enable_offload", false, "keep a disk tier: storage clients with enable_ssd_offload mount local disks, and the master records LOCAL_DISK replicas")
@@ -23,13 +20,21 @@ func declareOffloadFlags(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&c.PromotionAdmissionThreshold, "promotion_admission_threshold", c.PromotionAdmissionThreshold, "disk reads that admit a promotion (clamped to [1,255])")
 	fs.IntVar(&c.PromotionQueueLimit, "promotion_queue_limit", c.PromotionQueueLimit, "most promotions queued or in flight")
 	fs.IntVar(&c.PromotionMaxPerHeartbeat, "promotion_max_per_heartbeat", c.PromotionMaxPerHeartbeat, "promotions one offload heartbeat hands a storage client (at least 1)")
-	fs.StringVar(&o.offload.rootFsDir, "root_fs_dir", "", "upstream's shared-file-system DISK replicas: not implemented (any value is refused); use --enable_offload")
+	f := &o.cfg.FS
+	fs.StringVar(&f.RootDir, "root_fs_dir", "", "shared-file-system DISK replicas: every put also writes the object to a file under <dir>/<cluster_id>, which every client must reach at this absolute path (3FS, NFS); reads fall back to it once memory is evicted")
+	fs.Int64Var(&f.GlobalFileSegmentSize, "global_file_segment_size", f.GlobalFileSegmentSize, "capacity reported for --root_fs_dir in bytes (metrics only)")
 }
 
-// checkOffloadFlags refuses what the disk tier does not implement.
+// checkOffloadFlags checks the disk tiers' flags and gives the DISK
+// replicas the cluster id.
 func checkOffloadFlags(o *options) error {
-	if o.offload.rootFsDir != "" {
-		return fmt.Errorf("--root_fs_dir=%s: shared-file-system DISK replicas are not implemented; the disk tier is --enable_offload (storage clients' local disks, see docs/store-master.md)", o.offload.rootFsDir)
+	f := &o.cfg.FS
+	f.ClusterID = o.clusterID
+	if f.RootDir != "" && !filepath.IsAbs(f.RootDir) {
+		return fmt.Errorf("--root_fs_dir=%s: want an absolute path (every client opens the files under it)", f.RootDir)
+	}
+	if f.GlobalFileSegmentSize <= 0 {
+		return fmt.Errorf("--global_file_segment_size=%d: want a positive number of bytes", f.GlobalFileSegmentSize)
 	}
 	return nil
 }

@@ -81,7 +81,6 @@ type options struct {
 	minLogLevel, verbosity      int
 	logToStderr                 bool
 	glogLevel                   *slog.Level // set when --minloglevel or -v is given
-	offload                     offloadFlags
 }
 
 // newFlagSet declares every flag into o.

@@ -61,6 +61,7 @@ type Client struct {
 	trace    *tracer              // spans and their breakdown (trace.go)
 	metrics  metricsServer        // serves the breakdown (metrics_server.go)
 	disk     diskSide             // the disk tier (offload.go)
+	fs       fsSide               // shared-file-system DISK replicas (fsdisk.go)
 
 	lastPingOK atomic.Bool
 	// life admits every call while the client is open; Close releases the
@@ -133,6 +134,9 @@ func (c *Client) setup(cfg Config) error {
 	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace, c.trace); err != nil {
 		return fmt.Errorf("%w: %w", kvstore.RPCFail, err)
 	}
+	if err := c.setupFS(); err != nil {
+		return err
+	}
 	if cfg.GlobalSegmentSize > 0 {
 		base, err := c.engine.AllocateManagedBufferPages(cfg.GlobalSegmentSize, cfg.HugePageSize)
 		if err != nil {
@@ -186,6 +190,7 @@ var errClientClosed = fmt.Errorf("%w: the store client is closed", kvstore.Inval
 func (c *Client) release() {
 	c.wg.Wait()
 	if c.master != nil {
+		c.closeFS()
 		c.closeOffload()
 	}
 	c.StopMetricsServer()

@@ -18,8 +18,11 @@ import (
 // readFrom reads the first n bytes of the object from replica r into
 // parts, from memory or from a holder's disk.
 func (c *Client) readFrom(parts []Part, r *pb.ReplicaDescriptor, n uint64, staged bool) error {
-	if r.GetReplicaType() == pb.ReplicaType_REPLICA_LOCAL_DISK {
+	switch r.GetReplicaType() {
+	case pb.ReplicaType_REPLICA_LOCAL_DISK:
 		return c.readDisk(parts, r, n, staged)
+	case pb.ReplicaType_REPLICA_DISK:
+		return c.readFS(parts, r, n)
 	}
 	return c.readReplica(parts, r, 0, n, staged)
 }

@@ -76,21 +76,24 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 	}
 	// Move the bytes of every started object, all objects in parallel.
 	moved := make([]error, len(starts))
-	started := make([]bool, len(starts)) // replicas reserved: end or revoke
-	sums := make([]*uint64, len(starts)) // when checksums are on
+	started := make([]bool, len(starts))                // replicas reserved: end or revoke
+	sums := make([]*uint64, len(starts))                // when checksums are on
+	disks := make([]*pb.ReplicaDescriptor, len(starts)) // DISK replicas (fsdisk.go)
 	parallel(len(starts), func(j int) error {
 		item := resp.Items[j]
 		code := kvstore.ErrorCode(item.GetErrorCode())
+		var mem []*pb.ReplicaDescriptor
+		mem, disks[j] = splitFS(item.GetReplicas())
 		switch {
 		case code == kvstore.ObjectAlreadyExists && !opt.Upsert:
 			moved[j] = errAlreadyThere
 		case code != kvstore.OK:
 			moved[j] = code
-		case len(item.Replicas) == 0:
+		case len(mem) == 0:
 			moved[j] = kvstore.NoAvailableHandle
 		default:
 			started[j] = true
-			moved[j] = c.writeReplicas(parts[idx[j]], item.Replicas, 0, !opt.ZeroCopy)
+			moved[j] = c.writeReplicas(parts[idx[j]], mem, 0, !opt.ZeroCopy)
 			if moved[j] == nil && checksumEnabled() {
 				sum, err := checksum(c.engine.Memory(), parts[idx[j]])
 				if err != nil {
@@ -104,7 +107,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 	})
 	var ends []*pb.PutEndRequest
 	var revokes []*pb.PutRevokeRequest
-	var endIdx []int
+	var endIdx, endStart []int
 	for j, s := range starts {
 		i := idx[j]
 		switch {
@@ -114,6 +117,7 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 			end := &pb.PutEndRequest{ClientId: c.id, Key: s.Key, Checksum: sums[j]}
 			ends = append(ends, end)
 			endIdx = append(endIdx, i)
+			endStart = append(endStart, j)
 		case started[j]:
 			revokes = append(revokes, &pb.PutRevokeRequest{ClientId: c.id, Key: s.Key})
 			errs[i] = moved[j]
@@ -130,6 +134,11 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 				errs[i] = rpcResult(0, firstNonNil(err, kvstore.RPCFail))
 			} else {
 				errs[i] = kvstore.ErrorCode(r.ErrorCodes[k]).Err()
+			}
+		}
+		for k, i := range endIdx {
+			if j := endStart[k]; errs[i] == nil && disks[j] != nil {
+				c.queueFS(ends[k].Key, parts[i], disks[j])
 			}
 		}
 	}

@@ -271,9 +271,15 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg ReplicateCon
 		case len(item.GetReplicas()) == 0:
 			errs[i] = kvstore.NoAvailableHandle
 		default:
+			// Sessions write memory replicas only: a DISK replica
+			// (fsdisk.go) is given back.
+			mem, disk := splitFS(item.GetReplicas())
+			if disk != nil {
+				c.revokeFS(keys[i])
+			}
 			// The master's answer is the truth: a session opened meanwhile
 			// by a concurrent call holds a reservation it has replaced.
-			c.sessions.setPut(keys[i], &putSession{size: sizes[i], replicas: item.GetReplicas()})
+			c.sessions.setPut(keys[i], &putSession{size: sizes[i], replicas: mem})
 		}
 	}
 	return errs

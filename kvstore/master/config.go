@@ -48,6 +48,8 @@ type Config struct {
 	Seed int64
 	// Offload configures the disk tier (see OffloadConfig).
 	Offload OffloadConfig
+	// FS configures the DISK replicas on a shared file system (FSConfig).
+	FS FSConfig
 }
 
 // DefaultConfig returns upstream's defaults.
@@ -63,6 +65,7 @@ func DefaultConfig() Config {
 		PutStartDiscardTimeout:     30 * time.Second,
 		PutStartReleaseTimeout:     600 * time.Second,
 		Offload:                    DefaultOffloadConfig(),
+		FS:                         DefaultFSConfig(),
 	}
 }
 

@@ -60,6 +60,9 @@ type diskTier struct {
 	queued   int                   // offload jobs across disks
 	promoted int                   // promotion jobs across disks
 	hits     *countMinSketch       // disk-only reads per key
+	// fsDeletes are files of dropped DISK replicas (shared file
+	// system), relative to FSConfig.Dir, for the server to delete.
+	fsDeletes []string
 }
 
 // DiskObject is an object a client announces from its disk.
@@ -70,7 +73,7 @@ type DiskObject struct {
 
 // gone reports whether the object has no replica left, in memory or on
 // disk.
-func (o *object) gone() bool { return len(o.replicas) == 0 && len(o.disk) == 0 }
+func (o *object) gone() bool { return len(o.replicas) == 0 && len(o.disk) == 0 && o.fs == nil }
 
 // MountLocalDisk registers clientID's disk, served at endpoint, and takes
 // the objects already on it as LOCAL_DISK replicas: an absent key becomes
@@ -184,6 +187,7 @@ func (s *State) forgetDisk(o *object) {
 		}
 	}
 	o.disk = nil
+	s.dropFS(o)
 	for _, d := range s.disk.disks {
 		if j, ok := d.offloads[o.key]; ok && j.obj == o {
 			if !j.sent.IsZero() {
@@ -201,7 +205,7 @@ func (s *State) forgetDisk(o *object) {
 // whether o is left without replicas (it is then removed from the table,
 // and the caller writes the key anew).
 func (s *State) dropDiskCopies(o *object) bool {
-	if len(o.disk) == 0 && !o.offloading {
+	if len(o.disk) == 0 && !o.offloading && o.fs == nil {
 		return false
 	}
 	s.forgetDisk(o)
@@ -223,6 +227,9 @@ func (s *State) diskDescriptors(o *object) []Replica {
 		}
 		out = append(out, Replica{Type: ReplicaLocalDisk, Status: ReplicaComplete, Endpoint: d.endpoint,
 			Size: o.size, DiskClient: r.client, DiskKey: o.key})
+	}
+	if o.fsReadable() {
+		out = append(out, o.fsDescriptor()...)
 	}
 	return out
 }

@@ -17,6 +17,9 @@ func (s *State) evictObject(o *object, offloads *int) bool {
 	if len(o.replicas) == 0 {
 		return false
 	}
+	if s.evictMemoryOnly(o) {
+		return true // a DISK replica on the shared file system keeps it
+	}
 	off := s.cfg.Offload
 	switch {
 	case !off.Enable:

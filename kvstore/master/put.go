@@ -58,7 +58,7 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 		return nil, code
 	}
 	if o, ok := s.objects[key]; ok {
-		if len(o.readable()) > 0 || len(o.disk) > 0 || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
+		if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
 			return nil, kvstore.ObjectAlreadyExists
 		}
 		// Preempt the stale write: its writer may still be writing into
@@ -93,7 +93,8 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 	}
 	s.objects[key] = o
 	s.charge(o)
-	return describeAll(reps), kvstore.OK
+	s.addFSReplica(o, clientID, now)
+	return append(describeAll(reps), o.fsDescriptor()...), kvstore.OK
 }
 
 // UpsertStart opens a write that inserts or overwrites key. Absent, it is
@@ -176,7 +177,8 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	}
 	o.softPinTTL = pinTTL
 	o.checksum = nil
-	return describeAll(o.replicas), kvstore.OK
+	s.addFSReplica(o, clientID, now)
+	return append(describeAll(o.replicas), o.fsDescriptor()...), kvstore.OK
 }
 
 // PutEnd publishes clientID's open write of key: its replicas become

@@ -33,7 +33,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 		}
 	}
 	if len(reps) == 0 {
-		if o.writing {
+		if o.writing || o.fsPending() {
 			return ReadResult{}, kvstore.ReplicaIsNotReady
 		}
 		return ReadResult{}, kvstore.ObjectNotFound

@@ -87,6 +87,7 @@ func toPBReplicas(rs []Replica) []*masterpb.ReplicaDescriptor {
 			Id: r.ID, Status: masterpb.ReplicaStatus(r.Status), TransportEndpoint: r.Endpoint,
 			BufferAddress: r.Address, Size: r.Size, SegmentName: r.SegmentName,
 			ReplicaType: masterpb.ReplicaType(r.Type), DiskClientId: r.DiskClient, DiskObjectKey: r.DiskKey,
+			FilePath: r.FilePath,
 		}
 	}
 	return out
@@ -150,7 +151,7 @@ func (s *Server) PutEnd(ctx context.Context, req *masterpb.PutEndRequest) (*mast
 	}
 	var resp *masterpb.StatusResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutEnd(req.GetClientId(), sc.key(req.GetKey()), req.Checksum, now))}
+		resp = &masterpb.StatusResponse{ErrorCode: code32(endWrite(st, req, sc.key(req.GetKey()), now))}
 	})
 	return resp, err
 }
@@ -163,7 +164,7 @@ func (s *Server) PutRevoke(ctx context.Context, req *masterpb.PutRevokeRequest) 
 	}
 	var resp *masterpb.StatusResponse
 	err := s.do(func(st *State, now time.Time) {
-		resp = &masterpb.StatusResponse{ErrorCode: code32(st.PutRevoke(req.GetClientId(), sc.key(req.GetKey()), now))}
+		resp = &masterpb.StatusResponse{ErrorCode: code32(revokeWrite(st, req, sc.key(req.GetKey()), now))}
 	})
 	return resp, err
 }
@@ -210,7 +211,7 @@ func (s *Server) BatchPutEnd(ctx context.Context, req *masterpb.BatchPutEndReque
 		st.CountRequest("batch_put_end")
 		for _, it := range req.GetItems() {
 			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode {
-				return st.PutEnd(it.GetClientId(), sc.key(it.GetKey()), it.Checksum, now)
+				return endWrite(st, it, sc.key(it.GetKey()), now)
 			})))
 		}
 	})
@@ -225,7 +226,7 @@ func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevok
 		st.CountRequest("batch_put_revoke")
 		for _, it := range req.GetItems() {
 			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode {
-				return st.PutRevoke(it.GetClientId(), sc.key(it.GetKey()), now)
+				return revokeWrite(st, it, sc.key(it.GetKey()), now)
 			})))
 		}
 	})

@@ -253,7 +253,9 @@ func (s *Server) clientLoop() {
 		now := s.clock()
 		expired := s.st.ExpireClients(now)
 		discarded := s.st.ReleaseExpired(now)
+		fsDeletes := s.st.TakeFSDeletes()
 		s.mu.Unlock()
+		s.deleteFSFiles(fsDeletes)
 		if discarded > 0 {
 			s.log.Info("discarded writes never finished", "count", discarded)
 		}

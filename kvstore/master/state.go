@@ -43,6 +43,9 @@ type object struct {
 	// offload queued or in flight, which keeps the memory replicas.
 	disk       []diskReplica
 	offloading bool
+	// fs is the object's DISK replica on the shared file system
+	// (fsdisk.go), nil without one.
+	fs *fsReplica
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -195,6 +198,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 		s.dropProcessing(s.objects[key], s.freeReplica)
 	}
 	s.pruneTasks(now)
+	s.releaseStaleFS(now)
 	return len(stale)
 }
 
@@ -211,6 +215,7 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 	}
 	o.replicas = kept
 	o.writing = false
+	s.dropFSProcessing(o)
 	if o.gone() {
 		delete(s.objects, o.key)
 	}

@@ -105,6 +105,9 @@ type Replica struct {
 	Endpoint    string
 	Address     uint64
 	Size        uint64
+	// FilePath is a ReplicaDisk's file, relative to the shared
+	// directory (FSConfig.Dir).
+	FilePath string
 }
 
 // ReadResult is what GetReplicaList returns on success.

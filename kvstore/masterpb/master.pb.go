@@ -540,6 +540,10 @@ type ReplicaDescriptor struct {
 	DiskClientId string      `protobuf:"bytes,21,opt,name=disk_client_id,json=diskClientId,proto3" json:"disk_client_id,omitempty"`
 	// The key the disk holder stores the object under (tenant-qualified).
 	DiskObjectKey string `protobuf:"bytes,22,opt,name=disk_object_key,json=diskObjectKey,proto3" json:"disk_object_key,omitempty"`
+	// A DISK replica (--root_fs_dir): the object's raw bytes are the file
+	// at this path relative to the storage directory that GetStorageConfig
+	// names; size is the object size.
+	FilePath      string `protobuf:"bytes,23,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +637,13 @@ func (x *ReplicaDescriptor) GetDiskClientId() string {
 func (x *ReplicaDescriptor) GetDiskObjectKey() string {
 	if x != nil {
 		return x.DiskObjectKey
+	}
+	return ""
+}
+
+func (x *ReplicaDescriptor) GetFilePath() string {
+	if x != nil {
+		return x.FilePath
 	}
 	return ""
 }
@@ -772,7 +783,11 @@ type PutEndRequest struct {
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// CRC-64 of the object, when the writer computed one.
-	Checksum      *uint64 `protobuf:"varint,3,opt,name=checksum,proto3,oneof" json:"checksum,omitempty"`
+	Checksum *uint64 `protobuf:"varint,3,opt,name=checksum,proto3,oneof" json:"checksum,omitempty"`
+	// Which replicas the write finished: MEMORY (the default) publishes the
+	// memory replicas; DISK the shared-file-system replica once its file is
+	// written.
+	ReplicaType   ReplicaType `protobuf:"varint,4,opt,name=replica_type,json=replicaType,proto3,enum=mooncake.store.v1.ReplicaType" json:"replica_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,10 +843,20 @@ func (x *PutEndRequest) GetChecksum() uint64 {
 	return 0
 }
 
+func (x *PutEndRequest) GetReplicaType() ReplicaType {
+	if x != nil {
+		return x.ReplicaType
+	}
+	return ReplicaType_REPLICA_MEMORY
+}
+
 type PutRevokeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// MEMORY (the default) cancels the whole write; DISK only the
+	// shared-file-system replica (its file could not be written).
+	ReplicaType   ReplicaType `protobuf:"varint,3,opt,name=replica_type,json=replicaType,proto3,enum=mooncake.store.v1.ReplicaType" json:"replica_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -878,6 +903,13 @@ func (x *PutRevokeRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *PutRevokeRequest) GetReplicaType() ReplicaType {
+	if x != nil {
+		return x.ReplicaType
+	}
+	return ReplicaType_REPLICA_MEMORY
 }
 
 type BatchPutStartRequest struct {
@@ -3123,6 +3155,105 @@ func (x *PlanHandoffResponse) GetUnplaceable() uint32 {
 	return 0
 }
 
+type GetStorageConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStorageConfigRequest) Reset() {
+	*x = GetStorageConfigRequest{}
+	mi := &file_master_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStorageConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStorageConfigRequest) ProtoMessage() {}
+
+func (x *GetStorageConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStorageConfigRequest.ProtoReflect.Descriptor instead.
+func (*GetStorageConfigRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{45}
+}
+
+type GetStorageConfigResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// <root_fs_dir>/<cluster_id>: the directory every client reads and
+	// writes DISK replicas under ("" = no DISK replicas).
+	FsDir string `protobuf:"bytes,2,opt,name=fs_dir,json=fsDir,proto3" json:"fs_dir,omitempty"`
+	// --global_file_segment_size: capacity reported for the directory.
+	GlobalFileSegmentSize int64 `protobuf:"varint,3,opt,name=global_file_segment_size,json=globalFileSegmentSize,proto3" json:"global_file_segment_size,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *GetStorageConfigResponse) Reset() {
+	*x = GetStorageConfigResponse{}
+	mi := &file_master_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStorageConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStorageConfigResponse) ProtoMessage() {}
+
+func (x *GetStorageConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStorageConfigResponse.ProtoReflect.Descriptor instead.
+func (*GetStorageConfigResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetStorageConfigResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *GetStorageConfigResponse) GetFsDir() string {
+	if x != nil {
+		return x.FsDir
+	}
+	return ""
+}
+
+func (x *GetStorageConfigResponse) GetGlobalFileSegmentSize() int64 {
+	if x != nil {
+		return x.GlobalFileSegmentSize
+	}
+	return 0
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -3143,7 +3274,7 @@ const file_master_proto_rawDesc = "" +
 	" \x03(\tR\x0fpreferredOwners\x12\x1d\n" +
 	"\n" +
 	"route_topk\x18\v \x01(\rR\trouteTopkB\x12\n" +
-	"\x10_soft_pin_ttl_ms\"\xfb\x02\n" +
+	"\x10_soft_pin_ttl_ms\"\x98\x03\n" +
 	"\x11ReplicaDescriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\x06status\x18\x02 \x01(\x0e2 .mooncake.store.v1.ReplicaStatusR\x06status\x12-\n" +
@@ -3153,7 +3284,8 @@ const file_master_proto_rawDesc = "" +
 	"\fsegment_name\x18\x06 \x01(\tR\vsegmentName\x12A\n" +
 	"\freplica_type\x18\x14 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaType\x12$\n" +
 	"\x0edisk_client_id\x18\x15 \x01(\tR\fdiskClientId\x12&\n" +
-	"\x0fdisk_object_key\x18\x16 \x01(\tR\rdiskObjectKey\"\xab\x01\n" +
+	"\x0fdisk_object_key\x18\x16 \x01(\tR\rdiskObjectKey\x12\x1b\n" +
+	"\tfile_path\x18\x17 \x01(\tR\bfilePath\"\xab\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3163,15 +3295,17 @@ const file_master_proto_rawDesc = "" +
 	"\x10PutStartResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12@\n" +
-	"\breplicas\x18\x02 \x03(\v2$.mooncake.store.v1.ReplicaDescriptorR\breplicas\"l\n" +
+	"\breplicas\x18\x02 \x03(\v2$.mooncake.store.v1.ReplicaDescriptorR\breplicas\"\xaf\x01\n" +
 	"\rPutEndRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1f\n" +
-	"\bchecksum\x18\x03 \x01(\x04H\x00R\bchecksum\x88\x01\x01B\v\n" +
-	"\t_checksum\"A\n" +
+	"\bchecksum\x18\x03 \x01(\x04H\x00R\bchecksum\x88\x01\x01\x12A\n" +
+	"\freplica_type\x18\x04 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaTypeB\v\n" +
+	"\t_checksum\"\x84\x01\n" +
 	"\x10PutRevokeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"P\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12A\n" +
+	"\freplica_type\x18\x03 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaType\"P\n" +
 	"\x14BatchPutStartRequest\x128\n" +
 	"\x05items\x18\x01 \x03(\v2\".mooncake.store.v1.PutStartRequestR\x05items\"R\n" +
 	"\x15BatchPutStartResponse\x129\n" +
@@ -3330,7 +3464,13 @@ const file_master_proto_rawDesc = "" +
 	"\x05items\x18\x02 \x03(\v2\x1e.mooncake.store.v1.HandoffItemR\x05items\x12\x18\n" +
 	"\aobjects\x18\x03 \x01(\rR\aobjects\x12\x14\n" +
 	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\x12 \n" +
-	"\vunplaceable\x18\x05 \x01(\rR\vunplaceable*Q\n" +
+	"\vunplaceable\x18\x05 \x01(\rR\vunplaceable\"\x19\n" +
+	"\x17GetStorageConfigRequest\"\x89\x01\n" +
+	"\x18GetStorageConfigResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x15\n" +
+	"\x06fs_dir\x18\x02 \x01(\tR\x05fsDir\x127\n" +
+	"\x18global_file_segment_size\x18\x03 \x01(\x03R\x15globalFileSegmentSize*Q\n" +
 	"\rSoftPinAction\x12\x15\n" +
 	"\x11SOFT_PIN_PRESERVE\x10\x00\x12\x13\n" +
 	"\x0fSOFT_PIN_ENABLE\x10\x01\x12\x14\n" +
@@ -3363,7 +3503,7 @@ const file_master_proto_rawDesc = "" +
 	"\x0eSEGMENT_ACTIVE\x10\x00\x12\x13\n" +
 	"\x0fSEGMENT_STANDBY\x10\x01\x12\x14\n" +
 	"\x10SEGMENT_DRAINING\x10\x02\x12\x13\n" +
-	"\x0fSEGMENT_RETIRED\x10\x032\xed\x15\n" +
+	"\x0fSEGMENT_RETIRED\x10\x032\xda\x16\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
@@ -3394,7 +3534,8 @@ const file_master_proto_rawDesc = "" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12]\n" +
 	"\x0eSetSegmentMode\x12(.mooncake.store.v1.SetSegmentModeRequest\x1a!.mooncake.store.v1.StatusResponse\x12g\n" +
 	"\x0fEvacuateSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a*.mooncake.store.v1.EvacuateSegmentResponse\x12\\\n" +
-	"\vPlanHandoff\x12%.mooncake.store.v1.PlanHandoffRequest\x1a&.mooncake.store.v1.PlanHandoffResponseB2Z0github.com/mooncake-go/mooncake/kvstore/masterpbb\x06proto3"
+	"\vPlanHandoff\x12%.mooncake.store.v1.PlanHandoffRequest\x1a&.mooncake.store.v1.PlanHandoffResponse\x12k\n" +
+	"\x10GetStorageConfig\x12*.mooncake.store.v1.GetStorageConfigRequest\x1a+.mooncake.store.v1.GetStorageConfigResponseB2Z0github.com/mooncake-go/mooncake/kvstore/masterpbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -3409,7 +3550,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
@@ -3463,6 +3604,8 @@ var file_master_proto_goTypes = []any{
 	(*PlanHandoffRequest)(nil),          // 49: mooncake.store.v1.PlanHandoffRequest
 	(*HandoffItem)(nil),                 // 50: mooncake.store.v1.HandoffItem
 	(*PlanHandoffResponse)(nil),         // 51: mooncake.store.v1.PlanHandoffResponse
+	(*GetStorageConfigRequest)(nil),     // 52: mooncake.store.v1.GetStorageConfigRequest
+	(*GetStorageConfigResponse)(nil),    // 53: mooncake.store.v1.GetStorageConfigResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
@@ -3470,94 +3613,98 @@ var file_master_proto_depIdxs = []int32{
 	2,  // 2: mooncake.store.v1.ReplicaDescriptor.replica_type:type_name -> mooncake.store.v1.ReplicaType
 	7,  // 3: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicateConfig
 	8,  // 4: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	9,  // 5: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
-	10, // 6: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
-	11, // 7: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
-	12, // 8: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
-	8,  // 9: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	21, // 10: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
-	23, // 11: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	31, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	31, // 13: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
-	3,  // 14: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	45, // 15: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
-	39, // 16: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	39, // 17: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
-	39, // 18: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	4,  // 19: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
-	5,  // 20: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
-	39, // 21: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
-	4,  // 22: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
-	8,  // 23: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
-	8,  // 24: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
-	39, // 25: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
-	6,  // 26: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
-	50, // 27: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
-	9,  // 28: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	11, // 29: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	12, // 30: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	13, // 31: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	15, // 32: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	16, // 33: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
-	9,  // 34: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
-	13, // 35: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	19, // 36: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	20, // 37: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
-	19, // 38: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	20, // 39: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	20, // 40: mooncake.store.v1.Master.BatchExistCodes:input_type -> mooncake.store.v1.BatchKeyRequest
-	26, // 41: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	27, // 42: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	28, // 43: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	29, // 44: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	37, // 45: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
-	40, // 46: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
-	41, // 47: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
-	43, // 48: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
-	46, // 49: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
-	32, // 50: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	33, // 51: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	34, // 52: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	34, // 53: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	35, // 54: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	47, // 55: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
-	34, // 56: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	49, // 57: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
-	10, // 58: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	17, // 59: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	17, // 60: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	14, // 61: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	18, // 62: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	18, // 63: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	10, // 64: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	14, // 65: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	21, // 66: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	22, // 67: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	23, // 68: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	24, // 69: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	25, // 70: mooncake.store.v1.Master.BatchExistCodes:output_type -> mooncake.store.v1.ExistCodesResponse
-	17, // 71: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	18, // 72: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	30, // 73: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	30, // 74: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	38, // 75: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	42, // 76: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	42, // 77: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	44, // 78: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	17, // 79: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	17, // 80: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 81: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 82: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 83: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	36, // 84: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	17, // 85: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
-	48, // 86: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
-	51, // 87: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
-	58, // [58:88] is the sub-list for method output_type
-	28, // [28:58] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	2,  // 5: mooncake.store.v1.PutEndRequest.replica_type:type_name -> mooncake.store.v1.ReplicaType
+	2,  // 6: mooncake.store.v1.PutRevokeRequest.replica_type:type_name -> mooncake.store.v1.ReplicaType
+	9,  // 7: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
+	10, // 8: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
+	11, // 9: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
+	12, // 10: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
+	8,  // 11: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	21, // 12: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
+	23, // 13: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
+	31, // 14: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	31, // 15: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	3,  // 16: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
+	45, // 17: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	39, // 18: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	39, // 19: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	39, // 20: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 21: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
+	5,  // 22: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
+	39, // 23: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 24: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
+	8,  // 25: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
+	8,  // 26: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
+	39, // 27: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	6,  // 28: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
+	50, // 29: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
+	9,  // 30: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	11, // 31: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	12, // 32: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	13, // 33: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	15, // 34: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	16, // 35: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
+	9,  // 36: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
+	13, // 37: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	19, // 38: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	20, // 39: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
+	19, // 40: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	20, // 41: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
+	20, // 42: mooncake.store.v1.Master.BatchExistCodes:input_type -> mooncake.store.v1.BatchKeyRequest
+	26, // 43: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	27, // 44: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	28, // 45: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	29, // 46: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	37, // 47: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	40, // 48: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	41, // 49: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	43, // 50: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	46, // 51: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	32, // 52: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	33, // 53: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	34, // 54: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	34, // 55: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	35, // 56: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	47, // 57: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
+	34, // 58: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	49, // 59: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
+	52, // 60: mooncake.store.v1.Master.GetStorageConfig:input_type -> mooncake.store.v1.GetStorageConfigRequest
+	10, // 61: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	17, // 62: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	17, // 63: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	14, // 64: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	18, // 65: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	18, // 66: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	10, // 67: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	14, // 68: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	21, // 69: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	22, // 70: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	23, // 71: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	24, // 72: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	25, // 73: mooncake.store.v1.Master.BatchExistCodes:output_type -> mooncake.store.v1.ExistCodesResponse
+	17, // 74: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	18, // 75: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	30, // 76: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	30, // 77: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	38, // 78: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	42, // 79: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	42, // 80: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	44, // 81: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	17, // 82: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	17, // 83: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 84: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 85: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	17, // 86: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	36, // 87: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	17, // 88: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
+	48, // 89: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
+	51, // 90: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
+	53, // 91: mooncake.store.v1.Master.GetStorageConfig:output_type -> mooncake.store.v1.GetStorageConfigResponse
+	61, // [61:92] is the sub-list for method output_type
+	30, // [30:61] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3574,7 +3721,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,7 @@ const (
 	Master_SetSegmentMode_FullMethodName      = "/mooncake.store.v1.Master/SetSegmentMode"
 	Master_EvacuateSegment_FullMethodName     = "/mooncake.store.v1.Master/EvacuateSegment"
 	Master_PlanHandoff_FullMethodName         = "/mooncake.store.v1.Master/PlanHandoff"
+	Master_GetStorageConfig_FullMethodName    = "/mooncake.store.v1.Master/GetStorageConfig"
 )
 
 // MasterClient is the client API for Master service.
@@ -115,6 +116,10 @@ type MasterClient interface {
 	SetSegmentMode(ctx context.Context, in *SetSegmentModeRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	EvacuateSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*EvacuateSegmentResponse, error)
 	PlanHandoff(ctx context.Context, in *PlanHandoffRequest, opts ...grpc.CallOption) (*PlanHandoffResponse, error)
+	// Where the shared-file-system DISK replicas live (upstream
+	// GetStorageConfig/GetFsdir): empty fs_dir when the master runs without
+	// --root_fs_dir.
+	GetStorageConfig(ctx context.Context, in *GetStorageConfigRequest, opts ...grpc.CallOption) (*GetStorageConfigResponse, error)
 }
 
 type masterClient struct {
@@ -425,6 +430,16 @@ func (c *masterClient) PlanHandoff(ctx context.Context, in *PlanHandoffRequest, 
 	return out, nil
 }
 
+func (c *masterClient) GetStorageConfig(ctx context.Context, in *GetStorageConfigRequest, opts ...grpc.CallOption) (*GetStorageConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStorageConfigResponse)
+	err := c.cc.Invoke(ctx, Master_GetStorageConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -480,6 +495,10 @@ type MasterServer interface {
 	SetSegmentMode(context.Context, *SetSegmentModeRequest) (*StatusResponse, error)
 	EvacuateSegment(context.Context, *UnmountSegmentRequest) (*EvacuateSegmentResponse, error)
 	PlanHandoff(context.Context, *PlanHandoffRequest) (*PlanHandoffResponse, error)
+	// Where the shared-file-system DISK replicas live (upstream
+	// GetStorageConfig/GetFsdir): empty fs_dir when the master runs without
+	// --root_fs_dir.
+	GetStorageConfig(context.Context, *GetStorageConfigRequest) (*GetStorageConfigResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -579,6 +598,9 @@ func (UnimplementedMasterServer) EvacuateSegment(context.Context, *UnmountSegmen
 }
 func (UnimplementedMasterServer) PlanHandoff(context.Context, *PlanHandoffRequest) (*PlanHandoffResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PlanHandoff not implemented")
+}
+func (UnimplementedMasterServer) GetStorageConfig(context.Context, *GetStorageConfigRequest) (*GetStorageConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetStorageConfig not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1141,6 +1163,24 @@ func _Master_PlanHandoff_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_GetStorageConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStorageConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).GetStorageConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_GetStorageConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).GetStorageConfig(ctx, req.(*GetStorageConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1267,6 +1307,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PlanHandoff",
 			Handler:    _Master_PlanHandoff_Handler,
+		},
+		{
+			MethodName: "GetStorageConfig",
+			Handler:    _Master_GetStorageConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
