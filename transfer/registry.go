@@ -20,14 +20,56 @@ type region struct {
 	placement transport.Placement // CUDA device memory or host (device.go)
 	seq       uint64              // registration order, set by registry.add
 
-	// use is held shared by every transfer touching the region and
-	// exclusively by unregistration, which so waits for them to finish.
-	use     sync.RWMutex
-	removed bool // guarded by use
+	// Every use of the region (a transfer, a local read or write, a
+	// request a peer sent) pins it; unregistration marks it removed, so
+	// that no new pin is taken, and waits for the pins to drain. A pin is
+	// a count, not a lock: one goroutine may hold several pins of one
+	// region (a transfer whose source and target share it) and taking one
+	// never waits, so a removal pending between two pins cannot deadlock
+	// the holder of the first (issue 33 #6).
+	pinMu   sync.Mutex
+	pins    int        // guarded by pinMu
+	removed bool       // guarded by pinMu
+	drained *sync.Cond // on pinMu; set by unpinAll while it waits
+}
+
+// pin takes one use of r, or reports false when r is being removed.
+func (r *region) pin() bool {
+	r.pinMu.Lock()
+	defer r.pinMu.Unlock()
+	if r.removed {
+		return false
+	}
+	r.pins++
+	return true
 }
 
 // Release ends a use begun by registry.acquire.
-func (r *region) Release() { r.use.RUnlock() }
+func (r *region) Release() {
+	r.pinMu.Lock()
+	defer r.pinMu.Unlock()
+	r.pins--
+	if r.pins < 0 {
+		panic("transfer: region released more often than acquired")
+	}
+	if r.pins == 0 && r.drained != nil {
+		r.drained.Broadcast()
+	}
+}
+
+// unpinAll marks r removed, so that no new use begins, and waits until the
+// uses already begun have ended.
+func (r *region) unpinAll() {
+	r.pinMu.Lock()
+	defer r.pinMu.Unlock()
+	r.removed = true
+	for r.pins > 0 {
+		if r.drained == nil {
+			r.drained = sync.NewCond(&r.pinMu)
+		}
+		r.drained.Wait()
+	}
+}
 
 // Placement is where the region's memory lives.
 func (r *region) Placement() transport.Placement { return r.placement }
@@ -81,26 +123,30 @@ func (g *registry) remove(addr uintptr) (*region, error) {
 	r := g.regions[i]
 	g.regions = append(g.regions[:i], g.regions[i+1:]...)
 	g.mu.Unlock()
-	r.use.Lock()
-	r.removed = true
-	r.use.Unlock()
+	r.unpinAll()
 	return r, nil
 }
 
-// acquire finds the region holding [addr, addr+n) and holds it against
-// unregistration until release. It returns nil when there is none.
+// acquire finds the region holding [addr, addr+n) and pins it against
+// unregistration until Release. It returns nil when there is none or it is
+// being unregistered; it never waits.
 func (g *registry) acquire(addr uintptr, n uint64) *region {
 	r := g.find(addr, n)
 	if r == nil {
 		return nil
 	}
-	r.use.RLock()
-	if r.removed {
-		r.use.RUnlock()
+	if testHookFound != nil {
+		testHookFound(r, addr)
+	}
+	if !r.pin() {
 		return nil
 	}
 	return r
 }
+
+// testHookFound, when set (by tests only, before any transfer starts),
+// runs in acquire between finding a region and pinning it.
+var testHookFound func(r *region, addr uintptr)
 
 // AcquireExposed is acquire for the regions peers may reach (not local-only
 // ones): what the serving side of a transport checks requests against.

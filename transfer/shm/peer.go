@@ -51,12 +51,19 @@ type mappings struct {
 	pid   int
 	pidfd int
 	ctl   []byte // the peer's control page
-	// use is held shared while a copy touches a mapping and exclusively
-	// while mappings are removed, so nothing is unmapped under a copy.
-	use    sync.RWMutex
-	mu     sync.Mutex        // guards maps
-	maps   map[uint64][]byte // by inode
-	closed bool              // guarded by use
+	// Every copy through a mapping pins the mappings; removing mappings
+	// first stops new pins (a view then reports false and the engine
+	// takes another transport) and waits for the pins taken to drain, so
+	// nothing is unmapped under a copy. Pins are counts, not locks: a
+	// view's callback may open another view of the same peer while a
+	// removal is pending without deadlocking (issue 33 #6).
+	pinMu    sync.Mutex
+	pins     int               // guarded by pinMu
+	removing int               // removals waiting or running; guarded by pinMu
+	closed   bool              // guarded by pinMu
+	drained  *sync.Cond        // on pinMu
+	mu       sync.Mutex        // guards maps
+	maps     map[uint64][]byte // by inode
 	// seenAlive is when (on clock) a poll of pidfd last found the peer
 	// running: aliveRecently trusts it for AliveRecheck.
 	seenAlive atomic.Int64
@@ -85,7 +92,9 @@ func openMappings(d *transport.SegmentDesc) (*mappings, error) {
 		unix.Close(pidfd)
 		return nil, err
 	}
-	return &mappings{pid: d.PID, pidfd: pidfd, ctl: ctl, maps: map[uint64][]byte{}}, nil
+	m := &mappings{pid: d.PID, pidfd: pidfd, ctl: ctl, maps: map[uint64][]byte{}}
+	m.drained = sync.NewCond(&m.pinMu)
+	return m, nil
 }
 
 // alive reports whether the peer process still runs.
@@ -118,12 +127,62 @@ func (p *mappings) version() uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&p.ctl[0])).Load()
 }
 
-// buffer returns the mapping of the peer buffer b, mapping it on first
-// use. The caller holds p.use shared for as long as it uses the mapping.
-func (p *mappings) buffer(b transport.BufferDesc) ([]byte, error) {
-	if p.closed {
-		return nil, fmt.Errorf("peer mapping closed")
+// pin begins a use of the mappings, or reports false while they are being
+// removed or once they are closed. It never waits.
+func (p *mappings) pin() bool {
+	p.pinMu.Lock()
+	defer p.pinMu.Unlock()
+	if p.closed || p.removing > 0 {
+		return false
 	}
+	p.pins++
+	return true
+}
+
+// pinOpen is pin for uses that only read the control page and the pidfd,
+// which a removal of buffer mappings leaves in place: it fails only once
+// the mappings are closed.
+func (p *mappings) pinOpen() bool {
+	p.pinMu.Lock()
+	defer p.pinMu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.pins++
+	return true
+}
+
+// unpin ends a use begun by pin or pinOpen.
+func (p *mappings) unpin() {
+	p.pinMu.Lock()
+	defer p.pinMu.Unlock()
+	p.pins--
+	if p.pins == 0 {
+		p.drained.Broadcast()
+	}
+}
+
+// exclude stops new pins and waits until the pins taken have ended; the
+// caller then owns the mappings until include.
+func (p *mappings) exclude() {
+	p.pinMu.Lock()
+	defer p.pinMu.Unlock()
+	p.removing++
+	for p.pins > 0 {
+		p.drained.Wait()
+	}
+}
+
+// include ends an exclude.
+func (p *mappings) include() {
+	p.pinMu.Lock()
+	p.removing--
+	p.pinMu.Unlock()
+}
+
+// buffer returns the mapping of the peer buffer b, mapping it on first
+// use. The caller holds a pin for as long as it uses the mapping.
+func (p *mappings) buffer(b transport.BufferDesc) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m, ok := p.maps[b.ShmInode]; ok && uint64(len(m)) >= b.Length {
@@ -139,8 +198,8 @@ func (p *mappings) buffer(b transport.BufferDesc) ([]byte, error) {
 
 // forget unmaps buffers whose inode is not in keep.
 func (p *mappings) forget(keep map[uint64]bool) {
-	p.use.Lock()
-	defer p.use.Unlock()
+	p.exclude()
+	defer p.include()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for ino, m := range p.maps {
@@ -152,13 +211,21 @@ func (p *mappings) forget(keep map[uint64]bool) {
 }
 
 func (p *mappings) close() {
-	p.forget(nil)
-	p.use.Lock()
-	defer p.use.Unlock()
-	if p.closed {
+	p.exclude()
+	defer p.include()
+	p.pinMu.Lock()
+	already := p.closed
+	p.closed = true
+	p.pinMu.Unlock()
+	p.mu.Lock()
+	for ino, m := range p.maps {
+		unix.Munmap(m)
+		delete(p.maps, ino)
+	}
+	p.mu.Unlock()
+	if already {
 		return
 	}
-	p.closed = true
 	unix.Munmap(p.ctl)
 	unix.Close(p.pidfd)
 }

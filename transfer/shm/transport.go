@@ -72,6 +72,12 @@ func (c *conn) Update(p transport.Peer) bool {
 // Check sees the peer's exit through its pidfd (within AliveRecheck), and
 // a changed registry through the version on its control page.
 func (c *conn) Check() (bool, error) {
+	// The pin keeps the control page mapped and the pidfd open: after
+	// Close they are gone (the descriptor number may name another file).
+	if !c.m.pinOpen() {
+		return false, errPeerExited
+	}
+	defer c.m.unpin()
 	if !c.m.aliveRecently() {
 		return false, errPeerExited
 	}
@@ -99,8 +105,10 @@ func (c *conn) View(addr, n uint64, fn func(mem []byte)) bool {
 	if !ok {
 		return false
 	}
-	c.m.use.RLock()
-	defer c.m.use.RUnlock()
+	if !c.m.pin() {
+		return false
+	}
+	defer c.m.unpin()
 	m, err := c.m.buffer(b)
 	if err != nil {
 		return false
