@@ -2,6 +2,7 @@ package master
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,31 @@ func TestSegmentWatermarkDoesNotWrap(t *testing.T) {
 	sg.info.HighWatermark = math.MaxUint32 // a uint32 percent from the wire
 	if sg.overfull() {
 		t.Error("a 50% full segment is past a 4294967295% high watermark")
+	}
+}
+
+// TestMountRefusesControlCharactersInNames: /get_all_segments lists one
+// name per line, so a name with a newline would forge a second segment
+// there; ids, names and endpoints with control characters or over 1 KiB
+// are INVALID_PARAMS, and the plain ones around them still mount.
+func TestMountRefusesControlCharactersInNames(t *testing.T) {
+	st := newTestState(t, nil)
+	now := time.Unix(1000, 0)
+	for _, seg := range []Segment{
+		{ID: "a\nforged", Name: "n"},
+		{ID: "b", Name: "n\nforged"},
+		{ID: "c", Name: "n", TEEndpoint: "127.0.0.1:1\r\n"},
+		{ID: "d", Name: "tab\there"},
+		{ID: "e", Name: "del\x7f"},
+		{ID: strings.Repeat("x", maxSegmentName+1), Name: "n"},
+	} {
+		seg.Base, seg.Size = 1<<12, gib
+		if code := st.MountSegment("c1", seg, now); code != kvstore.InvalidParams {
+			t.Errorf("mount of %q/%q/%q = %v, want INVALID_PARAMS", seg.ID, seg.Name, seg.TEEndpoint, code)
+		}
+	}
+	mustMount(t, st, "c1", Segment{ID: "plain", Name: "host:1 ünïcode", TEEndpoint: "127.0.0.1:1", Base: 1 << 12, Size: gib}, now)
+	if got := st.Stats().CapacityBytes; got != gib {
+		t.Fatalf("capacity = %d, want only the plain segment's 1 GiB", got)
 	}
 }

@@ -41,10 +41,28 @@ func (s *State) touch(clientID string, now time.Time) *client {
 	return c
 }
 
+// plainName reports whether a client-chosen segment id, name or endpoint
+// has no control characters and at most maxSegmentName bytes.
+func plainName(s string) bool {
+	if len(s) > maxSegmentName {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// maxSegmentName bounds a segment's id, name and endpoint.
+const maxSegmentName = 1024
+
 // MountSegment adds seg to the pool on behalf of clientID. Mounting a
 // segment id the same client already mounted is a no-op (OK); an id held
 // by another client is SEGMENT_ALREADY_EXISTS; an empty id, a zero size or
-// a zero base address is INVALID_PARAMS (as upstream), and so is a segment
+// a zero base address is INVALID_PARAMS (as upstream), and so are an id,
+// name or endpoint with a control character or over 1 KiB, and a segment
 // whose end passes 2^64 or which takes the pool's capacity to 2^64 bytes. Mounting does not make the client "ok": its next Ping
 // answers NEED_REMOUNT until it calls ReMountSegment (upstream behaviour).
 func (s *State) MountSegment(clientID string, seg Segment, now time.Time) kvstore.ErrorCode {
@@ -53,6 +71,11 @@ func (s *State) MountSegment(clientID string, seg Segment, now time.Time) kvstor
 
 func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.ErrorCode {
 	if clientID == "" || seg.ID == "" || seg.Size == 0 || seg.Base == 0 {
+		return kvstore.InvalidParams
+	}
+	// Names are listed one per line (/get_all_segments) and logged: a
+	// control character in one would forge lines there.
+	if !plainName(seg.ID) || !plainName(seg.Name) || !plainName(seg.TEEndpoint) {
 		return kvstore.InvalidParams
 	}
 	if old, ok := s.segments[seg.ID]; ok {
