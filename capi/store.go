@@ -380,8 +380,9 @@ type replicaDesc struct {
 	BufferAddress     uint64 `json:"buffer_address"`
 	TransportEndpoint string `json:"transport_endpoint"`
 	SegmentName       string `json:"segment_name"` // the storage owner (its client's hostname)
-	ReplicaType       int32  `json:"replica_type"` // 0 memory, 2 local disk
+	ReplicaType       int32  `json:"replica_type"` // 0 memory, 1 shared-FS disk, 2 local disk
 	DiskClientID      string `json:"client_id,omitempty"`
+	FilePath          string `json:"file_path,omitempty"` // a DISK replica's file
 }
 
 // replicaList is one key's entry in mc_store_replica_desc's JSON.
@@ -407,7 +408,8 @@ func mc_store_replica_desc(h C.uint64_t, n C.int, keys **C.mc_cchar) (ret *C.cha
 		out[i].Replicas = []replicaDesc{}
 		for _, r := range l.GetReplicas() {
 			out[i].Replicas = append(out[i].Replicas, replicaDesc{int32(r.GetStatus()), r.GetSize(), r.GetBufferAddress(),
-				r.GetTransportEndpoint(), r.GetSegmentName(), int32(r.GetReplicaType()), r.GetDiskClientId()})
+				r.GetTransportEndpoint(), r.GetSegmentName(), int32(r.GetReplicaType()), r.GetDiskClientId(),
+				c.DiskFilePath(r.GetFilePath())})
 		}
 	}
 	b, _ := json.Marshal(out)

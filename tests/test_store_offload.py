@@ -297,19 +297,6 @@ def test_restart_of_a_storage_client_reannounces_its_disk(master_factory, peers,
     assert keys[0] not in disk_keys(path)
 
 
-@pytest.mark.parametrize("flag", ["--root_fs_dir=/tmp/x"])
-def test_unimplemented_master_flags_are_refused(go_bin_dir, flag):
-    import subprocess
-
-    from conftest import go_binary
-
-    out = subprocess.run(
-        [go_binary("mooncake_master", go_bin_dir), flag], capture_output=True, text=True, timeout=30
-    )
-    assert out.returncode == 2
-    assert "not implemented" in out.stderr
-
-
 def test_master_restart_relearns_the_disk(master_factory, peers, stores, tmp_path):
     """A restarted master knows no objects; the storage client mounts its disk
     again at its next heartbeat, and what it holds is readable again."""

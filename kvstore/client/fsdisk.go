@@ -160,3 +160,13 @@ func (c *Client) readFS(parts []Part, r *pb.ReplicaDescriptor, n uint64) error {
 	}
 	return nil
 }
+
+// DiskFilePath is where a DISK replica's file (rel, as its descriptor's
+// file_path names it) lives on this client: under the directory the
+// master named; "" without one.
+func (c *Client) DiskFilePath(rel string) string {
+	if c.fs.dir == "" || rel == "" {
+		return ""
+	}
+	return c.fs.dir + "/" + rel
+}

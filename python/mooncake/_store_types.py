@@ -72,15 +72,18 @@ class MemoryDescriptor:
 
 
 class DiskDescriptor:
-    """A shared-file-system DISK replica's file (upstream's --root_fs_dir
-    tier, which this build does not implement: no descriptor it returns has
-    one; the type exists for callers that name it)."""
+    """A shared-file-system DISK replica (mooncake_master --root_fs_dir):
+    the object's `object_size` raw bytes are the file at `file_path`, under
+    <root_fs_dir>/<cluster_id>."""
 
     __slots__ = ("file_path", "object_size")
 
     def __init__(self, file_path: str, object_size: int) -> None:
         self.file_path = file_path
         self.object_size = object_size
+
+    def __repr__(self) -> str:
+        return f"DiskDescriptor(file_path={self.file_path!r}, object_size={self.object_size})"
 
 
 class LocalDiskDescriptor:
@@ -103,32 +106,35 @@ class LocalDiskDescriptor:
 
 
 # replica_type values of mc_store_replica_desc's JSON (the proto's ReplicaType).
-_MEMORY, _LOCAL_DISK = 0, 2
+_MEMORY, _DISK, _LOCAL_DISK = 0, 1, 2
 
 
 class ReplicaDescriptor:
     """One readable replica of an object, as `get_replica_desc` lists it:
-    a memory replica, or a LOCAL_DISK one (a copy on a storage client's
-    disk, listed when the object has no memory replica)."""
+    a memory replica, or, listed when the object has no memory replica, a
+    LOCAL_DISK one (a copy on a storage client's disk) or a DISK one (a
+    file on the shared file system)."""
 
-    __slots__ = ("status", "_memory", "_local_disk")
+    __slots__ = ("status", "_memory", "_local_disk", "_disk")
 
     def __init__(
         self,
         status: ReplicaStatus,
         memory: MemoryDescriptor | None,
         local_disk: LocalDiskDescriptor | None = None,
+        disk: DiskDescriptor | None = None,
     ) -> None:
         self.status = status
         self._memory = memory
         self._local_disk = local_disk
+        self._disk = disk
 
     def is_memory_replica(self) -> bool:
         return self._memory is not None
 
     def is_disk_replica(self) -> bool:
-        """A shared-file-system DISK replica: never, in this build."""
-        return False
+        """A shared-file-system DISK replica (--root_fs_dir)."""
+        return self._disk is not None
 
     def is_local_disk_replica(self) -> bool:
         return self._local_disk is not None
@@ -139,7 +145,9 @@ class ReplicaDescriptor:
         return self._memory
 
     def get_disk_descriptor(self) -> DiskDescriptor:
-        raise RuntimeError("not a DISK replica (this build has no shared-file-system tier)")
+        if self._disk is None:
+            raise RuntimeError("not a DISK replica")
+        return self._disk
 
     def get_local_disk_descriptor(self) -> LocalDiskDescriptor:
         if self._local_disk is None:
@@ -147,7 +155,7 @@ class ReplicaDescriptor:
         return self._local_disk
 
     def __repr__(self) -> str:
-        where = self._memory if self._memory is not None else self._local_disk
+        where = self._memory or self._local_disk or self._disk
         return f"ReplicaDescriptor(status={self.status.name}, {where!r})"
 
     @classmethod
@@ -157,6 +165,8 @@ class ReplicaDescriptor:
             endpoint = d["transport_endpoint"]
             disk = LocalDiskDescriptor(d.get("client_id", ""), int(d["size"]), endpoint)
             return cls(status, None, disk)
+        if int(d.get("replica_type", _MEMORY)) == _DISK:
+            return cls(status, None, None, DiskDescriptor(d.get("file_path", ""), int(d["size"])))
         desc = Descriptor(int(d["size"]), int(d["buffer_address"]), d["transport_endpoint"])
         return cls(status, MemoryDescriptor(desc))
 
