@@ -263,7 +263,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		"enable_http_metadata_server", o.enableHTTPMetadata, "http_metadata", sc.HTTPMetadataAddress,
 		"enable_metadata_cleanup_on_timeout", o.cleanupOnTimeout,
 		"enable_ha", o.enableHA, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID,
-		"enable_multi_tenants", o.cfg.MultiTenant)
+		"enable_multi_tenants", o.cfg.MultiTenant, "root_fs_dir", o.cfg.FS.RootDir)
 
 	svc, err := master.StartService(sc)
 	if err != nil {

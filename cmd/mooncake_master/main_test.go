@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,6 +73,8 @@ func TestBadArguments(t *testing.T) {
 		{"--rpc_thread_num=-1"},
 		{"--max_threads=0"},
 		{"--rpc_conn_timeout_seconds=-1"},
+		{"--root_fs_dir=relative"},
+		{"--global_file_segment_size=0"},
 		{"stray"},
 	} {
 		var out bytes.Buffer
@@ -107,6 +110,12 @@ func TestParseForms(t *testing.T) {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},
 		{[]string{"--enable_multi_tenants=true"}, func(o *options) bool { return o.cfg.MultiTenant }},
+		{nil, func(o *options) bool {
+			return !o.cfg.FS.Enabled() && o.cfg.FS.GlobalFileSegmentSize == math.MaxInt64 && o.cfg.FS.ClusterID == "from_env"
+		}},
+		{[]string{"--root_fs_dir=/mnt/3fs", "--cluster_id=c1", "--global_file_segment_size=1024"}, func(o *options) bool {
+			return o.cfg.FS.Dir() == "/mnt/3fs/c1" && o.cfg.FS.GlobalFileSegmentSize == 1024
+		}},
 		{nil, func(o *options) bool { return o.rpcThreads == 16 && o.rpcConnTimeout == 0 && o.rpcNoDelay }},
 		{[]string{"--rpc_conn_timeout_seconds=30", "--rpc_enable_tcp_no_delay=false"}, func(o *options) bool {
 			return o.rpcConnTimeout == 30 && !o.rpcNoDelay
