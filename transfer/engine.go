@@ -392,6 +392,25 @@ func (e *Engine) IsRegistered(addr uintptr, length uint64) bool {
 	return e.reg.find(addr, length) != nil
 }
 
+// Span is one registered buffer: Length bytes at Addr.
+type Span struct {
+	Addr   uintptr
+	Length uint64
+}
+
+// Overlapping returns the registered buffers (local-only ones included)
+// that share a byte with [addr, addr+n), in address order. A caller about
+// to write a range into local memory uses it to refuse a range that starts
+// or ends inside a buffer it does not lie wholly inside.
+func (e *Engine) Overlapping(addr uintptr, n uint64) []Span {
+	rs := e.reg.overlapping(addr, n)
+	out := make([]Span, len(rs))
+	for i, r := range rs {
+		out[i] = Span{r.addr, r.length}
+	}
+	return out
+}
+
 // UnregisterLocalMemory withdraws the buffer registered at addr, after the
 // transfers using it finish.
 func (e *Engine) UnregisterLocalMemory(addr uintptr) error {

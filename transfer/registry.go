@@ -190,3 +190,24 @@ func (g *registry) inOrder() []*region {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].seq < rs[j].seq })
 	return rs
 }
+
+// overlapping returns the regions sharing a byte with [addr, addr+n), in
+// address order; a range that wraps past the end of the address space
+// overlaps whatever lies from addr on.
+func (g *registry) overlapping(addr uintptr, n uint64) []*region {
+	if n == 0 {
+		return nil
+	}
+	end := addr + uintptr(n)
+	if end < addr || uint64(uintptr(n)) != n {
+		end = ^uintptr(0)
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	i := sort.Search(len(g.regions), func(i int) bool { return g.regions[i].end() > addr })
+	var out []*region
+	for ; i < len(g.regions) && g.regions[i].addr < end; i++ {
+		out = append(out, g.regions[i])
+	}
+	return out
+}

@@ -221,9 +221,14 @@ func (c *Client) GetRanges(ranges []Range) []GetResult {
 		return fillErr(out, kvstore.InvalidParams)
 	}
 	defer c.life.Exit()
+	// Every destination is checked before any range moves a byte.
 	var keys []string
 	at := map[string]int{}
-	for _, r := range ranges {
+	for i, r := range ranges {
+		if !c.destinationFits(r.Dst, r.Size) {
+			out[i].Err = kvstore.InvalidParams
+			continue
+		}
 		if _, ok := at[r.Key]; !ok {
 			at[r.Key] = len(keys)
 			keys = append(keys, r.Key)
@@ -232,6 +237,9 @@ func (c *Client) GetRanges(ranges []Range) []GetResult {
 	lists, queried := c.replicaLists(keys)
 	parallel(len(ranges), func(i int) error {
 		rg := ranges[i]
+		if out[i].Err != nil {
+			return nil
+		}
 		list := lists[at[rg.Key]]
 		if code := kvstore.ErrorCode(list.GetErrorCode()); code != kvstore.OK {
 			out[i].Err = code
@@ -263,6 +271,32 @@ func (c *Client) GetRanges(ranges []Range) []GetResult {
 		return nil
 	})
 	return out
+}
+
+// destinationFits reports whether n bytes may be written at dst: the range
+// does not wrap, and every buffer registered with the engine (by
+// register_buffer, or the client's own segments) that it touches holds it
+// whole. A range outside every registered buffer is the caller's own
+// memory, as for get_into; one that starts in a buffer and runs past its
+// end, or starts before it, would write memory nobody handed over.
+func (c *Client) destinationFits(dst uintptr, n uint64) bool {
+	if n == 0 {
+		return true
+	}
+	if dst+uintptr(n) < dst || uint64(uintptr(n)) != n {
+		return false
+	}
+	c.tempMu.Lock()
+	defer c.tempMu.Unlock()
+	for _, sp := range c.engine.Overlapping(dst, n) {
+		if t := c.temps[sp.Addr]; t != nil && t.size == sp.Length {
+			continue // a registration of caller memory for one call (useDirect)
+		}
+		if dst < sp.Addr || uint64(dst-sp.Addr) > sp.Length || n > sp.Length-uint64(dst-sp.Addr) {
+			return false
+		}
+	}
+	return true
 }
 
 // fillErr sets every result's error to err.
