@@ -757,3 +757,50 @@ def test_recovery_cycle_tensor_ops() -> None:
 
 def test_membership_api() -> None:
     launch(2, "test_pg_elastic", "case_api", timeout=50)
+
+
+# ---- issue 35: manual evict --------------------------------------------------------------------
+
+
+def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
+    """Manual mode (auto_deactivate_on_failure=False): round 1 healthy;
+    rank 1 exits; the round-2 all_reduce completes on every survivor with
+    one outcome (rank 1 marked, the survivors' sum); sync_after_failure;
+    rank 0 deactivates rank 1; round 3 succeeds over the survivors."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    opts = pg.MooncakeBackendOptions(4)
+    opts.auto_deactivate_on_failure = False
+    opts.auto_sync_on_failure = False
+    _init(rank, world, port, opts)
+    try:
+        _check_ok(_all_reduce_over([0, 1, 2, 3]))
+        if rank == 1:
+            _die()
+        w = _all_reduce_over([0, 2, 3])
+        assert pg.get_failed_ranks_hint(w).tolist() == [0, 1, 0, 0]
+        assert not pg.get_local_success(w)
+        assert _mask() == FULL, _mask()
+        resp = pg.sync_after_failure(_pg())
+        st = pg.SyncAfterFailureStatus
+        assert resp.status in (st.Reconciled, st.NoPending), (resp.status, resp.reject_reason)
+        open_gate(f"synced-{rank}")
+        if rank == 0:
+            for r in (2, 3):
+                wait_gate(f"synced-{r}", WAIT)
+            resp = pg.deactivate_ranks(_pg(), [1])
+            if resp.status == pg.ProposalStatus.AppliedWithDroppedRanks:
+                assert list(resp.dropped_ranks) == [1], resp.dropped_ranks
+            else:
+                _check_applied(resp, "deactivate_ranks([1])")
+        _wait_mask([1, 0, 1, 1])
+        _check_ok(_all_reduce_over([0, 2, 3]))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_manual_evict() -> None:
+    launch(4, "test_pg_elastic", "case_manual_evict", timeout=120, init="none", env=SLOTS,
+           timeouts=SHORT)
