@@ -309,12 +309,36 @@ func (d *Dummy) GetRanges(ranges []client.Range) []client.GetResult {
 		return fillResults(out, kvstore.InvalidParams)
 	}
 	defer d.life.Exit()
+	// fits reports whether n bytes may be written at dst: the range does
+	// not wrap, and each of this dummy's regions (registered buffers and
+	// memory its allocator made) that it touches holds it whole; a range
+	// outside them all is the caller's own memory. Every range is checked
+	// before any is sent.
+	fits := func(dst uintptr, n uint64) bool {
+		a := uint64(dst)
+		if n == 0 {
+			return true
+		}
+		if a+n < a {
+			return false
+		}
+		d.regMu.Lock()
+		defer d.regMu.Unlock()
+		for _, rs := range [][]*region{d.regions, d.pool} {
+			for _, r := range rs {
+				if a < r.base+r.size && r.base < a+n && !r.holds(a, n) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	req := request{Op: opRanges}
 	lent := make([]staging, len(ranges))
 	defer d.unstage(lent)
 	var sent []int
 	for i, r := range ranges {
-		if r.Dst == 0 && r.Size > 0 {
+		if r.Dst == 0 && r.Size > 0 || !fits(r.Dst, r.Size) {
 			out[i].Err = kvstore.InvalidParams
 			continue
 		}
@@ -339,6 +363,10 @@ func (d *Dummy) GetRanges(ranges []client.Range) []client.GetResult {
 			continue
 		}
 		out[i].Size = uint64(resp.Codes[k])
+		if out[i].Size > ranges[i].Size { // never more than was asked for
+			out[i] = client.GetResult{Err: kvstore.InternalError}
+			continue
+		}
 		if lent[i].addr != 0 {
 			copy(gpu.HostBytes(ranges[i].Dst, out[i].Size), gpu.HostBytes(lent[i].addr, out[i].Size))
 		}
