@@ -544,6 +544,46 @@ def test_get_into_ranges(store):
         store.get_into_ranges([buf1.ctypes.data], [[kb], [ka]], [[[0]]], [[[0]]], [[[1]]])
 
 
+def test_get_into_ranges_stays_inside_registered_buffer(store):
+    """A destination running out of its registered buffer is -600, nothing written (issue 35)."""
+    obj = data(64, 3)
+    k = key("rgb")
+    assert store.put(k, obj) == 0
+    guard, size = 16, 32
+    mem = np.full(guard + size + guard, 0xAA, dtype=np.uint8)
+    base = mem.ctypes.data + guard
+    assert store.register_buffer(base, size) == 0
+    try:
+        # 4 bytes at offset 31 of the 32-byte buffer: 3 would land past it
+        assert store.get_into_ranges([base], [[k]], [[[31]]], [[[0]]], [[[4]]]) == [[[INVALID]]]
+        # before the buffer, one byte too many, and sums past 2**64
+        assert store.get_into_ranges([base - 2], [[k]], [[[0]]], [[[0]]], [[[4]]]) == [[[INVALID]]]
+        assert store.get_into_ranges([base], [[k]], [[[0]]], [[[0]]], [[[size + 1]]]) == [
+            [[INVALID]]
+        ]
+        assert store.get_into_ranges([base], [[k]], [[[2**64 - 2]]], [[[0]]], [[[4]]]) == [
+            [[INVALID]]
+        ]
+        assert store.get_into_ranges([base], [[k]], [[[0]]], [[[0]]], [[[2**64]]]) == [[[INVALID]]]
+        assert store.get_into_ranges([base], [[k]], [[[-1]]], [[[0]]], [[[4]]]) == [[[INVALID]]]
+        # the batch form: the fragments inside are read, the ones outside refused
+        res = store.get_into_ranges(
+            [base, base],
+            [[k, k], [k]],
+            [[[0], [31]], [[30, 20]]],
+            [[[8], [0]], [[0, 0]]],
+            [[[16], [4]], [[4, 2]]],
+        )
+        assert res == [[[16], [INVALID]], [[INVALID, 2]]]
+        out = mem.tobytes()
+        assert out[guard : guard + 16] == obj[8:24]
+        assert out[guard + 20 : guard + 22] == obj[:2]
+        untouched = out[:guard] + out[guard + 16 : guard + 20] + out[guard + 22 :]
+        assert untouched == b"\xaa" * len(untouched)
+    finally:
+        assert store.unregister_buffer(base) == 0
+
+
 # -- config types -----------------------------------------------------------------
 
 

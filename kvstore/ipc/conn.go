@@ -16,6 +16,9 @@ import (
 type Message struct {
 	Body []byte
 	FDs  []int
+	// Conn is the connection a request came on: set in what a Handler
+	// gets, ignored when sending.
+	Conn *Conn
 }
 
 // Handler answers one request. It runs on its own goroutine; the
@@ -138,6 +141,25 @@ func (c *Conn) Call(ctx context.Context, req Message) (Message, error) {
 	}
 }
 
+// Hold returns a second descriptor of the connection's socket, which the
+// caller owns and must close. While it is open the socket stays open
+// whatever the Conn does (Close, or the end of the connection): the peer
+// sees the connection end (EOF, POLLHUP) only once the Conn has closed and
+// the held descriptor is closed too. An owner uses it to finish what the
+// peer takes the end as a signal of before the peer can see it (the daemon
+// revoking a dummy's memory), or to watch for the peer's end itself. It
+// fails once the Conn has closed its socket.
+func (c *Conn) Hold() (int, error) {
+	fd, derr := -1, error(nil)
+	if err := c.rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, derr
+	}
+	return fd, nil
+}
+
 func (c *Conn) send(f *frame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -178,7 +200,7 @@ func (c *Conn) readLoop() {
 
 func (c *Conn) serve(f *frame) {
 	defer c.serving.Done()
-	reply := c.handler(Message{Body: f.body, FDs: f.fds})
+	reply := c.handler(Message{Body: f.body, FDs: f.fds, Conn: c})
 	defer closeFDs(reply.FDs)
 	if err := c.send(&frame{id: f.id, kind: kindResponse, body: reply.Body, fds: reply.FDs}); err != nil {
 		c.fail(err)

@@ -45,8 +45,11 @@ type Dummy struct {
 	socket string
 	life   lifecycle.Gate
 
-	connMu sync.Mutex // conn and the (re)connect sequence
-	conn   *ipc.Conn
+	connMu sync.Mutex // link and the (re)connect sequence
+	link   *link      // the connection calls use; nil before the first
+
+	linkMu sync.Mutex          // links
+	links  map[*ipc.Conn]*link // every connection calls may still wait on
 
 	viewMu  sync.RWMutex // readers of the mapped hot cache hold it shared
 	view    *hotcache.View
@@ -124,16 +127,28 @@ func isLocalHost(host string) bool {
 func (d *Dummy) connected() (*ipc.Conn, error) {
 	d.connMu.Lock()
 	defer d.connMu.Unlock()
-	if d.conn != nil && d.conn.Err() == nil {
-		return d.conn, nil
+	return d.connectedLocked()
+}
+
+// connectedLocked is connected for a caller that holds connMu.
+func (d *Dummy) connectedLocked() (*ipc.Conn, error) {
+	if l := d.link; l != nil && l.usable() {
+		return l.conn, nil
 	}
 	d.reconnects.Add(1)
 	return d.connectLocked()
 }
 
 // connectLocked dials the daemon, says hello, installs every region
-// again and maps the hot cache; the caller holds connMu.
+// again and maps the hot cache; the caller holds connMu. The connection
+// it replaces has ended (or is ending, see link.end) and is closed.
 func (d *Dummy) connectLocked() (*ipc.Conn, error) {
+	if old := d.link; old != nil {
+		// Calls may still wait on it (and end it themselves): end it as
+		// they would, without making this call wait.
+		d.link = nil
+		go old.end(releaseGrace)
+	}
 	uc, err := ipc.Dial(d.socket, dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to mooncake_client at %s (socket %s): %v", kvstore.RPCFail, d.cfg.ServerAddress, d.socket[1:], err)
@@ -143,7 +158,15 @@ func (d *Dummy) connectLocked() (*ipc.Conn, error) {
 		uc.Close()
 		return nil, fmt.Errorf("%w: %v", kvstore.RPCFail, err)
 	}
-	fail := func(err error) (*ipc.Conn, error) { conn.Close(); return nil, err }
+	hold, err := conn.Hold()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: %v", kvstore.RPCFail, err)
+	}
+	l := &link{conn: conn, hold: hold, done: func() { d.forget(conn) }}
+	// Nothing on a connection that is not in use yet reaches this
+	// dummy's memory (hello, register, hot_cache): closing it is enough.
+	fail := func(err error) (*ipc.Conn, error) { l.close(); return nil, err }
 	resp, err := d.callOn(conn, request{Op: opHello, Scope: d.cfg.Scope, Keyspace: d.cfg.Keyspace}, nil)
 	if err != nil {
 		return fail(err)
@@ -162,9 +185,30 @@ func (d *Dummy) connectLocked() (*ipc.Conn, error) {
 	if resp.Block > 0 {
 		d.mapHotCache(conn)
 	}
-	d.conn = conn
+	d.link = l
+	d.linkMu.Lock()
+	if d.links == nil {
+		d.links = map[*ipc.Conn]*link{}
+	}
+	d.links[conn] = l
+	d.linkMu.Unlock()
 	go d.watch(conn)
 	return conn, nil
+}
+
+// linkOf is the link of conn while a call may wait on it; nil for a
+// connection that is not in use yet (connectLocked) or that has ended
+// (link.end or link.close is over).
+func (d *Dummy) linkOf(conn *ipc.Conn) *link {
+	d.linkMu.Lock()
+	defer d.linkMu.Unlock()
+	return d.links[conn]
+}
+
+func (d *Dummy) forget(conn *ipc.Conn) {
+	d.linkMu.Lock()
+	delete(d.links, conn)
+	d.linkMu.Unlock()
 }
 
 // watch stops reading the hot cache as soon as the daemon is gone: its
@@ -218,20 +262,30 @@ func callTimeout() time.Duration {
 	return time.Duration(envvars.RPCTimeoutMs.Int(10000))*time.Millisecond + envvars.TransferTimeout.Duration(30*time.Second)
 }
 
-// raw sends req on conn and returns the reply as it came.
+// raw sends req on conn and returns the reply as it came. A call that
+// gets no reply (its deadline passed, or the connection ended) returns
+// only once the daemon has confirmed that nothing it still runs can write
+// this dummy's memory, or after releaseGrace without that confirmation
+// (see link.end).
 func (d *Dummy) raw(conn *ipc.Conn, req request, fds []int) (ipc.Message, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout())
 	defer cancel()
 	msg, err := conn.Call(ctx, ipc.Message{Body: encode(req), FDs: fds})
-	switch {
-	case errors.Is(err, ipc.ErrTooLarge):
+	if errors.Is(err, ipc.ErrTooLarge) {
 		return msg, fmt.Errorf("%w: %v (split the batch)", kvstore.InvalidParams, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return msg, fmt.Errorf("%w: mooncake_client did not answer %s in time", kvstore.RPCTimeout, req.Op)
-	case err != nil:
-		return msg, fmt.Errorf("%w: mooncake_client: %v", kvstore.RPCFail, err)
 	}
-	return msg, nil
+	if err == nil {
+		return msg, nil
+	}
+	unconfirmed := ""
+	if l := d.linkOf(conn); l != nil && !l.end(releaseGrace) {
+		unconfirmed = fmt.Sprintf("; it did not confirm within %v that it stopped using this process's memory "+
+			"(a stopped mooncake_client that resumes may still complete a copy into it)", releaseGrace)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return msg, fmt.Errorf("%w: mooncake_client did not answer %s in time%s", kvstore.RPCTimeout, req.Op, unconfirmed)
+	}
+	return msg, fmt.Errorf("%w: mooncake_client: %v%s", kvstore.RPCFail, err, unconfirmed)
 }
 
 func (d *Dummy) callOn(conn *ipc.Conn, req request, fds []int) (response, error) {
@@ -299,9 +353,9 @@ func (d *Dummy) Hostname() string { return "" }
 func (d *Dummy) Close() error {
 	d.life.Close(nil, func() {
 		d.connMu.Lock()
-		if d.conn != nil {
-			d.conn.Close()
-			d.conn = nil
+		if d.link != nil {
+			d.link.close() // no call runs any more
+			d.link = nil
 		}
 		d.connMu.Unlock()
 		d.dropHotCache()

@@ -117,12 +117,10 @@ func (d *Dummy) register(addr uintptr, size uint64, find func() (*region, error)
 	}
 	d.connMu.Lock()
 	defer d.connMu.Unlock()
-	conn := d.conn
-	if conn == nil || conn.Err() != nil {
-		if conn, err = d.connectLocked(); err != nil {
-			r.closeFD()
-			return err
-		}
+	conn, err := d.connectedLocked()
+	if err != nil {
+		r.closeFD()
+		return err
 	}
 	if err := d.install(conn, r); err != nil {
 		r.closeFD()

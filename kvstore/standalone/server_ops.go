@@ -124,8 +124,17 @@ func (s *session) get(req request) response {
 	keys, parts, idx := s.translateKeys(req, out)
 	c := s.srv.cfg.Client
 	results := hotcache.ReadThrough(s.scope.cache, keys, parts, func(k []string, p [][]client.Part) []client.GetResult {
-		return c.BatchGetInto(k, p, true)
+		res := readInto(c, k, p)
+		if s.revokedNow() {
+			// What was read went to the daemon's private pages, not to
+			// the dummy: no success, and nothing for the cache to keep.
+			fillResults(res, kvstore.RPCFail)
+		}
+		return res
 	})
+	if s.revokedNow() {
+		return failed(kvstore.RPCFail, "get: the dummy's connection ended during the call")
+	}
 	for j, r := range results {
 		// A destination too small is INVALID_PARAMS from the client; with
 		// fit, tell the dummy the size to come back with.
@@ -161,7 +170,17 @@ func (s *session) ranges(req request) response {
 	for j, r := range s.srv.cfg.Client.GetRanges(rs) {
 		out[idx[j]] = resultCode(r)
 	}
+	if s.revokedNow() {
+		return failed(kvstore.RPCFail, "ranges: the dummy's connection ended during the call")
+	}
 	return response{Codes: out}
+}
+
+// readInto is how get reads the objects the hot cache does not hold into
+// the dummy's memory (translated parts). Tests replace it with a read
+// that lands late.
+var readInto = func(c *client.Client, keys []string, parts [][]client.Part) []client.GetResult {
+	return c.BatchGetInto(keys, parts, true)
 }
 
 // hotCache hands the scope's cache memfd to the dummy.

@@ -319,6 +319,9 @@ def _bytes_address(b: bytes) -> int:
     return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0
 
 
+_U64_MAX = (1 << 64) - 1
+
+
 def _u64s(values: Sequence[int]) -> ctypes.Array:
     return (U64 * len(values))(*[int(v) for v in values])
 
@@ -897,10 +900,13 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
 
         Fragment k of key j for buffer i reads all_sizes[i][j][k] bytes at
         all_src_offsets[i][j][k] of the object into buffer_ptrs[i] +
-        all_dst_offsets[i][j][k]. A range past the object's end is -600. A
-        key whose offset and size lists differ in length (or hold negative
-        values) gets ``[-600]`` and the other keys are still read; lists of
-        buffers that differ in length raise ValueError.
+        all_dst_offsets[i][j][k]. A range past the object's end is -600, as
+        is a destination that starts in a registered buffer and runs past
+        it, or past the end of the address space; every destination is
+        checked before any byte moves. A key whose offset and size lists
+        differ in length (or hold negative values) gets ``[-600]`` and the
+        other keys are still read; lists of buffers that differ in length
+        raise ValueError.
         """
         if not (
             len(buffer_ptrs)
@@ -928,8 +934,17 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
             for j, key in enumerate(keys_i):
                 try:
                     dst, src, size = dsts_i[j], srcs_i[j], sizes_i[j]
-                    ok = len(dst) == len(src) == len(size) and all(
-                        int(v) >= 0 for v in (base, *dst, *src, *size)
+                    # Every value is a u64 and no destination range runs
+                    # past the end of the address space (ctypes would wrap
+                    # it silently); Go checks the range against the
+                    # registered buffers before any byte moves.
+                    ok = (
+                        len(dst) == len(src) == len(size)
+                        and all(0 <= int(v) <= _U64_MAX for v in (base, *dst, *src, *size))
+                        and all(
+                            int(base) + int(d) + int(z) <= _U64_MAX
+                            for d, z in zip(dst, size, strict=True)
+                        )
                     )
                 except (IndexError, TypeError, ValueError):
                     ok = False
@@ -937,7 +952,10 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
                     counts.append(None)
                     continue
                 counts.append(len(size))
-                flat.extend((key, base + d, o, z) for d, o, z in zip(dst, src, size, strict=True))
+                flat.extend(
+                    (key, int(base) + int(d), int(o), int(z))
+                    for d, o, z in zip(dst, src, size, strict=True)
+                )
             layout.append(counts)
         n = len(flat)
         results = (I64 * n)()
