@@ -60,6 +60,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	tenantTokensFile            string
+	adminAllowRemote            bool
 	rpcPort, port               int
 	rpcAddress                  string
 	metricsPort                 int
@@ -126,6 +127,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.rpcNoDelay, "rpc_enable_tcp_no_delay", true, "set TCP_NODELAY on RPC connections (false: leave Nagle's algorithm on)")
 	declareOffloadFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
+	fs.BoolVar(&o.adminAllowRemote, "admin_allow_remote", false, "without --tenant_tokens_file, let admin requests that change state (tenant quotas, drain jobs) come from other hosts; by default only loopback callers may make them")
 	fs.StringVar(&o.tenantTokensFile, "tenant_tokens_file", "", "with --enable_multi_tenants: file of \"tenant_id token\" lines (\"_admin token\" for the admin API); each client must present its tenant's token (MC_TENANT_TOKEN), the admin endpoints a Bearer token. Empty: any client may name any tenant (upstream)")
 	// glog's flags, which upstream's launch scripts pass.
 	fs.IntVar(&o.minLogLevel, "minloglevel", 0, "glog compatibility: 0 info, 1 warning, 2 error (overrides MC_LOG_LEVEL)")
@@ -228,7 +230,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		RPCNagle:       !o.rpcNoDelay,
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
-			Logger: log, ClusterID: o.clusterID,
+			Logger: log, ClusterID: o.clusterID, AdminAllowRemote: o.adminAllowRemote,
 		},
 		Logger: log,
 	}

@@ -154,9 +154,10 @@ func registerDrainRoutes(mux *http.ServeMux, s *Server) {
 // large one, 404 for an unknown segment, 409 for a segment that cannot
 // drain (retired, or in another running job), 503 on a standby or with
 // too many running jobs. With tenant tokens configured it needs the admin
-// token (401 otherwise), as does query.
+// token (401 otherwise), as does query; without them it is served only to
+// loopback callers unless --admin_allow_remote (403; authorizeChange).
 func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
-	if !d.s.authorizeAdmin(w, r, "") {
+	if !d.s.authorizeChange(w, r) {
 		return
 	}
 	req, timeout, err := decodeDrainJobRequest(http.MaxBytesReader(w, r.Body, maxDrainBodyBytes))

@@ -72,7 +72,8 @@ func writeAdminError(w http.ResponseWriter, code kvstore.ErrorCode, msg string) 
 //
 // With tenant tokens configured (TenantTokens), every request needs the
 // admin token, except a GET of one tenant, which that tenant's own token
-// also may read; others get 401.
+// also may read; others get 401. Without tokens, a PUT or DELETE is served
+// only to loopback callers unless --admin_allow_remote (403 otherwise).
 func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("tenant_id")
 	reader := ""
@@ -82,6 +83,9 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !s.authorizeAdmin(w, r, reader) {
+		return
+	}
+	if (r.Method == http.MethodPut || r.Method == http.MethodDelete) && !s.authorizeChange(w, r) {
 		return
 	}
 	switch r.Method {

@@ -57,6 +57,10 @@ type Options struct {
 	// token (--tenant_tokens_file; TenantTokens). It needs
 	// Config.MultiTenant.
 	TenantTokens *TenantTokens
+	// AdminAllowRemote lets admin requests that change state (tenant
+	// quotas, drain jobs) come from other hosts when no TenantTokens are
+	// configured (--admin_allow_remote); see authorizeChange.
+	AdminAllowRemote bool
 }
 
 // Server serves the Master gRPC service over one State guarded by a

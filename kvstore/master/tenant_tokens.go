@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -146,6 +147,33 @@ func bearer(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return ""
+}
+
+// authorizeChange guards an admin request that changes state. With tenant
+// tokens it needs the admin token (authorizeAdmin). Without them nothing
+// authenticates the caller, so the change must come from a loopback
+// address unless the master runs with --admin_allow_remote; otherwise it
+// answers 403 and returns false.
+func (s *Server) authorizeChange(w http.ResponseWriter, r *http.Request) bool {
+	if s.opts.TenantTokens != nil {
+		return s.authorizeAdmin(w, r, "")
+	}
+	if s.opts.AdminAllowRemote || fromLoopback(r) {
+		return true
+	}
+	writeJSON(w, http.StatusForbidden, adminError{ErrorCode: int32(kvstore.IllegalClient),
+		Error: "changes over the admin port come only from this host (loopback) unless the master runs with --admin_allow_remote or --tenant_tokens_file"})
+	return false
+}
+
+// fromLoopback reports whether r came from a loopback address.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // authorizeAdmin lets r through when it carries the admin token, or when

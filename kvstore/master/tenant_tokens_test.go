@@ -220,7 +220,7 @@ func TestTenantQuotaBodyIsOneObject(t *testing.T) {
 		`[1]`,
 	} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(body)))
+		h.ServeHTTP(rec, fromLocalhost(httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(body))))
 		if rec.Code != http.StatusBadRequest {
 			t.Errorf("PUT %s = %d, want 400", body, rec.Code)
 		}
@@ -231,7 +231,7 @@ func TestTenantQuotaBodyIsOneObject(t *testing.T) {
 		t.Fatalf("a refused body registered tenant c (%v)", code)
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(`{"tenant_id":"c","quota_bytes":1}`+"\n")))
+	h.ServeHTTP(rec, fromLocalhost(httptest.NewRequest("PUT", "/api/v1/tenant_quotas", strings.NewReader(`{"tenant_id":"c","quota_bytes":1}`+"\n"))))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("a well-formed PUT = %d %s", rec.Code, rec.Body)
 	}
