@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/mooncake-go/mooncake/internal/doctor"
+	"github.com/mooncake-go/mooncake/cmd/mooncake/doctor"
 	"github.com/mooncake-go/mooncake/internal/version"
 )
 

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 

@@ -23,9 +23,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
 

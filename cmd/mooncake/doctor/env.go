@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 )
 
 // environ is an environment as a map, the way the checks read it.

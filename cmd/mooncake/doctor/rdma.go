@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 )
 
 // rdmaFacts is what the RDMA check found, for the memory checks.

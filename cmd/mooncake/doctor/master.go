@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )

@@ -3,7 +3,7 @@
 // the ports the processes will bind, the MC_*/MOONCAKE_* variables, proxy
 // variables, RDMA devices, memory limits and the clock. Each check is in
 // its own file and returns Results; Run runs them all. The wording of
-// known problems comes from internal/troubleshoot, which the binaries
+// known problems comes from cmd/mooncake/troubleshoot, which the binaries
 // also log. `mooncake doctor` (cmd/mooncake) is the command line.
 package doctor
 
@@ -12,8 +12,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 )
 
 // Status is a check's verdict.

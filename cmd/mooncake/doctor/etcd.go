@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 	"github.com/mooncake-go/mooncake/transfer/metadata"
 )

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 )
 
 // checkMemory compares the memory a store client on this host will take

@@ -3,7 +3,7 @@
 // wording of them: `mooncake doctor` prints it (for its checks and for the
 // lines `mooncake doctor logs` finds) and the binaries log it with Hint
 // when they meet the same condition. It depends on nothing else in the
-// module, so any package may use it.
+// module; the binaries under cmd/ import it for their hints.
 package troubleshoot
 
 import "strings"
@@ -14,7 +14,7 @@ type Problem struct {
 	ID string
 	// Patterns identify the problem in a log line (matched without
 	// regard to case); our own wording and upstream's. Error codes are
-	// found by their names instead (internal/doctor's code table).
+	// found by their names instead (the doctor's code table, cmd/mooncake/doctor).
 	Patterns []string
 	// Cause says what is wrong; Fix what to do about it.
 	Cause, Fix string

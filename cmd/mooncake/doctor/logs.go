@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 )
 
 // LogFinding is one log line that shows a known problem or error code.

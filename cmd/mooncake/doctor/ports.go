@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 )
 
 // ourProcesses are the command names (as /proc/PID/comm shows them, at

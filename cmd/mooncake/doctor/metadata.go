@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/internal/troubleshoot"
 	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
