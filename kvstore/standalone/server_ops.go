@@ -5,7 +5,6 @@ import (
 
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
-	"github.com/mooncake-go/mooncake/kvstore/hotcache"
 	"github.com/mooncake-go/mooncake/kvstore/ipc"
 )
 
@@ -110,7 +109,8 @@ func (s *session) translateKeys(req request, out []int64) (keys []string, parts 
 }
 
 // get reads objects into dummy memory, from the scope's hot cache when it
-// holds them. With fit, an object larger than its destination is
+// holds them (readCached: the cache is filled only from the daemon's own
+// memory). With fit, an object larger than its destination is
 // BUFFER_OVERFLOW and its size is reported in Needed; without, it is
 // INVALID_PARAMS (as a get_into into a small buffer).
 func (s *session) get(req request) response {
@@ -123,15 +123,12 @@ func (s *session) get(req request) response {
 	needed := make([]uint64, len(req.Keys))
 	keys, parts, idx := s.translateKeys(req, out)
 	c := s.srv.cfg.Client
-	results := hotcache.ReadThrough(s.scope.cache, keys, parts, func(k []string, p [][]client.Part) []client.GetResult {
-		res := readInto(c, k, p)
-		if s.revokedNow() {
-			// What was read went to the daemon's private pages, not to
-			// the dummy: no success, and nothing for the cache to keep.
-			fillResults(res, kvstore.RPCFail)
-		}
-		return res
-	})
+	var results []client.GetResult
+	if cache := s.scope.cache; cache != nil {
+		results = s.readCached(cache, keys, parts)
+	} else {
+		results = readInto(c, keys, parts)
+	}
 	if s.revokedNow() {
 		return failed(kvstore.RPCFail, "get: the dummy's connection ended during the call")
 	}
