@@ -99,13 +99,18 @@ func (d *Dummy) register(addr uintptr, size uint64, find func() (*region, error)
 		return kvstore.InvalidParams
 	}
 	base := uint64(addr)
+	if size > ^uint64(0)-base {
+		// It would end at or past 2^64: no such memory, and base+size
+		// wraps (the overlap test below would miss what it covers).
+		return fmt.Errorf("%w: [%#x,+%d) runs past the end of the address space", kvstore.InvalidParams, base, size)
+	}
 	d.regMu.Lock()
 	for _, r := range d.regions {
 		if r.base == base && r.size == size {
 			d.regMu.Unlock()
 			return nil
 		}
-		if base < r.base+r.size && r.base < base+size {
+		if overlaps(base, size, r.base, r.size) {
 			d.regMu.Unlock()
 			return fmt.Errorf("%w: [%#x,+%d) overlaps a registered buffer", kvstore.InvalidParams, base, size)
 		}
