@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/mooncake-go/mooncake/transfer/errcode"
+	"github.com/mooncake-go/mooncake/transfer/internal/readn"
 )
 
 // Frame types (upstream include/common.h).
@@ -42,8 +43,8 @@ func ReadFrame(r io.Reader, max uint64) (typ byte, payload []byte, err error) {
 	if n == 0 || n > max {
 		return 0, nil, errcode.Errorf(errcode.MalformedJSON, nil, "handshake frame length %d outside 1..%d", n, max)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	body, err := readn.Read(r, n) // grows with the bytes, not the claim
+	if err != nil {
 		return 0, nil, err
 	}
 	if body[0] == '{' {

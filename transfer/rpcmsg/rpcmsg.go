@@ -97,22 +97,17 @@ func (s *Server) serve(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
-	var hdr [9]byte
 	for {
-		if _, err := io.ReadFull(c, hdr[:]); err != nil {
-			return
-		}
-		n := binary.LittleEndian.Uint64(hdr[1:])
-		if n > s.max {
+		kind, data, err := readMessage(c, s.max)
+		if errors.Is(err, errTooLarge) {
 			writeStatus(c, -1)
 			return
 		}
-		data := make([]byte, n)
-		if _, err := io.ReadFull(c, data); err != nil {
+		if err != nil {
 			return
 		}
 		select {
-		case s.queue <- Message{Kind: hdr[0], Source: c.RemoteAddr().String(), Data: data}:
+		case s.queue <- Message{Kind: kind, Source: c.RemoteAddr().String(), Data: data}:
 		case <-s.stop:
 			return
 		}
@@ -190,11 +185,8 @@ func (c *Client) Send(target string, kind byte, data []byte) error {
 		return err
 	}
 	conn.SetDeadline(time.Now().Add(c.timeout))
-	hdr := make([]byte, 9, 9+len(data))
-	hdr[0] = kind
-	binary.LittleEndian.PutUint64(hdr[1:], uint64(len(data)))
 	var status [4]byte
-	if _, err = conn.Write(append(hdr, data...)); err == nil {
+	if _, err = conn.Write(encodeMessage(kind, data)); err == nil {
 		_, err = io.ReadFull(conn, status[:])
 	}
 	if err != nil {
