@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mooncake-go/mooncake/transfer/errcode"
@@ -102,8 +104,8 @@ func (d *StoreDirectory) Lookup(name string) (Location, []byte, error) {
 	if err != nil {
 		return Location{}, nil, err
 	}
-	var rpc RPCMeta
-	if err := json.Unmarshal(b, &rpc); err != nil {
+	rpc, err := decodeRPCMeta(b)
+	if err != nil {
 		return Location{}, nil, errcode.Errorf(errcode.MalformedJSON, err, "%s", d.keys.rpcMeta(name))
 	}
 	raw, err := d.get(d.keys.segment(name))
@@ -111,6 +113,23 @@ func (d *StoreDirectory) Lookup(name string) (Location, []byte, error) {
 		return Location{}, nil, err
 	}
 	return Location{Host: rpc.Host, RPCAddr: net.JoinHostPort(rpc.Host, strconv.Itoa(rpc.RPCPort))}, raw, nil
+}
+
+// decodeRPCMeta parses an rpc_meta document, which any writer of the
+// metadata store may have put there: the host must be a plain host name or
+// address and the port one a socket can have.
+func decodeRPCMeta(b []byte) (RPCMeta, error) {
+	var rpc RPCMeta
+	if err := json.Unmarshal(b, &rpc); err != nil {
+		return RPCMeta{}, err
+	}
+	if rpc.RPCPort < 1 || rpc.RPCPort > 65535 {
+		return RPCMeta{}, fmt.Errorf("rpc_port %d outside 1..65535", rpc.RPCPort)
+	}
+	if rpc.Host == "" || strings.ContainsAny(rpc.Host, "/?#@[] \t\r\n") {
+		return RPCMeta{}, fmt.Errorf("bad host %q", rpc.Host)
+	}
+	return rpc, nil
 }
 
 // Withdraw deletes both documents, giving up after 3 s.

@@ -61,6 +61,10 @@ func (s *HTTPStore) keyURL(key string) string {
 	return s.base + "?key=" + strings.ReplaceAll(url.QueryEscape(key), "+", "%20")
 }
 
+// MaxValueBytes bounds a value read from an HTTP metadata server (as the
+// metadata server bounds the values it stores).
+const MaxValueBytes = 64 << 20
+
 // Get returns the value stored under key, or an error wrapping
 // ErrNotFound when the server answers 404.
 func (s *HTTPStore) Get(ctx context.Context, key string) ([]byte, error) {
@@ -71,9 +75,14 @@ func (s *HTTPStore) Get(ctx context.Context, key string) ([]byte, error) {
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
-		body, err := io.ReadAll(resp.Body)
+		// The server is another process: read no more than a value may
+		// hold (the metadata server refuses larger PUTs too).
+		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxValueBytes+1))
 		if err != nil {
 			return nil, errcode.Errorf(errcode.Metadata, err, "GET %s: read body", s.keyURL(key))
+		}
+		if len(body) > MaxValueBytes {
+			return nil, errcode.Errorf(errcode.Metadata, nil, "GET %s: value over %d bytes", s.keyURL(key), MaxValueBytes)
 		}
 		return body, nil
 	case http.StatusNotFound:

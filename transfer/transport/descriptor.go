@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/mooncake-go/mooncake/transfer/errcode"
 )
@@ -51,9 +52,20 @@ func DecodeSegmentDesc(b []byte) (*SegmentDesc, error) {
 	if d.Name == "" {
 		return nil, errcode.Errorf(errcode.MalformedJSON, nil, "segment descriptor has no name")
 	}
+	// The document is another process's: every number used later as a
+	// port, a process or a file descriptor is one a system call accepts.
+	if d.TCPDataPort < 0 || d.TCPDataPort > 65535 {
+		return nil, errcode.Errorf(errcode.MalformedJSON, nil, "tcp_data_port %d outside 0..65535", d.TCPDataPort)
+	}
+	if d.PID < 0 || d.CtlFD < 0 || d.PID > math.MaxInt32 || d.CtlFD > math.MaxInt32 {
+		return nil, errcode.Errorf(errcode.MalformedJSON, nil, "shm_pid %d / shm_ctl_fd %d out of range", d.PID, d.CtlFD)
+	}
 	for _, b := range d.Buffers {
 		if b.Addr+b.Length < b.Addr {
 			return nil, errcode.Errorf(errcode.MalformedJSON, nil, "buffer %q wraps the address space", b.Name)
+		}
+		if b.ShmFD < 0 || b.ShmFD > math.MaxInt32 {
+			return nil, errcode.Errorf(errcode.MalformedJSON, nil, "buffer %q: shm_fd %d out of range", b.Name, b.ShmFD)
 		}
 	}
 	return &d, nil
