@@ -25,11 +25,14 @@ type Buffer struct {
 	mem   []byte
 }
 
+// sizeSeals fix a shareable buffer's size for as long as it exists.
+const sizeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+
 // NewBuffer allocates length bytes of shareable, zeroed memory; with
 // hugePage > 0 on huge pages of that size, length rounded up to whole
 // pages.
 func NewBuffer(length, hugePage uint64) (*Buffer, error) {
-	flags := unix.MFD_CLOEXEC
+	flags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
 	if hugePage > 0 {
 		flags |= unix.MFD_HUGETLB | hugepage.Shift(hugePage)<<unix.MFD_HUGE_SHIFT
 		length = hugepage.RoundUp(length, hugePage)
@@ -44,6 +47,12 @@ func NewBuffer(length, hugePage uint64) (*Buffer, error) {
 	}
 	if err := unix.Ftruncate(fd, int64(length)); err != nil {
 		return fail("ftruncate", err)
+	}
+	// Peers map the file; sealed, its size cannot change under their
+	// mappings (a shrunk file would make their copies die of SIGBUS), and
+	// they map only files sealed so (mapPeerFile).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sizeSeals); err != nil {
+		return fail("seal", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

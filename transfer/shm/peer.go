@@ -43,6 +43,12 @@ func mapPeerFile(pid, fd int, inode, length uint64) ([]byte, error) {
 	if st.Ino != inode || uint64(st.Size) < length {
 		return nil, fmt.Errorf("peer file %d/%d changed (inode %d, size %d)", pid, fd, st.Ino, st.Size)
 	}
+	// The peer owns the file: unless it can no longer shrink, a truncate
+	// would turn this process's next copy into a SIGBUS.
+	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("peer file %d/%d is not sealed against shrinking (seals %#x, %v)", pid, fd, seals, err)
+	}
 	return unix.Mmap(int(f.Fd()), 0, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
