@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 	"github.com/mooncake-go/mooncake/kvstore/hotcache"
 )
@@ -68,5 +69,39 @@ func TestAGetsDestinationRewrittenBeforeTheFillForgesNoCache(t *testing.T) {
 	}
 	if !bytes.Equal(dst[:r[0].Size], val) {
 		t.Fatalf("the daemon serves %q from its cache, not the object", dst[:min(r[0].Size, 16)])
+	}
+}
+
+// An object larger than a block is not cached, and still read whole into a
+// destination that holds it; one that the destination does not hold is
+// INVALID_PARAMS, as without a cache.
+func TestAMissLargerThanABlockIsReadIntoTheDestination(t *testing.T) {
+	srv, addr := daemon(t, hotcache.Config{Size: 1 << 20, BlockSize: 4096, Shared: true})
+	d := dummy(t, addr, "s")
+	val := bytes.Repeat([]byte("0123456789"), 600) // 6000 bytes
+	if errs := d.BatchPut([]string{"big"}, [][]client.Part{{{Addr: gpu.AddrOf(val), Size: uint64(len(val))}}},
+		client.DefaultReplicateConfig(), client.PutOptions{}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	p := d.AllocFromMemPool(8192)
+	if err := d.RegisterBuffer(p, 8192); err != nil {
+		t.Fatal(err)
+	}
+	buf := gpu.HostBytes(p, 8192)
+	for range 2 {
+		fill(buf, 0)
+		r := d.BatchGetInto([]string{"big"}, [][]client.Part{{{Addr: p, Size: 8192}}}, true)
+		if r[0].Err != nil || !bytes.Equal(buf[:r[0].Size], val) {
+			t.Fatalf("get of an object larger than a block: %v, %d bytes", r[0].Err, r[0].Size)
+		}
+	}
+	if r := d.BatchGetInto([]string{"big"}, [][]client.Part{{{Addr: p, Size: 5000}}}, true); !errorsIs(r[0].Err, kvstore.InvalidParams) {
+		t.Fatalf("get into 5000 bytes of a 6000-byte object: %v", r[0].Err)
+	}
+	srv.mu.Lock()
+	st := srv.scopes["s"].counters()
+	srv.mu.Unlock()
+	if st.Fills != 0 {
+		t.Fatalf("an object larger than a block was cached: %+v", st)
 	}
 }

@@ -1,6 +1,8 @@
 package standalone
 
 import (
+	"sync"
+
 	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
@@ -30,13 +32,16 @@ func (s *session) readCached(cache *hotcache.Cache, keys []string, parts [][]cli
 		return out
 	}
 	tickets := make([]hotcache.Ticket, len(missKeys))
+	pool := stagingPool(cache.BlockSize())
 	private := make([][]byte, len(missKeys))
 	privParts := make([][]client.Part, len(missKeys))
 	for j, k := range missKeys {
 		tickets[j] = cache.Begin(k)
 		// Capacity: what the dummy can take, and no more than a block.
 		n := max(min(client.PartsSize(parts[missIdx[j]]), cache.BlockSize()), 1)
-		private[j] = make([]byte, n)
+		b := pool.Get().(*[]byte)
+		defer pool.Put(b)
+		private[j] = (*b)[:n]
 		privParts[j] = []client.Part{{Addr: gpu.AddrOf(private[j]), Size: n}}
 	}
 	res := readInto(c, missKeys, privParts)
@@ -84,6 +89,22 @@ func (s *session) readCached(cache *hotcache.Cache, keys []string, parts [][]cli
 		}
 	}
 	return out
+}
+
+// stagingPools hold the block-sized buffers misses are read into, one
+// pool per block size (*sync.Pool of *[]byte), so that a miss neither
+// allocates nor zeroes a block.
+var stagingPools sync.Map
+
+func stagingPool(block uint64) *sync.Pool {
+	if p, ok := stagingPools.Load(block); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := stagingPools.LoadOrStore(block, &sync.Pool{New: func() any {
+		b := make([]byte, max(block, 1))
+		return &b
+	}})
+	return p.(*sync.Pool)
 }
 
 // beforeFill runs after a get's misses reached the dummy's memory and
