@@ -47,6 +47,9 @@ var (
 	StoreTenantToken = &Var{Name: "MC_TENANT_TOKEN", Kind: Text, Default: "none",
 		ReadBy: "kvstore/client", Doc: "secret sent with every master call as the tenant's token; a master with --tenant_tokens_file refuses a tenant's calls without it (ILLEGAL_CLIENT)"}
 
+	StoreDaemonUID = &Var{Name: "MC_STORE_DAEMON_UID", Kind: Int, Min: 1, Max: 4294967294, Default: "none (the dummy's own euid, or root)",
+		ReadBy: "kvstore/standalone", Doc: "a dummy client also accepts a mooncake_client running as this uid (any other owner of the socket is refused before a byte is sent)"}
+
 	StoreHotCacheSize = &Var{Name: "MC_STORE_LOCAL_HOT_CACHE_SIZE", Kind: Int, Min: 1, Default: "0 (no hot cache)",
 		ReadBy: "kvstore/hotcache", Doc: "bytes of hot cache: per worker scope of a mooncake_client, or of a client set up in process"}
 	StoreHotBlockSize = &Var{Name: "MC_STORE_LOCAL_HOT_BLOCK_SIZE", Kind: Int, Min: 1, Default: "16777216",
@@ -112,7 +115,7 @@ var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, TCPSyncSpinUs, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum, StoreTenantToken,
-	StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
+	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
 	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,

@@ -153,6 +153,10 @@ func (d *Dummy) connectLocked() (*ipc.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to mooncake_client at %s (socket %s): %v", kvstore.RPCFail, d.cfg.ServerAddress, d.socket[1:], err)
 	}
+	if err := d.checkDaemon(uc); err != nil {
+		uc.Close()
+		return nil, err
+	}
 	conn, err := ipc.NewConn(uc, nil)
 	if err != nil {
 		uc.Close()
