@@ -774,17 +774,24 @@ def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
     opts.auto_deactivate_on_failure = False
     opts.auto_sync_on_failure = False
     _init(rank, world, port, opts)
+
+    def step(name: str) -> None:  # where each rank got to, in a failure's output
+        print(f"EVICT rank={rank} {name}", flush=True)
+
     try:
         _check_ok(_all_reduce_over([0, 1, 2, 3]))
+        step("round 1 done")
         if rank == 1:
             _die()
         w = _all_reduce_over([0, 2, 3])
+        step("round 2 done")
         assert pg.get_failed_ranks_hint(w).tolist() == [0, 1, 0, 0]
         assert not pg.get_local_success(w)
         assert _mask() == FULL, _mask()
         resp = pg.sync_after_failure(_pg())
         st = pg.SyncAfterFailureStatus
         assert resp.status in (st.Reconciled, st.NoPending), (resp.status, resp.reject_reason)
+        step("synced")
         open_gate(f"synced-{rank}")
         if rank == 0:
             for r in (2, 3):
@@ -795,7 +802,9 @@ def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
             else:
                 _check_applied(resp, "deactivate_ranks([1])")
         _wait_mask([1, 0, 1, 1])
+        step("mask 1011")
         _check_ok(_all_reduce_over([0, 2, 3]))
+        step("round 3 done")
         dist.barrier()
     finally:
         dist.destroy_process_group()
