@@ -7,6 +7,7 @@ when the hand-written header drifts from what capi/ exports.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib.metadata
 import os
@@ -479,3 +480,118 @@ def test_exports_are_compiled_against_the_header(cgo_header: str) -> None:
     prolog = cgo_header.split("End of boilerplate cgo prologue.", 1)[0]
     assert '#include "cgo.h"' in prolog
     assert '#include "mooncake.h"' in (REPO / "capi" / "cgo.h").read_text()
+
+
+# -- the Python package imports in no circle (issue 31) ------------------------------
+
+
+def _import_targets(node: ast.AST, module: str, is_pkg: bool) -> list[str]:
+    """The dotted names one AST node imports, absolute: `import a.b`,
+    `from .x import y` (as ``pkg.x.y``: the module y if there is one, else x)
+    and ``importlib.import_module("literal"[, package])``."""
+
+    def absolute(anchor: str, anchor_is_pkg: bool, level: int, name: str | None) -> str:
+        base = anchor.split(".") if anchor_is_pkg else anchor.split(".")[:-1]
+        if level > 1:
+            base = base[: len(base) - (level - 1)]
+        return ".".join([*base, name] if name else base)
+
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        src = absolute(module, is_pkg, node.level, node.module) if node.level else node.module or ""
+        return [f"{src}.{a.name}" for a in node.names]
+    if isinstance(node, ast.Call) and node.args:
+        fn = node.func
+        called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+        arg = node.args[0]
+        literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+        if called == "import_module" and literal:
+            name = arg.value
+            if not name.startswith("."):
+                return [name]
+            anchor = module if is_pkg else module.rpartition(".")[0]
+            if len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                anchor = str(node.args[1].value)
+            stripped = name.lstrip(".")
+            return [absolute(anchor, True, len(name) - len(stripped), stripped or None)]
+    return []
+
+
+def _module_graph(pkg_dir: Path) -> dict[str, set[str]]:
+    """Each module of the package in pkg_dir and the package's modules it
+    imports anywhere in its body (module level or inside functions)."""
+    mods: dict[str, tuple[Path, bool]] = {}
+    for path in sorted(pkg_dir.rglob("*.py")):
+        parts = [pkg_dir.name, *path.relative_to(pkg_dir).with_suffix("").parts]
+        is_pkg = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, (path, is_pkg) in mods.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for target in _import_targets(node, mod, is_pkg):
+                # "from pkg import name" is an import of the module
+                # pkg.name when there is one, else of pkg.
+                found = resolve(target)
+                if found is not None and found != mod:
+                    deps.add(found)
+        graph[mod] = deps
+    return graph
+
+
+def _import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle in graph as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return path[path.index(n) :] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_python_package_has_no_import_cycle() -> None:
+    """No module of python/mooncake imports, directly or through others, a
+    module that imports it back: imports inside functions count, as do
+    `importlib.import_module` literals (DESIGN.md: the store's parts take
+    what they share from `_store_types`, not from `store.py`)."""
+    graph = _module_graph(REPO / "python" / "mooncake")
+    assert "mooncake.store" in graph and "mooncake._store_types" in graph["mooncake._store_tensors"]
+    cycle = _import_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_import_cycle_check_finds_lazy_and_dynamic_imports(tmp_path: Path) -> None:
+    """The checker sees a circle closed by an import inside a function, by
+    `from . import`, and by importlib.import_module; and none in a chain."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "top.py").write_text("from pkg import _part\n")
+    (pkg / "_part.py").write_text("def f():\n    from .top import X\n")
+    (pkg / "dyn.py").write_text("import importlib\nm = importlib.import_module('.leaf', 'pkg')\n")
+    (pkg / "leaf.py").write_text("x = 1\n")
+    assert _import_cycle(_module_graph(pkg)) == ["pkg._part", "pkg.top", "pkg._part"]
+    (pkg / "_part.py").write_text("from pkg import leaf\n")
+    assert _import_cycle(_module_graph(pkg)) is None
+    (pkg / "leaf.py").write_text("def g():\n    import pkg.dyn\n")
+    assert _import_cycle(_module_graph(pkg)) == ["pkg.leaf", "pkg.dyn", "pkg.leaf"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mooncake import structured_object_store as _sos
+from mooncake import _structured_types as _st
 from mooncake._dataproto_codecs import (
     SECTIONS,
     FieldSchema,
@@ -137,7 +137,7 @@ def import_dataproto_ref(handle: Mapping) -> MooncakeDataProtoRef:
     stage_refs = {}
     for stage, raw in _mapping(handle.get("stage_refs"), "stage_refs").items():
         key = _nonempty(_mapping(raw, "stage ref").get("manifest_key"), "manifest_key")
-        stage_refs[_nonempty(stage, "stage")] = _sos.RemoteBundleRef(key, None)
+        stage_refs[_nonempty(stage, "stage")] = _st.RemoteBundleRef(key, None)
     index = {}
     for name, raw in _mapping(handle.get("field_index"), "field_index").items():
         loc = _mapping(raw, f"field_index[{name!r}]")
@@ -228,7 +228,7 @@ def _rows(rows: Any, n: int) -> tuple[slice, list[int] | None] | None:
     """(covering slice with step, explicit indices relative to its start or None)."""
     if rows is None:
         return None
-    if isinstance(rows, _sos.StructuredMemberSlice):
+    if isinstance(rows, _st.StructuredMemberSlice):
         if rows.axis != 0:
             raise ValueError("DataProto rows slice must be on axis 0")
         rows = slice(rows.start, rows.end, rows.step)
@@ -294,12 +294,12 @@ class _DataProtoMixin:
     @staticmethod
     def _group_config(config: Any, gid: str | None) -> Any:
         if gid is None:
-            return None if config is None else _sos._copy_config(config, None)
+            return None if config is None else _st._copy_config(config, None)
         if config is None:
             from mooncake.store import ReplicateConfig
 
             config = ReplicateConfig()
-        return _sos._copy_config(config, [gid])
+        return _st._copy_config(config, [gid])
 
     # -- writes -----------------------------------------------------------------------
 
@@ -404,7 +404,7 @@ class _DataProtoMixin:
             desc, payloads = encode_column(name, list(value), schema)
             encoded[name] = desc
             buffers.update({f"{member}.{p}": a for p, a in payloads.items()})
-        payload = _sos.StructuredObjectPayload(
+        payload = _st.StructuredObjectPayload(
             metadata={
                 "layout": "dataproto_stage",
                 "dataproto": {
@@ -458,7 +458,7 @@ class _DataProtoMixin:
         try:
             old_meta = json.loads(bytes(self._read_payload(old["meta"])).decode())
             new_meta = json.loads(bytes(self._read_payload(new["meta"])).decode())
-            fields_key = _sos.STRUCTURED_FIELD_SPECS_KEY
+            fields_key = _st.STRUCTURED_FIELD_SPECS_KEY
             meta = {
                 **old_meta,
                 fields_key: {**old_meta.get(fields_key, {}), **new_meta.get(fields_key, {})},
@@ -621,7 +621,7 @@ class _DataProtoMixin:
             key, manifest = self._resolve(stage_ref)
             meta = json.loads(bytes(self._read_payload(manifest["meta"])).decode())
             stages[stage] = {"manifest_key": key, "dataproto": meta.get("dataproto")}
-            specs[stage] = meta.get(_sos.STRUCTURED_FIELD_SPECS_KEY, {})
+            specs[stage] = meta.get(_st.STRUCTURED_FIELD_SPECS_KEY, {})
         view = {
             "namespace": ref.namespace,
             "partition": ref.partition,

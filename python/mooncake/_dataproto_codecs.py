@@ -35,23 +35,8 @@ from typing import Any
 import numpy as np
 
 from mooncake import _msgpack
-
-
-class _Missing:
-    """The value of a dict key absent from a row."""
-
-    _instance: _Missing | None = None
-
-    def __new__(cls) -> _Missing:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "<MISSING>"
-
-
-MISSING = _Missing()
+from mooncake._dataproto_structure import decode_structured, encode_structured
+from mooncake._dataproto_types import MISSING, _is_null, _Missing  # noqa: F401  (re-exported)
 
 SECTIONS = ("batch", "non_tensor_batch", "meta_info")
 
@@ -88,10 +73,6 @@ class _CodecDecision:
     reason: str
     normalized_type: str | None = None
     metadata: dict = field(default_factory=dict)
-
-
-def _is_null(v: Any) -> bool:
-    return v is None or v is MISSING
 
 
 def _is_tensor(v: Any) -> bool:
@@ -308,8 +289,6 @@ def encode_column(
             desc["columns"][k] = sub
             payloads.update({f"{_escape_key(k)}.{p}": a for p, a in parts.items()})
     elif codec == "structured_recursive":
-        from mooncake._dataproto_structure import encode_structured
-
         extra, payloads = encode_structured(values, lambda n, v: encode_column(n, v, None))
         desc.update(extra)
         nulls = None  # None rows are the root node's row_mask
@@ -358,8 +337,6 @@ def decode_column(desc: dict, payloads: dict[str, np.ndarray], n: int) -> list:
         }
         rows = [{k: columns[k][i] for k in desc["keys"]} for i in range(n)]
     elif codec == "structured_recursive":
-        from mooncake._dataproto_structure import decode_structured
-
         rows = decode_structured(desc, payloads, n, decode_column)
     else:
         raise ValueError(f"unknown non-tensor codec {codec!r}")

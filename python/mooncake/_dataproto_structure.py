@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mooncake._dataproto_codecs import MISSING, _is_null
+from mooncake._dataproto_types import MISSING, _is_null
 
 MAX_DEPTH = 32
 MAX_DICT_KEYS = 64

@@ -8,8 +8,9 @@ ordinary client API (`batch_is_exist`, `register_buffer`, `batch_put_from`,
 `get_into_ranges`, `batch_remove`); nothing new on the master or the wire.
 `mooncake.store` re-exports both names, as upstream's store module does.
 
-This module does not import `mooncake.store` (which imports it): the store
-class is looked up when an `EngramStore` is built with a store.
+This module does not import `mooncake.store` (which imports it): a store is
+any object with those five methods (a `MooncakeDistributedStore`, or a
+wrapper of one).
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ class EngramStoreConfig:
         )
 
 
+# The client calls an EngramStore makes; a store must have them all.
+_STORE_METHODS = (
+    "batch_is_exist",
+    "register_buffer",
+    "unregister_buffer",
+    "batch_put_from",
+    "get_into_ranges",
+    "batch_remove",
+)
+
+
 class EngramStore:
     """One Engram layer's tables in a `MooncakeDistributedStore`.
 
@@ -118,9 +130,7 @@ class EngramStore:
         if config._embedding_dim <= 0:
             raise ValueError("config.embedding_dim is not set")
         if store is not None:
-            from mooncake.store import MooncakeDistributedStore
-
-            if not isinstance(store, MooncakeDistributedStore):
+            if not all(callable(getattr(store, m, None)) for m in _STORE_METHODS):
                 raise TypeError(
                     f"store must be a MooncakeDistributedStore or None, not {type(store).__name__}"
                 )

@@ -17,6 +17,7 @@ from typing import Any
 
 from mooncake import _lib
 from mooncake._lib import INT, PTR, STR, U64
+from mooncake._store_types import parse_size
 
 _SIGNATURES = {
     "mc_store_setup_dummy": ([U64, STR, U64, STR, STR], INT),
@@ -68,8 +69,6 @@ class _DummyMode:
         values raise (TypeError, ValueError); a daemon that cannot be
         reached is -900 (RPC_FAIL).
         """
-        from mooncake.store import parse_size
-
         pool = parse_size(mem_pool_size)
         buffer = parse_size(local_buffer_size)
         if not isinstance(server_address, str) or ":" not in server_address:

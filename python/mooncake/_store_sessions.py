@@ -25,7 +25,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import mooncake.store as _store  # partially initialised here: store imports this module
 from mooncake import _lib
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 
@@ -84,7 +83,7 @@ class QueryTaskResponse:
 
 
 def _u64s(values: Sequence[int]) -> ctypes.Array:
-    return _store._u64s(values)
+    return (U64 * len(values))(*[int(v) for v in values])
 
 
 def _valid_u64s(values: Any) -> bool:

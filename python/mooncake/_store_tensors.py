@@ -27,6 +27,7 @@ from typing import Any
 
 from mooncake import _device, _safetensors
 from mooncake._buffers import address_of
+from mooncake._store_types import _PUT_UPSERT, _PUT_ZERO_COPY, ErrorCode
 from mooncake._tensor import (
     AXIS_DP,
     AXIS_EP,
@@ -388,7 +389,7 @@ class _TensorAPI:
             gids = list(config.group_ids)
             cfg = copy.copy(config)
             cfg.group_ids = [gids[i] if i < len(gids) else "" for i, _ in objs]
-        flags = _store()._PUT_ZERO_COPY | (_store()._PUT_UPSERT if upsert else 0)
+        flags = _PUT_ZERO_COPY | (_PUT_UPSERT if upsert else 0)
         results = self._put([o.key for _, o in objs], [o.parts for _, o in objs], cfg, flags)
         for (i, _), rc in zip(objs, results, strict=True):
             if out[i] == 0 and rc != 0:
@@ -400,7 +401,7 @@ class _TensorAPI:
     ) -> list[int]:
         """Per key: build(key, source, extra_i) -> objects; a source thunk may raise ValueError."""
         n = len(keys)
-        bad = [int(_store().ErrorCode.INVALID_PARAMS)] * n
+        bad = [int(ErrorCode.INVALID_PARAMS)] * n
         if len(sources) != n or (extra is not None and len(extra) != n):
             return bad
         if config is not None and (
@@ -416,7 +417,7 @@ class _TensorAPI:
                 requests.append(build(key, alive[-1], extra[i] if extra is not None else None))
             except (TypeError, ValueError) as e:
                 _log.debug("tensor write of %r refused: %s", key, e)
-                requests.append(int(_store().ErrorCode.INVALID_PARAMS))
+                requests.append(int(ErrorCode.INVALID_PARAMS))
         return self._write(requests, config, upsert)
 
     @staticmethod
@@ -568,7 +569,7 @@ class _TensorAPI:
         self, keys, sources, parallelisms, config, writer_partitions, upsert, from_buffer
     ) -> list[int]:
         n = len(keys)
-        bad = [int(_store().ErrorCode.INVALID_PARAMS)] * n
+        bad = [int(ErrorCode.INVALID_PARAMS)] * n
         if parallelisms is not None and writer_partitions is not None:
             return bad
         for lst in (parallelisms, writer_partitions):
@@ -708,7 +709,7 @@ class _TensorAPI:
         """`get_tensor_into` per key; a list of -600 if the lists differ or a pointer is 0."""
         n = len(keys)
         if not (n == len(buffer_ptrs) == len(sizes)) or any(not p for p in buffer_ptrs):
-            return [int(_store().ErrorCode.INVALID_PARAMS)] * n
+            return [int(ErrorCode.INVALID_PARAMS)] * n
         return [
             self._view_read(p, r)
             for p, r in zip(buffer_ptrs, self.batch_get_into(keys, buffer_ptrs, sizes), strict=True)
@@ -986,7 +987,7 @@ class _TensorAPI:
         """
         tensor = self.get_tensor(key)
         if tensor is None:
-            return int(_store().ErrorCode.FILE_NOT_FOUND)
+            return int(ErrorCode.FILE_NOT_FOUND)
         try:
             if file_name:
                 _safetensors.save_file({key: tensor}, file_name)
@@ -995,7 +996,7 @@ class _TensorAPI:
                 _safetensors.save_file({key: tensor}, path, follow_symlinks=False)
         except (OSError, ValueError) as e:
             _log.warning("save_tensor_to_safetensor(%r): %s", key, e)
-            return int(_store().ErrorCode.INVALID_PARAMS)
+            return int(ErrorCode.INVALID_PARAMS)
         return 0
 
     def load_tensor_from_safetensor(
@@ -1028,13 +1029,6 @@ class _TensorAPI:
                 "%s has no tensor named %r; storing its first, %r", file_name, store_key, name
             )
         return tensor if self.put_tensor(store_key, tensor) == 0 else None
-
-
-def _store() -> Any:
-    """mooncake.store (which imports this module): its error codes and put flags."""
-    from mooncake import store
-
-    return store
 
 
 def _one(value: Any) -> list[Any] | None:

@@ -1,13 +1,18 @@
 """Value types of `mooncake.store` besides the client itself.
 
 Enums and read-only descriptors as upstream's bindings expose them
-(`ObjectDataType`, `ReplicaStatus`, `ReplicaDescriptor`, ...), and
-`BufferHandle`, the client-owned copy of an object that `get_buffer` returns.
+(`ErrorCode`, `ObjectDataType`, `ReplicaStatus`, `ReplicaDescriptor`, ...),
+`ReplicateConfig`, `parse_size`, the put flags, and `BufferHandle`, the
+client-owned copy of an object that `get_buffer` returns. The store's parts
+(`_store_tensors`, `_store_sessions`, `_store_dummy`, ...) take what they
+share from here; `mooncake.store` composes them and re-exports these names.
 """
 
 from __future__ import annotations
 
 import enum
+import json
+import re
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -209,3 +214,176 @@ def take_buffer(ptr: int, size: int, free: Callable[[int], Any]) -> BufferHandle
     handle._ptr, handle._size = int(ptr), int(size)
     weakref.finalize(handle, free, ptr)
     return handle
+
+
+class ErrorCode(enum.IntEnum):
+    """Upstream Mooncake Store error numbers: every one this package returns
+    (the same table as kvstore/errors.go; a test keeps them equal)."""
+
+    OK = 0
+    INTERNAL_ERROR = -1
+    BUFFER_OVERFLOW = -10
+    SEGMENT_NOT_FOUND = -101
+    SEGMENT_ALREADY_EXISTS = -102
+    CLIENT_NOT_FOUND = -103
+    NO_AVAILABLE_HANDLE = -200
+    INVALID_KEY = -400
+    WRITE_FAIL = -500
+    INVALID_PARAMS = -600
+    ILLEGAL_CLIENT = -601
+    INVALID_WRITE = -700
+    INVALID_READ = -701
+    INVALID_REPLICA = -702
+    REPLICA_IS_NOT_READY = -703
+    OBJECT_NOT_FOUND = -704
+    OBJECT_ALREADY_EXISTS = -705
+    OBJECT_HAS_LEASE = -706
+    LEASE_EXPIRED = -707
+    OBJECT_HAS_REPLICATION_TASK = -708
+    REPLICA_NOT_FOUND = -710
+    OBJECT_REPLICA_BUSY = -714
+    TRANSFER_FAIL = -800
+    CHECKSUM_MISMATCH = -801
+    RPC_FAIL = -900
+    RPC_TIMEOUT = -901
+    ETCD_OPERATION_ERROR = -1000
+    UNAVAILABLE_IN_CURRENT_STATUS = -1010
+    NOT_SUPPORTED = -1012
+    FILE_NOT_FOUND = -1100
+    UNABLE_OFFLOAD = -1300
+    TASK_NOT_FOUND = -1400
+    TENANT_QUOTA_EXCEEDED = -1700
+    TENANT_NOT_REGISTERED = -1701
+    TENANT_NOT_EMPTY = -1702
+
+
+class SoftPinAction(enum.IntEnum):
+    """What a put does to the object's soft pin."""
+
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+class ReplicateConfig:
+    """Placement of an object (upstream `ReplicateConfig`)."""
+
+    def __init__(self) -> None:
+        self.replica_num: int = 1
+        self.soft_pin_action: SoftPinAction = SoftPinAction.PRESERVE
+        self._soft_pin_ttl_ms: int | None = None
+        self.with_hard_pin: bool = False
+        self.preferred_segments: list[str] = []
+        self.preferred_segment: str = ""
+        self.prefer_alloc_in_same_node: bool = False
+        self.data_type: ObjectDataType = ObjectDataType.UNKNOWN
+        self.group_ids: list[str] | None = None
+        # Store-RS placement (docs/store-operations.md).
+        self.prefer_local: bool = False
+        self.preferred_storage_owners: list[str] = []
+        self.preferred_storage_owner: str = ""
+        self._session_ids: list[str] = []
+
+    @property
+    def session_ids(self) -> list[str]:
+        """Sessions to route the write to: always empty in this build.
+
+        This store has no write sessions for a config to name (its
+        ``batch_put_session_*`` calls are keyed by object key), so a
+        non-empty list is refused with ValueError rather than carried and
+        ignored; a list or tuple of anything but strings is a TypeError.
+        """
+        return list(self._session_ids)
+
+    @session_ids.setter
+    def session_ids(self, value: list[str]) -> None:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(i, str) for i in value):
+            raise TypeError(f"session_ids must be a list of str, not {value!r}")
+        if value:
+            raise ValueError(
+                "ReplicateConfig.session_ids is not supported by this build: it has no "
+                "write sessions to route a put to (leave it empty)"
+            )
+        self._session_ids = []
+
+    @property
+    def soft_pin_ttl_ms(self) -> int | None:
+        """Soft pin TTL in ms (None: the master's default)."""
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, value: int | None) -> None:
+        # As upstream's Optional[uint64] field: anything else is a TypeError.
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX
+        ):
+            raise TypeError(
+                f"soft_pin_ttl_ms must be None or an integer in [0, 2**64-1], not {value!r}"
+            )
+        self._soft_pin_ttl_ms = value
+
+    def _json(self) -> bytes:
+        return json.dumps(
+            {
+                "replica_num": int(self.replica_num),
+                "soft_pin_action": int(self.soft_pin_action),
+                "soft_pin_ttl_ms": None
+                if self.soft_pin_ttl_ms is None
+                else int(self.soft_pin_ttl_ms),
+                "with_hard_pin": bool(self.with_hard_pin),
+                "preferred_segments": list(self.preferred_segments),
+                "preferred_segment": self.preferred_segment,
+                "prefer_alloc_in_same_node": bool(self.prefer_alloc_in_same_node),
+                "data_type": int(ObjectDataType(self.data_type)),
+                "group_ids": None if self.group_ids is None else [str(g) for g in self.group_ids],
+                "prefer_local": bool(self.prefer_local),
+                "preferred_storage_owners": [str(o) for o in self.preferred_storage_owners],
+                "preferred_storage_owner": str(self.preferred_storage_owner),
+            }
+        ).encode()
+
+    def __str__(self) -> str:
+        return (
+            f"ReplicateConfig(replica_num={self.replica_num}, "
+            f"soft_pin_action={self.soft_pin_action.name}, "
+            f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
+            f"preferred_segments={self.preferred_segments}, "
+            f"preferred_segment={self.preferred_segment!r}, "
+            f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, "
+            f"data_type={ObjectDataType(self.data_type).name}, group_ids={self.group_ids}, "
+            f"prefer_local={self.prefer_local}, "
+            f"preferred_storage_owners={self.preferred_storage_owners}, "
+            f"preferred_storage_owner={self.preferred_storage_owner!r}, "
+            f"session_ids={self.session_ids})"
+        )
+
+    __repr__ = __str__
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size(value: int | str) -> int:
+    """Parse a size: an int, or a string such as "16MB", "16 MB", "1GiB", "4096".
+
+    Units are 1024-based, as upstream's. Percentages are rejected.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid size {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"negative size {value}")
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"invalid size {value!r} (use bytes or a unit: KB, MB, GB, TB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+# The put flags of mc_store_put and mc_store_put_parts.
+_PUT_UPSERT = 1
+_PUT_ZERO_COPY = 2
