@@ -1,6 +1,7 @@
 package standalone
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/mooncake-go/mooncake/gpu"
@@ -86,10 +87,18 @@ func (s *session) readCached(cache *hotcache.Cache, keys []string, parts [][]cli
 		}
 		for j, r := range readInto(c, bigKeys, bigParts) {
 			out[bigIdx[j]] = r
+			if r.Err == nil && r.Size > cache.BlockSize() {
+				// Counted as a bypass; Fill stores nothing this large
+				// (and never reads the dummy's memory).
+				cache.Fill(cache.Begin(bigKeys[j]), r.Size, func([]byte) error { return errNotFromDummies })
+			}
 		}
 	}
 	return out
 }
+
+// errNotFromDummies refuses a fill from a dummy's memory.
+var errNotFromDummies = errors.New("standalone: the hot cache is never filled from a dummy's memory")
 
 // stagingPools hold the block-sized buffers misses are read into, one
 // pool per block size (*sync.Pool of *[]byte), so that a miss neither
