@@ -261,15 +261,20 @@ func (g *Group) JoinGroup() error {
 		return fmt.Errorf("join_group: %w", err)
 	}
 	g.applyView(viewFromPB(resp.GetView()))
-	deadline := time.Now().Add(activateTimeout)
-	for !g.isActive() {
-		if g.closed.Load() {
-			return ErrClosed
+	deadline := time.NewTimer(activateTimeout)
+	defer deadline.Stop()
+	for {
+		changed := g.viewChanged()
+		if g.isActive() {
+			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-g.watchCtx.Done(): // Close stops the watch
+			return ErrClosed
+		case <-deadline.C:
 			return fmt.Errorf("%w: join_group: not activated within %v", ErrPeer, activateTimeout)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	g.isolated.Store(false)
 	return nil

@@ -62,6 +62,7 @@ func failedPeers(err error) []int {
 // coordinator for reconciliations and view changes.
 func (g *Group) startMembership(v View) {
 	g.view.Store(&v)
+	g.signalView()
 	g.setColl(v, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	g.watchCtx, g.stopWatch = ctx, cancel
@@ -183,8 +184,30 @@ func (g *Group) applyView(v View) (dropped []int) {
 	}
 	v = v.clone()
 	g.view.Store(&v)
+	g.signalView()
 	g.publishMask()
 	return dropped
+}
+
+// viewChanged returns a channel that is closed once the next view is
+// stored. Take it before reading the view, so that a view stored in
+// between is not missed.
+func (g *Group) viewChanged() <-chan struct{} {
+	for {
+		if p := g.viewSignal.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		g.viewSignal.CompareAndSwap(nil, &ch)
+	}
+}
+
+// signalView wakes every viewChanged waiter; called after a view is stored.
+func (g *Group) signalView() {
+	next := make(chan struct{})
+	if old := g.viewSignal.Swap(&next); old != nil {
+		close(*old)
+	}
 }
 
 // recover handles a failed op (err) on its queue: it reconciles, and for a

@@ -85,13 +85,17 @@ type Group struct {
 	// the active ranks it runs ops over (ascending) and this rank's
 	// position among them, and whether the running op has written into
 	// the caller's buffers.
-	client   coordpb.CoordinatorClient
-	manual   bool
-	view     atomic.Pointer[View]
-	abortAt  atomic.Pointer[pendingWindow] // the last pending window the watch saw
-	collBase uint64
-	collIso  bool   // the collective FIFO runs over this rank alone (isolated)
-	exclOps  uint64 // manual mode: act leaves out excluded ranks through this op of the base
+	client coordpb.CoordinatorClient
+	manual bool
+	view   atomic.Pointer[View]
+	// viewSignal is closed and replaced whenever a view is stored, so a
+	// caller waiting for a membership change (JoinGroup) blocks on it
+	// instead of polling the view (viewChanged).
+	viewSignal atomic.Pointer[chan struct{}]
+	abortAt    atomic.Pointer[pendingWindow] // the last pending window the watch saw
+	collBase   uint64
+	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
+	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
 	// carry is the outcome of a reconciliation this rank took part in
 	// from its idle queue: its next collective is the failed op, and
 	// completes with that outcome, as on the ranks that met the failure.
