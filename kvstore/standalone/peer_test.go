@@ -44,16 +44,17 @@ func TestPeerChild(t *testing.T) {
 	fmt.Printf("PEER-RESULT: served: read %q; remove_all %d %v\n", buf[:r[0].Size], n, err)
 }
 
-// asUser runs TestPeerChild as uid/gid (no supplementary groups) against
-// the daemon at addr and returns its result line.
-func asUser(t *testing.T, uid, gid uint32, addr, key string) string {
+// testAsUser returns a command that runs the test named run of a copy of
+// this test binary as uid/gid (no supplementary groups), with env added to
+// the environment; it skips the calling test when it is not root.
+func testAsUser(t *testing.T, uid, gid uint32, run string, env ...string) *exec.Cmd {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to start a process of another user")
 	}
 	// The test binary lies in a directory only its owner may enter: the
 	// other user runs a copy.
-	dir, err := os.MkdirTemp("", "mc-peer-")
+	dir, err := os.MkdirTemp("", "mc-as-user-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,12 +62,20 @@ func asUser(t *testing.T, uid, gid uint32, addr, key string) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(dir, "peer.test")
+	exe := filepath.Join(dir, "child.test")
 	copyFile(t, exe)
-	cmd := exec.Command(exe, "-test.run=^TestPeerChild$", "-test.count=1")
+	cmd := exec.Command(exe, "-test.run=^"+run+"$", "-test.count=1")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), envPeerAddr+"="+addr, envPeerKey+"="+key)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	return cmd
+}
+
+// asUser runs TestPeerChild as uid/gid (no supplementary groups) against
+// the daemon at addr and returns its result line.
+func asUser(t *testing.T, uid, gid uint32, addr, key string) string {
+	t.Helper()
+	cmd := testAsUser(t, uid, gid, "TestPeerChild", envPeerAddr+"="+addr, envPeerKey+"="+key)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the child as uid %d: %v\n%s", uid, err, out)

@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -70,23 +67,7 @@ func TestSquatterChild(t *testing.T) {
 // once it listens, and returns what the child received and connect's error.
 func squat(t *testing.T, uid, gid uint32, socket string, connect func() error) (string, error) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to start a process of another user")
-	}
-	dir, err := os.MkdirTemp("", "mc-squat-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "squat.test")
-	copyFile(t, exe)
-	cmd := exec.Command(exe, "-test.run=^TestSquatterChild$", "-test.count=1")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), envSquatSocket+"="+socket)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	cmd := testAsUser(t, uid, gid, "TestSquatterChild", envSquatSocket+"="+socket)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
