@@ -82,10 +82,11 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 			reader = t
 		}
 	}
-	if !s.authorizeAdmin(w, r, reader) {
-		return
-	}
-	if (r.Method == http.MethodPut || r.Method == http.MethodDelete) && !s.authorizeChange(w, r) {
+	if r.Method == http.MethodPut || r.Method == http.MethodDelete {
+		if !s.authorizeChange(w, r) {
+			return
+		}
+	} else if !s.authorizeAdmin(w, r, reader) {
 		return
 	}
 	switch r.Method {
