@@ -36,6 +36,7 @@ while getopts "n:l:p:h" opt; do
 done
 logs="${FAULT_LOGS:-build/faults}"
 mkdir -p "$logs"
+logs=$(realpath "$logs") # the Go suites run in their package directory
 PY=.venv/bin/python
 
 # name | command. Go suites are built once (-c) and the binary rerun, so a
@@ -81,11 +82,12 @@ for s in "${suites[@]}"; do
 		run=${rest#*|}
 		bin="$logs/$name.test"
 		go test -race -c -o "$bin" "$pkg"
-		cmd=("$(realpath "$bin")" -test.run "$run" -test.count 1 -test.timeout 10m)
+		cmd=("$bin" -test.run "$run" -test.count 1 -test.timeout 10m)
 		workdir=$pkg
 		;;
 	py:*)
-		cmd=("$(realpath "$PY")" -m pytest -q -x -p no:cacheprovider "${spec#py:}")
+		# $PY is a link into .venv: resolving it would leave the venv.
+		cmd=("$PWD/$PY" -m pytest -q -x -p no:cacheprovider "${spec#py:}")
 		workdir=.
 		;;
 	esac
