@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -144,6 +146,71 @@ def test_bind_to_numa_node():
         bind_to_numa_node(4095)
     with pytest.raises(ValueError):
         bind_to_numa_node(-1)
+
+
+# Modules `import mooncake.store` must not pull in: ctypes.util runs programs
+# to find libraries and brings subprocess, shutil, tempfile, bz2 and lzma;
+# numpy, dataclasses (inspect, ast, dis), logging and pathlib are loaded by
+# the calls that use them. Each was once imported and made up most of the time.
+_NOT_IMPORTED_BY_STORE = (
+    "ctypes.util",
+    "subprocess",
+    "shutil",
+    "tempfile",
+    "bz2",
+    "lzma",
+    "numpy",
+    "dataclasses",
+    "inspect",
+    "logging",
+    "pathlib",
+    "uuid",
+    "platform",
+)
+
+
+def test_importing_the_store_loads_no_heavy_modules():
+    probe = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import mooncake.store\n"
+        f"heavy = {_NOT_IMPORTED_BY_STORE!r}\n"
+        "print(sorted(m for m in heavy if m in sys.modules and m not in before))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_store_works_after_a_lean_import(store_master):
+    """The modules left out of the import are loaded where they are used:
+    a fresh interpreter sets up a client, logs a setup error, and uses the
+    NUMA, task and tensor types without importing anything by hand."""
+    probe = (
+        "import sys\n"
+        "import mooncake.store as s\n"
+        "st = s.MooncakeDistributedStore()\n"
+        f"args = ({LOOPBACK!r}, {store_master.metadata_url!r}, '16MB', '16MB', 'tcp', '')\n"
+        f"assert st.setup(*args[:2], 'lots', *args[3:], {store_master.rpc!r}) == -600\n"
+        "assert 'logging' in sys.modules\n"
+        f"assert st.setup(*args, {store_master.rpc!r}) == 0\n"
+        "assert st.put('lean-import', b'v' * 5000) == 0\n"
+        "assert st.get('lean-import') == b'v' * 5000\n"
+        "st.close()\n"
+        "r = s.QueryTaskResponse((1, 2), s.TaskType(0), s.TaskStatus(2), 3, 4, 'h:1', '')\n"
+        "assert r == s.QueryTaskResponse((1, 2), s.TaskType(0), s.TaskStatus(2), 3, 4, 'h:1', '')\n"
+        "assert hash(r) == hash(s.QueryTaskResponse(*[getattr(r, n) for n in r.__slots__]))\n"
+        "try:\n"
+        "    r.message = 'x'\n"
+        "    raise SystemExit('QueryTaskResponse accepted an assignment')\n"
+        "except AttributeError:\n"
+        "    pass\n"
+        "assert s.ReadTarget('shard').mode == 'shard'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 
 
 def test_parse_cpulist():

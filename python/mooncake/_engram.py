@@ -16,14 +16,24 @@ wrapper of one).
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-_FLOAT32 = np.dtype(np.float32)
-_ROW_ITEM = _FLOAT32.itemsize
+# NumPy is imported by the calls that use it, not with `mooncake.store`
+# (it would be most of that import's time).
+_ROW_ITEM = 4  # bytes of a float32
 _OBJECT_NOT_FOUND = -704
+
+
+def _ndarray_type() -> tuple[type, ...]:
+    """``(numpy.ndarray,)`` once NumPy is imported, else ``()``: an object
+    can only be an ndarray if NumPy has been imported."""
+    np_mod = sys.modules.get("numpy")
+    return (np_mod.ndarray,) if np_mod is not None else ()
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -70,7 +80,7 @@ class EngramStoreConfig:
 
     @table_vocab_sizes.setter
     def table_vocab_sizes(self, value: Sequence[int]) -> None:
-        if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, _ndarray_type())):
             raise TypeError(f"table_vocab_sizes must be a list of ints, not {type(value).__name__}")
         sizes = tuple(_positive_int(v, f"table_vocab_sizes[{i}]") for i, v in enumerate(value))
         if not sizes:
@@ -184,6 +194,8 @@ class EngramStore:
         The existence check and the write are two calls: a writer racing
         for the same keys between them is not detected.
         """
+        import numpy as np
+
         store = self._client("populate")
         if not isinstance(embedding_buffers, (list, tuple)):
             raise TypeError(
@@ -201,7 +213,7 @@ class EngramStore:
                 raise TypeError(
                     f"embedding_buffers[{h}] must be a NumPy array, not {type(buf).__name__}"
                 )
-            if buf.dtype != _FLOAT32:
+            if buf.dtype != np.float32:
                 raise TypeError(f"embedding_buffers[{h}] must be float32, not {buf.dtype}")
             if buf.shape != (rows, self._dim):
                 raise ValueError(
@@ -259,12 +271,14 @@ class EngramStore:
         IndexError for an id outside ``[0, N_h)``, RuntimeError when a read
         fails (e.g. -704: the layer is not populated).
         """
+        import numpy as np
+
         store = self._client("lookup")
         ids = self._row_ids(row_ids)
         b, l_, h = ids.shape
         d = self._dim
         row_bytes = d * _ROW_ITEM
-        out = np.empty((b, l_, h, d), dtype=_FLOAT32)
+        out = np.empty((b, l_, h, d), dtype=np.float32)
         positions = np.arange(b * l_, dtype=np.int64) * h
         dst = [((positions + head) * row_bytes).tolist() for head in range(h)]
         src = [(ids[:, :, head].reshape(-1) * row_bytes).tolist() for head in range(h)]
@@ -283,6 +297,8 @@ class EngramStore:
 
     def _row_ids(self, row_ids: Any) -> np.ndarray:
         """`row_ids` checked and as a C-contiguous int64 ``[B, L, H]`` array."""
+        import numpy as np
+
         if isinstance(row_ids, np.ndarray):
             arr = row_ids
         else:

@@ -14,7 +14,6 @@ import ctypes
 import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 # The C ABI's types as ctypes spells them, for the modules' signature tables.
@@ -32,12 +31,13 @@ _lock = threading.Lock()
 _cdll: ctypes.CDLL | None = None
 
 
-def lib_path() -> Path:
-    """Return the path of the libmooncake.so that `lib` loads."""
+def lib_path() -> str:
+    """Return the path of the libmooncake.so that `lib` loads: a fixed place
+    next to this module (no search, so nothing like ctypes.util is needed)."""
     override = os.environ.get(ENV_VAR)
     if override:
-        return Path(override)
-    return Path(__file__).resolve().parent / "lib" / LIB_NAME
+        return override
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib", LIB_NAME)
 
 
 def lib() -> ctypes.CDLL:
@@ -48,14 +48,14 @@ def lib() -> ctypes.CDLL:
     with _lock:
         if _cdll is None:
             path = lib_path()
-            if not path.is_file():
+            if not os.path.isfile(path):
                 how = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else "this installation"
                 raise OSError(
                     f"mooncake: {LIB_NAME} not found at {path} (from {how}); "
                     "reinstall the mooncake-go package, or set "
                     f"{ENV_VAR} to a libmooncake.so built from capi/"
                 )
-            cdll = ctypes.CDLL(str(path))
+            cdll = ctypes.CDLL(path)
             _declare(cdll)
             _cdll = cdll
     return _cdll

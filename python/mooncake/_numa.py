@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
-from pathlib import Path
+import re
 
-NODE_DIR = Path("/sys/devices/system/node")
+NODE_DIR = "/sys/devices/system/node"
 
 _MPOL_PREFERRED = 1
 # set_mempolicy's system call number per architecture.
@@ -33,11 +32,21 @@ def parse_cpulist(text: str) -> set[int]:
 
 def node_cpus(node: int) -> set[int]:
     """CPUs of NUMA node `node`; ValueError if the host has no such node."""
-    path = NODE_DIR / f"node{node}" / "cpulist"
-    if isinstance(node, bool) or not isinstance(node, int) or node < 0 or not path.is_file():
-        have = sorted(p.name for p in NODE_DIR.glob("node[0-9]*")) if NODE_DIR.is_dir() else []
+    path = os.path.join(NODE_DIR, f"node{node}", "cpulist")
+    if isinstance(node, bool) or not isinstance(node, int) or node < 0 or not os.path.isfile(path):
+        have = _node_names()
         raise ValueError(f"NUMA node {node!r} does not exist on this host (nodes: {have})")
-    return parse_cpulist(path.read_text())
+    with open(path, encoding="ascii") as f:
+        return parse_cpulist(f.read())
+
+
+def _node_names() -> list[str]:
+    """The host's NUMA nodes as sysfs names them ("node0", ...), sorted."""
+    try:
+        names = os.listdir(NODE_DIR)
+    except OSError:
+        return []
+    return sorted(n for n in names if re.fullmatch(r"node[0-9]+", n))
 
 
 def bind_to_numa_node(node: int) -> None:
@@ -49,9 +58,10 @@ def bind_to_numa_node(node: int) -> None:
     if not cpus:
         raise ValueError(f"NUMA node {node} has no CPUs")
     os.sched_setaffinity(0, cpus)
-    number = _SYS_SET_MEMPOLICY.get(platform.machine())
+    machine = os.uname().machine
+    number = _SYS_SET_MEMPOLICY.get(machine)
     if number is None:
-        raise OSError(f"bind_to_numa_node: set_mempolicy unknown on {platform.machine()}")
+        raise OSError(f"bind_to_numa_node: set_mempolicy unknown on {machine}")
     bits = 64
     mask = (ctypes.c_ulong * (node // bits + 1))()
     mask[node // bits] = 1 << (node % bits)

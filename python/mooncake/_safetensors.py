@@ -13,8 +13,10 @@ import json
 import math
 import os
 import struct
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # torch dtype name -> safetensors dtype name
 _NAMES = {
@@ -100,7 +102,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
 
     Every header field is checked before anything is built: a file that is
     not valid safetensors raises `SafetensorsError` (and nothing else)."""
-    raw = Path(path).read_bytes()
+    with open(path, "rb") as f:
+        raw = f.read()
     return parse(raw, str(path))
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from typing import Any
 
 from mooncake import _lib
@@ -38,7 +37,7 @@ def _scope_for(keyspace: str | None, worker_scope: str | None) -> str:
         return str(worker_scope)
     if keyspace:
         return str(keyspace)
-    return f"worker-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    return f"worker-{os.getpid()}-{os.urandom(6).hex()}"
 
 
 class _DummyMode:

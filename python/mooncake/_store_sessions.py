@@ -19,7 +19,6 @@ calls keep upstream's names and return conventions:
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import enum
 import json
 from collections.abc import Sequence
@@ -65,13 +64,23 @@ class TaskStatus(enum.IntEnum):
     FAILED = 3
 
 
-@dataclasses.dataclass(frozen=True)
 class QueryTaskResponse:
     """A task as `query_task` reports it (upstream `QueryTaskResponse`).
 
     `assigned_client` is the segment name (host:port) of the client that
-    executes the task: the one holding the source replica.
+    executes the task: the one holding the source replica. Read-only;
+    two responses are equal when all their fields are.
     """
+
+    __slots__ = (
+        "id",
+        "type",
+        "status",
+        "created_at_ms_epoch",
+        "last_updated_at_ms_epoch",
+        "assigned_client",
+        "message",
+    )
 
     id: tuple[int, int]
     type: TaskType
@@ -80,6 +89,42 @@ class QueryTaskResponse:
     last_updated_at_ms_epoch: int
     assigned_client: str
     message: str
+
+    def __init__(
+        self,
+        id: tuple[int, int],  # noqa: A002  (upstream's field name)
+        type: TaskType,  # noqa: A002
+        status: TaskStatus,
+        created_at_ms_epoch: int,
+        last_updated_at_ms_epoch: int,
+        assigned_client: str,
+        message: str,
+    ) -> None:
+        values = (id, type, status, created_at_ms_epoch, last_updated_at_ms_epoch)
+        values += (assigned_client, message)
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"QueryTaskResponse is read-only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"QueryTaskResponse is read-only: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"QueryTaskResponse({inner})"
 
 
 def _u64s(values: Sequence[int]) -> ctypes.Array:

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import dataclasses
-import logging
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mooncake import _device, _safetensors
 from mooncake._buffers import address_of
-from mooncake._store_types import _PUT_UPSERT, _PUT_ZERO_COPY, ErrorCode
+from mooncake._store_types import _PUT_UPSERT, _PUT_ZERO_COPY, ErrorCode, lazy_logger
 from mooncake._tensor import (
     AXIS_DP,
     AXIS_EP,
@@ -46,7 +44,7 @@ from mooncake._tensor import (
     view_at,
 )
 
-_log = logging.getLogger("mooncake.store")
+_log = lazy_logger("mooncake.store")
 
 _KINDS = {"dp": AXIS_DP, "tp": AXIS_TP, "ep": AXIS_EP, "pp": AXIS_PP}  # also the canonical order
 _MODES = ("as_stored", "shard", "full")
@@ -102,8 +100,7 @@ class ReadTarget:
         self._mode = mode
 
 
-@dataclasses.dataclass(frozen=True)
-class _Axis:
+class _Axis(NamedTuple):
     """A validated axis."""
 
     kind: str
@@ -173,7 +170,7 @@ def _tp(axes: list[_Axis]) -> _Axis | None:
 
 
 def _with_tp(axes: list[_Axis], rank: int, size: int) -> list[_Axis]:
-    return [dataclasses.replace(a, rank=rank, size=size) if a.kind == "tp" else a for a in axes]
+    return [a._replace(rank=rank, size=size) if a.kind == "tp" else a for a in axes]
 
 
 def _shard_key(key: str, axes: list[_Axis]) -> str:
@@ -203,8 +200,7 @@ def _axes_match(meta: dict, axes: list[_Axis]) -> bool:
 # -- sources and objects to write ------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Source:
+class _Source(NamedTuple):
     """Contiguous tensor bytes at `ptr` (kept alive by `keep`)."""
 
     ptr: int
@@ -240,8 +236,7 @@ def _buffer_source(buffer_ptr: int, size: int) -> _Source:
     )
 
 
-@dataclasses.dataclass
-class _Object:
+class _Object(NamedTuple):
     """One object to put: its key and the byte ranges it is the concatenation of."""
 
     key: str
@@ -346,8 +341,7 @@ def _parallel_objects(
 # -- reads ---------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Gather:
+class _Gather(NamedTuple):
     """A tensor assembled from pieces of stored objects by ranged reads."""
 
     header: bytes  # of the result

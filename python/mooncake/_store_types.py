@@ -387,3 +387,26 @@ def parse_size(value: int | str) -> int:
 # The put flags of mc_store_put and mc_store_put_parts.
 _PUT_UPSERT = 1
 _PUT_ZERO_COPY = 2
+
+
+class _LazyLogger:
+    """A `logging.Logger` looked up on first use, so that importing
+    `mooncake.store` does not import `logging` (a few ms of its import time)."""
+
+    __slots__ = ("_name", "_logger")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._logger is None:
+            import logging
+
+            self._logger = logging.getLogger(self._name)
+        return getattr(self._logger, attr)
+
+
+def lazy_logger(name: str) -> Any:
+    """The logger `name`, imported and created at its first call."""
+    return _LazyLogger(name)

@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
 import mmap
 import os
@@ -48,7 +47,10 @@ _SIGNATURES = {
     "mc_store_local_free": ([_u64, _u64], ctypes.c_int),
 }
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The C library's functions through the process's own symbols (dlopen(NULL)):
+# Python is linked against it, so no search (ctypes.util.find_library runs
+# subprocesses and imports a dozen modules) is needed to find it.
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
 _libc.posix_memalign.restype = ctypes.c_int
 _libc.free.argtypes = [ctypes.c_void_p]

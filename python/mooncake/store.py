@@ -19,12 +19,10 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import json
-import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mooncake import _lib
 from mooncake._buffers import address_of
@@ -63,6 +61,7 @@ from mooncake._store_types import (
     ReplicaStatus,
     ReplicateConfig,
     SoftPinAction,
+    lazy_logger,
     parse_size,
     take_buffer,
 )
@@ -165,7 +164,7 @@ def _ints(values: Sequence[int]) -> ctypes.Array:
     return (INT * len(values))(*[int(v) for v in values])
 
 
-_log = logging.getLogger("mooncake.store")
+_log = lazy_logger("mooncake.store")
 
 
 class _SetupError(Exception):
@@ -176,8 +175,7 @@ class _SetupError(Exception):
         self.code = code
 
 
-@dataclasses.dataclass(frozen=True)
-class _SetupParams:
+class _SetupParams(NamedTuple):
     """setup()'s arguments, parsed and validated: what reaches the library."""
 
     local_hostname: str
@@ -990,7 +988,7 @@ _SEGMENT_SIGNATURES = {
     "mc_store_unmount_segment": ([U64, P(STR), INT, I64, INT, P(PTR)], INT),
 }
 
-_log = logging.getLogger(__name__)
+_log = lazy_logger(__name__)
 
 
 def _lib_ptr() -> ctypes.c_void_p:
