@@ -75,6 +75,9 @@ type options struct {
 	haBackendType               string
 	haConnString, etcdEndpoints string
 	clusterID                   string
+	enableOplog                 bool
+	oplogPollMs, oplogBatchMax  int
+	oplogRetrySec               int
 	memoryAllocator, allocStrat string
 	rpcThreads, maxThreads      int
 	rpcConnTimeout              int
@@ -119,6 +122,11 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 		clusterDefault = v
 	}
 	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")
+	fs.BoolVar(&o.enableOplog, "enable_oplog", false, "with --enable_ha: replicate the metadata through an operation log in etcd; standbys apply it and a promoted one serves the same objects")
+	fs.IntVar(&o.oplogPollMs, "oplog_poll_interval_ms", int(master.DefaultOplogPollInterval/time.Millisecond), "how often a standby re-reads the oplog besides watching it, ms")
+	fs.IntVar(&o.oplogBatchMax, "oplog_batch_max_entries", master.DefaultOplogBatchMaxEntries, "most entries one oplog batch (one etcd transaction) carries")
+	fs.IntVar(&o.oplogRetrySec, "batch_oplog_retry_timeout_sec", int(master.DefaultOplogRetryTimeout/time.Second), "seconds an oplog batch write retries etcd errors before the leader steps down")
+	declareSnapshotFlags(fs)
 	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
 	fs.StringVar(&o.allocStrat, "allocation_strategy", "random", "replica placement strategy (only random)")
 	fs.IntVar(&o.rpcThreads, "rpc_thread_num", 0, "threads that run the master's RPC handling at once (GOMAXPROCS, at most the CPU count); 0 means --max_threads")
@@ -196,6 +204,15 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.allocStrat != "random" {
 		return fail("--allocation_strategy=%s is not supported (only random)", o.allocStrat)
 	}
+	if err := checkSnapshotFlags(set); err != nil {
+		return fail("%v", err)
+	}
+	if o.enableOplog && !o.enableHA {
+		return fail("--enable_oplog needs --enable_ha (the oplog lives in the HA backend, etcd)")
+	}
+	if o.oplogPollMs <= 0 || o.oplogBatchMax <= 0 || o.oplogRetrySec <= 0 {
+		return fail("--oplog_poll_interval_ms, --oplog_batch_max_entries and --batch_oplog_retry_timeout_sec must be positive")
+	}
 	if o.enableHA {
 		if o.haBackendType != "etcd" {
 			return fail("--ha_backend_type=%s is not supported (only etcd)", o.haBackendType)
@@ -249,6 +266,9 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		sc.HA = &master.HAConfig{
 			Endpoints: master.ParseEndpoints(o.haConnString), ClusterID: o.clusterID,
 			Advertise: rpcAddr, Grace: -1,
+			Oplog: o.enableOplog, OplogBatchMaxEntries: o.oplogBatchMax,
+			OplogRetryTimeout: time.Duration(o.oplogRetrySec) * time.Second,
+			OplogPollInterval: time.Duration(o.oplogPollMs) * time.Millisecond,
 		}
 		if ip := net.ParseIP(o.rpcAddress); ip != nil && ip.IsUnspecified() {
 			log.Warn("HA: --rpc_address is unspecified; clients on other hosts cannot reach the advertised leader address", "advertise", rpcAddr)
@@ -265,6 +285,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		"enable_http_metadata_server", o.enableHTTPMetadata, "http_metadata", sc.HTTPMetadataAddress,
 		"enable_metadata_cleanup_on_timeout", o.cleanupOnTimeout,
 		"enable_ha", o.enableHA, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID,
+		"enable_oplog", o.enableOplog,
 		"enable_multi_tenants", o.cfg.MultiTenant, "root_fs_dir", o.cfg.FS.RootDir)
 
 	svc, err := master.StartService(sc)

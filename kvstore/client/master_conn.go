@@ -38,6 +38,9 @@ type masterConn struct {
 	trace  *tracer // every call is a "master.<Method>" phase span
 	etcd   *clientv3.Client
 	key    string
+	// stopWatch ends the watch on the master view key (etcd only).
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 
 	mu     sync.Mutex
 	leader string
@@ -73,7 +76,47 @@ func dialMaster(addr, tenant string, ns kvstore.Namespace, trace *tracer) (*mast
 		m.close()
 		return nil, err
 	}
+	if m.etcd != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		m.stopWatch, m.watchDone = cancel, make(chan struct{})
+		go m.followLeader(ctx)
+	}
 	return m, nil
+}
+
+// followLeader watches the master view key and reconnects as soon as a
+// new leader publishes its address, instead of waiting for failed pings:
+// calls then reach the new leader at once, and calls in flight on the old
+// connection fail (RPC_FAIL) rather than wait for their timeout.
+func (m *masterConn) followLeader(ctx context.Context) {
+	defer close(m.watchDone)
+	for ctx.Err() == nil {
+		for wr := range m.etcd.Watch(ctx, m.key) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				m.mu.Lock()
+				same := string(ev.Kv.Value) == m.leader
+				m.mu.Unlock()
+				if same {
+					continue
+				}
+				if changed, err := m.reconnect(); err != nil {
+					slog.Warn("store client: new master leader unreachable", "leader", string(ev.Kv.Value), "err", err)
+				} else if changed {
+					slog.Info("store client: following the new master leader", "master", string(ev.Kv.Value))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // resolve returns the master's address: fixed, or the current leader.
@@ -183,6 +226,10 @@ func (m *masterConn) client() pb.MasterClient {
 }
 
 func (m *masterConn) close() {
+	if m.stopWatch != nil {
+		m.stopWatch()
+		<-m.watchDone
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.conn != nil {

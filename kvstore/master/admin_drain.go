@@ -160,6 +160,10 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 	if !d.s.authorizeChange(w, r) {
 		return
 	}
+	if d.s.rep != nil {
+		http.Error(w, "drain jobs are not replicated by the oplog (--enable_oplog): drain segments with the DrainSegment RPC or without the oplog", http.StatusNotImplemented)
+		return
+	}
 	req, timeout, err := decodeDrainJobRequest(http.MaxBytesReader(w, r.Body, maxDrainBodyBytes))
 	if errors.Is(err, errDrainBodyTooLarge) {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)

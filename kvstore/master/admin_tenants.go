@@ -1,6 +1,7 @@
 package master
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -117,11 +118,11 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 		}
 		var info TenantInfo
 		var code kvstore.ErrorCode
-		s.WithState(func(st *State, _ time.Time) {
+		s.changeState(entryTenantQuotaSet, req.TenantID, binary.AppendUvarint(nil, *req.QuotaBytes), func(st *State) {
 			if code = st.SetTenantQuota(req.TenantID, *req.QuotaBytes); code == kvstore.OK {
 				info, code = st.Tenant(req.TenantID)
 			}
-		})
+		}, &code)
 		if code != kvstore.OK {
 			writeAdminError(w, code, "")
 			return
@@ -134,7 +135,7 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var code kvstore.ErrorCode
-		s.WithState(func(st *State, _ time.Time) { code = st.DeleteTenantQuota(id) })
+		s.changeState(entryTenantQuotaDelete, id, nil, func(st *State) { code = st.DeleteTenantQuota(id) }, &code)
 		if code != kvstore.OK {
 			writeAdminError(w, code, "")
 			return

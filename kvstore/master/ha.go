@@ -57,9 +57,31 @@ type HAConfig struct {
 	// Grace is how long a newly elected leader waits before serving, so
 	// that a deposed leader whose lease ran out has stopped (upstream
 	// waits one lease TTL). Zero means no wait; negative is the upstream
-	// default of LeaseTTL seconds.
+	// default of LeaseTTL seconds. With Oplog there is no wait: fencing
+	// makes a deposed leader unable to answer.
 	Grace time.Duration
+	// Oplog replicates the metadata through an operation log in etcd
+	// (--enable_oplog): standbys apply it and a promoted one serves the
+	// same objects. The Server must have EnableOplog called.
+	Oplog bool
+	// OplogBatchMaxEntries caps the entries of one batch
+	// (--oplog_batch_max_entries).
+	OplogBatchMaxEntries int
+	// OplogRetryTimeout is how long a batch write retries etcd errors
+	// before the leader gives up its leadership
+	// (--batch_oplog_retry_timeout_sec).
+	OplogRetryTimeout time.Duration
+	// OplogPollInterval is how often a standby re-reads the log besides
+	// watching it (--oplog_poll_interval_ms).
+	OplogPollInterval time.Duration
 }
+
+// Defaults of the oplog settings (upstream's flag defaults).
+const (
+	DefaultOplogBatchMaxEntries = 1000
+	DefaultOplogRetryTimeout    = 10 * time.Second
+	DefaultOplogPollInterval    = time.Second
+)
 
 // elector runs the election loop for one Server.
 type elector struct {
@@ -68,6 +90,8 @@ type elector struct {
 	log *slog.Logger
 	cli *clientv3.Client
 	key string
+	// stopTail stops the oplog tailer while a standby runs one.
+	stopTail func()
 }
 
 // runElection campaigns for the master view key until ctx ends, switching
@@ -94,6 +118,19 @@ func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logge
 	}
 	defer cli.Close()
 	e := &elector{cfg: cfg, srv: srv, log: log, cli: cli, key: MasterViewKey(cfg.ClusterID)}
+	if srv.rep != nil {
+		if cfg.OplogBatchMaxEntries <= 0 {
+			e.cfg.OplogBatchMaxEntries = DefaultOplogBatchMaxEntries
+		}
+		if cfg.OplogRetryTimeout <= 0 {
+			e.cfg.OplogRetryTimeout = DefaultOplogRetryTimeout
+		}
+		if cfg.OplogPollInterval <= 0 {
+			e.cfg.OplogPollInterval = DefaultOplogPollInterval
+		}
+		e.startTail()
+		defer func() { e.stopTail() }()
+	}
 	for ctx.Err() == nil {
 		if err := e.round(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("HA election round failed; retrying", "err", err)
@@ -139,6 +176,9 @@ func (e *elector) round(ctx context.Context) error {
 	}
 	version := uint64(resp.Header.Revision)
 	e.log.Info("HA: elected leader", "address", e.cfg.Advertise, "key", e.key, "view_version", version)
+	if e.srv.rep != nil {
+		return e.leadReplicated(ctx, sess, resp.Header.Revision)
+	}
 	if e.cfg.Grace > 0 {
 		select {
 		case <-ctx.Done():
@@ -154,14 +194,22 @@ func (e *elector) round(ctx context.Context) error {
 		e.srv.SetLeader(false, 0)
 		e.log.Warn("HA: no longer leader")
 	}()
-	// Lose leadership when the lease dies or the key is changed/deleted.
+	return e.holdLeadership(ctx, sess, resp.Header.Revision, nil)
+}
+
+// holdLeadership returns when leadership is lost: the lease dies, the
+// key is changed or deleted after rev, or fenced delivers (the oplog
+// writer failed).
+func (e *elector) holdLeadership(ctx context.Context, sess *concurrency.Session, rev int64, fenced <-chan error) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := e.cli.Watch(wctx, e.key, clientv3.WithRev(resp.Header.Revision+1))
+	wch := e.cli.Watch(wctx, e.key, clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-fenced:
+			return fmt.Errorf("oplog: %w", err)
 		case <-sess.Done():
 			return fmt.Errorf("master view lease expired")
 		case wr, ok := <-wch:
@@ -195,4 +243,37 @@ func (e *elector) waitDeleted(ctx context.Context, rev int64) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// startTail has the standby apply the oplog in the background.
+func (e *elector) startTail() {
+	e.stopTail = e.srv.rep.startTail(e.cli, OplogPrefix(e.cfg.ClusterID), e.cfg.OplogPollInterval)
+}
+
+// leadReplicated is a won round with the oplog: stop tailing, apply the
+// rest of the log, serve until leadership is lost, then stand by again
+// with the state rebuilt from the log. No grace period: the writer's
+// fencing keeps a deposed leader from answering.
+func (e *elector) leadReplicated(ctx context.Context, sess *concurrency.Session, rev int64) error {
+	rep := e.srv.rep
+	e.stopTail()
+	defer e.startTail()
+	fenced := make(chan error, 1)
+	start := time.Now()
+	err := rep.promote(ctx, e.cli, e.cfg, e.key, rev, func(err error) {
+		select {
+		case fenced <- err:
+		default:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("promotion: %w", err)
+	}
+	e.log.Info("HA: serving as leader with the replicated metadata", "view_version", rev,
+		"batches_applied", rep.appliedSeq(), "catch_up", time.Since(start))
+	defer func() {
+		rep.demote()
+		e.log.Warn("HA: no longer leader; rebuilding the metadata from the oplog")
+	}()
+	return e.holdLeadership(ctx, sess, rev, fenced)
 }

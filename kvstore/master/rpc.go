@@ -31,7 +31,7 @@ func (s *Server) scope(ctx context.Context) scope {
 		id = v[0]
 	}
 	t, code := s.opts.Config.ResolveTenant(id)
-	if code == kvstore.OK && s.opts.TenantTokens != nil {
+	if code == kvstore.OK && s.opts.TenantTokens != nil && !isReplay(ctx) {
 		var tok string
 		if v := metadata.ValueFromIncomingContext(ctx, kvstore.TenantTokenMetadataKey); len(v) > 0 {
 			tok = v[0]

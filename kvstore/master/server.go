@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
-	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 // MetadataDeleter is the part of the HTTP metadata store (metaserver.Server)
@@ -79,6 +78,10 @@ type Server struct {
 	mu sync.Mutex
 	st *State
 
+	// rep replicates the state through the oplog (oplog_server.go); nil
+	// without --enable_oplog.
+	rep *replication
+
 	wake      chan struct{}
 	lastKick  atomic.Int64 // unix ns of the last watermark kick
 	stop      chan struct{}
@@ -123,6 +126,10 @@ func NewServer(opts Options) (*Server, error) {
 // Register adds the Master and DiskTier services to g: a grpc.Server, or
 // the framed transport's server.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
+	if s.rep != nil {
+		s.rep.register(g)
+		return
+	}
 	masterpb.RegisterMasterServer(g, s)
 	masterpb.RegisterDiskTierServer(g, diskServer{s: s})
 }
@@ -178,13 +185,20 @@ func (s *Server) WithState(f func(st *State, now time.Time)) {
 // errNotLeader is returned to RPCs on a standby.
 var errNotLeader = status.Error(codes.Unavailable, "mooncake_master: not the leader")
 
-// do runs f under the lock, or refuses when not the leader.
+// errNotReplicated refuses a state change the oplog cannot carry.
+var errNotReplicated = status.Error(codes.Unimplemented, "mooncake_master: this change is not replicated by the oplog (--enable_oplog)")
+
+// do runs f under the lock, or refuses when not the leader. With the
+// oplog it runs only inside a logged or replayed entry.
 func (s *Server) do(f func(st *State, now time.Time)) error {
-	if !s.leader.Load() {
+	if s.rep != nil && !s.rep.inOp.Load() {
+		return errNotReplicated
+	}
+	if !s.leader.Load() && s.rep == nil {
 		return errNotLeader
 	}
 	s.mu.Lock()
-	f(s.st, s.clock())
+	f(s.st, s.now())
 	need := s.st.NeedEviction()
 	above := !need && s.st.AboveHighWatermark()
 	s.mu.Unlock()
@@ -230,6 +244,10 @@ func (s *Server) evictionLoop() {
 		if !s.leader.Load() {
 			continue
 		}
+		if s.rep != nil {
+			s.rep.evictTick()
+			continue
+		}
 		s.mu.Lock()
 		res := s.st.Evict(s.clock())
 		s.mu.Unlock()
@@ -253,23 +271,13 @@ func (s *Server) clientLoop() {
 		if !s.leader.Load() {
 			continue
 		}
+		if s.rep != nil {
+			s.rep.clientTick()
+			continue
+		}
 		s.mu.Lock()
-		now := s.clock()
-		expired := s.st.ExpireClients(now)
-		discarded := s.st.ReleaseExpired(now)
-		fsDeletes := s.st.TakeFSDeletes()
+		expired, discarded, fsDeletes := s.clientPass(s.clock())
 		s.mu.Unlock()
-		s.deleteFSFiles(fsDeletes)
-		if discarded > 0 {
-			s.log.Info("discarded writes never finished", "count", discarded)
-		}
-		for _, e := range expired {
-			s.log.Warn("client expired; segment unmounted", "client_id", e.ClientID,
-				"segment_id", e.Segment.ID, "segment_name", e.Segment.Name)
-			if s.opts.CleanupMetadataOnTimeout && s.opts.Metadata != nil {
-				s.opts.Metadata.Delete(metadata.SegmentKey(metadata.ClusterID(), e.Segment.Name))
-				s.opts.Metadata.Delete(metadata.RPCMetaKey(metadata.ClusterID(), e.Segment.Name))
-			}
-		}
+		s.clientSideEffects(expired, discarded, fsDeletes)
 	}
 }

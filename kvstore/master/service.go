@@ -117,6 +117,9 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		return nil, err
 	}
 	s.Server = srv
+	if cfg.HA != nil && cfg.HA.Oplog {
+		srv.EnableOplog()
+	}
 
 	if s.rpcLn, err = listen(cfg.RPCAddress); err != nil {
 		return nil, err

@@ -1,0 +1,362 @@
+package master
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+	temeta "github.com/mooncake-go/mooncake/transfer/metadata"
+)
+
+// This file makes a Server a replicated state machine (--enable_oplog).
+// Every call that reaches the state machine runs under one order lock,
+// at a time the call carries, and is logged in that order; a standby
+// replays the log through the very same handlers, so leader and
+// standbys hold the same state after the same prefix of the log. A call
+// is answered only once its batch is durable in etcd, reads included:
+// an answer proves that its master was the leader when the batch was
+// written (oplogWriter's fencing condition), so a deposed leader never
+// answers.
+
+// errNotDurable answers a call whose batch failed: the master lost its
+// leadership (or etcd) before the change was durable. The client's
+// library reports RPC_FAIL; a retry reaches the new leader.
+var errNotDurable = status.Error(codes.Unavailable, "mooncake_master: leadership lost before the change was durable; retry")
+
+// replayKey marks the context of a call replayed from the log.
+type replayKey struct{}
+
+// isReplay reports whether ctx is a replayed call's: its tenant token
+// was checked by the leader, which logs only calls that passed.
+func isReplay(ctx context.Context) bool { return ctx.Value(replayKey{}) != nil }
+
+// replicatedMetadata are the incoming metadata keys a replayed call needs
+// (scope); the tenant token is not among them: it never goes to etcd.
+var replicatedMetadata = []string{kvstore.TenantMetadataKey, kvstore.NamespaceMetadataKey}
+
+// loggedHandler is one method a log entry can name.
+type loggedHandler struct {
+	impl    any
+	handler func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error)
+}
+
+// splitMix is a tiny random source whose whole state is one number, so
+// that every entry can start the state's draws from its entry number.
+type splitMix struct{ x uint64 }
+
+func (m *splitMix) Uint64() uint64 {
+	m.x += 0x9e3779b97f4a7c15
+	z := m.x
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+func (m *splitMix) Int63() int64    { return int64(m.Uint64() >> 1) }
+func (m *splitMix) Seed(seed int64) { m.x = uint64(seed) }
+
+// replication is a Server's oplog side: the order lock, the entry
+// numbering, the writer while leader and the tailer while standby.
+type replication struct {
+	s        *Server
+	handlers map[string]loggedHandler
+
+	// mu is the order lock: one entry is applied at a time, in log order.
+	// now, inOp and applying describe the entry being applied.
+	mu       sync.Mutex
+	now      time.Time
+	inOp     atomic.Bool
+	applying bool
+	src      splitMix
+	rng      *rand.Rand
+	nextN    uint64 // number of the next entry
+	lastSeq  uint64 // last batch applied (standby) or written (leader)
+	w        *oplogWriter
+}
+
+// EnableOplog makes the server log every state change and replay a
+// leader's log (runElection drives it). Call it before Register.
+func (s *Server) EnableOplog() {
+	r := &replication{s: s, handlers: map[string]loggedHandler{}}
+	r.rng = rand.New(&r.src)
+	s.rep = r
+}
+
+// now is the time state calls see: the entry's while one is applied.
+func (s *Server) now() time.Time {
+	if s.rep != nil && s.rep.inOp.Load() {
+		return s.rep.now
+	}
+	return s.clock()
+}
+
+// register adds the Master and DiskTier services with every method
+// going through intercept.
+func (r *replication) register(g grpc.ServiceRegistrar) {
+	g.RegisterService(r.wrap(&masterpb.Master_ServiceDesc, r.s), r.s)
+	g.RegisterService(r.wrap(&masterpb.DiskTier_ServiceDesc, diskServer{s: r.s}), diskServer{s: r.s})
+}
+
+// wrap returns a copy of desc whose handlers run through intercept, and
+// records the originals for replay.
+func (r *replication) wrap(desc *grpc.ServiceDesc, impl any) *grpc.ServiceDesc {
+	d := *desc
+	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
+	for i, m := range d.Methods {
+		orig := m.Handler
+		r.handlers["/"+desc.ServiceName+"/"+m.MethodName] = loggedHandler{impl: impl, handler: orig}
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			return orig(srv, ctx, dec, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if ic != nil {
+					return ic(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+						return r.intercept(ctx, req, info.FullMethod, h)
+					})
+				}
+				return r.intercept(ctx, req, info.FullMethod, h)
+			})
+		}
+	}
+	return &d
+}
+
+// begin starts applying entry e (r.mu held): the state sees e's time
+// and draws from e's number.
+// Times are wall clock only (Round(0)): a replica decodes no monotonic
+// reading, and the leader must compare the same times it logs.
+func (r *replication) begin(e *entry) {
+	r.now = e.now
+	r.inOp.Store(true)
+	r.src.Seed(int64(e.n))
+	r.s.st.rng = r.rng
+}
+
+// end finishes the entry begun last.
+func (r *replication) end() {
+	r.inOp.Store(false)
+	r.applying = false
+}
+
+// intercept runs one call as a logged entry on the leader and answers
+// once its batch is durable.
+func (r *replication) intercept(ctx context.Context, req any, method string, h grpc.UnaryHandler) (any, error) {
+	if !r.s.leader.Load() {
+		return nil, errNotLeader
+	}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Error(codes.Internal, "mooncake_master: request is not a protobuf message")
+	}
+	payload, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "mooncake_master: encode request for the oplog: %v", err)
+	}
+	if len(payload) > maxBatchBytes/2 {
+		return nil, status.Errorf(codes.ResourceExhausted, "mooncake_master: request of %d bytes is too large for the oplog (at most %d)", len(payload), maxBatchBytes/2)
+	}
+	var md map[string]string
+	for _, k := range replicatedMetadata {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
+			if md == nil {
+				md = map[string]string{}
+			}
+			md[k] = v[0]
+		}
+	}
+	// A call its tenant token refuses changes nothing: it is answered
+	// but not logged (a replay skips the token check).
+	refused := r.s.opts.TenantTokens != nil && r.s.scope(ctx).code == kvstore.IllegalClient
+	r.mu.Lock()
+	w := r.w
+	if w == nil || !r.s.leader.Load() {
+		r.mu.Unlock()
+		return nil, errNotLeader
+	}
+	e := &entry{kind: entryRPC, n: r.nextN, now: r.s.clock().Round(0), name: method, md: md, payload: payload}
+	r.begin(e)
+	resp, herr := h(ctx, req)
+	r.end()
+	if refused {
+		r.mu.Unlock()
+		return resp, herr
+	}
+	r.nextN++
+	t := w.append(e)
+	r.mu.Unlock()
+	if err := t.wait(ctx); err != nil {
+		return nil, errNotDurable
+	}
+	return resp, herr
+}
+
+// logLocal applies a change the master makes on its own (a tick, a
+// promotion, an admin change) as a logged entry, when it is leader. It
+// returns the entry's ticket, nil when not leader.
+func (r *replication) logLocal(kind entryKind, name string, payload []byte, apply func(now time.Time)) *commitTicket {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w == nil || !r.s.leader.Load() {
+		return nil
+	}
+	return r.logLocked(kind, name, payload, apply)
+}
+
+// logLocked is logLocal with r.mu held and the writer set.
+func (r *replication) logLocked(kind entryKind, name string, payload []byte, apply func(now time.Time)) *commitTicket {
+	e := &entry{kind: kind, n: r.nextN, now: r.s.clock().Round(0), name: name, payload: payload}
+	r.begin(e)
+	apply(e.now)
+	r.end()
+	r.nextN++
+	return r.w.append(e)
+}
+
+// replay applies one entry from the log (r.mu held).
+func (r *replication) replay(e *entry) {
+	r.begin(e)
+	r.applying = true
+	defer r.end()
+	s := r.s
+	switch e.kind {
+	case entryRPC:
+		h, ok := r.handlers[e.name]
+		if !ok {
+			s.log.Error("oplog: entry names an unknown method; skipped", "method", e.name, "entry", e.n)
+			return
+		}
+		ctx := context.WithValue(context.Background(), replayKey{}, true)
+		if len(e.md) > 0 {
+			ctx = metadata.NewIncomingContext(ctx, metadata.New(e.md))
+		}
+		dec := func(v any) error { return proto.Unmarshal(e.payload, v.(proto.Message)) }
+		if _, err := h.handler(h.impl, ctx, dec, nil); err != nil {
+			s.log.Warn("oplog: replayed call failed", "method", e.name, "entry", e.n, "err", err)
+		}
+	case entryEvictTick:
+		s.mu.Lock()
+		s.st.Evict(e.now)
+		s.mu.Unlock()
+	case entryClientTick:
+		s.mu.Lock()
+		s.clientPass(e.now)
+		s.mu.Unlock()
+	case entryPromote:
+		s.mu.Lock()
+		s.st.restartHeartbeats(e.now)
+		s.mu.Unlock()
+	case entryTenantQuotaSet:
+		q, _ := binary.Uvarint(e.payload)
+		s.mu.Lock()
+		s.st.SetTenantQuota(e.name, q)
+		s.mu.Unlock()
+	case entryTenantQuotaDelete:
+		s.mu.Lock()
+		s.st.DeleteTenantQuota(e.name)
+		s.mu.Unlock()
+	default:
+		s.log.Error("oplog: entry of unknown kind; skipped", "kind", e.kind, "entry", e.n)
+	}
+}
+
+// clientPass expires silent clients and releases what is due at now
+// (s.mu held); the clientLoop's state part.
+func (s *Server) clientPass(now time.Time) (expired []ExpiredSegment, discarded int, fsDeletes []string) {
+	expired = s.st.ExpireClients(now)
+	discarded = s.st.ReleaseExpired(now)
+	fsDeletes = s.st.TakeFSDeletes()
+	return expired, discarded, fsDeletes
+}
+
+// restartHeartbeats counts every known client as heard from at now: a
+// promoted leader gives each client a whole ClientTTL to reach it.
+func (s *State) restartHeartbeats(now time.Time) {
+	for _, c := range s.clients {
+		c.lastSeen = now
+	}
+}
+
+// evictTick is the eviction loop's turn with the oplog: it runs (and is
+// logged) only when there is something to do.
+func (r *replication) evictTick() {
+	s := r.s
+	s.mu.Lock()
+	due := s.st.NeedEviction() || s.st.AboveHighWatermark()
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	r.logLocal(entryEvictTick, "", nil, func(now time.Time) {
+		s.mu.Lock()
+		res := s.st.Evict(now)
+		s.mu.Unlock()
+		if res.Plan.Triggered && len(res.Evicted) > 0 {
+			s.log.Info("evicted objects", "count", len(res.Evicted), "freed_bytes", res.FreedBytes,
+				"used_ratio", res.Plan.UsedRatio, "target", res.Plan.Target)
+		}
+	})
+}
+
+// clientTick is the client loop's turn with the oplog. Files and TE
+// metadata of what it dropped are deleted only once the entry is durable.
+func (r *replication) clientTick() {
+	s := r.s
+	var expired []ExpiredSegment
+	var discarded int
+	var fsDeletes []string
+	t := r.logLocal(entryClientTick, "", nil, func(now time.Time) {
+		s.mu.Lock()
+		expired, discarded, fsDeletes = s.clientPass(now)
+		s.mu.Unlock()
+	})
+	if t == nil || t.wait(context.Background()) != nil {
+		return
+	}
+	s.clientSideEffects(expired, discarded, fsDeletes)
+}
+
+// clientSideEffects logs and cleans up after a client pass.
+func (s *Server) clientSideEffects(expired []ExpiredSegment, discarded int, fsDeletes []string) {
+	s.deleteFSFiles(fsDeletes)
+	if discarded > 0 {
+		s.log.Info("discarded writes never finished", "count", discarded)
+	}
+	for _, e := range expired {
+		s.log.Warn("client expired; segment unmounted", "client_id", e.ClientID,
+			"segment_id", e.Segment.ID, "segment_name", e.Segment.Name)
+		if s.opts.CleanupMetadataOnTimeout && s.opts.Metadata != nil {
+			s.opts.Metadata.Delete(temeta.SegmentKey(temeta.ClusterID(), e.Segment.Name))
+			s.opts.Metadata.Delete(temeta.RPCMetaKey(temeta.ClusterID(), e.Segment.Name))
+		}
+	}
+}
+
+// changeState applies an admin change to the state: at once without the
+// oplog, as a logged entry of kind (name, payload) with it. Without the
+// leadership, or when the entry is not durable, *code is set to
+// UNAVAILABLE_IN_CURRENT_STATUS or RPC_FAIL.
+func (s *Server) changeState(kind entryKind, name string, payload []byte, f func(st *State), code *kvstore.ErrorCode) {
+	if s.rep == nil {
+		s.WithState(func(st *State, _ time.Time) { f(st) })
+		return
+	}
+	t := s.rep.logLocal(kind, name, payload, func(time.Time) {
+		s.mu.Lock()
+		f(s.st)
+		s.mu.Unlock()
+	})
+	switch {
+	case t == nil:
+		*code = kvstore.UnavailableInCurrentStatus
+	case t.wait(context.Background()) != nil:
+		*code = kvstore.RPCFail
+	}
+}

@@ -1,0 +1,201 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file is the standby's side of the oplog: it applies the leader's
+// batches in order as etcd delivers them (a watch on the log's prefix,
+// with a periodic read as a safety net), and turns a standby into the
+// leader once it has applied the whole log.
+
+// errLogGap means a batch arrived whose predecessor was not applied.
+var errLogGap = errors.New("oplog: gap in the log")
+
+// applyBatch applies the batch stored at key, if it is the next one.
+func (r *replication) applyBatch(prefix string, key, val []byte) error {
+	seq, ok := oplogSeq(prefix, string(key))
+	if !ok {
+		return nil // not a batch key
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if seq <= r.lastSeq {
+		return nil
+	}
+	if seq != r.lastSeq+1 {
+		return fmt.Errorf("%w: batch %d after %d", errLogGap, seq, r.lastSeq)
+	}
+	b, err := decodeBatch(val)
+	if err != nil {
+		return fmt.Errorf("batch %d: %w", seq, err)
+	}
+	if b.seq != seq {
+		return fmt.Errorf("batch at key %d says it is %d: %w", seq, b.seq, errBadBatch)
+	}
+	for i := range b.entries {
+		r.replay(&b.entries[i])
+		r.nextN = b.entries[i].n + 1
+	}
+	r.lastSeq = seq
+	return nil
+}
+
+// catchUp applies every batch in etcd after the last one applied and
+// returns the etcd revision it read at.
+func (r *replication) catchUp(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
+	for {
+		r.mu.Lock()
+		from := oplogKey(prefix, r.lastSeq+1)
+		r.mu.Unlock()
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := cli.Get(gctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(256))
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("read oplog: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			if err := r.applyBatch(prefix, kv.Key, kv.Value); err != nil {
+				return 0, err
+			}
+		}
+		if !resp.More {
+			return resp.Header.Revision, nil
+		}
+	}
+}
+
+// tail applies the log as it grows until ctx ends.
+func (r *replication) tail(ctx context.Context, cli *clientv3.Client, prefix string, poll time.Duration) {
+	for ctx.Err() == nil {
+		rev, err := r.catchUp(ctx, cli, prefix)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.s.log.Warn("oplog: standby cannot apply the log; retrying", "err", err)
+				sleepCtx(ctx, time.Second)
+			}
+			continue
+		}
+		r.follow(ctx, cli, prefix, rev, poll)
+	}
+}
+
+// follow applies the batches a watch from rev delivers, re-reading the
+// log every poll; it returns to have tail catch up again after a gap or
+// a broken watch.
+func (r *replication) follow(ctx context.Context, cli *clientv3.Client, prefix string, rev int64, poll time.Duration) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := r.catchUp(ctx, cli, prefix); err != nil {
+				return
+			}
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				if err := r.applyBatch(prefix, ev.Kv.Key, ev.Kv.Value); err != nil {
+					if !errors.Is(err, errLogGap) {
+						r.s.log.Warn("oplog: standby cannot apply a batch", "err", err)
+					}
+					return
+				}
+			}
+		}
+	}
+}
+
+// startTail runs tail in the background; the returned function stops it
+// and waits.
+func (r *replication) startTail(cli *clientv3.Client, prefix string, poll time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.tail(ctx, cli, prefix, poll)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// promote makes a standby that won the election the leader: it applies
+// the rest of the log (the old leader can no longer add to it: its
+// batches need its election key), starts the writer fenced on the new
+// key's revision, logs the promotion and waits until that is durable.
+// Only then does the server answer calls. onFail runs if a later batch
+// cannot be written.
+func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAConfig, viewKey string, viewRev int64, onFail func(error)) error {
+	prefix := OplogPrefix(cfg.ClusterID)
+	if _, err := r.catchUp(ctx, cli, prefix); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.w = newOplogWriter(cli, prefix, viewKey, viewRev, r.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogRetryTimeout,
+		func(err error) {
+			r.s.leader.Store(false)
+			onFail(err)
+		})
+	t := r.logLocked(entryPromote, cfg.Advertise, nil, func(now time.Time) {
+		r.s.mu.Lock()
+		r.s.st.restartHeartbeats(now)
+		r.s.mu.Unlock()
+	})
+	r.mu.Unlock()
+	if err := t.wait(ctx); err != nil {
+		r.demote()
+		return err
+	}
+	r.s.view.Store(uint64(viewRev))
+	r.s.leader.Store(true)
+	return nil
+}
+
+// demote stops serving and writing, and empties the state: the tailer
+// rebuilds it from the log, the only copy a deposed leader can trust.
+func (r *replication) demote() {
+	r.s.leader.Store(false)
+	r.mu.Lock()
+	w := r.w
+	r.w = nil
+	r.s.SetLeader(false, 0)
+	r.lastSeq, r.nextN = 0, 0
+	r.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// appliedSeq is the last batch applied (standby) or durable (leader).
+func (r *replication) appliedSeq() uint64 {
+	r.mu.Lock()
+	w, seq := r.w, r.lastSeq
+	r.mu.Unlock()
+	if w != nil {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.seq
+	}
+	return seq
+}

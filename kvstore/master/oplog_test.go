@@ -1,0 +1,260 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+)
+
+func TestOplogBatchRoundTrip(t *testing.T) {
+	es := []entry{
+		{kind: entryRPC, n: 7, now: time.Unix(0, 1234567), name: "/m/PutStart", md: map[string]string{"a": "b"}, payload: []byte{1, 2, 3}},
+		{kind: entryClientTick, n: 8, now: time.Unix(0, -5)},
+	}
+	var enc []byte
+	for i := range es {
+		enc = appendEntry(enc, &es[i])
+	}
+	b, err := decodeBatch(encodeBatch(42, len(es), enc))
+	if err != nil || b.seq != 42 || len(b.entries) != 2 {
+		t.Fatalf("decode: %+v %v", b, err)
+	}
+	for i := range es {
+		got, want := b.entries[i], es[i]
+		if got.kind != want.kind || got.n != want.n || !got.now.Equal(want.now) || got.name != want.name ||
+			string(got.payload) != string(want.payload) || len(got.md) != len(want.md) || got.md["a"] != want.md["a"] {
+			t.Fatalf("entry %d: got %+v want %+v", i, got, want)
+		}
+	}
+	if _, err := decodeBatch(encodeBatch(1, 3, enc)); err == nil {
+		t.Fatal("a batch claiming more entries than it holds decoded")
+	}
+	if seq, ok := oplogSeq("p/", oplogKey("p/", 9)); !ok || seq != 9 {
+		t.Fatal("oplogSeq(oplogKey(9))")
+	}
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	e := entry{kind: entryRPC, n: 1, now: time.Unix(5, 0), name: "x", md: map[string]string{"k": "v"}, payload: []byte("p")}
+	f.Add(encodeBatch(1, 1, appendEntry(nil, &e)))
+	f.Add([]byte("MCOL\x01\x01\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeBatch(b)
+		if err != nil {
+			return
+		}
+		var enc []byte
+		for i := range got.entries {
+			enc = appendEntry(enc, &got.entries[i])
+		}
+		again, err := decodeBatch(encodeBatch(got.seq, len(got.entries), enc))
+		if err != nil || len(again.entries) != len(got.entries) {
+			t.Fatalf("re-encoded batch does not decode: %v", err)
+		}
+	})
+}
+
+func etcdClient(t *testing.T, ep string) *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// TestOplogWriterIsFenced writes batches under an election key, then
+// replaces the key (another leader): the next batch is refused, and so is
+// every later one, and onFail runs.
+func TestOplogWriterIsFenced(t *testing.T) {
+	cli := etcdClient(t, testutil.StartEtcd(t))
+	ctx := context.Background()
+	put, err := cli.Put(ctx, "view", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan error, 1)
+	w := newOplogWriter(cli, "log/", "view", put.Header.Revision, 0, 10, time.Second, func(err error) { failed <- err })
+	defer w.close()
+	for i := 0; i < 3; i++ {
+		if err := w.append(&entry{kind: entryClientTick, n: uint64(i), now: time.Now()}).wait(ctx); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if _, err := cli.Delete(ctx, "view"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "view", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.append(&entry{kind: entryClientTick, n: 3, now: time.Now()}).wait(ctx); !errors.Is(err, errFenced) {
+		t.Fatalf("batch after the key changed hands: %v, want errFenced", err)
+	}
+	if err := <-failed; !errors.Is(err, errFenced) {
+		t.Fatalf("onFail: %v", err)
+	}
+	if err := w.append(&entry{kind: entryClientTick, n: 4, now: time.Now()}).wait(ctx); !errors.Is(err, errFenced) {
+		t.Fatalf("batch after the failure: %v", err)
+	}
+	resp, err := cli.Get(ctx, "log/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("log: %v", err)
+	}
+	if n := len(resp.Kvs); n > 3 {
+		t.Fatalf("%d batches in etcd, want at most 3 (a fenced writer appended)", n)
+	}
+}
+
+// stateDump is what the replicas must agree on.
+type stateDump struct {
+	Objects  []ObjectInfo
+	Segments []SegmentInfo
+	Keys     int
+	Alloc    uint64
+}
+
+func dumpState(s *Server) stateDump {
+	var d stateDump
+	s.WithState(func(st *State, _ time.Time) {
+		for _, k := range st.Keys() {
+			o, _ := st.QueryKey(k)
+			d.Objects = append(d.Objects, o)
+		}
+		d.Segments = st.Segments()
+		stats := st.Stats()
+		d.Keys, d.Alloc = int(stats.KeyCount), stats.AllocatedBytes
+	})
+	return d
+}
+
+// TestOplogStandbyTakesOverWithTheObjects runs a leader and a standby
+// with the oplog on a real etcd: after mounts, puts, upserts and removes
+// the standby holds the same state; when the leader dies the standby
+// serves the same objects, without a remount, and the removed ones stay
+// removed.
+func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
+	ep := testutil.StartEtcd(t)
+	cli := etcdClient(t, ep)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func() *Service {
+		svc, err := StartService(ServiceConfig{
+			RPCAddress: "127.0.0.1:0", Server: Options{Config: DefaultConfig()}, Logger: quiet,
+			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "oplog", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		return svc
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	dial := func(svc *Service) masterpb.MasterClient {
+		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return masterpb.NewMasterClient(conn)
+	}
+	a := start()
+	waitFor("a to lead", a.Server.IsLeader)
+	b := start()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ca := dial(a)
+	ok := func(code int32, err error, what string) {
+		t.Helper()
+		if err != nil || code != 0 {
+			t.Fatalf("%s: code %d err %v", what, code, err)
+		}
+	}
+	for i, name := range []string{"seg0", "seg1"} {
+		r, err := ca.MountSegment(ctx, &masterpb.MountSegmentRequest{ClientId: "storage", Segment: &masterpb.Segment{
+			Id: fmt.Sprintf("id%d", i), Name: name, Base: uint64(i+1) << 30, Size: 1 << 20, TeEndpoint: name}})
+		ok(r.GetErrorCode(), err, "mount")
+	}
+	// As a client does after its first Ping: the remount puts it in the
+	// set of clients the master counts as OK.
+	segs := []*masterpb.Segment{}
+	for i, name := range []string{"seg0", "seg1"} {
+		segs = append(segs, &masterpb.Segment{Id: fmt.Sprintf("id%d", i), Name: name, Base: uint64(i+1) << 30, Size: 1 << 20, TeEndpoint: name})
+	}
+	rm, err := ca.ReMountSegment(ctx, &masterpb.ReMountSegmentRequest{ClientId: "storage", Segments: segs})
+	ok(rm.GetErrorCode(), err, "remount")
+	put := func(c masterpb.MasterClient, key string, size uint64, replicas uint32) {
+		t.Helper()
+		r, err := c.PutStart(ctx, &masterpb.PutStartRequest{ClientId: "writer", Key: key, Size: size,
+			Config: &masterpb.ReplicateConfig{ReplicaNum: replicas}})
+		ok(r.GetErrorCode(), err, "put start "+key)
+		e, err := c.PutEnd(ctx, &masterpb.PutEndRequest{ClientId: "writer", Key: key})
+		ok(e.GetErrorCode(), err, "put end "+key)
+	}
+	for i := 0; i < 40; i++ {
+		put(ca, fmt.Sprintf("k%02d", i), uint64(100+i*37), uint32(1+i%2))
+	}
+	for i := 0; i < 40; i += 3 {
+		r, err := ca.Remove(ctx, &masterpb.RemoveRequest{Key: fmt.Sprintf("k%02d", i), Force: true})
+		ok(r.GetErrorCode(), err, "remove")
+	}
+	g, err := ca.GetReplicaList(ctx, &masterpb.KeyRequest{Key: "k01"})
+	ok(g.GetErrorCode(), err, "get on the leader")
+	if _, err := dial(b).Ping(ctx, &masterpb.PingRequest{ClientId: "storage"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("standby answered a Ping: %v", err)
+	}
+	waitFor("the standby to apply the log", func() bool { return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq() })
+	want := dumpState(a.Server)
+	if got := dumpState(b.Server); !reflect.DeepEqual(got, want) {
+		t.Fatalf("standby state differs from the leader's:\nleader  %+v\nstandby %+v", want, got)
+	}
+
+	a.Close() // revokes the lease: b takes over at once
+	waitFor("b to lead", b.Server.IsLeader)
+	cb := dial(b)
+	p, err := cb.Ping(ctx, &masterpb.PingRequest{ClientId: "storage"})
+	if err != nil || p.ClientStatus != masterpb.ClientStatus_CLIENT_OK {
+		t.Fatalf("storage client on the new leader: %v %v (want OK: its segments are known)", p, err)
+	}
+	g2, err := cb.GetReplicaList(ctx, &masterpb.KeyRequest{Key: "k01"})
+	ok(g2.GetErrorCode(), err, "get on the new leader")
+	if !reflect.DeepEqual(g2.Replicas[0].BufferAddress, g.Replicas[0].BufferAddress) {
+		t.Fatalf("k01 moved: %v then %v", g.Replicas, g2.Replicas)
+	}
+	for i := 0; i < 40; i++ {
+		r, err := cb.ExistKey(ctx, &masterpb.KeyRequest{Key: fmt.Sprintf("k%02d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if removed := i%3 == 0; r.GetExists() == removed {
+			t.Fatalf("k%02d: removed %v, ExistKey %v (code %d)", i, removed, r.GetExists(), r.GetErrorCode())
+		}
+	}
+	put(cb, "after", 64, 1) // the new leader allocates around the old objects
+	view, err := cli.Get(ctx, MasterViewKey("oplog"))
+	if err != nil || len(view.Kvs) == 0 || string(view.Kvs[0].Value) != b.RPCAddr() {
+		t.Fatalf("master view: %v %v", view, err)
+	}
+}
