@@ -81,3 +81,20 @@ def test_validation_before_mutation(store_master, stores):
     assert cat.list() == {}  # nothing changed by any failed call
     with pytest.raises(ValueError, match="sequence of non-empty strings"):
         cat.resolve("p", [""])
+
+
+def test_update_moves_a_key_within_one_fragment(store_master, stores):
+    """A key re-pointed at another row of the fragment that holds its only reference
+    keeps the fragment (the new reference counts before the old one is dropped)."""
+    t = MooncakeBundleTransfer(stores(store_master))
+    cat = DataProtoCatalog()
+    h = put(t, 2, x=torch.arange(2))
+    cat.update("p", ["other", "a"], handle=h)  # "a" is row 1
+    cat.remove("p", ["other"])  # now "a" holds the fragment's only reference
+    fid = next(iter(cat.resolve("p", ["a"])["handles"]))
+    cat.update("p", ["a", "b"], handle=h)  # "a" moves to row 0 of the same fragment
+    got = cat.resolve("p", ["a", "b"])
+    assert got["field_groups"] == [{"fields": ["x"], "locations": [(fid, 0), (fid, 1)]}]
+    assert list(got["handles"]) == [fid]
+    cat.remove("p", ["a", "b"])
+    assert cat.list() == {}

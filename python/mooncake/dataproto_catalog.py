@@ -101,10 +101,12 @@ class DataProtoCatalog:
                 old = entry["fields"].get(name)
                 if old == (fid, row):
                     continue
+                # The new location counts first: a key moving within one fragment
+                # must not drop that fragment's last reference on the way.
+                self._refcounts[fid] += 1
+                entry["fields"][name] = (fid, row)
                 if old is not None:
                     self._drop(old[0])
-                entry["fields"][name] = (fid, row)
-                self._refcounts[fid] += 1
         return {
             "keys": keys,
             "tags": [copy.deepcopy(entries[k]["tag"]) for k in keys],
