@@ -189,7 +189,7 @@ def test_destinations_and_data_cls(store_master, stores):
             self.batch = batch
 
     assert isinstance(t.get_dataproto(ref, fields=["mask"], data_cls=Plain), Plain)
-    with pytest.raises(TypeError, match="takes neither"):
+    with pytest.raises(TypeError, match="cannot be constructed"):
         t.get_dataproto(ref, fields=["mask"], data_cls=int)
 
 
@@ -204,7 +204,7 @@ def test_envelopes_dicts_and_errors(store_master, stores):
     assert meta_only.stage_refs == {} and t.get_dataproto(meta_only)["meta_info"] == {"a": 1}
     with pytest.raises(ValueError, match="inconsistent batch sizes"):
         t.put({"x": torch.ones(3), "y": torch.ones(2)})
-    with pytest.raises(ValueError, match="both batch and non_tensor_batch"):
+    with pytest.raises(ValueError, match="overlap"):
         t.put(DataProto({"x": torch.ones(1)}, {"x": objects(1)}))
     with pytest.raises(ValueError, match="not nullable"):
         t.put(
@@ -234,7 +234,9 @@ def test_envelopes_dicts_and_errors(store_master, stores):
     assert ref.meta_info == {"lr": 0.1, "pair": [1, 2]}
     back = t.get(ref, type="dict")
     assert back["words"] == ["a", "b", "c"] and back["lr"] == 0.1
-    assert torch.equal(back["t"], flat["t"]) and back["forced"] == [0, 1, 2]
+    assert torch.equal(back["t"], flat["t"])
+    # a dense non-tensor field with the ndarray codec stays one ndarray member
+    assert "forced" not in ref.encoded_non_tensor and back["forced"].tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="unknown put type"):
         t.put(flat, type="list")
 
@@ -252,20 +254,21 @@ def test_typed_schema_and_nulls(store_master, stores):
         DataProto(non_tensor_batch={"r": rows, "j": objects({"a": 1}, [2], "s")}),
         field_schemas=schemas,
     )
-    assert ref.encoded_non_tensor["r"]["payloads"] == [
-        "data",
-        "offsets",
-        "shapes",
-        "ndims",
-        "nulls",
-    ]
+    assert ref.encoded_non_tensor["r"]["payload_members"] == {
+        p: f"non_tensor_batch.r.{p}" for p in ("data", "offsets", "shapes", "ndims", "nulls")
+    }
     got = t.get_dataproto(ref)["non_tensor_batch"]
     assert got["r"][0].dtype == np.int16 and got["r"][1] is None and got["r"][2].tolist() == [0, 1]
     assert list(got["j"]) == [{"a": 1}, [2], "s"]
+    # Schema metadata is checked where it is used, as upstream does.
+    bad_section = FieldSchema("ndarray", metadata={"section": "elsewhere"})
     with pytest.raises(ValueError, match="section"):
-        FieldSchema("ndarray", metadata={"section": "elsewhere"})
+        t.put(DataProto(non_tensor_batch={"r": objects(1)}), field_schemas={"r": bad_section})
     with pytest.raises(ValueError, match="numeric"):
-        FieldSchema("ndarray", metadata={"dtype": "U5"})
+        t.put(
+            DataProto(non_tensor_batch={"r": objects(1)}),
+            field_schemas={"r": FieldSchema("ndarray", metadata={"dtype": "U5"})},
+        )
 
 
 def test_append_overwrite_and_cleanup(store_master, stores):
@@ -398,7 +401,7 @@ def test_codec_choice_and_keys():
     }
     for codec, values in cases.items():
         assert _choose_leaf_codec(values).codec == codec, codec
-    assert _choose_leaf_codec([[1, 2], [3]]).normalized_type == "list"
+    assert _choose_leaf_codec([[1, 2], [3]]).normalized_type == "numeric sequence"
     assert _choose_leaf_codec([{"a": 1}, [1, "x"]]).codec == "msgpack_ragged"
     assert not _choose_leaf_codec([]).accepted
     mixed = _choose_leaf_codec([torch.ones(1), torch.ones(1, dtype=torch.int64)])
@@ -466,7 +469,7 @@ def test_spec_of_batch_member(store_master, stores):
 def test_structured_recursive_codec(store_master, stores):
     t = MooncakeBundleTransfer(stores(store_master))
     rows = objects(
-        {"a": 1, "b": {"c": "x", "d": [1.5, 2.5]}, "t": (1, "p")},
+        {"a": 1, "b": {"c": "x", "d": [1.5, 2.5]}, "t": [{"k": 1}, None]},
         {"a": 2, "b": {"c": "y"}},  # absent keys stay absent
         None,
         {"a": None, "b": {"c": "z", "d": []}, "extra": b"raw"},
@@ -476,14 +479,19 @@ def test_structured_recursive_codec(store_master, stores):
         field_schemas={"s": FieldSchema("structured_recursive")},
     )
     desc = ref.encoded_non_tensor["s"]
-    assert desc["codec"] == "structured_recursive"
-    names = desc["payloads"]
-    assert {"node.0.missing", "node.0.row_mask"} <= set(names)
+    assert desc["codec"] == "structured_recursive" and desc["rows"] == 4
+    names = set(desc["payload_members"])
+    assert {"node.0.missing", "node.0.row_mask"} <= names
     assert any(n.startswith("leaf.") for n in names)
-    assert any(n.endswith(".lengths") for n in names)  # the list node
-    got = list(t.get_dataproto(ref)["non_tensor_batch"]["s"])
-    assert got == list(rows)
-    assert isinstance(got[0]["t"], tuple)
+    assert any(n.endswith(".lengths") for n in names)  # the list node "t"
+    meta = desc["metadata"]
+    assert meta["root_path"] == "non_tensor_batch.s"
+    assert [n["path"] for n in meta["nodes"]][:2] == ["non_tensor_batch.s", "non_tensor_batch.s.b"]
+    assert {leaf["path"] for leaf in meta["leaves"]} >= {
+        "non_tensor_batch.s.a",
+        "non_tensor_batch.s.b.d",
+    }
+    assert list(t.get_dataproto(ref)["non_tensor_batch"]["s"]) == list(rows)
     # rows of another shape than dicts are kept whole in one leaf
     mixed = objects({"a": 1}, 5, "s", None)
     ref = t.put(
@@ -493,22 +501,74 @@ def test_structured_recursive_codec(store_master, stores):
     assert list(t.get_dataproto(ref)["non_tensor_batch"]["m"]) == list(mixed)
 
 
-def test_infer_structure_limits():
-    assert infer_structure([{"a": 1}, {"b": [1, 2]}]) == {
-        "kind": "dict",
-        "keys": ["a", "b"],
-        "children": {
-            "a": {"kind": "leaf"},
-            "b": {"kind": "list", "length": 2, "children": [{"kind": "leaf"}, {"kind": "leaf"}]},
-        },
+def test_inferred_codec_for_nested_rows(store_master, stores):
+    """Rows that nest and hold tensors, ndarrays or bytes take structured_recursive
+    (upstream's inference); plain JSON-like rows stay msgpack_ragged."""
+    t = MooncakeBundleTransfer(stores(store_master))
+    samples = objects(
+        {"tokens": torch.arange(2), "reward": 1.0},
+        {"tokens": torch.arange(3), "reward": None},
+        {"tokens": None, "reward": 4.0},
+        None,
+    )
+    natives = objects(
+        {"media": [b"a", b"bc"], "scores": np.asarray([1, 2]), "label": "x"},
+        {"media": [], "scores": np.asarray([3]), "label": "y"},
+        {"label": "missing-native"},
+        None,
+    )
+    plain = objects({"a": 1}, None, {"b": [2, 3]}, {"c": "x"})
+    ref = t.put(DataProto(non_tensor_batch={"s": samples, "n": natives, "p": plain}))
+    codecs = {k: d["codec"] for k, d in ref.encoded_non_tensor.items()}
+    assert codecs == {
+        "s": "structured_recursive",
+        "n": "structured_recursive",
+        "p": "msgpack_ragged",
     }
-    assert infer_structure([[1] * 9])["kind"] == "leaf"  # lists of more than 8 are leaves
-    assert infer_structure([{f"k{i}": i for i in range(65)}])["kind"] == "leaf"
+    view = t.dataproto_manifest_view(ref)["non_tensor_fields"]["s"]["spec"]
+    assert view["metadata"]["nodes"] and view["metadata"]["leaves"]
+    assert any(m.endswith(".missing") for m in view["payload_members"].values())
+    got = t.get_dataproto(ref)["non_tensor_batch"]
+    assert (
+        torch.equal(got["s"][0]["tokens"], samples[0]["tokens"]) and got["s"][1]["reward"] is None
+    )
+    assert got["s"][2] == {"tokens": None, "reward": 4.0} and got["s"][3] is None
+    assert got["n"][0] == {"media": [b"a", b"bc"], "scores": [1, 2], "label": "x"}
+    assert got["n"][1] == {"media": [], "scores": [3], "label": "y"}
+    assert got["n"][2] == {"label": "missing-native"} and got["n"][3] is None
+    assert list(got["p"]) == list(plain)
+    rows = t.get_dataproto(ref, fields=["s"], rows=[2, 0])["non_tensor_batch"]["s"]
+    assert rows[0] == {"tokens": None, "reward": 4.0} and torch.equal(
+        rows[1]["tokens"], torch.arange(2)
+    )
+
+
+def test_infer_structure_accumulators():
+    from mooncake.structured_object_store import _InferredLeaf, _InferredNode
+
+    leaves: list = []
+    nodes: list = []
+    assert infer_structure("root", [{"a": 1}, {"b": [{"x": 1}]}, None], leaves, nodes) is None
+    assert [(n.path, n.node_type, n.children) for n in nodes] == [
+        ("root", "dict", ["a", "b"]),
+        ("root.b", "list", [0]),
+        ("root.b[0]", "dict", ["x"]),
+    ]
+    assert all(isinstance(n, _InferredNode) for n in nodes)
+    assert nodes[0].row_mask == [True, True, False] and nodes[1].lengths == [0, 1, 0]
+    assert [leaf.path for leaf in leaves] == ["root.a", "root.b[0].x"]
+    assert isinstance(leaves[0], _InferredLeaf) and leaves[0].decision.codec == "ndarray"
+    assert leaves[0].values == [1, MISSING, None]
+    # lists of scalars, of more than 8 items, and dicts of more than 64 keys are leaves
+    for values in ([[1, 2]], [[{}] * 9], [{f"k{i}": i for i in range(65)}]):
+        leaves, nodes = [], []
+        infer_structure("r", values, leaves, nodes)
+        assert nodes == [] and [leaf.path for leaf in leaves] == ["r"]
     deep: dict = {}
     cur = deep
     for _ in range(40):
         cur["n"] = {}
         cur = cur["n"]
     cur["n"] = 1
-    with pytest.raises(ValueError, match="deeper than 32"):
-        infer_structure([deep])
+    with pytest.raises(ValueError, match="max depth 32"):
+        infer_structure("r", [deep], [], [])

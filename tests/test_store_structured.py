@@ -536,10 +536,16 @@ def test_tensor_object_buffer_member_and_destination(store_master, stores):
         from mooncake.store import _deserialize_tensor
 
         assert torch.equal(_deserialize_tensor(bytes(into.buffer[: 304 + 48])), x)
-    with pytest.raises(ValueError, match="does not hold a tensor object"):
-        t.put_structured_object(
-            StructuredObjectPayload(buffers={"x": tensor_object_buffer(ptr, nbytes)})
-        )
+    # A tensor object buffer goes to put_tensor_from as given (upstream does not look
+    # inside it): these bytes are no tensor object, and it is the store that refuses them.
+    rec = Recorder(s)
+    with pool.acquire(14) as raw:
+        raw.buffer[:14] = b"tensor-payload"
+        with pytest.raises(RuntimeError, match="put_tensor_from failed"):
+            MooncakeBundleTransfer(rec).put_structured_object(
+                StructuredObjectPayload(buffers={"x": tensor_object_buffer(raw.ptr, raw.size)})
+            )
+        assert [(a[1], a[2]) for a in rec.named("put_tensor_from")] == [(raw.ptr, 14)]
 
 
 def test_sliced_tensor_reads_fetch_only_the_rows(store_master, stores):
@@ -595,8 +601,166 @@ def test_nested_tensor_members(store_master, stores):
     assert len(spec["part_bytes"]) == 2 and spec["dtype"] == "torch.float32"
     got = out.objects["nt"]
     assert got.is_nested and [r.tolist() for r in got.unbind()] == [r.tolist() for r in rows]
-    with pytest.raises(ValueError, match="does not support slicing"):
-        t.materialize(t.read_spec(ref).slice_member("nt", 0, 0, 1))
+    part = t.materialize(t.read_spec(ref).slice_member("nt", 0, 1, 3)).objects["nt"]
+    assert part.is_nested and [r.tolist() for r in part.unbind()] == [r.tolist() for r in rows[1:3]]
+    with pytest.raises(ValueError, match="axis=0 only"):
+        t.materialize(t.read_spec(ref).slice_member("nt", 1, 0, 1))
     strided = torch.nested.nested_tensor(rows)
     with pytest.raises(ValueError, match="only jagged"):
         t.put_structured_object(StructuredObjectPayload(buffers={"nt": strided}))
+
+
+class BareLease:
+    """A lease with only upstream's lease attributes: ptr, size, buffer, release()."""
+
+    def __init__(self, lease):
+        self._lease = lease
+        self.ptr, self.size = lease.ptr, lease.size
+        self.released = 0
+
+    @property
+    def buffer(self):
+        return self._lease.buffer
+
+    def release(self):
+        self.released += 1
+        self._lease.release()
+
+
+class BarePool:
+    """A pool handing out BareLeases (no context manager, no copy_from_buffers)."""
+
+    def __init__(self, pool):
+        self._pool = pool
+        self.leases: list[BareLease] = []
+
+    def acquire(self, size):
+        self.leases.append(BareLease(self._pool.acquire(size)))
+        return self.leases[-1]
+
+
+def test_pool_leases_without_context_manager(store_master, stores):
+    from mooncake.buffer_pool import BufferPool
+
+    s = stores(store_master)
+    pool = BarePool(BufferPool(s))
+    t = MooncakeBundleTransfer(s, buffer_pool=pool)
+    data = bytes(range(200))
+    parts = _MultiBufferPayload(buffers=(memoryview(data[:70]), memoryview(data[70:])))
+    ref = t.put_structured_object(
+        StructuredObjectPayload(buffers={"b": data, "m": parts}), chunk_bytes=64
+    )
+    writes = len(pool.leases)
+    assert writes == 8 and all(lease.released == 1 for lease in pool.leases)
+    got = t.materialize(t.read_spec(ref))
+    assert bytes(got.objects["b"]) == data and bytes(got.objects["m"]) == data
+    t.release_result(got)
+    assert all(lease.released == 1 for lease in pool.leases[writes:])
+
+
+def test_put_object_and_get_object(store_master, stores):
+    torch = pytest.importorskip("torch")
+    t = MooncakeBundleTransfer(stores(store_master))
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = torch.arange(6).reshape(2, 3)
+    got = t.get_object(
+        t.put_object({"array": array, "tensor": tensor, "scalar": torch.tensor(1.5)})
+    )
+    assert set(got) == {"array", "tensor", "scalar"}
+    np.testing.assert_array_equal(got["array"], array)
+    assert torch.equal(got["tensor"], tensor) and torch.equal(got["scalar"], torch.tensor(1.5))
+    np.testing.assert_array_equal(t.get_object(t.put_object(array)), array)
+    assert torch.equal(t.get_object(t.put_object(tensor)), tensor)
+    ref = t.put_object(b"raw")
+    assert t.materialize(t.read_spec(ref)).metadata["__mooncake_wrapped_object__"] is True
+    assert bytes(t.get_object(ref)) == b"raw"
+
+
+def test_inner_transport_and_bundle_store(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    mode = t._transport._resolve_buffer_group_put_mode
+    big = [[memoryview(bytes(8 << 20))]] * 8  # 8 chunks, 64 MiB
+    assert mode(big, BundleTransferPolicy(put_mode="parallel")) == "parallel"
+    assert mode(big, BundleTransferPolicy(max_inflight_put=4, put_mode="batch")) == "batch"
+    assert mode(big, BundleTransferPolicy(max_inflight_put=4)) == "parallel"
+    assert mode(big, BundleTransferPolicy(max_inflight_put=1)) == "batch"
+    assert mode(big[:7], BundleTransferPolicy(max_inflight_put=4)) == "batch"
+    assert mode([[memoryview(b"x")]] * 8, BundleTransferPolicy(max_inflight_put=4)) == "batch"
+    ref = t.put_bundle(b"meta", {"p": bytes(10)}, chunk_bytes=4)
+    store = t._bundle_store
+    spec = ref.manifest["buffers"]["p"]
+    assert store.payload_keys(spec) == [f"{spec['key']}/chunk/{i}" for i in range(3)]
+    assert store.manifest_key({"manifest_key": ref.manifest_key}) == ref.manifest_key
+    assert store.resolve_manifest({"manifest_key": ref.manifest_key}) == ref.manifest
+    merged = store.put_bundle_manifest(
+        b"{}", {"p": spec}, partition="default", cleanup_keys=[ref.manifest_key]
+    )
+    oid = ref.manifest["object_id"]
+    assert merged.manifest["buffer_object_ids"] == [oid]
+    assert bytes(t.materialize(t.read_spec(merged)).objects["p"]) == bytes(10)
+    t.remove_bundle(merged)  # removes the payloads, and the first manifest too
+    assert s.is_exist(ref.manifest_key) == 0 and s.is_exist(spec["chunks"][0]["key"]) == 0
+
+
+def test_tensor_fallback_without_codec_helpers(store_master, stores, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import mooncake.structured_object_store as sos
+
+    t = MooncakeBundleTransfer(stores(store_master))
+    x = torch.arange(6).reshape(2, 3)
+    monkeypatch.setattr(sos, "_has_tensor_codec_helpers", lambda: False)
+    ref = t.put_structured_object(
+        StructuredObjectPayload(buffers={"x": x}), policy=BundleTransferPolicy(copy_mode="copy")
+    )
+    assert ref.manifest["buffers"]["x"]["format"] == "torch_save"
+    assert torch.equal(t.materialize(t.read_spec(ref)).objects["x"], x)
+
+
+class FlakyStore:
+    """An in-memory store whose n-th put raises and whose removes raise."""
+
+    def __init__(self, fail_on_put):
+        self.objects: dict[str, bytes] = {}
+        self.puts = 0
+        self.fail_on_put = fail_on_put
+
+    def put(self, key, value):
+        self.puts += 1
+        if self.puts == self.fail_on_put:
+            raise RuntimeError("injected put failure")
+        self.objects[key] = bytes(value)
+        return 0
+
+    def get(self, key):
+        return self.objects[key]
+
+    def remove(self, key, force=False):
+        raise RuntimeError("injected remove failure")
+
+
+def test_put_error_wins_over_cleanup_error():
+    t = MooncakeBundleTransfer(FlakyStore(fail_on_put=2))
+    with pytest.raises(RuntimeError, match="injected put failure"):
+        t.put_bundle(b"meta", {"payload": b"data"}, chunk_bytes=2)
+    ok = MooncakeBundleTransfer(FlakyStore(fail_on_put=0))
+    ref = ok.put_bundle(b"meta", {"payload": b"data"})
+    with pytest.raises(RuntimeError, match="injected remove failure"):
+        ok.remove_bundle(ref)  # a strict removal reports the failure
+
+
+def test_upstream_error_texts(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    with pytest.raises(ValueError, match="max_inflight_put must be positive"):
+        t.put_bundle(b"m", {"p": b"x"}, max_inflight_put=0)
+    with pytest.raises(ValueError, match="unsupported copy_mode"):
+        t.put_bundle(b"m", {"p": b"x"}, policy=BundleTransferPolicy(copy_mode="bad"))
+    ref = t.put_bundle(b"m", {"p": b"x"})
+    tampered = {**ref.manifest, "cleanup_keys": ["other/object"]}
+    with pytest.raises(ValueError, match="cleanup_keys"):
+        t.remove_bundle(RemoteBundleRef(ref.manifest_key, tampered))
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"w": np.zeros((4, 2))}))
+    with pytest.raises(ValueError, match="destination shape mismatch"):
+        t.materialize_into(t.read_spec(ref), {"w": np.zeros((3, 2))})
+    with pytest.raises(ValueError, match="destination dtype mismatch"):
+        t.materialize_into(t.read_spec(ref), {"w": np.zeros((4, 2), np.float32)})

@@ -29,6 +29,8 @@ from mooncake._dataproto_codecs import (
     decode_column,
     encode_column,
     object_array,
+    schema_dtype,
+    schema_section,
 )
 
 DATAPROTO_REF_HANDLE_TYPE = "mooncake_dataproto_ref"
@@ -137,7 +139,7 @@ def import_dataproto_ref(handle: Mapping) -> MooncakeDataProtoRef:
     stage_refs = {}
     for stage, raw in _mapping(handle.get("stage_refs"), "stage_refs").items():
         key = _nonempty(_mapping(raw, "stage ref").get("manifest_key"), "manifest_key")
-        stage_refs[_nonempty(stage, "stage")] = _st.RemoteBundleRef(key, None)
+        stage_refs[_nonempty(stage, "stage")] = _st.RemoteBundleRef(key, {})
     index = {}
     for name, raw in _mapping(handle.get("field_index"), "field_index").items():
         loc = _mapping(raw, f"field_index[{name!r}]")
@@ -215,13 +217,28 @@ def _sections(data: Any) -> tuple[dict, dict, dict]:
 
 
 def _batch_size(batch: dict, non_tensor: dict) -> int:
-    both = set(batch) & set(non_tensor)
-    if both:
-        raise ValueError(f"DataProto fields in both batch and non_tensor_batch: {sorted(both)}")
     sizes = {len(v) for v in [*batch.values(), *non_tensor.values()]}
     if len(sizes) > 1:
-        raise ValueError(f"DataProto has inconsistent batch sizes: {sorted(sizes)}")
+        raise ValueError(f"DataProto fields have inconsistent batch sizes: {sorted(sizes)}")
+    both = set(batch) & set(non_tensor)
+    if both:
+        raise ValueError(
+            f"DataProto batch and non_tensor_batch fields overlap (in both): {sorted(both)}"
+        )
     return sizes.pop() if sizes else 0
+
+
+def _check_schema_sections(sections: tuple[dict, dict, dict], schemas: Mapping) -> None:
+    """Every field a schema declares a section for must be in that section."""
+    for section, fields in zip(SECTIONS, sections, strict=True):
+        for name in fields:
+            schema = schemas.get(name)
+            declared = None if schema is None else schema_section(name, schema)
+            if declared is not None and declared != section:
+                raise ValueError(
+                    f"FieldSchema for {name!r} declares section {declared!r}, "
+                    f"but data contains it in {section!r}"
+                )
 
 
 def _rows(rows: Any, n: int) -> tuple[slice, list[int] | None] | None:
@@ -237,11 +254,13 @@ def _rows(rows: Any, n: int) -> tuple[slice, list[int] | None] | None:
             raise ValueError("DataProto rows slice step must be positive")
         return slice(*rows.indices(n)), None
     if isinstance(rows, (str, bytes)) or not isinstance(rows, (Sequence, np.ndarray)):
-        raise TypeError("DataProto rows must be a slice, a StructuredMemberSlice or int indices")
+        raise TypeError(
+            "DataProto rows must be a slice, StructuredMemberSlice, or row index sequence"
+        )
     out = []
     for i in list(rows):
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"DataProto row index {i!r} is not an integer")
+            raise TypeError(f"DataProto row indices must be integers, not {i!r}")
         j = int(i) + n if i < 0 else int(i)
         if not 0 <= j < n:
             raise IndexError(f"DataProto row index {i} out of range for {n} rows")
@@ -274,10 +293,15 @@ class _DataProtoMixin:
     # -- storage groups -------------------------------------------------------------
 
     @staticmethod
-    def _storage_group(config: Any, current: str | None) -> str | None:
+    def _storage_group(config: Any, current: str | None, appending: bool) -> str | None:
+        """The storage group of a write: the ref's, the config's one id, a new opaque
+        one for a new DataProto without an id, and none for an append to a ref stored
+        ungrouped (explicitly, or by a writer that predates groups)."""
         ids = None if config is None else getattr(config, "group_ids", None)
         if ids is None or (not isinstance(ids, str) and len(ids) == 0):
-            return current if current is not None else f"structured-{uuid.uuid4().hex}"
+            if current is not None or appending:
+                return current
+            return f"structured-{uuid.uuid4().hex}"
         if not isinstance(ids, str):
             if len(ids) > 1:
                 raise ValueError("DataProto config.group_ids must hold at most one group id")
@@ -324,7 +348,8 @@ class _DataProtoMixin:
         else:
             raise ValueError(f"unknown put type {type!r}: use 'dataproto' or 'dict'")
         n = _batch_size(batch, non_tensor)
-        gid = self._storage_group(config, None)
+        _check_schema_sections((batch, non_tensor, meta_info), field_schemas or {})
+        gid = self._storage_group(config, None, appending=False)
         ref = MooncakeDataProtoRef(n, {}, {}, dict(meta_info), namespace, partition, None, {}, gid)
         if not batch and not non_tensor:
             return ref
@@ -351,9 +376,12 @@ class _DataProtoMixin:
         """A new ref: `ref` plus the fields of `data` in `stage` (meta_info merged)."""
         ref = _as_ref(ref)
         batch, non_tensor, meta_info = _sections(data)
+        _check_schema_sections((batch, non_tensor, meta_info), field_schemas or {})
         n = _batch_size(batch, non_tensor)
         if (batch or non_tensor) and n != ref.batch_size:
-            raise ValueError(f"DataProto batch size {n} does not match the ref's {ref.batch_size}")
+            raise ValueError(
+                f"DataProto append batch size {n} does not match ref batch size {ref.batch_size}"
+            )
         ref = replace(ref, meta_info={**ref.meta_info, **meta_info})
         if not batch and not non_tensor:
             return ref
@@ -377,33 +405,49 @@ class _DataProtoMixin:
             ]
             if dangling:
                 raise ValueError(
-                    f"DataProto overwrite of stage {stage!r} must include its fields: "
+                    f"DataProto overwrite for stage {stage!r} must include existing fields: "
                     f"{sorted(dangling)}"
                 )
-        gid = self._storage_group(config, ref._storage_group_id)
+        gid = self._storage_group(config, ref._storage_group_id, appending=bool(ref.stage_refs))
         write_config = self._group_config(config, gid)
         schemas = schemas or {}
         buffers, index, encoded = {}, {}, {}
         for name, value in batch.items():
-            if not (_is_tensor(value) or isinstance(value, np.ndarray)):
-                raise TypeError(f"DataProto batch field {name!r} must be a tensor or an ndarray")
+            if not (
+                _is_tensor(value) or isinstance(value, (np.ndarray, _st._TensorObjectBufferPayload))
+            ):
+                raise TypeError(
+                    f"DataProto batch field {name!r} must be a tensor, an ndarray "
+                    "or a tensor_object_buffer"
+                )
             buffers[f"batch.{name}"] = value
             index[name] = StructuredFieldLocation(stage, f"batch.{name}", "batch")
         for name, value in non_tensor.items():
             member = f"non_tensor_batch.{name}"
             index[name] = StructuredFieldLocation(stage, member, "non_tensor_batch")
             schema = schemas.get(name)
-            if (
-                schema is None
-                and isinstance(value, np.ndarray)
-                and value.dtype.kind in "biuf"
-                and value.ndim >= 1
-            ):
+            if not isinstance(value, np.ndarray) and not _is_tensor(value):
+                if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
+                    raise TypeError(
+                        f"non_tensor_batch field {name!r} must be an ndarray or non-string sequence"
+                    )
+                value = object_array(list(value))
+            dense = isinstance(value, np.ndarray) and not value.dtype.hasobject
+            if dense and schema is not None and schema.codec == "ndarray":
+                dt = schema_dtype(name, schema)
+                value = value if dt is None else value.astype(dt, copy=False)
+            if dense and (schema is None or schema.codec in ("auto", "ndarray")):
                 buffers[member] = value
                 continue
-            desc, payloads = encode_column(name, list(value), schema)
-            encoded[name] = desc
-            buffers.update({f"{member}.{p}": a for p, a in payloads.items()})
+            enc = encode_column(member, list(value), schema)
+            payload_members = {p: f"{member}.{p}" for p in enc.payload}
+            buffers.update({payload_members[p]: a for p, a in enc.payload.items()})
+            encoded[name] = {
+                "codec": enc.codec,
+                "rows": enc.rows,
+                "metadata": enc.metadata,
+                "payload_members": payload_members,
+            }
         payload = _st.StructuredObjectPayload(
             metadata={
                 "layout": "dataproto_stage",
@@ -445,44 +489,48 @@ class _DataProtoMixin:
         return new_ref
 
     def _append_stage(self, old_ref, payload, *, partition, chunk_bytes, policy, config):
-        """A merged manifest: the old stage's members plus a new object's."""
-        old_key, old = self._resolve(old_ref)
+        """A merged manifest: the old stage's members plus a new object's. The new
+        object's own meta and manifest are removed once the merged one is written;
+        removing the merged manifest removes everything the stage ever wrote."""
+        store = self._bundle_store
+        old = store.resolve_manifest(old_ref)
+        old_key = store.manifest_key(old_ref)
         clash = sorted(set(old["buffers"]) & set(payload.buffers))
         if clash:
-            raise ValueError(f"DataProto stage members already exist: {clash}")
+            raise ValueError(f"structured members already exist: {clash}")
         new_ref = self.put_structured_object(
             payload, partition=partition, chunk_bytes=chunk_bytes, policy=policy, config=config
         )
         new = new_ref.manifest
-        temporary = [c["key"] for c in new["meta"]["chunks"]] + [new_ref.manifest_key]
+        temporary = [*store.payload_keys(new["meta"]), new_ref.manifest_key]
         try:
-            old_meta = json.loads(bytes(self._read_payload(old["meta"])).decode())
-            new_meta = json.loads(bytes(self._read_payload(new["meta"])).decode())
+            old_meta = json.loads(store.read_payload(old["meta"]).decode())
+            new_meta = json.loads(store.read_payload(new["meta"]).decode())
+            if old_meta.get("dataproto") != new_meta.get("dataproto"):
+                raise ValueError("DataProto stage metadata mismatch during manifest merge")
             fields_key = _st.STRUCTURED_FIELD_SPECS_KEY
             meta = {
                 **old_meta,
                 fields_key: {**old_meta.get(fields_key, {}), **new_meta.get(fields_key, {})},
             }
-            merged = self.put_bundle_manifest(
+            merged = store.put_bundle_manifest(
                 json.dumps(meta, separators=(",", ":")).encode(),
                 {**old["buffers"], **new["buffers"]},
-                buffer_object_ids=[
-                    *old.get("buffer_object_ids", [old["object_id"]]),
-                    new["object_id"],
-                ],
+                partition=partition,
+                chunk_bytes=chunk_bytes,
+                policy=policy,
+                config=config,
                 cleanup_keys=[
                     *old.get("cleanup_keys", []),
-                    *[c["key"] for c in old["meta"]["chunks"]],
+                    *store.payload_keys(old["meta"]),
                     old_key,
                     *temporary,
                 ],
-                partition=partition,
-                config=config,
             )
         except BaseException:
             self.remove_bundle(new_ref)
             raise
-        self._cleanup(temporary, strict=False)
+        store.remove_keys(temporary, strict=False)
         return merged
 
     # -- reads ------------------------------------------------------------------------
@@ -540,7 +588,7 @@ class _DataProtoMixin:
         for name in names:
             out[ref.field_index[name].section][name] = values[name]
         out["meta_info"] = {k: ref.meta_info[k] for k in meta_keys}
-        return out if data_cls is None else _build(data_cls, out)
+        return out if data_cls is None or data_cls is dict else _build(data_cls, out)
 
     @staticmethod
     def _selected_fields(ref, fields, batch_fields, non_tensor_fields) -> list[str]:
@@ -575,7 +623,7 @@ class _DataProtoMixin:
                 members.append(member)
                 plain[name] = member
             else:
-                members += [f"{member}.{p}" for p in desc["payloads"]]
+                members += list(desc["payload_members"].values())
         spec = spec.select_members(members)
         member_dests = {}
         kinds = {}
@@ -601,7 +649,7 @@ class _DataProtoMixin:
                 out[name] = value if sel is None else _plain_rows(value, *sel, kinds[name])
                 continue
             desc = ref.encoded_non_tensor[name]
-            payloads = {p: result.objects[f"{member}.{p}"] for p in desc["payloads"]}
+            payloads = {p: result.objects[m] for p, m in desc["payload_members"].items()}
             column = decode_column(desc, payloads, ref.batch_size)
             self.release_result(payloads)
             if sel is not None:
@@ -659,8 +707,8 @@ def _build(data_cls: Any, out: dict) -> Any:
         return data_cls(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
     except TypeError as e:
         raise TypeError(
-            f"{getattr(data_cls, '__name__', data_cls)!r} takes neither from_dict(batch, "
-            "non_tensor_batch, meta_info=) nor (batch=, non_tensor_batch=, meta_info=)"
+            f"{getattr(data_cls, '__name__', data_cls)!r} cannot be constructed from "
+            "batch, non_tensor_batch, and meta_info"
         ) from e
 
 
@@ -684,7 +732,7 @@ def _classify_dict(data: Any, schemas: Mapping[str, FieldSchema]) -> tuple[dict,
     sections: tuple[dict, dict, dict] = ({}, {}, {})
     for name, value in data.items():
         schema = schemas.get(name)
-        section = None if schema is None else schema.metadata.get("section")
+        section = None if schema is None else schema_section(name, schema)
         if section is None:
             if is_array(value) and len(value) == n:
                 section = "batch"

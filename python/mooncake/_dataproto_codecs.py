@@ -1,169 +1,355 @@
 """Codecs for the non-tensor fields of a DataProto (object ndarrays of rows).
 
-A codec turns a field's rows into named numeric payload arrays (each stored
-as one ndarray member ``non_tensor_batch.<field>.<payload>``) plus a JSON
-description kept in the DataProto ref (``encoded_non_tensor``), and back.
-Codec names are upstream's; the payload layouts are this package's:
+A codec turns a field's rows into named payloads, each stored as one member
+``non_tensor_batch.<field>.<payload>``, and JSON metadata; the DataProto ref
+keeps, per encoded field, ``{"codec", "rows", "metadata", "payload_members":
+{payload: member}}``. Codec names and payload layouts are upstream's:
 
 * ``ndarray``: numeric scalars; ``data`` (one element per row), ``nulls``.
-* ``typed_ragged``: numeric lists or ndarrays; ``data`` (all elements),
-  ``offsets`` (int64, rows+1, in elements), ``shapes`` (int64, all dims),
-  ``ndims`` (int64 per row), ``nulls``.
-* ``ragged_tensor``: torch tensors, as ``typed_ragged`` (bfloat16 rejected).
-* ``bytes_ragged``, ``utf8_ragged``, ``msgpack_ragged``, ``json_ragged``,
-  ``media_bytes`` (PIL images as PNG): one byte string per row; ``data``
-  (uint8), ``offsets`` (int64, rows+1), ``nulls``.
-* ``media_list_ragged``: lists of PIL images; ``data``, ``offsets`` (per
-  image), ``lengths`` (images per row), ``nulls``.
-* ``ragged_tensor_dict``: dicts of tensors; one ``ragged_tensor`` per key,
-  payloads ``<escaped key>.<payload>``.
+* ``typed_ragged``: numeric lists or ndarrays; ``data`` (every element, in
+  row order), ``offsets`` (int64, rows+1, in elements), ``shapes`` (int64,
+  rows x max(max_ndim, 1)), ``ndims`` (int16), ``nulls``; metadata
+  ``dtype``, ``max_ndim``, ``row_format`` (ndarray | list | mixed).
+* ``ragged_tensor``: torch tensors, as ``typed_ragged`` (metadata ``dtype``
+  is the torch dtype; bfloat16 is refused).
+* ``bytes_ragged``, ``utf8_ragged``, ``json_ragged``, ``msgpack_ragged``,
+  ``media_bytes`` (PIL images as PNG): one byte string per row; ``data``,
+  ``offsets`` (int64, rows+1, in bytes), ``nulls``.
+* ``media_list_ragged``: lists of images or byte strings; ``data``,
+  ``row_offsets`` (items), ``byte_offsets`` (bytes), ``nulls``.
+* ``ragged_tensor_dict``: dicts of tensors; ``null_mask`` and one
+  ``ragged_tensor`` per key (``<key>.<payload>``); keys may differ by row.
 * ``structured_recursive``: dict and list rows split into nodes and leaves
-  (`mooncake._dataproto_structure`); only when a `FieldSchema` asks for it.
+  (`mooncake._dataproto_structure`).
 
-``nulls`` (uint8, 1 = None) is present only when a row is None.
+``nulls`` is bool, True where the row is None. Without a schema (or with
+codec ``auto``) a column is encoded by inference: the structured codec when
+its rows nest and some leaf holds tensors, ndarrays, bytes or media; else the
+codec `_choose_leaf_codec` picks, then ``msgpack_ragged``, then
+``json_ragged``. A schema's codec that cannot encode the rows falls back to
+inference the same way.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import numbers
-from collections.abc import Callable
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mooncake import _msgpack
+from mooncake._dataproto_leaf import (  # noqa: F401  (re-exported)
+    _choose_leaf_codec,
+    _CodecDecision,
+    _escape_key,
+    _is_bytes_like,
+    _is_image,
+    _is_tensor,
+)
 from mooncake._dataproto_structure import decode_structured, encode_structured
 from mooncake._dataproto_types import MISSING, _is_null, _Missing  # noqa: F401  (re-exported)
+from mooncake._structured_types import _array_view, _DirectCopyPayload, _MultiBufferPayload
 
 SECTIONS = ("batch", "non_tensor_batch", "meta_info")
+TYPED_RAGGED_DEFAULT_DTYPE = "float64"
+RAGGED_TENSOR_DEFAULT_DTYPE = "torch.float32"
+CODECS = (
+    "auto",
+    "ndarray",
+    "typed_ragged",
+    "ragged_tensor",
+    "bytes_ragged",
+    "utf8_ragged",
+    "json_ragged",
+    "msgpack_ragged",
+    "media_bytes",
+    "media_list_ragged",
+    "ragged_tensor_dict",
+    "structured_recursive",
+)
+# What a codec that cannot take a column raises; inference is tried next.
+_FALLBACK_ERRORS = (TypeError, ValueError, AttributeError, OverflowError)
 
 
 @dataclass(frozen=True)
 class FieldSchema:
     """How one field is stored: its codec, whether rows may be None, and metadata
-    (``section``: batch|non_tensor_batch|meta_info; ``dtype``: a numeric numpy dtype)."""
+    (``section``: batch|non_tensor_batch|meta_info; ``dtype``: a numeric numpy dtype;
+    ``keys`` for ``ragged_tensor_dict``). The metadata is checked where the schema
+    is used (ValueError)."""
 
     codec: str
     nullable: bool = True
     metadata: dict = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        section = self.metadata.get("section")
-        if section is not None and section not in SECTIONS:
-            raise ValueError(f"FieldSchema section must be one of {SECTIONS}, not {section!r}")
-        dtype = self.metadata.get("dtype")
-        if dtype is not None:
-            try:
-                dt = np.dtype(dtype)
-            except TypeError as e:
-                raise ValueError(f"FieldSchema dtype {dtype!r} is not a numpy dtype") from e
-            if dt.kind not in "biuf":
-                raise ValueError(f"FieldSchema dtype {dtype!r} is not numeric or bool")
+
+def schema_section(name: str, schema: FieldSchema) -> str | None:
+    """The section a schema declares for field `name` (None: not declared)."""
+    section = schema.metadata.get("section")
+    if section is not None and section not in SECTIONS:
+        raise ValueError(
+            f"FieldSchema for {name!r} metadata['section'] must be one of {sorted(SECTIONS)}"
+        )
+    return section
 
 
-@dataclass(frozen=True)
-class _CodecDecision:
-    """What `_choose_leaf_codec` found: the codec (a fallback when not accepted) and why."""
-
-    accepted: bool
-    codec: str
-    reason: str
-    normalized_type: str | None = None
-    metadata: dict = field(default_factory=dict)
-
-
-def _is_tensor(v: Any) -> bool:
-    import sys
-
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(v, torch.Tensor)
-
-
-def _is_image(v: Any) -> bool:
-    import sys
-
-    image = sys.modules.get("PIL.Image")
-    return image is not None and isinstance(v, image.Image)
-
-
-def _is_scalar(v: Any) -> bool:
-    return isinstance(v, (bool, np.bool_, numbers.Integral, numbers.Real)) and not isinstance(
-        v, (str, bytes)
-    )
-
-
-def _numeric_list(v: Any) -> bool:
-    if isinstance(v, np.ndarray):
-        return v.dtype.kind in "biuf"
-    if isinstance(v, (list, tuple)):
-        return all(_is_scalar(x) or _numeric_list(x) for x in v)
-    return False
-
-
-def _choose_leaf_codec(values: Any) -> _CodecDecision:
-    """The codec for a column of row values (nulls ignored)."""
-    rows = [v for v in values if not _is_null(v)]
-    if not rows:
-        return _CodecDecision(False, "msgpack_ragged", "all values are null or empty")
-    if all(_is_tensor(v) for v in rows):
-        dtypes = {v.dtype for v in rows}
-        if len(dtypes) > 1:
-            return _CodecDecision(False, "ragged_tensor", "tensors of mixed dtypes")
-        return _CodecDecision(True, "ragged_tensor", "tensors", "tensor", {"dtype": str(*dtypes)})
-    if all(isinstance(v, (list, tuple)) and all(_is_image(x) for x in v) for v in rows) and any(
-        rows
-    ):
-        return _CodecDecision(True, "media_list_ragged", "lists of images", "list")
-    if all(isinstance(v, np.ndarray) for v in rows):
-        if all(v.dtype.kind in "biuf" for v in rows):
-            return _CodecDecision(True, "typed_ragged", "numeric ndarrays", "ndarray")
-        return _CodecDecision(False, "msgpack_ragged", "ndarrays that are not numeric")
-    if all(isinstance(v, (list, tuple)) for v in rows) and all(_numeric_list(v) for v in rows):
-        return _CodecDecision(True, "typed_ragged", "numeric lists", "list")
-    if all(_is_scalar(v) for v in rows):
-        return _CodecDecision(True, "ndarray", "numeric scalars", "scalar")
-    if all(isinstance(v, (bytes, bytearray, memoryview)) for v in rows):
-        return _CodecDecision(True, "bytes_ragged", "bytes", "bytes")
-    if all(_is_image(v) for v in rows):
-        return _CodecDecision(True, "media_bytes", "images", "image")
-    if all(isinstance(v, str) for v in rows):
-        return _CodecDecision(True, "utf8_ragged", "strings", "str")
-    if all(isinstance(v, (dict, list, tuple)) for v in rows):
-        return _CodecDecision(True, "msgpack_ragged", "dicts and lists", "object")
-    return _CodecDecision(False, "msgpack_ragged", "values of mixed or unsupported types")
-
-
-def _escape_key(key: str) -> str:
-    """A dict key made safe inside a dotted member name (escapes ``\\``, ``.``, ``[``)."""
-    return key.replace("\\", "\\\\").replace(".", "\\.").replace("[", "\\[")
-
-
-# -- codecs -------------------------------------------------------------------------
-
-
-def _nulls(values: list, nullable: bool, name: str) -> np.ndarray | None:
-    mask = np.array([_is_null(v) for v in values], dtype=np.uint8)
-    if not mask.any():
+def schema_dtype(name: str, schema: FieldSchema) -> np.dtype | None:
+    """The numeric numpy dtype a schema declares (None: not declared)."""
+    dtype = schema.metadata.get("dtype")
+    if dtype is None:
         return None
-    if not nullable:
-        raise ValueError(f"non-tensor field {name!r} is not nullable but has None rows")
-    return mask
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise ValueError(f"FieldSchema for {name!r}: {dtype!r} is not a numpy dtype") from e
+    if dt.kind not in "biuf":
+        raise ValueError(f"FieldSchema for {name!r}: dtype {dtype!r} is not numeric or bool")
+    return dt
 
 
-def _ragged_bytes(blobs: list[bytes | None]) -> dict[str, np.ndarray]:
-    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([0 if b is None else len(b) for b in blobs])
-    data = np.frombuffer(b"".join(b for b in blobs if b is not None), dtype=np.uint8)
-    return {"data": data, "offsets": offsets}
+@dataclass
+class _EncodedStructuredLeaf:
+    """An encoded column: its codec, row count, payloads and metadata."""
+
+    codec: str
+    rows: int
+    payload: dict
+    metadata: dict
 
 
-def _split_bytes(payloads: dict[str, np.ndarray]) -> list[bytes]:
-    data, offsets = payloads["data"], payloads["offsets"]
-    raw = data.tobytes()
-    return [raw[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+def _fast_concat() -> Any:
+    """The native array-concatenation copy, as `mooncake.structured_object_store`
+    exposes it (``_concat_arrays_into``; None there forces plain multi-buffer payloads)."""
+    sos = sys.modules.get("mooncake.structured_object_store")
+    if sos is not None:
+        return getattr(sos, "_concat_arrays_into", None)
+    from mooncake._fast_copy import concat_arrays_into
+
+    return concat_arrays_into
+
+
+def _nulls(values: list) -> np.ndarray:
+    return np.array([_is_null(v) for v in values], dtype=np.bool_)
+
+
+# -- numeric ----------------------------------------------------------------------
+
+
+def _encode_numeric_scalar_values(values: list, dtype: Any) -> tuple[dict, dict]:
+    dt = np.dtype(dtype)
+    fill = False if dt == np.bool_ else 0
+    data = np.asarray([fill if _is_null(v) else v for v in values], dtype=dt)
+    if data.ndim != 1:
+        raise TypeError("the ndarray codec takes one numeric scalar per row")
+    return {"data": data, "nulls": _nulls(values)}, {"dtype": str(data.dtype)}
+
+
+def _typed_meta(dtype: np.dtype, max_ndim: int, row_format: str, ndarray_rows=None) -> dict:
+    return {
+        "dtype": str(dtype),
+        "max_ndim": int(max_ndim),
+        "shape_policy": "ragged",
+        "row_format": row_format,
+        "ndarray_rows": ndarray_rows,
+    }
+
+
+def _encode_typed_ragged_regular_ndarray_rows(values: list, dtype: Any) -> tuple[dict, dict] | None:
+    """The typed_ragged payloads of two or more C-contiguous ndarray rows of one
+    shape and of `dtype`, as one contiguous array; None for any other rows."""
+    dt = np.dtype(dtype)
+    if len(values) < 2:
+        return None
+    first = values[0]
+    if not (isinstance(first, np.ndarray) and first.dtype == dt and first.flags.c_contiguous):
+        return None
+    for v in values[1:]:
+        if not (
+            isinstance(v, np.ndarray)
+            and v.dtype == dt
+            and v.flags.c_contiguous
+            and v.shape == first.shape
+        ):
+            return None
+    n, ndim = len(values), first.ndim
+    shapes = np.zeros((n, max(ndim, 1)), dtype=np.int64)
+    if ndim:
+        shapes[:] = first.shape
+    payload = {
+        "data": np.concatenate([v.reshape(-1) for v in values]),
+        "offsets": np.arange(n + 1, dtype=np.int64) * first.size,
+        "shapes": shapes,
+        "ndims": np.full(n, ndim, dtype=np.int16),
+        "nulls": np.zeros(n, dtype=np.bool_),
+    }
+    meta = _typed_meta(dt, ndim, "ndarray")
+    meta["physical_layout"] = "contiguous_flat"
+    return payload, meta
+
+
+def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[dict, dict]:
+    """The typed_ragged payloads and metadata of numeric rows (None rows allowed)."""
+    if dtype_hint is None:
+        present = [np.asarray(v) for v in values if not _is_null(v)]
+        dtype = np.result_type(*present) if present else np.dtype(TYPED_RAGGED_DEFAULT_DTYPE)
+    else:
+        dtype = np.dtype(dtype_hint)
+    if dtype.hasobject or dtype.kind not in "biufc":
+        raise ValueError("typed_ragged codec requires a numeric dtype")
+    regular = _encode_typed_ragged_regular_ndarray_rows(values, dtype)
+    if regular is not None:
+        return regular
+    arrays = [
+        np.zeros(0, dtype=dtype) if _is_null(v) else np.ascontiguousarray(v, dtype=dtype)
+        for v in values
+    ]
+    n = len(values)
+    max_ndim = max(
+        (a.ndim for a, v in zip(arrays, values, strict=True) if not _is_null(v)), default=0
+    )
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([a.size for a in arrays])
+    shapes = np.zeros((n, max(max_ndim, 1)), dtype=np.int64)
+    ndims = np.zeros(n, dtype=np.int16)
+    for i, (a, v) in enumerate(zip(arrays, values, strict=True)):
+        if not _is_null(v):
+            ndims[i] = a.ndim
+            shapes[i, : a.ndim] = a.shape
+    flat = [a.reshape(-1) for a in arrays if a.size]
+    total = int(offsets[-1])
+    concat = _fast_concat()
+    if not flat:
+        data: Any = np.zeros(0, dtype=dtype)
+    elif len(flat) > 1 and concat is not None:
+        data = _DirectCopyPayload.from_flat_arrays(flat, dtype, total)
+    else:
+        data = _MultiBufferPayload(
+            buffers=tuple(_array_view(a) for a in flat),
+            owners=tuple(flat),
+            dtype=dtype.str,
+            shape=(total,),
+        )
+    is_array = [isinstance(v, np.ndarray) for v in values if not _is_null(v)]
+    row_format = "ndarray" if all(is_array) else ("mixed" if any(is_array) else "list")
+    ndarray_rows = [isinstance(v, np.ndarray) for v in values] if row_format == "mixed" else None
+    payload = {
+        "data": data,
+        "offsets": offsets,
+        "shapes": shapes,
+        "ndims": ndims,
+        "nulls": _nulls(values),
+    }
+    return payload, _typed_meta(dtype, max_ndim, row_format, ndarray_rows)
+
+
+def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict) -> list:
+    dtype = np.dtype(metadata.get("dtype", TYPED_RAGGED_DEFAULT_DTYPE))
+    data = _as_array(payload["data"], dtype)
+    offsets, shapes, ndims, nulls = (payload[k] for k in ("offsets", "shapes", "ndims", "nulls"))
+    row_format = metadata.get("row_format", "ndarray")
+    as_array = metadata.get("ndarray_rows") or []
+    rows = []
+    for i in range(n):
+        if nulls[i]:
+            rows.append(None)
+            continue
+        shape = tuple(int(d) for d in shapes[i, : int(ndims[i])])
+        row = np.array(data[int(offsets[i]) : int(offsets[i + 1])]).reshape(shape)
+        keep = row_format == "ndarray" or (row_format == "mixed" and as_array[i])
+        rows.append(row if keep else row.tolist())
+    return rows
+
+
+def _as_array(raw: Any, dtype: np.dtype) -> np.ndarray:
+    if isinstance(raw, np.ndarray) and raw.dtype == dtype:
+        return raw
+    return np.frombuffer(memoryview(raw).cast("B"), dtype=dtype)
+
+
+def _torch_numpy_dtype(name: str) -> np.dtype:
+    import torch
+
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown torch dtype: {name}")
+    if dtype == torch.bfloat16:
+        raise ValueError("bfloat16 rows are not supported by ragged_tensor")
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def _encode_ragged_tensor_values(values: list) -> tuple[dict, dict]:
+    import torch
+
+    rows, dtype = [], None
+    for v in values:
+        if _is_null(v):
+            rows.append(None)
+            continue
+        if isinstance(v, np.ndarray):
+            if v.dtype.hasobject:
+                raise ValueError("ragged tensor codec requires numeric ndarray rows")
+            v = torch.as_tensor(np.array(v))
+        elif not _is_tensor(v):
+            raise TypeError("ragged_tensor codec takes tensors")
+        if dtype is None:
+            dtype = v.dtype
+        elif v.dtype != dtype:
+            raise ValueError(f"mixed tensor dtype: {dtype} vs {v.dtype}")
+        rows.append(v)
+    name = RAGGED_TENSOR_DEFAULT_DTYPE if dtype is None else str(dtype)
+    np_dtype = _torch_numpy_dtype(name)
+    arrays = [None if r is None else r.detach().cpu().contiguous().numpy() for r in rows]
+    payload, meta = _encode_typed_ragged_values(arrays, np_dtype)
+    meta["dtype"] = name
+    return payload, meta
+
+
+def _decode_ragged_tensor_values(payload: dict, n: int, metadata: dict) -> list:
+    import torch
+
+    name = metadata.get("dtype", RAGGED_TENSOR_DEFAULT_DTYPE)
+    arrays = _decode_typed_ragged_values(
+        payload, n, {**metadata, "dtype": str(_torch_numpy_dtype(name)), "row_format": "ndarray"}
+    )
+    return [None if a is None else torch.from_numpy(a) for a in arrays]
+
+
+def _encode_ragged_tensor_dict_values(values: list, keys: list | None = None) -> tuple[dict, dict]:
+    present = [v for v in values if not _is_null(v)]
+    if not all(isinstance(v, dict) for v in present):
+        raise TypeError("ragged_tensor_dict codec takes dicts of tensors")
+    if not keys:
+        keys = sorted({k for v in present for k in v})
+    payload: dict[str, Any] = {"null_mask": _nulls(values)}
+    key_codecs = {}
+    for k in keys:
+        column = [None if _is_null(v) else v.get(k) for v in values]
+        parts, meta = _encode_ragged_tensor_values(column)
+        payload.update({f"{_escape_key(k)}.{p}": a for p, a in parts.items()})
+        key_codecs[k] = meta
+    return payload, {"keys": list(keys), "key_codecs": key_codecs}
+
+
+def _decode_ragged_tensor_dict_values(payload: dict, n: int, metadata: dict) -> list:
+    columns = {}
+    for k in metadata.get("keys", []):
+        prefix = f"{_escape_key(k)}."
+        parts = {p[len(prefix) :]: a for p, a in payload.items() if p.startswith(prefix)}
+        columns[k] = _decode_ragged_tensor_values(parts, n, metadata["key_codecs"][k])
+    rows = []
+    for i in range(n):
+        if payload["null_mask"][i]:
+            rows.append(None)
+            continue
+        row = {k: c[i] for k, c in columns.items() if c[i] is not None}
+        rows.append(row or None)
+    return rows
+
+
+# -- byte strings -----------------------------------------------------------------
 
 
 def _png(image: Any) -> bytes:
@@ -180,171 +366,286 @@ def _from_png(raw: bytes) -> Any:
     return image
 
 
-_BYTE_CODECS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
-    "bytes_ragged": (bytes, bytes),
-    "utf8_ragged": (lambda v: v.encode("utf-8"), lambda b: b.decode("utf-8")),
-    "msgpack_ragged": (_msgpack.packb, _msgpack.unpackb),
-    "json_ragged": (
-        lambda v: json.dumps(v, separators=(",", ":")).encode("utf-8"),
-        lambda b: json.loads(b.decode("utf-8")),
-    ),
-    "media_bytes": (_png, _from_png),
-}
+def _media_bytes(v: Any) -> tuple[bytes | memoryview, str]:
+    """The stored bytes of one media item and their kind (png | bytes)."""
+    if _is_image(v):
+        return _png(v), "png"
+    if _is_bytes_like(v):
+        return memoryview(v).cast("B"), "bytes"
+    raise TypeError(f"media values are images or bytes, not {type(v).__name__}")
 
 
-def _encode_typed(values: list, dtype: Any, as_tensor: bool) -> dict[str, np.ndarray]:
-    arrays = []
+def _bytes_payload(blobs: list) -> Any:
+    parts = [memoryview(b).cast("B") for b in blobs if b is not None and len(b)]
+    return _MultiBufferPayload(buffers=tuple(parts), owners=tuple(parts))
+
+
+def _offsets(blobs: list) -> np.ndarray:
+    out = np.zeros(len(blobs) + 1, dtype=np.int64)
+    out[1:] = np.cumsum([0 if b is None else len(b) for b in blobs])
+    return out
+
+
+def _encode_bytes_like_values(blobs: list) -> tuple[dict, dict]:
+    """Rows already turned into bytes-like values (None rows allowed)."""
+    for b in blobs:
+        if b is not None and not _is_bytes_like(b):
+            raise TypeError(f"bytes codecs take bytes-like rows, not {type(b).__name__}")
+    return {"data": _bytes_payload(blobs), "offsets": _offsets(blobs), "nulls": _nulls(blobs)}, {}
+
+
+def _encode_msgpack_ragged_values(path: str, values: list) -> tuple[dict, dict]:
+    """One MessagePack document per row; ValueError for a value it cannot encode."""
+    blobs = []
+    try:
+        for v in values:
+            blobs.append(None if v is None else _msgpack.packb(v))
+    except TypeError as e:
+        raise ValueError(
+            f"unsupported structured non-tensor field {path}: msgpack codec cannot encode value"
+        ) from e
+    data = bytearray().join(b for b in blobs if b is not None)
+    return {"data": data, "offsets": _offsets(blobs), "nulls": _nulls(blobs)}, {}
+
+
+def _split_rows(payload: dict, n: int, offsets_key: str = "offsets") -> list:
+    raw = bytes(memoryview(payload["data"]).cast("B")) if len(payload["data"]) else b""
+    offsets = payload[offsets_key]
+    return [raw[int(offsets[i]) : int(offsets[i + 1])] for i in range(n)]
+
+
+def _encode_media_list_values(values: list) -> tuple[dict, dict]:
+    items, kinds, row_offsets = [], [], [0]
     for v in values:
-        if _is_null(v):
-            arrays.append(np.zeros(0, dtype=dtype or np.int64))
-        elif as_tensor:
-            arrays.append(v.detach().cpu().contiguous().numpy())
-        else:
-            arrays.append(np.asarray(v) if dtype is None else np.asarray(v, dtype=dtype))
-    if dtype is None:
-        present = [a for v, a in zip(values, arrays, strict=True) if not _is_null(v)]
-        dtype = np.result_type(*present) if present else np.int64
-    flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays]
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([a.size for a in flat])
-    return {
-        "data": np.concatenate(flat) if flat else np.zeros(0, dtype=dtype),
-        "offsets": offsets,
-        "shapes": np.array([d for a in arrays for d in a.shape], dtype=np.int64),
-        "ndims": np.array([a.ndim for a in arrays], dtype=np.int64),
+        row = [] if _is_null(v) else list(v)
+        for x in row:
+            blob, kind = _media_bytes(x)
+            items.append(blob)
+            kinds.append(kind)
+        row_offsets.append(row_offsets[-1] + len(row))
+    payload = {
+        "data": _bytes_payload(items),
+        "row_offsets": np.asarray(row_offsets, dtype=np.int64),
+        "byte_offsets": _offsets(items),
+        "nulls": _nulls(values),
     }
+    return payload, {"media_encodings": kinds}
 
 
-def _decode_typed(payloads: dict[str, np.ndarray]) -> list[np.ndarray]:
-    data, offsets = payloads["data"], payloads["offsets"]
-    shapes, ndims = payloads["shapes"], payloads["ndims"]
-    rows, pos = [], 0
-    for i in range(len(ndims)):
-        shape = tuple(int(d) for d in shapes[pos : pos + ndims[i]])
-        pos += int(ndims[i])
-        rows.append(np.array(data[offsets[i] : offsets[i + 1]]).reshape(shape))
-    return rows
+def _decode_media_list_values(payload: dict, n: int, metadata: dict) -> list:
+    kinds = metadata.get("media_encodings", [])
+    items = _split_rows(payload, len(kinds), "byte_offsets")
+    decoded = [_from_png(b) if k == "png" else b for b, k in zip(items, kinds, strict=True)]
+    ro = payload["row_offsets"]
+    return [None if payload["nulls"][i] else decoded[int(ro[i]) : int(ro[i + 1])] for i in range(n)]
 
 
-def encode_column(
-    name: str, values: list, schema: FieldSchema | None
-) -> tuple[dict, dict[str, np.ndarray]]:
-    """(description, payload arrays) of a non-tensor column; ValueError/TypeError if the
-    rows do not fit the codec."""
-    nullable = True if schema is None else schema.nullable
-    dtype = None if schema is None else schema.metadata.get("dtype")
-    if schema is not None:
-        codec, normalized = schema.codec, None
-    else:
-        decision = _choose_leaf_codec(values)
-        codec, normalized = decision.codec, decision.normalized_type
-    nulls = _nulls(values, nullable, name)
-    desc: dict[str, Any] = {"codec": codec}
+# -- dispatch -----------------------------------------------------------------------
+
+
+def _normalize_plain(v: Any) -> Any:
+    """numpy scalars and arrays as Python values (for msgpack and JSON)."""
+    if isinstance(v, np.ndarray):
+        return _normalize_plain(v.tolist())
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, dict):
+        return {k: _normalize_plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_normalize_plain(x) for x in v]
+    return v
+
+
+def _encode_codec(path: str, values: list, codec: str, metadata: dict) -> _EncodedStructuredLeaf:
+    """`values` (None where absent) in `codec`; TypeError/ValueError if they do not fit."""
+    dtype = metadata.get("dtype")
     if codec == "ndarray":
-        filled = [0 if _is_null(v) else v for v in values]
-        data = np.asarray(filled, dtype=dtype)
-        if data.dtype.kind not in "biuf" or data.ndim != 1:
-            raise TypeError(f"non-tensor field {name!r}: the ndarray codec takes numeric scalars")
-        payloads = {"data": data}
-    elif codec in ("typed_ragged", "ragged_tensor"):
-        as_tensor = codec == "ragged_tensor"
-        rows = [v for v in values if not _is_null(v)]
-        if as_tensor:
-            if not all(_is_tensor(v) for v in rows):
-                raise TypeError(f"non-tensor field {name!r}: ragged_tensor takes tensors")
-            if any(str(v.dtype) == "torch.bfloat16" for v in rows):
-                raise TypeError(f"non-tensor field {name!r}: bfloat16 rows are not supported")
-            desc["dtype"] = str(rows[0].dtype) if rows else "torch.int64"
-        elif not all(_numeric_list(v) for v in rows):
-            raise TypeError(f"non-tensor field {name!r}: typed_ragged takes numeric rows")
-        else:
-            desc["normalized_type"] = normalized or (
-                "ndarray" if rows and isinstance(rows[0], np.ndarray) else "list"
-            )
-        payloads = _encode_typed(values, dtype, as_tensor)
-    elif codec in _BYTE_CODECS:
-        enc = _BYTE_CODECS[codec][0]
-        try:
-            blobs = [None if _is_null(v) else enc(v) for v in values]
-        except (TypeError, AttributeError, ValueError) as e:
-            raise TypeError(f"non-tensor field {name!r} cannot be encoded as {codec}: {e}") from e
-        payloads = _ragged_bytes(blobs)
-    elif codec == "media_list_ragged":
-        images = [[] if _is_null(v) else list(v) for v in values]
-        if not all(_is_image(x) for row in images for x in row):
-            raise TypeError(f"non-tensor field {name!r}: media_list_ragged takes image lists")
-        payloads = _ragged_bytes([_png(x) for row in images for x in row])
-        payloads["lengths"] = np.array([len(row) for row in images], dtype=np.int64)
-    elif codec == "ragged_tensor_dict":
-        rows = [v for v in values if not _is_null(v)]
-        if not all(isinstance(v, dict) and all(_is_tensor(t) for t in v.values()) for v in rows):
-            raise TypeError(f"non-tensor field {name!r}: ragged_tensor_dict takes tensor dicts")
-        keys = list(dict.fromkeys(k for v in rows for k in v))
-        if any(set(v) != set(keys) for v in rows):
-            raise ValueError(f"non-tensor field {name!r}: rows must share the same keys")
-        desc["keys"], desc["columns"], payloads = keys, {}, {}
-        for k in keys:
-            column = [None if _is_null(v) else v[k] for v in values]
-            sub, parts = encode_column(f"{name}.{k}", column, FieldSchema("ragged_tensor"))
-            desc["columns"][k] = sub
-            payloads.update({f"{_escape_key(k)}.{p}": a for p, a in parts.items()})
-    elif codec == "structured_recursive":
-        extra, payloads = encode_structured(values, lambda n, v: encode_column(n, v, None))
-        desc.update(extra)
-        nulls = None  # None rows are the root node's row_mask
-    else:
-        raise ValueError(f"unknown non-tensor codec {codec!r} for field {name!r}")
-    if nulls is not None:
-        payloads["nulls"] = nulls
-    desc["payloads"] = list(payloads)
-    return desc, payloads
-
-
-def decode_column(desc: dict, payloads: dict[str, np.ndarray], n: int) -> list:
-    """The rows of a column from its description and payload arrays."""
-    codec = desc.get("codec")
-    if codec == "ndarray":
-        rows = payloads["data"].tolist()
+        if dtype is None:
+            rows = [v for v in values if not _is_null(v)]
+            dtype = np.result_type(*rows) if rows else np.float64
+        payload, meta = _encode_numeric_scalar_values(values, dtype)
     elif codec == "typed_ragged":
-        rows = _decode_typed(payloads)
-        if desc.get("normalized_type") == "list":
-            rows = [r.tolist() for r in rows]
+        payload, meta = _encode_typed_ragged_values(values, dtype)
     elif codec == "ragged_tensor":
-        import torch
-
-        rows = [torch.from_numpy(r) for r in _decode_typed(payloads)]
-    elif codec in _BYTE_CODECS:
-        dec = _BYTE_CODECS[codec][1]
-        nulls = payloads.get("nulls")
-        rows = [
-            None if nulls is not None and nulls[i] else dec(b)
-            for i, b in enumerate(_split_bytes(payloads))
-        ]
-    elif codec == "media_list_ragged":
-        images = [_from_png(b) for b in _split_bytes(payloads)]
-        rows, pos = [], 0
-        for length in payloads["lengths"].tolist():
-            rows.append(images[pos : pos + length])
-            pos += length
+        payload, meta = _encode_ragged_tensor_values(values)
     elif codec == "ragged_tensor_dict":
-        columns = {
-            k: decode_column(
-                sub,
-                {p: payloads[f"{_escape_key(k)}.{p}"] for p in sub["payloads"]},
-                n,
-            )
-            for k, sub in desc["columns"].items()
-        }
-        rows = [{k: columns[k][i] for k in desc["keys"]} for i in range(n)]
-    elif codec == "structured_recursive":
-        rows = decode_structured(desc, payloads, n, decode_column)
+        payload, meta = _encode_ragged_tensor_dict_values(values, metadata.get("keys"))
+    elif codec == "bytes_ragged":
+        payload, meta = _encode_bytes_like_values(values)
+    elif codec == "media_bytes":
+        blobs, kinds = [], []
+        for v in values:
+            blob, kind = (None, "null") if v is None else _media_bytes(v)
+            blobs.append(blob)
+            kinds.append(kind)
+        payload, meta = _encode_bytes_like_values(blobs)
+        meta = {"media_encodings": kinds}
+    elif codec == "media_list_ragged":
+        payload, meta = _encode_media_list_values(values)
+    elif codec == "utf8_ragged":
+        payload, meta = _encode_bytes_like_values(
+            [None if v is None else v.encode("utf-8") for v in values]
+        )
+    elif codec == "json_ragged":
+        payload, meta = _encode_bytes_like_values(
+            [
+                None
+                if v is None
+                else json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+                for v in values
+            ]
+        )
+    elif codec == "msgpack_ragged":
+        payload, meta = _encode_msgpack_ragged_values(path, values)
     else:
-        raise ValueError(f"unknown non-tensor codec {codec!r}")
+        raise ValueError(f"unknown non-tensor codec {codec!r} for field {path!r}")
+    return _EncodedStructuredLeaf(codec, len(values), payload, meta)
+
+
+_SPECIAL_LEAF_CODECS = ("ragged_tensor", "bytes_ragged", "media_bytes", "media_list_ragged")
+
+
+def _special_leaf(leaf: Any) -> bool:
+    d = leaf.decision
+    return d.codec in _SPECIAL_LEAF_CODECS or (
+        d.codec == "typed_ragged" and d.metadata.get("recursive_source") == "ndarray"
+    )
+
+
+def _leaf_values(leaf: Any) -> list:
+    return [None if isinstance(v, _Missing) else v for v in leaf.values]
+
+
+def _encode_recursive(path: str, values: list, forced: bool) -> _EncodedStructuredLeaf | None:
+    """The structured codec's encoding; None (when not `forced`) for rows that do not
+    nest or whose leaves are all plain values (msgpack keeps those whole)."""
+    from mooncake._dataproto_structure import _InferredLeaf, _InferredNode, infer_structure
+
+    if not forced:
+        leaves: list[_InferredLeaf] = []
+        nodes: list[_InferredNode] = []
+        infer_structure(path, list(values), leaves, nodes)
+        if not nodes or not any(_special_leaf(leaf) for leaf in leaves):
+            return None
+
+    def encode_leaf(leaf: Any) -> tuple:
+        vals = _leaf_values(leaf)
+        d = leaf.decision
+        if forced:
+            enc = _encode_inferred(leaf.path, vals, allow_recursive=False)
+        else:
+            codec = d.codec
+            if not d.accepted and all(v is None for v in vals):
+                codec = "json_ragged"
+            if codec in ("msgpack_ragged", "json_ragged"):
+                vals = [_normalize_plain(v) for v in vals]
+            enc = _encode_codec(leaf.path, vals, codec, dict(d.metadata))
+        return enc.codec, enc.rows, enc.metadata, enc.payload
+
+    metadata, payload = encode_structured(path, list(values), encode_leaf)
+    return _EncodedStructuredLeaf("structured_recursive", len(values), payload, metadata)
+
+
+def _encode_inferred(
+    path: str, values: list, allow_recursive: bool = True
+) -> _EncodedStructuredLeaf:
+    """Encode by inference: structured, the chosen codec, msgpack, JSON (first that fits)."""
+    errors = []
+    if allow_recursive:
+        try:
+            got = _encode_recursive(path, values, forced=False)
+            if got is not None:
+                return got
+        except _FALLBACK_ERRORS as e:
+            errors.append(f"structured_recursive: {e}")
+    decision = _choose_leaf_codec(values)
+    codecs = list(dict.fromkeys([decision.codec, "msgpack_ragged", "json_ragged"]))
+    for codec in codecs:
+        meta = dict(decision.metadata) if codec == decision.codec else {}
+        vals = values
+        if codec in ("msgpack_ragged", "json_ragged"):
+            vals = [_normalize_plain(v) for v in values]
+        try:
+            return _encode_codec(path, vals, codec, meta)
+        except _FALLBACK_ERRORS as e:
+            errors.append(f"{codec}: {e}")
+    raise ValueError(
+        f"unable to infer a safe codec for structured non-tensor field {path!r}; tried {errors}"
+    )
+
+
+def encode_column(path: str, values: list, schema: FieldSchema | None) -> _EncodedStructuredLeaf:
+    """A non-tensor column encoded by `schema` (None: by inference). A schema codec that
+    cannot take the rows falls back to inference; ValueError if that fails too."""
+    values = list(values)
+    if schema is None or schema.codec == "auto":
+        return _encode_inferred(path, values)
+    if schema.codec not in CODECS:
+        raise ValueError(f"unknown non-tensor codec {schema.codec!r} for field {path!r}")
+    if not schema.nullable and any(_is_null(v) for v in values):
+        raise ValueError(f"non-tensor field {path!r} is not nullable but has None rows")
+    meta = dict(schema.metadata)
+    dtype = schema_dtype(path, schema)
+    if dtype is not None:
+        meta["dtype"] = str(dtype)
+    try:
+        if schema.codec == "structured_recursive":
+            return _encode_recursive(path, values, forced=True)  # type: ignore[return-value]
+        return _encode_codec(path, values, schema.codec, meta)
+    except _FALLBACK_ERRORS:
+        try:
+            return _encode_inferred(path, values)
+        except _FALLBACK_ERRORS as e:
+            raise ValueError(
+                f"unable to encode structured non-tensor field {path!r} with schema codec "
+                f"{schema.codec!r} or automatic fallback"
+            ) from e
+
+
+def decode_leaf(codec: str, payload: dict, n: int, metadata: dict) -> list:
+    """The rows of one encoded column (not the structured codec)."""
+    if codec == "ndarray":
+        data, nulls = payload["data"], payload["nulls"]
+        return [None if nulls[i] else data[i].item() for i in range(n)]
+    if codec == "typed_ragged":
+        return _decode_typed_ragged_values(payload, n, metadata)
+    if codec == "ragged_tensor":
+        return _decode_ragged_tensor_values(payload, n, metadata)
+    if codec == "ragged_tensor_dict":
+        return _decode_ragged_tensor_dict_values(payload, n, metadata)
+    if codec == "media_list_ragged":
+        return _decode_media_list_values(payload, n, metadata)
+    if codec in ("bytes_ragged", "utf8_ragged", "json_ragged", "msgpack_ragged", "media_bytes"):
+        kinds = metadata.get("media_encodings") or []
+        decode = {
+            "bytes_ragged": bytes,
+            "utf8_ragged": lambda b: b.decode("utf-8"),
+            "json_ragged": lambda b: json.loads(b.decode("utf-8")),
+            "msgpack_ragged": _msgpack.unpackb,
+            "media_bytes": bytes,
+        }[codec]
+        rows = []
+        for i, blob in enumerate(_split_rows(payload, n)):
+            if payload["nulls"][i]:
+                rows.append(None)
+            elif codec == "media_bytes" and i < len(kinds) and kinds[i] == "png":
+                rows.append(_from_png(blob))
+            else:
+                rows.append(decode(blob))
+        return rows
+    raise ValueError(f"unknown non-tensor codec {codec!r}")
+
+
+def decode_column(desc: dict, payloads: dict, n: int) -> list:
+    """The rows of a column from its description and payloads (by payload name)."""
+    codec = desc.get("codec")
+    metadata = desc.get("metadata") or {}
+    if codec == "structured_recursive":
+        rows = decode_structured(metadata, payloads, n, decode_leaf)
+    else:
+        rows = decode_leaf(codec, payloads, n, metadata)
     if len(rows) != n:
         raise ValueError(f"{codec} column holds {len(rows)} rows, not {n}")
-    nulls = payloads.get("nulls")
-    if nulls is not None:
-        rows = [None if nulls[i] else r for i, r in enumerate(rows)]
     return rows
 
 

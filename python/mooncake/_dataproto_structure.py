@@ -1,140 +1,257 @@
 """The ``structured_recursive`` codec: dict and list rows stored column-wise.
 
-`infer_structure` walks a column's rows and returns a tree of *nodes* (dicts
-and short lists whose rows share one shape) and *leaves* (everything else,
-each stored with the codec `_choose_leaf_codec` picks for its values). Every
-node ``i`` has the payloads ``node.<i>.missing`` (1 where the row has no
-value here: an absent dict key, or a position past the end of a list),
-``node.<i>.row_mask`` (1 where the row holds a dict / list here, 0 where it
-holds None) and, for lists, ``node.<i>.lengths``; every leaf ``j`` its own
-``leaf.<j>.missing`` and the payloads of its codec as ``leaf.<j>.<payload>``.
-Limits, as upstream's: a row nests at most 32 levels (deeper is ValueError),
-a dict node has at most 64 keys and a list node at most 8 elements (a wider
-value is a leaf).
+`infer_structure(path, values, leaves, nodes)` walks a column's rows and
+appends to two accumulators: *nodes* (`_InferredNode`: dicts whose keys are
+strings, at most 64 of them, and lists of at most 8 items that are
+themselves containers or None) and *leaves* (`_InferredLeaf`: everything
+else, each with the codec `_choose_leaf_codec` picks for its values). Paths
+are the root path, ``.<escaped key>`` for a dict key and ``[i]`` for a list
+position. A dict key a row lacks is `MISSING` in the child column; a row
+that holds no container there is None. Rows nest at most 32 levels.
+
+`encode_structured` turns the tree into payload arrays and the JSON
+metadata a reader needs (upstream's shape): per node ``i``
+``node.<i>.missing`` (the row has no value at this path),
+``node.<i>.row_mask`` (the row holds a container here) and, for lists,
+``node.<i>.lengths``; per leaf ``j`` its codec's payloads as
+``leaf.<j>.<payload>`` plus ``leaf.<j>.missing``. `decode_structured`
+rebuilds the rows (tuples come back as lists, numeric list leaves as lists).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mooncake._dataproto_types import MISSING, _is_null
+from mooncake._dataproto_leaf import _choose_leaf_codec, _CodecDecision, _escape_key
+from mooncake._dataproto_types import MISSING, _is_null, _Missing
 
 MAX_DEPTH = 32
 MAX_DICT_KEYS = 64
 MAX_LIST_LENGTH = 8
 
 
-def infer_structure(values: Any, depth: int = 0) -> dict:
-    """The tree of a column's rows: ``{"kind": "dict", "keys": [...],
-    "children": {key: tree}}``, ``{"kind": "list", "length": n, "children":
-    [tree, ...]}`` or ``{"kind": "leaf"}``. `MISSING` marks absent values."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"structured_recursive: rows nest deeper than {MAX_DEPTH} levels")
-    present = [v for v in values if v is not MISSING and not _is_null(v)]
-    if present and all(isinstance(v, dict) for v in present):
-        keys = list(dict.fromkeys(k for v in present for k in v))
-        if len(keys) <= MAX_DICT_KEYS and all(isinstance(k, str) for k in keys):
-            return {
-                "kind": "dict",
-                "keys": keys,
-                "children": {k: infer_structure(_at(values, k), depth + 1) for k in keys},
-            }
-    if present and all(isinstance(v, (list, tuple)) for v in present):
-        length = max(len(v) for v in present)
-        if 0 < length <= MAX_LIST_LENGTH:
-            return {
-                "kind": "list",
-                "length": length,
-                "children": [infer_structure(_at(values, j), depth + 1) for j in range(length)],
-            }
-    return {"kind": "leaf"}
+@dataclass
+class _InferredLeaf:
+    """A column kept whole: its path, its values (MISSING where absent) and codec choice."""
+
+    path: str
+    values: list
+    decision: _CodecDecision
 
 
-def _at(values: list, step: str | int) -> list:
-    """The values one step down (a key or an index); MISSING where absent."""
-    out = []
-    for v in values:
-        if v is MISSING or _is_null(v):
-            out.append(MISSING)
-        elif isinstance(step, str):
-            out.append(v.get(step, MISSING))
+@dataclass
+class _InferredNode:
+    """A dict (children: sorted keys) or list (children: positions) at `path`."""
+
+    path: str
+    node_type: str
+    children: list
+    lengths: list | None = None
+    row_mask: list | None = None
+
+
+def _dict_keys(values: list) -> list[str] | None:
+    present = [v for v in values if not _is_null(v)]
+    if not present or not all(isinstance(v, dict) for v in present):
+        return None
+    keys = {k for v in present for k in v}
+    if len(keys) > MAX_DICT_KEYS or not all(isinstance(k, str) for k in keys):
+        return None
+    return sorted(keys)
+
+
+def _list_shape(values: list) -> tuple[int, list[int]] | None:
+    present = [v for v in values if not _is_null(v)]
+    if not present or not all(isinstance(v, (list, tuple)) for v in present):
+        return None
+    longest = max(len(v) for v in present)
+    if longest > MAX_LIST_LENGTH:
+        return None
+    if not all(x is None or isinstance(x, (dict, list, tuple)) for v in present for x in v):
+        return None
+    return longest, [len(v) if isinstance(v, (list, tuple)) else 0 for v in values]
+
+
+def infer_structure(path: str, values: list, leaves: list, nodes: list, *, _depth: int = 0) -> None:
+    """Append the nodes and leaves of the column `values` at `path` to the accumulators."""
+    if _depth > MAX_DEPTH:
+        raise ValueError(
+            f"infer_structure exceeded max depth {MAX_DEPTH} at {path!r}: "
+            f"rows nest deeper than {MAX_DEPTH} levels"
+        )
+    keys = _dict_keys(values)
+    if keys is not None:
+        nodes.append(
+            _InferredNode(path, "dict", keys, row_mask=[isinstance(v, dict) for v in values])
+        )
+        for k in keys:
+            column = [v.get(k, MISSING) if isinstance(v, dict) else None for v in values]
+            infer_structure(f"{path}.{_escape_key(k)}", column, leaves, nodes, _depth=_depth + 1)
+        return
+    shape = _list_shape(values)
+    if shape is not None:
+        longest, lengths = shape
+        is_list = [isinstance(v, (list, tuple)) for v in values]
+        nodes.append(_InferredNode(path, "list", list(range(longest)), lengths, is_list))
+        for i in range(longest):
+            column = [
+                (v[i] if i < len(v) else MISSING) if listed else None
+                for v, listed in zip(values, is_list, strict=True)
+            ]
+            infer_structure(f"{path}[{i}]", column, leaves, nodes, _depth=_depth + 1)
+        return
+    leaves.append(_InferredLeaf(path, list(values), _choose_leaf_codec(values)))
+
+
+def _tokens(suffix: str) -> list:
+    """The keys and positions of a path suffix (``.a\\.b[2]`` -> ['a.b', 2])."""
+    out: list = []
+    cur: list[str] = []
+    i = 0
+    while i < len(suffix):
+        c = suffix[i]
+        if c == "\\" and i + 1 < len(suffix):
+            cur.append(suffix[i + 1])
+            i += 2
+            continue
+        if c in ".[":
+            if cur:
+                out.append("".join(cur))
+                cur = []
+            if c == "[":
+                end = suffix.index("]", i)
+                out.append(int(suffix[i + 1 : end]))
+                i = end
         else:
-            out.append(v[step] if step < len(v) else MISSING)
+            cur.append(c)
+        i += 1
+    if cur:
+        out.append("".join(cur))
     return out
 
 
-def encode_structured(values: list, encode_leaf) -> tuple[dict, dict[str, np.ndarray]]:
-    """(description, payloads) of a column; `encode_leaf(name, values)` encodes
-    one leaf's values (None where absent) as a codec description and payloads."""
-    tree = infer_structure(values)
-    payloads: dict[str, np.ndarray] = {}
-    counts = {"node": 0, "leaf": 0}
+def _lookup(row: Any, suffix: str) -> Any:
+    """The value of `row` at a path below the root; MISSING where there is none."""
+    cur = row
+    for t in _tokens(suffix):
+        if isinstance(t, str):
+            if not isinstance(cur, dict) or t not in cur:
+                return MISSING
+        elif not isinstance(cur, (list, tuple)) or t >= len(cur):
+            return MISSING
+        cur = cur[t]
+    return cur
 
-    def walk(node: dict, vals: list) -> dict:
-        if node["kind"] == "leaf":
-            i = counts["leaf"]
-            counts["leaf"] += 1
-            leaf_vals = [None if v is MISSING else v for v in vals]
-            desc, parts = encode_leaf(f"leaf.{i}", leaf_vals)
-            payloads.update({f"leaf.{i}.{p}": a for p, a in parts.items()})
-            payloads[f"leaf.{i}.missing"] = np.array([v is MISSING for v in vals], dtype=np.uint8)
-            return {"kind": "leaf", "leaf": i, "codec": desc}
-        i = counts["node"]
-        counts["node"] += 1
-        payloads[f"node.{i}.missing"] = np.array([v is MISSING for v in vals], dtype=np.uint8)
-        payloads[f"node.{i}.row_mask"] = np.array(
-            [v is not MISSING and not _is_null(v) for v in vals], dtype=np.uint8
+
+def encode_structured(path: str, values: list, encode_leaf) -> tuple[dict, dict]:
+    """(metadata, payloads) of a column, or ValueError when nothing nests.
+
+    `encode_leaf(leaf)` encodes one `_InferredLeaf` (None where absent) and
+    returns ``(codec, rows, metadata, payloads)``.
+    """
+    leaves: list[_InferredLeaf] = []
+    nodes: list[_InferredNode] = []
+    infer_structure(path, list(values), leaves, nodes)
+    payloads: dict[str, Any] = {}
+    node_specs = []
+    for i, node in enumerate(nodes):
+        suffix = node.path[len(path) :]
+        spec = {
+            "id": i,
+            "path": node.path,
+            "node_type": node.node_type,
+            "children": list(node.children),
+            "missing_payload": f"node.{i}.missing",
+        }
+        payloads[spec["missing_payload"]] = np.array(
+            [_lookup(v, suffix) is MISSING for v in values], dtype=np.bool_
         )
-        out: dict[str, Any] = {"kind": node["kind"], "node": i}
-        if node["kind"] == "dict":
-            out["keys"] = node["keys"]
-            out["children"] = {k: walk(node["children"][k], _at(vals, k)) for k in node["keys"]}
-        else:
-            payloads[f"node.{i}.lengths"] = np.array(
-                [len(v) if v is not MISSING and not _is_null(v) else 0 for v in vals],
-                dtype=np.int64,
-            )
-            out["tuple"] = [
-                isinstance(v, tuple) for v in vals if v is not MISSING and not _is_null(v)
-            ][:1] == [True]
-            out["children"] = [walk(c, _at(vals, j)) for j, c in enumerate(node["children"])]
-        return out
+        if node.row_mask is not None:
+            spec["row_mask_payload"] = f"node.{i}.row_mask"
+            payloads[spec["row_mask_payload"]] = np.array(node.row_mask, dtype=np.bool_)
+        if node.lengths is not None:
+            spec["lengths_payload"] = f"node.{i}.lengths"
+            payloads[spec["lengths_payload"]] = np.array(node.lengths, dtype=np.int64)
+        node_specs.append(spec)
+    leaf_specs = []
+    for j, leaf in enumerate(leaves):
+        codec, rows, meta, parts = encode_leaf(leaf)
+        members = {}
+        for name, value in parts.items():
+            members[name] = f"leaf.{j}.{name}"
+            payloads[members[name]] = value
+        members["missing"] = f"leaf.{j}.missing"
+        payloads[members["missing"]] = np.array(
+            [isinstance(v, _Missing) for v in leaf.values], dtype=np.bool_
+        )
+        leaf_specs.append(
+            {
+                "id": j,
+                "path": leaf.path,
+                "codec": codec,
+                "rows": rows,
+                "metadata": meta,
+                "payload_members": members,
+            }
+        )
+    metadata = {
+        "schema_source": "inferred_from_runtime_values",
+        "structure_version": 1,
+        "root_path": path,
+        "nodes": node_specs,
+        "leaves": leaf_specs,
+    }
+    return metadata, payloads
 
-    structure = walk(tree, list(values))
-    return {"structure": structure}, payloads
+
+def _depth_of(path: str) -> int:
+    return path.count(".") + path.count("[")
 
 
-def decode_structured(
-    desc: dict, payloads: dict[str, np.ndarray], n: int, decode_leaf
-) -> list:
-    """The rows of a column; `decode_leaf(codec_desc, leaf_payloads, n)`
-    decodes one leaf's rows."""
+def _child_path(node: dict, child: Any) -> str:
+    if node["node_type"] == "dict":
+        return f"{node['path']}.{_escape_key(str(child))}"
+    return f"{node['path']}[{int(child)}]"
 
-    def rows_of(node: dict) -> list:
-        if node["kind"] == "leaf":
-            prefix = f"leaf.{node['leaf']}."
-            parts = {k[len(prefix) :]: a for k, a in payloads.items() if k.startswith(prefix)}
-            missing = parts.pop("missing")
-            rows = decode_leaf(node["codec"], parts, n)
-            return [MISSING if missing[r] else rows[r] for r in range(n)]
-        i = node["node"]
-        missing = payloads[f"node.{i}.missing"]
-        row_mask = payloads[f"node.{i}.row_mask"]
-        if node["kind"] == "dict":
-            columns = {k: rows_of(c) for k, c in node["children"].items()}
-            built = [
-                {k: columns[k][r] for k in node["keys"] if columns[k][r] is not MISSING}
-                for r in range(n)
-            ]
-        else:
-            lengths = payloads[f"node.{i}.lengths"]
-            columns = [rows_of(c) for c in node["children"]]
-            make = tuple if node.get("tuple") else list
-            built = [make(columns[j][r] for j in range(int(lengths[r]))) for r in range(n)]
-        return [
-            MISSING if missing[r] else (built[r] if row_mask[r] else None) for r in range(n)
-        ]
 
-    return rows_of(desc["structure"])
+def decode_structured(metadata: dict, payloads: dict, n: int, decode_leaf) -> list:
+    """The rows of a column; `decode_leaf(codec, payloads, n, metadata)` decodes one leaf."""
+    columns: dict[str, list] = {}
+    for leaf in metadata.get("leaves", []):
+        members = leaf["payload_members"]
+        parts = {name: payloads[m] for name, m in members.items() if name != "missing"}
+        rows = decode_leaf(leaf["codec"], parts, n, leaf.get("metadata") or {})
+        if leaf["codec"] == "typed_ragged":
+            rows = [r.tolist() if isinstance(r, np.ndarray) else r for r in rows]
+        missing = payloads[members["missing"]]
+        columns[leaf["path"]] = [MISSING if missing[r] else rows[r] for r in range(n)]
+    for node in sorted(metadata.get("nodes", []), key=lambda s: _depth_of(s["path"]), reverse=True):
+        missing = payloads[node["missing_payload"]] if "missing_payload" in node else None
+        mask = payloads[node["row_mask_payload"]] if "row_mask_payload" in node else None
+        lengths = payloads[node["lengths_payload"]] if "lengths_payload" in node else None
+        out = []
+        for r in range(n):
+            if missing is not None and missing[r]:
+                out.append(MISSING)
+            elif mask is not None and not mask[r]:
+                out.append(None)
+            elif node["node_type"] == "dict":
+                item = {}
+                for child in node["children"]:
+                    v = columns[_child_path(node, child)][r]
+                    if v is not MISSING:
+                        item[child] = v
+                out.append(item)
+            else:
+                length = int(lengths[r]) if lengths is not None else len(node["children"])
+                row: list = [None] * length
+                for child in node["children"]:
+                    v = columns[_child_path(node, child)][r]
+                    if int(child) < length and v is not MISSING:
+                        row[int(child)] = v
+                out.append(row)
+        columns[node["path"]] = out
+    return columns[metadata["root_path"]]

@@ -66,6 +66,9 @@ from mooncake._structured_types import (  # the value types; names re-exported h
     tensor_object_buffer,
 )
 
+_COPY = BundleTransferPolicy(copy_mode="copy")
+WRAPPED_OBJECT_KEY = "__mooncake_wrapped_object__"
+
 
 class _PoolArray(np.ndarray):
     """An ndarray over a BufferPool lease; `_mooncake_pool_owner` is the lease."""
@@ -91,10 +94,31 @@ from mooncake._dataproto_codecs import (  # noqa: E402
     FieldSchema,
     _choose_leaf_codec,
     _CodecDecision,
+    _encode_msgpack_ragged_values,
+    _encode_typed_ragged_regular_ndarray_rows,
+    _encode_typed_ragged_values,
     _escape_key,
     _Missing,
 )
-from mooncake._dataproto_structure import infer_structure  # noqa: E402
+from mooncake._dataproto_structure import _InferredLeaf, _InferredNode, infer_structure  # noqa: E402
+from mooncake._structured_parts import _BundleManifestStore, _PayloadTransport  # noqa: E402
+
+try:  # the native copy of whole arrays into one lease; None: concatenate, then put
+    from mooncake._fast_copy import concat_arrays_into as _concat_arrays_into
+except ImportError:  # pragma: no cover - the module is pure Python here
+    _concat_arrays_into = None
+
+
+def _has_tensor_codec_helpers() -> bool:
+    """Whether mooncake.store has the tensor header codec (else tensors go by torch.save)."""
+    try:
+        from mooncake import store
+    except ImportError:
+        return False
+    return callable(getattr(store, "_serialize_tensor", None)) and callable(
+        getattr(store, "_deserialize_tensor", None)
+    )
+
 
 __all__ = [
     "AUTO_PARALLEL_MIN_BYTES",
@@ -117,9 +141,16 @@ __all__ = [
     "StructuredObjectReadSpec",
     "StructuredObjectResult",
     "_CodecDecision",
+    "_InferredLeaf",
+    "_InferredNode",
     "_Missing",
     "_choose_leaf_codec",
+    "_concat_arrays_into",
+    "_encode_msgpack_ragged_values",
+    "_encode_typed_ragged_regular_ndarray_rows",
+    "_encode_typed_ragged_values",
     "_escape_key",
+    "_has_tensor_codec_helpers",
     "infer_structure",
     "export_dataproto_ref",
     "export_ref",
@@ -152,6 +183,8 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         self._pool = buffer_pool
         self._pool_checked = buffer_pool is not None
         self._fn = {name: getattr(store, name, None) for name in _STORE_METHODS}
+        self._transport = _PayloadTransport(self)
+        self._bundle_store = _BundleManifestStore(self)
 
     # -- pool ------------------------------------------------------------------
 
@@ -234,13 +267,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             spec = {"encoding": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
             return "bytes", [_array_view(arr)], spec
         if isinstance(value, _TensorObjectBufferPayload):
-            from mooncake._tensor import HEADER_SIZE, parse_header
-
-            if (
-                value.size < HEADER_SIZE
-                or parse_header(ctypes.string_at(value.ptr, HEADER_SIZE), value.size) is None
-            ):
-                raise ValueError(f"{name}: tensor object buffer does not hold a tensor object")
+            # Written as given: the caller vouches for the [header][data] layout.
             return "tensor_buffer", value, {"encoding": "torch_tensor"}
         if isinstance(value, _MultiBufferPayload):
             views = [_bytes_view(b, name) for b in value.buffers]
@@ -301,12 +328,12 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             raise ValueError("chunk_bytes must be positive")
         policy = policy or BundleTransferPolicy()
         if policy.copy_mode not in ("auto", "zero_copy", "copy"):
-            raise ValueError(f"unknown copy_mode {policy.copy_mode!r}")
+            raise ValueError(f"unsupported copy_mode: {policy.copy_mode!r}")
         if policy.put_mode not in ("auto", "batch", "parallel"):
-            raise ValueError(f"unknown put_mode {policy.put_mode!r}")
+            raise ValueError(f"unsupported put_mode: {policy.put_mode!r}")
         inflight = policy.max_inflight_put if max_inflight is None else max_inflight
         if inflight < 1:
-            raise ValueError("max_inflight_put must be at least 1")
+            raise ValueError("max_inflight_put must be positive")
         policy = replace(policy, max_inflight_put=inflight)
         object_id, base = self._new_object(partition)
         written: list[str] = []
@@ -354,27 +381,35 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         self._check("put", manifest_key, rc)
         return RemoteBundleRef(manifest_key, manifest)
 
-    def put_bundle_manifest(
+    def _put_bundle_manifest(
         self,
         meta: Any,
         buffers: Mapping[str, dict],
         *,
-        buffer_object_ids: Sequence[str],
-        cleanup_keys: Sequence[str] = (),
-        partition: str = "default",
-        config: Any = None,
+        partition: str,
+        chunk_bytes: int | None,
+        config: Any,
+        cleanup_keys: Sequence[str] | None,
+        buffer_object_ids: Sequence[str] | None,
     ) -> RemoteBundleRef:
-        """A new object whose manifest names payloads already stored by the objects
-        `buffer_object_ids` (a merged manifest); `remove_bundle` of it also removes
-        `cleanup_keys`. Only the new meta and manifest are written."""
+        """See `_BundleManifestStore.put_bundle_manifest`."""
         if not _valid_name(partition):
             raise ValueError(f"invalid bundle partition: {partition!r}")
+        chunk = self.default_chunk_bytes if chunk_bytes is None else chunk_bytes
+        if chunk <= 0:
+            raise ValueError("chunk_bytes must be positive")
+        if buffer_object_ids is None:
+            prefix = f"{self.key_prefix}/"
+            buffer_object_ids = sorted(
+                {
+                    spec["key"].removeprefix(prefix).split("/buffer/", 1)[0]
+                    for spec in buffers.values()
+                }
+            )
         object_id, base = self._new_object(partition)
         written: list[str] = []
         try:
-            meta_spec = self._put_meta(
-                base, _bytes_view(meta, "meta"), self.default_chunk_bytes, config, written
-            )
+            meta_spec = self._put_meta(base, _bytes_view(meta, "meta"), chunk, config, written)
             manifest = {
                 "version": 1,
                 "layout": "bundle",
@@ -382,13 +417,24 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 "meta": meta_spec,
                 "buffers": dict(buffers),
                 "buffer_object_ids": list(dict.fromkeys(buffer_object_ids)),
-                "cleanup_keys": list(dict.fromkeys(cleanup_keys)),
             }
+            if cleanup_keys:
+                manifest["cleanup_keys"] = list(dict.fromkeys(cleanup_keys))
             self._validate(manifest)
             return self._put_manifest(base, manifest, config, written)
         except BaseException:
             self._cleanup(written, strict=False)
             raise
+
+    def _manifest_key(self, ref: Any) -> str:
+        """The manifest key of `ref`, which must be its manifest object's own."""
+        key, manifest = self._resolve(ref)
+        self._check_manifest_key(key, manifest)
+        return key
+
+    def _check_manifest_key(self, key: str, manifest: dict) -> None:
+        if key != f"{self.key_prefix}/{manifest['object_id']}/manifest":
+            raise ValueError(f"bundle manifest_key does not match manifest object_id: {key!r}")
 
     def _call(self, name: str, config: Any, n: int, *args: Any) -> Any:
         fn = self._fn[name]
@@ -439,17 +485,15 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 value = group[0] if len(group) == 1 else memoryview(b"".join(group))
                 self._check("put", k, self._call("put", config, 1, k, value))
                 return
-            with pool.acquire(size) as lease:
-                lease.copy_from_buffers(group)
+            lease = pool.acquire(size)
+            try:
+                _copy_into_lease(lease, group)
                 rc = self._call("batch_put_from", config, 1, [k], [lease.ptr], [size])
+            finally:
+                lease.release()
             self._check("batch_put_from", k, rc)
 
-        n = spec["bytes"]
-        parallel = policy.put_mode == "parallel" or (
-            policy.put_mode == "auto"
-            and len(groups) >= AUTO_PARALLEL_MIN_CHUNKS
-            and n >= AUTO_PARALLEL_MIN_BYTES
-        )
+        parallel = self._transport._resolve_buffer_group_put_mode(groups, policy) == "parallel"
         self._run_puts(list(zip(keys, groups, strict=True)), put_one, parallel, policy, written)
         return spec
 
@@ -457,11 +501,16 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         """Write ndarrays grouped whole into chunks of at most `chunk` bytes, each copied
         into a pool lease by `concat_arrays_into` and written with `batch_put_from`."""
         pool = self._write_pool(policy)
-        if len(arrays) == 1 or pool is None or any(a.nbytes > chunk for a in arrays):
+        concat_arrays_into = _concat_arrays_into
+        if (
+            len(arrays) == 1
+            or pool is None
+            or concat_arrays_into is None
+            or any(a.nbytes > chunk for a in arrays)
+        ):
             return self._put_payload(
                 key, [_array_view(a) for a in arrays], chunk, policy, config, written
             )
-        from mooncake._fast_copy import concat_arrays_into
 
         batches: list[tuple[int, int, int]] = []  # (start, count, bytes)
         for i, a in enumerate(arrays):
@@ -476,11 +525,14 @@ class MooncakeBundleTransfer(_DataProtoMixin):
 
         def put_one(k: str, batch: tuple[int, int, int]) -> None:
             start, count, size = batch
-            with pool.acquire(size) as lease:
+            lease = pool.acquire(size)
+            try:
                 wrote = concat_arrays_into(arrays, lease.ptr, size, start, count)
                 if wrote != size:
                     raise RuntimeError(f"native fast-copy wrote {wrote} bytes, expected {size}")
                 rc = self._call("batch_put_from", config, 1, [k], [lease.ptr], [size])
+            finally:
+                lease.release()
             self._check("batch_put_from", k, rc)
 
         parallel = (
@@ -527,45 +579,68 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         return self._payload_spec(key, [key], [buf.size])
 
     def _put_tensor(self, key: str, tensor: Any, copy_mode: str, config, written) -> dict:
-        from mooncake.store import _serialize_tensor, _tensor_metadata_size
+        """A tensor member: the store's tensor call, else staged in a pool lease we
+        already hold, else as bytes (header and data, or torch.save without the codec
+        helpers and for 0-dim tensors)."""
+        from mooncake._tensor import HEADER_SIZE
 
         if copy_mode == "zero_copy":
             raise ValueError(
                 "zero-copy structured tensor fields require a BufferPool tensor-object buffer"
             )
-        header, ptr, nbytes, owner = _serialize_tensor(tensor)
-        size = _tensor_metadata_size() + nbytes
+        size = HEADER_SIZE + tensor.numel() * tensor.element_size()
+        tensor_spec = {
+            "key": key,
+            "bytes": size,
+            "chunks": [{"key": key, "bytes": size}],
+            "kind": "tensor",
+            "dtype": str(tensor.dtype),
+            "shape": list(tensor.shape),
+            "metadata_bytes": HEADER_SIZE,
+        }
         if copy_mode != "copy":
             name = "put_tensor" if config is None else "pub_tensor"
             if self._fn[name] is not None:
-                args = (key, tensor)
-                rc = (
-                    self._fn[name](*args)
-                    if config is None
-                    else self._fn[name](*args, config=_config_for_grouped_keys(config, 1))
-                )
                 written.append(key)
-                self._check(name, key, rc)
-                return {
-                    "key": key,
-                    "bytes": size,
-                    "chunks": [{"key": key, "bytes": size}],
-                    "kind": "tensor",
-                    "dtype": str(tensor.dtype),
-                    "shape": list(tensor.shape),
-                    "metadata_bytes": _tensor_metadata_size(),
-                }
+                self._check(name, key, self._call(name, config, 1, key, tensor))
+                return tensor_spec
+            if self._pool is not None and _has_tensor_codec_helpers():
+                written.append(key)
+                self._put_tensor_from_pool(key, tensor, size, config)
+                return tensor_spec
+        if not _has_tensor_codec_helpers() or tensor.dim() == 0:
+            import io
 
-        raw = header + (ctypes.string_at(ptr, nbytes) if nbytes else b"")
-        spec = self._put_payload(
-            key,
-            [memoryview(raw)],
-            max(size, 1),
-            BundleTransferPolicy(copy_mode="copy"),
-            config,
-            written,
-        )
-        return {**spec, "metadata_bytes": _tensor_metadata_size()}
+            import torch
+
+            buf = io.BytesIO()
+            torch.save(tensor.detach().cpu(), buf)
+            raw = buf.getvalue()
+            spec = self._put_payload(key, [memoryview(raw)], len(raw) or 1, _COPY, config, written)
+            return {**spec, "format": "torch_save"}
+        from mooncake.store import _serialize_tensor
+
+        header, ptr, nbytes, owner = _serialize_tensor(tensor)
+        raw = bytes(header) + (ctypes.string_at(ptr, nbytes) if nbytes else b"")
+        del owner
+        spec = self._put_payload(key, [memoryview(raw)], len(raw), _COPY, config, written)
+        return {**spec, "metadata_bytes": len(header)}
+
+    def _put_tensor_from_pool(self, key: str, tensor: Any, size: int, config) -> None:
+        """Copy the tensor object into a pool lease and write it with one zero-copy call."""
+        from mooncake.store import _serialize_tensor
+
+        header, ptr, nbytes, owner = _serialize_tensor(tensor)
+        lease = self._pool.acquire(size)
+        try:
+            ctypes.memmove(lease.ptr, bytes(header), len(header))
+            if nbytes:
+                ctypes.memmove(lease.ptr + len(header), ptr, nbytes)
+            del owner
+            buf = _TensorObjectBufferPayload(lease.ptr, size, lease)
+            self._put_tensor_buffer(key, buf, config, [])
+        finally:
+            lease.release()
 
     # -- manifests -------------------------------------------------------------
 
@@ -576,7 +651,9 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             key, manifest = ref["manifest_key"], ref.get("manifest")
         else:
             raise ValueError("bundle ref must include manifest_key")
-        if manifest is None:
+        if not isinstance(key, str):
+            raise ValueError("bundle ref must include manifest_key")
+        if not manifest:  # None, or {} as in refs imported from a DataProto handle
             raw = self._fn["get"](key) if self._fn["get"] else None
             if not raw:
                 raise RuntimeError(f"get failed for {key}: manifest not found")
@@ -601,11 +678,18 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 raise ValueError(f"bundle manifest buffer {name!r} is not an object")
             self._validate_payload(name, spec, allowed)
         bases = [f"{self.key_prefix}/{a}" for a in allowed]
-        for k in m.get("cleanup_keys", []):
-            if not isinstance(k, str) or not any(
-                k == f"{b}/manifest" or k.startswith(f"{b}/") for b in bases
+        cleanup = m.get("cleanup_keys", [])
+        if not isinstance(cleanup, list):
+            raise ValueError("bundle manifest cleanup_keys must be a list")
+        sibling = f"{self.key_prefix}/{oid.split('/', 1)[0]}/"
+        for k in cleanup:
+            if not isinstance(k, str) or not (
+                any(k == f"{b}/manifest" or k.startswith(f"{b}/") for b in bases)
+                or _sibling_meta_key(k, sibling)
             ):
-                raise ValueError(f"bundle manifest cleanup key {k!r} is outside its namespace")
+                raise ValueError(
+                    f"bundle manifest cleanup_keys are outside the bundle namespace: {k!r}"
+                )
 
     def _validate_payload(self, name: str, spec: dict, allowed: list[str]) -> None:
         key, n, chunks = spec.get("key"), spec.get("bytes"), spec.get("chunks")
@@ -672,6 +756,34 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             else:
                 raise ValueError(f"unsupported structured field encoding: {enc!r}")
         return StructuredObjectResult(metadata, objects)
+
+    def put_object(
+        self,
+        obj: Any,
+        partition: str = "default",
+        chunk_bytes: int | None = None,
+        policy: BundleTransferPolicy | None = None,
+        max_inflight_put: int | None = None,
+        config: Any = None,
+    ) -> RemoteBundleRef:
+        """Store `obj`: a mapping as one member per item, any other value (ndarray,
+        tensor, bytes) as the single member ``value`` of a wrapped object."""
+        if isinstance(obj, Mapping):
+            payload = StructuredObjectPayload(metadata={}, buffers=dict(obj))
+        else:
+            payload = StructuredObjectPayload(
+                metadata={WRAPPED_OBJECT_KEY: True}, buffers={"value": obj}
+            )
+        return self.put_structured_object(
+            payload, partition, chunk_bytes, policy, max_inflight_put, config
+        )
+
+    def get_object(self, ref: Any) -> Any:
+        """What `put_object` stored: a dict of the members, or the wrapped value."""
+        result = self.materialize(self.read_spec(ref))
+        if result.metadata.get(WRAPPED_OBJECT_KEY) is True:
+            return result.objects["value"]
+        return dict(result.objects)
 
     def _read_payload(self, payload: dict) -> bytearray:
         out = bytearray(payload["bytes"])
@@ -817,10 +929,14 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 f"destination for {name!r} must be a numpy ndarray or a raw_destination"
             )
         if dest.dtype != dt:
-            raise ValueError(f"destination for {name!r}: dtype mismatch ({dest.dtype} != {dt})")
+            raise ValueError(
+                f"structured ndarray field {name} destination dtype mismatch: "
+                f"expected {dt.str}, got {dest.dtype.str}"
+            )
         if list(dest.shape) != shape:
             raise ValueError(
-                f"destination for {name!r}: shape mismatch ({list(dest.shape)} != {shape})"
+                f"structured ndarray field {name} destination shape mismatch: "
+                f"expected {tuple(shape)}, got {tuple(dest.shape)}"
             )
         if not dest.flags.c_contiguous:
             raise ValueError(f"destination for {name!r} must be C-contiguous")
@@ -859,11 +975,9 @@ class MooncakeBundleTransfer(_DataProtoMixin):
 
     def _read_tensor(self, name: str, payload: dict, fspec: dict, sl, dest) -> Any:
         if fspec.get("nested"):
-            if sl is not None or dest is not None:
-                raise ValueError(
-                    f"nested tensor member {name!r} does not support slicing or destinations"
-                )
-            return self._read_nested(name, payload, fspec)
+            if dest is not None:
+                raise ValueError(f"nested tensor member {name!r} does not support destinations")
+            return self._read_nested(name, payload, fspec, sl)
         if payload.get("format") == "torch_save":
             if sl is not None or dest is not None:
                 raise ValueError(
@@ -941,7 +1055,8 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             raise ValueError(f"tensor member {name!r} is not a valid tensor object")
         return t
 
-    def _read_nested(self, name: str, payload: dict, fspec: dict) -> Any:
+    def _read_nested(self, name: str, payload: dict, fspec: dict, sl) -> Any:
+        """A jagged nested tensor member; with `sl`, the rows it selects (axis 0)."""
         import torch
 
         raw = bytes(self._read_payload(payload))
@@ -954,9 +1069,20 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             off += z
         values, offsets = parts[0], parts[1]
         lengths = parts[2] if fspec.get("has_lengths") else None
-        return torch.nested.nested_tensor_from_jagged(
+        nested = torch.nested.nested_tensor_from_jagged(
             values, offsets, lengths, jagged_dim=int(fspec.get("ragged_idx", 1))
         )
+        if sl is None:
+            return nested
+        if sl.axis != 0:
+            raise ValueError(f"nested tensor member {name!r}: slicing supports axis=0 only")
+        if sl.step <= 0:
+            raise ValueError(f"nested tensor member {name!r}: slice step must be positive")
+        rows = nested.unbind()
+        picked = [rows[i] for i in range(*slice(sl.start, sl.end, sl.step).indices(len(rows)))]
+        if not picked:
+            raise ValueError(f"nested tensor member {name!r}: the slice selects no rows")
+        return torch.nested.as_nested_tensor(picked, layout=torch.jagged)
 
     @staticmethod
     def release_result(obj: Any) -> None:
@@ -992,9 +1118,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
     def remove_bundle(self, ref: Any) -> None:
         """Remove every key of the object behind `ref` (RuntimeError if some stay)."""
         key, manifest = self._resolve(ref)
-        expected = f"{self.key_prefix}/{manifest['object_id']}/manifest"
-        if key != expected:
-            raise ValueError(f"bundle manifest_key does not match its object id: {key!r}")
+        self._check_manifest_key(key, manifest)
         keys = [c["key"] for c in manifest["meta"]["chunks"]]
         for spec in manifest["buffers"].values():
             keys.extend(c["key"] for c in spec["chunks"])
@@ -1010,9 +1134,14 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         br = self._fn["batch_remove"]
         if br is not None:
             try:
-                res = br(keys, True)
-            except TypeError:
-                res = br(keys)
+                try:
+                    res = br(keys, True)
+                except TypeError:
+                    res = br(keys)
+            except Exception:  # noqa: BLE001  (best effort unless strict: retry one by one)
+                if strict:
+                    raise
+                res = [-1] * len(keys)
             if len(res) != len(keys):
                 if strict:
                     raise RuntimeError(
@@ -1030,10 +1159,46 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 r = self._fn["remove"](k, True) if self._fn["remove"] else -1
             except KeyError:
                 continue
+            except Exception as e:  # noqa: BLE001  (best effort unless strict)
+                if strict:
+                    raise
+                failed.append((k, e))
+                continue
             if r not in (None, 0, MISSING_OBJECT_ERROR):
                 failed.append((k, r))
         if failed and strict:
             raise RuntimeError(f"failed to remove {len(failed)} Mooncake keys: {failed}")
+
+
+def _sibling_meta_key(key: str, partition_prefix: str) -> bool:
+    """Whether `key` is the manifest or meta of another object in the same partition
+    (an earlier merged manifest of a DataProto stage, which owns no payloads)."""
+    if not key.startswith(partition_prefix):
+        return False
+    parts = key[len(partition_prefix) :].split("/")
+    if len(parts) < 2 or not parts[0] or any(ord(c) < 0x20 for c in parts[0]):
+        return False
+    rest = parts[1:]
+    return rest in (["manifest"], ["meta"]) or (
+        len(rest) == 3 and rest[:2] == ["meta", "chunk"] and rest[2].isdigit()
+    )
+
+
+def _copy_into_lease(lease: Any, parts: list[memoryview]) -> None:
+    """Copy `parts` back to back into a pool lease: its own copy_from_buffers when it
+    has one, else through its ``buffer`` memoryview (released before returning)."""
+    copy = getattr(lease, "copy_from_buffers", None)
+    if callable(copy):
+        copy(parts)
+        return
+    view = lease.buffer
+    try:
+        off = 0
+        for p in parts:
+            view[off : off + p.nbytes] = p.cast("B") if p.format != "B" else p
+            off += p.nbytes
+    finally:
+        view.release()
 
 
 def _address(buf: bytearray) -> int:
