@@ -572,3 +572,96 @@ def test_infer_structure_accumulators():
     cur["n"] = 1
     with pytest.raises(ValueError, match="max depth 32"):
         infer_structure("r", [deep], [], [])
+
+
+def test_schema_fallbacks_and_section_checks(store_master, stores):
+    t = MooncakeBundleTransfer(stores(store_master))
+    # a schema codec that cannot take the rows falls back to inference
+    ref = t.put(
+        DataProto(non_tensor_batch={"n": objects(1, 2, None)}),
+        field_schemas={"n": FieldSchema("utf8_ragged")},
+    )
+    assert ref.encoded_non_tensor["n"]["codec"] == "ndarray"
+    assert list(t.get_dataproto(ref)["non_tensor_batch"]["n"]) == [1, 2, None]
+    # dicts of tensors whose keys differ by row
+    rows = objects({"a": torch.ones(2)}, {"b": torch.zeros(1, dtype=torch.float32)}, None)
+    ref = t.put(
+        DataProto(non_tensor_batch={"d": rows}),
+        field_schemas={"d": FieldSchema("ragged_tensor_dict")},
+    )
+    assert ref.encoded_non_tensor["d"]["metadata"]["keys"] == ["a", "b"]
+    got = t.get_dataproto(ref)["non_tensor_batch"]["d"]
+    assert list(got[0]) == ["a"] and torch.equal(got[0]["a"], torch.ones(2))
+    assert list(got[1]) == ["b"] and got[2] is None
+    # a declared section must be where the data has the field
+    with pytest.raises(ValueError, match="declares section 'meta_info'"):
+        t.put(
+            DataProto(non_tensor_batch={"x": objects(1)}),
+            field_schemas={"x": FieldSchema("ndarray", metadata={"section": "meta_info"})},
+        )
+    # a meta_info schema keeps its field in meta_info, not encoded as rows
+    ref = t.put(
+        {"ids": np.arange(2), "tags": ["a", "b"]},
+        type="dict",
+        field_schemas={"tags": FieldSchema("utf8_ragged", metadata={"section": "meta_info"})},
+    )
+    assert ref.meta_info == {"tags": ["a", "b"]} and "tags" not in ref.encoded_non_tensor
+
+
+def test_codec_helpers(monkeypatch):
+    import mooncake.structured_object_store as sos
+
+    regular = [np.arange(3, dtype=np.int32), np.arange(3, 6, dtype=np.int32)]
+    payload, meta = sos._encode_typed_ragged_regular_ndarray_rows(regular, np.int32)
+    assert payload["data"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert payload["offsets"].tolist() == [0, 3, 6] and payload["shapes"].tolist() == [[3], [3]]
+    assert meta["physical_layout"] == "contiguous_flat" and meta["row_format"] == "ndarray"
+    for irregular in ([regular[0]], [regular[0], np.arange(2, dtype=np.int32)], [[1], [2]]):
+        assert sos._encode_typed_ragged_regular_ndarray_rows(irregular, np.int32) is None
+    ragged = [np.arange(3), None, np.arange(2)]
+    payload, meta = sos._encode_typed_ragged_values(ragged)
+    assert isinstance(payload["data"], sos._DirectCopyPayload)
+    assert payload["nulls"].tolist() == [False, True, False] and meta["row_format"] == "ndarray"
+    monkeypatch.setattr(sos, "_concat_arrays_into", None)
+    payload, _ = sos._encode_typed_ragged_values(ragged)
+    assert isinstance(payload["data"], sos._MultiBufferPayload)
+    payload, meta = sos._encode_typed_ragged_values([[1, 2], [3]], dtype_hint=np.int16)
+    assert meta["dtype"] == "int16" and meta["row_format"] == "list"
+    payload, meta = sos._encode_msgpack_ragged_values("f", [{"a": 1}, None])
+    assert payload["offsets"].tolist()[0] == 0 and payload["nulls"].tolist() == [False, True]
+    with pytest.raises(ValueError, match="unsupported structured non-tensor field f"):
+        sos._encode_msgpack_ragged_values("f", [object()])
+    assert sos._has_tensor_codec_helpers() is True
+
+
+def test_imported_refs_and_ungrouped_appends(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    ref = t.put(DataProto({"x": torch.ones(2)}), config=group_config("g"))
+    handle = export_dataproto_ref(ref)
+    assert import_dataproto_ref(handle).stage_refs["default"].manifest == {}
+    # a v1 handle of a writer without storage groups: appends keep the caller's grouping
+    legacy = {k: v for k, v in handle.items() if k != "storage_group_id"}
+    plain = t.append_dataproto_fields(legacy, DataProto({"y": torch.ones(2)}), stage="s")
+    assert plain._storage_group_id is None
+    grouped = t.append_dataproto_fields(
+        legacy, DataProto({"z": torch.ones(2)}), stage="s", config=group_config(["h"])
+    )
+    assert grouped._storage_group_id == "h"
+    # an explicitly ungrouped DataProto stays ungrouped across appends
+    ungrouped = t.put(DataProto({"x": torch.ones(2)}), config=group_config([""]))
+    more = t.append_dataproto_fields(ungrouped, DataProto({"y": torch.ones(2)}), stage="s")
+    assert more._storage_group_id is None
+    assert torch.equal(t.get_dataproto(more)["batch"]["y"], torch.ones(2))
+
+
+def test_repeated_same_stage_appends_clean_up(store_master, stores):
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s, key_prefix="again")
+    ref = t.put(DataProto({"a": torch.arange(3)}), stage="st")
+    for name in ("b", "c", "d"):  # each merged manifest names the one before it
+        ref = t.append_dataproto_fields(ref, DataProto({name: torch.arange(3)}), stage="st")
+    got = t.get_dataproto(import_dataproto_ref(export_dataproto_ref(ref)))["batch"]
+    assert sorted(got) == ["a", "b", "c", "d"]
+    t.cleanup_dataproto(ref)
+    assert s.remove_by_regex("^again/") == 0  # nothing of any object is left
