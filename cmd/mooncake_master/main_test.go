@@ -68,6 +68,12 @@ func TestBadArguments(t *testing.T) {
 		{"--default_kv_soft_pin_ttl=2000", "--max_kv_soft_pin_ttl=1000"},
 		{"--enable_ha"},
 		{"--enable_ha", "--etcd_endpoints=x:1", "--ha_backend_type=redis"},
+		{"--enable_oplog"},
+		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--oplog_batch_max_entries=0"},
+		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot"},
+		{"--snapshot_object_store_type=s3"},
+		{"--snapshot_object_store_type=local", "--snapshot_interval_seconds=60"},
+		{"--enable_snapshot_restore=false"},
 		{"--memory_allocator=cachelib"},
 		{"--logtostderr=false"},
 		{"--rpc_thread_num=-1"},
@@ -109,6 +115,11 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--enable_ha", "--etcd_endpoints=h1:2379;h2:2379", "--cluster_id=c"}, func(o *options) bool {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},
+		{[]string{"--enable_ha", "--ha_backend_connstring=h:1", "--enable_oplog", "--oplog_poll_interval_ms=50",
+			"--oplog_batch_max_entries=10", "--batch_oplog_retry_timeout_sec=3"}, func(o *options) bool {
+			return o.enableOplog && o.oplogPollMs == 50 && o.oplogBatchMax == 10 && o.oplogRetrySec == 3
+		}},
+		{nil, func(o *options) bool { return !o.enableOplog }},
 		{[]string{"--enable_multi_tenants=true"}, func(o *options) bool { return o.cfg.MultiTenant }},
 		{nil, func(o *options) bool {
 			return !o.cfg.FS.Enabled() && o.cfg.FS.GlobalFileSegmentSize == math.MaxInt64 && o.cfg.FS.ClusterID == "from_env"
