@@ -665,3 +665,32 @@ def test_repeated_same_stage_appends_clean_up(store_master, stores):
     assert sorted(got) == ["a", "b", "c", "d"]
     t.cleanup_dataproto(ref)
     assert s.remove_by_regex("^again/") == 0  # nothing of any object is left
+
+
+def test_row_index_lists_with_destinations(store_master, stores):
+    from mooncake.buffer_pool import BufferPool
+    from mooncake.store import _deserialize_tensor
+    from mooncake.structured_object_store import raw_destination
+
+    s = stores(store_master)
+    t = MooncakeBundleTransfer(s)
+    tensor = torch.arange(24, dtype=torch.int64).reshape(6, 4)
+    array = np.arange(18, dtype=np.int64).reshape(6, 3)
+    ref = t.put_dataproto(DataProto({"tensor": tensor, "array": array}))
+    rows = [4, 1, 3]
+    dest = np.empty((3, 3), dtype=np.int64)
+    got = t.get_dataproto(ref, batch_fields=["array"], rows=rows, destinations={"array": dest})
+    assert got["batch"]["array"] is dest and dest.tolist() == array[rows].tolist()
+    with pytest.raises(ValueError, match="destination shape mismatch"):
+        t.get_dataproto(ref, batch_fields=["array"], rows=rows, destinations={"array": dest[:2]})
+    pool = BufferPool(s)
+    with pool.acquire(dest.nbytes) as raw_array, pool.acquire(304 + 3 * 32) as raw_tensor:
+        into = raw_destination(raw_array.ptr, raw_array.size, raw_array, pre_registered=True)
+        got = t.get_dataproto(ref, batch_fields=["array"], rows=rows, destinations={"array": into})
+        assert got["batch"]["array"].tolist() == array[rows].tolist()
+        into = raw_destination(raw_tensor.ptr, raw_tensor.size, raw_tensor, pre_registered=True)
+        got = t.get_dataproto(
+            ref, batch_fields=["tensor"], rows=rows, destinations={"tensor": into}
+        )
+        assert got["batch"]["tensor"] is into
+        assert torch.equal(_deserialize_tensor(bytes(raw_tensor.buffer)), tensor[rows])

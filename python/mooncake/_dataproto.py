@@ -636,9 +636,10 @@ class _DataProtoMixin:
                 cover = sel[0]  # tensors are sliced with step 1, then stepped here
                 step = 1 if kinds[name] else cover.step
                 spec = spec.slice_member(member, 0, cover.start, cover.stop, step)
-            if name in dests:
-                if sel is not None and sel[1] is not None:
-                    raise ValueError("destinations cannot be combined with row index lists")
+            gathered = sel is not None and (
+                sel[1] is not None or (kinds[name] and sel[0].step != 1)
+            )
+            if name in dests and not gathered:
                 member_dests[member] = dests[name]
         result = self.materialize_into(spec, member_dests)
         out = {}
@@ -646,7 +647,11 @@ class _DataProtoMixin:
             member = ref.field_index[name].member
             if name in plain:
                 value = result.objects[member]
-                out[name] = value if sel is None else _plain_rows(value, *sel, kinds[name])
+                if sel is not None:
+                    value = _plain_rows(value, *sel, kinds[name])
+                if name in dests and member not in member_dests:
+                    value = _into_destination(name, value, dests[name])
+                out[name] = value
                 continue
             desc = ref.encoded_non_tensor[name]
             payloads = {p: result.objects[m] for p, m in desc["payload_members"].items()}
@@ -693,6 +698,49 @@ class _DataProtoMixin:
             if stage_ref.manifest_key not in seen:
                 seen.add(stage_ref.manifest_key)
                 self.remove_bundle(stage_ref)
+
+
+def _into_destination(name: str, value: Any, dest: Any) -> Any:
+    """Gathered rows of a field copied into the caller's destination: an ndarray (that
+    same object back), a raw_destination (an ndarray over it for ndarray fields) or, for
+    tensor fields, a raw_destination/tensor_object_buffer that gets the stored-tensor
+    object (header, then data) and comes back itself."""
+    import ctypes
+
+    if _is_tensor(value):
+        if not isinstance(dest, (_st._RawDestinationBuffer, _st._TensorObjectBufferPayload)):
+            raise TypeError(
+                f"destination for tensor field {name!r} must be a tensor_object_buffer "
+                "or a raw_destination"
+            )
+        from mooncake.store import _serialize_tensor
+
+        header, ptr, nbytes, owner = _serialize_tensor(value.contiguous())
+        need = len(header) + nbytes
+        if dest.size < need:
+            raise ValueError(f"tensor destination has {dest.size} bytes, expected at least {need}")
+        ctypes.memmove(dest.ptr, bytes(header), len(header))
+        if nbytes:
+            ctypes.memmove(dest.ptr + len(header), ptr, nbytes)
+        del owner
+        return dest
+    value = np.ascontiguousarray(value)
+    if isinstance(dest, _st._RawDestinationBuffer):
+        if dest.size < value.nbytes:
+            raise ValueError(
+                f"raw destination has {dest.size} bytes, expected at least {value.nbytes}"
+            )
+        if value.nbytes == 0:
+            return np.empty(value.shape, value.dtype)
+        raw = (ctypes.c_ubyte * value.nbytes).from_address(dest.ptr)
+        out = np.ctypeslib.as_array(raw).view(value.dtype).reshape(value.shape)
+        out[...] = value
+        return out
+    from mooncake.structured_object_store import MooncakeBundleTransfer
+
+    MooncakeBundleTransfer._check_destination(name, dest, value.dtype, list(value.shape))
+    dest[...] = value
+    return dest
 
 
 def _build(data_cls: Any, out: dict) -> Any:

@@ -1007,7 +1007,28 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             return self._tensor_from_bytes(name, self._read_payload(payload))
         if sl is None and tensor_kind and self._fn["get_tensor_into"] is not None:
             return self._fn["get_tensor_into"](payload["key"], dest.ptr, dest.size)
+        if sl is None and not tensor_kind:
+            return self._read_raw_into(name, payload, dest)
         return self._read_tensor_range(name, payload, sl, dest, tensor_kind)
+
+    def _read_raw_into(self, name: str, payload: dict, dest: Any) -> Any:
+        """A whole tensor-object member copied as stored into `dest` (ranged reads of
+        registered caller memory; plain gets without them); `dest` itself back."""
+        total = payload["bytes"]
+        if dest.size < total:
+            raise ValueError(f"destination for {name!r} holds {dest.size} bytes, needs {total}")
+        reg, unreg = self._fn["register_buffer"], self._fn["unregister_buffer"]
+        if total and self._fn["get_into_ranges"] is not None and reg and unreg:
+            rc = -1 if getattr(dest, "pre_registered", False) else reg(dest.ptr, total)
+            try:
+                self._ranges_into(payload, 0, total, dest.ptr)
+            finally:
+                if rc == 0:
+                    unreg(dest.ptr)
+        elif total:
+            raw = self._read_payload(payload)
+            ctypes.memmove(dest.ptr, bytes(raw), total)
+        return dest
 
     def _read_tensor_range(self, name, payload, sl, dest, tensor_kind: bool) -> Any:
         """Read a tensor member's header and the data of rows [start, end) of axis 0 only
