@@ -361,6 +361,24 @@ typedef uint64_t (*mc_store_alloc_fn)(int index, uint64_t size);
 void mc_store_get_with_allocator(uint64_t store, int n, const char **keys,
                                  mc_store_alloc_fn alloc, int64_t *results);
 
+/* Where mc_store_get_sized puts objects: for each i in [first,
+ * first + count), sizes[i] is the i-th key's object size, or -1 where that
+ * key is not read (its result says why); set addrs[i] (0 on entry) to the
+ * address of sizes[i] writable bytes, or leave it 0 to fail the key with
+ * -1 INTERNAL_ERROR. Neither array may be kept. For a client set up in
+ * process without a hot cache it is called once per call, with first 0
+ * and count n, on the thread that called mc_store_get_sized, before any
+ * object is read; a dummy or hot-cache client calls it once per key found
+ * (count 1), one call at a time. */
+typedef void (*mc_store_alloc_all_fn)(int first, int count,
+                                      const int64_t *sizes, uint64_t *addrs);
+
+/* A copying get like mc_store_get_with_allocator whose memory is asked for
+ * once for the whole batch (see mc_store_alloc_all_fn). results[i]: bytes
+ * read or an error number; alloc NULL is -600 for every key. */
+void mc_store_get_sized(uint64_t store, int n, const char **keys,
+                        mc_store_alloc_all_fn alloc, int64_t *results);
+
 /* Ranged reads: sizes[i] bytes at src_offsets[i] of object keys[i] into
  * dsts[i]. results[i]: bytes read or an error (-600 past the end). */
 void mc_store_get_ranges(uint64_t store, int n, const char **keys,

@@ -4,6 +4,9 @@ package main
 // static uint64_t call_store_alloc(mc_store_alloc_fn fn, int index, uint64_t size) {
 //     return fn(index, size);
 // }
+// static void call_store_alloc_all(mc_store_alloc_all_fn fn, int first, int count, const int64_t *sizes, uint64_t *addrs) {
+//     fn(first, count, sizes, addrs);
+// }
 // static void free_addr(uint64_t p) { free((void *)(uintptr_t)p); }
 import "C"
 
@@ -294,6 +297,60 @@ func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc
 	getWith(h, n, keys, results, func(i int, size uint64) uintptr {
 		return uintptr(C.call_store_alloc(alloc, C.int(i), C.uint64_t(size)))
 	})
+}
+
+//export mc_store_get_sized
+func mc_store_get_sized(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_store_alloc_all_fn, results *C.int64_t) {
+	defer recoverVoid()
+	res := cslice[C.int64_t](unsafe.Pointer(results), int(n))
+	if alloc == nil {
+		fillC(res, C.int64_t(code(fmt.Errorf("%w: alloc is NULL", kvstore.InvalidParams))))
+		return
+	}
+	c := opsOf(h)
+	if c == nil || results == nil || n <= 0 {
+		fillC(res, C.int64_t(refused()))
+		return
+	}
+	// C memory for the sizes and addresses: the callback may keep neither,
+	// but it is C code, which must not be handed Go memory it writes to.
+	sizes := cslice[C.int64_t](C.calloc(C.size_t(n), 8), int(n))
+	addrs := cslice[C.uint64_t](C.calloc(C.size_t(n), 8), int(n))
+	defer C.free(unsafe.Pointer(&sizes[0]))
+	defer C.free(unsafe.Pointer(&addrs[0]))
+	var rs []client.GetResult
+	// Only a real client without a hot cache asks once per batch (a
+	// hotcache.Client embeds one, whose BatchGetSized would skip its cache).
+	if real, ok := c.(*client.Client); ok {
+		rs = real.BatchGetSized(goStrings(keys, n), func(got []int64, dests [][]client.Part) {
+			for i, sz := range got {
+				sizes[i] = C.int64_t(sz)
+			}
+			C.call_store_alloc_all(alloc, 0, n, &sizes[0], &addrs[0])
+			for i := range dests {
+				if got[i] >= 0 && addrs[i] != 0 {
+					dests[i] = []client.Part{{Addr: uintptr(addrs[i]), Size: uint64(got[i])}}
+				}
+			}
+		})
+	} else {
+		// A dummy or hot-cache client learns sizes key by key: one call per
+		// key (a dummy makes them on this thread), for entry i alone.
+		var mu sync.Mutex
+		rs = c.BatchGet(goStrings(keys, n), func(i int, size uint64) ([]client.Part, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			sizes[i] = C.int64_t(size)
+			C.call_store_alloc_all(alloc, C.int(i), 1, &sizes[0], &addrs[0])
+			if addrs[i] == 0 {
+				return nil, kvstore.InternalError
+			}
+			return []client.Part{{Addr: uintptr(addrs[i]), Size: size}}, nil
+		})
+	}
+	for i, r := range rs {
+		res[i] = getResult(r)
+	}
 }
 
 // getWith reads n objects into buffers from alloc(i, size), called once

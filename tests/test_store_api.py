@@ -257,6 +257,42 @@ def test_get_missing_is_empty(store):
     assert store.get_batch([]) == []
 
 
+def test_get_batch_against_get_buffer(store, monkeypatch):
+    """The copying get_batch (one allocation call per batch, on the calling
+    thread) against get_buffer's library-allocated reads, the reference:
+    sizes around the staging threshold (256 KiB) and past the local buffer,
+    missing keys between found ones, a key twice, and the empty batch."""
+    import threading
+
+    import mooncake.store as store_module
+
+    sizes = [1, 63, 4096, 4097, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (3 << 20) + 5]
+    keys = [key(f"sized{n}") for n in sizes]
+    values = [data(n, i) for i, n in enumerate(sizes)]
+    assert store.put_batch(keys, values) == 0
+    asked = [keys[0], key("gone"), *keys[1:], key("gone2"), keys[2]]
+    want = [values[0], b"", *values[1:], b"", values[2]]
+    calls = []
+    made = store_module._ALLOC_ALL_FN
+
+    def recording(fn):
+        def wrapped(first, count, sizes_p, addrs_p):
+            calls.append((first, count, threading.get_ident()))
+            fn(first, count, sizes_p, addrs_p)
+
+        return made(wrapped)
+
+    monkeypatch.setattr(store_module, "_ALLOC_ALL_FN", recording)
+    got = store.get_batch(asked)
+    assert [len(g) for g in got] == [len(w) for w in want]
+    assert got == want
+    assert got == [bytes(b) if b is not None else b"" for b in store.batch_get_buffer(asked)]
+    assert calls == [(0, len(asked), threading.get_ident())]
+    calls.clear()
+    assert store.get_batch([]) == [] and calls == []
+    assert store.get_batch([key("none")]) == [b""]
+
+
 def test_put_existing_key_does_not_overwrite(store):
     k = key("exists")
     assert store.put(k, b"first") == 0

@@ -683,6 +683,8 @@ def test_hot_cache_of_a_real_client_in_process(peers, stores, master):
     assert cached.call("get", p + "w") == b"old"
     assert cached.call("upsert", p + "w", b"new value") == 0
     assert cached.call("get", p + "w") == b"new value"
+    got = cached.call("get_batch", [p + "w", p + "none", p + "w"])
+    assert got == [b"new value", b"", b"new value"]
     # Larger than a block: never cached, so another client's remove is seen.
     big = os.urandom((64 << 10) + 1)
     assert other.put(p + "big", big) == 0

@@ -49,6 +49,49 @@ func (c *Client) BatchGet(keys []string, alloc Allocator) []GetResult {
 	return c.batchGet(keys, func(i int, _ string, n uint64) ([]Part, error) { return alloc(i, n) }, false)
 }
 
+// SizedAllocator provides the destinations of a whole batch at once:
+// sizes[i] is the i-th key's object size, or -1 where the key will not be
+// read (its result says why); dests[i] receives that object (nil where
+// sizes[i] is -1, or to fail that key with InternalError). It is called
+// once, on the goroutine that called BatchGetSized, before any object is
+// read, so a caller from C gets it on its own thread.
+type SizedAllocator func(sizes []int64, dests [][]Part)
+
+// BatchGetSized is the copying get with one allocation call for the whole
+// batch (BatchGet asks for each key's memory from the goroutine reading
+// it): after the master's answer it hands every found object's size to
+// alloc, then reads the objects in parallel as BatchGet does.
+func (c *Client) BatchGetSized(keys []string, alloc SizedAllocator) []GetResult {
+	out := make([]GetResult, len(keys))
+	defer c.trace.api("get", keys, 0).endResults(out)
+	if !c.life.Enter() {
+		return fillErr(out, kvstore.InvalidParams)
+	}
+	defer c.life.Exit()
+	lists, queried := c.replicaLists(keys)
+	sizes := make([]int64, len(keys))
+	for i, list := range lists {
+		sizes[i] = -1
+		if kvstore.ErrorCode(list.GetErrorCode()) == kvstore.OK {
+			if reps := c.readOrder(list.Replicas); len(reps) > 0 {
+				sizes[i] = int64(reps[0].Size)
+			}
+		}
+	}
+	dests := make([][]Part, len(keys))
+	alloc(sizes, dests)
+	parallel(len(keys), func(i int) error {
+		out[i] = c.readObject(keys[i], lists[i], queried, func(uint64) ([]Part, error) {
+			if dests[i] == nil {
+				return nil, kvstore.InternalError
+			}
+			return dests[i], nil
+		}, false)
+		return nil
+	})
+	return out
+}
+
 func (c *Client) batchGet(keys []string, dest func(i int, key string, n uint64) ([]Part, error), zeroCopy bool) []GetResult {
 	out := make([]GetResult, len(keys))
 	defer c.trace.api("get", keys, 0).endResults(out)

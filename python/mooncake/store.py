@@ -121,7 +121,7 @@ _SIGNATURES = {
         None,
     ),
     "mc_store_get": ([U64, INT, P(STR), P(U64), P(I64)], None),
-    "mc_store_get_with_allocator": ([U64, INT, P(STR), PTR, P(I64)], None),
+    "mc_store_get_sized": ([U64, INT, P(STR), PTR, P(I64)], None),
     "mc_store_get_ranges": ([U64, INT, P(STR), P(U64), P(U64), P(U64), P(I64)], None),
     "mc_store_exist": ([U64, INT, P(STR), P(INT)], None),
     "mc_store_get_size": ([U64, STR], I64),
@@ -138,8 +138,9 @@ def _native() -> ctypes.CDLL:
     return _lib.bind(_SIGNATURES)
 
 
-# mc_store_get_with_allocator's callback: (index, size) -> address or 0.
-_ALLOC_FN = ctypes.CFUNCTYPE(U64, INT, U64)
+# mc_store_get_sized's callback: (first, count, sizes, addrs); it sets
+# addrs[i] for each i in [first, first + count) whose sizes[i] >= 0.
+_ALLOC_ALL_FN = ctypes.CFUNCTYPE(None, INT, INT, P(I64), P(U64))
 
 # A bytes object of n bytes whose contents the caller fills before anyone
 # else sees it (CPython's documented way to build bytes in place).
@@ -623,23 +624,25 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
     def get_batch(self, keys: Sequence[str]) -> list[bytes]:
         """Bytes per key; b"" for each miss.
 
-        Each object is read straight into the `bytes` returned for it: the
-        library asks for the destination once it knows the size.
+        Each object is read straight into the `bytes` returned for it: once
+        the master has answered, the library asks for all of the batch's
+        destinations in one call on this thread (`mc_store_get_sized`).
         """
         if not keys:
             return []
         n = len(keys)
         out: list[bytes] = [b""] * n
 
-        def alloc(i: int, size: int) -> int:
-            out[i] = b = _new_bytes(None, size)
-            return _bytes_address(b)
+        def alloc_all(first: int, count: int, sizes: Any, addrs: Any) -> None:
+            for i in range(first, first + count):
+                size = sizes[i]
+                if size >= 0:
+                    out[i] = b = _new_bytes(None, size)
+                    addrs[i] = _bytes_address(b)
 
         results = (I64 * n)()
-        callback = _ALLOC_FN(alloc)
-        self._lib.mc_store_get_with_allocator(
-            self._handle, n, _lib.key_array(keys), callback, results
-        )
+        callback = _ALLOC_ALL_FN(alloc_all)
+        self._lib.mc_store_get_sized(self._handle, n, _lib.key_array(keys), callback, results)
         return [b if r >= 0 else b"" for b, r in zip(out, results[:], strict=True)]
 
     def get_buffer(self, key: str) -> BufferHandle | None:
