@@ -17,7 +17,10 @@ For each client count (``--clients``) it starts that many worker processes,
 each a pure client (no segment) of a master whose pool lives in one storage
 process, and runs every case for ``--seconds`` in all workers at once:
 ``is_exist``, ``batch_is_exist`` of 128 keys, and ``get``/``put`` of 4 KiB and
-64 KiB values (1 MiB and 16 MiB with one client). It reports calls/s (all
+64 KiB values (1 MiB and 16 MiB with one client), ``get_batch`` and
+``put_batch`` of 16 x 4 KiB and ``batch_put_from`` of 1000 x 64 B objects
+from one registered buffer (Redis: pipelines of GET / SET; objects/s is
+calls/s x 16 or x 1000). It reports calls/s (all
 workers), p50/p99 latency, and the CPU time and context switches per call of
 the master and of the clients (from /proc, summed over threads).
 
@@ -58,10 +61,13 @@ from store_bench import (  # noqa: E402
 )
 
 BATCH_KEYS = 128
+GET_BATCH_KEYS = 16  # keys of a get_batch / put_batch call (Redis: a pipeline)
+PUT_FROM_OBJECTS = 1000  # objects of a batch_put_from call
 PRELOAD = {4 * KIB: 1024, 64 * KIB: 256, MIB: 32, 16 * MIB: 4}
 SMALL_CASES = ["exist", "batch_exist", "get:4K", "put:4K", "get:64K", "put:64K"]
+BATCH_CASES = ["get_batch:4K", "put_batch:4K", "put_from:64B"]
 LARGE_CASES = ["get:1M", "put:1M", "get:16M", "put:16M"]
-SIZES = {"4K": 4 * KIB, "64K": 64 * KIB, "1M": MIB, "16M": 16 * MIB}
+SIZES = {"64B": 64, "4K": 4 * KIB, "64K": 64 * KIB, "1M": MIB, "16M": 16 * MIB}
 PUT_CAP = 384 * MIB  # bytes one put case may write, over all workers
 LEASED = -706  # OBJECT_HAS_LEASE: a remove while a read lease is held
 
@@ -115,6 +121,36 @@ class RedisStore:
         self.r.set(k, v)
         return 0
 
+    def get_batch(self, keys: list[str]) -> list[bytes]:
+        p = self.r.pipeline(transaction=False)
+        for k in keys:
+            p.get(k)
+        return [v or b"" for v in p.execute()]
+
+    def put_batch(self, keys: list[str], values: list[bytes]) -> int:
+        p = self.r.pipeline(transaction=False)
+        for k, v in zip(keys, values, strict=True):
+            p.set(k, v)
+        p.execute()
+        return 0
+
+    def register_buffer(self, ptr: int, size: int) -> int:
+        return 0
+
+    def unregister_buffer(self, ptr: int) -> int:
+        return 0
+
+    def batch_put_from(self, keys: list[str], ptrs: list[int], sizes: list[int]) -> list[int]:
+        """A pipeline of SETs of the bytes at ptrs (what a client holding
+        its objects in one buffer sends to Redis)."""
+        import ctypes
+
+        p = self.r.pipeline(transaction=False)
+        for k, ptr, n in zip(keys, ptrs, sizes, strict=True):
+            p.set(k, ctypes.string_at(ptr, n))
+        p.execute()
+        return [0] * len(keys)
+
     def remove(self, k: str) -> int:
         return 0 if self.r.delete(k) else -704
 
@@ -148,9 +184,18 @@ def value_for(key: str, size: int) -> bytes:
 def run_case(s, case: str, wid: int, nworkers: int, seconds: float) -> dict:
     op, _, size_s = case.partition(":")
     size = SIZES.get(size_s, 0)
-    keys = [f"pre-{size_s or '4K'}-{i}" for i in range(PRELOAD[size or 4 * KIB])]
+    keys = [f"pre-{size_s or '4K'}-{i}" for i in range(PRELOAD.get(size or 4 * KIB, 0))]
     rng = random.Random(wid)
-    value = value_for(f"w{wid}", size) if op == "put" else b""
+    value = value_for(f"w{wid}", size) if op.startswith("put") else b""
+    if op == "put_from":  # PUT_FROM_OBJECTS objects side by side in one registered buffer
+        import ctypes
+
+        area = ctypes.create_string_buffer(value * PUT_FROM_OBJECTS)
+        base = ctypes.addressof(area)
+        if s.register_buffer(base, size * PUT_FROM_OBJECTS) != 0:
+            raise SystemExit("register_buffer failed")
+        ptrs = [base + j * size for j in range(PUT_FROM_OBJECTS)]
+        lens = [size] * PUT_FROM_OBJECTS
     cap = PUT_CAP // nworkers
     lats: list[int] = []
     calls = errors = written = i = 0
@@ -158,7 +203,7 @@ def run_case(s, case: str, wid: int, nworkers: int, seconds: float) -> dict:
     t_end = t_start + seconds
     while True:
         now = time.perf_counter_ns()
-        if now / 1e9 >= t_end or (op == "put" and written >= cap):
+        if now / 1e9 >= t_end or (op.startswith("put") and written >= cap):
             break
         if op == "exist":
             ok = s.is_exist(keys[rng.randrange(len(keys))]) == 1
@@ -167,6 +212,18 @@ def run_case(s, case: str, wid: int, nworkers: int, seconds: float) -> dict:
             ok = all(x == 1 for x in s.batch_is_exist(keys[start : start + BATCH_KEYS]))
         elif op == "get":
             ok = len(s.get(keys[rng.randrange(len(keys))])) == size
+        elif op == "get_batch":
+            start = rng.randrange(len(keys) - GET_BATCH_KEYS)
+            got = s.get_batch(keys[start : start + GET_BATCH_KEYS])
+            ok = all(len(v) == size for v in got)
+        elif op == "put_batch":
+            ks = [f"putb-{size_s}-{wid}-{i}-{j}" for j in range(GET_BATCH_KEYS)]
+            ok = s.put_batch(ks, [value] * GET_BATCH_KEYS) == 0
+            written += size * GET_BATCH_KEYS
+        elif op == "put_from":
+            ks = [f"putf-{size_s}-{wid}-{i}-{j}" for j in range(PUT_FROM_OBJECTS)]
+            ok = all(r == 0 for r in s.batch_put_from(ks, ptrs, lens))
+            written += size * PUT_FROM_OBJECTS
         else:
             ok = s.put(f"put-{size_s}-{wid}-{i}", value) == 0
             written += size
@@ -174,6 +231,8 @@ def run_case(s, case: str, wid: int, nworkers: int, seconds: float) -> dict:
         calls += 1
         errors += not ok
         i += 1
+    if op == "put_from":
+        s.unregister_buffer(base)
     return {
         "calls": calls,
         "errors": errors,
@@ -484,7 +543,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--cases",
-        default=",".join(SMALL_CASES + LARGE_CASES),
+        default=",".join(SMALL_CASES + BATCH_CASES + LARGE_CASES),
         help="cases; 1M and 16M ones run with one client only",
     )
     ap.add_argument("--systems", default="ours,ours-grpc,upstream,redis")
