@@ -736,9 +736,7 @@ def _into_destination(name: str, value: Any, dest: Any) -> Any:
         out = np.ctypeslib.as_array(raw).view(value.dtype).reshape(value.shape)
         out[...] = value
         return out
-    from mooncake.structured_object_store import MooncakeBundleTransfer
-
-    MooncakeBundleTransfer._check_destination(name, dest, value.dtype, list(value.shape))
+    _st._check_ndarray_destination(name, dest, value.dtype, list(value.shape))
     dest[...] = value
     return dest
 

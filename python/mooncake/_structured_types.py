@@ -244,6 +244,27 @@ def _copy_config(config: Any, group_ids: list | None) -> Any:
     return out
 
 
+def _check_ndarray_destination(name: str, dest: Any, dt: np.dtype, shape: list) -> np.ndarray:
+    """`dest` when it can take an ndarray member's rows (TypeError/ValueError if not)."""
+    if not isinstance(dest, np.ndarray):
+        raise TypeError(f"destination for {name!r} must be a numpy ndarray or a raw_destination")
+    if dest.dtype != dt:
+        raise ValueError(
+            f"structured ndarray field {name} destination dtype mismatch: "
+            f"expected {dt.str}, got {dest.dtype.str}"
+        )
+    if list(dest.shape) != shape:
+        raise ValueError(
+            f"structured ndarray field {name} destination shape mismatch: "
+            f"expected {tuple(shape)}, got {tuple(dest.shape)}"
+        )
+    if not dest.flags.c_contiguous:
+        raise ValueError(f"destination for {name!r} must be C-contiguous")
+    if not dest.flags.writeable:
+        raise ValueError(f"destination for {name!r} must be writeable")
+    return dest
+
+
 def _valid_name(name: Any) -> bool:
     return (
         isinstance(name, str)

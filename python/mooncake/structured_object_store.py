@@ -53,6 +53,7 @@ from mooncake._structured_types import (  # the value types; names re-exported h
     StructuredObjectResult,
     _array_view,
     _bytes_view,
+    _check_ndarray_destination,
     _chunk_groups,
     _config_for_grouped_keys,
     _decode_manifest,
@@ -906,7 +907,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             out = (
                 np.empty(out_shape, dtype=dt)
                 if dest is None
-                else self._check_destination(name, dest, dt, out_shape)
+                else _check_ndarray_destination(name, dest, dt, out_shape)
             )
             ptr, registered = out.ctypes.data, False
         if span == 0:
@@ -921,28 +922,6 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             )
             ctypes.memmove(ptr, picked.ctypes.data, nbytes)
         return out
-
-    @staticmethod
-    def _check_destination(name: str, dest: Any, dt: np.dtype, shape: list) -> np.ndarray:
-        if not isinstance(dest, np.ndarray):
-            raise TypeError(
-                f"destination for {name!r} must be a numpy ndarray or a raw_destination"
-            )
-        if dest.dtype != dt:
-            raise ValueError(
-                f"structured ndarray field {name} destination dtype mismatch: "
-                f"expected {dt.str}, got {dest.dtype.str}"
-            )
-        if list(dest.shape) != shape:
-            raise ValueError(
-                f"structured ndarray field {name} destination shape mismatch: "
-                f"expected {tuple(shape)}, got {tuple(dest.shape)}"
-            )
-        if not dest.flags.c_contiguous:
-            raise ValueError(f"destination for {name!r} must be C-contiguous")
-        if not dest.flags.writeable:
-            raise ValueError(f"destination for {name!r} must be writeable")
-        return dest
 
     def _fill(self, payload: dict, src_off: int, nbytes: int, ptr: int, registered: bool) -> None:
         """Write payload bytes [src_off, src_off+nbytes) to `ptr`, registering the range
