@@ -200,7 +200,9 @@ func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) 
 
 // unwatch ends one of rank's watches. One that ended because the
 // connection broke (the process died, or its group was destroyed) makes
-// the rank offline unless it watches again within offlineGrace.
+// the rank offline unless it watches again within offlineGrace (in an
+// auto-deactivating group, an active rank is then reconciled out:
+// membership.offline).
 func (c *coordinatorServer) unwatch(ctx context.Context, gm *groupMembers, rank int, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -215,8 +217,7 @@ func (c *coordinatorServer) unwatch(ctx context.Context, gm *groupMembers, rank 
 			return
 		}
 		epoch, open := gm.m.epoch, gm.m.pending()
-		gm.m.offline(time.Now(), rank, gen)
-		c.settle(gm, nil, epoch, open)
+		c.settle(gm, gm.m.offline(time.Now(), rank, gen), epoch, open)
 	})
 }
 

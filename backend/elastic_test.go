@@ -359,8 +359,11 @@ func TestInPlaceRejoinAfterLinkFailure(t *testing.T) {
 	})
 }
 
-func TestDeadRankGoesOfflineWithoutAnOp(t *testing.T) {
-	e := found(t, 4, 4, false)
+// TestManualDeadRankGoesOfflineWithoutAnOp: in manual mode a rank that
+// dies between ops goes offline (unhealthy) but stays in the mask until
+// the application deactivates it, and the proposal does not wait for it.
+func TestManualDeadRankGoesOfflineWithoutAnOp(t *testing.T) {
+	e := found(t, 4, 4, true)
 	coord := e.rts[0].coord
 	waitFor(t, "rank 3's watch", func() bool { // a process watches within moments of its init
 		coord.mu.Lock()
@@ -372,7 +375,7 @@ func TestDeadRankGoesOfflineWithoutAnOp(t *testing.T) {
 	g0 := e.gs[0]
 	waitFor(t, "rank 3 offline", func() bool { ok, _ := g0.PeerState([]int{3}); return !ok[0] })
 	if mask(g0) != "1111" {
-		t.Errorf("going offline changed the mask: %s", mask(g0))
+		t.Errorf("going offline changed the mask in manual mode: %s", mask(g0))
 	}
 	start := time.Now()
 	res, err := g0.Propose(false, []int{3})
@@ -506,5 +509,95 @@ func TestRecoveryCycleTensorOps(t *testing.T) {
 		}
 		waitFor(t, "mask 1111", func() bool { return mask(g) == "1111" })
 		tensorOps(t, r, g, 4, []int{0, 1, 2, 3})
+	})
+}
+
+// die ends rank r's process as a crash does: its connections break and
+// it tells nobody (kill closes the group first, which is a graceful
+// leave). The group's own resources go at the test's end.
+func (e *elasticRanks) die(r int) {
+	g := e.gs[r]
+	e.rts[r].Close()
+	e.rts[r], e.gs[r] = nil, nil
+	e.t.Cleanup(func() { g.Close() })
+}
+
+// waitWatching waits until rank r of e watches the coordinator (a process
+// does within moments of its init).
+func (e *elasticRanks) waitWatching(r int) {
+	e.t.Helper()
+	coord := e.rts[0].coord
+	waitFor(e.t, fmt.Sprintf("rank %d's watch", r), func() bool {
+		coord.mu.Lock()
+		defer coord.mu.Unlock()
+		return coord.groups["elastic"].watching[r] > 0
+	})
+}
+
+// The recovery cycle with the tensor ops sized for the survivors at once
+// (issue 35, upstream's overflow layout): rank 3 dies between two ops and
+// no op of the survivors meets it; their next all_gather and
+// reduce_scatter have 3 blocks while the world size is still 4. The
+// all_gather waits for the offline rank's deactivation, which every
+// survivor applies between the same two collectives, and completes with
+// rank 3 marked on every survivor (one outcome); the reduce_scatter after
+// it is a plain success. A replacement then joins slot 3, is recovered,
+// and the four run both ops with 4 blocks.
+func TestOfflineRankLeavesBetweenOpsSizedForSurvivors(t *testing.T) {
+	e := found(t, 4, 4, false)
+	e.each(func(t *testing.T, r int, g *Group) { tensorOps(t, r, g, 4, []int{0, 1, 2, 3}) })
+	e.waitWatching(3)
+	e.die(3)
+	e.each(func(t *testing.T, r int, g *Group) {
+		out := filled(-1, 3)
+		w, err := g.AllGather(f32bytes(float32(r)), out)
+		must(t, g, "all_gather sized for 3", w, err)
+		if err == nil {
+			if !slices.Equal(w.FailedRanks(), []int{3}) || w.LocalSuccess() {
+				t.Errorf("rank %d: all_gather past the death: failed %v, local success %v", r, w.FailedRanks(), w.LocalSuccess())
+			}
+		}
+		if !bytes.Equal(out, f32bytes(0, 1, 2)) {
+			t.Errorf("rank %d: all_gather sized for 3 = %v", r, out)
+		}
+		if mask(g) != "1110" || g.WorldSize() != 3 {
+			t.Errorf("rank %d: mask %s, world size %d", r, mask(g), g.WorldSize())
+		}
+		in := f32bytes(float32(r+1), float32(2*(r+1)), float32(3*(r+1)))
+		res := make([]byte, 4)
+		w, err = g.ReduceScatter(in, res, 1, Float32, Sum)
+		must(t, g, "reduce_scatter sized for 3", w, err)
+		if err == nil && (!w.LocalSuccess() || len(w.FailedRanks()) > 0) {
+			t.Errorf("rank %d: reduce_scatter after the deactivation: failed %v", r, w.FailedRanks())
+		}
+		if !bytes.Equal(res, f32bytes(float32(6*(r+1)))) {
+			t.Errorf("rank %d: reduce_scatter sized for 3 = %v", r, res)
+		}
+	})
+	e.extend(3, 4, 4)
+	e.activate(3, "1111")
+	e.each(func(t *testing.T, r int, g *Group) { tensorOps(t, r, g, 4, []int{0, 1, 2, 3}) })
+}
+
+// An all_gather sized for fewer ranks than a group that stays whole waits
+// for it to shrink, then fails on every rank with ErrInvalid, its output
+// untouched; the group stays usable.
+func TestSizedForFewerRanksFailsWhenNobodyLeaves(t *testing.T) {
+	e := found(t, 2, 2, false)
+	e.each(func(t *testing.T, r int, g *Group) {
+		out := filled(-1, 1)
+		w, err := g.AllGather(f32bytes(float32(r)), out)
+		if err == nil {
+			_, err = w.Wait(0)
+		}
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("rank %d: all_gather sized for 1 of 2: %v, want ErrInvalid", r, err)
+		}
+		if !bytes.Equal(out, filled(-1, 1)) {
+			t.Errorf("rank %d: the refused all_gather wrote %v", r, out)
+		}
+		if w := allReduceRanks(t, r, g, 3); w != nil && !w.LocalSuccess() {
+			t.Errorf("rank %d: all_reduce after the refused op: failed %v", r, w.FailedRanks())
+		}
 	})
 }

@@ -281,7 +281,7 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 		return
 	}
 	g.catchUp()
-	if g.collBase > w.base || !g.isActive() || !w.aborts(g.collBase, g.collOps+1) {
+	if g.collBase > w.base || !g.isActive() || !w.joins(g.collBase, g.collOps+1) {
 		return
 	}
 	rep, err := g.syncFailure(g.collBase, g.collOps+1, nil, true)
@@ -304,6 +304,44 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 	// run it again as the first of the new base): it completes with their
 	// outcome, so every survivor reports the same one.
 	g.carry.set(rep.View.Base, g.collOps+1, others, !g.isActive())
+}
+
+// awaitShrink starts a collective whose buffers hold blocks blocks, fewer
+// than the world size it was submitted in: the caller sized it for the
+// ranks left after a death that the group has not applied yet (upstream's
+// survivors size all_gather_into_tensor and reduce_scatter_tensor so right
+// after a rank exits). It waits until the active slots fit in blocks,
+// which the dead rank's deactivation brings (membership.offline), and takes
+// part in the reconciliation that deactivates it: it returns errAborted
+// for that window, so the op syncs as every idle survivor does at this
+// collective, and runs again in the new view (recover). A group that does
+// not shrink in time (the size was a mistake, or the rank is alive) fails
+// the op with ErrInvalid, its buffers untouched.
+func (g *Group) awaitShrink(what string, blocks int) error {
+	wait := offlineGrace + g.collTimeout() + 2*time.Duration(g.rt.faultWindow.Load())
+	deadline := time.Now().Add(wait)
+	for {
+		changed := g.viewChanged()
+		err := g.needWithin(what, blocks)
+		switch {
+		case err == nil:
+			return nil
+		case g.closed.Load():
+			return ErrClosed
+		case g.collIso: // an isolated rank runs over itself: nothing will shrink
+			return err
+		}
+		if w := g.abortAt.Load(); w != nil && w.joins(g.collBase, g.collOps) {
+			return errAborted
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (the group did not shrink to it within %v)", err, wait)
+		}
+		select {
+		case <-changed:
+		case <-time.After(5 * time.Millisecond): // the watch's windows have no signal
+		}
+	}
 }
 
 // syncFailure asks the coordinator to reconcile (bounded: the window plus

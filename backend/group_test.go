@@ -365,7 +365,7 @@ func TestInvalidRequestsLeaveGroupUsable(t *testing.T) {
 			func() (*Work, error) { return g.AllReduce(make([]byte, 8), 4, DType(27), Sum) },
 			func() (*Work, error) { return g.AllReduce(make([]byte, 8), 2, Float32, ReduceOp(5)) },
 			func() (*Work, error) { return g.Broadcast(nil, 2) },
-			func() (*Work, error) { return g.AllGather(make([]byte, 4), make([]byte, 4)) },
+			func() (*Work, error) { return g.AllGather(make([]byte, 4), make([]byte, 6)) },
 			func() (*Work, error) { return g.AllToAll(nil, nil, []int{0}, []int{0}) },
 			func() (*Work, error) { return g.Send(nil, g.Rank()) },
 		}

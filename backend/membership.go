@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -71,7 +72,11 @@ import (
 // Liveness. There are no heartbeats: every rank keeps a watch (a long
 // poll) open on the coordinator, and a rank whose watches stopped because
 // its connection broke, and did not come back within a grace period, is
-// offline: unhealthy, so proposals do not wait for it.
+// offline: unhealthy, so proposals do not wait for it. In an
+// auto-deactivating group an offline active rank is also reported failed
+// to a window opened at every rank's next collective (see offline): the
+// survivors drop it from the mask together, even when no op of theirs
+// meets it (they may be sizing their next ops for the ranks left).
 //
 // Elastic paths (spec/pg.md §3.5). A rank registers in a slot that is
 // empty, inactive or left (a new rank, or the replacement of a dead or
@@ -319,6 +324,13 @@ func (w pendingWindow) aborts(base, op uint64) bool {
 	return base < w.base || base == w.base && op >= w.op
 }
 
+// joins reports whether an idle rank, whose next collective is next of
+// base, takes part in the window now: the window aborts that collective,
+// or it was opened for every rank's next collective (nextCollective).
+func (w pendingWindow) joins(base, next uint64) bool {
+	return w.aborts(base, next) || w.op == nextCollective && base == w.base
+}
+
 // sync handles one rank's sync request at now and returns the replies to
 // deliver now: only the caller's when it is answered at once; none when it
 // joined the open window (the tick that closes it answers); or everyone's
@@ -359,10 +371,8 @@ func (m *membership) sync(now time.Time, rank int, base, op uint64, failed []int
 	for _, f := range failed {
 		m.failed[f] = true
 	}
-	for i, s := range m.state {
-		if _, ok := m.synced[i]; s == MemberActive && !ok && !m.failed[i] {
-			return nil
-		}
+	if !m.waitsForNobody() {
+		return nil
 	}
 	return m.close(now)
 }
@@ -503,18 +513,63 @@ func (m *membership) leave(now time.Time, rank int, gen uint64) {
 
 // offline: the process of rank's incarnation gen is gone (the coordinator
 // lost its connection). It is unhealthy, and a rank awaiting activation is
-// inactive again (upstream); the mask does not change here — a failure
-// reconciliation or a proposal does that, between collectives.
-func (m *membership) offline(now time.Time, rank int, gen uint64) {
+// inactive again (upstream). The mask does not change here: changing it
+// now would change the participants of collectives the others may be
+// running. An active rank of an auto-deactivating group is instead
+// reported failed to a reconciliation window (opened at each rank's next
+// collective, nextCollective, unless one is open already), so that every
+// survivor drops it at the same point between two collectives, as
+// upstream deactivates an offline rank — whether or not any survivor's op
+// ever meets it. It returns the replies of a window that this closed.
+func (m *membership) offline(now time.Time, rank int, gen uint64) map[int]SyncReply {
 	if !m.valid(rank) || m.eps[rank].Gen != gen || !m.healthy[rank] {
-		return
+		return nil
 	}
 	m.healthy[rank] = false
 	if m.state[rank] == MemberAwaiting {
 		m.state[rank] = MemberInactive
 	}
 	m.bump(false)
+	var replies map[int]SyncReply
+	if m.autoDeactivate && m.state[rank] == MemberActive {
+		if !m.open {
+			m.open, m.openOp, m.closesAt = true, nextCollective, now.Add(m.offlineWindow())
+			m.synced, m.failed = map[int]syncRequest{}, map[int]bool{}
+		}
+		m.failed[rank] = true
+		if m.waitsForNobody() {
+			replies = m.close(now)
+		}
+	}
 	m.advance(now)
+	return replies
+}
+
+// nextCollective is the collective of a window the coordinator opened
+// itself (an offline rank): no rank gives up a collective it is in; each
+// takes part at its next one (from its idle queue, or at the start of that
+// collective), and the first such sync moves the window to its collective.
+const nextCollective = math.MaxUint64
+
+// offlineWindow is how long a window opened for an offline rank stays
+// open for the survivors to sync: the ranks' own window once one of them
+// told it (every sync carries it), else upstream's default.
+func (m *membership) offlineWindow() time.Duration {
+	if m.window > 0 {
+		return m.window
+	}
+	return DefaultFaultWindow
+}
+
+// waitsForNobody reports whether every active slot of the open window has
+// synced or was reported failed, which closes it early.
+func (m *membership) waitsForNobody() bool {
+	for i, s := range m.state {
+		if _, ok := m.synced[i]; s == MemberActive && !ok && !m.failed[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // ack records that rank (incarnation gen) has applied epoch.

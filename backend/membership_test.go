@@ -28,12 +28,15 @@ import (
 //	                                   (and its base and opening op)
 //	aborts epoch=E [op=K]              whether a rank at collective K of
 //	                                   base E gives it up for the window
+//	joins epoch=E [op=K]               whether an idle rank whose next
+//	                                   collective is K of base E takes part
 //	register rank=R seg=S              a new incarnation in slot R; prints its gen
 //	confirm rank=R gen=G [rejoin=1]    join_group's readiness
 //	propose activate=0|1 ranks=a,b     queues a proposal; prints its id
 //	ack rank=R gen=G epoch=E           rank R applied epoch E
 //	leave rank=R gen=G                 rank R destroyed the group
-//	offline rank=R gen=G               rank R's connection is gone
+//	offline rank=R gen=G               rank R's connection is gone; prints
+//	                                   the replies of a window it closed
 //	members                            prints epoch, base and every slot
 //	                                   (state, ! when unhealthy, @gen)
 //
@@ -120,7 +123,9 @@ func runMembershipScript(t *testing.T, path string) {
 		case "view":
 			got = append(got, formatView(m.view()))
 		case "pending":
-			if w, ok := m.pendingWindow(); ok {
+			if w, ok := m.pendingWindow(); ok && w.op == nextCollective {
+				got = append(got, fmt.Sprintf("true base=%d op=next", w.base))
+			} else if ok {
 				got = append(got, fmt.Sprintf("true base=%d op=%d", w.base, w.op))
 			} else {
 				got = append(got, "false")
@@ -128,6 +133,12 @@ func runMembershipScript(t *testing.T, path string) {
 		case "aborts":
 			if w, ok := m.pendingWindow(); ok {
 				got = append(got, strconv.FormatBool(w.aborts(uint64(num("epoch", 0)), uint64(num("op", 1)))))
+			} else {
+				got = append(got, "no window")
+			}
+		case "joins":
+			if w, ok := m.pendingWindow(); ok {
+				got = append(got, strconv.FormatBool(w.joins(uint64(num("epoch", 0)), uint64(num("op", 1)))))
 			} else {
 				got = append(got, "no window")
 			}
@@ -151,7 +162,7 @@ func runMembershipScript(t *testing.T, path string) {
 		case "leave":
 			m.leave(now, num("rank", -1), uint64(num("gen", 0)))
 		case "offline":
-			m.offline(now, num("rank", -1), uint64(num("gen", 0)))
+			got = append(got, formatReplies(m.offline(now, num("rank", -1), uint64(num("gen", 0))))...)
 		case "members":
 			got = append(got, formatMembers(m.view()))
 		default:

@@ -89,38 +89,62 @@ func (g *Group) Broadcast(buf []byte, root int, opts ...OpOption) (*Work, error)
 // Group.WorldSize), indexed by slot: they move only the active ranks'
 // blocks, and leave an inactive slot's block of the output as it was.
 
+// blocksFor is how many blocks of n bytes buf holds for an op of world
+// size ws: ws when it holds them all, else k when it holds exactly k < ws
+// (sized for the ranks left after a death: the op waits for the group to
+// shrink to k, awaitShrink), else ws (too small: the caller's check fails).
+func blocksFor(buf []byte, n, ws int) int {
+	if n > 0 && len(buf) < ws*n && len(buf) >= n && len(buf)%n == 0 {
+		return len(buf) / n
+	}
+	return ws
+}
+
+// fitBlocks, at a collective's start, checks that its blocks blocks
+// (submitted in world size ws) hold every active slot, waiting for the
+// group to shrink when the caller sized them for fewer ranks.
+func (g *Group) fitBlocks(what string, blocks, ws int) error {
+	if blocks < ws {
+		return g.awaitShrink(what, blocks)
+	}
+	return g.needWithin(what, ws)
+}
+
 // AllGather concatenates every active rank's in, in rank order, into out
-// (WorldSize blocks).
+// (WorldSize blocks, or fewer: see blocksFor).
 func (g *Group) AllGather(in, out []byte, opts ...OpOption) (*Work, error) {
 	ws := g.WorldSize()
-	if err := needBytes("all_gather output", len(out), ws*len(in)); err != nil {
+	blocks := blocksFor(out, len(in), ws)
+	if err := needBytes("all_gather output", len(out), blocks*len(in)); err != nil {
 		return nil, err
 	}
-	out = out[:ws*len(in)]
+	out = out[:blocks*len(in)]
 	return g.start(g.coll, func() error {
-		if err := g.needWithin("all_gather", ws); err != nil {
+		if err := g.fitBlocks("all_gather", blocks, ws); err != nil {
 			return err
 		}
 		return chooseAllGather(g, len(in))(g, in, out)
 	}, opts)
 }
 
-// ReduceScatter reduces in (WorldSize blocks of count elements) across
-// the active ranks; rank r gets the reduction of block r in out.
+// ReduceScatter reduces in (WorldSize blocks of count elements, or fewer:
+// see blocksFor) across the active ranks; rank r gets the reduction of
+// block r in out.
 func (g *Group) ReduceScatter(in, out []byte, count int, dt DType, op ReduceOp, opts ...OpOption) (*Work, error) {
 	if err := CheckReduction(dt, op); err != nil {
 		return nil, err
 	}
 	ws, nb := g.WorldSize(), count*dt.Size()
-	if err := needBytes("reduce_scatter input", len(in), ws*nb); err != nil {
+	blocks := blocksFor(in, nb, ws)
+	if err := needBytes("reduce_scatter input", len(in), blocks*nb); err != nil {
 		return nil, err
 	}
 	if err := needBytes("reduce_scatter output", len(out), nb); err != nil {
 		return nil, err
 	}
-	in, out = in[:ws*nb], out[:nb]
+	in, out = in[:blocks*nb], out[:nb]
 	return g.start(g.coll, func() error {
-		if err := g.needWithin("reduce_scatter", ws); err != nil {
+		if err := g.fitBlocks("reduce_scatter", blocks, ws); err != nil {
 			return err
 		}
 		return reduceScatterDirect(g, in, out, count, dt, op)

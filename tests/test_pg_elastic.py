@@ -759,6 +759,92 @@ def test_membership_api() -> None:
     launch(2, "test_pg_elastic", "case_api", timeout=50)
 
 
+# ---- issue 35: recovery with the ops sized for the survivors ----------------------------------
+
+
+def _int_ops(active: list[int], size: int):
+    """all_gather_into_tensor (int32, one element per rank) and
+    reduce_scatter_tensor with `size`-element tensors (values by slot, the
+    reduction over `active`), both checked; returns their Works."""
+    rank = dist.get_rank()
+    out = torch.full((size,), -1, dtype=torch.int32)
+    ag = dist.all_gather_into_tensor(out, torch.tensor([rank], dtype=torch.int32), async_op=True)
+    ag.wait()
+    want = [r if r in active else -1 for r in range(size)]
+    assert out.tolist() == want, (rank, out.tolist(), want)
+    inp = torch.tensor([(rank + 1) * (j + 1) for j in range(size)], dtype=torch.int32)
+    res = torch.zeros(1, dtype=torch.int32)
+    rs = dist.reduce_scatter_tensor(res, inp, async_op=True)
+    rs.wait()
+    want_rs = (rank + 1) * sum(a + 1 for a in active)
+    assert res.tolist() == [want_rs], (rank, res.tolist(), want_rs)
+    return ag, rs
+
+
+def case_sized_for_survivors(rank: int, world: int, port: int, timeouts=None) -> None:
+    """Upstream's recovery flow with the overflow layout (world 4 in 4
+    slots, TCP): both tensor ops over 4 ranks; rank 3 exits; the survivors
+    run them at once with tensors sized for 3 (no op of theirs meets the
+    death: the all_gather waits for the offline rank's deactivation, and
+    completes with rank 3 marked on every survivor, the reduce_scatter after
+    it is a plain success); rank 0 lets the replacement start; the
+    survivors poll get_peer_state every 2 s and each calls recover_ranks;
+    then all four run both ops over 4."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    _init(rank, world, port, pg.MooncakeBackendOptions(4))
+    try:
+        for w in _int_ops([0, 1, 2, 3], 4):
+            _check_ok(w)
+        if rank == 3:
+            _die()
+        ag, rs = _int_ops([0, 1, 2], 3)
+        check_op_past_failure(ag, 3, 4)
+        _check_ok(rs)
+        assert dist.get_world_size() == 3
+        assert _mask() == [1, 1, 1, 0], _mask()
+        _timing("DEATH_TO_RECOVERED", _since("death_time"), op="sized_for_survivors")
+        if rank == 0:
+            open_gate("replacement")
+        deadline = time.monotonic() + JOIN_WAIT
+        while not pg.get_peer_state(_pg(), [3])[0]:
+            assert time.monotonic() < deadline, "the replacement never became ready"
+            time.sleep(2)
+        _check_applied(pg.recover_ranks(_pg(), [3]), "recover_ranks([3])")
+        assert dist.get_world_size() == 4
+        _wait_mask(FULL)
+        for w in _int_ops([0, 1, 2, 3], 4):
+            _check_ok(w)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def case_sized_for_survivors_join(rank: int, world: int, port: int, timeouts=None) -> None:
+    """The fifth process of case_sized_for_survivors: rank 3 again."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    _init(rank, world, port, pg.MooncakeBackendOptions(4, True))
+    try:
+        pg.join_group(_pg())
+        assert _mask() == FULL, _mask()
+        assert dist.get_world_size() == 4
+        for w in _int_ops([0, 1, 2, 3], 4):
+            _check_ok(w)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_recovery_sized_for_survivors() -> None:
+    _print_times(launch(
+        4, "test_pg_elastic", "case_sized_for_survivors", timeout=90, init="none",
+        env={**SLOTS, "MC_FORCE_TCP": "true"}, timeouts=SHORT,
+        late=[Late(3, 4, "case_sized_for_survivors_join", gates=["replacement", "exited-3"])]))
+
+
 # ---- issue 35: manual evict --------------------------------------------------------------------
 
 

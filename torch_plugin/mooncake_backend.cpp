@@ -369,6 +369,18 @@ void MooncakeBackend::close() {
 
 namespace {
 void* ptr(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
+// Whether a buffer of total elements holds k blocks of block elements for
+// 1 <= k <= world: all_gather_into_tensor's output and
+// reduce_scatter_tensor's input may be sized for fewer ranks than the
+// world size, right after a rank died; the runtime then waits for the
+// group to shrink to k (docs/collectives.md, "Buffers sized for the
+// survivors").
+bool fitsBlocks(int64_t total, int64_t block, int world) {
+  if (block == 0) {
+    return total == 0;
+  }
+  return total % block == 0 && total / block >= 1 && total / block <= world;
+}
 uint64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 }  // namespace
 
@@ -535,10 +547,11 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
   checkTensor("all_gather_into_tensor", inputBuffer);
   checkSame("all_gather_into_tensor", inputBuffer, outputBuffer);
   const int n = worldSize();
-  TORCH_CHECK(outputBuffer.numel() == n * inputBuffer.numel(),
+  TORCH_CHECK(fitsBlocks(outputBuffer.numel(), inputBuffer.numel(), n),
               "all_gather_into_tensor: output numel (", outputBuffer.numel(),
               ") must be world size (", n, ") x input numel (",
-              inputBuffer.numel(), ")");
+              inputBuffer.numel(), "), or fewer ranks x input numel for "
+              "ranks that are gone");
   Op op;
   op.type = c10d::OpType::_ALLGATHER_BASE;
   auto in = op.in(inputBuffer);
@@ -675,10 +688,11 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
   checkTensor("reduce_scatter_tensor", outputBuffer);
   checkSame("reduce_scatter_tensor", outputBuffer, inputBuffer);
   const int n = worldSize();
-  TORCH_CHECK(inputBuffer.numel() == n * outputBuffer.numel(),
+  TORCH_CHECK(fitsBlocks(inputBuffer.numel(), outputBuffer.numel(), n),
               "reduce_scatter_tensor: input numel (", inputBuffer.numel(),
               ") must be world size (", n, ") x output numel (",
-              outputBuffer.numel(), ")");
+              outputBuffer.numel(), "), or fewer ranks x output numel for "
+              "ranks that are gone");
   Op op;
   op.type = c10d::OpType::_REDUCE_SCATTER_BASE;
   auto in = op.in(inputBuffer);
