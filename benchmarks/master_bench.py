@@ -11,7 +11,13 @@ Systems, each measured with the same worker code and the same processes:
   ``pip install mooncake-transfer-engine-non-cuda==0.3.13.post1``); skipped when
   absent;
 * ``redis``: Debian's ``redis-server`` through redis-py (EXISTS, a pipeline of
-  EXISTS, GET, SET).
+  EXISTS, GET, SET);
+* ``ours-oplog``: ours with HA and the operation log (``--enable_ha
+  --enable_oplog``, a leader and one standby, an etcd of its own on this host
+  with its data on the local disk), clients following ``etcd://``: every
+  call waits for its batch to be durable in etcd. Compare it with ``ours``
+  on ``put:4K`` and ``remove:4K`` (``--systems ours,ours-oplog --cases
+  put:4K,remove:4K --clients 1,4``).
 
 For each client count (``--clients``) it starts that many worker processes,
 each a pure client (no segment) of a master whose pool lives in one storage
@@ -70,6 +76,7 @@ LARGE_CASES = ["get:1M", "put:1M", "get:16M", "put:16M"]
 SIZES = {"64B": 64, "4K": 4 * KIB, "64K": 64 * KIB, "1M": MIB, "16M": 16 * MIB}
 PUT_CAP = 384 * MIB  # bytes one put case may write, over all workers
 LEASED = -706  # OBJECT_HAS_LEASE: a remove while a read lease is held
+REMOVE_KEYS = 4000  # keys a remove case puts first, over all workers
 
 
 # -- /proc accounting ----------------------------------------------------------------
@@ -196,6 +203,11 @@ def run_case(s, case: str, wid: int, nworkers: int, seconds: float) -> dict:
             raise SystemExit("register_buffer failed")
         ptrs = [base + j * size for j in range(PUT_FROM_OBJECTS)]
         lens = [size] * PUT_FROM_OBJECTS
+    if op == "remove":  # the keys to remove, put before the clock starts
+        rm_keys = [f"rm-{wid}-{j}" for j in range(REMOVE_KEYS // nworkers)]
+        for k in rm_keys:
+            if s.put(k, value_for(k, size)) != 0:
+                raise SystemExit(f"put of {k} before the remove case failed")
     cap = PUT_CAP // nworkers
     lats: list[int] = []
     calls = errors = written = i = 0
@@ -205,7 +217,11 @@ def run_case(s, case: str, wid: int, nworkers: int, seconds: float) -> dict:
         now = time.perf_counter_ns()
         if now / 1e9 >= t_end or (op.startswith("put") and written >= cap):
             break
-        if op == "exist":
+        if op == "remove":
+            if i >= len(rm_keys):
+                break
+            ok = s.remove(rm_keys[i]) == 0
+        elif op == "exist":
             ok = s.is_exist(keys[rng.randrange(len(keys))]) == 1
         elif op == "batch_exist":
             start = rng.randrange(len(keys) - BATCH_KEYS)
@@ -344,9 +360,16 @@ class System:
         self.server_pid = 0
         self.tmp = tmp
         self.master = master
+        self.oplog = False  # ours-oplog: HA masters with --enable_oplog on an etcd of their own
 
     def start_store(self, rpc: int, meta: int, admin: int) -> None:
         assert self.master
+        ha: list[str] = []
+        master_addr = f"{LOOPBACK}:{rpc}"
+        if self.oplog:
+            etcd = self.start_etcd()
+            ha = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"]
+            master_addr = f"etcd://{etcd}"
         log = open(self.tmp / f"{self.name}-master.log", "wb")
         p = self.procs.start(
             [
@@ -358,21 +381,46 @@ class System:
                 "--enable_metric_reporting=false",
                 f"--rpc_address={LOOPBACK}",
                 f"--http_metadata_server_host={LOOPBACK}",
+                *ha,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self.env,
         )
         wait_until(lambda: port_open(rpc) and port_open(meta), 30, f"{self.name} master")
+        if self.oplog:  # the leader, then a standby tailing its log
+            role = f"http://{LOOPBACK}:{admin}/role"
+            wait_until(lambda: http_text(role) == "leader", 30, "leader")
+            self.procs.start(
+                [self.master, f"--rpc_port={free_port()}", f"--metrics_port={free_port()}",
+                 "--enable_metric_reporting=false", f"--rpc_address={LOOPBACK}",
+                 f"--metrics_host={LOOPBACK}", *ha],
+                stdout=log, stderr=subprocess.STDOUT, env=self.env,
+            )  # fmt: skip
         self.server_pid = p.pid
         self.args = [
             "--metadata",
             f"http://{LOOPBACK}:{meta}/metadata",
             "--master",
-            f"{LOOPBACK}:{rpc}",
+            master_addr,
         ]
         storage = self.spawn(["--role", "storage"])
         json.loads(storage.stdout.readline())
+
+    def start_etcd(self) -> str:
+        """An etcd for this system, data under tmp (the local disk, fsync on)."""
+        client, peer = free_port(), free_port()
+        curl, purl = f"http://{LOOPBACK}:{client}", f"http://{LOOPBACK}:{peer}"
+        self.procs.start(
+            [shutil.which("etcd") or "/usr/bin/etcd", "--name", "bench", "--data-dir",
+             str(self.tmp / f"{self.name}-etcd"), "--listen-client-urls", curl,
+             "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+             "--initial-advertise-peer-urls", purl, "--initial-cluster", f"bench={purl}",
+             "--log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(lambda: '"true"' in http_text(curl + "/health"), 30, "etcd")
+        return f"{LOOPBACK}:{client}"
 
     def start_redis(self, server: str, port: int) -> None:
         p = self.procs.start(
@@ -395,6 +443,17 @@ class System:
             stdout=subprocess.PIPE,
             text=True,
         )
+
+
+def http_text(url: str) -> str:
+    """The body of GET url, "" when it fails."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.read().decode().strip()
+    except OSError:
+        return ""
 
 
 def run_workers(sys_: System, n: int, cases: list[str], seconds: float) -> list[dict]:
@@ -602,6 +661,10 @@ def main() -> None:
             systems.append(
                 ("ours-grpc", ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC="grpc"))
             )
+        if "ours-oplog" in wanted:
+            systems.append(
+                ("ours-oplog", ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC="framed"))
+            )
         for v in a.variant:
             systems.append(("ours-" + variant_name(v), ours_py, ours_master, variant_env(v)))
         up = Path(a.upstream_venv) if a.upstream_venv else None
@@ -639,6 +702,7 @@ def main() -> None:
             for name, py, master, env in systems:
                 label = f"{name}#{rnd}" if a.rounds > 1 else name
                 s = System(label, py, master, env, procs, tmp)
+                s.oplog = name == "ours-oplog"
                 if master:
                     s.start_store(free_port(), free_port(), free_port())
                 else:

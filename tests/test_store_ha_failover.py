@@ -49,7 +49,9 @@ def _wait_new_leader(masters, old, timeout=30.0):
             if m is not old and m.proc is not None and m.role() == "leader":
                 return m, time.time()
         time.sleep(0.02)
-    raise AssertionError("no new leader: " + " | ".join(m.log_tail(1500) for m in masters if m.proc))
+    raise AssertionError(
+        "no new leader: " + " | ".join(m.log_tail(1500) for m in masters if m.proc)
+    )
 
 
 def test_failover_loses_nothing(
@@ -132,15 +134,17 @@ def test_failover_loses_nothing(
     removed = sum(len(r["removed"]) for r in runs)
     wrong = sum(len(r["wrong"]) for r in runs) + check["wrong"]
     failed_reads = sum(len(r["failed_reads"]) for r in runs)
-    lines = [f"acknowledged puts {acked}, acknowledged removes {removed}, reads ok {len(reads)}, "
-             f"reads failed (retried) {failed_reads}, checked at the end {check['checked']}",
-             f"lost {check['lost']}, wrong reads {wrong}, removes that came back {check['came_back']}"]  # fmt: skip
+    lines = [
+        f"acknowledged puts {acked}, acknowledged removes {removed}, reads ok {len(reads)}, "
+        f"reads failed (retried) {failed_reads}, checked at the end {check['checked']}",
+        f"lost {check['lost']}, wrong reads {wrong}, removes that came back {check['came_back']}",
+    ]
     ends = [t0 for _, t0, _ in faults[1:]] + [float("inf")]
-    for (name, t0, ready), end in zip(faults, ends):
+    for (name, t0, ready), end in zip(faults, ends, strict=True):
         # the longest stretch without a successful read between this
         # fault and the next, counted from the last read before the fault
         window = [t for t in reads if t < t0][-1:] + [t for t in reads if t0 <= t < end]
-        gap = max((b - a for a, b in zip(window, window[1:])), default=float("inf"))
+        gap = max((b - a for a, b in zip(window, window[1:], strict=False)), default=float("inf"))
         after = [t for t in reads if t0 <= t < end]
         per_worker = []
         for r in runs:
