@@ -315,11 +315,16 @@ class _DataProtoMixin:
             )
         return gid if gid is not None else current
 
-    @staticmethod
-    def _group_config(config: Any, gid: str | None) -> Any:
+    def _group_config(self, config: Any, gid: str | None) -> Any:
+        """The config every write of a DataProto in group `gid` passes: a copy of the
+        caller's with ``group_ids=[gid]``, or a new ReplicateConfig when the caller gave
+        none, unless the store's ``put`` takes no config (a duck-typed store: the group
+        stays on the ref only)."""
         if gid is None:
             return None if config is None else _st._copy_config(config, None)
         if config is None:
+            if not _takes_config(self._fn["put"]):
+                return None
             from mooncake.store import ReplicateConfig
 
             config = ReplicateConfig()
@@ -698,6 +703,20 @@ class _DataProtoMixin:
             if stage_ref.manifest_key not in seen:
                 seen.add(stage_ref.manifest_key)
                 self.remove_bundle(stage_ref)
+
+
+def _takes_config(fn: Any) -> bool:
+    """Whether a store method accepts ``config=`` (True when its signature is unknown,
+    as for native methods)."""
+    import inspect
+
+    if fn is None:
+        return False
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "config" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _into_destination(name: str, value: Any, dest: Any) -> Any:
