@@ -759,6 +759,10 @@ def test_upstream_error_texts(store_master, stores):
     tampered = {**ref.manifest, "cleanup_keys": ["other/object"]}
     with pytest.raises(ValueError, match="cleanup_keys"):
         t.remove_bundle(RemoteBundleRef(ref.manifest_key, tampered))
+    spec = {**ref.manifest["buffers"]["p"], "chunks": [{"key": "other/object", "bytes": 1}]}
+    tampered = {**ref.manifest, "buffers": {"p": spec}}
+    with pytest.raises(ValueError, match="namespace"):
+        t.materialize(t.read_spec(RemoteBundleRef(ref.manifest_key, tampered)))
     ref = t.put_structured_object(StructuredObjectPayload(buffers={"w": np.zeros((4, 2))}))
     with pytest.raises(ValueError, match="destination shape mismatch"):
         t.materialize_into(t.read_spec(ref), {"w": np.zeros((3, 2))})

@@ -664,7 +664,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
 
     def _validate(self, m: dict) -> None:
         if m.get("version") != 1 or m.get("layout") != "bundle":
-            raise ValueError("unsupported bundle manifest: version 1 and layout 'bundle' required")
+            raise ValueError("invalid bundle manifest: version 1 and layout 'bundle' required")
         oid = m.get("object_id")
         if not isinstance(oid, str):
             raise ValueError("bundle manifest object_id must be a string")
@@ -706,13 +706,17 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         for c in chunks:
             ck, cn = (c.get("key"), c.get("bytes")) if isinstance(c, dict) else (None, None)
             if not isinstance(ck, str) or not (ck == key or ck.startswith(f"{key}/")):
-                raise ValueError(f"bundle payload {name!r} chunk key {ck!r} is invalid")
-            if ck in seen or not isinstance(cn, int) or cn < 0:
-                raise ValueError(f"bundle payload {name!r} chunk {ck!r} is invalid")
+                raise ValueError(
+                    f"bundle payload {name!r}: chunk key {ck!r} is outside the payload namespace"
+                )
+            if ck in seen:
+                raise ValueError(f"bundle payload {name!r}: chunk keys must be unique ({ck!r})")
+            if not isinstance(cn, int) or cn < 0:
+                raise ValueError(f"bundle payload {name!r}: chunk bytes must be non-negative")
             seen.add(ck)
             total += cn
         if total != n:
-            raise ValueError(f"bundle payload {name!r} chunks hold {total} bytes, not {n}")
+            raise ValueError(f"bundle payload {name!r} chunks total {total} bytes, expected {n}")
 
     # -- reads -----------------------------------------------------------------
 
