@@ -729,3 +729,12 @@ def test_store_whose_put_takes_no_config():
     assert list(got["non_tensor_batch"]["s"]) == ["c", "a"]
     t.cleanup_dataproto(ref)
     assert store.objects == {}
+
+
+def test_flat_dict_helpers():
+    t = MooncakeBundleTransfer(DictStore())
+    assert t.put_legacy_dict == t.put_dict and t.get_legacy_dict == t.get_dict
+    ref = t.put_dict({"ids": np.arange(3), "words": ["a", "b", "c"], "lr": 0.5})
+    assert t.get_dict(ref)["words"] == ["a", "b", "c"] and t.get_dict(ref)["lr"] == 0.5
+    t.remove_legacy_dict(ref)
+    assert t.store.objects == {}

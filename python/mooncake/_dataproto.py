@@ -366,6 +366,18 @@ class _DataProtoMixin:
         """`put(data, type="dataproto", ...)`."""
         return self.put(data, type="dataproto", **kwargs)
 
+    def put_dict(self, data: Mapping, **kwargs: Any) -> MooncakeDataProtoRef:
+        """`put(data, type="dict", ...)` (also `put_legacy_dict`)."""
+        return self.put(data, type="dict", **kwargs)
+
+    def get_dict(self, ref: Any) -> dict:
+        """`get(ref, type="dict")` (also `get_legacy_dict`)."""
+        return self.get(ref, type="dict")
+
+    def remove_dict(self, ref: Any) -> None:
+        """`cleanup_dataproto(ref)` (also `remove_legacy_dict`)."""
+        self.cleanup_dataproto(ref)
+
     def append_dataproto_fields(
         self,
         ref: Any,
@@ -703,6 +715,10 @@ class _DataProtoMixin:
             if stage_ref.manifest_key not in seen:
                 seen.add(stage_ref.manifest_key)
                 self.remove_bundle(stage_ref)
+
+    put_legacy_dict = put_dict
+    get_legacy_dict = get_dict
+    remove_legacy_dict = remove_dict
 
 
 def _takes_config(fn: Any) -> bool:
