@@ -182,10 +182,12 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 		return nil, errNotLeader
 	}
 	e := &entry{kind: entryRPC, n: r.nextN, now: r.s.clock().Round(0), name: method, md: md, payload: payload}
+	ping, isPing := req.(*masterpb.PingRequest)
+	known := isPing && r.s.knownClient(ping.GetClientId())
 	r.begin(e)
 	resp, herr := h(ctx, req)
 	r.end()
-	if refused {
+	if refused || (known && heartbeatOnly(resp)) {
 		r.mu.Unlock()
 		return resp, herr
 	}
@@ -198,6 +200,24 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	return resp, herr
 }
 
+// knownClient reports whether the client is in the state's OK set.
+func (s *Server) knownClient(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.st.clients[id]
+	return ok && c.ok
+}
+
+// heartbeatOnly reports whether a known client's Ping answer shows it
+// changed nothing but the heartbeat time (no task handed out). Such pings
+// are not logged: heartbeats are not replicated (expiry is logged by its
+// outcome, and a promotion restarts every heartbeat), which keeps an idle
+// cluster's log from growing with its pings.
+func heartbeatOnly(resp any) bool {
+	p, ok := resp.(*masterpb.PingResponse)
+	return ok && p.GetErrorCode() == 0 && len(p.GetTasks()) == 0
+}
+
 // logLocal applies a change the master makes on its own (a tick, a
 // promotion, an admin change) as a logged entry, when it is leader. It
 // returns the entry's ticket, nil when not leader.
@@ -208,6 +228,17 @@ func (r *replication) logLocal(kind entryKind, name string, payload []byte, appl
 		return nil
 	}
 	return r.logLocked(kind, name, payload, apply)
+}
+
+// logLockedWith is logLocked for an entry whose payload is the outcome of
+// applying it.
+func (r *replication) logLockedWith(kind entryKind, name string, apply func(now time.Time) []byte) *commitTicket {
+	e := &entry{kind: kind, n: r.nextN, now: r.s.clock().Round(0), name: name}
+	r.begin(e)
+	e.payload = apply(e.now)
+	r.end()
+	r.nextN++
+	return r.w.append(e)
 }
 
 // logLocked is logLocal with r.mu held and the writer set.
@@ -247,6 +278,7 @@ func (r *replication) replay(e *entry) {
 		s.mu.Unlock()
 	case entryClientTick:
 		s.mu.Lock()
+		s.st.expireExactly(decodeClientIDs(e.payload), e.now)
 		s.clientPass(e.now)
 		s.mu.Unlock()
 	case entryPromote:
@@ -274,6 +306,48 @@ func (s *Server) clientPass(now time.Time) (expired []ExpiredSegment, discarded 
 	discarded = s.st.ReleaseExpired(now)
 	fsDeletes = s.st.TakeFSDeletes()
 	return expired, discarded, fsDeletes
+}
+
+// expireExactly makes the next ExpireClients at now expire exactly ids:
+// a replica does not know the heartbeats the leader saw (they are not
+// logged), only which clients it expired.
+func (s *State) expireExactly(ids []string, now time.Time) {
+	gone := map[string]bool{}
+	for _, id := range ids {
+		gone[id] = true
+	}
+	for id, c := range s.clients {
+		if gone[id] {
+			c.lastSeen = time.Time{}
+		} else {
+			c.lastSeen = now
+		}
+	}
+}
+
+// encodeClientIDs and decodeClientIDs carry a client pass's expired
+// clients in its entry.
+func encodeClientIDs(expired []ExpiredSegment) []byte {
+	var b []byte
+	last := ""
+	for _, e := range expired {
+		if e.ClientID != last {
+			b = appendString(b, e.ClientID)
+			last = e.ClientID
+		}
+	}
+	return b
+}
+
+func decodeClientIDs(b []byte) []string {
+	d := &decoder{b: b}
+	var ids []string
+	for len(d.b) > 0 && d.err == nil {
+		if id := d.bytes(); d.err == nil {
+			ids = append(ids, string(id))
+		}
+	}
+	return ids
 }
 
 // restartHeartbeats counts every known client as heard from at now: a
@@ -312,11 +386,19 @@ func (r *replication) clientTick() {
 	var expired []ExpiredSegment
 	var discarded int
 	var fsDeletes []string
-	t := r.logLocal(entryClientTick, "", nil, func(now time.Time) {
-		s.mu.Lock()
-		expired, discarded, fsDeletes = s.clientPass(now)
-		s.mu.Unlock()
-	})
+	t := func() *commitTicket {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.w == nil || !s.leader.Load() {
+			return nil
+		}
+		return r.logLockedWith(entryClientTick, "", func(now time.Time) []byte {
+			s.mu.Lock()
+			expired, discarded, fsDeletes = s.clientPass(now)
+			s.mu.Unlock()
+			return encodeClientIDs(expired)
+		})
+	}()
 	if t == nil || t.wait(context.Background()) != nil {
 		return
 	}

@@ -258,3 +258,65 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 		t.Fatalf("master view: %v %v", view, err)
 	}
 }
+
+// TestOplogReplicatesExpiryNotHeartbeats: pings of a known client are not
+// logged, and a client the leader expires is expired on the standby too,
+// though the standby never saw its heartbeats.
+func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
+	ep := testutil.StartEtcd(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := DefaultConfig()
+	cfg.ClientTTL = time.Second
+	start := func() *Service {
+		svc, err := StartService(ServiceConfig{
+			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg, ClientCheckInterval: 100 * time.Millisecond}, Logger: quiet,
+			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "expiry", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		return svc
+	}
+	a := start()
+	deadline := time.Now().Add(20 * time.Second)
+	for !a.Server.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("a did not lead")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b := start()
+	conn, err := grpc.NewClient(a.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := masterpb.NewMasterClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seg := &masterpb.Segment{Id: "s1", Name: "seg", Base: 1 << 30, Size: 1 << 20, TeEndpoint: "seg"}
+	if r, err := c.ReMountSegment(ctx, &masterpb.ReMountSegmentRequest{ClientId: "soon-gone", Segments: []*masterpb.Segment{seg}}); err != nil || r.GetErrorCode() != 0 {
+		t.Fatalf("remount: %v %v", r, err)
+	}
+	before := a.Server.rep.appliedSeq()
+	const pings = 50
+	for i := 0; i < pings; i++ {
+		if p, err := c.Ping(ctx, &masterpb.PingRequest{ClientId: "soon-gone"}); err != nil || p.ClientStatus != masterpb.ClientStatus_CLIENT_OK {
+			t.Fatalf("ping: %v %v", p, err)
+		}
+	}
+	if grew := a.Server.rep.appliedSeq() - before; grew >= pings {
+		t.Fatalf("%d pings of a known client added %d batches: heartbeats are logged", pings, grew)
+	}
+	// The client falls silent: the leader expires it, and so does the standby.
+	for time.Now().Before(deadline) && (len(dumpState(a.Server).Segments) > 0 || b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq()) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := dumpState(b.Server).Segments; len(got) != 0 || len(dumpState(a.Server).Segments) != 0 {
+		t.Fatalf("segments after expiry: leader %v, standby %v", dumpState(a.Server).Segments, got)
+	}
+	if !reflect.DeepEqual(dumpState(a.Server), dumpState(b.Server)) {
+		t.Fatal("leader and standby differ after the expiry")
+	}
+}
