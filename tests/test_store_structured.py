@@ -698,6 +698,10 @@ def test_inner_transport_and_bundle_store(store_master, stores):
     )
     oid = ref.manifest["object_id"]
     assert merged.manifest["buffer_object_ids"] == [oid]
+    with pytest.raises(ValueError, match="unsupported put_mode"):
+        store.put_bundle_manifest(
+            b"{}", {}, partition="default", policy=BundleTransferPolicy(put_mode="x")
+        )
     assert bytes(t.materialize(t.read_spec(merged)).objects["p"]) == bytes(10)
     t.remove_bundle(merged)  # removes the payloads, and the first manifest too
     assert s.is_exist(ref.manifest_key) == 0 and s.is_exist(spec["chunks"][0]["key"]) == 0

@@ -94,6 +94,7 @@ class _BundleManifestStore:
             buffers,
             partition=partition,
             chunk_bytes=chunk_bytes,
+            policy=policy,
             config=config,
             cleanup_keys=cleanup_keys,
             buffer_object_ids=buffer_object_ids,

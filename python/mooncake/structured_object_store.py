@@ -327,15 +327,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         chunk = self.default_chunk_bytes if chunk_bytes is None else chunk_bytes
         if chunk <= 0:
             raise ValueError("chunk_bytes must be positive")
-        policy = policy or BundleTransferPolicy()
-        if policy.copy_mode not in ("auto", "zero_copy", "copy"):
-            raise ValueError(f"unsupported copy_mode: {policy.copy_mode!r}")
-        if policy.put_mode not in ("auto", "batch", "parallel"):
-            raise ValueError(f"unsupported put_mode: {policy.put_mode!r}")
-        inflight = policy.max_inflight_put if max_inflight is None else max_inflight
-        if inflight < 1:
-            raise ValueError("max_inflight_put must be positive")
-        policy = replace(policy, max_inflight_put=inflight)
+        policy = _checked_policy(policy, max_inflight)
         object_id, base = self._new_object(partition)
         written: list[str] = []
         try:
@@ -389,11 +381,14 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         *,
         partition: str,
         chunk_bytes: int | None,
+        policy: BundleTransferPolicy | None,
         config: Any,
         cleanup_keys: Sequence[str] | None,
         buffer_object_ids: Sequence[str] | None,
     ) -> RemoteBundleRef:
-        """See `_BundleManifestStore.put_bundle_manifest`."""
+        """See `_BundleManifestStore.put_bundle_manifest` (the meta is written in copy
+        mode whatever the policy; the policy is checked as for any write)."""
+        _checked_policy(policy, None)
         if not _valid_name(partition):
             raise ValueError(f"invalid bundle partition: {partition!r}")
         chunk = self.default_chunk_bytes if chunk_bytes is None else chunk_bytes
@@ -1172,6 +1167,20 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 failed.append((k, r))
         if failed and strict:
             raise RuntimeError(f"failed to remove {len(failed)} Mooncake keys: {failed}")
+
+
+def _checked_policy(policy: BundleTransferPolicy | None, max_inflight: int | None):
+    """`policy` (default: the defaults) with `max_inflight` applied; ValueError for
+    modes or counts upstream refuses."""
+    policy = policy or BundleTransferPolicy()
+    if policy.copy_mode not in ("auto", "zero_copy", "copy"):
+        raise ValueError(f"unsupported copy_mode: {policy.copy_mode!r}")
+    if policy.put_mode not in ("auto", "batch", "parallel"):
+        raise ValueError(f"unsupported put_mode: {policy.put_mode!r}")
+    inflight = policy.max_inflight_put if max_inflight is None else max_inflight
+    if inflight < 1:
+        raise ValueError("max_inflight_put must be positive")
+    return replace(policy, max_inflight_put=inflight)
 
 
 def _sibling_meta_key(key: str, partition_prefix: str) -> bool:
