@@ -73,6 +73,24 @@ def test_data_type_and_group_id_are_kept_as_metadata(store_master, stores):
     assert s.put("bad-type", b"x", cfg) == INVALID
 
 
+def test_a_put_without_config_is_placed_as_one_with_the_default_config(store_master, stores):
+    """put(key, value) passes no config to the library (its default); the
+    master records the object exactly as for put(key, value, ReplicateConfig())."""
+    s = stores(store_master)
+    assert s.put("cfg-none", b"v" * 100) == 0
+    assert s.put("cfg-default", b"v" * 100, ReplicateConfig()) == 0
+    assert s.put_batch(["cfg-none-b"], [b"v" * 100]) == 0
+    infos = [store_master.query_key(k) for k in ("cfg-none", "cfg-default", "cfg-none-b")]
+    assert all(infos), infos
+    varying = ("key", "replicas", "lease", "created", "time", "id")
+
+    def stable(info):
+        return {k: v for k, v in info.items() if not any(w in k for w in varying)}
+
+    assert stable(infos[0]) == stable(infos[1]) == stable(infos[2]), infos
+    assert [len(i.get("replicas", [])) for i in infos] == [len(infos[1].get("replicas", []))] * 3
+
+
 def test_soft_pin_ttl_validation():
     cfg = ReplicateConfig()
     cfg.soft_pin_ttl_ms = 0

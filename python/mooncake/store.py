@@ -492,10 +492,14 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         ptrs = [a for p in parts for a, _ in p]
         sizes = [s for p in parts for _, s in p]
         results = (INT * n)()
-        try:
-            cfg = (config or ReplicateConfig())._json()
-        except (TypeError, ValueError):  # e.g. a data_type that is no ObjectDataType
-            return [int(ErrorCode.INVALID_PARAMS)] * n
+        # No config: NULL, the library's default (the same as a default
+        # ReplicateConfig), without encoding and decoding it on every put.
+        cfg = None
+        if config is not None:
+            try:
+                cfg = config._json()
+            except (TypeError, ValueError):  # e.g. a data_type that is no ObjectDataType
+                return [int(ErrorCode.INVALID_PARAMS)] * n
         self._lib.mc_store_put(
             self._handle,
             n,
