@@ -521,12 +521,11 @@ def _encode_recursive(path: str, values: list, forced: bool) -> _EncodedStructur
     nest or whose leaves are all plain values (msgpack keeps those whole)."""
     from mooncake._dataproto_structure import _InferredLeaf, _InferredNode, infer_structure
 
-    if not forced:
-        leaves: list[_InferredLeaf] = []
-        nodes: list[_InferredNode] = []
-        infer_structure(path, list(values), leaves, nodes)
-        if not nodes or not any(_special_leaf(leaf) for leaf in leaves):
-            return None
+    leaves: list[_InferredLeaf] = []
+    nodes: list[_InferredNode] = []
+    infer_structure(path, list(values), leaves, nodes)
+    if not forced and (not nodes or not any(_special_leaf(leaf) for leaf in leaves)):
+        return None
 
     def encode_leaf(leaf: Any) -> tuple:
         vals = _leaf_values(leaf)
@@ -542,7 +541,7 @@ def _encode_recursive(path: str, values: list, forced: bool) -> _EncodedStructur
             enc = _encode_codec(leaf.path, vals, codec, dict(d.metadata))
         return enc.codec, enc.rows, enc.metadata, enc.payload
 
-    metadata, payload = encode_structured(path, list(values), encode_leaf)
+    metadata, payload = encode_structured(path, list(values), encode_leaf, (leaves, nodes))
     return _EncodedStructuredLeaf("structured_recursive", len(values), payload, metadata)
 
 

@@ -146,15 +146,19 @@ def _lookup(row: Any, suffix: str) -> Any:
     return cur
 
 
-def encode_structured(path: str, values: list, encode_leaf) -> tuple[dict, dict]:
-    """(metadata, payloads) of a column, or ValueError when nothing nests.
+def encode_structured(
+    path: str, values: list, encode_leaf, inferred: tuple[list, list] | None = None
+) -> tuple[dict, dict]:
+    """(metadata, payloads) of a column.
 
     `encode_leaf(leaf)` encodes one `_InferredLeaf` (None where absent) and
-    returns ``(codec, rows, metadata, payloads)``.
+    returns ``(codec, rows, metadata, payloads)``; `inferred` is the
+    ``(leaves, nodes)`` `infer_structure` already found for `values`, if any.
     """
-    leaves: list[_InferredLeaf] = []
-    nodes: list[_InferredNode] = []
-    infer_structure(path, list(values), leaves, nodes)
+    if inferred is None:
+        inferred = ([], [])
+        infer_structure(path, list(values), *inferred)
+    leaves, nodes = inferred
     payloads: dict[str, Any] = {}
     node_specs = []
     for i, node in enumerate(nodes):

@@ -19,6 +19,9 @@ bytes) or ``torch_tensor``. Reads start from `read_spec(ref)`, narrowed
 with `select_members` and `slice_member` (axis 0, ranged reads of only the
 slice's bytes), then `materialize` (new objects) or `materialize_into`
 (caller-owned ndarrays). `remove_bundle` removes every key of an object.
+`put_object`/`get_object` store a mapping (or one wrapped value) the same
+way. Upstream's inner objects are here as views: ``transfer._transport``
+(put modes) and ``transfer._bundle_store`` (manifests, merged manifests).
 
 The DataProto layer (``put_dataproto``/``get_dataproto``, refs and their
 handles, non-tensor codecs) lives in `mooncake._dataproto` and
