@@ -66,22 +66,22 @@ func (m *splitMix) Int63() int64    { return int64(m.Uint64() >> 1) }
 func (m *splitMix) Seed(seed int64) { m.x = uint64(seed) }
 
 // replication is a Server's oplog side: the order lock, the entry
-// numbering, the writer while leader and the tailer while standby.
+// numbering, the batches applied and, while leader, the writer. The
+// elector (ha.go) runs the standby's tailer and the promotions.
 type replication struct {
 	s        *Server
 	handlers map[string]loggedHandler
 
 	// mu is the order lock: one entry is applied at a time, in log order.
-	// now, inOp and applying describe the entry being applied.
-	mu       sync.Mutex
-	now      time.Time
-	inOp     atomic.Bool
-	applying bool
-	src      splitMix
-	rng      *rand.Rand
-	nextN    uint64 // number of the next entry
-	lastSeq  uint64 // last batch applied (standby) or written (leader)
-	w        *oplogWriter
+	// now and inOp describe the entry being applied.
+	mu      sync.Mutex
+	now     time.Time
+	inOp    atomic.Bool
+	src     splitMix
+	rng     *rand.Rand
+	nextN   uint64 // number of the next entry
+	lastSeq uint64 // last batch applied; a leader's writer counts its own (appliedSeq)
+	w       *oplogWriter
 }
 
 // EnableOplog makes the server log every state change and replay a
@@ -143,7 +143,6 @@ func (r *replication) begin(e *entry) {
 // end finishes the entry begun last.
 func (r *replication) end() {
 	r.inOp.Store(false)
-	r.applying = false
 }
 
 // intercept runs one call as a logged entry on the leader and answers
@@ -254,7 +253,6 @@ func (r *replication) logLocked(kind entryKind, name string, payload []byte, app
 // replay applies one entry from the log (r.mu held).
 func (r *replication) replay(e *entry) {
 	r.begin(e)
-	r.applying = true
 	defer r.end()
 	s := r.s
 	switch e.kind {
