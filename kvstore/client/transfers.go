@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -164,18 +165,34 @@ func (c *Client) staged(n uint64, fn func(chunk []byte, off uint64) error) error
 	return nil
 }
 
-// parallel runs fn(0..n-1) concurrently and returns the first error.
+// maxParallel bounds the goroutines of one parallel call: a batch of a
+// thousand small objects ran a goroutine each, and starting them and
+// growing their stacks cost more than the objects' transfers. A transfer
+// engine connection carries one request at a time per lane, so more
+// concurrent objects than this only wait in its queue.
+const maxParallel = 64
+
+// parallel runs fn(0..n-1) on up to maxParallel goroutines and returns the
+// first error; every fn runs even when one fails. An fn must not wait for
+// another fn of the same call to start.
 func parallel(n int, fn func(i int) error) error {
 	if n == 1 {
 		return fn(0)
 	}
 	errs := make([]error, n)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i := range n {
+	for range min(n, maxParallel) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = fn(i)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				errs[i] = fn(i)
+			}
 		}()
 	}
 	wg.Wait()
