@@ -75,6 +75,9 @@ type Group struct {
 	// peer p read this rank's pull slot s. Both owned by the collective FIFO.
 	collOps  uint64
 	pullLent [nSlots][]uint64
+	// cma is whether the active ranks read each other with CMA (cma.go);
+	// owned by the collective FIFO.
+	cma cmaState
 	// seqBase[ch] is where the channel's sequence numbers started: the
 	// collective channel restarts at epoch<<32 on every membership epoch
 	// (faults.go), so words written in an older epoch never satisfy a wait.

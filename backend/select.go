@@ -106,8 +106,10 @@ var forcedAllGather = envvars.PGAllGatherAlgo.Value()
 // 2 cores: 16 KiB blocks were faster pushed, 64 KiB ones pulled).
 const pullMinBytes = 32 << 10
 
-// chooseAllGather: with two ranks pushing and pulling copy the same bytes;
-// from three on, blocks of nb >= pullMinBytes bytes are pulled.
+// chooseAllGather: blocks of cmaMinBytes or more are read from the peers
+// with CMA where the group does (allgather_cma.go). Otherwise, with two
+// ranks pushing and pulling copy the same bytes; from three on, blocks of
+// nb >= pullMinBytes bytes are pulled.
 func chooseAllGather(g *Group, nb int) allGatherFn {
 	switch forcedAllGather {
 	case "direct":
@@ -115,6 +117,15 @@ func chooseAllGather(g *Group, nb int) allGatherFn {
 	case "pull":
 		return allGatherPull
 	}
+	if len(g.act) > 1 && nb >= cmaMinBytes {
+		return allGatherCMA // or, where the group does not use CMA, copyingAllGather
+	}
+	return copyingAllGather(g, nb)
+}
+
+// copyingAllGather: the all_gather for blocks of nb bytes that copies
+// through the group buffers.
+func copyingAllGather(g *Group, nb int) allGatherFn {
 	if len(g.act) <= 2 || nb < pullMinBytes {
 		return allGatherDirect
 	}

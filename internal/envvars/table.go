@@ -67,6 +67,8 @@ var (
 		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
 	PGAllGatherAlgo = &Var{Name: "MC_PG_ALLGATHER_ALGO", Kind: Enum, Values: []string{"direct", "pull"}, Default: "chosen by group size",
 		ReadBy: "backend", Doc: "force one all_gather algorithm (benchmarking)"}
+	PGCMA = &Var{Name: "MC_PG_CMA", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
+		ReadBy: "backend", Doc: "0: never read same-host peers' buffers with process_vm_readv (all_gather, all_to_all copy through the group buffers)"}
 	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
 		ReadBy: "backend", Doc: "spin before yield-polling, microseconds"}
 	PGYieldUs = &Var{Name: "MC_PG_YIELD_US", Kind: Int, Min: 0, Default: "500",
@@ -116,7 +118,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum, StoreTenantToken,
 	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
+	PGInitTimeout, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,
