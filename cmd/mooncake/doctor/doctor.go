@@ -1,7 +1,8 @@
 // Package doctor checks a live Mooncake deployment from one host and says
 // what is wrong and how to fix it: the master, the metadata server, etcd,
 // the ports the processes will bind, the MC_*/MOONCAKE_* variables, proxy
-// variables, RDMA devices, memory limits and the clock. Each check is in
+// variables, RDMA devices, memory limits, the clock and which path
+// same-host collectives take. Each check is in
 // its own file and returns Results; Run runs them all. The wording of
 // known problems comes from cmd/mooncake/troubleshoot, which the binaries
 // also log. `mooncake doctor` (cmd/mooncake) is the command line.
@@ -102,6 +103,7 @@ func Run(ctx context.Context, cfg Config) []Result {
 	rdma := checkRDMA(cfg)
 	out = append(out, rdma.results...)
 	out = append(out, checkMemory(cfg, env, rdma.devices > 0)...)
+	out = append(out, checkCollectivesPath(cfg, env))
 	return out
 }
 
