@@ -601,3 +601,33 @@ func TestSizedForFewerRanksFailsWhenNobodyLeaves(t *testing.T) {
 		}
 	})
 }
+
+// A proposal is answered only once every member has left the collectives
+// of the base it replaces (faults.go, leaveOlderBase): a rank still in
+// one (here marked as running a collective of base 0) applies the new
+// view at once but acknowledges it only when that collective is over, so
+// the proposer's next collective, in the new base, cannot be taken for
+// the old one's messages.
+func TestProposalWaitsForCollectivesOfTheOldBase(t *testing.T) {
+	e := found(t, 4, 4, false)
+	g2 := e.gs[2]
+	g2.collAt.Store(g2.collBase + 1)
+	done := make(chan ProposalResult, 1)
+	go func() {
+		res, err := e.gs[0].Propose(false, []int{3})
+		if err != nil {
+			t.Errorf("deactivate 3: %v", err)
+		}
+		done <- res
+	}()
+	waitFor(t, "rank 2 to apply the new view", func() bool { return mask(g2) == "1110" })
+	select {
+	case res := <-done:
+		t.Fatalf("the proposal was answered (%+v) while rank 2 was in a collective of the old base", res)
+	default:
+	}
+	g2.collAt.Store(0) // the collective ends
+	if res := <-done; res.Status != ProposalApplied {
+		t.Errorf("deactivate 3: %+v", res)
+	}
+}

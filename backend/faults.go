@@ -122,6 +122,9 @@ func (g *Group) setColl(v View, excluded []int) {
 		}
 		g.collOps = 0
 	}
+	if g.collAt.Load() != 0 { // a collective's re-run (recover) moves to the new base
+		g.collAt.Store(g.collBase + 1)
+	}
 	g.collIso = false
 	g.exclOps = 0
 	if len(excluded) > 0 {
@@ -344,6 +347,32 @@ func (g *Group) awaitShrink(what string, blocks int) error {
 	}
 }
 
+// leaveOlderBase, before the watch acknowledges a view of base (its next
+// request does), waits until no collective of an older base runs here
+// (bounded by the proposals' acknowledgement barrier; Close ends it). A
+// proposal is answered once every member acknowledged its view, and the
+// proposer then runs its next collective in the new base: its sequence
+// numbers start over at base<<32, above every old one, and its first
+// messages take slots without waiting for acknowledgements, so a rank
+// still in a collective of the old base (a slower survivor finishing the
+// op the proposer finished) would take the new messages for the ones it
+// waits for — wrong data, or, with several chunks, counts that never
+// match (issue 35, the manual-evict hang: rank 0 deactivated the dead rank
+// and ran round 3 while ranks 2 and 3 were still in round 2). Waiting for
+// it here makes the proposal return only once every member has left the
+// old base's collectives. An idle rank, or one whose collective already
+// runs in this base, acknowledges at once.
+func (g *Group) leaveOlderBase(ctx context.Context, base uint64) {
+	deadline := time.Now().Add(defaultBarrier)
+	for {
+		at := g.collAt.Load()
+		if at == 0 || at-1 >= base || ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // syncFailure asks the coordinator to reconcile (bounded: the window plus
 // a margin; Close ends it). base is the view base the op ran in.
 func (g *Group) syncFailure(base, op uint64, failed []int, clean bool) (SyncReply, error) {
@@ -387,6 +416,7 @@ func (g *Group) watch(ctx context.Context) {
 		v := viewFromPB(resp.GetView())
 		if v.Epoch > epoch {
 			g.applyView(v)
+			g.leaveOlderBase(ctx, v.Base)
 			epoch, skip = v.Epoch, false
 			continue
 		}

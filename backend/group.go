@@ -97,6 +97,9 @@ type Group struct {
 	viewSignal atomic.Pointer[chan struct{}]
 	abortAt    atomic.Pointer[pendingWindow] // the last pending window the watch saw
 	collBase   uint64
+	// collAt is the base of the collective running on the FIFO, plus one
+	// (0: none runs); the watch reads it (faults.go, leaveOlderBase).
+	collAt     atomic.Uint64
 	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
 	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
 	// carry is the outcome of a reconciliation this rank took part in
@@ -325,6 +328,8 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 		}
 		if q == g.coll {
 			g.catchUp()
+			g.collAt.Store(g.collBase + 1)
+			defer g.collAt.Store(0)
 			if !g.collIso && !g.isActive() {
 				w.complete(fmt.Errorf("%w: rank %d", ErrInactive, g.rank))
 				return

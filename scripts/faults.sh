@@ -42,12 +42,13 @@ PY=.venv/bin/python
 # name | command. Go suites are built once (-c) and the binary rerun, so a
 # run measures the scenario, not the compiler.
 suites=(
-	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer"
+	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits"
 	"transfer-faults|go:./transfer|PeerExit|Close|DeadPeer|InjectLinkFailure"
 	"pg-faults|py:tests/test_pg_faults.py"
 	"pg-elastic|py:tests/test_pg_elastic.py"
 	"pg-sized-survivors|py:tests/test_pg_elastic.py::test_recovery_sized_for_survivors"
 	"pg-manual-evict|py:tests/test_pg_elastic.py::test_manual_evict"
+	"pg-manual-evict-upstream-order|py:tests/test_pg_elastic.py::test_manual_evict_upstream_order"
 	"ep-faults|py:tests/test_ep_faults.py"
 	"store-ha|py:tests/test_store_ha.py"
 	"store-ha-failover|py:tests/test_store_ha_failover.py"

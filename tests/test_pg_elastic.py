@@ -134,13 +134,14 @@ def _check_ok(work) -> None:
     assert pg.get_failed_ranks_hint(work).tolist() == [0] * len(_mask())
 
 
-def _all_reduce_over(active: list[int], n: int = 4):
-    """all_reduce of rank + 1: the result is the sum over `active`; returns the Work."""
+def _all_reduce_over(active: list[int], n: int = 4, scale: int = 1):
+    """all_reduce of (rank + 1) * scale: the result is the sum over `active`
+    (a scale per round tells one round's data from another's); returns the Work."""
     rank = dist.get_rank()
-    t = torch.full((n,), float(rank + 1))
+    t = torch.full((n,), float((rank + 1) * scale))
     w = dist.all_reduce(t, async_op=True)
     w.wait()
-    want = float(sum(r + 1 for r in active))
+    want = float(scale * sum(r + 1 for r in active))
     assert t.tolist() == [want] * n, (rank, t, active)
     return w
 
@@ -848,11 +849,15 @@ def test_recovery_sized_for_survivors() -> None:
 # ---- issue 35: manual evict --------------------------------------------------------------------
 
 
-def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
+def case_manual_evict(rank: int, world: int, port: int, timeouts=None, n: int = 4,
+                      gated: bool = True) -> None:
     """Manual mode (auto_deactivate_on_failure=False): round 1 healthy;
     rank 1 exits; the round-2 all_reduce completes on every survivor with
     one outcome (rank 1 marked, the survivors' sum); sync_after_failure;
-    rank 0 deactivates rank 1; round 3 succeeds over the survivors."""
+    rank 0 deactivates rank 1; round 3 succeeds over the survivors. gated:
+    rank 0 deactivates only once the others have synced; not gated
+    (upstream's order), at once, while the others may still be finishing
+    round 2 (the deactivation must not return before they have)."""
     from mooncake import pg
 
     _setup(timeouts)
@@ -862,25 +867,26 @@ def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
     _init(rank, world, port, opts)
 
     def step(name: str) -> None:  # where each rank got to, in a failure's output
-        print(f"EVICT rank={rank} {name}", flush=True)
+        print(f"EVICT rank={rank} {name} at={time.time():.3f}", flush=True)
 
     try:
-        _check_ok(_all_reduce_over([0, 1, 2, 3]))
+        _check_ok(_all_reduce_over([0, 1, 2, 3], n))
         step("round 1 done")
         if rank == 1:
             _die()
-        w = _all_reduce_over([0, 2, 3])
+        w = _all_reduce_over([0, 2, 3], n, 2)
         step("round 2 done")
         assert pg.get_failed_ranks_hint(w).tolist() == [0, 1, 0, 0]
         assert not pg.get_local_success(w)
-        assert _mask() == FULL, _mask()
+        if gated or rank == 0:  # ungated, rank 0 may have deactivated rank 1 already
+            assert _mask() == FULL, _mask()
         resp = pg.sync_after_failure(_pg())
         st = pg.SyncAfterFailureStatus
         assert resp.status in (st.Reconciled, st.NoPending), (resp.status, resp.reject_reason)
         step("synced")
         open_gate(f"synced-{rank}")
         if rank == 0:
-            for r in (2, 3):
+            for r in (2, 3) if gated else ():
                 wait_gate(f"synced-{r}", WAIT)
             resp = pg.deactivate_ranks(_pg(), [1])
             if resp.status == pg.ProposalStatus.AppliedWithDroppedRanks:
@@ -889,7 +895,7 @@ def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
                 _check_applied(resp, "deactivate_ranks([1])")
         _wait_mask([1, 0, 1, 1])
         step("mask 1011")
-        _check_ok(_all_reduce_over([0, 2, 3]))
+        _check_ok(_all_reduce_over([0, 2, 3], n, 3))
         step("round 3 done")
         dist.barrier()
     finally:
@@ -899,3 +905,11 @@ def case_manual_evict(rank: int, world: int, port: int, timeouts=None) -> None:
 def test_manual_evict() -> None:
     launch(4, "test_pg_elastic", "case_manual_evict", timeout=120, init="none", env=SLOTS,
            timeouts=SHORT)
+
+
+def test_manual_evict_upstream_order() -> None:
+    # Rank 0 deactivates rank 1 right after its own round 2, over TCP, with
+    # one chunk and with 4 chunks of 64 KiB per all_reduce.
+    for n in (4, 1 << 16):
+        launch(4, "test_pg_elastic", "case_manual_evict", timeout=120, init="none",
+               env={**SLOTS, "MC_FORCE_TCP": "true"}, timeouts=SHORT, n=n, gated=False)
