@@ -78,6 +78,8 @@ type options struct {
 	enableOplog                 bool
 	oplogPollMs, oplogBatchMax  int
 	oplogRetrySec               int
+	snapshot                    snapshotOptions
+	snapshotConfig              *master.SnapshotConfig
 	memoryAllocator, allocStrat string
 	rpcThreads, maxThreads      int
 	rpcConnTimeout              int
@@ -126,7 +128,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.oplogPollMs, "oplog_poll_interval_ms", int(master.DefaultOplogPollInterval/time.Millisecond), "how often a standby re-reads the oplog besides watching it, ms")
 	fs.IntVar(&o.oplogBatchMax, "oplog_batch_max_entries", master.DefaultOplogBatchMaxEntries, "most entries one oplog batch (one etcd transaction) carries")
 	fs.IntVar(&o.oplogRetrySec, "batch_oplog_retry_timeout_sec", int(master.DefaultOplogRetryTimeout/time.Second), "seconds an oplog batch write retries etcd errors before the leader steps down")
-	declareSnapshotFlags(fs)
+	declareSnapshotFlags(fs, &o.snapshot)
 	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
 	fs.StringVar(&o.allocStrat, "allocation_strategy", "random", "replica placement strategy (only random)")
 	fs.IntVar(&o.rpcThreads, "rpc_thread_num", 0, "threads that run the master's RPC handling at once (GOMAXPROCS, at most the CPU count); 0 means --max_threads")
@@ -204,9 +206,11 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.allocStrat != "random" {
 		return fail("--allocation_strategy=%s is not supported (only random)", o.allocStrat)
 	}
-	if err := checkSnapshotFlags(set); err != nil {
+	snapshots, err := o.snapshot.config(o.enableOplog)
+	if err != nil {
 		return fail("%v", err)
 	}
+	o.snapshotConfig = snapshots
 	if o.enableOplog && !o.enableHA {
 		return fail("--enable_oplog needs --enable_ha (the oplog lives in the HA backend, etcd)")
 	}
@@ -269,6 +273,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 			Oplog: o.enableOplog, OplogBatchMaxEntries: o.oplogBatchMax,
 			OplogRetryTimeout: time.Duration(o.oplogRetrySec) * time.Second,
 			OplogPollInterval: time.Duration(o.oplogPollMs) * time.Millisecond,
+			Snapshot:          o.snapshotConfig,
 		}
 		if ip := net.ParseIP(o.rpcAddress); ip != nil && ip.IsUnspecified() {
 			log.Warn("HA: --rpc_address is unspecified; clients on other hosts cannot reach the advertised leader address", "advertise", rpcAddr)

@@ -58,6 +58,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
+	t.Setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", "")
 	for _, args := range [][]string{
 		{"--nosuchflag"},
 		{"--eviction_ratio=1.5"},
@@ -70,10 +71,13 @@ func TestBadArguments(t *testing.T) {
 		{"--enable_ha", "--etcd_endpoints=x:1", "--ha_backend_type=redis"},
 		{"--enable_oplog"},
 		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--oplog_batch_max_entries=0"},
-		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot"},
+		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot"}, // no MOONCAKE_SNAPSHOT_LOCAL_PATH
+		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_snapshot_restore"},           // no oplog
 		{"--snapshot_object_store_type=s3"},
-		{"--snapshot_object_store_type=local", "--snapshot_interval_seconds=60"},
-		{"--enable_snapshot_restore=false"},
+		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot", "--snapshot_object_store_type=s3"},
+		{"--snapshot_object_store_type=redis"},
+		{"--snapshot_interval_seconds=0"},
+		{"--snapshot_retention_count=-1"},
 		{"--memory_allocator=cachelib"},
 		{"--logtostderr=false"},
 		{"--rpc_thread_num=-1"},
@@ -93,6 +97,7 @@ func TestBadArguments(t *testing.T) {
 
 func TestParseForms(t *testing.T) {
 	t.Setenv("MC_STORE_CLUSTER_ID", "from_env")
+	t.Setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", "/snapshots")
 	for _, tc := range []struct {
 		args  []string
 		check func(o *options) bool
@@ -138,6 +143,12 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--logtostderr", "--minloglevel=1"}, func(o *options) bool { return *o.glogLevel == slog.LevelWarn }},
 		{[]string{"-v=1", "--alsologtostderr=true"}, func(o *options) bool { return *o.glogLevel == slog.LevelDebug }},
 		{[]string{"--minloglevel", "2"}, func(o *options) bool { return *o.glogLevel == slog.LevelError }},
+		{nil, func(o *options) bool { return o.snapshotConfig == nil && o.snapshot.interval == 600 }},
+		{[]string{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot", "--snapshot_interval_seconds=5",
+			"--snapshot_retention_count=3", "--snapshot_object_store_type=local", "--enable_snapshot_restore"}, func(o *options) bool {
+			c := o.snapshotConfig
+			return c != nil && c.Enable && c.Restore && c.Interval == 5*time.Second && c.Retention == 3 && c.Dir == "/snapshots"
+		}},
 	} {
 		o, err := parse(tc.args, io.Discard)
 		if err != nil || !tc.check(o) {

@@ -3,47 +3,56 @@ package main
 import (
 	"flag"
 	"fmt"
-	"sort"
-	"strings"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/kvstore/master"
 )
 
-// snapshotFlags are upstream's metadata snapshot flags. Snapshots are not
-// implemented (docs/store-master.md, "HA"): each flag is declared so that
-// a launch script passing one fails with a clear message instead of
-// "flag provided but not defined", and none is silently accepted.
-var snapshotFlags = []string{
-	"enable_snapshot", "snapshot_interval_seconds", "snapshot_retention_count",
-	"snapshot_object_store_type", "enable_snapshot_restore",
+// snapshotOptions are upstream's metadata snapshot flags
+// (docs/store-master.md, "Snapshots").
+type snapshotOptions struct {
+	enable    bool
+	interval  int
+	retention int
+	storeType string
+	restore   bool
 }
 
-// declareSnapshotFlags declares the snapshot flags as strings; their
-// values are never used.
-func declareSnapshotFlags(fs *flag.FlagSet) {
-	for _, name := range snapshotFlags {
-		fs.Var(&boolOrString{}, name, "not implemented: metadata snapshots (giving it fails startup); with --enable_oplog the whole log is replayed instead")
-	}
+// declareSnapshotFlags declares the snapshot flags into o.
+func declareSnapshotFlags(fs *flag.FlagSet, o *snapshotOptions) {
+	fs.BoolVar(&o.enable, "enable_snapshot", false, "with --enable_oplog: the leader periodically writes the whole metadata to the snapshot store and compacts the oplog behind it")
+	fs.IntVar(&o.interval, "snapshot_interval_seconds", int(master.DefaultSnapshotInterval/time.Second), "seconds between metadata snapshots")
+	fs.IntVar(&o.retention, "snapshot_retention_count", master.DefaultSnapshotRetention, "snapshots kept; the oplog is compacted behind the oldest one kept")
+	fs.StringVar(&o.storeType, "snapshot_object_store_type", "", "snapshot store: local (empty means local: the directory MOONCAKE_SNAPSHOT_LOCAL_PATH); s3 is not supported")
+	fs.BoolVar(&o.restore, "enable_snapshot_restore", false, "a standby or restarted master starts from the newest snapshot and applies the oplog after it")
 }
 
-// boolOrString takes any value, and no value as a boolean flag does.
-type boolOrString struct{ v string }
-
-func (b *boolOrString) String() string     { return b.v }
-func (b *boolOrString) Set(v string) error { b.v = v; return nil }
-func (b *boolOrString) IsBoolFlag() bool   { return true }
-
-// checkSnapshotFlags fails when any snapshot flag was given.
-func checkSnapshotFlags(set map[string]bool) error {
-	var given []string
-	for _, name := range snapshotFlags {
-		if set[name] {
-			given = append(given, "--"+name)
-		}
+// config checks the flags and returns the snapshot configuration, nil
+// when neither snapshots nor restore is on.
+func (o *snapshotOptions) config(enableOplog bool) (*master.SnapshotConfig, error) {
+	switch o.storeType {
+	case "", "local":
+	case "s3":
+		return nil, fmt.Errorf("--snapshot_object_store_type=s3 is not supported by this master (no object store client); use local with MOONCAKE_SNAPSHOT_LOCAL_PATH")
+	default:
+		return nil, fmt.Errorf("--snapshot_object_store_type=%s is not supported (only local)", o.storeType)
 	}
-	if len(given) == 0 {
-		return nil
+	if o.interval <= 0 || o.retention <= 0 {
+		return nil, fmt.Errorf("--snapshot_interval_seconds and --snapshot_retention_count must be positive")
 	}
-	sort.Strings(given)
-	return fmt.Errorf("%s: metadata snapshots are not implemented by this master (no local or s3 snapshot store); "+
-		"with --enable_oplog a standby or restarted master replays the whole operation log from etcd instead",
-		strings.Join(given, ", "))
+	if !o.enable && !o.restore {
+		return nil, nil
+	}
+	if !enableOplog {
+		return nil, fmt.Errorf("--enable_snapshot and --enable_snapshot_restore need --enable_oplog (a snapshot is a point of the operation log)")
+	}
+	dir := envvars.SnapshotLocalPath.Value()
+	if dir == "" {
+		return nil, fmt.Errorf("--snapshot_object_store_type=local needs MOONCAKE_SNAPSHOT_LOCAL_PATH, the directory of the snapshot store")
+	}
+	return &master.SnapshotConfig{
+		Enable: o.enable, Interval: time.Duration(o.interval) * time.Second, Retention: o.retention,
+		Restore: o.restore, Dir: dir,
+	}, nil
 }

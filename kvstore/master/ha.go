@@ -74,6 +74,9 @@ type HAConfig struct {
 	// OplogPollInterval is how often a standby re-reads the log besides
 	// watching it (--oplog_poll_interval_ms).
 	OplogPollInterval time.Duration
+	// Snapshot, when not nil, adds metadata snapshots to the oplog
+	// (snapshot.go).
+	Snapshot *SnapshotConfig
 }
 
 // Defaults of the oplog settings (upstream's flag defaults).

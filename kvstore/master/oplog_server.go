@@ -82,6 +82,8 @@ type replication struct {
 	nextN   uint64 // number of the next entry
 	lastSeq uint64 // last batch applied; a leader's writer counts its own (appliedSeq)
 	w       *oplogWriter
+	// snap takes and restores snapshots (snapshot.go); nil without them.
+	snap *snapshots
 }
 
 // EnableOplog makes the server log every state change and replay a

@@ -39,6 +39,9 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 		return fmt.Errorf("batch at key %d says it is %d: %w", seq, b.seq, errBadBatch)
 	}
 	for i := range b.entries {
+		if b.entries[i].n < r.nextN {
+			continue // in the snapshot the state started from
+		}
 		r.replay(&b.entries[i])
 		r.nextN = b.entries[i].n + 1
 	}
@@ -51,6 +54,12 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 func (r *replication) catchUp(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
 	for {
 		r.mu.Lock()
+		if r.lastSeq == 0 && r.nextN == 0 {
+			if err := r.startFresh(ctx, cli, prefix); err != nil {
+				r.mu.Unlock()
+				return 0, err
+			}
+		}
 		from := oplogKey(prefix, r.lastSeq+1)
 		r.mu.Unlock()
 		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -162,6 +171,7 @@ func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAC
 	}
 	r.s.view.Store(uint64(viewRev))
 	r.s.leader.Store(true)
+	r.startSnapshots(cli, prefix)
 	return nil
 }
 
@@ -169,6 +179,7 @@ func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAC
 // rebuilds it from the log, the only copy a deposed leader can trust.
 func (r *replication) demote() {
 	r.s.leader.Store(false)
+	r.stopSnapshots()
 	r.mu.Lock()
 	w := r.w
 	r.w = nil

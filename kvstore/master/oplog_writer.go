@@ -38,6 +38,8 @@ type pendingBatch struct {
 	entries []byte
 	count   int
 	ticket  *commitTicket
+	// sealed batches take no more entries (cut).
+	sealed bool
 }
 
 // oplogWriter is a leader's group committer. Entries are appended in log
@@ -61,7 +63,8 @@ type oplogWriter struct {
 	mu      sync.Mutex
 	wake    chan struct{}
 	queue   []*pendingBatch
-	seq     uint64 // last batch durable
+	writing *commitTicket // the batch being written, nil when none
+	seq     uint64        // last batch durable
 	failed  error
 	stopped chan struct{}
 	closed  bool
@@ -89,7 +92,7 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 		return t
 	}
 	var b *pendingBatch
-	if n := len(w.queue); n > 0 && w.queue[n-1].count < w.maxEntries && len(w.queue[n-1].entries) < maxBatchBytes/2 {
+	if n := len(w.queue); n > 0 && !w.queue[n-1].sealed && w.queue[n-1].count < w.maxEntries && len(w.queue[n-1].entries) < maxBatchBytes/2 {
 		b = w.queue[n-1]
 	} else {
 		b = &pendingBatch{ticket: &commitTicket{done: make(chan struct{})}}
@@ -124,6 +127,7 @@ func (w *oplogWriter) run() {
 		if len(w.queue) > 0 && w.failed == nil && !w.closed {
 			b = w.queue[0]
 			w.queue = w.queue[1:]
+			w.writing = b.ticket
 		}
 		closed := w.closed
 		seq := w.seq + 1
@@ -141,6 +145,7 @@ func (w *oplogWriter) run() {
 		}
 		err := w.commit(seq, encodeBatch(seq, b.count, b.entries))
 		w.mu.Lock()
+		w.writing = nil
 		if err == nil {
 			w.seq = seq
 		} else if w.failed == nil {
@@ -155,6 +160,25 @@ func (w *oplogWriter) run() {
 			return
 		}
 	}
+}
+
+// cut ends the batch being filled, so that the next entry starts a new
+// one, and returns the number the last batch holding entries appended so
+// far gets once durable, with its ticket (nil when all are durable).
+// Batches are written in order and a failure fails every later one, so
+// the number is certain if the ticket succeeds.
+func (w *oplogWriter) cut() (uint64, *commitTicket) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	inFlight := uint64(0)
+	if w.writing != nil {
+		inFlight = 1
+	}
+	if n := len(w.queue); n > 0 {
+		w.queue[n-1].sealed = true
+		return w.seq + inFlight + uint64(n), w.queue[n-1].ticket
+	}
+	return w.seq + inFlight, w.writing
 }
 
 // failAll settles every queued batch with err.

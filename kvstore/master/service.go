@@ -119,6 +119,21 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 	s.Server = srv
 	if cfg.HA != nil && cfg.HA.Oplog {
 		srv.EnableOplog()
+		if cfg.HA.Snapshot != nil {
+			if err := srv.EnableSnapshots(*cfg.HA.Snapshot); err != nil {
+				return nil, err
+			}
+		}
+		// A master that could only serve a partial state fails now; one
+		// that cannot reach etcd yet starts and retries as before.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := CheckSnapshotRestore(ctx, *cfg.HA, srv)
+		cancel()
+		if errors.Is(err, ErrSnapshotNeeded) {
+			return nil, err
+		} else if err != nil {
+			log.Warn("snapshot: cannot check the oplog's start in etcd yet", "err", err)
+		}
 	}
 
 	if s.rpcLn, err = listen(cfg.RPCAddress); err != nil {

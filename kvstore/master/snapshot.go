@@ -1,0 +1,290 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// This file is the oplog's snapshots (docs/store-master.md, "Snapshots"):
+// the leader periodically writes the whole State at a batch boundary to
+// the snapshot store, records the newest snapshot's batch in etcd and
+// deletes the batches no retained snapshot needs; a standby or restarted
+// master starts from the newest usable snapshot and applies the log
+// after it.
+
+// SnapshotConfig configures metadata snapshots (upstream's
+// --enable_snapshot, --snapshot_interval_seconds,
+// --snapshot_retention_count, --enable_snapshot_restore; the local store,
+// --snapshot_object_store_type=local, at MOONCAKE_SNAPSHOT_LOCAL_PATH).
+type SnapshotConfig struct {
+	// Enable has the leader take a snapshot every Interval.
+	Enable bool
+	// Interval is the time between snapshots; DefaultSnapshotInterval
+	// when zero.
+	Interval time.Duration
+	// Retention is how many snapshots are kept; the log is compacted
+	// behind the oldest one kept. DefaultSnapshotRetention when zero.
+	Retention int
+	// Restore has a standby or restarted master start from the newest
+	// usable snapshot instead of the log's first batch.
+	Restore bool
+	// Dir is the local store's root; snapshots go to Dir/<cluster_id>.
+	Dir string
+}
+
+// Defaults of the snapshot settings.
+const (
+	// DefaultSnapshotInterval is upstream's --snapshot_interval_seconds.
+	DefaultSnapshotInterval = 600 * time.Second
+	// DefaultSnapshotRetention is --snapshot_retention_count's default.
+	DefaultSnapshotRetention = 2
+)
+
+// SnapshotKey is the etcd key holding the batch number of cluster
+// clusterID's newest snapshot: mooncake-store/<cluster_id>/snapshot.
+func SnapshotKey(clusterID string) string {
+	if clusterID == "" {
+		clusterID = DefaultClusterID
+	}
+	return "mooncake-store/" + clusterID + "/snapshot"
+}
+
+// ErrSnapshotNeeded means the log in etcd no longer starts at batch 1 (it
+// was compacted behind a snapshot) and no usable snapshot covers the
+// batches deleted: this master cannot rebuild the state and must not
+// serve a partial one.
+var ErrSnapshotNeeded = errors.New("snapshot needed")
+
+// snapshots is a replication's snapshot side.
+type snapshots struct {
+	cfg   SnapshotConfig
+	store *localSnapshotStore
+	// last is the batch of the newest snapshot this leader took.
+	last uint64
+	// stop ends the leader's snapshot loop, nil when none runs.
+	stop func()
+}
+
+// EnableSnapshots gives an oplog-replicated server snapshots in the
+// local store (after EnableOplog). It fails when the store cannot be
+// opened.
+func (s *Server) EnableSnapshots(cfg SnapshotConfig) error {
+	if s.rep == nil {
+		return errors.New("snapshot: snapshots need the oplog (--enable_oplog)")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultSnapshotInterval
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultSnapshotRetention
+	}
+	store, err := openLocalSnapshotStore(cfg.Dir, s.opts.ClusterID)
+	if err != nil {
+		return err
+	}
+	s.rep.snap = &snapshots{cfg: cfg, store: store}
+	return nil
+}
+
+// logFloor reads how much of the log is gone: the batch numbers below
+// the first one in etcd (or, with no batch left, up to the recorded
+// snapshot), and the recorded newest snapshot's batch.
+func logFloor(ctx context.Context, cli *clientv3.Client, prefix, snapKey string) (gone, recorded uint64, err error) {
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Txn(gctx).Then(
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
+		clientv3.OpGet(snapKey),
+	).Commit()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read oplog: %w", err)
+	}
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if recorded, err = strconv.ParseUint(string(kvs[0].Value), 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("snapshot key %s: %q is not a batch number", snapKey, kvs[0].Value)
+		}
+	}
+	gone = recorded
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if first, ok := oplogSeq(prefix, string(kvs[0].Key)); ok {
+			gone = first - 1
+		}
+	}
+	return gone, recorded, nil
+}
+
+// restorePoint finds where a fresh state starts: the newest snapshot
+// that covers the batches gone from the log and that this cluster's
+// leader recorded (a newer file was never recorded, so the log still
+// holds its batches; one above the record belongs to another history),
+// nil to start from batch 1. A snapshot that does not decode is skipped
+// with a log line. Without a usable one while batches are gone it fails
+// with ErrSnapshotNeeded.
+func (r *replication) restorePoint(ctx context.Context, cli *clientv3.Client, prefix string) (*State, snapshotHeader, error) {
+	var none snapshotHeader
+	gone, recorded, err := logFloor(ctx, cli, prefix, SnapshotKey(r.s.opts.ClusterID))
+	if err != nil {
+		return nil, none, err
+	}
+	if r.snap != nil && r.snap.cfg.Restore {
+		seqs, err := r.snap.store.list()
+		if err != nil {
+			return nil, none, err
+		}
+		for _, seq := range seqs {
+			if seq > recorded || seq < gone {
+				continue
+			}
+			data, err := r.snap.store.load(seq)
+			if err != nil {
+				r.s.log.Warn("snapshot: cannot read; trying an older one", "snapshot", r.snap.store.path(seq), "err", err)
+				continue
+			}
+			st, h, err := decodeSnapshot(data, r.s.opts.Config)
+			if err == nil && h.seq != seq {
+				err = fmt.Errorf("file is named batch %d but holds batch %d", seq, h.seq)
+			}
+			if err != nil {
+				r.s.log.Warn("snapshot: unusable; trying an older one", "snapshot", r.snap.store.path(seq), "err", err)
+				continue
+			}
+			return st, h, nil
+		}
+	}
+	if gone > 0 {
+		where := "snapshot restore is off (--enable_snapshot_restore)"
+		if r.snap != nil && r.snap.cfg.Restore {
+			where = "no usable snapshot of batch " + strconv.FormatUint(gone, 10) + " or later is in " + r.snap.store.dir
+		}
+		return nil, none, fmt.Errorf("%w: the oplog in etcd was compacted up to batch %d and %s; refusing to serve a partial state",
+			ErrSnapshotNeeded, gone, where)
+	}
+	return nil, none, nil
+}
+
+// startFresh installs the restore point into a state that has applied
+// nothing yet (r.mu held).
+func (r *replication) startFresh(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	st, h, err := r.restorePoint(ctx, cli, prefix)
+	if err != nil || st == nil {
+		return err
+	}
+	r.s.mu.Lock()
+	r.s.st = st
+	r.s.mu.Unlock()
+	r.lastSeq, r.nextN = h.seq, h.nextN
+	r.s.log.Info("snapshot: state restored; applying the log after it", "batch", h.seq, "next_entry", h.nextN,
+		"keys", len(st.objects), "segments", len(st.segments))
+	return nil
+}
+
+// CheckSnapshotRestore reports ErrSnapshotNeeded (with the reason) when
+// a master with cfg could not rebuild the cluster's state: the log was
+// compacted and no usable snapshot covers it. StartService calls it so
+// that such a master fails at startup instead of standing by forever.
+func CheckSnapshotRestore(ctx context.Context, ha HAConfig, srv *Server) error {
+	if srv.rep == nil {
+		return nil
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: ha.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("HA: etcd client: %w", err)
+	}
+	defer cli.Close()
+	_, _, err = srv.rep.restorePoint(ctx, cli, OplogPrefix(ha.ClusterID))
+	return err
+}
+
+// startSnapshots runs the leader's snapshot loop, when snapshots are on.
+func (r *replication) startSnapshots(cli *clientv3.Client, prefix string) {
+	if r.snap == nil || !r.snap.cfg.Enable {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.snap.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if seq, err := r.takeSnapshot(ctx, cli, prefix); err != nil {
+					if ctx.Err() == nil {
+						r.s.log.Warn("snapshot failed", "err", err)
+					}
+				} else if seq > 0 {
+					r.s.log.Info("snapshot taken; oplog compacted", "batch", seq)
+				}
+			}
+		}
+	}()
+	r.snap.stop = func() { cancel(); <-done }
+}
+
+// stopSnapshots ends the snapshot loop and waits for a snapshot in progress.
+func (r *replication) stopSnapshots() {
+	if r.snap != nil && r.snap.stop != nil {
+		r.snap.stop()
+		r.snap.stop = nil
+	}
+}
+
+// takeSnapshot is one snapshot: the state is encoded under the order
+// lock at a batch boundary (the writer starts a new batch after it), and
+// written once every batch up to it is durable; then, in one transaction
+// fenced like the batches, the newest snapshot's batch is recorded and
+// the batches up to the oldest snapshot kept are deleted. It returns the
+// snapshot's batch, 0 when nothing changed since the last one.
+func (r *replication) takeSnapshot(ctx context.Context, cli *clientv3.Client, prefix string) (uint64, error) {
+	r.mu.Lock()
+	w := r.w
+	if w == nil || !r.s.leader.Load() {
+		r.mu.Unlock()
+		return 0, errors.New("snapshot: not the leader")
+	}
+	seq, ticket := w.cut()
+	if seq == r.snap.last {
+		r.mu.Unlock()
+		return 0, nil
+	}
+	r.s.mu.Lock()
+	data := encodeSnapshot(r.s.st, seq, r.nextN)
+	r.s.mu.Unlock()
+	r.mu.Unlock()
+	if ticket != nil {
+		if err := ticket.wait(ctx); err != nil {
+			return 0, fmt.Errorf("snapshot of batch %d: the batch did not become durable: %w", seq, err)
+		}
+	}
+	if err := r.snap.store.save(seq, data); err != nil {
+		return 0, err
+	}
+	floor, err := r.snap.store.prune(r.snap.cfg.Retention)
+	if err != nil {
+		return 0, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(w.viewKey), "=", w.viewRev)).
+		Then(clientv3.OpPut(SnapshotKey(r.s.opts.ClusterID), strconv.FormatUint(seq, 10)),
+			clientv3.OpDelete(oplogKey(prefix, 0), clientv3.WithRange(oplogKey(prefix, floor+1)))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("snapshot of batch %d: record in etcd: %w", seq, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("snapshot of batch %d: %w", seq, errFenced)
+	}
+	r.snap.last = seq
+	return seq, nil
+}

@@ -1,0 +1,647 @@
+package master
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sort"
+	"time"
+)
+
+// This file is the metadata snapshot's format (docs/store-master.md,
+// "Snapshots"): the whole State at a point of the operation log, written
+// by encodeSnapshot and read back by decodeSnapshot. A file is
+//
+//	"MCSN" version(1 byte) uvarint(seq) uvarint(next entry) body crc32c(4 bytes, big endian)
+//
+// seq is the last batch the snapshot covers and the next entry the number
+// of the first entry after it; the checksum covers every byte before it.
+// The body lists, in a fixed order with every map sorted by key, the
+// segments any replica or quarantined buffer points at, then the
+// replicas (each once: a task or a promotion may share an object's
+// replica), then the objects, and the rest of the state, each reference
+// as an index into an earlier table (0 is nil). The same State always
+// encodes to the same bytes.
+
+const (
+	snapshotMagic   = "MCSN"
+	snapshotVersion = 1
+)
+
+var (
+	errBadSnapshot      = errors.New("snapshot: malformed")
+	errSnapshotChecksum = errors.New("snapshot: checksum mismatch (corrupt or truncated file)")
+	crc32c              = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// snapshotEncoder builds a snapshot's body.
+type snapshotEncoder struct {
+	b    []byte
+	segs map[*segment]uint64
+	reps map[*replica]uint64
+	objs map[*object]uint64
+}
+
+func (e *snapshotEncoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *snapshotEncoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *snapshotEncoder) str(s string)     { e.b = appendString(e.b, s) }
+func (e *snapshotEncoder) boolean(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+
+// time writes a flag and, for a non-zero time, its Unix nanoseconds.
+func (e *snapshotEncoder) time(t time.Time) {
+	e.boolean(!t.IsZero())
+	if !t.IsZero() {
+		e.varint(t.UnixNano())
+	}
+}
+
+func (e *snapshotEncoder) strs(ss []string) {
+	e.uvarint(uint64(len(ss)))
+	for _, s := range ss {
+		e.str(s)
+	}
+}
+
+func (e *snapshotEncoder) addSeg(sg *segment, order *[]*segment) {
+	if sg == nil {
+		return
+	}
+	if _, ok := e.segs[sg]; !ok {
+		e.segs[sg] = uint64(len(*order)) + 1
+		*order = append(*order, sg)
+	}
+}
+
+func (e *snapshotEncoder) addRep(r *replica, order *[]*replica) {
+	if r == nil {
+		return
+	}
+	if _, ok := e.reps[r]; !ok {
+		e.reps[r] = uint64(len(*order)) + 1
+		*order = append(*order, r)
+	}
+}
+
+// encodeSnapshot serialises st as the state after batch seq, whose next
+// entry is nextN.
+func encodeSnapshot(st *State, seq, nextN uint64) []byte {
+	e := &snapshotEncoder{segs: map[*segment]uint64{}, reps: map[*replica]uint64{}, objs: map[*object]uint64{}}
+	e.b = append(e.b, snapshotMagic...)
+	e.b = append(e.b, snapshotVersion)
+	e.uvarint(seq)
+	e.uvarint(nextN)
+
+	// Objects: the table's, then those only a disk job still points at.
+	var objs []*object
+	for _, k := range st.sortedKeys() {
+		o := st.objects[k]
+		e.objs[o] = uint64(len(objs)) + 1
+		objs = append(objs, o)
+	}
+	diskClients := sortedMapKeys(st.disk.disks)
+	for _, c := range diskClients {
+		d := st.disk.disks[c]
+		for _, k := range sortedMapKeys(d.offloads) {
+			if o := d.offloads[k].obj; e.objs[o] == 0 {
+				e.objs[o] = uint64(len(objs)) + 1
+				objs = append(objs, o)
+			}
+		}
+		for _, k := range sortedMapKeys(d.promotions) {
+			if o := d.promotions[k].obj; e.objs[o] == 0 {
+				e.objs[o] = uint64(len(objs)) + 1
+				objs = append(objs, o)
+			}
+		}
+	}
+	taskIDs := make([]TaskID, 0, len(st.tasks))
+	for id := range st.tasks {
+		taskIDs = append(taskIDs, id)
+	}
+	sort.Slice(taskIDs, func(i, j int) bool {
+		a, b := taskIDs[i], taskIDs[j]
+		return a.Hi < b.Hi || (a.Hi == b.Hi && a.Lo < b.Lo)
+	})
+
+	// Replicas, each once.
+	var reps []*replica
+	for _, o := range objs {
+		for _, r := range o.replicas {
+			e.addRep(r, &reps)
+		}
+	}
+	for _, id := range taskIDs {
+		t := st.tasks[id]
+		e.addRep(t.source, &reps)
+		for _, r := range t.targets {
+			e.addRep(r, &reps)
+		}
+	}
+	for _, c := range diskClients {
+		d := st.disk.disks[c]
+		for _, k := range sortedMapKeys(d.promotions) {
+			e.addRep(d.promotions[k].target, &reps)
+		}
+	}
+
+	// Segments: mounted ones in mount order, then any other one still
+	// pointed at (unmounted with buffers in quarantine or in a task).
+	var segs []*segment
+	for _, sg := range st.segOrder {
+		e.addSeg(sg, &segs)
+	}
+	for _, id := range sortedMapKeys(st.segments) {
+		e.addSeg(st.segments[id], &segs)
+	}
+	for _, r := range reps {
+		e.addSeg(r.seg, &segs)
+	}
+	for _, d := range st.discarded {
+		e.addSeg(d.seg, &segs)
+	}
+
+	e.uvarint(uint64(len(segs)))
+	for _, sg := range segs {
+		i := sg.info
+		e.str(i.ID)
+		e.str(i.Name)
+		e.uvarint(i.Base)
+		e.uvarint(i.Size)
+		e.str(i.TEEndpoint)
+		e.str(i.Protocol)
+		e.str(i.HostID)
+		e.varint(int64(i.HighWatermark))
+		e.varint(int64(i.LowWatermark))
+		e.str(sg.client)
+		e.varint(int64(sg.mode))
+		a := sg.alloc
+		e.uvarint(a.size)
+		e.uvarint(a.allocated)
+		e.uvarint(uint64(len(a.free)))
+		for _, x := range a.free {
+			e.uvarint(x.off)
+			e.uvarint(x.len)
+		}
+		offs := make([]uint64, 0, len(a.used))
+		for off := range a.used {
+			offs = append(offs, off)
+		}
+		sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+		e.uvarint(uint64(len(offs)))
+		for _, off := range offs {
+			e.uvarint(off)
+			e.uvarint(a.used[off])
+		}
+	}
+	mounted := sortedMapKeys(st.segments)
+	e.uvarint(uint64(len(mounted)))
+	for _, id := range mounted {
+		e.uvarint(e.segs[st.segments[id]])
+	}
+	e.uvarint(uint64(len(st.segOrder)))
+	for _, sg := range st.segOrder {
+		e.uvarint(e.segs[sg])
+	}
+
+	e.uvarint(uint64(len(reps)))
+	for _, r := range reps {
+		e.uvarint(r.id)
+		e.varint(int64(r.status))
+		e.uvarint(e.segs[r.seg])
+		e.uvarint(r.off)
+		e.uvarint(r.size)
+	}
+
+	e.uvarint(uint64(len(objs)))
+	for _, o := range objs {
+		e.boolean(st.objects[o.key] == o)
+		e.str(o.key)
+		e.uvarint(o.size)
+		e.str(o.writer)
+		e.time(o.putStart)
+		e.boolean(o.writing)
+		e.uvarint(o.rewrites)
+		e.uvarint(uint64(len(o.replicas)))
+		for _, r := range o.replicas {
+			e.uvarint(e.reps[r])
+		}
+		e.time(o.lease)
+		e.varint(int64(o.softPinTTL))
+		e.time(o.softPinUntil)
+		e.boolean(o.hardPin)
+		e.boolean(o.checksum != nil)
+		if o.checksum != nil {
+			e.uvarint(*o.checksum)
+		}
+		e.varint(int64(o.dataType))
+		e.str(o.groupID)
+		e.uvarint(o.charged)
+		e.uvarint(uint64(len(o.disk)))
+		for _, d := range o.disk {
+			e.str(d.client)
+		}
+		e.boolean(o.offloading)
+		e.boolean(o.fs != nil)
+		if o.fs != nil {
+			e.varint(int64(o.fs.status))
+			e.str(o.fs.rel)
+			e.str(o.fs.writer)
+			e.time(o.fs.started)
+		}
+	}
+
+	clients := sortedMapKeys(st.clients)
+	e.uvarint(uint64(len(clients)))
+	for _, id := range clients {
+		c := st.clients[id]
+		e.str(c.id)
+		e.time(c.lastSeen)
+		e.boolean(c.ok)
+		e.strs(c.segments)
+	}
+
+	e.uvarint(uint64(len(st.discarded)))
+	for _, d := range st.discarded {
+		e.uvarint(e.segs[d.seg])
+		e.uvarint(d.off)
+		e.time(d.releaseAt)
+	}
+	e.boolean(st.needEviction)
+	e.uvarint(st.nextReplica)
+
+	tenants := sortedMapKeys(st.tenants)
+	e.uvarint(uint64(len(tenants)))
+	for _, name := range tenants {
+		t := st.tenants[name]
+		e.str(name)
+		e.uvarint(t.quota)
+		e.uvarint(t.used)
+		e.varint(int64(t.objects))
+	}
+
+	e.uvarint(uint64(len(taskIDs)))
+	for _, id := range taskIDs {
+		t := st.tasks[id]
+		e.uvarint(id.Hi)
+		e.uvarint(id.Lo)
+		e.varint(int64(t.typ))
+		e.varint(int64(t.status))
+		e.str(t.key)
+		e.uvarint(t.size)
+		e.uvarint(e.reps[t.source])
+		e.uvarint(uint64(len(t.targets)))
+		for _, r := range t.targets {
+			e.uvarint(e.reps[r])
+		}
+		e.str(t.client)
+		e.str(t.assignee)
+		e.time(t.created)
+		e.time(t.updated)
+		e.uvarint(t.version)
+		e.time(t.sent)
+		e.str(t.message)
+	}
+
+	e.uvarint(uint64(len(diskClients)))
+	for _, c := range diskClients {
+		d := st.disk.disks[c]
+		e.str(d.client)
+		e.str(d.endpoint)
+		e.uvarint(d.capacity)
+		offs := sortedMapKeys(d.offloads)
+		e.uvarint(uint64(len(offs)))
+		for _, k := range offs {
+			j := d.offloads[k]
+			e.str(k)
+			e.uvarint(e.objs[j.obj])
+			e.time(j.sent)
+		}
+		proms := sortedMapKeys(d.promotions)
+		e.uvarint(uint64(len(proms)))
+		for _, k := range proms {
+			j := d.promotions[k]
+			e.str(k)
+			e.uvarint(e.objs[j.obj])
+			e.uvarint(e.reps[j.target])
+			e.time(j.sent)
+		}
+		e.strs(d.deletes)
+	}
+	e.varint(int64(st.disk.queued))
+	e.varint(int64(st.disk.promoted))
+	e.strs(st.disk.fsDeletes)
+
+	for _, m := range []map[string]uint64{st.m.requests, st.m.failures} {
+		ops := sortedMapKeys(m)
+		e.uvarint(uint64(len(ops)))
+		for _, op := range ops {
+			e.str(op)
+			e.uvarint(m[op])
+		}
+	}
+	for _, v := range []uint64{st.m.evictedKeys, st.m.evictedBytes, st.m.evictionRuns, st.m.preempted, st.m.partialAllocs, st.m.expiredClients} {
+		e.uvarint(v)
+	}
+	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
+}
+
+// snapshotDecoder reads a snapshot body; every failure is errBadSnapshot.
+type snapshotDecoder struct {
+	decoder
+	segs []*segment
+	reps []*replica
+	objs []*object
+}
+
+func (d *snapshotDecoder) str() string { return string(d.bytes()) }
+func (d *snapshotDecoder) boolean() bool {
+	v := d.byte()
+	if v > 1 {
+		d.err = errBadSnapshot
+	}
+	return v == 1
+}
+func (d *snapshotDecoder) time() time.Time {
+	if !d.boolean() {
+		return time.Time{}
+	}
+	return time.Unix(0, d.varint())
+}
+func (d *snapshotDecoder) int() int { return int(d.varint()) }
+
+// count reads a length whose items each take at least least bytes.
+func (d *snapshotDecoder) count(least int) int {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)/least) {
+		d.err = errBadSnapshot
+	}
+	if d.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+func (d *snapshotDecoder) strs() []string {
+	n := d.count(1)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = d.str()
+	}
+	return out
+}
+
+// ref reads a 1-based index into a table of size n; 0 is nil.
+func (d *snapshotDecoder) ref(n int) int {
+	i := d.uvarint()
+	if i > uint64(n) {
+		d.err = errBadSnapshot
+		return 0
+	}
+	return int(i)
+}
+
+func (d *snapshotDecoder) seg() *segment {
+	if i := d.ref(len(d.segs)); i > 0 {
+		return d.segs[i-1]
+	}
+	return nil
+}
+
+func (d *snapshotDecoder) rep() *replica {
+	if i := d.ref(len(d.reps)); i > 0 {
+		return d.reps[i-1]
+	}
+	return nil
+}
+
+func (d *snapshotDecoder) obj() *object {
+	if i := d.ref(len(d.objs)); i > 0 {
+		return d.objs[i-1]
+	}
+	return nil
+}
+
+// snapshotHeader is where in the log a snapshot was taken.
+type snapshotHeader struct {
+	seq   uint64 // last batch covered
+	nextN uint64 // number of the first entry after it
+}
+
+// decodeSnapshot parses a snapshot into a State running with cfg. It
+// never panics on bad input (FuzzDecodeSnapshot): a reference that does
+// not resolve, an allocator that does not add up, a truncated or
+// corrupted file is an error.
+func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
+	var h snapshotHeader
+	if len(b) < len(snapshotMagic)+1+4 || string(b[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, h, errBadSnapshot
+	}
+	if v := b[len(snapshotMagic)]; v != snapshotVersion {
+		return nil, h, fmt.Errorf("snapshot: version %d, want %d", v, snapshotVersion)
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, crc32c) != sum {
+		return nil, h, errSnapshotChecksum
+	}
+	st, err := NewState(cfg)
+	if err != nil {
+		return nil, h, err
+	}
+	d := &snapshotDecoder{decoder: decoder{b: body[len(snapshotMagic)+1:]}}
+	h.seq, h.nextN = d.uvarint(), d.uvarint()
+
+	d.segs = make([]*segment, d.count(15))
+	for i := range d.segs {
+		sg := &segment{}
+		sg.info = Segment{ID: d.str(), Name: d.str(), Base: d.uvarint(), Size: d.uvarint(),
+			TEEndpoint: d.str(), Protocol: d.str(), HostID: d.str(), HighWatermark: d.int(), LowWatermark: d.int()}
+		sg.client = d.str()
+		sg.mode = SegmentMode(d.int())
+		a := &Allocator{size: d.uvarint(), allocated: d.uvarint(), used: map[uint64]uint64{}}
+		if n := d.count(2); n > 0 {
+			a.free = make([]extent, n)
+			for j := range a.free {
+				a.free[j] = extent{off: d.uvarint(), len: d.uvarint()}
+			}
+		}
+		var used uint64
+		for j, n := 0, d.count(2); j < n; j++ {
+			off, l := d.uvarint(), d.uvarint()
+			a.used[off] = l
+			used += l
+		}
+		if d.err == nil && used != a.allocated {
+			d.err = errBadSnapshot
+		}
+		sg.alloc = a
+		d.segs[i] = sg
+	}
+	for i, n := 0, d.count(1); i < n; i++ {
+		if sg := d.seg(); sg != nil {
+			st.segments[sg.info.ID] = sg
+		} else {
+			d.err = errBadSnapshot
+		}
+	}
+	if n := d.count(1); n > 0 {
+		st.segOrder = make([]*segment, n)
+		for i := range st.segOrder {
+			if st.segOrder[i] = d.seg(); st.segOrder[i] == nil {
+				d.err = errBadSnapshot
+			}
+		}
+	}
+
+	d.reps = make([]*replica, d.count(5))
+	for i := range d.reps {
+		r := &replica{id: d.uvarint(), status: ReplicaStatus(d.int()), seg: d.seg(), off: d.uvarint(), size: d.uvarint()}
+		if r.seg == nil {
+			d.err = errBadSnapshot
+		}
+		d.reps[i] = r
+	}
+
+	d.objs = make([]*object, d.count(12))
+	for i := range d.objs {
+		inTable := d.boolean()
+		o := &object{key: d.str(), size: d.uvarint(), writer: d.str(), putStart: d.time(), writing: d.boolean(), rewrites: d.uvarint()}
+		if n := d.count(1); n > 0 {
+			o.replicas = make([]*replica, n)
+			for j := range o.replicas {
+				if o.replicas[j] = d.rep(); o.replicas[j] == nil {
+					d.err = errBadSnapshot
+				}
+			}
+		}
+		o.lease = d.time()
+		o.softPinTTL = time.Duration(d.varint())
+		o.softPinUntil = d.time()
+		o.hardPin = d.boolean()
+		if d.boolean() {
+			v := d.uvarint()
+			o.checksum = &v
+		}
+		o.dataType = d.int()
+		o.groupID = d.str()
+		o.charged = d.uvarint()
+		if n := d.count(1); n > 0 {
+			o.disk = make([]diskReplica, n)
+			for j := range o.disk {
+				o.disk[j].client = d.str()
+			}
+		}
+		o.offloading = d.boolean()
+		if d.boolean() {
+			o.fs = &fsReplica{status: ReplicaStatus(d.int()), rel: d.str(), writer: d.str(), started: d.time()}
+		}
+		if inTable {
+			st.objects[o.key] = o
+		}
+		d.objs[i] = o
+	}
+
+	for i, n := 0, d.count(4); i < n; i++ {
+		c := &client{id: d.str(), lastSeen: d.time(), ok: d.boolean(), segments: d.strs()}
+		st.clients[c.id] = c
+	}
+	if n := d.count(3); n > 0 {
+		st.discarded = make([]discarded, n)
+		for i := range st.discarded {
+			st.discarded[i] = discarded{seg: d.seg(), off: d.uvarint(), releaseAt: d.time()}
+			if st.discarded[i].seg == nil {
+				d.err = errBadSnapshot
+			}
+		}
+	}
+	st.needEviction = d.boolean()
+	st.nextReplica = d.uvarint()
+
+	st.tenants = map[string]*tenant{}
+	for i, n := 0, d.count(4); i < n; i++ {
+		name := d.str()
+		st.tenants[name] = &tenant{quota: d.uvarint(), used: d.uvarint(), objects: d.int()}
+	}
+
+	if n := d.count(14); n > 0 {
+		st.tasks = make(map[TaskID]*task, n)
+		for i := 0; i < n; i++ {
+			id := TaskID{Hi: d.uvarint(), Lo: d.uvarint()}
+			t := &task{id: id, typ: TaskType(d.int()), status: TaskStatus(d.int()), key: d.str(), size: d.uvarint(), source: d.rep()}
+			if t.source == nil {
+				d.err = errBadSnapshot
+			}
+			if m := d.count(1); m > 0 {
+				t.targets = make([]*replica, m)
+				for j := range t.targets {
+					if t.targets[j] = d.rep(); t.targets[j] == nil {
+						d.err = errBadSnapshot
+					}
+				}
+			}
+			t.client, t.assignee = d.str(), d.str()
+			t.created, t.updated = d.time(), d.time()
+			t.version = d.uvarint()
+			t.sent = d.time()
+			t.message = d.str()
+			st.tasks[id] = t
+		}
+	}
+
+	if n := d.count(5); n > 0 {
+		st.disk.disks = make(map[string]*localDisk, n)
+		for i := 0; i < n; i++ {
+			ld := &localDisk{client: d.str(), endpoint: d.str(), capacity: d.uvarint(),
+				offloads: map[string]*offloadJob{}, promotions: map[string]*promotionJob{}}
+			if m := d.count(3); m > 0 {
+				for j := 0; j < m; j++ {
+					k := d.str()
+					ld.offloads[k] = &offloadJob{obj: d.obj(), sent: d.time()}
+					if ld.offloads[k].obj == nil {
+						d.err = errBadSnapshot
+					}
+				}
+			}
+			if m := d.count(4); m > 0 {
+				for j := 0; j < m; j++ {
+					k := d.str()
+					ld.promotions[k] = &promotionJob{obj: d.obj(), target: d.rep(), sent: d.time()}
+					if ld.promotions[k].obj == nil {
+						d.err = errBadSnapshot
+					}
+				}
+			}
+			ld.deletes = d.strs()
+			st.disk.disks[ld.client] = ld
+		}
+	}
+	st.disk.queued = d.int()
+	st.disk.promoted = d.int()
+	st.disk.fsDeletes = d.strs()
+
+	for _, m := range []map[string]uint64{st.m.requests, st.m.failures} {
+		for i, n := 0, d.count(2); i < n; i++ {
+			op := d.str()
+			m[op] = d.uvarint()
+		}
+	}
+	for _, p := range []*uint64{&st.m.evictedKeys, &st.m.evictedBytes, &st.m.evictionRuns, &st.m.preempted, &st.m.partialAllocs, &st.m.expiredClients} {
+		*p = d.uvarint()
+	}
+	if d.err != nil {
+		return nil, h, errBadSnapshot
+	}
+	if len(d.b) != 0 {
+		return nil, h, errBadSnapshot
+	}
+	return st, h, nil
+}
