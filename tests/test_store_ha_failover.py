@@ -8,8 +8,9 @@ put/get/remove. Under that load the test
 2. stops the next leader with SIGSTOP until a standby takes over, then
    resumes it: it must step down, never answer;
 3. kills etcd with SIGKILL and starts it again on the same data;
-4. kills all three masters and starts them again (the log in etcd is the
-   only copy of the metadata left).
+4. kills all three masters and starts them again: they restore the newest
+   snapshot (``--enable_snapshot`` every 2 s, local store) and apply the
+   log in etcd after it, which the snapshots have compacted.
 
 Afterwards a fresh client checks every acknowledged object. The test
 prints, per fault, the time the new leader took to be ready, the longest
@@ -80,15 +81,19 @@ class Etcd:
 
 
 def test_failover_loses_nothing(
-    http_metadata_server, master_factory, peers, process_reaper, tmp_path
+    http_metadata_server, master_factory, peers, process_reaper, tmp_path, monkeypatch
 ):
     etcd = Etcd(process_reaper, tmp_path / "etcd")
     etcd.start()
     etcd_server = etcd.addr
     cluster = f"failover-{os.getpid()}-{time.monotonic_ns()}"
     env = dict(os.environ, MC_STORE_CLUSTER_ID=cluster)
+    snapshots = tmp_path / "snapshots"
+    monkeypatch.setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", str(snapshots))  # the masters' store
     flags = ("--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd_server}",
-             f"--cluster_id={cluster}", "--rpc_conn_timeout_seconds=0")  # fmt: skip
+             f"--cluster_id={cluster}", "--rpc_conn_timeout_seconds=0",
+             "--enable_snapshot", "--snapshot_interval_seconds=2", "--snapshot_retention_count=2",
+             "--enable_snapshot_restore")  # fmt: skip
     masters = [master_factory(*flags)]
     assert wait_for(lambda: masters[0].role() == "leader", 20), masters[0].log_tail()
     masters += [master_factory(*flags) for _ in range(2)]
@@ -145,14 +150,19 @@ def test_failover_loses_nothing(
     faults.append(("etcd killed and restarted", t0, ready))
     time.sleep(3)
 
-    # 4. all three masters killed and restarted: restore from the log
+    # 4. all three masters killed and restarted: restore from the newest
+    # snapshot and the (compacted) log after it
+    assert list((snapshots / cluster).glob("snapshot-*.mcsnap")), "no snapshot was written"
+    logged = [len(m.log_tail(1 << 30)) for m in masters]
     t0 = time.time()
     for m in masters:
         m.kill()
     for m in masters:
         m.start()
-    _, ready = _wait_new_leader(masters, None)
+    new, ready = _wait_new_leader(masters, None)
     faults.append(("all masters restarted", t0, ready))
+    since_restart = new.log_tail(1 << 30)[logged[masters.index(new)] :]
+    assert "snapshot: state restored" in since_restart, since_restart[-3000:]
     time.sleep(3)
 
     stop.touch()
