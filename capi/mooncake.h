@@ -366,10 +366,10 @@ void mc_store_get_with_allocator(uint64_t store, int n, const char **keys,
  * key is not read (its result says why); set addrs[i] (0 on entry) to the
  * address of sizes[i] writable bytes, or leave it 0 to fail the key with
  * -1 INTERNAL_ERROR. Neither array may be kept. For a client set up in
- * process without a hot cache it is called once per call, with first 0
- * and count n, on the thread that called mc_store_get_sized, before any
- * object is read; a dummy or hot-cache client calls it once per key found
- * (count 1), one call at a time. */
+ * process (with or without the local hot cache) it is called once per
+ * call, with first 0 and count n, on the thread that called
+ * mc_store_get_sized, before any object is read; a dummy client calls it
+ * once per key found (count 1), on that thread too. */
 typedef void (*mc_store_alloc_all_fn)(int first, int count,
                                       const int64_t *sizes, uint64_t *addrs);
 

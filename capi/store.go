@@ -299,6 +299,18 @@ func mc_store_get_with_allocator(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc
 	})
 }
 
+// sizedGetter is a store client that asks for a whole batch's memory in
+// one call. hotcache.Client defines its own BatchGetSized, which reads
+// through its cache, over the one of the client.Client it embeds.
+type sizedGetter interface {
+	BatchGetSized(keys []string, alloc client.SizedAllocator) []client.GetResult
+}
+
+var (
+	_ sizedGetter = (*client.Client)(nil)
+	_ sizedGetter = (*hotcache.Client)(nil)
+)
+
 //export mc_store_get_sized
 func mc_store_get_sized(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_store_alloc_all_fn, results *C.int64_t) {
 	defer recoverVoid()
@@ -319,10 +331,10 @@ func mc_store_get_sized(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_sto
 	defer C.free(unsafe.Pointer(&sizes[0]))
 	defer C.free(unsafe.Pointer(&addrs[0]))
 	var rs []client.GetResult
-	// Only a real client without a hot cache asks once per batch (a
-	// hotcache.Client embeds one, whose BatchGetSized would skip its cache).
-	if real, ok := c.(*client.Client); ok {
-		rs = real.BatchGetSized(goStrings(keys, n), func(got []int64, dests [][]client.Part) {
+	// A client set up in process, with or without the hot cache, asks
+	// once per batch; a dummy has no BatchGetSized.
+	if sg, ok := c.(sizedGetter); ok {
+		rs = sg.BatchGetSized(goStrings(keys, n), func(got []int64, dests [][]client.Part) {
 			for i, sz := range got {
 				sizes[i] = C.int64_t(sz)
 			}
@@ -334,8 +346,8 @@ func mc_store_get_sized(h C.uint64_t, n C.int, keys **C.mc_cchar, alloc C.mc_sto
 			}
 		})
 	} else {
-		// A dummy or hot-cache client learns sizes key by key: one call per
-		// key (a dummy makes them on this thread), for entry i alone.
+		// A dummy learns sizes key by key: one call per key found, on
+		// this thread, for entry i alone.
 		var mu sync.Mutex
 		rs = c.BatchGet(goStrings(keys, n), func(i int, size uint64) ([]client.Part, error) {
 			mu.Lock()

@@ -685,6 +685,12 @@ def test_hot_cache_of_a_real_client_in_process(peers, stores, master):
     assert cached.call("get", p + "w") == b"new value"
     got = cached.call("get_batch", [p + "w", p + "none", p + "w"])
     assert got == [b"new value", b"", b"new value"]
+    # A batch of hits and misses: the misses are read and cached too.
+    assert other.put(p + "m", b"missed once") == 0
+    got = cached.call("get_batch", [p + "m", p + "w", p + "none"])
+    assert got == [b"missed once", b"new value", b""]
+    assert other.remove(p + "m", True) == 0
+    assert cached.call("get_batch", [p + "m"]) == [b"missed once"]  # from the cache
     # Larger than a block: never cached, so another client's remove is seen.
     big = os.urandom((64 << 10) + 1)
     assert other.put(p + "big", big) == 0

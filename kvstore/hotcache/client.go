@@ -1,6 +1,9 @@
 package hotcache
 
 import (
+	"bytes"
+
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 )
 
@@ -108,6 +111,72 @@ func (c *Client) BatchGet(keys []string, alloc client.Allocator) []client.GetRes
 		out[missIdx[j]] = r
 		if r.Err == nil && given[j] != nil {
 			c.Cache.Fill(tickets[j], r.Size, func(dst []byte) error { return client.CopyFromParts(dst, given[j]) })
+		}
+	}
+	return out
+}
+
+// BatchGetSized reads through the cache with one call of alloc for the
+// whole batch (client.SizedAllocator): hits are copied out of the cache
+// first (a cached object is at most a block), misses are sized by the
+// master's answer and filled into the cache once read.
+func (c *Client) BatchGetSized(keys []string, alloc client.SizedAllocator) []client.GetResult {
+	out := make([]client.GetResult, len(keys))
+	hits := make([][]byte, len(keys))
+	hit := make([]bool, len(keys))
+	var missKeys []string
+	var missIdx []int
+	for i, k := range keys {
+		if c.Cache.Read(k, func(data []byte) bool { hits[i], hit[i] = bytes.Clone(data), true; return true }) {
+			continue
+		}
+		missKeys, missIdx = append(missKeys, k), append(missIdx, i)
+	}
+	sizes := make([]int64, len(keys))
+	dests := make([][]client.Part, len(keys))
+	for i := range sizes {
+		sizes[i] = -1
+		if hit[i] {
+			sizes[i] = int64(len(hits[i]))
+		}
+	}
+	called := false
+	allocAll := func() {
+		called = true
+		alloc(sizes, dests)
+	}
+	if len(missKeys) > 0 {
+		tickets := make([]Ticket, len(missKeys))
+		for j, k := range missKeys {
+			tickets[j] = c.Cache.Begin(k)
+		}
+		res := c.Client.BatchGetSized(missKeys, func(ms []int64, md [][]client.Part) {
+			for j, n := range ms {
+				sizes[missIdx[j]] = n
+			}
+			allocAll()
+			for j := range md {
+				md[j] = dests[missIdx[j]]
+			}
+		})
+		for j, r := range res {
+			i := missIdx[j]
+			out[i] = r
+			if r.Err == nil && dests[i] != nil {
+				c.Cache.Fill(tickets[j], r.Size, func(dst []byte) error { return client.CopyFromParts(dst, dests[i]) })
+			}
+		}
+	}
+	if !called { // every key a hit, or the client refused before asking
+		allocAll()
+	}
+	for i := range keys {
+		switch {
+		case !hit[i]:
+		case dests[i] == nil:
+			out[i] = client.GetResult{Err: kvstore.InternalError}
+		case !copyInto(dests[i], hits[i], &out[i]):
+			out[i] = client.GetResult{Err: kvstore.InternalError}
 		}
 	}
 	return out
