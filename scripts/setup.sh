@@ -89,6 +89,34 @@ else
 	printf '%s\n' "$want" >"$stamp"
 fi
 
+# --- 2b. vLLM's KV event classes (tests/test_store_kv_events.py) -------------
+# The KV event tests decode the master's events with vLLM's own msgspec
+# classes. vLLM itself is not installed (its dependencies are huge): its
+# wheel is fetched without dependencies into the wheelhouse and only its
+# Python sources are unpacked into .venv/vllm-src, which the test imports
+# from.
+VLLM_VERSION=0.33.0
+vllm_src=.venv/vllm-src
+if [[ "$(cat "$vllm_src/.version" 2>/dev/null)" != "$VLLM_VERSION" ]]; then
+	wheelhouse="${MOONCAKE_WHEELHOUSE:-$HOME/.cache/mooncake-go/wheels}"
+	mkdir -p "$wheelhouse"
+	if ! compgen -G "$wheelhouse/vllm-$VLLM_VERSION-*.whl" >/dev/null; then
+		log "fetching the vllm $VLLM_VERSION wheel (no dependencies) into $wheelhouse ..."
+		"$PY" -m pip download -q --no-deps -d "$wheelhouse" "vllm==$VLLM_VERSION" >&2
+	fi
+	rm -rf "$vllm_src"
+	"$PY" - "$vllm_src" "$wheelhouse"/vllm-"$VLLM_VERSION"-*.whl <<'PYEOF'
+import sys, zipfile
+dest, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith("vllm/") and name.endswith(".py"):
+            z.extract(name, dest)
+PYEOF
+	printf '%s\n' "$VLLM_VERSION" >"$vllm_src/.version"
+	log "vllm $VLLM_VERSION sources unpacked into $vllm_src"
+fi
+
 # --- 3. the project ------------------------------------------------------------
 
 log "building and installing mooncake-go into .venv (go build + pip install) ..."

@@ -87,6 +87,7 @@ type options struct {
 	minLogLevel, verbosity      int
 	logToStderr                 bool
 	glogLevel                   *slog.Level // set when --minloglevel or -v is given
+	kvEvents                    kvEventsFlags
 }
 
 // newFlagSet declares every flag into o.
@@ -136,6 +137,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.rpcConnTimeout, "rpc_conn_timeout_seconds", 0, "close an RPC connection idle for this many seconds (0: never); clients dial again")
 	fs.BoolVar(&o.rpcNoDelay, "rpc_enable_tcp_no_delay", true, "set TCP_NODELAY on RPC connections (false: leave Nagle's algorithm on)")
 	declareOffloadFlags(fs, o)
+	declareKVEventsFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
 	fs.BoolVar(&o.adminAllowRemote, "admin_allow_remote", false, "without --tenant_tokens_file, let admin requests that change state (tenant quotas, drain jobs) come from other hosts; by default only loopback callers may make them")
 	fs.StringVar(&o.tenantTokensFile, "tenant_tokens_file", "", "with --enable_multi_tenants: file of \"tenant_id token\" lines (\"_admin token\" for the admin API); each client must present its tenant's token (MC_TENANT_TOKEN), the admin endpoints a Bearer token. Empty: any client may name any tenant (upstream)")
@@ -191,6 +193,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 		return fail("%v", err)
 	}
 	if err := checkOffloadFlags(o); err != nil {
+		return fail("%v", err)
+	}
+	if err := checkKVEventsFlags(o); err != nil {
 		return fail("%v", err)
 	}
 	if !o.logToStderr {
@@ -293,6 +298,14 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		"enable_oplog", o.enableOplog,
 		"enable_multi_tenants", o.cfg.MultiTenant, "root_fs_dir", o.cfg.FS.RootDir)
 
+	events, err := startKVEvents(o, log)
+	if err != nil {
+		return err
+	}
+	if events != nil {
+		defer events.Close()
+		sc.Server.Config.KVEvents = events
+	}
 	svc, err := master.StartService(sc)
 	if err != nil {
 		return err

@@ -41,6 +41,7 @@ func (s *Server) AdminHandler() http.Handler {
 			leader = 1
 		}
 		fmt.Fprintf(w, "# HELP master_is_leader Whether this master serves RPCs.\n# TYPE master_is_leader gauge\nmaster_is_leader %d\n", leader)
+		s.writeKVEventsMetrics(w)
 		procmetrics.Read().Write(w)
 	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {

@@ -50,6 +50,9 @@ type Config struct {
 	Offload OffloadConfig
 	// FS configures the DISK replicas on a shared file system (FSConfig).
 	FS FSConfig
+	// KVEvents, when set, receives the KV cache events (--enable_kv_events;
+	// kv_events.go).
+	KVEvents KVEventSink
 }
 
 // DefaultConfig returns upstream's defaults.

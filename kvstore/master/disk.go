@@ -127,6 +127,7 @@ func (s *State) adoptDiskObject(clientID string, obj DiskObject, now time.Time) 
 		return false
 	}
 	o.addDisk(clientID)
+	s.kvAvailability(o)
 	return true
 }
 
@@ -175,6 +176,7 @@ func (s *State) unmountDisk(clientID string) {
 func (s *State) dropDiskReplica(o *object, clientID string) bool {
 	n := len(o.disk)
 	o.disk = slices.DeleteFunc(o.disk, func(r diskReplica) bool { return r.client == clientID })
+	s.kvAvailability(o)
 	return len(o.disk) < n
 }
 

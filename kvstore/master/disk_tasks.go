@@ -214,6 +214,7 @@ func (s *State) notifyOffload(clientID, key string, success bool, now time.Time)
 		return kvstore.ObjectNotFound
 	}
 	j.obj.addDisk(clientID)
+	s.kvAvailability(j.obj)
 	return kvstore.OK
 }
 

@@ -127,6 +127,7 @@ func (s *State) putEndDisk(clientID, key string) kvstore.ErrorCode {
 		return kvstore.IllegalClient
 	}
 	o.fs.status = ReplicaComplete
+	s.kvAvailability(o)
 	return kvstore.OK
 }
 

@@ -178,6 +178,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	o.softPinTTL = pinTTL
 	o.checksum = nil
 	s.addFSReplica(o, clientID, now)
+	s.kvAvailability(o)
 	return append(describeAll(o.replicas), o.fsDescriptor()...), kvstore.OK
 }
 
@@ -214,6 +215,7 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 		o.softPinUntil = now.Add(o.softPinTTL)
 	}
 	s.offloadOnWrite(o)
+	s.kvAvailability(o)
 	return kvstore.OK
 }
 

@@ -60,7 +60,9 @@ func (s *State) RemoveByRegex(tenant, ns, pattern string, force bool, now time.T
 // removed.
 func (s *State) RemoveAll(tenant, ns string, force bool, now time.Time) int64 {
 	s.m.result("remove_all", kvstore.OK)
-	return s.removeMatching(tenant, ns, func(string) bool { return true }, force, now)
+	n := s.removeMatching(tenant, ns, func(string) bool { return true }, force, now)
+	s.kvCleared(tenant)
+	return n
 }
 
 func (s *State) removeMatching(tenant, ns string, match func(string) bool, force bool, now time.Time) int64 {

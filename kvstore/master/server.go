@@ -120,6 +120,7 @@ func NewServer(opts Options) (*Server, error) {
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.leader.Store(!opts.Standby)
+	s.gateKVEvents()
 	return s, nil
 }
 

@@ -46,6 +46,8 @@ type object struct {
 	// fs is the object's DISK replica on the shared file system
 	// (fsdisk.go), nil without one.
 	fs *fsReplica
+	// kvMedia is the availability last published as KV events (kv_events.go).
+	kvMedia uint8
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until

@@ -1,0 +1,190 @@
+package master
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/kvevents"
+)
+
+// recordingSink keeps the events it is given as "kind medium tenant/key".
+type recordingSink struct {
+	events []string
+	epochs int
+}
+
+func (r *recordingSink) Publish(ev kvevents.Event) {
+	kind := map[kvevents.Kind]string{kvevents.Stored: "stored", kvevents.Removed: "removed", kvevents.Cleared: "cleared"}[ev.Kind]
+	r.events = append(r.events, strings.TrimSpace(fmt.Sprintf("%s %s %s/%s", kind, ev.Medium, ev.Tenant, ev.Key)))
+}
+func (r *recordingSink) NewEpoch()                       { r.epochs++ }
+func (r *recordingSink) WritePrometheus(io.Writer) error { return nil }
+
+// take returns the events recorded since the last take.
+func (r *recordingSink) take() []string {
+	out := r.events
+	r.events = nil
+	return out
+}
+
+func expectEvents(t *testing.T, what string, got []string, want ...string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: events %q, want %q", what, got, want)
+	}
+}
+
+func TestKVEventsFollowEachObjectsAvailability(t *testing.T) {
+	sink := &recordingSink{}
+	st := newTestState(t, func(c *Config) {
+		c.KVEvents = sink
+		c.Offload = DefaultOffloadConfig()
+		c.Offload.Enable = true
+	})
+	now := time.Unix(1000, 0)
+	mustMount(t, st, "c1", Segment{ID: "s1", Name: "h1", Base: 1 << 20, Size: 4096}, now)
+
+	// A put is announced once it ends, not when it starts.
+	if _, code := st.PutStart("c1", "0x10", 100, ReplicateConfig{ReplicaNum: 1}, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "put start", sink.take())
+	if code := st.PutEnd("c1", "0x10", nil, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "put end", sink.take(), "stored cpu default/0x10")
+
+	// An upsert makes the old value unreadable, then the new one readable.
+	if _, code := st.UpsertStart("c1", "0x10", 100, ReplicateConfig{ReplicaNum: 1}, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "upsert start", sink.take(), "removed cpu default/0x10")
+	if code := st.PutEnd("c1", "0x10", nil, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "upsert end", sink.take(), "stored cpu default/0x10")
+
+	// A revoked put was never announced.
+	if _, code := st.PutStart("c1", "never", 100, ReplicateConfig{ReplicaNum: 1}, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	if code := st.PutRevoke("c1", "never", now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "revoked put", sink.take())
+
+	// Offload: the disk copy is a second medium.
+	if _, code := st.MountLocalDisk("c1", "127.0.0.1:7001", 1<<20, nil, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	mustPut(t, st, "42", 100, ReplicateConfig{ReplicaNum: 1}, now)
+	expectEvents(t, "put 42", sink.take(), "stored cpu default/42")
+	w, code := st.OffloadHeartbeat("c1", nil, now)
+	if code != kvstore.OK || len(w.Offloads) == 0 {
+		t.Fatalf("heartbeat: %v %+v", code, w)
+	}
+	for _, o := range w.Offloads {
+		if code := st.NotifyOffload("c1", o.Key, true, now); code != kvstore.OK {
+			t.Fatal(code)
+		}
+	}
+	expectEvents(t, "offload", sink.take(), "stored disk default/42") // 0x10 was put before the disk came
+
+	// Remove: every medium the object was readable from.
+	if code := st.Remove("42", true, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "remove", sink.take(), "removed cpu default/42", "removed disk default/42")
+
+	// The disk drops its copy of an object: only the disk medium goes.
+	mustPut(t, st, "43", 100, ReplicateConfig{ReplicaNum: 1}, now)
+	w, _ = st.OffloadHeartbeat("c1", nil, now)
+	for _, o := range w.Offloads {
+		st.NotifyOffload("c1", o.Key, true, now)
+	}
+	expectEvents(t, "put and offload 43", sink.take(), "stored cpu default/43", "stored disk default/43")
+	if _, code := st.OffloadHeartbeat("c1", []string{"43"}, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "disk drop", sink.take(), "removed disk default/43")
+
+	// Eviction of an object with no disk copy.
+	evicted := false
+	for i := 0; !evicted && i < 40; i++ {
+		st.PutStart("c1", fmt.Sprintf("fill%d", i), 200, ReplicateConfig{ReplicaNum: 1}, now)
+		st.PutEnd("c1", fmt.Sprintf("fill%d", i), nil, now)
+		if st.AboveHighWatermark() || st.NeedEviction() {
+			res := st.Evict(now.Add(time.Second))
+			evicted = len(res.Evicted) > 0
+		}
+	}
+	if !evicted {
+		t.Fatal("nothing was evicted")
+	}
+	got := sink.take()
+	stored, removed := map[string]bool{}, map[string]bool{}
+	for _, e := range got {
+		f := strings.Fields(e)
+		switch f[0] {
+		case "stored":
+			stored[f[2]] = true
+		case "removed":
+			if !stored[f[2]] && f[2] != "default/0x10" && f[2] != "default/43" {
+				t.Fatalf("removed %s before it was stored: %q", f[2], got)
+			}
+			removed[f[2]] = true
+		}
+	}
+	if len(removed) == 0 {
+		t.Fatalf("eviction published no removal: %q", got)
+	}
+
+	// remove_all: a removal per object, then cleared.
+	left := len(st.Keys())
+	st.RemoveAll(DefaultTenant, "", true, now.Add(time.Minute))
+	got = sink.take()
+	if len(got) < left || got[len(got)-1] != "cleared  default/" {
+		t.Fatalf("remove_all of %d objects: %q", left, got)
+	}
+}
+
+func TestKVEventsOfAnExpiredClientsObjects(t *testing.T) {
+	sink := &recordingSink{}
+	st := newTestState(t, func(c *Config) { c.KVEvents = sink })
+	now := time.Unix(1000, 0)
+	mustMount(t, st, "c1", Segment{ID: "s1", Name: "h1", Base: 1 << 20, Size: 4096}, now)
+	mustPut(t, st, "7", 100, ReplicateConfig{ReplicaNum: 1}, now)
+	sink.take()
+	st.ExpireClients(now.Add(time.Hour))
+	expectEvents(t, "client expiry", sink.take(), "removed cpu default/7")
+}
+
+func TestKVEventGatePublishesOnlyAsLeaderAndStartsAnEpochPerView(t *testing.T) {
+	sink := &recordingSink{}
+	var leader atomic.Bool
+	var view atomic.Uint64
+	g := &kvEventGate{sink: sink, leader: &leader, view: &view}
+	ev := kvevents.Event{Kind: kvevents.Stored, Medium: kvevents.MediumCPU, Tenant: "default", Key: "1"}
+	g.Publish(ev)
+	if len(sink.events) != 0 {
+		t.Fatal("a standby published")
+	}
+	leader.Store(true)
+	view.Store(3)
+	g.Publish(ev)
+	g.Publish(ev)
+	if len(sink.events) != 2 || sink.epochs != 0 {
+		t.Fatalf("first term: %d events, %d epochs", len(sink.events), sink.epochs)
+	}
+	view.Store(5) // leadership lost and won again
+	g.Publish(ev)
+	if sink.epochs != 1 {
+		t.Fatalf("a new view started %d epochs", sink.epochs)
+	}
+}
