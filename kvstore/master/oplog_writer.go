@@ -166,19 +166,24 @@ func (w *oplogWriter) run() {
 // one, and returns the number the last batch holding entries appended so
 // far gets once durable, with its ticket (nil when all are durable).
 // Batches are written in order and a failure fails every later one, so
-// the number is certain if the ticket succeeds.
-func (w *oplogWriter) cut() (uint64, *commitTicket) {
+// the number is certain if the ticket succeeds. After a failure it
+// returns errFenced: the state then holds changes that never became
+// durable.
+func (w *oplogWriter) cut() (uint64, *commitTicket, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.failed != nil || w.closed {
+		return 0, nil, errFenced
+	}
 	inFlight := uint64(0)
 	if w.writing != nil {
 		inFlight = 1
 	}
 	if n := len(w.queue); n > 0 {
 		w.queue[n-1].sealed = true
-		return w.seq + inFlight + uint64(n), w.queue[n-1].ticket
+		return w.seq + inFlight + uint64(n), w.queue[n-1].ticket, nil
 	}
-	return w.seq + inFlight, w.writing
+	return w.seq + inFlight, w.writing, nil
 }
 
 // failAll settles every queued batch with err.

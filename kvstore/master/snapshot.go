@@ -251,7 +251,11 @@ func (r *replication) takeSnapshot(ctx context.Context, cli *clientv3.Client, pr
 		r.mu.Unlock()
 		return 0, errors.New("snapshot: not the leader")
 	}
-	seq, ticket := w.cut()
+	seq, ticket, err := w.cut()
+	if err != nil {
+		r.mu.Unlock()
+		return 0, fmt.Errorf("snapshot: %w", err)
+	}
 	if seq == r.snap.last {
 		r.mu.Unlock()
 		return 0, nil

@@ -345,3 +345,53 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterCutEndsTheBatch: cut names the batch the entries so far end
+// in, the next entry goes to a later batch, and a failed writer refuses
+// to cut (its state holds changes that never became durable).
+func TestWriterCutEndsTheBatch(t *testing.T) {
+	cli := etcdClient(t, testutil.StartEtcd(t))
+	ctx := context.Background()
+	view, err := cli.Put(ctx, "view", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, time.Second, func(error) {})
+	defer w.close()
+	first := w.append(&entry{kind: entryClientTick, n: 0, now: time.Now()})
+	seq, ticket, err := w.cut()
+	if err != nil || ticket == nil {
+		t.Fatalf("cut with an entry pending: %d %v %v", seq, ticket, err)
+	}
+	if err := ticket.wait(ctx); err != nil || first.wait(ctx) != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if got := w.appliedSeqForTest(); got != seq {
+		t.Fatalf("cut said batch %d, the writer made it %d", seq, got)
+	}
+	next := w.append(&entry{kind: entryClientTick, n: 1, now: time.Now()})
+	if next == ticket {
+		t.Fatal("an entry after the cut joined the cut batch")
+	}
+	if err := next.wait(ctx); err != nil || w.appliedSeqForTest() != seq+1 {
+		t.Fatalf("entry after the cut: %v, batch %d", err, w.appliedSeqForTest())
+	}
+	if s, tk, err := w.cut(); err != nil || tk != nil || s != seq+1 {
+		t.Fatalf("cut with everything durable: %d %v %v", s, tk, err)
+	}
+	if _, err := cli.Delete(ctx, "view"); err != nil {
+		t.Fatal(err)
+	}
+	if w.append(&entry{kind: entryClientTick, n: 2, now: time.Now()}).wait(ctx) == nil {
+		t.Fatal("a batch after the view key went was written")
+	}
+	if _, _, err := w.cut(); !errors.Is(err, errFenced) {
+		t.Fatalf("cut of a failed writer: %v, want errFenced", err)
+	}
+}
+
+func (w *oplogWriter) appliedSeqForTest() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seq
+}
