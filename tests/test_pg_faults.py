@@ -229,6 +229,24 @@ def case_injected_link_failure(rank: int, world: int, timeouts=None) -> None:
 SLOTS = {"MC_PG_SLOT_BYTES": "65536", "MC_PG_P2P_SLOT_BYTES": "4096"}
 
 
+def case_death_during_large_all_to_all(rank: int, world: int, timeouts=None) -> None:
+    """Same-host ranks read each other's blocks with process_vm_readv (CMA):
+    rank 2 exits while its peers read its input, or before it acknowledged
+    theirs; the survivors' op is the failed op, and they go on."""
+    _setup(timeouts)
+    n = 1 << 24  # 64 MiB of float32: 16 MiB per peer
+    t = torch.full((n,), float(rank))
+    out = torch.empty(n)
+    dist.barrier()
+    if rank == DEAD:
+        dist.all_to_all_single(out, t, async_op=True)
+        time.sleep(0.02)  # well inside the op
+        _die()
+    w = dist.all_to_all_single(out, t, async_op=True)
+    _check_failed_op(w)
+    _survivors_continue()
+
+
 def _print_times(outs: list[str]) -> None:
     for o in outs:
         for line in o.splitlines():
@@ -243,6 +261,11 @@ def test_death_between_all_reduces() -> None:
 
 def test_death_during_large_all_reduce() -> None:
     _print_times(launch(4, "test_pg_faults", "case_death_during_large_all_reduce", timeout=50,
+                        env=SLOTS, timeouts=SHORT))
+
+
+def test_death_during_large_all_to_all() -> None:
+    _print_times(launch(4, "test_pg_faults", "case_death_during_large_all_to_all", timeout=50,
                         env=SLOTS, timeouts=SHORT))
 
 
