@@ -18,6 +18,10 @@ Systems, each measured with the same worker code and the same processes:
   call waits for its batch to be durable in etcd. Compare it with ``ours``
   on ``put:4K`` and ``remove:4K`` (``--systems ours,ours-oplog --cases
   put:4K,remove:4K --clients 1,4``).
+* ``ours-events``: ours with the KV cache event publisher on
+  (``--enable_kv_events`` with a replay endpoint) and one pyzmq subscriber
+  draining it; compare it with ``ours`` on ``put:4K`` and ``remove:4K``
+  (``--systems ours,ours-events --cases put:4K,remove:4K``).
 
 For each client count (``--clients``) it starts that many worker processes,
 each a pure client (no segment) of a master whose pool lives in one storage
@@ -361,6 +365,7 @@ class System:
         self.tmp = tmp
         self.master = master
         self.oplog = False  # ours-oplog: HA masters with --enable_oplog on an etcd of their own
+        self.events = False  # ours-events: --enable_kv_events and a subscriber
 
     def start_store(self, rpc: int, meta: int, admin: int) -> None:
         assert self.master
@@ -370,6 +375,11 @@ class System:
             etcd = self.start_etcd()
             ha = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"]
             master_addr = f"etcd://{etcd}"
+        pub, rep = free_port(), free_port()
+        if self.events:
+            ha += ["--enable_kv_events", f"--kv_events_bind_endpoint=tcp://{LOOPBACK}:{pub}",
+                   f"--kv_events_replay_endpoint=tcp://{LOOPBACK}:{rep}",
+                   "--kv_events_backend_id=bench"]  # fmt: skip
         log = open(self.tmp / f"{self.name}-master.log", "wb")
         p = self.procs.start(
             [
@@ -388,6 +398,11 @@ class System:
             env=self.env,
         )
         wait_until(lambda: port_open(rpc) and port_open(meta), 30, f"{self.name} master")
+        if self.events:  # a subscriber that drains every batch, as a router would
+            drain = "import zmq\ns = zmq.Context().socket(zmq.SUB)\n"
+            drain += "s.setsockopt(zmq.SUBSCRIBE, b'')\n"
+            drain += f"s.connect('tcp://{LOOPBACK}:{pub}')\nwhile True: s.recv_multipart()\n"
+            self.procs.start([sys.executable, "-c", drain], stdout=log, stderr=subprocess.STDOUT)
         if self.oplog:  # the leader, then a standby tailing its log
             role = f"http://{LOOPBACK}:{admin}/role"
             wait_until(lambda: http_text(role) == "leader", 30, "leader")
@@ -665,6 +680,15 @@ def main() -> None:
             systems.append(
                 ("ours-oplog", ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC="framed"))
             )
+        if "ours-events" in wanted:
+            systems.append(
+                (
+                    "ours-events",
+                    ours_py,
+                    ours_master,
+                    dict(os.environ, MC_STORE_MASTER_RPC="framed"),
+                ),
+            )
         for v in a.variant:
             systems.append(("ours-" + variant_name(v), ours_py, ours_master, variant_env(v)))
         up = Path(a.upstream_venv) if a.upstream_venv else None
@@ -703,6 +727,7 @@ def main() -> None:
                 label = f"{name}#{rnd}" if a.rounds > 1 else name
                 s = System(label, py, master, env, procs, tmp)
                 s.oplog = name == "ours-oplog"
+                s.events = name == "ours-events"
                 if master:
                     s.start_store(free_port(), free_port(), free_port())
                 else:

@@ -354,9 +354,10 @@ def test_replay_of_batches_the_ring_no_longer_holds_is_too_old(master_factory, s
     store = stores(master)
     sub = Subscriber(zctx, master.pub_endpoint)
     first = join(sub, store, "t")
-    for i in range(10):
+    for i in range(10):  # one batch each: the next put waits for the event
         assert store.put(f"{7000 + i}", b"t") == 0
-    sub.until(lambda: sub.seqs[-1] >= first + 10)
+        sub.until(lambda i=i: sub.events[-1].get("object_key") == f"{7000 + i}")
+    assert sub.seqs[-1] >= first + 10
     got, status = replay(zctx, master.replay_endpoint, first)
     assert got == [] and status["error"] == "too_old"
     assert status["newest_seq"] == sub.seqs[-1] and status["oldest_seq"] == sub.seqs[-1] - 3

@@ -16,6 +16,12 @@ import (
 // upstream's publisher groups them).
 const maxBatchEvents = 64
 
+// batchLinger is how long the publisher lets events gather after the
+// first one wakes it: at high rates a batch then carries many events, so
+// the master sends (and every subscriber wakes) up to 1000 times a second
+// instead of once per put. It is the most an event waits.
+const batchLinger = time.Millisecond
+
 // replayLimits bounds a replay request: a delimiter and two 8-byte
 // sequence numbers fit with room to spare.
 var replayLimits = zmtp.Limits{MaxFrame: 64, MaxFrames: 4}
@@ -173,7 +179,9 @@ func (p *Publisher) run() {
 		scratch mapWriter
 		seq     uint64 // next sequence number; 0: start an epoch first
 		eventID uint64
+		linger  = time.NewTimer(batchLinger)
 	)
+	defer linger.Stop()
 	startEpoch := func() {
 		base := uint64(time.Now().UnixMicro())
 		seq, eventID = max(base, seq), max(base, eventID)
@@ -199,6 +207,11 @@ func (p *Publisher) run() {
 	for {
 		select {
 		case <-p.q.wake:
+			linger.Reset(batchLinger)
+			select {
+			case <-linger.C:
+			case <-p.stop:
+			}
 		case <-p.stop:
 		}
 		buf = p.q.take(buf)
