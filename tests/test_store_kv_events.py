@@ -467,3 +467,32 @@ def test_an_endpoint_in_use_fails_startup():
             f"--kv_events_bind_endpoint=tcp://{LOOPBACK}:{port}",
         )
     assert res.returncode == 1 and "address already in use" in res.stderr, res.stderr[-2000:]
+
+
+def test_after_a_failover_the_new_leader_publishes_a_new_epoch(
+    etcd_server, http_metadata_server, master_factory, stores, zctx
+):
+    ha = ("--enable_ha", f"--etcd_endpoints={etcd_server}", "--client_ttl=5")
+    m1 = events_master(master_factory, *ha)
+    assert wait_for(lambda: m1.role() == "leader", 20), m1.log_tail()
+    m2 = events_master(master_factory, *ha)
+    time.sleep(0.5)
+    assert m2.role() == "standby"
+    etcd_addr = f"etcd://{etcd_server}"
+    store = stores(m1, "16MB", "4MB", master_addr=etcd_addr, metadata=http_metadata_server)
+    sub = Subscriber(zctx, m1.pub_endpoint)
+    sub.sock.connect(m2.pub_endpoint)  # one subscriber of both masters
+    join(sub, store, "h1")
+    old = sub.seqs[-1]
+    assert m2.metrics()["master_kv_events_published_batches_total"] == 0  # a standby is silent
+
+    m1.kill()
+    assert wait_for(lambda: m2.role() == "leader", 25), m2.log_tail()
+    assert wait_for(lambda: store.put("0x1", b"after") == 0, 20, interval=0.2)
+    sub.until(lambda: any(e.get("object_key") == "0x1" for e in sub.events))
+    new = sub.seqs[-1]
+    assert new > old + 1, (old, new)  # a forward jump: the subscriber sees a gap
+    got, status = replay(zctx, m2.replay_endpoint, old + 1)
+    assert got == [] and status["error"] == "too_old", status
+    assert m2.metrics()["master_kv_events_epoch_start_seq"] > old
+    sub.close()
