@@ -146,6 +146,22 @@ func TestHandshakeRefusesTheWrongSocketTypeAndMechanism(t *testing.T) {
 	}
 }
 
+func TestIPCEndpoint(t *testing.T) {
+	path := t.TempDir() + "/events.sock"
+	ln, err := Listen("ipc://" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPub(ln, 4, nil)
+	if got := Endpoint(p.Addr()); got != "ipc://"+path {
+		t.Fatalf("endpoint %q", got)
+	}
+	dialPeer(t, p.Addr(), "SUB", "")
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestListenRejectsBadEndpoints(t *testing.T) {
 	for _, ep := range []string{"", "tcp://", "tcp://127.0.0.1", "udp://1.2.3.4:5", "127.0.0.1:5557", "tcp://256.1.1.1:5"} {
 		if ln, err := Listen(ep); err == nil {
