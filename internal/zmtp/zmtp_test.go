@@ -91,6 +91,63 @@ func TestPubFansOutToSubscribersOfTheTopicAndDropsForAFullQueue(t *testing.T) {
 	}
 }
 
+func TestAStalledSubscriberDelaysNoOther(t *testing.T) {
+	ln, err := Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPub(ln, 32, nil)
+	defer p.Close()
+	stalled, _ := dialPeer(t, p.Addr(), "SUB", "") // subscribes, then never reads
+	live, liveR := dialPeer(t, p.Addr(), "SUB", "")
+	for _, c := range []net.Conn{stalled, live} {
+		if _, err := c.Write(EncodeMessage([][]byte{{1}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lim := Limits{MaxFrame: 1 << 20, MaxFrames: 4}
+	for p.Stats().Delivered < 2 { // both subscriptions are in
+		p.Send([][]byte{{}, []byte("probe")})
+		time.Sleep(10 * time.Millisecond)
+	}
+	// 64 MiB through a subscriber that reads nothing: far past its socket
+	// buffers and queue. The live one must get every message anyway.
+	big := bytes.Repeat([]byte("b"), 256<<10)
+	got := make(chan int)
+	go func() {
+		n := 0
+		for {
+			msg, _, err := readMessage(liveR, lim)
+			if err != nil {
+				close(got)
+				return
+			}
+			if len(msg) == 2 && len(msg[1]) == len(big) {
+				n++
+				if n == 256 {
+					got <- n
+					return
+				}
+			}
+		}
+	}()
+	for range 256 {
+		p.Send([][]byte{{}, big})
+		time.Sleep(time.Millisecond) // the live reader keeps up; its queue holds 32 (8 MiB)
+	}
+	select {
+	case n, ok := <-got:
+		if !ok || n != 256 {
+			t.Fatalf("the live subscriber got %d of 256", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live subscriber was held up by the stalled one")
+	}
+	if p.Stats().Dropped == 0 {
+		t.Fatal("the stalled subscriber lost nothing")
+	}
+}
+
 func TestRouterDeliversByIdentityAndRepliesToTheSender(t *testing.T) {
 	ln, err := Listen("tcp://127.0.0.1:0")
 	if err != nil {
