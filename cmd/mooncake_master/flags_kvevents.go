@@ -45,7 +45,7 @@ func declareKVEventsFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&k.enable, "enable_kv_events", false, "publish KV cache events (objects stored in / removed from the cpu and disk tiers) on a ZMQ PUB socket, as vLLM and SGLang do (docs/store-master.md)")
 	fs.StringVar(&c.Endpoint, "kv_events_bind_endpoint", "", "ZMQ PUB endpoint the event publisher binds, e.g. tcp://0.0.0.0:5557 (required with --enable_kv_events)")
 	fs.StringVar(&c.BackendID, "kv_events_backend_id", "", "backend_id written into every event: the cache owner's name (required with --enable_kv_events)")
-	fs.BoolVar(&c.EmitLegacyCompat, "kv_events_emit_legacy_compat", true, "also write the vLLM/SGLang fields (type, block_hashes, parent_block_hash, token_ids, lora_id) their decoders need")
+	fs.BoolVar(&c.EmitLegacyCompat, "kv_events_emit_legacy_compat", true, "also write the legacy fields (type, block_hashes, parent_block_hash, token_ids, lora_id) vLLM's decoder needs")
 	fs.BoolVar(&c.EmitObjectKey, "kv_events_emit_object_key", true, "write object_key (the store key) into object events; without it, events of keys that carry no decimal or 0x sequence hash are not published")
 	fs.IntVar(&c.QueueCapacity, "kv_events_queue_capacity", c.QueueCapacity, "most events waiting for the publisher (0: unbounded); past it events are dropped, counted, and reported lost to replays")
 	fs.StringVar(&c.ModelName, "kv_events_model_name", "", "model_name written into every event (empty: nil)")

@@ -82,9 +82,9 @@ type Fields struct {
 	LoraName       string // "" is written as nil
 	BlockSize      uint32 // 0 is written as nil (an int 0 in the legacy block_size)
 	DPRank         uint32
-	// EmitLegacyCompat adds the vLLM/SGLang fields (type, block_hashes,
-	// parent_block_hash, token_ids, lora_id) so their msgspec classes
-	// decode each event.
+	// EmitLegacyCompat adds the legacy fields (type, block_hashes,
+	// parent_block_hash, token_ids, lora_id) so vLLM's msgspec classes
+	// (tagged maps) decode each event.
 	EmitLegacyCompat bool
 	// EmitObjectKey adds object_key. Without it an object event whose key
 	// carries no sequence hash has no identity and is skipped.
