@@ -3,6 +3,7 @@ package master
 import (
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/mooncake-go/mooncake/kvstore/kvevents"
@@ -90,11 +91,22 @@ func (s *State) kvCleared(tenant string) {
 // kvEventGate passes the state's events on while this master is the
 // leader, and starts a new epoch in the sink on the first event of each
 // new leader view; a standby (which may apply a replicated log) publishes
-// nothing. Its fields after sink are guarded by the server's mutex.
+// nothing. With the oplog (hold), an event is held back until the change
+// that made it is durable in etcd: the replication takes the events an
+// entry's apply produced and releases them when the entry's batch is
+// written (oplogWriter), and drops them when it never is, so a subscriber
+// never hears of a change a failover could take back.
 type kvEventGate struct {
-	sink     KVEventSink
-	leader   *atomic.Bool
-	view     *atomic.Uint64
+	sink   KVEventSink
+	leader *atomic.Bool
+	view   *atomic.Uint64
+	// hold is set before the server serves (EnableOplog) and not changed.
+	hold bool
+
+	heldMu sync.Mutex
+	held   []kvevents.Event
+
+	emitMu   sync.Mutex // releases come from the oplog writer's goroutine
 	started  bool
 	lastView uint64
 }
@@ -104,13 +116,38 @@ func (g *kvEventGate) Publish(ev kvevents.Event) {
 	if !g.leader.Load() {
 		return
 	}
+	if g.hold {
+		g.heldMu.Lock()
+		g.held = append(g.held, ev)
+		g.heldMu.Unlock()
+		return
+	}
+	g.emit(ev)
+}
+
+// take returns the events held since the last take.
+func (g *kvEventGate) take() []kvevents.Event {
+	g.heldMu.Lock()
+	defer g.heldMu.Unlock()
+	evs := g.held
+	g.held = nil
+	return evs
+}
+
+// emit passes events on to the sink, first starting a new epoch when the
+// leader view changed since the last event.
+func (g *kvEventGate) emit(evs ...kvevents.Event) {
+	g.emitMu.Lock()
+	defer g.emitMu.Unlock()
 	if v := g.view.Load(); !g.started || v != g.lastView {
 		if g.started {
 			g.sink.NewEpoch()
 		}
 		g.started, g.lastView = true, v
 	}
-	g.sink.Publish(ev)
+	for _, ev := range evs {
+		g.sink.Publish(ev)
+	}
 }
 
 // NewEpoch implements KVEventSink.
@@ -127,6 +164,7 @@ func (s *Server) gateKVEvents() {
 		return
 	}
 	g := &kvEventGate{sink: s.opts.Config.KVEvents, leader: &s.leader, view: &s.view}
+	s.kvGate = g
 	s.opts.Config.KVEvents = g
 	s.st.cfg.KVEvents = g
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,20 +15,30 @@ import (
 )
 
 // recordingSink keeps the events it is given as "kind medium tenant/key".
+// It may be fed from the oplog writer's goroutine.
 type recordingSink struct {
+	mu     sync.Mutex
 	events []string
 	epochs int
 }
 
 func (r *recordingSink) Publish(ev kvevents.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	kind := map[kvevents.Kind]string{kvevents.Stored: "stored", kvevents.Removed: "removed", kvevents.Cleared: "cleared"}[ev.Kind]
 	r.events = append(r.events, strings.TrimSpace(fmt.Sprintf("%s %s %s/%s", kind, ev.Medium, ev.Tenant, ev.Key)))
 }
-func (r *recordingSink) NewEpoch()                       { r.epochs++ }
+func (r *recordingSink) NewEpoch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.epochs++
+}
 func (r *recordingSink) WritePrometheus(io.Writer) error { return nil }
 
 // take returns the events recorded since the last take.
 func (r *recordingSink) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := r.events
 	r.events = nil
 	return out
@@ -187,4 +198,23 @@ func TestKVEventGatePublishesOnlyAsLeaderAndStartsAnEpochPerView(t *testing.T) {
 	if sink.epochs != 1 {
 		t.Fatalf("a new view started %d epochs", sink.epochs)
 	}
+}
+
+// With the oplog the gate holds every event back: nothing reaches the sink
+// until the replication releases what an entry produced.
+func TestKVEventGateHoldsEventsUntilReleased(t *testing.T) {
+	sink := &recordingSink{}
+	var leader atomic.Bool
+	var view atomic.Uint64
+	leader.Store(true)
+	g := &kvEventGate{sink: sink, leader: &leader, view: &view, hold: true}
+	g.Publish(kvevents.Event{Kind: kvevents.Stored, Medium: kvevents.MediumCPU, Tenant: "default", Key: "1"})
+	g.Publish(kvevents.Event{Kind: kvevents.Removed, Medium: kvevents.MediumCPU, Tenant: "default", Key: "1"})
+	expectEvents(t, "held", sink.take())
+	evs := g.take()
+	if len(evs) != 2 || len(g.take()) != 0 {
+		t.Fatalf("take: %d events, then more", len(evs))
+	}
+	g.emit(evs...)
+	expectEvents(t, "released", sink.take(), "stored cpu default/1", "removed cpu default/1")
 }

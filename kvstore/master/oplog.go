@@ -58,6 +58,9 @@ type entry struct {
 	name    string
 	md      map[string]string
 	payload []byte
+	// onDurable, on the leader, runs once the entry's batch is in etcd
+	// (never when it fails); it is not logged.
+	onDurable func()
 }
 
 // batch is one oplog key's content.

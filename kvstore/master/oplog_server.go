@@ -92,6 +92,9 @@ func (s *Server) EnableOplog() {
 	r := &replication{s: s, handlers: map[string]loggedHandler{}}
 	r.rng = rand.New(&r.src)
 	s.rep = r
+	if s.kvGate != nil {
+		s.kvGate.hold = true
+	}
 }
 
 // now is the time state calls see: the entry's while one is applied.
@@ -189,10 +192,12 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	resp, herr := h(ctx, req)
 	r.end()
 	if refused || (known && heartbeatOnly(resp)) {
+		r.releaseEvents(nil)
 		r.mu.Unlock()
 		return resp, herr
 	}
 	r.nextN++
+	r.releaseEvents(e)
 	t := w.append(e)
 	r.mu.Unlock()
 	if err := t.wait(ctx); err != nil {
@@ -239,6 +244,7 @@ func (r *replication) logLockedWith(kind entryKind, name string, apply func(now 
 	e.payload = apply(e.now)
 	r.end()
 	r.nextN++
+	r.releaseEvents(e)
 	return r.w.append(e)
 }
 
@@ -249,7 +255,28 @@ func (r *replication) logLocked(kind entryKind, name string, payload []byte, app
 	apply(e.now)
 	r.end()
 	r.nextN++
+	r.releaseEvents(e)
 	return r.w.append(e)
+}
+
+// releaseEvents hands the KV events held since the last call to entry e,
+// to be published once e's batch is durable (r.mu held, before e is
+// appended). With e nil, for a call that changed nothing the log keeps,
+// they are published at once.
+func (r *replication) releaseEvents(e *entry) {
+	g := r.s.kvGate
+	if g == nil {
+		return
+	}
+	evs := g.take()
+	if len(evs) == 0 {
+		return
+	}
+	if e == nil {
+		g.emit(evs...)
+		return
+	}
+	e.onDurable = func() { g.emit(evs...) }
 }
 
 // replay applies one entry from the log (r.mu held).

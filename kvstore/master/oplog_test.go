@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,9 +92,16 @@ func TestOplogWriterIsFenced(t *testing.T) {
 	failed := make(chan error, 1)
 	w := newOplogWriter(cli, "log/", "view", put.Header.Revision, 0, 10, time.Second, func(err error) { failed <- err })
 	defer w.close()
+	// onDurable runs once a batch is in etcd, never for a fenced one (the
+	// KV events of a change hang on it).
+	var durable atomic.Int32
 	for i := 0; i < 3; i++ {
-		if err := w.append(&entry{kind: entryClientTick, n: uint64(i), now: time.Now()}).wait(ctx); err != nil {
+		e := &entry{kind: entryClientTick, n: uint64(i), now: time.Now(), onDurable: func() { durable.Add(1) }}
+		if err := w.append(e).wait(ctx); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
+		}
+		if got := durable.Load(); got != int32(i+1) {
+			t.Fatalf("batch %d durable, %d onDurable ran", i, got)
 		}
 	}
 	if _, err := cli.Delete(ctx, "view"); err != nil {
@@ -102,8 +110,11 @@ func TestOplogWriterIsFenced(t *testing.T) {
 	if _, err := cli.Put(ctx, "view", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.append(&entry{kind: entryClientTick, n: 3, now: time.Now()}).wait(ctx); !errors.Is(err, errFenced) {
+	if err := w.append(&entry{kind: entryClientTick, n: 3, now: time.Now(), onDurable: func() { durable.Add(1) }}).wait(ctx); !errors.Is(err, errFenced) {
 		t.Fatalf("batch after the key changed hands: %v, want errFenced", err)
+	}
+	if got := durable.Load(); got != 3 {
+		t.Fatalf("a fenced batch ran onDurable (%d calls, want 3)", got)
 	}
 	if err := <-failed; !errors.Is(err, errFenced) {
 		t.Fatalf("onFail: %v", err)
@@ -322,4 +333,68 @@ func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 	if !reflect.DeepEqual(dumpState(a.Server), dumpState(b.Server)) {
 		t.Fatal("leader and standby differ after the expiry")
 	}
+}
+
+// TestOplogKVEventsFollowDurableChanges: with the oplog a leader publishes
+// a change's KV events once its batch is durable, so they have been
+// published by the time the change is acknowledged, and a standby applying
+// the same log publishes none.
+func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
+	ep := testutil.StartEtcd(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func(sink KVEventSink) *Service {
+		cfg := DefaultConfig()
+		cfg.KVEvents = sink
+		svc, err := StartService(ServiceConfig{
+			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
+			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "oplog-events", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		return svc
+	}
+	leaderSink, standbySink := &recordingSink{}, &recordingSink{}
+	a := start(leaderSink)
+	deadline := time.Now().Add(20 * time.Second)
+	for !a.Server.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("a never led")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b := start(standbySink)
+	conn, err := grpc.NewClient(a.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := masterpb.NewMasterClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r, err := c.MountSegment(ctx, &masterpb.MountSegmentRequest{ClientId: "storage", Segment: &masterpb.Segment{
+		Id: "id0", Name: "seg0", Base: 1 << 30, Size: 1 << 20, TeEndpoint: "seg0"}}); err != nil || r.GetErrorCode() != 0 {
+		t.Fatalf("mount: %v %v", r, err)
+	}
+	if r, err := c.PutStart(ctx, &masterpb.PutStartRequest{ClientId: "writer", Key: "7", Size: 64,
+		Config: &masterpb.ReplicateConfig{ReplicaNum: 1}}); err != nil || r.GetErrorCode() != 0 {
+		t.Fatalf("put start: %v %v", r, err)
+	}
+	expectEvents(t, "before put end", leaderSink.take())
+	if r, err := c.PutEnd(ctx, &masterpb.PutEndRequest{ClientId: "writer", Key: "7"}); err != nil || r.GetErrorCode() != 0 {
+		t.Fatalf("put end: %v %v", r, err)
+	}
+	expectEvents(t, "put end acknowledged", leaderSink.take(), "stored cpu default/7")
+	if r, err := c.Remove(ctx, &masterpb.RemoveRequest{Key: "7", Force: true}); err != nil || r.GetErrorCode() != 0 {
+		t.Fatalf("remove: %v %v", r, err)
+	}
+	expectEvents(t, "remove acknowledged", leaderSink.take(), "removed cpu default/7")
+	for b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq() {
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatal("the standby never applied the log")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	expectEvents(t, "standby", standbySink.take())
 }

@@ -38,6 +38,8 @@ type pendingBatch struct {
 	entries []byte
 	count   int
 	ticket  *commitTicket
+	// onDurable are the entries' onDurable, in log order.
+	onDurable []func()
 	// sealed batches take no more entries (cut).
 	sealed bool
 }
@@ -100,6 +102,9 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 	}
 	b.entries = appendEntry(b.entries, e)
 	b.count++
+	if e.onDurable != nil {
+		b.onDurable = append(b.onDurable, e.onDurable)
+	}
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -152,6 +157,11 @@ func (w *oplogWriter) run() {
 			w.failed = err
 		}
 		w.mu.Unlock()
+		if err == nil {
+			for _, f := range b.onDurable {
+				f()
+			}
+		}
 		b.ticket.err = err
 		close(b.ticket.done)
 		if err != nil {

@@ -81,6 +81,8 @@ type Server struct {
 	// rep replicates the state through the oplog (oplog_server.go); nil
 	// without --enable_oplog.
 	rep *replication
+	// kvGate gates the KV cache events (kv_events.go); nil without them.
+	kvGate *kvEventGate
 
 	wake      chan struct{}
 	lastKick  atomic.Int64 // unix ns of the last watermark kick
