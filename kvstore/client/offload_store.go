@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/internal/durablefile"
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
@@ -364,43 +365,18 @@ func (s *bucketStore) publish(id uint64, data, meta []byte) error {
 		os.Remove(s.path(id, ".bucket"))
 		return err
 	}
-	return syncDir(s.dir)
+	return durablefile.SyncDir(s.dir)
 }
 
-// writeDurable writes data to path through path.tmp: write, fsync,
-// rename. On failure nothing is left behind.
+// writeDurable writes data to path atomically (durablefile.Write; its
+// temporary file ends in ".tmp", which open drops). A full disk is
+// errDiskFull.
 func writeDurable(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		if errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("%w: %v", errDiskFull, err)
-		}
+	err := durablefile.Write(path, data, 0o644)
+	if errors.Is(err, unix.ENOSPC) {
+		return fmt.Errorf("%w: %v", errDiskFull, err)
 	}
 	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // read copies key's value into dst (len(dst) must be its size) and checks
@@ -489,7 +465,7 @@ func (s *bucketStore) unlink(id uint64, key string) {
 	b.records = recs
 	meta, _ := json.Marshal(bucketMeta{Version: 1, Records: recs})
 	if writeDurable(s.path(id, ".meta"), meta) == nil {
-		syncDir(s.dir)
+		durablefile.SyncDir(s.dir)
 	}
 }
 
@@ -499,7 +475,7 @@ func (s *bucketStore) unlink(id uint64, key string) {
 func (s *bucketStore) removeBucket(id uint64) {
 	os.Remove(s.path(id, ".meta"))
 	os.Remove(s.path(id, ".bucket"))
-	syncDir(s.dir)
+	durablefile.SyncDir(s.dir)
 	delete(s.buckets, id)
 }
 

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/durablefile"
 )
 
 // localSnapshotStore keeps snapshot files in one directory the master
@@ -44,31 +46,12 @@ func (l *localSnapshotStore) path(seq uint64) string {
 	return filepath.Join(l.dir, fmt.Sprintf("%s%020d%s", snapshotFilePrefix, seq, snapshotFileSuffix))
 }
 
-// save writes the snapshot of batch seq atomically.
+// save writes the snapshot of batch seq atomically (mode 0600).
 func (l *localSnapshotStore) save(seq uint64, data []byte) error {
-	f, err := os.CreateTemp(l.dir, ".snapshot-*.tmp") // mode 0600
-	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, l.path(seq))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := durablefile.Write(l.path(seq), data, 0o600); err != nil {
 		return fmt.Errorf("snapshot: write %s: %w", l.path(seq), err)
 	}
-	if d, err := os.Open(l.dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
+	_ = durablefile.SyncDir(l.dir)
 	return nil
 }
 
