@@ -20,3 +20,16 @@ func WaitOrFail(t testing.TB, wg *sync.WaitGroup, limit time.Duration, what stri
 		t.Fatalf("%s: still running after %v", what, limit)
 	}
 }
+
+// WaitUntil polls cond every 20 ms and fails the test when it has not
+// held within limit (a bound on a hang, not a speed claim).
+func WaitUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -337,17 +337,21 @@ func (s *Server) clientPass(now time.Time) (expired []ExpiredSegment, discarded 
 
 // expireExactly makes the next ExpireClients at now expire exactly ids:
 // a replica does not know the heartbeats the leader saw (they are not
-// logged), only which clients it expired.
+// logged), only which clients it expired. A surviving client's last
+// contact moves up only as far as it must (to now - ClientTTL), so a
+// replica whose clients' contacts were all logged keeps the leader's
+// times.
 func (s *State) expireExactly(ids []string, now time.Time) {
 	gone := map[string]bool{}
 	for _, id := range ids {
 		gone[id] = true
 	}
+	floor := now.Add(-s.cfg.ClientTTL)
 	for id, c := range s.clients {
 		if gone[id] {
 			c.lastSeen = time.Time{}
-		} else {
-			c.lastSeen = now
+		} else if c.lastSeen.Before(floor) {
+			c.lastSeen = floor
 		}
 	}
 }

@@ -175,13 +175,7 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testutil.WaitUntil(t, 20*time.Second, what, cond)
 	}
 	dial := func(svc *Service) masterpb.MasterClient {
 		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -357,13 +351,7 @@ func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
 	}
 	leaderSink, standbySink := &recordingSink{}, &recordingSink{}
 	a := start(leaderSink)
-	deadline := time.Now().Add(20 * time.Second)
-	for !a.Server.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("a never led")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
 	b := start(standbySink)
 	conn, err := grpc.NewClient(a.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -390,11 +378,8 @@ func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
 		t.Fatalf("remove: %v %v", r, err)
 	}
 	expectEvents(t, "remove acknowledged", leaderSink.take(), "removed cpu default/7")
-	for b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq() {
-		if time.Now().After(deadline.Add(10 * time.Second)) {
-			t.Fatal("the standby never applied the log")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitUntil(t, 20*time.Second, "the standby to apply the log", func() bool {
+		return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq()
+	})
 	expectEvents(t, "standby", standbySink.take())
 }
