@@ -176,6 +176,70 @@ func TestKVEventsOfAnExpiredClientsObjects(t *testing.T) {
 	expectEvents(t, "client expiry", sink.take(), "removed cpu default/7")
 }
 
+// A --root_fs_dir DISK replica is the disk medium: stored once its file is
+// published (PutEnd of the DISK replica), removed with the object, and
+// kept by an eviction that frees the memory.
+func TestKVEventsOfSharedFSDiskReplicas(t *testing.T) {
+	sink := &recordingSink{}
+	st := newTestState(t, func(c *Config) {
+		c.KVEvents = sink
+		c.FS.RootDir = "/shared"
+		c.EvictionRatio = 1
+	})
+	now := time.Unix(1000, 0)
+	mustMount(t, st, "c1", Segment{ID: "s1", Name: "h1", Base: 1 << 20, Size: 1 << 20}, now)
+	cfg := ReplicateConfig{ReplicaNum: 1}
+
+	rs, code := st.PutStart("c1", "0x20", 100, cfg, now)
+	if code != kvstore.OK || len(rs) != 2 {
+		t.Fatalf("PutStart: %v %+v", code, rs)
+	}
+	expectEvents(t, "put start", sink.take())
+	if code := st.PutEnd("c1", "0x20", nil, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "put end (memory)", sink.take(), "stored cpu default/0x20")
+	if code := st.PutEndDisk("c1", "0x20", now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "put end (disk)", sink.take(), "stored disk default/0x20")
+	if code := st.PutEndDisk("c1", "0x20", now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "repeated put end (disk)", sink.take())
+	if code := st.Remove("0x20", true, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "remove", sink.take(), "removed cpu default/0x20", "removed disk default/0x20")
+
+	// A DISK replica whose file is never written is never announced.
+	mustPut(t, st, "0x21", 100, cfg, now)
+	expectEvents(t, "put 0x21", sink.take(), "stored cpu default/0x21")
+	if code := st.PutRevokeDisk("w", "0x21", now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "revoked disk write", sink.take())
+
+	// Eviction frees the memory; the file keeps the disk medium until the
+	// object is removed.
+	mustPut(t, st, "0x22", 100, cfg, now)
+	if code := st.PutEndDisk("w", "0x22", now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "put 0x22", sink.take(), "stored cpu default/0x22", "stored disk default/0x22")
+	st.needEviction = true
+	if res := st.Evict(now.Add(time.Minute)); len(res.Evicted) != 2 {
+		t.Fatalf("evicted %v", res.Evicted)
+	}
+	got := sink.take()
+	slices.Sort(got)
+	expectEvents(t, "eviction", got, "removed cpu default/0x21", "removed cpu default/0x22")
+	if code := st.Remove("0x22", true, now.Add(time.Minute)); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	expectEvents(t, "remove of the disk-only object", sink.take(), "removed disk default/0x22")
+}
+
 func TestKVEventGatePublishesOnlyAsLeaderAndStartsAnEpochPerView(t *testing.T) {
 	sink := &recordingSink{}
 	var leader atomic.Bool
