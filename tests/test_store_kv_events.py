@@ -255,6 +255,7 @@ def test_put_remove_and_remove_all_events_in_order(master_factory, stores, zctx)
     m = master.metrics()
     assert m["master_kv_events_published_events_total"] >= len(sub.events)
     assert m["master_kv_events_dropped_events_total"] == 0
+    assert m["master_kv_events_subscriber_dropped_batches_total"] == 0
 
 
 def test_eviction_publishes_removals(master_factory, stores, zctx):
@@ -447,6 +448,36 @@ def run_master(*flags: str, timeout: float = 20) -> subprocess.CompletedProcess:
             ],
             1,
             "bind tcp://192.0.2.1:5557",
+        ),
+        (
+            [
+                "--enable_kv_events",
+                "--kv_events_backend_id=a",
+                "--kv_events_bind_endpoint=tcp://127.0.0.1:0",
+                "--kv_events_replay_buffer_steps=0",
+            ],
+            2,
+            "--kv_events_replay_buffer_steps=0: want a positive number",
+        ),
+        (
+            [
+                "--enable_kv_events",
+                "--kv_events_backend_id=a",
+                "--kv_events_bind_endpoint=tcp://127.0.0.1:5557",
+                "--kv_events_replay_endpoint=tcp://127.0.0.1:5557",
+            ],
+            2,
+            "--kv_events_replay_endpoint must differ from --kv_events_bind_endpoint",
+        ),
+        (
+            [
+                "--enable_kv_events",
+                "--kv_events_backend_id=a",
+                "--kv_events_bind_endpoint=tcp://127.0.0.1:0",
+                "--kv_events_replay_endpoint=tcp://192.0.2.1:5558",
+            ],
+            1,
+            "kv events replay: zmtp: bind tcp://192.0.2.1:5558",
         ),
     ],
 )
