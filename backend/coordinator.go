@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
@@ -31,16 +32,66 @@ func startCoordinator(host string) (*coordinatorServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator listen: %w", err)
 	}
-	c := &coordinatorServer{srv: grpc.NewServer(), ln: ln, groups: map[string]*groupMembers{}}
+	return serveCoordinator(ln, nil), nil
+}
+
+// serveCoordinator serves the coordinator on ln; conns, if not nil, is told
+// of every client connection that opens and closes.
+func serveCoordinator(ln net.Listener, conns ConnWatcher) *coordinatorServer {
+	var opts []grpc.ServerOption
+	if conns != nil {
+		opts = append(opts, grpc.StatsHandler(connStats{conns}))
+	}
+	c := &coordinatorServer{srv: grpc.NewServer(opts...), ln: ln, groups: map[string]*groupMembers{}}
 	c.table.formed = c.formed
 	coordpb.RegisterCoordinatorServer(c.srv, c)
 	go c.srv.Serve(ln)
-	return c, nil
+	return c
 }
 
 func (c *coordinatorServer) addr() string { return c.ln.Addr().String() }
 
 func (c *coordinatorServer) stop() { c.srv.Stop() }
+
+// ConnWatcher is told when a client connection to a coordinator opens and
+// when it closes (cmd/mooncake_pg_coordinator exits once none is left).
+type ConnWatcher interface {
+	ConnOpened()
+	ConnClosed()
+}
+
+// connStats adapts a ConnWatcher to gRPC's stats.Handler.
+type connStats struct{ w ConnWatcher }
+
+func (s connStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (s connStats) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (s connStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (s connStats) HandleConn(_ context.Context, st stats.ConnStats) {
+	switch st.(type) {
+	case *stats.ConnBegin:
+		s.w.ConnOpened()
+	case *stats.ConnEnd:
+		s.w.ConnClosed()
+	}
+}
+
+// Coordinator is a coordinator serving outside any rank's process (the
+// mooncake_pg_coordinator command), so that the death of the rank that
+// started it is survived like any other rank's.
+type Coordinator struct{ c *coordinatorServer }
+
+// ServeCoordinator serves the membership coordinator on ln until Stop;
+// conns (may be nil) follows its client connections.
+func ServeCoordinator(ln net.Listener, conns ConnWatcher) *Coordinator {
+	return &Coordinator{serveCoordinator(ln, conns)}
+}
+
+// Addr is the address clients dial.
+func (c *Coordinator) Addr() string { return c.c.addr() }
+
+// Stop closes the listener and every connection at once; calls in flight
+// fail with Unavailable.
+func (c *Coordinator) Stop() { c.c.stop() }
 
 // Join implements coordpb.CoordinatorServer.
 func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
@@ -71,11 +122,15 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 	}
 }
 
-// dialCoordinator opens a client connection (lazily connected).
+// dialCoordinator opens a client connection (lazily connected). The
+// channel never goes idle: a coordinator process exits once no client is
+// connected, so a rank keeps its connection for as long as it lives.
 func dialCoordinator(addr string) (*grpc.ClientConn, coordpb.CoordinatorClient, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithIdleTimeout(0))
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}
+	conn.Connect()
 	return conn, coordpb.NewCoordinatorClient(conn), nil
 }

@@ -99,9 +99,9 @@ type Group struct {
 	collBase   uint64
 	// collAt is the base of the collective running on the FIFO, plus one
 	// (0: none runs); the watch reads it (faults.go, leaveOlderBase).
-	collAt     atomic.Uint64
-	collIso    bool   // the collective FIFO runs over this rank alone (isolated)
-	exclOps    uint64 // manual mode: act leaves out excluded ranks through this op of the base
+	collAt  atomic.Uint64
+	collIso bool   // the collective FIFO runs over this rank alone (isolated)
+	exclOps uint64 // manual mode: act leaves out excluded ranks through this op of the base
 	// carry is the outcome of a reconciliation this rank took part in
 	// from its idle queue: its next collective is the failed op, and
 	// completes with that outcome, as on the ranks that met the failure.

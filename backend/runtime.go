@@ -45,6 +45,7 @@ type Runtime struct {
 	engine    *transfer.Engine
 	ownEngine bool
 	coord     *coordinatorServer
+	coordBin  string // the coordinator command, "" if none (SetCoordinatorBinary)
 	conn      *grpc.ClientConn
 	client    coordpb.CoordinatorClient
 
@@ -176,36 +177,75 @@ func (rt *Runtime) Engine() (*transfer.Engine, error) {
 	return e, nil
 }
 
-// coordinator returns the coordinator client, bootstrapping through store
-// on first use: the founding rank 0 (serve) starts the coordinator and
-// publishes its address.
+// SetCoordinatorBinary names the mooncake_pg_coordinator command the
+// founding rank 0 starts the coordinator with (MC_PG_COORDINATOR's
+// default, "process"); "" keeps the coordinator inside rank 0. It takes
+// effect for the first group the runtime joins.
+func (rt *Runtime) SetCoordinatorBinary(path string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.coordBin = path
+}
+
+// coordinator returns the coordinator client, bootstrapping on first use:
+// with MC_PG_COORDINATOR an address, every rank dials it; otherwise the
+// founding rank 0 (serve) starts the coordinator (its own process or
+// inside this one, coordinator_process.go) and publishes its address in
+// store, where every other rank reads it.
 func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClient, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.client != nil {
 		return rt.client, nil
 	}
-	if serve {
-		c, err := startCoordinator(rt.hostIP)
-		if err != nil {
+	place, err := coordinatorPlacement(rt.coordBin)
+	if err != nil {
+		return nil, err
+	}
+	addr := place.addr
+	if addr == "" && serve {
+		if addr, err = rt.startCoordinator(place); err != nil {
 			return nil, err
 		}
-		if err := store.Set(CoordinatorKey, []byte(c.addr())); err != nil {
-			c.stop()
+		if err := store.Set(CoordinatorKey, []byte(addr)); err != nil {
+			rt.stopCoordinator()
 			return nil, fmt.Errorf("publish coordinator address: %w", err)
 		}
-		rt.coord = c
 	}
-	addr, err := store.Get(CoordinatorKey, initTimeout())
-	if err != nil {
-		return nil, fmt.Errorf("read coordinator address: %w", err)
+	if addr == "" {
+		b, err := store.Get(CoordinatorKey, initTimeout())
+		if err != nil {
+			return nil, fmt.Errorf("read coordinator address: %w", err)
+		}
+		addr = string(b)
 	}
-	conn, client, err := dialCoordinator(string(addr))
+	conn, client, err := dialCoordinator(addr)
 	if err != nil {
 		return nil, err
 	}
 	rt.conn, rt.client = conn, client
 	return client, nil
+}
+
+// startCoordinator starts the coordinator where place says and returns its
+// address.
+func (rt *Runtime) startCoordinator(place coordinatorPlace) (string, error) {
+	if place.process {
+		return spawnCoordinator(rt.coordBin, rt.hostIP, initTimeout())
+	}
+	c, err := startCoordinator(rt.hostIP)
+	if err != nil {
+		return "", err
+	}
+	rt.coord = c
+	return c.addr(), nil
+}
+
+func (rt *Runtime) stopCoordinator() {
+	if rt.coord != nil {
+		rt.coord.stop()
+		rt.coord = nil
+	}
 }
 
 // join registers this rank's endpoint for a group: founders wait for each
@@ -239,7 +279,8 @@ func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest
 	}
 }
 
-// Close stops the coordinator (if this runtime serves it) and the engine
+// Close stops the coordinator (if this runtime serves it in process; a
+// coordinator process exits by itself once no rank is connected) and the engine
 // (if the runtime created it). Groups must be closed first.
 func (rt *Runtime) Close() {
 	rt.mu.Lock()
@@ -248,10 +289,7 @@ func (rt *Runtime) Close() {
 		rt.conn.Close()
 		rt.conn, rt.client = nil, nil
 	}
-	if rt.coord != nil {
-		rt.coord.stop()
-		rt.coord = nil
-	}
+	rt.stopCoordinator()
 	if rt.engine != nil && rt.ownEngine {
 		rt.engine.Close()
 	}

@@ -57,6 +57,12 @@ def mooncake_client() -> NoReturn:
     run("mooncake_client")
 
 
+def mooncake_pg_coordinator() -> NoReturn:
+    """Entry point of the ``mooncake_pg_coordinator`` console script (the process-group
+    coordinator, served outside every rank)."""
+    run("mooncake_pg_coordinator")
+
+
 def mooncake() -> NoReturn:
     """Entry point of the ``mooncake`` console script (diagnostics: info, probe)."""
     run("mooncake")

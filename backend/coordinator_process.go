@@ -1,0 +1,124 @@
+package backend
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/envvars"
+)
+
+// Where the coordinator runs (MC_PG_COORDINATOR).
+//
+// In its own process (the default where the mooncake_pg_coordinator
+// command is installed): the founding rank 0 starts it in a session of its
+// own, so that neither rank 0's death nor a signal to rank 0's process
+// group reaches it. Every rank of the job, rank 0 included, is then an
+// ordinary client: rank 0 can die and its slot can be taken by a
+// replacement like any other. The process exits by itself once no rank has
+// been connected to it for coordinatorIdleExit.
+//
+// Inside rank 0 (inprocess): as upstream; rank 0's death takes the
+// coordinator with it, and the survivors' next ops fail.
+//
+// At a given address (host:port): a mooncake_pg_coordinator started by the
+// operator; no rank starts one, and no rank needs the rendezvous store to
+// find it.
+
+// coordinatorPlace is a parsed MC_PG_COORDINATOR.
+type coordinatorPlace struct {
+	inProcess bool   // serve inside the founding rank 0
+	process   bool   // start a mooncake_pg_coordinator process
+	addr      string // connect to this address; nobody starts one
+}
+
+// Values of MC_PG_COORDINATOR besides an address.
+const (
+	coordinatorInProcess = "inprocess"
+	coordinatorProcess   = "process"
+)
+
+// CoordinatorCommand is the command that serves a coordinator in its own
+// process (cmd/mooncake_pg_coordinator).
+const CoordinatorCommand = "mooncake_pg_coordinator"
+
+// coordinatorIdleExit is how long a coordinator process that a rank
+// started waits, once no rank is connected, before it exits.
+const coordinatorIdleExit = 10 * time.Second
+
+// coordinatorPlacement reads MC_PG_COORDINATOR; bin is the coordinator
+// command the runtime knows ("" when none is installed).
+func coordinatorPlacement(bin string) (coordinatorPlace, error) {
+	v, set := envvars.PGCoordinator.Lookup()
+	switch {
+	case !set && bin != "":
+		return coordinatorPlace{process: true}, nil
+	case !set, v == coordinatorInProcess:
+		return coordinatorPlace{inProcess: true}, nil
+	case v == coordinatorProcess:
+		if bin == "" {
+			return coordinatorPlace{}, fmt.Errorf("%w: %s=%s but no %s command was found beside libmooncake.so",
+				ErrInvalid, envvars.PGCoordinator.Name, v, CoordinatorCommand)
+		}
+		return coordinatorPlace{process: true}, nil
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || host == "" || port == "" || port == "0" {
+		return coordinatorPlace{}, fmt.Errorf("%w: %s=%q: want %s, %s or host:port of a running %s",
+			ErrInvalid, envvars.PGCoordinator.Name, v, coordinatorProcess, coordinatorInProcess, CoordinatorCommand)
+	}
+	return coordinatorPlace{addr: v}, nil
+}
+
+// coordinatorStartTimeout bounds how long a started coordinator process
+// may take to announce its address.
+const coordinatorStartTimeout = 30 * time.Second
+
+// spawnCoordinator starts bin serving on host in a session of its own and
+// returns the address it listens on, which it prints as its first line.
+// The process exits by itself unless a rank connects within firstClient.
+// It is reaped here while this process lives, and outlives it otherwise.
+func spawnCoordinator(bin, host string, firstClient time.Duration) (string, error) {
+	cmd := exec.Command(bin, "--host", host, "--port", "0",
+		"--idle_exit_seconds", fmt.Sprint(coordinatorIdleExit.Seconds()),
+		"--first_client_timeout_seconds", fmt.Sprint(firstClient.Seconds()), "--announce")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	type line struct {
+		s   string
+		err error
+	}
+	got := make(chan line, 1)
+	go func() {
+		s, err := bufio.NewReader(out).ReadString('\n')
+		got <- line{s, err}
+	}()
+	fail := func(err error) (string, error) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return "", err
+	}
+	select {
+	case l := <-got:
+		addr, ok := strings.CutPrefix(strings.TrimSpace(l.s), "listening on ")
+		if l.err != nil || !ok {
+			return fail(fmt.Errorf("%s (pid %d) did not announce its address: %q %v", bin, cmd.Process.Pid, l.s, l.err))
+		}
+		go cmd.Wait() // reap it should it exit before this process does
+		return addr, nil
+	case <-time.After(coordinatorStartTimeout):
+		return fail(fmt.Errorf("%s (pid %d) did not announce its address in %v", bin, cmd.Process.Pid, coordinatorStartTimeout))
+	}
+}

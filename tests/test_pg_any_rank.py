@@ -1,0 +1,168 @@
+"""Survival of any rank, rank 0 included (issue 29), multi-process on loopback
+(tests/pg_harness.py).
+
+By default the founding rank 0 starts the coordinator as a process of its own
+(`mooncake_pg_coordinator`, docs/collectives.md "Where the coordinator
+runs"), so rank 0 is an ordinary member: its death is survived like any
+other rank's, and a new process can take slot 0 back. The rendezvous store
+must outlive rank 0 for that replacement to find the group: these cases use
+a FileStore (``file://`` in the launch's private directory) instead of the
+TCPStore that rank 0's process would host.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import torch
+import torch.distributed as dist
+
+from pg_harness import GATE_DIR_ENV, Late, check_op_past_failure, launch, open_gate
+from test_pg_elastic import (
+    FULL,
+    SHORT,
+    SLOTS,
+    _all_gather_over,
+    _all_reduce_over,
+    _check_applied,
+    _check_ok,
+    _die,
+    _mask,
+    _pg,
+    _print_times,
+    _setup,
+    _since,
+    _stamp,
+    _timing,
+    _wait_mask,
+    _wait_peers_ready,
+)
+
+SURVIVORS = [1, 2, 3]
+
+
+def _init_file(rank: int, world: int, opts) -> None:
+    """Rendezvous through a FileStore that no rank's death takes away."""
+    path = os.path.join(os.environ[GATE_DIR_ENV], "rendezvous-store")
+    dist.init_process_group(backend="mooncake", init_method=f"file://{path}", rank=rank,
+                            world_size=world, pg_options=opts)
+
+
+def _survivor_ops(active: list[int]) -> None:
+    """One of each collective over the `active` ranks of a 4-slot group
+    whose other slots are inactive; results checked against the reference."""
+    rank = dist.get_rank()
+    _check_ok(_all_reduce_over(active, n=5, scale=3))
+    _all_gather_over(active, 4)
+    # reduce_scatter: block j of every input is (rank + 1) * (j + 1).
+    inputs = [torch.full((3,), float((rank + 1) * (j + 1))) for j in range(4)]
+    out = torch.full((3,), -1.0)
+    dist.reduce_scatter(out, inputs)
+    want = float(sum(r + 1 for r in active) * (rank + 1))
+    assert out.tolist() == [want] * 3, (rank, out)
+    # broadcast from the lowest active rank
+    b = torch.full((4,), float(rank))
+    dist.broadcast(b, src=active[0])
+    assert b.tolist() == [float(active[0])] * 4, b
+    # all_to_all: block j sent by rank r is 100 * r + j; inactive slots keep -1.
+    send = [torch.full((2,), float(100 * rank + j)) for j in range(4)]
+    recv = [torch.full((2,), -1.0) for _ in range(4)]
+    dist.all_to_all(recv, send)
+    got = [t.tolist() for t in recv]
+    want_a2a = [[float(100 * r + rank)] * 2 if r in active else [-1.0, -1.0] for r in range(4)]
+    assert got == want_a2a, (rank, got)
+    dist.barrier()
+
+
+def case_rank0_dies(rank: int, world: int, port: int, timeouts=None, replace: bool = True) -> None:
+    """Rank 0 (the process that started the coordinator) dies after a full
+    all_reduce; the survivors' next all_reduce completes over them with
+    rank 0 in the hint; every collective runs correctly without it; then a
+    new process takes slot 0 and rank 1 recovers it, and all four run the
+    full set again."""
+    from mooncake import pg
+
+    del port
+    _setup(timeouts)
+    _init_file(rank, world, pg.MooncakeBackendOptions(4))
+    try:
+        _check_ok(_all_reduce_over([0, 1, 2, 3]))
+        if rank == 0:
+            _die()
+        t = torch.full((4,), float(rank + 1))
+        w = dist.all_reduce(t, async_op=True)
+        check_op_past_failure(w, 0, 4)
+        _timing("DEATH_TO_COMPLETION", _since("death_time"), op="rank0")
+        assert t.tolist() == [float(sum(r + 1 for r in SURVIVORS))] * 4, t
+        assert _mask() == [0, 1, 1, 1], _mask()
+        assert pg.get_peer_state(_pg(), [0]) == [False]
+        for _ in range(3):
+            _survivor_ops(SURVIVORS)
+        if not replace:
+            return
+        epoch = pg.get_current_epoch(_pg())
+        dist.barrier()
+        if rank == 1:
+            open_gate("replacement")
+        _wait_peers_ready([0])
+        if rank == 1:
+            _check_applied(pg.recover_ranks(_pg(), [0]), "recover_ranks([0])")
+        _wait_mask(FULL)
+        assert pg.get_current_epoch(_pg()) > epoch
+        for _ in range(2):
+            _survivor_ops([0, 1, 2, 3])
+    finally:
+        dist.destroy_process_group()
+
+
+def case_rank0_replacement(rank: int, world: int, port: int, timeouts=None) -> None:
+    """The new process in slot 0: an extension that joins and runs the full set."""
+    from mooncake import pg
+
+    del port
+    _setup(timeouts)
+    _init_file(rank, world, pg.MooncakeBackendOptions(4, True))
+    try:
+        _stamp("join_time")
+        pg.join_group(_pg())
+        assert _mask() == FULL, _mask()
+        _timing("REJOIN_TO_ALL_REDUCE", _since("join_time"), op="slot0")
+        for _ in range(2):
+            _survivor_ops([0, 1, 2, 3])
+    finally:
+        dist.destroy_process_group()
+
+
+def _coordinator_pids(outs: list[str]) -> set[int]:
+    return {int(m) for o in outs
+            for m in re.findall(r'mooncake_pg_coordinator serving"? addr=\S+ pid=(\d+)', o)}
+
+
+def _wait_exited(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_rank0_death_and_slot0_replacement() -> None:
+    outs = launch(
+        4, "test_pg_any_rank", "case_rank0_dies", timeout=90, init="none", env=SLOTS,
+        timeouts=SHORT,
+        late=[Late(0, 4, "case_rank0_replacement", gates=["replacement", "exited-0"])])
+    _print_times(outs)
+    pids = _coordinator_pids(outs)
+    assert len(pids) == 1, f"one coordinator process expected, saw {pids}"
+    # Started by rank 0, it outlived it; it exits by itself once no rank is left.
+    assert _wait_exited(pids.pop(), 30), "the coordinator process did not exit after the job"
+
+
+def test_rank0_death_over_tcp() -> None:
+    launch(4, "test_pg_any_rank", "case_rank0_dies", timeout=60, init="none",
+           env={**SLOTS, "MC_FORCE_TCP": "true"}, timeouts=SHORT, replace=False)
