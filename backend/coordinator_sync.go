@@ -137,7 +137,8 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 	}
 	rank := int(r.GetRank())
 	epoch, wasOpen := gm.m.epoch, gm.m.pending()
-	replies := gm.m.sync(time.Now(), rank, r.GetEpoch(), r.GetOp(), failed, r.GetClean())
+	replies := gm.m.sync(time.Now(), syncRequest{rank: rank, base: r.GetEpoch(), op: r.GetOp(), clean: r.GetClean(),
+		idle: r.GetIdle(), stall: r.GetStall()}, failed)
 	ch := make(chan SyncReply, 1)
 	if rep, ok := replies[rank]; ok && rep.Status != SyncReconciled {
 		ch <- rep

@@ -340,7 +340,7 @@ func (g *Group) SyncAfterFailure() (AfterFailureResult, error) {
 	if err := g.usable(); err != nil {
 		return AfterFailureResult{}, err
 	}
-	rep, err := g.syncFailure(g.view.Load().Base, 0, nil, true)
+	rep, err := g.syncFailure(g.view.Load().Base, 0, nil, true, syncFrom{})
 	switch {
 	case err != nil && rep.Status == SyncRejected:
 		return AfterFailureResult{Status: AfterFailureRejected, Reason: err.Error()}, nil

@@ -224,7 +224,7 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 		if coll {
 			base, op, clean = g.collBase, g.collOps, !g.dirty
 		}
-		rep, serr := g.syncFailure(base, op, failedPeers(err), clean)
+		rep, serr := g.syncFailure(base, op, failedPeers(err), clean, syncFrom{stall: errors.As(err, new(*stallError))})
 		if serr != nil {
 			return fmt.Errorf("%w (reconciling the failure: %v)", err, serr)
 		}
@@ -287,7 +287,7 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 	if g.collBase > w.base || !g.isActive() || !w.joins(g.collBase, g.collOps+1) {
 		return
 	}
-	rep, err := g.syncFailure(g.collBase, g.collOps+1, nil, true)
+	rep, err := g.syncFailure(g.collBase, g.collOps+1, nil, true, syncFrom{idle: true})
 	if err != nil {
 		g.fail(fmt.Errorf("%w: reconciling a failure: %v", ErrPeer, err))
 		return
@@ -373,15 +373,21 @@ func (g *Group) leaveOlderBase(ctx context.Context, base uint64) {
 	}
 }
 
+// syncFrom says where a sync comes from: the idle queue, before the
+// collective (idle), or an op that waited the hang timeout for a live peer
+// (stall).
+type syncFrom struct{ idle, stall bool }
+
 // syncFailure asks the coordinator to reconcile (bounded: the window plus
 // a margin; Close ends it). base is the view base the op ran in.
-func (g *Group) syncFailure(base, op uint64, failed []int, clean bool) (SyncReply, error) {
+func (g *Group) syncFailure(base, op uint64, failed []int, clean bool, from syncFrom) (SyncReply, error) {
 	window := time.Duration(g.rt.faultWindow.Load())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*window+g.collTimeout()+30*time.Second)
 	defer cancel()
 	stop := context.AfterFunc(g.watchCtx, cancel)
 	defer stop()
-	req := &coordpb.SyncRequest{GroupId: g.id, Rank: int32(g.rank), Epoch: base, Op: op, Clean: clean, WindowUs: window.Microseconds()}
+	req := &coordpb.SyncRequest{GroupId: g.id, Rank: int32(g.rank), Epoch: base, Op: op, Clean: clean, WindowUs: window.Microseconds(),
+		Idle: from.idle, Stall: from.stall}
 	for _, f := range failed {
 		req.Failed = append(req.Failed, int32(f))
 	}

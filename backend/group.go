@@ -365,6 +365,7 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 
 func (g *Group) collTimeout() time.Duration { return time.Duration(g.rt.collTimeout.Load()) }
 func (g *Group) p2pTimeout() time.Duration  { return time.Duration(g.rt.p2pTimeout.Load()) }
+func (g *Group) hangTimeout() time.Duration { return time.Duration(g.rt.hangTimeout.Load()) }
 
 // othersInRingOrder lists the other active ranks in ring order from this
 // one: the next active rank first, wrapping around. Ranks that walk their

@@ -56,6 +56,17 @@ import (
 //     none): some completed an op others gave up. No retry can realign
 //     them, so the group cannot go on.
 //
+// A hung rank. A rank that waited the hang timeout for a peer that still
+// answers probes syncs with stall and no failed peer: a stall opens a
+// window too. Every rank that is inside the window's collective aborts it
+// and syncs as usual; a rank that has not reached that collective yet —
+// its process is alive, its application is not calling — takes part from
+// its idle queue (idle). When a window that a stall opened closes, the
+// ranks that synced idle at its collective are excluded with the failed
+// ones: its peers have been in that collective for the hang timeout while
+// it had not entered it. A rank that is merely late within the timeout is
+// never idle at a stall window, since none opens before the timeout.
+//
 // Ranks learn of an open window with the collective that opened it
 // (pendingWindow) and abort only collectives from that one on: a slower
 // rank still in an earlier collective finishes it and syncs at the
@@ -103,6 +114,7 @@ type membership struct {
 
 	open     bool
 	openOp   uint64 // the collective whose sync opened the window (0: none)
+	stall    bool   // a stall sync came in this window: idle ranks at openOp are excluded
 	closesAt time.Time
 	synced   map[int]syncRequest // by reporting slot, while open
 	failed   map[int]bool
@@ -219,11 +231,17 @@ func (s SyncStatus) String() string {
 	return fmt.Sprintf("SyncStatus(%d)", int(s))
 }
 
+// syncRequest is one rank's sync: the base and collective (op) its op ran
+// in, whether its buffers are untouched (clean), whether it takes part
+// from its idle queue before entering op (idle), and whether its op waited
+// the hang timeout for a live peer (stall).
 type syncRequest struct {
 	rank  int
 	base  uint64
 	op    uint64
 	clean bool
+	idle  bool
+	stall bool
 }
 
 // SyncReply answers one sync.
@@ -337,7 +355,8 @@ func (w pendingWindow) joins(base, next uint64) bool {
 // in the window when this sync was the last one the window waited for
 // (every Active slot has synced or was reported failed), which closes it
 // early.
-func (m *membership) sync(now time.Time, rank int, base, op uint64, failed []int, clean bool) map[int]SyncReply {
+func (m *membership) sync(now time.Time, req syncRequest, failed []int) map[int]SyncReply {
+	rank := req.rank
 	if !m.valid(rank) || m.state[rank] == MemberNone || m.state[rank] == MemberLeft {
 		return map[int]SyncReply{rank: {Status: SyncRejected, View: m.view()}}
 	}
@@ -345,27 +364,28 @@ func (m *membership) sync(now time.Time, rank int, base, op uint64, failed []int
 	failed = slices.DeleteFunc(slices.Clone(failed), func(f int) bool {
 		return !m.valid(f) || f == rank || m.state[f] != MemberActive
 	})
-	if m.state[rank] != MemberActive || base < m.base || (!m.open && len(failed) == 0) {
+	if m.state[rank] != MemberActive || req.base < m.base || (!m.open && len(failed) == 0 && !req.stall) {
 		return map[int]SyncReply{rank: {Status: SyncNoPending, View: m.view()}}
 	}
 	if !m.open {
-		m.open, m.openOp, m.closesAt = true, op, now.Add(m.window)
+		m.open, m.openOp, m.closesAt, m.stall = true, req.op, now.Add(m.window), false
 		m.synced, m.failed = map[int]syncRequest{}, map[int]bool{}
 	}
+	m.stall = m.stall || req.stall
 	// A rank may sync twice in one window (a point-to-point op and its
 	// collectives): the requests merge.
 	// A participant still at an earlier collective than the window's (it
 	// met a failure there: the ranks diverged) moves the window there, so
 	// the ranks waiting in that collective give it up too.
-	if op != 0 && op < m.openOp {
-		m.openOp = op
+	if req.op != 0 && req.op < m.openOp {
+		m.openOp = req.op
 	}
-	req := syncRequest{rank: rank, base: base, op: op, clean: clean}
 	if prev, ok := m.synced[rank]; ok {
 		if req.op == 0 {
 			req.op = prev.op
 		}
 		req.clean = req.clean && prev.clean
+		req.idle = req.idle && prev.idle
 	}
 	m.synced[rank] = req
 	for _, f := range failed {
@@ -413,7 +433,9 @@ func (m *membership) bump(participants bool) {
 func (m *membership) close(now time.Time) map[int]SyncReply {
 	var excluded []int
 	for i, s := range m.state {
-		if _, ok := m.synced[i]; s == MemberActive && (m.failed[i] || !ok) {
+		r, ok := m.synced[i]
+		hung := m.stall && ok && r.idle && r.op == m.openOp
+		if s == MemberActive && (m.failed[i] || !ok || hung) {
 			excluded = append(excluded, i)
 		}
 	}
@@ -445,7 +467,7 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 		replies[rank] = SyncReply{Status: SyncReconciled, View: m.view(), Excluded: excluded,
 			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged}
 	}
-	m.open, m.openOp, m.synced, m.failed = false, 0, nil, nil
+	m.open, m.openOp, m.stall, m.synced, m.failed = false, 0, false, nil, nil
 	m.advance(now) // a proposal may have waited for healthy ranks
 	return replies
 }

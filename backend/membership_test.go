@@ -110,7 +110,8 @@ func runMembershipScript(t *testing.T, path string) {
 			}
 		case "sync":
 			failed := intList(args["failed"])
-			replies := m.sync(now, num("rank", -1), uint64(num("epoch", 0)), uint64(num("op", 1)), failed, num("clean", 1) == 1)
+			replies := m.sync(now, syncRequest{rank: num("rank", -1), base: uint64(num("epoch", 0)), op: uint64(num("op", 1)),
+				clean: num("clean", 1) == 1, idle: num("idle", 0) == 1, stall: num("stall", 0) == 1}, failed)
 			if len(replies) == 0 {
 				got = append(got, "waiting")
 			}

@@ -53,12 +53,14 @@ type Runtime struct {
 	collTimeout atomic.Int64 // ns
 	p2pTimeout  atomic.Int64 // ns
 	faultWindow atomic.Int64 // ns
+	hangTimeout atomic.Int64 // ns; 0: off
 }
 
 // NewRuntime returns a Runtime with upstream's defaults (host 127.0.0.1).
 func NewRuntime() *Runtime {
 	rt := &Runtime{hostIP: "127.0.0.1"}
 	rt.collTimeout.Store(int64(DefaultCollectiveTimeout))
+	rt.hangTimeout.Store(int64(time.Duration(envvars.PGHangTimeoutMs.Int(0)) * time.Millisecond))
 	rt.p2pTimeout.Store(int64(DefaultP2PTimeout))
 	rt.faultWindow.Store(int64(DefaultFaultWindow))
 	return rt
@@ -137,6 +139,20 @@ func (rt *Runtime) SetCollectiveTimeout(d time.Duration) error {
 		return fmt.Errorf("%w: collective timeout must be positive", ErrInvalid)
 	}
 	rt.collTimeout.Store(int64(d))
+	return nil
+}
+
+// SetHangTimeout sets after how long a collective that waits for a rank
+// that still answers probes, but has not entered the collective, fails
+// that rank (membership.go, "A hung rank"); 0 turns it off (the default,
+// or MC_PG_HANG_TIMEOUT_MS): a live rank is then waited for without end.
+// Choose it well above the longest time a live rank may take to reach a
+// collective its peers are in: a rank later than that is failed.
+func (rt *Runtime) SetHangTimeout(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: hang timeout must be >= 0", ErrInvalid)
+	}
+	rt.hangTimeout.Store(int64(d))
 	return nil
 }
 

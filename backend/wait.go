@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -15,7 +16,26 @@ import (
 // peer answers (a slow but live peer never fails an op, as upstream; a dead
 // one fails it). A same-host peer whose process exited fails the wait
 // within the policy's liveness interval: the engine knows it through a
-// pidfd.
+// pidfd. With a hang timeout, a collective's wait that lasts that long for
+// a live peer syncs with stall (membership.go, "A hung rank"), which
+// excludes the ranks that have not entered the collective.
+
+// stallError: a collective waited the hang timeout for a peer that still
+// answers probes. It blames nobody by itself: the reconciliation it opens
+// finds which ranks have not entered the collective.
+type stallError struct {
+	peer   int
+	waited time.Duration
+}
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("%v: waited %v (the hang timeout) for rank %d, which answers probes", ErrPeer, e.waited, e.peer)
+}
+
+func (e *stallError) Is(target error) bool { return target == ErrPeer }
+
+// errLeftOut: the group went on without this rank while it waited.
+var errLeftOut = fmt.Errorf("%w: the group went on without this rank while it waited", ErrPeer)
 
 // waitAtLeast waits until word kind (fReady or fAck) of channel ch that
 // peer writes reaches want, counted in the word's sleeper count while it
@@ -28,17 +48,37 @@ func (g *Group) waitAtLeast(ch, kind, peer int, want uint64, timeout time.Durati
 		return nil
 	}
 	start := time.Now()
+	var hang time.Duration // a collective's hang timeout (0: none)
+	if ch == chColl {
+		hang = g.hangTimeout()
+	}
+	// next is the deadline after now: the timeout, or the hang timeout
+	// when it comes first.
+	next := func(now time.Time) time.Time {
+		d := timeout
+		if left := start.Add(hang).Sub(now); hang > 0 && left > 0 && left < d {
+			d = left
+		}
+		return now.Add(d)
+	}
 	return g.policy.Await(channel.Wait{
 		Word:     channel.WordOf64(w),
 		Sleepers: (*uint32)(unsafe.Pointer(&g.mem[g.lay.sleepers(kind, ch, peer)])),
 		Ready:    func() bool { return atomic.LoadUint64(w) >= want },
-		Deadline: start.Add(timeout),
+		Deadline: next(start),
 		Expired: func(now time.Time) (time.Time, error) {
+			waited := now.Sub(start).Round(time.Millisecond)
 			if err := g.probe(peer); err != nil {
 				return now, peerFailure(peer, "rank %d (%s) stopped answering after %v: %v",
-					peer, g.peer(peer).name, now.Sub(start).Round(time.Millisecond), err)
+					peer, g.peer(peer).name, waited, err)
 			}
-			return now.Add(timeout), nil
+			if ch == chColl && g.leftOut() {
+				return now, errLeftOut
+			}
+			if hang > 0 && now.Sub(start) >= hang {
+				return now, &stallError{peer: peer, waited: waited}
+			}
+			return next(now), nil
 		},
 		Check: func() error {
 			if g.closed.Load() {
@@ -56,6 +96,15 @@ func (g *Group) waitAtLeast(ch, kind, peer int, want uint64, timeout time.Durati
 			return nil
 		},
 	})
+}
+
+// leftOut reports whether the group went on without this rank while its
+// collective waited: the view has a newer base in which this rank is not
+// active (a reconciliation excluded it while it was stopped, say). Its
+// peers will send nothing more for this collective.
+func (g *Group) leftOut() bool {
+	v := g.view.Load()
+	return v.Base > g.collBase && !v.Active[g.rank]
 }
 
 func (g *Group) probe(peer int) error {

@@ -151,6 +151,15 @@ func mc_pg_set_p2p_timeout_us(us C.int64_t, errOut **C.char) (ret C.int) {
 	return pgOK
 }
 
+//export mc_pg_set_hang_timeout_us
+func mc_pg_set_hang_timeout_us(us C.int64_t, errOut **C.char) (ret C.int) {
+	defer recoverToErr(&ret, pgOther, errOut)
+	if err := pgRuntime.SetHangTimeout(time.Duration(us) * time.Microsecond); err != nil {
+		return pgFail(err, errOut)
+	}
+	return pgOK
+}
+
 //export mc_pg_set_fault_reconciliation_window_us
 func mc_pg_set_fault_reconciliation_window_us(us C.int64_t, errOut **C.char) (ret C.int) {
 	defer recoverToErr(&ret, pgOther, errOut)

@@ -699,6 +699,10 @@ int mc_pg_set_p2p_timeout_us(int64_t us, char **err);
 /* How long a failure reconciliation waits at most for every active rank of
  * the group (default 30 s; it ends as soon as all took part). */
 int mc_pg_set_fault_reconciliation_window_us(int64_t us, char **err);
+/* How long a collective waits for a rank that answers probes but has not
+ * entered the collective before that rank is failed (0, the default unless
+ * MC_PG_HANG_TIMEOUT_MS says otherwise: never). */
+int mc_pg_set_hang_timeout_us(int64_t us, char **err);
 
 /* mc_pg_group_create flags: auto_deactivate_on_failure off (a failed peer
  * is left out of the op it failed in but stays in the active mask), and

@@ -1,5 +1,5 @@
-"""Survival of any rank, rank 0 included (issue 29), multi-process on loopback
-(tests/pg_harness.py).
+"""Survival of any rank, rank 0 included, and of a hung rank (issue 29),
+multi-process on loopback (tests/pg_harness.py).
 
 By default the founding rank 0 starts the coordinator as a process of its own
 (`mooncake_pg_coordinator`, docs/collectives.md "Where the coordinator
@@ -8,33 +8,44 @@ other rank's, and a new process can take slot 0 back. The rendezvous store
 must outlive rank 0 for that replacement to find the group: these cases use
 a FileStore (``file://`` in the launch's private directory) instead of the
 TCPStore that rank 0's process would host.
+
+A hung rank: with a hang timeout (`pg.set_hang_timeout_us`), a collective
+that waits that long for a rank that has not entered it fails that rank,
+even while its process answers probes (its Python is stuck); a stopped
+process (SIGSTOP) stops answering probes and is failed after the collective
+timeout, as a dead one. Either way, once it runs again it finds itself
+outside the group, corrupts nothing, and comes back through join_group.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 
 import torch
 import torch.distributed as dist
 
-from pg_harness import GATE_DIR_ENV, Late, check_op_past_failure, launch, open_gate
+from pg_harness import GATE_DIR_ENV, Late, check_op_past_failure, launch, open_gate, wait_gate
 from test_pg_elastic import (
     FULL,
     SHORT,
     SLOTS,
+    WAIT,
     _all_gather_over,
     _all_reduce_over,
     _check_applied,
     _check_ok,
     _die,
+    _expect_not_active,
     _mask,
     _pg,
     _print_times,
     _setup,
     _since,
     _stamp,
+    _store,
     _timing,
     _wait_mask,
     _wait_peers_ready,
@@ -166,3 +177,116 @@ def test_rank0_death_and_slot0_replacement() -> None:
 def test_rank0_death_over_tcp() -> None:
     launch(4, "test_pg_any_rank", "case_rank0_dies", timeout=60, init="none",
            env={**SLOTS, "MC_FORCE_TCP": "true"}, timeouts=SHORT, replace=False)
+
+
+# ---- a hung rank ------------------------------------------------------------------------------
+
+HANG_TIMEOUT_US = 2_000_000
+
+
+def case_hang(rank: int, world: int, port: int, timeouts=None, victim: int = 2,
+              mode: str = "livelock", hang_us: int = HANG_TIMEOUT_US) -> None:
+    """Rank `victim` hangs after a full all_reduce; the survivors' next ops
+    complete without it. mode: "livelock" (its Python sleeps; its process
+    answers probes: only the hang timeout fails it), "stop" (it stops itself
+    with SIGSTOP between ops), "stop_in_op" (SIGSTOP in the middle of a
+    64 MiB all_reduce). Then the lowest survivor wakes it (SIGCONT, or a
+    gate), the survivors run every collective again while it comes to (their
+    data checked: it must corrupt nothing), it finds itself outside the
+    group, rejoins with join_group, and the survivors recover it."""
+    from mooncake import pg
+
+    del port
+    _setup(timeouts)
+    pg.set_hang_timeout_us(hang_us)
+    _init_file(rank, world, pg.MooncakeBackendOptions(4))
+    survivors = [r for r in range(4) if r != victim]
+    waker = survivors[0]
+    try:
+        world_pg = _pg()
+        _store().set(f"pid{rank}", str(os.getpid()))
+        n = 1 << 24  # 64 MiB of float32
+        big = torch.ones(n) if mode == "stop_in_op" else None
+        _check_ok(_all_reduce_over([0, 1, 2, 3]))
+        if rank == victim:
+            w = None
+            _stamp("hang_time")
+            if mode == "livelock":
+                wait_gate("wake", WAIT * 3)  # the application is stuck; the runtime is not
+            elif mode == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            else:
+                w = dist.all_reduce(big, async_op=True)
+                time.sleep(0.005)  # well inside the op
+                os.kill(os.getpid(), signal.SIGSTOP)
+                try:
+                    w.wait()
+                except RuntimeError as e:
+                    assert "not active" in str(e), e
+                else:
+                    assert not pg.get_local_success(w)
+            # Awake: the group went on without it. Its next op completes
+            # as left out, or is refused; the one after is refused.
+            if w is None:
+                t = torch.full((4,), float(rank + 1))
+                try:
+                    w = dist.all_reduce(t, async_op=True)
+                    w.wait()
+                except RuntimeError as e:
+                    assert "not active" in str(e), e
+                else:
+                    assert not pg.get_local_success(w), pg.get_failed_ranks_hint(w)
+            assert _mask()[victim] == 0, _mask()
+            _expect_not_active(lambda: dist.all_reduce(torch.ones(1)))
+            open_gate("woken_tried")
+            _stamp("join_time")
+            pg.join_group(world_pg)
+            assert _mask() == FULL, _mask()
+        else:
+            if mode == "stop_in_op":
+                w = dist.all_reduce(big, async_op=True)
+                check_op_past_failure(w, victim, 4)
+            else:
+                t = torch.full((4,), float(rank + 1))
+                w = dist.all_reduce(t, async_op=True)
+                check_op_past_failure(w, victim, 4)
+                assert t.tolist() == [float(sum(r + 1 for r in survivors))] * 4, t
+            _timing("HANG_TO_COMPLETION", _since("hang_time"), mode=mode)
+            want = [0 if r == victim else 1 for r in range(4)]
+            assert _mask() == want, _mask()
+            _survivor_ops(survivors)
+            epoch = pg.get_current_epoch(world_pg)
+            dist.barrier()
+            if rank == waker:
+                if mode == "livelock":
+                    open_gate("wake")
+                else:
+                    os.kill(int(_store().get(f"pid{victim}").decode()), signal.SIGCONT)
+            for _ in range(3):  # while the woken rank comes to
+                _survivor_ops(survivors)
+            wait_gate("woken_tried", WAIT * 3)
+            _wait_peers_ready([victim])
+            if rank == waker:
+                _check_applied(pg.recover_ranks(world_pg, [victim]), f"recover_ranks([{victim}])")
+            _wait_mask(FULL)
+            assert pg.get_current_epoch(world_pg) > epoch
+        _timing("REJOIN_TO_ALL_REDUCE", _since("join_time"), mode=mode)
+        for _ in range(2):
+            _survivor_ops([0, 1, 2, 3])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_livelocked_rank_is_failed_by_the_hang_timeout() -> None:
+    _print_times(launch(4, "test_pg_any_rank", "case_hang", timeout=90, init="none", env=SLOTS,
+                        timeouts=SHORT, victim=2, mode="livelock"))
+
+
+def test_stopped_rank0_is_failed_and_rejoins() -> None:
+    _print_times(launch(4, "test_pg_any_rank", "case_hang", timeout=90, init="none", env=SLOTS,
+                        timeouts=SHORT, victim=0, mode="stop"))
+
+
+def test_rank_stopped_inside_an_op_is_failed_and_rejoins() -> None:
+    _print_times(launch(4, "test_pg_any_rank", "case_hang", timeout=90, init="none", env=SLOTS,
+                        timeouts=SHORT, victim=1, mode="stop_in_op"))

@@ -42,7 +42,7 @@ WAIT = 20.0  # bound of a wait for a mask inside a case
 JOIN_WAIT = 30.0  # bound of a wait for a joiner (its init included)
 TIMING = ("DEATH_TO_COMPLETION", "DEATH_TO_RECOVERED", "SYNC_AFTER_FAILURE", "PROPOSAL",
           "JOIN_GROUP", "START_TO_ACTIVE", "REJOIN_TO_ALL_REDUCE", "LEAVE_TO_ALL_REDUCE",
-          "FAULT_TO_REJOINED")
+          "FAULT_TO_REJOINED", "HANG_TO_COMPLETION")
 
 
 # ---- helpers (run in the worker processes) --------------------------------------------------

@@ -207,6 +207,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("timeout_us"));
   m.def(
+      "set_hang_timeout_us",
+      [](int64_t us) {
+        char* err = nullptr;
+        int st = mc_pg_set_hang_timeout_us(us, &err);
+        check("set_hang_timeout_us", st, err);
+      },
+      py::arg("timeout_us"));
+  m.def(
       "set_fault_reconciliation_window_us",
       [](int64_t us) {
         char* err = nullptr;

@@ -1,5 +1,6 @@
 // The collectives backend's group coordinator. Global rank 0 of the first
-// process group serves it and publishes its address in the torch Store under
+// process group starts it (in a mooncake_pg_coordinator process of its own,
+// or inside itself) and publishes its address in the torch Store under
 // "coordinator_addr". Every rank joins each of its groups through it, gets
 // the endpoints (Transfer Engine segment and buffer) of all members, and
 // follows the group's membership views (backend/membership.go): failure
@@ -345,6 +346,8 @@ type SyncRequest struct {
 	Clean         bool                   `protobuf:"varint,5,opt,name=clean,proto3" json:"clean,omitempty"`                       // the op's buffers are untouched: it can run again
 	WindowUs      int64                  `protobuf:"varint,6,opt,name=window_us,json=windowUs,proto3" json:"window_us,omitempty"` // reconciliation window, if this sync opens one
 	Op            uint64                 `protobuf:"varint,7,opt,name=op,proto3" json:"op,omitempty"`                             // index (in the base) of the collective the rank completes next
+	Idle          bool                   `protobuf:"varint,8,opt,name=idle,proto3" json:"idle,omitempty"`                         // the rank is not inside collective op yet (it takes part from its idle queue)
+	Stall         bool                   `protobuf:"varint,9,opt,name=stall,proto3" json:"stall,omitempty"`                       // the op waited the hang timeout for a peer that still answers probes
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,6 +429,20 @@ func (x *SyncRequest) GetOp() uint64 {
 		return x.Op
 	}
 	return 0
+}
+
+func (x *SyncRequest) GetIdle() bool {
+	if x != nil {
+		return x.Idle
+	}
+	return false
+}
+
+func (x *SyncRequest) GetStall() bool {
+	if x != nil {
+		return x.Stall
+	}
+	return false
 }
 
 type SyncResponse struct {
@@ -1051,7 +1068,7 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x14\n" +
 	"\x05state\x18\x04 \x03(\x05R\x05state\x12\x18\n" +
 	"\ahealthy\x18\x05 \x03(\bR\ahealthy\x126\n" +
-	"\tendpoints\x18\x06 \x03(\v2\x18.mooncake.pg.v1.EndpointR\tendpoints\"\xad\x01\n" +
+	"\tendpoints\x18\x06 \x03(\v2\x18.mooncake.pg.v1.EndpointR\tendpoints\"\xd7\x01\n" +
 	"\vSyncRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -1059,7 +1076,9 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x03(\x05R\x06failed\x12\x14\n" +
 	"\x05clean\x18\x05 \x01(\bR\x05clean\x12\x1b\n" +
 	"\twindow_us\x18\x06 \x01(\x03R\bwindowUs\x12\x0e\n" +
-	"\x02op\x18\a \x01(\x04R\x02op\"\x9e\x01\n" +
+	"\x02op\x18\a \x01(\x04R\x02op\x12\x12\n" +
+	"\x04idle\x18\b \x01(\bR\x04idle\x12\x14\n" +
+	"\x05stall\x18\t \x01(\bR\x05stall\"\x9e\x01\n" +
 	"\fSyncResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12(\n" +
 	"\x04view\x18\x02 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1a\n" +

@@ -1,5 +1,6 @@
 // The collectives backend's group coordinator. Global rank 0 of the first
-// process group serves it and publishes its address in the torch Store under
+// process group starts it (in a mooncake_pg_coordinator process of its own,
+// or inside itself) and publishes its address in the torch Store under
 // "coordinator_addr". Every rank joins each of its groups through it, gets
 // the endpoints (Transfer Engine segment and buffer) of all members, and
 // follows the group's membership views (backend/membership.go): failure

@@ -191,6 +191,7 @@ var zeroMeans = map[string]bool{
 	"MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE":     true, // 0: no limit beyond the total size limit
 	"MC_STORE_RS_EVICTION_LOW_WATERMARK_PERCENT": true, // 0 %: evict down to empty
 	"MC_PG_YIELD_US":                             true, // 0: block right after the spin
+	"MC_PG_HANG_TIMEOUT_MS":                      true, // 0: no hang timeout
 	"MC_TCP_SYNC_SPIN_US":                        true, // 0: sleep in poll(2) at once
 	"MC_STORE_MASTER_SPIN_US":                    true, // 0: no busy-polling before the yield-polling
 	"MC_STORE_MASTER_YIELD_US":                   true, // 0: sleep in poll(2) right after the spin

@@ -63,6 +63,8 @@ var (
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
 	PGCoordinator = &Var{Name: "MC_PG_COORDINATOR", Kind: Text, Default: "process if mooncake_pg_coordinator is installed beside libmooncake.so, else inprocess",
 		ReadBy: "backend", Doc: "where the process-group coordinator runs: process (a mooncake_pg_coordinator process that rank 0 starts and that outlives it), inprocess (inside rank 0: its death is not survived), or host:port of a running mooncake_pg_coordinator"}
+	PGHangTimeoutMs = &Var{Name: "MC_PG_HANG_TIMEOUT_MS", Kind: Int, Min: 0, Default: "0",
+		ReadBy: "backend", Doc: "a collective that waits this long for a rank that answers probes but has not entered the collective fails that rank, milliseconds (0: never; a live rank is then waited for without end)"}
 	PGDirectMax = &Var{Name: "MC_PG_DIRECT_MAX", Kind: Int, Min: 1, Default: "65536",
 		ReadBy: "backend", Doc: "largest all_reduce done in one direct step, bytes"}
 	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "directpull", "rsag", "rspull"}, Default: "chosen by size",
@@ -120,7 +122,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum, StoreTenantToken,
 	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGInitTimeout, PGCoordinator, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
+	PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,

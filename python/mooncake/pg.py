@@ -59,6 +59,7 @@ __all__ = [
     "set_collective_timeout_us",
     "set_device_filter",
     "set_fault_reconciliation_window_us",
+    "set_hang_timeout_us",
     "set_host_ip",
     "set_p2p_timeout_us",
     "set_transfer_engine",
@@ -123,6 +124,9 @@ def set_transfer_engine(engine: Any) -> None:
 set_collective_timeout_us = _ext.set_collective_timeout_us
 set_p2p_timeout_us = _ext.set_p2p_timeout_us
 set_fault_reconciliation_window_us = _ext.set_fault_reconciliation_window_us
+# Ours (upstream has no hang detection): a collective that waits this long for a
+# rank that answers probes but has not entered it fails that rank; 0 turns it off.
+set_hang_timeout_us = _ext.set_hang_timeout_us
 get_active_ranks = _ext.get_active_ranks
 get_current_epoch = _ext.get_current_epoch
 get_failed_ranks_hint = _ext.get_failed_ranks_hint
