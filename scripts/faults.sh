@@ -42,13 +42,19 @@ PY=.venv/bin/python
 # name | command. Go suites are built once (-c) and the binary rerun, so a
 # run measures the scenario, not the compiler.
 suites=(
-	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits"
+	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank"
 	"transfer-faults|go:./transfer|PeerExit|Close|DeadPeer|InjectLinkFailure"
 	"pg-faults|py:tests/test_pg_faults.py"
 	"pg-elastic|py:tests/test_pg_elastic.py"
 	"pg-sized-survivors|py:tests/test_pg_elastic.py::test_recovery_sized_for_survivors"
 	"pg-manual-evict|py:tests/test_pg_elastic.py::test_manual_evict"
 	"pg-manual-evict-upstream-order|py:tests/test_pg_elastic.py::test_manual_evict_upstream_order"
+	"pg-rank0-kill-stream|py:tests/test_pg_any_rank.py::test_rank0_killed_during_a_stream_of_collectives"
+	"pg-rank2-kill-stream|py:tests/test_pg_any_rank.py::test_rank2_killed_during_a_stream_of_collectives"
+	"pg-rank0-death|py:tests/test_pg_any_rank.py::test_rank0_death_and_slot0_replacement"
+	"pg-rank0-sigstop|py:tests/test_pg_any_rank.py::test_stopped_rank0_is_failed_and_rejoins"
+	"pg-sigstop-in-op|py:tests/test_pg_any_rank.py::test_rank_stopped_inside_an_op_is_failed_and_rejoins"
+	"pg-livelock|py:tests/test_pg_any_rank.py::test_livelocked_rank_is_failed_by_the_hang_timeout"
 	"ep-faults|py:tests/test_ep_faults.py"
 	"store-ha|py:tests/test_store_ha.py"
 	"store-ha-failover|py:tests/test_store_ha_failover.py"

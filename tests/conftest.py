@@ -122,19 +122,27 @@ def kill_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 def supervise(procs: list[subprocess.Popen], names: list[str], logs: list, deadline: float,
-              stop: Callable[[float], str | None] | None = None) -> tuple[list[str], list[str]]:
+              stop: Callable[[float], str | None] | None = None,
+              killed: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
     """Wait for the processes of a multi-process test (procs[i] is called
     names[i]; its output goes to the temporary file logs[i]) until all have
     exited, one failed (the others get 5 s to report their own errors, then
     are stopped), the monotonic `deadline` passes, or `stop(now)` gives a
     reason to give up. Kills what is left and returns (each one's output,
-    the failures)."""
+    the failures). The processes whose index is in `killed` are meant to be
+    killed by the test (SIGKILL): that end is theirs to have, and so is exit
+    status 0; any other is a failure."""
     failed: list[str] = []
     first_failure = None
+
+    def ok(i: int, code: int | None) -> bool:
+        return code == 0 or i in killed and code == -signal.SIGKILL
+
     try:
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            bad = [names[i] for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+            bad = [names[i] for i, p in enumerate(procs)
+                   if p.poll() is not None and not ok(i, p.returncode)]
             if bad and first_failure is None:
                 first_failure = now
             if first_failure is not None and now - first_failure > 5:
@@ -152,11 +160,11 @@ def supervise(procs: list[subprocess.Popen], names: list[str], logs: list, deadl
         for p in procs:
             kill_process(p)
     outs = []
-    for name, p, log in zip(names, procs, logs, strict=True):
+    for i, (name, p, log) in enumerate(zip(names, procs, logs, strict=True)):
         log.seek(0)
         outs.append(log.read())
         log.close()
-        if p.returncode != 0:
+        if not ok(i, p.returncode):
             failed.append(f"{name}: exit status {p.returncode}")
     return outs, failed
 

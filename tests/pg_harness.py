@@ -148,10 +148,13 @@ def launch(
     init: str = "tcp",
     env: dict[str, str] | None = None,
     late: list[Late] | None = None,
+    killed: tuple[int, ...] = (),
     **kwargs: object,
 ) -> list[str]:
     """Run module.func on `world` ranks (plus the `late` processes); return
     each process's output: ranks 0..world-1, then the late ones in order.
+    The ranks in `killed` are killed by the case itself (SIGKILL), which
+    is not a failure.
 
     A rendezvous port taken between choosing it and binding it (other tests
     run on this machine too) is retried with another port.
@@ -159,7 +162,7 @@ def launch(
     for attempt in range(3):
         try:
             return _launch_once(world, module, func, timeout, backend, init, env, kwargs,
-                                list(late or []))
+                                list(late or []), frozenset(killed))
         except _PortTaken:
             if attempt == 2:
                 raise
@@ -180,6 +183,7 @@ def _launch_once(
     env: dict[str, str] | None,
     kwargs: dict[str, object],
     late: list[Late],
+    killed: frozenset[int],
 ) -> list[str]:
     # _die_with_parent: children die with the test process.
     from conftest import _die_with_parent, kill_process, supervise
@@ -247,7 +251,7 @@ def _launch_once(
         return None
 
     try:
-        outs, failed = supervise(procs, names, logs, deadline, stop)
+        outs, failed = supervise(procs, names, logs, deadline, stop, killed)
     finally:
         shutil.rmtree(gate_dir, ignore_errors=True)
     if failed and any("EADDRINUSE" in o for o in outs):

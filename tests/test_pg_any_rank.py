@@ -128,6 +128,130 @@ def case_rank0_dies(rank: int, world: int, port: int, timeouts=None, replace: bo
         dist.destroy_process_group()
 
 
+def _stream_op(k: int, active: list[int], victim: int):
+    """Op k of a stream of mixed collectives over a 4-slot group whose
+    `active` ranks take part: it runs async and returns (work, check), check
+    verifying the result against the reference."""
+    rank = dist.get_rank()
+    kind = k % 5
+    n = 1 << 16 if k % 3 == 0 else 64  # some ops of 256 KiB, chunked: deaths land inside them
+    if kind == 0:
+        t = torch.full((n,), float((rank + 1) * (k + 1)))
+        want = float((k + 1) * sum(r + 1 for r in active))
+        return dist.all_reduce(t, async_op=True), lambda: bool((t == want).all())
+    if kind == 1:
+        outs = [torch.full((n,), -1.0) for _ in range(4)]
+        w = dist.all_gather(outs, torch.full((n,), float(rank * 10 + k)), async_op=True)
+        return w, lambda: all(bool((o == (r * 10 + k if r in active else -1)).all())
+                              for r, o in enumerate(outs))
+    if kind == 2:
+        out = torch.full((n,), -1.0)
+        inputs = [torch.full((n,), float((rank + 1) * (j + 1) + k)) for j in range(4)]
+        want = float(sum((r + 1) * (rank + 1) + k for r in active))
+        return dist.reduce_scatter(out, inputs, async_op=True), lambda: bool((out == want).all())
+    if kind == 3:
+        src = 3 if victim != 3 else 1
+        b = torch.full((n,), float(rank + k))
+        return dist.broadcast(b, src=src, async_op=True), lambda: bool((b == src + k).all())
+    send = [torch.full((n,), float(100 * rank + j + k)) for j in range(4)]
+    recv = [torch.full((n,), -1.0) for _ in range(4)]
+    w = dist.all_to_all(recv, send, async_op=True)
+    return w, lambda: all(bool((t == (100 * r + rank + k if r in active else -1)).all())
+                          for r, t in enumerate(recv))
+
+
+def case_kill_stream(rank: int, world: int, port: int, timeouts=None, victim: int = 0,
+                     after: int = 40) -> None:
+    """Every rank runs a stream of all_reduce, all_gather, reduce_scatter,
+    broadcast and all_to_all; the lowest survivor kills `victim` with
+    SIGKILL at a random moment while they run. Each survivor's ops before
+    the death are correct over all four; exactly one op (the same on every
+    survivor) completes with the victim in its hint and local success
+    False; the `after` ops that follow are correct over the survivors. Then a new process
+    takes the victim's slot and all four run the stream again."""
+    import random
+    import threading
+
+    from mooncake import pg
+
+    del port
+    _setup(timeouts)
+    _init_file(rank, world, pg.MooncakeBackendOptions(4))
+    survivors = [r for r in range(4) if r != victim]
+    try:
+        world_pg = _pg()
+        _store().set(f"pid{rank}", str(os.getpid()))
+        dist.barrier()
+        if rank == survivors[0]:
+            pid = int(_store().get(f"pid{victim}").decode())
+
+            def kill() -> None:
+                _stamp("death_time")
+                os.kill(pid, signal.SIGKILL)
+
+            threading.Timer(random.uniform(0.05, 0.6), kill).start()
+        active, failed_at, k = [0, 1, 2, 3], -1, -1
+        deadline = time.monotonic() + 60
+        while failed_at < 0 or k < failed_at + after:
+            k += 1
+            assert time.monotonic() < deadline, f"rank {rank}: the victim was not failed in 60 s"
+            w, check = _stream_op(k, active, victim)
+            w.wait()
+            hint = pg.get_failed_ranks_hint(w).tolist()
+            if any(hint):
+                assert failed_at < 0, f"rank {rank}: a second failed op at {k} ({hint})"
+                assert hint == [1 if r == victim else 0 for r in range(4)], (k, hint)
+                assert not pg.get_local_success(w)
+                failed_at, active = k, survivors
+                _timing("DEATH_TO_COMPLETION", _since("death_time"), op=f"stream-{k % 5}")
+                continue  # the failed op's buffers are unspecified
+            assert pg.get_local_success(w), k
+            assert check(), f"rank {rank}: op {k} ({k % 5}) wrong over {active}"
+        assert _mask() == [0 if r == victim else 1 for r in range(4)], _mask()
+        _store().set(f"failed_at{rank}", str(failed_at))
+        dist.barrier()
+        seen = {int(_store().get(f"failed_at{r}").decode()) for r in survivors}
+        assert seen == {failed_at}, f"survivors failed at different ops: {seen}"
+        epoch = pg.get_current_epoch(world_pg)
+        dist.barrier()
+        if rank == survivors[0]:
+            open_gate("replacement")
+        _wait_peers_ready([victim])
+        if rank == survivors[0]:
+            _check_applied(pg.recover_ranks(world_pg, [victim]), f"recover_ranks([{victim}])")
+        _wait_mask(FULL)
+        assert pg.get_current_epoch(world_pg) > epoch
+        _stream_again([0, 1, 2, 3], victim)
+    finally:
+        dist.destroy_process_group()
+
+
+def _stream_again(active: list[int], victim: int, ops: int = 10) -> None:
+    from mooncake import pg
+
+    for k in range(ops):
+        w, check = _stream_op(k, active, victim)
+        w.wait()
+        assert pg.get_local_success(w) and not any(pg.get_failed_ranks_hint(w).tolist()), k
+        assert check(), f"rank {dist.get_rank()}: op {k} wrong over {active}"
+
+
+def case_stream_replacement(rank: int, world: int, port: int, timeouts=None,
+                            victim: int = 0) -> None:
+    """The new process in the killed rank's slot (case_kill_stream)."""
+    from mooncake import pg
+
+    del port
+    _setup(timeouts)
+    _init_file(rank, world, pg.MooncakeBackendOptions(4, True))
+    try:
+        pg.join_group(_pg())
+        assert _mask() == FULL, _mask()
+        _stream_again([0, 1, 2, 3], victim)
+    finally:
+        dist.destroy_process_group()
+
+
 def case_rank0_replacement(rank: int, world: int, port: int, timeouts=None) -> None:
     """The new process in slot 0: an extension that joins and runs the full set."""
     from mooncake import pg
@@ -172,6 +296,19 @@ def test_rank0_death_and_slot0_replacement() -> None:
     assert len(pids) == 1, f"one coordinator process expected, saw {pids}"
     # Started by rank 0, it outlived it; it exits by itself once no rank is left.
     assert _wait_exited(pids.pop(), 30), "the coordinator process did not exit after the job"
+
+
+def test_rank0_killed_during_a_stream_of_collectives() -> None:
+    _print_times(launch(
+        4, "test_pg_any_rank", "case_kill_stream", timeout=120, init="none", env=SLOTS,
+        timeouts=SHORT, victim=0, killed=(0,),
+        late=[Late(0, 4, "case_stream_replacement", gates=["replacement", "exited-0"])]))
+
+
+def test_rank2_killed_during_a_stream_of_collectives() -> None:
+    launch(4, "test_pg_any_rank", "case_kill_stream", timeout=120, init="none", env=SLOTS,
+           timeouts=SHORT, victim=2, killed=(2,),
+           late=[Late(2, 4, "case_stream_replacement", gates=["replacement", "exited-2"])])
 
 
 def test_rank0_death_over_tcp() -> None:
