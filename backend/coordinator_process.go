@@ -3,6 +3,7 @@ package backend
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -87,9 +88,16 @@ func spawnCoordinator(bin, host string, firstClient time.Duration) (string, erro
 	cmd := exec.Command(bin, "--host", host, "--port", "0",
 		"--idle_exit_seconds", fmt.Sprint(coordinatorIdleExit.Seconds()),
 		"--first_client_timeout_seconds", fmt.Sprint(firstClient.Seconds()), "--announce")
-	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	// Its log reaches this process's standard error through a pipe of its
+	// own, not by inheriting descriptor 2: a caller that reads this
+	// process's output until EOF (subprocess.run with capture_output) must
+	// not wait for the coordinator, which outlives this process.
+	logs, err := cmd.StderrPipe()
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -116,7 +124,10 @@ func spawnCoordinator(bin, host string, firstClient time.Duration) (string, erro
 		if l.err != nil || !ok {
 			return fail(fmt.Errorf("%s (pid %d) did not announce its address: %q %v", bin, cmd.Process.Pid, l.s, l.err))
 		}
-		go cmd.Wait() // reap it should it exit before this process does
+		go func() { // forward its log, then reap it should it exit before this process does
+			io.Copy(os.Stderr, logs)
+			cmd.Wait()
+		}()
 		return addr, nil
 	case <-time.After(coordinatorStartTimeout):
 		return fail(fmt.Errorf("%s (pid %d) did not announce its address in %v", bin, cmd.Process.Pid, coordinatorStartTimeout))

@@ -311,6 +311,34 @@ def test_rank2_killed_during_a_stream_of_collectives() -> None:
            late=[Late(2, 4, "case_stream_replacement", gates=["replacement", "exited-2"])])
 
 
+def test_a_job_whose_output_is_read_to_the_end_does_not_wait_for_the_coordinator(
+        tmp_path) -> None:
+    """The coordinator process outlives rank 0 by design; a caller that reads
+    rank 0's output until EOF (subprocess.run with capture_output) must still
+    get it back when rank 0 exits, not when the coordinator does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, torch.distributed as dist\n"
+        "from mooncake import pg\n"
+        f"dist.init_process_group('mooncake', init_method='file://{tmp_path / 'store'}',"
+        " rank=0, world_size=1)\n"
+        "t = torch.ones(3); dist.all_reduce(t); assert t.tolist() == [1.0] * 3\n"
+        "dist.destroy_process_group()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pids = _coordinator_pids([r.stderr])
+    assert len(pids) == 1, r.stderr
+    pid = pids.pop()
+    try:
+        os.kill(pid, 0)  # still serving: run() did not wait for it
+    except ProcessLookupError:
+        raise AssertionError("run() returned only once the coordinator had exited") from None
+    assert _wait_exited(pid, 30), "the coordinator did not exit after its only rank"
+
+
 def test_rank0_death_over_tcp() -> None:
     launch(4, "test_pg_any_rank", "case_rank0_dies", timeout=60, init="none",
            env={**SLOTS, "MC_FORCE_TCP": "true"}, timeouts=SHORT, replace=False)
