@@ -31,11 +31,11 @@ import (
 // operator; no rank starts one, and no rank needs the rendezvous store to
 // find it.
 
-// coordinatorPlace is a parsed MC_PG_COORDINATOR.
-type coordinatorPlace struct {
-	inProcess bool   // serve inside the founding rank 0
-	process   bool   // start a mooncake_pg_coordinator process
-	addr      string // connect to this address; nobody starts one
+// CoordinatorPlace is where the coordinator runs: MC_PG_COORDINATOR parsed.
+type CoordinatorPlace struct {
+	InProcess bool   // served inside the founding rank 0
+	Process   bool   // a mooncake_pg_coordinator process that rank 0 starts
+	Addr      string // a running coordinator at this address; nobody starts one
 }
 
 // Values of MC_PG_COORDINATOR besides an address.
@@ -52,28 +52,36 @@ const CoordinatorCommand = "mooncake_pg_coordinator"
 // started waits, once no rank is connected, before it exits.
 const coordinatorIdleExit = 10 * time.Second
 
-// coordinatorPlacement reads MC_PG_COORDINATOR; bin is the coordinator
-// command the runtime knows ("" when none is installed).
-func coordinatorPlacement(bin string) (coordinatorPlace, error) {
-	v, set := envvars.PGCoordinator.Lookup()
+// PlaceCoordinator says where the coordinator runs for a value of
+// MC_PG_COORDINATOR ("" when unset), given whether the coordinator command
+// is installed. A value that names no placement is an error.
+func PlaceCoordinator(value string, installed bool) (CoordinatorPlace, error) {
+	v := strings.TrimSpace(value)
 	switch {
-	case !set && bin != "":
-		return coordinatorPlace{process: true}, nil
-	case !set, v == coordinatorInProcess:
-		return coordinatorPlace{inProcess: true}, nil
+	case v == "" && installed:
+		return CoordinatorPlace{Process: true}, nil
+	case v == "", v == coordinatorInProcess:
+		return CoordinatorPlace{InProcess: true}, nil
 	case v == coordinatorProcess:
-		if bin == "" {
-			return coordinatorPlace{}, fmt.Errorf("%w: %s=%s but no %s command was found beside libmooncake.so",
+		if !installed {
+			return CoordinatorPlace{}, fmt.Errorf("%w: %s=%s but no %s command was found beside libmooncake.so",
 				ErrInvalid, envvars.PGCoordinator.Name, v, CoordinatorCommand)
 		}
-		return coordinatorPlace{process: true}, nil
+		return CoordinatorPlace{Process: true}, nil
 	}
 	host, port, err := net.SplitHostPort(v)
 	if err != nil || host == "" || port == "" || port == "0" {
-		return coordinatorPlace{}, fmt.Errorf("%w: %s=%q: want %s, %s or host:port of a running %s",
+		return CoordinatorPlace{}, fmt.Errorf("%w: %s=%q: want %s, %s or host:port of a running %s",
 			ErrInvalid, envvars.PGCoordinator.Name, v, coordinatorProcess, coordinatorInProcess, CoordinatorCommand)
 	}
-	return coordinatorPlace{addr: v}, nil
+	return CoordinatorPlace{Addr: v}, nil
+}
+
+// coordinatorPlacement reads MC_PG_COORDINATOR; bin is the coordinator
+// command the runtime knows ("" when none is installed).
+func coordinatorPlacement(bin string) (CoordinatorPlace, error) {
+	v, _ := envvars.PGCoordinator.Lookup()
+	return PlaceCoordinator(v, bin != "")
 }
 
 // coordinatorStartTimeout bounds how long a started coordinator process

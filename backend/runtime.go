@@ -218,7 +218,7 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 	if err != nil {
 		return nil, err
 	}
-	addr := place.addr
+	addr := place.Addr
 	if addr == "" && serve {
 		if addr, err = rt.startCoordinator(place); err != nil {
 			return nil, err
@@ -245,8 +245,8 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 
 // startCoordinator starts the coordinator where place says and returns its
 // address.
-func (rt *Runtime) startCoordinator(place coordinatorPlace) (string, error) {
-	if place.process {
+func (rt *Runtime) startCoordinator(place CoordinatorPlace) (string, error) {
+	if place.Process {
 		return spawnCoordinator(rt.coordBin, rt.hostIP, initTimeout())
 	}
 	c, err := startCoordinator(rt.hostIP)

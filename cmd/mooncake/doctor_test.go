@@ -196,6 +196,14 @@ func TestDoctorHealthyDeploymentIsAllOK(t *testing.T) {
 	d := startMaster(t)
 	mountSegment(t, d)
 	t.Setenv("MC_TRANSFER_TIMEOUT", "20")
+	// A coordinator the ranks would use (this test binary has no
+	// mooncake_pg_coordinator beside it).
+	coord, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	t.Setenv("MC_PG_COORDINATOR", coord.Addr().String())
 	r, rc := runDoctor(t, doctorArgs(t, d)...)
 	for _, c := range r.Checks {
 		if c.Status != "ok" && !(c.Status == "skipped" && c.Check == "etcd") {
@@ -212,6 +220,7 @@ func TestDoctorHealthyDeploymentIsAllOK(t *testing.T) {
 	expect(t, r, "metadata.cluster", "ok", "", "descriptors of 1 mounted segments found")
 	expect(t, r, "port."+strconv.Itoa(d.rpc), "ok", "", "held by the running Mooncake service mooncake_master")
 	expect(t, r, "env", "ok", "", "MC_TRANSFER_TIMEOUT=20")
+	expect(t, r, "pg coordinator", "ok", "", "accepts connections")
 
 	// The text form says the same.
 	var out, errb bytes.Buffer

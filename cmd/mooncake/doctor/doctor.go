@@ -75,6 +75,9 @@ type Config struct {
 	Timeout time.Duration
 	// Environ is the environment to check (os.Environ()).
 	Environ []string
+	// CoordinatorBin is the mooncake_pg_coordinator command to look for
+	// ("": the one beside this command).
+	CoordinatorBin string
 }
 
 // DefaultConfig is the configuration of a local deployment with upstream's
@@ -103,7 +106,7 @@ func Run(ctx context.Context, cfg Config) []Result {
 	rdma := checkRDMA(cfg)
 	out = append(out, rdma.results...)
 	out = append(out, checkMemory(cfg, env, rdma.devices > 0)...)
-	out = append(out, checkCollectivesPath(cfg, env))
+	out = append(out, checkCollectivesPath(cfg, env), checkCoordinator(cfg, env))
 	return out
 }
 

@@ -95,6 +95,14 @@ var (
 		Patterns: []string{"i/o timeout", "deadline exceeded"},
 		Cause:    "a transfer or RPC did not finish before its deadline: the peer is dead, overloaded or unreachable",
 		Fix:      "check the peer is alive; raise MC_TRANSFER_TIMEOUT (seconds) or MC_RPC_TIMEOUT_MS if the network is just slow"}
+	PGCoordinatorInRank0 = &Problem{ID: "pg-coordinator-in-rank0",
+		Patterns: []string{"no mooncake_pg_coordinator command was found"},
+		Cause:    "the process-group coordinator would run inside rank 0 (mooncake_pg_coordinator is not installed beside the library, or MC_PG_COORDINATOR=inprocess), so rank 0's death would end the job's fault tolerance",
+		Fix:      "reinstall mooncake-go so that mooncake/bin/mooncake_pg_coordinator exists, unset MC_PG_COORDINATOR, or point it at a running mooncake_pg_coordinator (host:port)"}
+	PGCoordinatorUnreachable = &Problem{ID: "pg-coordinator-unreachable",
+		Patterns: []string{"want process, inprocess or host:port"},
+		Cause:    "MC_PG_COORDINATOR names no coordinator the ranks can use: not process, inprocess or host:port, or nothing accepts connections there",
+		Fix:      "start mooncake_pg_coordinator --host <ip> --port <port> where every rank reaches it, or unset MC_PG_COORDINATOR so that rank 0 starts one"}
 )
 
 // All is every known problem, in the order the doctor reports them.
@@ -102,6 +110,7 @@ var All = []*Problem{
 	PortInUse, MetadataUnreachable, MasterUnreachable, NoMasterElected, MasterStandby, InvalidEnv,
 	SegmentNameMismatch, NoRDMADevice, RDMAPortDown, RDMAHandshake,
 	MemoryRegistration, TooManyQPs, UnstableNetwork, TransferTimeout,
+	PGCoordinatorInRank0, PGCoordinatorUnreachable,
 }
 
 // Match returns the problems line shows.
