@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/cli"
 )
 
 // options are the parsed flags.
@@ -24,12 +26,6 @@ type options struct {
 	logDir                            string
 	allowedUIDs, allowedGIDs          []uint32
 }
-
-// usageError is a command-line error; main exits 2 on it.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
 
 // size is a flag holding a byte count written as upstream accepts it:
 // "4 GB", "512MB", "1GiB", "4096".
@@ -111,12 +107,12 @@ func parse(args []string, out io.Writer) (*options, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, usageError{err}
+		return nil, cli.UsageError{Err: err}
 	}
 	fail := func(format string, a ...any) (*options, error) {
 		err := fmt.Errorf(format, a...)
 		fmt.Fprintln(out, err)
-		return nil, usageError{err}
+		return nil, cli.UsageError{Err: err}
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"testing"
+
+	"github.com/mooncake-go/mooncake/internal/cli"
 )
 
 func TestParseSize(t *testing.T) {
@@ -37,7 +39,7 @@ func TestRefusedFlags(t *testing.T) {
 		{"--enable_offload=true"}, {"--log_dir=/tmp"}, {"--port=0"}, {"--threads=0"},
 		{"--protocol=udp"}, {"--global_segment_size=lots"}, {"extra"},
 	} {
-		if _, err := parse(args, io.Discard); !errors.As(err, new(usageError)) {
+		if _, err := parse(args, io.Discard); !errors.As(err, new(cli.UsageError)) {
 			t.Errorf("%v: err %v, want a usage error", args, err)
 		}
 	}
@@ -58,7 +60,7 @@ func TestAllowedIDs(t *testing.T) {
 		t.Fatalf("allowed by default: %v %v", o.allowedUIDs, o.allowedGIDs)
 	}
 	for _, bad := range []string{"--allowed_uids=no-such-user-here", "--allowed_gids=no-such-group-here", "--allowed_uids=-1"} {
-		if _, err := parse([]string{bad}, io.Discard); !errors.As(err, new(usageError)) {
+		if _, err := parse([]string{bad}, io.Discard); !errors.As(err, new(cli.UsageError)) {
 			t.Errorf("%s: err %v, want a usage error", bad, err)
 		}
 	}

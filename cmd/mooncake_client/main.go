@@ -30,7 +30,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 	"github.com/mooncake-go/mooncake/kvstore/hotcache"
@@ -54,15 +54,7 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	err := run(os.Args[1:], os.Stderr, stop)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, new(usageError)):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "mooncake_client:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Report(os.Stderr, "mooncake_client", err, nil))
 }
 
 func run(args []string, out io.Writer, stop <-chan os.Signal) error {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/kvstore/client"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
@@ -96,7 +97,7 @@ func TestSetupTimeoutGivesUp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--setup_timeout") || !retryable(err) {
 		t.Fatalf("setup with a 1 s bound: %v, want it to give up", err)
 	}
-	if _, err := parse([]string{"--setup_timeout=-1"}, io.Discard); !errors.As(err, new(usageError)) {
+	if _, err := parse([]string{"--setup_timeout=-1"}, io.Discard); !errors.As(err, new(cli.UsageError)) {
 		t.Fatalf("--setup_timeout=-1: %v, want a usage error", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -30,28 +31,11 @@ import (
 // signal.
 const shutdownTimeout = 5 * time.Second
 
-// usageError is a command-line error; main exits 2 on it, as flag does.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
 func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	err := run(os.Args[1:], os.Stderr, stop)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, new(usageError)):
-		os.Exit(2) // flag has already printed the error and usage
-	default:
-		fmt.Fprintln(os.Stderr, "mooncake_http_metadata_server:", err)
-		if hint := troubleshoot.HintFor(err); hint != "" {
-			fmt.Fprintln(os.Stderr, "mooncake_http_metadata_server:", hint)
-		}
-		os.Exit(1)
-	}
+	os.Exit(cli.Report(os.Stderr, "mooncake_http_metadata_server", err, troubleshoot.HintFor))
 }
 
 // run parses args, serves until a value arrives on stop, then shuts down
@@ -71,17 +55,17 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(out, "unexpected arguments: %q\n", fs.Args())
 		fs.Usage()
-		return usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+		return cli.UsageError{Err: fmt.Errorf("unexpected arguments: %q", fs.Args())}
 	}
 	if *port < 0 || *port > 65535 {
 		err := fmt.Errorf("invalid port %d", *port)
 		fmt.Fprintln(out, err)
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 
 	log := slog.New(slog.NewTextHandler(out, nil))

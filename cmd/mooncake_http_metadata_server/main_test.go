@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/testutil"
 )
 
@@ -48,7 +49,7 @@ func TestBadArguments(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		err := run(args, &out, nil)
-		if !errors.As(err, new(usageError)) {
+		if !errors.As(err, new(cli.UsageError)) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
 	}
@@ -145,7 +146,7 @@ func TestPortTaken(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	var out bytes.Buffer
 	err = run([]string{"--host", "127.0.0.1", "--port", fmt.Sprint(port)}, &out, nil)
-	if err == nil || errors.As(err, new(usageError)) || !strings.Contains(err.Error(), "listen") {
+	if err == nil || errors.As(err, new(cli.UsageError)) || !strings.Contains(err.Error(), "listen") {
 		t.Fatalf("run on a taken port = %v, want a listen error", err)
 	}
 }

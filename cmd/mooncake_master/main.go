@@ -24,37 +24,18 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
-
-// usageError is a command-line error; main exits 2 on it, as flag does.
-type usageError struct{ err error }
-
-// Error implements error.
-func (e usageError) Error() string { return e.err.Error() }
-
-// Unwrap returns the underlying error.
-func (e usageError) Unwrap() error { return e.err }
 
 func main() {
 	logging.Setup()
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	err := run(os.Args[1:], os.Stderr, stop)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, new(usageError)):
-		os.Exit(2) // the message and usage are already printed
-	default:
-		fmt.Fprintln(os.Stderr, "mooncake_master:", err)
-		if hint := troubleshoot.HintFor(err); hint != "" {
-			fmt.Fprintln(os.Stderr, "mooncake_master:", hint)
-		}
-		os.Exit(1)
-	}
+	os.Exit(cli.Report(os.Stderr, "mooncake_master", err, troubleshoot.HintFor))
 }
 
 // options are the parsed flags.
@@ -163,12 +144,12 @@ func parse(args []string, out io.Writer) (*options, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, usageError{err}
+		return nil, cli.UsageError{Err: err}
 	}
 	fail := func(format string, a ...any) (*options, error) {
 		err := fmt.Errorf(format, a...)
 		fmt.Fprintln(out, err)
-		return nil, usageError{err}
+		return nil, cli.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected arguments: %q", fs.Args())

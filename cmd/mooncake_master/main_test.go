@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -89,7 +90,7 @@ func TestBadArguments(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		err := run(args, &out, nil)
-		if !errors.As(err, new(usageError)) || out.Len() == 0 {
+		if !errors.As(err, new(cli.UsageError)) || out.Len() == 0 {
 			t.Errorf("run(%q) = %v with output %q, want a usage error with a message", args, err, out.String())
 		}
 	}

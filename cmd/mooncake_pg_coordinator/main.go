@@ -29,13 +29,8 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/backend"
+	"github.com/mooncake-go/mooncake/internal/cli"
 )
-
-// usageError is a command-line error; main exits 2 on it, as flag does.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
 
 func main() {
 	// Started by a rank whose stderr may be a pipe that dies with it: a
@@ -44,15 +39,7 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	err := run(os.Args[1:], os.Stdout, os.Stderr, stop)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, new(usageError)):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "mooncake_pg_coordinator:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Report(os.Stderr, "mooncake_pg_coordinator", err, nil))
 }
 
 // run parses args and serves until a signal arrives on stop or the idle
@@ -76,22 +63,22 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	switch {
 	case fs.NArg() > 0:
 		err := fmt.Errorf("unexpected arguments: %q", fs.Args())
 		fmt.Fprintln(log, err)
 		fs.Usage()
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	case *port < 0 || *port > 65535:
 		err := fmt.Errorf("--port %d: not a TCP port", *port)
 		fmt.Fprintln(log, err)
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	case *idle < 0 || *first < 0:
 		err := errors.New("--idle_exit_seconds and --first_client_timeout_seconds must not be negative")
 		fmt.Fprintln(log, err)
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/backend"
+	"github.com/mooncake-go/mooncake/internal/cli"
 )
 
 func TestHelpAndBadFlags(t *testing.T) {
@@ -27,11 +28,11 @@ func TestHelpAndBadFlags(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--port", "70000"}, {"--idle_exit_seconds", "-1"}, {"extra"}, {"--no_such_flag"}} {
 		err := run(args, &out, &log, nil)
-		if !errors.As(err, new(usageError)) {
+		if !errors.As(err, new(cli.UsageError)) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
 	}
-	if err := run([]string{"--host", "192.0.2.1"}, &out, &log, nil); err == nil || errors.As(err, new(usageError)) {
+	if err := run([]string{"--host", "192.0.2.1"}, &out, &log, nil); err == nil || errors.As(err, new(cli.UsageError)) {
 		t.Errorf("unbindable host: %v, want a listen error", err)
 	}
 }

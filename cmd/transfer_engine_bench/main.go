@@ -16,8 +16,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +23,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -34,21 +33,13 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	err := run(os.Args[1:], os.Stdout, os.Stderr, stop)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, new(usageError)):
-		os.Exit(2) // the error and a hint have been printed already
-	default:
-		fmt.Fprintln(os.Stderr, "transfer_engine_bench:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Report(os.Stderr, "transfer_engine_bench", err, nil))
 }
 
 // run parses args and runs the target or the initiator. Results go to
 // stdout; usage, progress and diagnostics to stderr. A value on stop ends
 // a target, or an initiator's run early. It returns flag.ErrHelp for
-// --help and a usageError for bad flags.
+// --help and a cli.UsageError for bad flags.
 func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) (err error) {
 	o, err := parseOptions(args, stderr)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/testutil"
 )
 
@@ -71,7 +72,7 @@ func TestBadFlags(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		err := run(tc.args, io.Discard, &out, nil)
-		if !errors.As(err, new(usageError)) {
+		if !errors.As(err, new(cli.UsageError)) {
 			t.Errorf("run(%q) = %v, want a usage error", tc.args, err)
 			continue
 		}
@@ -179,7 +180,7 @@ func TestInitiatorUnreachableTarget(t *testing.T) {
 	// Nothing listens on port 1: opening the segment must fail promptly.
 	var stdout, stderr testutil.SyncBuffer
 	err := run([]string{"--segment_id", "127.0.0.1:1", "--duration", "0.2", "--buffer_size", "33554432"}, &stdout, &stderr, nil)
-	if err == nil || errors.As(err, new(usageError)) {
+	if err == nil || errors.As(err, new(cli.UsageError)) {
 		t.Fatalf("run against a dead target = %v, want a runtime error", err)
 	}
 }

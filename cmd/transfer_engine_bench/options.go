@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
@@ -50,12 +51,6 @@ func (o *options) footprint() uint64 {
 // defaultThreads is upstream's 12, capped at twice the CPUs so a small
 // machine is not drowned in submitters.
 func defaultThreads() int { return min(12, runtime.NumCPU()*2) }
-
-// usageError is a command-line error; main exits 2 on it, as flag does.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
 
 const usageHead = `Usage:
   %[1]s --mode target    [--protocol shm|tcp] [--buffer_size N] ...
@@ -105,13 +100,13 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, usageError{err}
+		return nil, cli.UsageError{Err: err}
 	}
 	o.blockSize, o.bufferSize = *blockSize, *bufferSize
 	err := o.validate(fs.Args(), *durationS)
 	if err != nil {
 		fmt.Fprintf(out, "transfer_engine_bench: %v\nRun with --help for usage.\n", err)
-		return nil, usageError{err}
+		return nil, cli.UsageError{Err: err}
 	}
 	return o, nil
 }
