@@ -223,7 +223,8 @@ func (c *coordinatorServer) unwatch(ctx context.Context, gm *groupMembers, rank 
 }
 
 func syncResponse(r SyncReply) *coordpb.SyncResponse {
-	resp := &coordpb.SyncResponse{Status: int32(r.Status), View: viewToPB(r.View), Retry: r.Retry, Diverged: r.Diverged}
+	resp := &coordpb.SyncResponse{Status: int32(r.Status), View: viewToPB(r.View), Retry: r.Retry, Diverged: r.Diverged,
+		Behind: r.Behind}
 	for _, x := range r.Excluded {
 		resp.Excluded = append(resp.Excluded, int32(x))
 	}
@@ -231,7 +232,8 @@ func syncResponse(r SyncReply) *coordpb.SyncResponse {
 }
 
 func syncReply(r *coordpb.SyncResponse) (SyncReply, error) {
-	rep := SyncReply{Status: SyncStatus(r.GetStatus()), View: viewFromPB(r.GetView()), Retry: r.GetRetry(), Diverged: r.GetDiverged()}
+	rep := SyncReply{Status: SyncStatus(r.GetStatus()), View: viewFromPB(r.GetView()), Retry: r.GetRetry(), Diverged: r.GetDiverged(),
+		Behind: r.GetBehind()}
 	for _, x := range r.GetExcluded() {
 		rep.Excluded = append(rep.Excluded, int(x))
 	}

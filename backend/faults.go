@@ -245,7 +245,7 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 			w.markLost()
 		}
 		if rep.Diverged {
-			return fmt.Errorf("%w: %v; the survivors were at different collectives when it was reconciled", ErrBroken, err)
+			return fmt.Errorf("%w: %v; the survivors were more than one collective apart when it was reconciled", ErrBroken, err)
 		}
 		if !coll {
 			return nil
@@ -254,6 +254,14 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 			excl = nil
 		}
 		g.setColl(rep.View, excl)
+		if rep.Behind {
+			// The others completed this collective (the failed rank gave
+			// them its data before it failed): it ends here as failed, and
+			// this rank's next collective is the one they failed in, with
+			// their outcome (membership.go).
+			g.carry.set(rep.View.Base, g.collOps+1, excludedOthers(rep, g.rank), !g.isActive(), !rep.Retry)
+			return nil
+		}
 		if !rep.Retry || !g.isActive() || attempt >= g.size {
 			return nil
 		}
@@ -297,16 +305,22 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 	}
 	g.reconciled.Store(true)
 	g.applyView(rep.View)
-	others := slices.DeleteFunc(slices.Clone(rep.Excluded), func(r int) bool { return r == g.rank })
+	others := excludedOthers(rep, g.rank)
 	var excl []int
 	if g.manual {
 		excl = others
 	}
 	g.setColl(rep.View, excl)
 	// This rank's next collective is the op the others failed in (they
-	// run it again as the first of the new base): it completes with their
-	// outcome, so every survivor reports the same one.
-	g.carry.set(rep.View.Base, g.collOps+1, others, !g.isActive())
+	// run it again as the first of the new base, or complete it without:
+	// then it is skipped here): it completes with their outcome, so every
+	// survivor reports the same one.
+	g.carry.set(rep.View.Base, g.collOps+1, others, !g.isActive(), !rep.Retry)
+}
+
+// excludedOthers is the reply's excluded ranks other than rank.
+func excludedOthers(rep SyncReply, rank int) []int {
+	return slices.DeleteFunc(slices.Clone(rep.Excluded), func(r int) bool { return r == rank })
 }
 
 // awaitShrink starts a collective whose buffers hold blocks blocks, fewer

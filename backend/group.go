@@ -336,7 +336,15 @@ func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 			}
 			g.collOps++
 			g.dirty = false
-			g.carry.apply(g.collBase, g.collOps, w)
+			if g.carry.apply(g.collBase, g.collOps, w) {
+				// The others completed this collective without running it
+				// again after a failure this rank reconciled before it:
+				// it ends here as failed, and its next collective is
+				// their next, the first of the base.
+				g.collOps--
+				w.complete(nil)
+				return
+			}
 		}
 		var err error
 		if q == g.coll && !g.collIso && g.aborting() {

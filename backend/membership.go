@@ -50,11 +50,19 @@ import (
 //   - retry is true when every syncing rank reported its op's buffers
 //     untouched (clean), so the survivors can run the op again among
 //     themselves and get a result over the survivors only;
-//   - diverged is true when the participants are not at the same
-//     collective (each reports `op`, the index of the collective it will
-//     complete next in this base; 0 from a point-to-point op, which has
-//     none): some completed an op others gave up. No retry can realign
-//     them, so the group cannot go on.
+//   - the participants may not be at the same collective (each reports
+//     `op`, the index of the collective it will complete next in this
+//     base; 0 from a point-to-point op, which has none): some completed an
+//     op that others gave up, when a rank died between giving its data to
+//     one peer and to the next. One collective apart (k and k+1) they are
+//     realigned: the ranks at k are behind — those that completed k had
+//     everything they needed for it, and no completed op is undone — so
+//     they end k as failed (their buffers unspecified) and take part in
+//     k+1 as the first collective of the new base, with the outcome of the
+//     others' k+1 (run again if the ranks at k+1 can, skipped otherwise);
+//     retry then only asks the ranks at k+1 to be clean. Further apart,
+//     diverged is true: no retry can realign them, and the group cannot
+//     go on.
 //
 // A hung rank. A rank that waited the hang timeout for a peer that still
 // answers probes syncs with stall and no failed peer: a stall opens a
@@ -252,8 +260,14 @@ type SyncReply struct {
 	Excluded []int
 	// Retry: every participant can run the failed op again.
 	Retry bool
-	// Diverged: the participants were not at the same collective.
+	// Diverged: the participants were more than one collective apart.
 	Diverged bool
+	// Behind: this rank was one collective behind the others (they
+	// completed its collective): it ends that collective as failed and
+	// takes part in the next as the first of the new base; Retry then says
+	// whether the others run that next collective again (else it skips
+	// it).
+	Behind bool
 }
 
 type proposal struct {
@@ -439,20 +453,26 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 			excluded = append(excluded, i)
 		}
 	}
-	retry, diverged := true, false
-	first := true
-	var op uint64
+	// Where the participants are: the lowest and highest collective
+	// reported (op 0, from a point-to-point op, says nothing).
+	var lo, hi uint64
 	for _, r := range m.synced {
-		retry = retry && r.clean
-		if r.op == 0 { // no collective position reported
+		if r.op == 0 {
 			continue
 		}
-		if !first && r.op != op {
-			diverged = true
+		if lo == 0 || r.op < lo {
+			lo = r.op
 		}
-		first, op = false, r.op
+		hi = max(hi, r.op)
 	}
-	retry = retry && !diverged
+	diverged := hi > lo+1
+	behind := func(r syncRequest) bool { return hi == lo+1 && r.op == lo }
+	retry := !diverged
+	for _, r := range m.synced {
+		if !behind(r) {
+			retry = retry && r.clean
+		}
+	}
 	for _, i := range excluded {
 		m.healthy[i] = false
 		if m.autoDeactivate {
@@ -464,8 +484,9 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 	// peer: a link failure seen from both ends) does not run the op again.
 	replies := make(map[int]SyncReply, len(m.synced))
 	for rank := range m.synced {
+		r := m.synced[rank]
 		replies[rank] = SyncReply{Status: SyncReconciled, View: m.view(), Excluded: excluded,
-			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged}
+			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged, Behind: behind(r)}
 	}
 	m.open, m.openOp, m.stall, m.synced, m.failed = false, 0, false, nil, nil
 	m.advance(now) // a proposal may have waited for healthy ranks

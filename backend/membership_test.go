@@ -209,6 +209,9 @@ func formatReply(r SyncReply) string {
 		if r.Diverged {
 			s += " diverged"
 		}
+		if r.Behind {
+			s += " behind"
+		}
 	}
 	return s
 }

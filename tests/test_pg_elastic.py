@@ -106,10 +106,15 @@ def _wait_until(pred: Callable[[], object], timeout: float, what: str) -> None:
 
 
 def _wait_mask(expected: list[int], timeout: float = WAIT) -> None:
+    from mooncake import pg
+
     try:
         _wait_until(lambda: _mask() == expected, timeout, f"mask {expected}")
     except AssertionError as e:
-        raise AssertionError(f"{e} (mask now {_mask()})") from None
+        slots = list(range(len(expected)))
+        raise AssertionError(
+            f"{e} (mask now {_mask()}, epoch {pg.get_current_epoch(_pg())}, "
+            f"peer state {pg.get_peer_state(_pg(), slots)})") from None
 
 
 def _wait_peers_ready(ranks: list[int], timeout: float = JOIN_WAIT) -> None:

@@ -451,7 +451,8 @@ type SyncResponse struct {
 	View          *View                  `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
 	Excluded      []int32                `protobuf:"varint,3,rep,packed,name=excluded,proto3" json:"excluded,omitempty"`
 	Retry         bool                   `protobuf:"varint,4,opt,name=retry,proto3" json:"retry,omitempty"`
-	Diverged      bool                   `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"` // the ranks were at different collectives: the group cannot go on
+	Diverged      bool                   `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"` // the ranks were more than one collective apart: the group cannot go on
+	Behind        bool                   `protobuf:"varint,6,opt,name=behind,proto3" json:"behind,omitempty"`     // this rank was one collective behind the others: it ends it as failed and takes part in the next
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +518,13 @@ func (x *SyncResponse) GetRetry() bool {
 func (x *SyncResponse) GetDiverged() bool {
 	if x != nil {
 		return x.Diverged
+	}
+	return false
+}
+
+func (x *SyncResponse) GetBehind() bool {
+	if x != nil {
+		return x.Behind
 	}
 	return false
 }
@@ -1078,13 +1086,14 @@ const file_coordinator_proto_rawDesc = "" +
 	"\twindow_us\x18\x06 \x01(\x03R\bwindowUs\x12\x0e\n" +
 	"\x02op\x18\a \x01(\x04R\x02op\x12\x12\n" +
 	"\x04idle\x18\b \x01(\bR\x04idle\x12\x14\n" +
-	"\x05stall\x18\t \x01(\bR\x05stall\"\x9e\x01\n" +
+	"\x05stall\x18\t \x01(\bR\x05stall\"\xb6\x01\n" +
 	"\fSyncResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12(\n" +
 	"\x04view\x18\x02 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1a\n" +
 	"\bexcluded\x18\x03 \x03(\x05R\bexcluded\x12\x14\n" +
 	"\x05retry\x18\x04 \x01(\bR\x05retry\x12\x1a\n" +
-	"\bdiverged\x18\x05 \x01(\bR\bdiverged\"\xa7\x01\n" +
+	"\bdiverged\x18\x05 \x01(\bR\bdiverged\x12\x16\n" +
+	"\x06behind\x18\x06 \x01(\bR\x06behind\"\xa7\x01\n" +
 	"\fWatchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
