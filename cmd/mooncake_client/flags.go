@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -103,11 +102,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 func parse(args []string, out io.Writer) (*options, error) {
 	o := &options{}
 	fs := newFlagSet(o, out)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, cli.UsageError{Err: err}
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, err
 	}
 	fail := func(format string, a ...any) (*options, error) {
 		err := fmt.Errorf(format, a...)

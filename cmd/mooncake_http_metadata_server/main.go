@@ -51,11 +51,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 			"from memory.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return cli.UsageError{Err: err}
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(out, "unexpected arguments: %q\n", fs.Args())

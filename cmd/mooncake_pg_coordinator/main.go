@@ -59,11 +59,8 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 			"Ranks find it through MC_PG_COORDINATOR=host:port, or rank 0 starts one itself.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return cli.UsageError{Err: err}
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -96,11 +96,8 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 		fmt.Fprintf(fs.Output(), usageHead, fs.Name())
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, cli.UsageError{Err: err}
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, err
 	}
 	o.blockSize, o.bufferSize = *blockSize, *bufferSize
 	err := o.validate(fs.Args(), *durationS)

@@ -49,3 +49,15 @@ func Report(w io.Writer, name string, err error, hint func(error) string) int {
 	}
 	return code
 }
+
+// Parse parses args into fs: flag.ErrHelp for --help, a UsageError for
+// anything flag refuses (flag has printed it), nil otherwise.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return UsageError{Err: err}
+	}
+	return nil
+}

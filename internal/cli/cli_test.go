@@ -52,3 +52,21 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+func TestParse(t *testing.T) {
+	newFS := func() *flag.FlagSet {
+		fs := flag.NewFlagSet("cmd", flag.ContinueOnError)
+		fs.SetOutput(new(bytes.Buffer))
+		fs.Int("port", 0, "")
+		return fs
+	}
+	if err := Parse(newFS(), []string{"--port", "5"}); err != nil {
+		t.Errorf("good flags: %v", err)
+	}
+	if err := Parse(newFS(), []string{"--help"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+	if err := Parse(newFS(), []string{"--port", "x"}); ExitCode(err) != 2 {
+		t.Errorf("bad value: %v (exit %d)", err, ExitCode(err))
+	}
+}
