@@ -404,7 +404,15 @@ def case_hang(rank: int, world: int, port: int, timeouts=None, victim: int = 2,
                 else:
                     assert not pg.get_local_success(w)
             # Awake: the group went on without it. Its next op completes
-            # as left out, or is refused; the one after is refused.
+            # as left out, or is refused; the one after is refused. Known
+            # gap (docs/collectives.md, "When a left-out rank runs
+            # again"): a rank stopped between ops may run its next op
+            # before its watch delivers the view that left it out, on the
+            # messages the survivors had written into its buffer for that
+            # op before they failed it: it then completes "successfully"
+            # with everyone's data (the sum of all four), a result of its
+            # own that the survivors do not share. Nothing of theirs is
+            # touched; its next op is refused.
             if w is None:
                 t = torch.full((4,), float(rank + 1))
                 try:
@@ -413,7 +421,11 @@ def case_hang(rank: int, world: int, port: int, timeouts=None, victim: int = 2,
                 except RuntimeError as e:
                     assert "not active" in str(e), e
                 else:
-                    assert not pg.get_local_success(w), pg.get_failed_ranks_hint(w)
+                    if pg.get_local_success(w):
+                        assert mode == "stop" and t.tolist() == [10.0] * 4, (mode, t)
+                        print("WOKEN_STALE_SUCCESS", flush=True)
+                    else:
+                        assert pg.get_failed_ranks_hint(w).tolist()[victim] == 1
             assert _mask()[victim] == 0, _mask()
             _expect_not_active(lambda: dist.all_reduce(torch.ones(1)))
             open_gate("woken_tried")
