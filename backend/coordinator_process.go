@@ -31,11 +31,11 @@ import (
 // operator; no rank starts one, and no rank needs the rendezvous store to
 // find it.
 
-// CoordinatorPlace is where the coordinator runs: MC_PG_COORDINATOR parsed.
+// CoordinatorPlace is where the coordinator runs: MC_PG_COORDINATOR
+// parsed. The zero value is inside the founding rank 0.
 type CoordinatorPlace struct {
-	InProcess bool   // served inside the founding rank 0
-	Process   bool   // a mooncake_pg_coordinator process that rank 0 starts
-	Addr      string // a running coordinator at this address; nobody starts one
+	Process bool   // a mooncake_pg_coordinator process that rank 0 starts
+	Addr    string // a running coordinator at this address; nobody starts one
 }
 
 // Values of MC_PG_COORDINATOR besides an address.
@@ -61,7 +61,7 @@ func PlaceCoordinator(value string, installed bool) (CoordinatorPlace, error) {
 	case v == "" && installed:
 		return CoordinatorPlace{Process: true}, nil
 	case v == "", v == coordinatorInProcess:
-		return CoordinatorPlace{InProcess: true}, nil
+		return CoordinatorPlace{}, nil
 	case v == coordinatorProcess:
 		if !installed {
 			return CoordinatorPlace{}, fmt.Errorf("%w: %s=%s but no %s command was found beside libmooncake.so",
@@ -90,8 +90,9 @@ const coordinatorStartTimeout = 30 * time.Second
 
 // spawnCoordinator starts bin serving on host in a session of its own and
 // returns the address it listens on, which it prints as its first line.
-// The process exits by itself unless a rank connects within firstClient.
-// It is reaped here while this process lives, and outlives it otherwise.
+// The process exits by itself unless a rank connects within firstClient
+// (so one whose address could not be published goes away on its own). It
+// is reaped here while this process lives, and outlives it otherwise.
 func spawnCoordinator(bin, host string, firstClient time.Duration) (string, error) {
 	cmd := exec.Command(bin, "--host", host, "--port", "0",
 		"--idle_exit_seconds", fmt.Sprint(coordinatorIdleExit.Seconds()),

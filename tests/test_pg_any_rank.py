@@ -33,7 +33,6 @@ from test_pg_elastic import (
     SHORT,
     SLOTS,
     WAIT,
-    _all_gather_over,
     _all_reduce_over,
     _check_applied,
     _check_ok,
@@ -61,30 +60,61 @@ def _init_file(rank: int, world: int, opts) -> None:
                             world_size=world, pg_options=opts)
 
 
+def _stream_op(k: int, active: list[int], src: int):
+    """Op k of a stream of mixed collectives over a 4-slot group whose
+    `active` ranks take part (broadcasts from src): it runs async and
+    returns (work, check), check verifying the result against the
+    reference."""
+    rank = dist.get_rank()
+    kind = k % 5
+    n = 1 << 16 if k % 3 == 0 else 64  # some ops of 256 KiB, chunked: deaths land inside them
+    if kind == 0:
+        t = torch.full((n,), float((rank + 1) * (k + 1)))
+        want = float((k + 1) * sum(r + 1 for r in active))
+        return dist.all_reduce(t, async_op=True), lambda: bool((t == want).all())
+    if kind == 1:
+        outs = [torch.full((n,), -1.0) for _ in range(4)]
+        w = dist.all_gather(outs, torch.full((n,), float(rank * 10 + k)), async_op=True)
+        return w, lambda: all(bool((o == (r * 10 + k if r in active else -1)).all())
+                              for r, o in enumerate(outs))
+    if kind == 2:
+        out = torch.full((n,), -1.0)
+        inputs = [torch.full((n,), float((rank + 1) * (j + 1) + k)) for j in range(4)]
+        want = float(sum((r + 1) * (rank + 1) + k for r in active))
+        return dist.reduce_scatter(out, inputs, async_op=True), lambda: bool((out == want).all())
+    if kind == 3:
+        b = torch.full((n,), float(rank + k))
+        return dist.broadcast(b, src=src, async_op=True), lambda: bool((b == src + k).all())
+    send = [torch.full((n,), float(100 * rank + j + k)) for j in range(4)]
+    recv = [torch.full((n,), -1.0) for _ in range(4)]
+    w = dist.all_to_all(recv, send, async_op=True)
+    return w, lambda: all(bool((t == (100 * r + rank + k if r in active else -1)).all())
+                          for r, t in enumerate(recv))
+
+
+def _run_ops(active: list[int], src: int, ops: int) -> None:
+    """ops ops of the stream over `active`, each checked: local success, no
+    failed rank, the reference result."""
+    from mooncake import pg
+
+    for k in range(ops):
+        w, check = _stream_op(k, active, src)
+        w.wait()
+        hint = pg.get_failed_ranks_hint(w).tolist()
+        assert pg.get_local_success(w) and not any(hint), (k, hint, _mask())
+        assert check(), f"rank {dist.get_rank()}: op {k} ({k % 5}) wrong over {active}"
+
+
 def _survivor_ops(active: list[int]) -> None:
     """One of each collective over the `active` ranks of a 4-slot group
-    whose other slots are inactive; results checked against the reference."""
-    rank = dist.get_rank()
-    _check_ok(_all_reduce_over(active, n=5, scale=3))
-    _all_gather_over(active, 4)
-    # reduce_scatter: block j of every input is (rank + 1) * (j + 1).
-    inputs = [torch.full((3,), float((rank + 1) * (j + 1))) for j in range(4)]
-    out = torch.full((3,), -1.0)
-    dist.reduce_scatter(out, inputs)
-    want = float(sum(r + 1 for r in active) * (rank + 1))
-    assert out.tolist() == [want] * 3, (rank, out)
-    # broadcast from the lowest active rank
-    b = torch.full((4,), float(rank))
-    dist.broadcast(b, src=active[0])
-    assert b.tolist() == [float(active[0])] * 4, b
-    # all_to_all: block j sent by rank r is 100 * r + j; inactive slots keep -1.
-    send = [torch.full((2,), float(100 * rank + j)) for j in range(4)]
-    recv = [torch.full((2,), -1.0) for _ in range(4)]
-    dist.all_to_all(recv, send)
-    got = [t.tolist() for t in recv]
-    want_a2a = [[float(100 * r + rank)] * 2 if r in active else [-1.0, -1.0] for r in range(4)]
-    assert got == want_a2a, (rank, got)
+    whose other slots are inactive (broadcast from the lowest), checked."""
+    _run_ops(active, active[0], 5)
     dist.barrier()
+
+
+def _stream_src(victim: int) -> int:
+    """The broadcast root of a stream that `victim` dies in: never it."""
+    return 3 if victim != 3 else 1
 
 
 def case_rank0_dies(rank: int, world: int, port: int, timeouts=None, replace: bool = True) -> None:
@@ -128,38 +158,6 @@ def case_rank0_dies(rank: int, world: int, port: int, timeouts=None, replace: bo
         dist.destroy_process_group()
 
 
-def _stream_op(k: int, active: list[int], victim: int):
-    """Op k of a stream of mixed collectives over a 4-slot group whose
-    `active` ranks take part: it runs async and returns (work, check), check
-    verifying the result against the reference."""
-    rank = dist.get_rank()
-    kind = k % 5
-    n = 1 << 16 if k % 3 == 0 else 64  # some ops of 256 KiB, chunked: deaths land inside them
-    if kind == 0:
-        t = torch.full((n,), float((rank + 1) * (k + 1)))
-        want = float((k + 1) * sum(r + 1 for r in active))
-        return dist.all_reduce(t, async_op=True), lambda: bool((t == want).all())
-    if kind == 1:
-        outs = [torch.full((n,), -1.0) for _ in range(4)]
-        w = dist.all_gather(outs, torch.full((n,), float(rank * 10 + k)), async_op=True)
-        return w, lambda: all(bool((o == (r * 10 + k if r in active else -1)).all())
-                              for r, o in enumerate(outs))
-    if kind == 2:
-        out = torch.full((n,), -1.0)
-        inputs = [torch.full((n,), float((rank + 1) * (j + 1) + k)) for j in range(4)]
-        want = float(sum((r + 1) * (rank + 1) + k for r in active))
-        return dist.reduce_scatter(out, inputs, async_op=True), lambda: bool((out == want).all())
-    if kind == 3:
-        src = 3 if victim != 3 else 1
-        b = torch.full((n,), float(rank + k))
-        return dist.broadcast(b, src=src, async_op=True), lambda: bool((b == src + k).all())
-    send = [torch.full((n,), float(100 * rank + j + k)) for j in range(4)]
-    recv = [torch.full((n,), -1.0) for _ in range(4)]
-    w = dist.all_to_all(recv, send, async_op=True)
-    return w, lambda: all(bool((t == (100 * r + rank + k if r in active else -1)).all())
-                          for r, t in enumerate(recv))
-
-
 def case_kill_stream(rank: int, world: int, port: int, timeouts=None, victim: int = 0,
                      after: int = 40) -> None:
     """Every rank runs a stream of all_reduce, all_gather, reduce_scatter,
@@ -198,7 +196,7 @@ def case_kill_stream(rank: int, world: int, port: int, timeouts=None, victim: in
         while not failed or k < failed[-1] + after:
             k += 1
             assert time.monotonic() < deadline, f"rank {rank}: the victim was not failed in 60 s"
-            w, check = _stream_op(k, active, victim)
+            w, check = _stream_op(k, active, _stream_src(victim))
             w.wait()
             hint = pg.get_failed_ranks_hint(w).tolist()
             if any(hint):
@@ -232,20 +230,9 @@ def case_kill_stream(rank: int, world: int, port: int, timeouts=None, victim: in
             _check_applied(resp, f"recover_ranks([{victim}])")
         _wait_mask(FULL)
         assert pg.get_current_epoch(world_pg) > epoch
-        _stream_again([0, 1, 2, 3], victim)
+        _run_ops([0, 1, 2, 3], _stream_src(victim), 10)
     finally:
         dist.destroy_process_group()
-
-
-def _stream_again(active: list[int], victim: int, ops: int = 10) -> None:
-    from mooncake import pg
-
-    for k in range(ops):
-        w, check = _stream_op(k, active, victim)
-        w.wait()
-        hint = pg.get_failed_ranks_hint(w).tolist()
-        assert pg.get_local_success(w) and not any(hint), (k, hint, _mask())
-        assert check(), f"rank {dist.get_rank()}: op {k} wrong over {active}"
 
 
 def case_stream_replacement(rank: int, world: int, port: int, timeouts=None,
@@ -260,7 +247,7 @@ def case_stream_replacement(rank: int, world: int, port: int, timeouts=None,
         pg.join_group(_pg())
         print(f"JOINED epoch={pg.get_current_epoch(_pg())} mask={_mask()}", flush=True)
         assert _mask() == FULL, _mask()
-        _stream_again([0, 1, 2, 3], victim)
+        _run_ops([0, 1, 2, 3], _stream_src(victim), 10)
     finally:
         dist.destroy_process_group()
 
