@@ -300,6 +300,15 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 		g.fail(fmt.Errorf("%w: reconciling a failure: %v", ErrPeer, err))
 		return
 	}
+	if rep.Status == SyncNoPending {
+		// The window closed without this sync: this rank was left out of
+		// it (its ops now refuse to run), or it had been counted from a
+		// point-to-point op until the window's time ran out. There is no
+		// outcome to carry: its next collective runs in the view as it is
+		// (catchUp).
+		g.applyView(rep.View)
+		return
+	}
 	if rep.Diverged {
 		g.fail(fmt.Errorf("%w: the survivors were at different collectives when a failure was reconciled", ErrBroken))
 	}

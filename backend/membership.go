@@ -36,7 +36,8 @@ import (
 // (window long, never extended); every sync arriving while it is open joins
 // it, and a rank that learns a window is open (pending) aborts its current
 // op and syncs too. When the window closes (tick at or after its end, or
-// once every active slot synced or was reported failed) the outcome is the
+// once every active slot synced from its collective queue or was
+// reported failed: waitsForNobody) the outcome is the
 // same for everyone who synced:
 //
 //   - excluded: the Active slots that were reported failed by anyone, or
@@ -605,10 +606,16 @@ func (m *membership) offlineWindow() time.Duration {
 }
 
 // waitsForNobody reports whether every active slot of the open window has
-// synced or was reported failed, which closes it early.
+// synced from its collective queue (a collective or an idle sync) or was
+// reported failed, which closes it early. A rank that synced only from a
+// point-to-point op (op 0) still counts as there when the window's time
+// is over, but the window waits for its collective queue's sync until
+// then: that sync says where its collectives are, and an answer without
+// it would leave the rank's next collective without the window's outcome
+// (whether the others run the failed one again or completed it).
 func (m *membership) waitsForNobody() bool {
 	for i, s := range m.state {
-		if _, ok := m.synced[i]; s == MemberActive && !ok && !m.failed[i] {
+		if r, ok := m.synced[i]; s == MemberActive && (!ok || r.op == 0) && !m.failed[i] {
 			return false
 		}
 	}
