@@ -42,6 +42,8 @@ var (
 		ReadBy: "kvstore/client", Doc: "a framed master call busy-polls for its reply this long before yield-polling, microseconds (0: no busy-polling)"}
 	StoreMasterYieldUs = &Var{Name: "MC_STORE_MASTER_YIELD_US", Kind: Int, Min: 0, Default: "200",
 		ReadBy: "kvstore/client", Doc: "then polls this long more, yielding the CPU (sched_yield) between polls, before sleeping in poll(2), microseconds (0: sleep right after the spin)"}
+	StoreTwoPhasePut = &Var{Name: "MC_STORE_TWO_PHASE_PUT", Kind: Bool, Default: "false",
+		ReadBy: "kvstore/client", Doc: "every put takes two master round trips (put start, put end) instead of writing small default-placed objects into reserved space and committing them with one"}
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
 	StoreTenantToken = &Var{Name: "MC_TENANT_TOKEN", Kind: Text, Default: "none",
@@ -120,7 +122,7 @@ var (
 var All = []*Var{
 	LogLevel, TransferTimeout, ForceTCP, TCPBindAddress, TCPLanesPerPeer, TCPSyncSpinUs, MinRPCPort, MaxRPCPort,
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
-	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreChecksum, StoreTenantToken,
+	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreTwoPhasePut, StoreChecksum, StoreTenantToken,
 	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
 	PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,

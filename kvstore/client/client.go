@@ -45,6 +45,7 @@ type Client struct {
 	engine   *transfer.Engine
 	ownsTE   bool
 	master   *masterConn
+	reserved reserver // blocks for one-round-trip puts (reserved.go)
 
 	segMu    sync.Mutex        // guards segments and mounts
 	segments []*pb.Segment     // every segment mounted, in mount order
@@ -197,6 +198,7 @@ func (c *Client) release() {
 	c.segMu.Lock()
 	defer c.segMu.Unlock()
 	if c.master != nil {
+		c.reserved.releaseAll(c)
 		for _, s := range c.segments {
 			ctx, cancel := rpcContext()
 			c.master.client().UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.id, SegmentId: s.Id})
@@ -275,6 +277,7 @@ func (c *Client) heartbeat() {
 }
 
 func (c *Client) remount() {
+	c.reserved.forget() // the master restarted: its blocks are gone
 	// The metadata store may have restarted too (the master's embedded
 	// HTTP one does): publish this client's TE segment again so that
 	// peers can reach the remounted memory.

@@ -17,6 +17,13 @@ import (
 // store on free loopback ports.
 func startMaster(t testing.TB, mutate func(*master.Config)) (rpc, metadata string) {
 	t.Helper()
+	svc := startMasterService(t, mutate)
+	return svc.RPCAddr(), "http://" + svc.MetadataAddr() + "/metadata"
+}
+
+// startMasterService starts a master on loopback, closed at cleanup.
+func startMasterService(t testing.TB, mutate func(*master.Config)) *master.Service {
+	t.Helper()
 	cfg := master.DefaultConfig()
 	if mutate != nil {
 		mutate(&cfg)
@@ -30,7 +37,7 @@ func startMaster(t testing.TB, mutate func(*master.Config)) (rpc, metadata strin
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	return svc.RPCAddr(), "http://" + svc.MetadataAddr() + "/metadata"
+	return svc
 }
 
 func newClient(t testing.TB, rpc, meta string, segment, local uint64) *Client {

@@ -48,6 +48,10 @@ type masterConn struct {
 	rpc    pb.MasterClient
 	diskTM pb.DiskTierClient // the disk tier's service on the same connection
 
+	// gen counts connections: it changes whenever the client dials a
+	// master (a new leader, or the same address after a failure), so
+	// that state tied to one master (reserved blocks) can tell.
+	gen atomic.Uint64
 	// noExistCodes is set once the master answered BatchExistCodes with
 	// Unimplemented (an older master); cleared at every new connection.
 	noExistCodes atomic.Bool
@@ -157,6 +161,7 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 	}
 	changed = m.leader != ""
 	m.noExistCodes.Store(false)
+	m.gen.Add(1)
 	m.conn, m.rpc, m.diskTM, m.leader = conn, pb.NewMasterClient(tracedConn{cc, m.trace}), pb.NewDiskTierClient(tracedConn{cc, m.trace}), addr
 	return changed, nil
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -54,6 +55,9 @@ func (c *Client) BatchPut(keys []string, parts [][]Part, cfg ReplicateConfig, op
 			starts = append(starts, &pb.PutStartRequest{ClientId: c.id, Key: k, Size: size, Config: pcfg, GroupId: cfg.groupID(i)})
 			idx = append(idx, i)
 		}
+	}
+	if len(starts) > 0 && !opt.Upsert && placesNothing(pcfg) && !envvars.StoreTwoPhasePut.Enabled() {
+		starts, idx = c.putReserved(starts, idx, parts, opt, errs)
 	}
 	if len(starts) == 0 {
 		return errs

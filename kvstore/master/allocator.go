@@ -123,3 +123,16 @@ func (a *Allocator) LargestFree() uint64 {
 // FreeExtents is the number of free extents (1 for an empty segment; more
 // means fragmentation).
 func (a *Allocator) FreeExtents() int { return len(a.free) }
+
+// Split cuts the live allocation that starts at off in two at offset at:
+// [off, at) and [at, end) become separate allocations, each freed on its
+// own. at must lie strictly inside the allocation and be aligned; anything
+// else is a bookkeeping bug in the caller and panics.
+func (a *Allocator) Split(off, at uint64) {
+	n, ok := a.used[off]
+	if !ok || at <= off || at >= off+n || at%Alignment != 0 {
+		panic(fmt.Sprintf("master: split of allocation %d (+%d) at %d", off, n, at))
+	}
+	a.used[off] = at - off
+	a.used[at] = off + n - at
+}

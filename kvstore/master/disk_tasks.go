@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -291,8 +292,8 @@ func (s *State) notifyPromotion(clientID, key string, replicaID uint64, success 
 }
 
 // sortedMapKeys returns m's keys in order.
-func sortedMapKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+func sortedMapKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}

@@ -77,6 +77,7 @@ func (s *State) setSegmentMode(clientID, segID string, mode SegmentMode, now tim
 		return kvstore.UnavailableInCurrentStatus
 	}
 	sg.mode = mode
+	s.closeReservations(sg, now)
 	return kvstore.OK
 }
 

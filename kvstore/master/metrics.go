@@ -30,6 +30,7 @@ var Ops = []string{
 	"get_replica_list", "exist_key", "remove", "remove_by_regex", "remove_all",
 	"mount_segment", "remount_segment", "unmount_segment", "drain_segment", "ping",
 	"batch_put_start", "batch_put_end", "batch_put_revoke", "batch_upsert_start",
+	"reserve", "put_commit", "batch_put_commit",
 	"batch_get_replica_list", "batch_exist_key", "batch_remove",
 	"batch_replica_clear", "create_copy_task", "create_move_task", "query_task", "mark_task_complete",
 }

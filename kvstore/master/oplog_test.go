@@ -137,6 +137,8 @@ type stateDump struct {
 	Segments []SegmentInfo
 	Keys     int
 	Alloc    uint64
+	Blocks   int
+	Unused   uint64 // reserved bytes not yet committed
 }
 
 func dumpState(s *Server) stateDump {
@@ -149,6 +151,7 @@ func dumpState(s *Server) stateDump {
 		d.Segments = st.Segments()
 		stats := st.Stats()
 		d.Keys, d.Alloc = int(stats.KeyCount), stats.AllocatedBytes
+		d.Blocks, d.Unused = st.Reserved()
 	})
 	return d
 }
@@ -225,6 +228,19 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 		r, err := ca.Remove(ctx, &masterpb.RemoveRequest{Key: fmt.Sprintf("k%02d", i), Force: true})
 		ok(r.GetErrorCode(), err, "remove")
 	}
+	// One-round-trip puts: a block and commits into it replicate too.
+	rv, err := ca.Reserve(ctx, &masterpb.ReserveRequest{ClientId: "writer", Size: 8192})
+	ok(rv.GetErrorCode(), err, "reserve")
+	commit := func(c masterpb.MasterClient, key string, off uint64) {
+		t.Helper()
+		r, err := c.BatchPutCommit(ctx, &masterpb.BatchPutCommitRequest{Items: []*masterpb.PutCommitRequest{{
+			Put: &masterpb.PutStartRequest{ClientId: "writer", Key: key, Size: 1000}, ReservationId: rv.ReservationId, Offset: off}}})
+		if err != nil || len(r.ErrorCodes) != 1 || r.ErrorCodes[0] != 0 || r.ReservationGone[0] {
+			t.Fatalf("commit %s: %v %v", key, r, err)
+		}
+	}
+	commit(ca, "r0", 0)
+	commit(ca, "r1", 4096)
 	g, err := ca.GetReplicaList(ctx, &masterpb.KeyRequest{Key: "k01"})
 	ok(g.GetErrorCode(), err, "get on the leader")
 	if _, err := dial(b).Ping(ctx, &masterpb.PingRequest{ClientId: "storage"}); status.Code(err) != codes.Unavailable {
@@ -258,6 +274,14 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 		}
 	}
 	put(cb, "after", 64, 1) // the new leader allocates around the old objects
+	commit(cb, "r2", 2048)  // and knows the old leader's block
+	for _, k := range []string{"r0", "r1", "r2"} {
+		r, err := cb.GetReplicaList(ctx, &masterpb.KeyRequest{Key: k})
+		ok(r.GetErrorCode(), err, "get "+k)
+		if r.Replicas[0].BufferAddress < rv.Block.BufferAddress || r.Replicas[0].BufferAddress >= rv.Block.BufferAddress+rv.Block.Size {
+			t.Fatalf("%s at %#x, outside the block %v", k, r.Replicas[0].BufferAddress, rv.Block)
+		}
+	}
 	view, err := cli.Get(ctx, MasterViewKey("oplog"))
 	if err != nil || len(view.Kvs) == 0 || string(view.Kvs[0].Value) != b.RPCAddr() {
 		t.Fatalf("master view: %v %v", view, err)

@@ -86,15 +86,22 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 	if len(reps) < cfg.ReplicaNum {
 		s.m.partialAllocs++
 	}
+	o := s.newObject(clientID, key, size, cfg, pinTTL, hardPin, reps, true, now)
+	s.addFSReplica(o, clientID, now)
+	return append(describeAll(reps), o.fsDescriptor()...), kvstore.OK
+}
+
+// newObject records key as a new object on reps, written by clientID;
+// writing marks the write still open.
+func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, reps []*replica, writing bool, now time.Time) *object {
 	o := &object{
-		key: key, size: size, writer: clientID, putStart: now, writing: true,
+		key: key, size: size, writer: clientID, putStart: now, writing: writing,
 		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
 		dataType: cfg.DataType, groupID: cfg.GroupID,
 	}
 	s.objects[key] = o
 	s.charge(o)
-	s.addFSReplica(o, clientID, now)
-	return append(describeAll(reps), o.fsDescriptor()...), kvstore.OK
+	return o
 }
 
 // UpsertStart opens a write that inserts or overwrites key. Absent, it is
@@ -209,6 +216,13 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 		r.status = ReplicaComplete
 	}
 	o.writing = false
+	s.publishWrite(o, checksum, now)
+	return kvstore.OK
+}
+
+// publishWrite makes o's finished write readable: zero-length lease,
+// pending soft pin, offload and KV events.
+func (s *State) publishWrite(o *object, checksum *uint64, now time.Time) {
 	o.checksum = checksum
 	o.grantLease(now, 0)
 	if o.softPinTTL > 0 && o.softPinUntil.IsZero() {
@@ -216,7 +230,6 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 	}
 	s.offloadOnWrite(o)
 	s.kvAvailability(o)
-	return kvstore.OK
 }
 
 // PutRevoke cancels clientID's open write of key: its PROCESSING buffers

@@ -233,6 +233,42 @@ func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevok
 	return resp, err
 }
 
+// Reserve implements masterpb.MasterServer (reservations.go).
+func (s *Server) Reserve(ctx context.Context, req *masterpb.ReserveRequest) (*masterpb.ReserveResponse, error) {
+	if sc := s.scope(ctx); sc.code != kvstore.OK {
+		return &masterpb.ReserveResponse{ErrorCode: code32(sc.code)}, nil
+	}
+	var resp *masterpb.ReserveResponse
+	err := s.do(func(st *State, now time.Time) {
+		r, code := st.Reserve(req.GetClientId(), req.GetSize(), req.GetRelease(), now)
+		resp = &masterpb.ReserveResponse{ErrorCode: code32(code)}
+		if code == kvstore.OK && r.ID != 0 {
+			resp.ReservationId = r.ID
+			resp.Block = toPBReplicas([]Replica{r.Block})[0]
+		}
+	})
+	return resp, err
+}
+
+// BatchPutCommit implements masterpb.MasterServer: PutCommit per item.
+func (s *Server) BatchPutCommit(ctx context.Context, req *masterpb.BatchPutCommitRequest) (*masterpb.BatchPutCommitResponse, error) {
+	resp := &masterpb.BatchPutCommitResponse{}
+	sc := s.scope(ctx)
+	err := s.do(func(st *State, now time.Time) {
+		st.CountRequest("batch_put_commit")
+		for _, it := range req.GetItems() {
+			code, gone := sc.code, false
+			if p := it.GetPut(); code == kvstore.OK {
+				code, gone = st.PutCommit(p.GetClientId(), sc.key(p.GetKey()), p.GetSize(),
+					it.GetReservationId(), it.GetOffset(), it.Checksum, toConfig(p), now)
+			}
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(code))
+			resp.ReservationGone = append(resp.ReservationGone, gone)
+		}
+	})
+	return resp, err
+}
+
 // GetReplicaList implements masterpb.MasterServer.
 func (s *Server) GetReplicaList(ctx context.Context, req *masterpb.KeyRequest) (*masterpb.GetReplicaListResponse, error) {
 	sc := s.scope(ctx)

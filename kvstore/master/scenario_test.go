@@ -34,6 +34,7 @@ import (
 //	ping | expire                        client liveness
 //	put_start | upsert_start key= size= [replicas= pin=enable|disable pin_ttl= hard prefer=a,b host=]
 //	put_end | put_revoke key=            put key= size= ...  (start + end)
+//	reserve size= [release=ID,...]       commit key= size= res=ID off= [...]   reserved
 //	get | exist | query key=             remove key= [force]
 //	remove_all [force] | remove_regex pattern= [force]
 //	evict | release | stats | keys [raw] (raw: quoted object keys)
@@ -290,6 +291,28 @@ func (s *scenario) run(c cmd) string {
 			at = append(at, fmt.Sprintf("%s+%d", r.SegmentID, r.Address-segBase))
 		}
 		return s.st.PutEnd(cl, key, nil, s.now).String() + " at " + strings.Join(at, ",") + "\n"
+	case "reserve":
+		var release []uint64
+		for _, id := range strings.Split(c.str("release", ""), ",") {
+			if id != "" {
+				n, _ := strconv.ParseUint(id, 10, 64)
+				release = append(release, n)
+			}
+		}
+		r, code := s.st.Reserve(cl, c.num(t, "size", 1024), release, s.now)
+		if code != kvstore.OK || r.ID == 0 {
+			return code.String() + "\n"
+		}
+		return fmt.Sprintf("OK id=%d at %s+%d size=%d\n", r.ID, r.Block.SegmentID, r.Block.Address-segBase, r.Block.Size)
+	case "commit":
+		code, gone := s.st.PutCommit(cl, key, c.num(t, "size", 100), c.num(t, "res", 1), c.num(t, "off", 0), nil, c.replicateConfig(t), s.now)
+		if gone {
+			return code.String() + " (reservation gone)\n"
+		}
+		return code.String() + "\n"
+	case "reserved":
+		n, bytes := s.st.Reserved()
+		return fmt.Sprintf("reservations=%d unused=%d\n", n, bytes)
 	case "get":
 		res, code := s.st.GetReplicaList(key, s.now)
 		if code != kvstore.OK {

@@ -162,6 +162,7 @@ func (s *State) DrainSegment(clientID, segID string, now time.Time) kvstore.Erro
 	if sg.mode == SegmentActive || sg.mode == SegmentStandby {
 		sg.mode = SegmentDraining
 	}
+	s.closeReservations(sg, now)
 	return s.m.result("drain_segment", kvstore.OK)
 }
 
@@ -186,6 +187,7 @@ func (s *State) unmount(segID string, now time.Time) {
 		return
 	}
 	s.failTasksOnSegment(sg, now)
+	s.dropReservations(func(r *reservation) bool { return r.seg == sg }, func(*segment, uint64) {})
 	for key, o := range s.objects {
 		kept := o.replicas[:0]
 		for _, r := range o.replicas {
@@ -252,6 +254,7 @@ func (s *State) ExpireClients(now time.Time) []ExpiredSegment {
 			s.unmount(segID, now)
 		}
 		s.unmountDisk(id)
+		s.dropReservations(func(r *reservation) bool { return r.client == id }, s.quarantineRange(now))
 		delete(s.clients, id)
 		s.m.expiredClients++
 	}

@@ -25,8 +25,10 @@ import (
 // encodes to the same bytes.
 
 const (
-	snapshotMagic   = "MCSN"
-	snapshotVersion = 1
+	snapshotMagic = "MCSN"
+	// snapshotVersion 2 added the reservations; version 1 files (none)
+	// still load.
+	snapshotVersion = 2
 )
 
 var (
@@ -349,6 +351,23 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 	for _, v := range []uint64{st.m.evictedKeys, st.m.evictedBytes, st.m.evictionRuns, st.m.preempted, st.m.partialAllocs, st.m.expiredClients} {
 		e.uvarint(v)
 	}
+
+	// Reservations (version 2), in id order.
+	e.uvarint(st.nextReservation)
+	ids := sortedMapKeys(st.reservations)
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		r := st.reservations[id]
+		e.uvarint(r.id)
+		e.str(r.client)
+		e.uvarint(e.segs[r.seg])
+		e.uvarint(r.start)
+		e.uvarint(uint64(len(r.pieces)))
+		for _, p := range r.pieces {
+			e.uvarint(p.off)
+			e.uvarint(p.len)
+		}
+	}
 	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
 }
 
@@ -437,6 +456,44 @@ type snapshotHeader struct {
 	nextN uint64 // number of the first entry after it
 }
 
+// reservations reads the reservation table: each piece must be a live
+// allocation of its segment of exactly its length, inside the segment's
+// mounted table.
+func (d *snapshotDecoder) reservations(st *State) {
+	type place struct {
+		seg *segment
+		off uint64
+	}
+	// Every buffer a replica or the quarantine holds: a piece may be none.
+	held := map[place]bool{}
+	for _, r := range d.reps {
+		held[place{r.seg, r.off}] = true
+	}
+	for _, q := range st.discarded {
+		held[place{q.seg, q.off}] = true
+	}
+	st.nextReservation = d.uvarint()
+	n := d.count(5)
+	if n > 0 {
+		st.reservations = make(map[uint64]*reservation, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		r := &reservation{id: d.uvarint(), client: d.str(), seg: d.seg(), start: d.uvarint()}
+		for j, m := 0, d.count(2); j < m && d.err == nil; j++ {
+			p := extent{off: d.uvarint(), len: d.uvarint()}
+			if r.seg == nil || r.seg.alloc.used[p.off] != p.len || p.len == 0 || p.off < r.start || held[place{r.seg, p.off}] {
+				d.err = errBadSnapshot
+			}
+			held[place{r.seg, p.off}] = true
+			r.pieces = append(r.pieces, p)
+		}
+		if r.seg == nil || r.id == 0 || r.id > st.nextReservation || st.reservations[r.id] != nil || len(r.pieces) == 0 {
+			d.err = errBadSnapshot
+		}
+		st.reservations[r.id] = r
+	}
+}
+
 // decodeSnapshot parses a snapshot into a State running with cfg. It
 // never panics on bad input (FuzzDecodeSnapshot): a reference that does
 // not resolve, an allocator that does not add up, a truncated or
@@ -446,8 +503,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if len(b) < len(snapshotMagic)+1+4 || string(b[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, h, errBadSnapshot
 	}
-	if v := b[len(snapshotMagic)]; v != snapshotVersion {
-		return nil, h, fmt.Errorf("snapshot: version %d, want %d", v, snapshotVersion)
+	version := b[len(snapshotMagic)]
+	if version < 1 || version > snapshotVersion {
+		return nil, h, fmt.Errorf("snapshot: version %d, want 1 to %d", version, snapshotVersion)
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, crc32c) != sum {
@@ -636,6 +694,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	}
 	for _, p := range []*uint64{&st.m.evictedKeys, &st.m.evictedBytes, &st.m.evictionRuns, &st.m.preempted, &st.m.partialAllocs, &st.m.expiredClients} {
 		*p = d.uvarint()
+	}
+	if version >= 2 {
+		d.reservations(st)
 	}
 	if d.err != nil {
 		return nil, h, errBadSnapshot

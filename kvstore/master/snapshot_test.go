@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -113,6 +114,13 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	}
 	f.Add(encodeSnapshot(st, 1, 2))
 	f.Add([]byte("MCSN\x01\x00\x00\x00\x00\x00\x00"))
+	// A state with a reservation partly committed.
+	withBlock, _ := NewState(DefaultConfig())
+	withBlock.MountSegment("c1", Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 16}, epoch)
+	if r, code := withBlock.Reserve("c1", 4096, nil, epoch); code == kvstore.OK {
+		withBlock.PutCommit("c1", "k", 100, r.ID, 512, nil, ReplicateConfig{ReplicaNum: 1}, epoch)
+	}
+	f.Add(encodeSnapshot(withBlock, 3, 4))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, withChecksum(b)} {
 			got, h, err := decodeSnapshot(in, st.cfg)

@@ -72,10 +72,14 @@ type State struct {
 	discarded    []discarded
 	needEviction bool
 	nextReplica  uint64
-	tenants      map[string]*tenant // registered tenants; DefaultTenant always
-	tasks        map[TaskID]*task   // copy and move tasks, until pruned
-	disk         diskTier           // local disks, offloads, promotions
-	m            counters
+	// reservations are the blocks clients reserved for one-round-trip
+	// puts (reservations.go), by id; nextReservation numbers them.
+	reservations    map[uint64]*reservation
+	nextReservation uint64
+	tenants         map[string]*tenant // registered tenants; DefaultTenant always
+	tasks           map[TaskID]*task   // copy and move tasks, until pruned
+	disk            diskTier           // local disks, offloads, promotions
+	m               counters
 }
 
 // NewState returns an empty table. cfg must pass Validate.

@@ -912,6 +912,301 @@ func (x *PutRevokeRequest) GetReplicaType() ReplicaType {
 	return ReplicaType_REPLICA_MEMORY
 }
 
+type ReserveRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Bytes to reserve (capped by the master); 0 only releases.
+	Size uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Reservations of this client to give back: it has no write in flight
+	// in them. Their unused bytes are freed.
+	Release       []uint64 `protobuf:"varint,3,rep,packed,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_master_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReserveRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetRelease() []uint64 {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+type ReserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode     int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ReservationId uint64                 `protobuf:"varint,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// The block: buffer_address is its first byte, size its length.
+	Block         *ReplicaDescriptor `protobuf:"bytes,3,opt,name=block,proto3" json:"block,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_master_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReserveResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetReservationId() uint64 {
+	if x != nil {
+		return x.ReservationId
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetBlock() *ReplicaDescriptor {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
+type PutCommitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object, as a put start would name it; its config must ask for
+	// one replica and no placement.
+	Put           *PutStartRequest `protobuf:"bytes,1,opt,name=put,proto3" json:"put,omitempty"`
+	ReservationId uint64           `protobuf:"varint,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// Where the object's bytes are: this many bytes after the block's
+	// first byte (a multiple of 8).
+	Offset        uint64  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Checksum      *uint64 `protobuf:"varint,4,opt,name=checksum,proto3,oneof" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCommitRequest) Reset() {
+	*x = PutCommitRequest{}
+	mi := &file_master_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCommitRequest) ProtoMessage() {}
+
+func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
+func (*PutCommitRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PutCommitRequest) GetPut() *PutStartRequest {
+	if x != nil {
+		return x.Put
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetReservationId() uint64 {
+	if x != nil {
+		return x.ReservationId
+	}
+	return 0
+}
+
+func (x *PutCommitRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PutCommitRequest) GetChecksum() uint64 {
+	if x != nil && x.Checksum != nil {
+		return *x.Checksum
+	}
+	return 0
+}
+
+type BatchPutCommitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*PutCommitRequest    `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchPutCommitRequest) Reset() {
+	*x = BatchPutCommitRequest{}
+	mi := &file_master_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchPutCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchPutCommitRequest) ProtoMessage() {}
+
+func (x *BatchPutCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchPutCommitRequest.ProtoReflect.Descriptor instead.
+func (*BatchPutCommitRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BatchPutCommitRequest) GetItems() []*PutCommitRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type BatchPutCommitResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCodes []int32                `protobuf:"varint,1,rep,packed,name=error_codes,json=errorCodes,proto3" json:"error_codes,omitempty"`
+	// Per item: its reservation is not (or no longer) the client's
+	// (released, expired, its segment closed or unmounted, another master).
+	// The client forgets it and writes the object the two-phase way.
+	ReservationGone []bool `protobuf:"varint,2,rep,packed,name=reservation_gone,json=reservationGone,proto3" json:"reservation_gone,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BatchPutCommitResponse) Reset() {
+	*x = BatchPutCommitResponse{}
+	mi := &file_master_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchPutCommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchPutCommitResponse) ProtoMessage() {}
+
+func (x *BatchPutCommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchPutCommitResponse.ProtoReflect.Descriptor instead.
+func (*BatchPutCommitResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BatchPutCommitResponse) GetErrorCodes() []int32 {
+	if x != nil {
+		return x.ErrorCodes
+	}
+	return nil
+}
+
+func (x *BatchPutCommitResponse) GetReservationGone() []bool {
+	if x != nil {
+		return x.ReservationGone
+	}
+	return nil
+}
+
 type BatchPutStartRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*PutStartRequest     `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -921,7 +1216,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_master_proto_msgTypes[6]
+	mi := &file_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1228,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[6]
+	mi := &file_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1241,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{6}
+	return file_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchPutStartRequest) GetItems() []*PutStartRequest {
@@ -965,7 +1260,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_master_proto_msgTypes[7]
+	mi := &file_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1272,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[7]
+	mi := &file_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1285,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{7}
+	return file_master_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchPutStartResponse) GetItems() []*PutStartResponse {
@@ -1009,7 +1304,7 @@ type BatchPutEndRequest struct {
 
 func (x *BatchPutEndRequest) Reset() {
 	*x = BatchPutEndRequest{}
-	mi := &file_master_proto_msgTypes[8]
+	mi := &file_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1316,7 @@ func (x *BatchPutEndRequest) String() string {
 func (*BatchPutEndRequest) ProtoMessage() {}
 
 func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[8]
+	mi := &file_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1329,7 @@ func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutEndRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutEndRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{8}
+	return file_master_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchPutEndRequest) GetItems() []*PutEndRequest {
@@ -1053,7 +1348,7 @@ type BatchPutRevokeRequest struct {
 
 func (x *BatchPutRevokeRequest) Reset() {
 	*x = BatchPutRevokeRequest{}
-	mi := &file_master_proto_msgTypes[9]
+	mi := &file_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1360,7 @@ func (x *BatchPutRevokeRequest) String() string {
 func (*BatchPutRevokeRequest) ProtoMessage() {}
 
 func (x *BatchPutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[9]
+	mi := &file_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1373,7 @@ func (x *BatchPutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{9}
+	return file_master_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchPutRevokeRequest) GetItems() []*PutRevokeRequest {
@@ -1097,7 +1392,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_master_proto_msgTypes[10]
+	mi := &file_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1404,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[10]
+	mi := &file_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1417,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{10}
+	return file_master_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusResponse) GetErrorCode() int32 {
@@ -1141,7 +1436,7 @@ type BatchStatusResponse struct {
 
 func (x *BatchStatusResponse) Reset() {
 	*x = BatchStatusResponse{}
-	mi := &file_master_proto_msgTypes[11]
+	mi := &file_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1448,7 @@ func (x *BatchStatusResponse) String() string {
 func (*BatchStatusResponse) ProtoMessage() {}
 
 func (x *BatchStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[11]
+	mi := &file_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1461,7 @@ func (x *BatchStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchStatusResponse.ProtoReflect.Descriptor instead.
 func (*BatchStatusResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{11}
+	return file_master_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchStatusResponse) GetErrorCodes() []int32 {
@@ -1185,7 +1480,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_master_proto_msgTypes[12]
+	mi := &file_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1492,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[12]
+	mi := &file_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1505,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{12}
+	return file_master_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeyRequest) GetKey() string {
@@ -1229,7 +1524,7 @@ type BatchKeyRequest struct {
 
 func (x *BatchKeyRequest) Reset() {
 	*x = BatchKeyRequest{}
-	mi := &file_master_proto_msgTypes[13]
+	mi := &file_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1536,7 @@ func (x *BatchKeyRequest) String() string {
 func (*BatchKeyRequest) ProtoMessage() {}
 
 func (x *BatchKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[13]
+	mi := &file_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1549,7 @@ func (x *BatchKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchKeyRequest.ProtoReflect.Descriptor instead.
 func (*BatchKeyRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{13}
+	return file_master_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchKeyRequest) GetKeys() []string {
@@ -1276,7 +1571,7 @@ type GetReplicaListResponse struct {
 
 func (x *GetReplicaListResponse) Reset() {
 	*x = GetReplicaListResponse{}
-	mi := &file_master_proto_msgTypes[14]
+	mi := &file_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1583,7 @@ func (x *GetReplicaListResponse) String() string {
 func (*GetReplicaListResponse) ProtoMessage() {}
 
 func (x *GetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[14]
+	mi := &file_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1596,7 @@ func (x *GetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*GetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{14}
+	return file_master_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetReplicaListResponse) GetErrorCode() int32 {
@@ -1341,7 +1636,7 @@ type BatchGetReplicaListResponse struct {
 
 func (x *BatchGetReplicaListResponse) Reset() {
 	*x = BatchGetReplicaListResponse{}
-	mi := &file_master_proto_msgTypes[15]
+	mi := &file_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1648,7 @@ func (x *BatchGetReplicaListResponse) String() string {
 func (*BatchGetReplicaListResponse) ProtoMessage() {}
 
 func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[15]
+	mi := &file_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1661,7 @@ func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{15}
+	return file_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchGetReplicaListResponse) GetItems() []*GetReplicaListResponse {
@@ -1386,7 +1681,7 @@ type ExistKeyResponse struct {
 
 func (x *ExistKeyResponse) Reset() {
 	*x = ExistKeyResponse{}
-	mi := &file_master_proto_msgTypes[16]
+	mi := &file_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1693,7 @@ func (x *ExistKeyResponse) String() string {
 func (*ExistKeyResponse) ProtoMessage() {}
 
 func (x *ExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[16]
+	mi := &file_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1706,7 @@ func (x *ExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*ExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{16}
+	return file_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExistKeyResponse) GetErrorCode() int32 {
@@ -1437,7 +1732,7 @@ type BatchExistKeyResponse struct {
 
 func (x *BatchExistKeyResponse) Reset() {
 	*x = BatchExistKeyResponse{}
-	mi := &file_master_proto_msgTypes[17]
+	mi := &file_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1744,7 @@ func (x *BatchExistKeyResponse) String() string {
 func (*BatchExistKeyResponse) ProtoMessage() {}
 
 func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[17]
+	mi := &file_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1757,7 @@ func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{17}
+	return file_master_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchExistKeyResponse) GetItems() []*ExistKeyResponse {
@@ -1481,7 +1776,7 @@ type ExistCodesResponse struct {
 
 func (x *ExistCodesResponse) Reset() {
 	*x = ExistCodesResponse{}
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1788,7 @@ func (x *ExistCodesResponse) String() string {
 func (*ExistCodesResponse) ProtoMessage() {}
 
 func (x *ExistCodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1801,7 @@ func (x *ExistCodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistCodesResponse.ProtoReflect.Descriptor instead.
 func (*ExistCodesResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{18}
+	return file_master_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExistCodesResponse) GetCodes() []int32 {
@@ -1526,7 +1821,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1833,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1846,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{19}
+	return file_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -1578,7 +1873,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1885,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1898,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{20}
+	return file_master_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BatchRemoveRequest) GetKeys() []string {
@@ -1630,7 +1925,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_master_proto_msgTypes[21]
+	mi := &file_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1937,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[21]
+	mi := &file_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1950,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{21}
+	return file_master_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -1681,7 +1976,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_master_proto_msgTypes[22]
+	mi := &file_master_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1988,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[22]
+	mi := &file_master_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +2001,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{22}
+	return file_master_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -1726,7 +2021,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_master_proto_msgTypes[23]
+	mi := &file_master_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +2033,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[23]
+	mi := &file_master_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +2046,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{23}
+	return file_master_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CountResponse) GetErrorCode() int32 {
@@ -1790,7 +2085,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_master_proto_msgTypes[24]
+	mi := &file_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2097,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[24]
+	mi := &file_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2110,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{24}
+	return file_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Segment) GetId() string {
@@ -1891,7 +2186,7 @@ type MountSegmentRequest struct {
 
 func (x *MountSegmentRequest) Reset() {
 	*x = MountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2198,7 @@ func (x *MountSegmentRequest) String() string {
 func (*MountSegmentRequest) ProtoMessage() {}
 
 func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[25]
+	mi := &file_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2211,7 @@ func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{25}
+	return file_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MountSegmentRequest) GetClientId() string {
@@ -1943,7 +2238,7 @@ type ReMountSegmentRequest struct {
 
 func (x *ReMountSegmentRequest) Reset() {
 	*x = ReMountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2250,7 @@ func (x *ReMountSegmentRequest) String() string {
 func (*ReMountSegmentRequest) ProtoMessage() {}
 
 func (x *ReMountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[26]
+	mi := &file_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2263,7 @@ func (x *ReMountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReMountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*ReMountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{26}
+	return file_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReMountSegmentRequest) GetClientId() string {
@@ -1995,7 +2290,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2302,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[27]
+	mi := &file_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2315,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{27}
+	return file_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -2046,7 +2341,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2353,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[28]
+	mi := &file_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2366,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{28}
+	return file_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PingRequest) GetClientId() string {
@@ -2094,7 +2389,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2401,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[29]
+	mi := &file_master_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2414,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{29}
+	return file_master_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PingResponse) GetErrorCode() int32 {
@@ -2163,7 +2458,7 @@ type BatchReplicaClearRequest struct {
 
 func (x *BatchReplicaClearRequest) Reset() {
 	*x = BatchReplicaClearRequest{}
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2470,7 @@ func (x *BatchReplicaClearRequest) String() string {
 func (*BatchReplicaClearRequest) ProtoMessage() {}
 
 func (x *BatchReplicaClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[30]
+	mi := &file_master_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2483,7 @@ func (x *BatchReplicaClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchReplicaClearRequest.ProtoReflect.Descriptor instead.
 func (*BatchReplicaClearRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{30}
+	return file_master_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BatchReplicaClearRequest) GetClientId() string {
@@ -2223,7 +2518,7 @@ type BatchReplicaClearResponse struct {
 
 func (x *BatchReplicaClearResponse) Reset() {
 	*x = BatchReplicaClearResponse{}
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2530,7 @@ func (x *BatchReplicaClearResponse) String() string {
 func (*BatchReplicaClearResponse) ProtoMessage() {}
 
 func (x *BatchReplicaClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[31]
+	mi := &file_master_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2543,7 @@ func (x *BatchReplicaClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchReplicaClearResponse.ProtoReflect.Descriptor instead.
 func (*BatchReplicaClearResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{31}
+	return file_master_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BatchReplicaClearResponse) GetErrorCode() int32 {
@@ -2276,7 +2571,7 @@ type TaskId struct {
 
 func (x *TaskId) Reset() {
 	*x = TaskId{}
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2583,7 @@ func (x *TaskId) String() string {
 func (*TaskId) ProtoMessage() {}
 
 func (x *TaskId) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[32]
+	mi := &file_master_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2596,7 @@ func (x *TaskId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskId.ProtoReflect.Descriptor instead.
 func (*TaskId) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{32}
+	return file_master_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TaskId) GetHi() uint64 {
@@ -2329,7 +2624,7 @@ type CreateCopyTaskRequest struct {
 
 func (x *CreateCopyTaskRequest) Reset() {
 	*x = CreateCopyTaskRequest{}
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2636,7 @@ func (x *CreateCopyTaskRequest) String() string {
 func (*CreateCopyTaskRequest) ProtoMessage() {}
 
 func (x *CreateCopyTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[33]
+	mi := &file_master_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2649,7 @@ func (x *CreateCopyTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCopyTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateCopyTaskRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{33}
+	return file_master_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateCopyTaskRequest) GetKey() string {
@@ -2382,7 +2677,7 @@ type CreateMoveTaskRequest struct {
 
 func (x *CreateMoveTaskRequest) Reset() {
 	*x = CreateMoveTaskRequest{}
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2689,7 @@ func (x *CreateMoveTaskRequest) String() string {
 func (*CreateMoveTaskRequest) ProtoMessage() {}
 
 func (x *CreateMoveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[34]
+	mi := &file_master_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2702,7 @@ func (x *CreateMoveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMoveTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateMoveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{34}
+	return file_master_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateMoveTaskRequest) GetKey() string {
@@ -2441,7 +2736,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2748,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[35]
+	mi := &file_master_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2761,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{35}
+	return file_master_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateTaskResponse) GetErrorCode() int32 {
@@ -2492,7 +2787,7 @@ type QueryTaskRequest struct {
 
 func (x *QueryTaskRequest) Reset() {
 	*x = QueryTaskRequest{}
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2799,7 @@ func (x *QueryTaskRequest) String() string {
 func (*QueryTaskRequest) ProtoMessage() {}
 
 func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[36]
+	mi := &file_master_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2812,7 @@ func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskRequest.ProtoReflect.Descriptor instead.
 func (*QueryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{36}
+	return file_master_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *QueryTaskRequest) GetId() *TaskId {
@@ -2544,7 +2839,7 @@ type QueryTaskResponse struct {
 
 func (x *QueryTaskResponse) Reset() {
 	*x = QueryTaskResponse{}
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2851,7 @@ func (x *QueryTaskResponse) String() string {
 func (*QueryTaskResponse) ProtoMessage() {}
 
 func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[37]
+	mi := &file_master_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2864,7 @@ func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskResponse.ProtoReflect.Descriptor instead.
 func (*QueryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{37}
+	return file_master_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueryTaskResponse) GetErrorCode() int32 {
@@ -2643,7 +2938,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2950,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[38]
+	mi := &file_master_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2963,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{38}
+	return file_master_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskAssignment) GetId() *TaskId {
@@ -2718,7 +3013,7 @@ type MarkTaskCompleteRequest struct {
 
 func (x *MarkTaskCompleteRequest) Reset() {
 	*x = MarkTaskCompleteRequest{}
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +3025,7 @@ func (x *MarkTaskCompleteRequest) String() string {
 func (*MarkTaskCompleteRequest) ProtoMessage() {}
 
 func (x *MarkTaskCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[39]
+	mi := &file_master_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +3038,7 @@ func (x *MarkTaskCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkTaskCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkTaskCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{39}
+	return file_master_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MarkTaskCompleteRequest) GetClientId() string {
@@ -2785,7 +3080,7 @@ type SetSegmentModeRequest struct {
 
 func (x *SetSegmentModeRequest) Reset() {
 	*x = SetSegmentModeRequest{}
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +3092,7 @@ func (x *SetSegmentModeRequest) String() string {
 func (*SetSegmentModeRequest) ProtoMessage() {}
 
 func (x *SetSegmentModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[40]
+	mi := &file_master_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +3105,7 @@ func (x *SetSegmentModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSegmentModeRequest.ProtoReflect.Descriptor instead.
 func (*SetSegmentModeRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{40}
+	return file_master_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetSegmentModeRequest) GetClientId() string {
@@ -2859,7 +3154,7 @@ type EvacuateSegmentResponse struct {
 
 func (x *EvacuateSegmentResponse) Reset() {
 	*x = EvacuateSegmentResponse{}
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3166,7 @@ func (x *EvacuateSegmentResponse) String() string {
 func (*EvacuateSegmentResponse) ProtoMessage() {}
 
 func (x *EvacuateSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[41]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3179,7 @@ func (x *EvacuateSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvacuateSegmentResponse.ProtoReflect.Descriptor instead.
 func (*EvacuateSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{41}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *EvacuateSegmentResponse) GetErrorCode() int32 {
@@ -2947,7 +3242,7 @@ type PlanHandoffRequest struct {
 
 func (x *PlanHandoffRequest) Reset() {
 	*x = PlanHandoffRequest{}
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3254,7 @@ func (x *PlanHandoffRequest) String() string {
 func (*PlanHandoffRequest) ProtoMessage() {}
 
 func (x *PlanHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[42]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3267,7 @@ func (x *PlanHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanHandoffRequest.ProtoReflect.Descriptor instead.
 func (*PlanHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{42}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PlanHandoffRequest) GetClientId() string {
@@ -3007,7 +3302,7 @@ type HandoffItem struct {
 
 func (x *HandoffItem) Reset() {
 	*x = HandoffItem{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3314,7 @@ func (x *HandoffItem) String() string {
 func (*HandoffItem) ProtoMessage() {}
 
 func (x *HandoffItem) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3327,7 @@ func (x *HandoffItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffItem.ProtoReflect.Descriptor instead.
 func (*HandoffItem) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HandoffItem) GetKey() string {
@@ -3092,7 +3387,7 @@ type PlanHandoffResponse struct {
 
 func (x *PlanHandoffResponse) Reset() {
 	*x = PlanHandoffResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3399,7 @@ func (x *PlanHandoffResponse) String() string {
 func (*PlanHandoffResponse) ProtoMessage() {}
 
 func (x *PlanHandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3412,7 @@ func (x *PlanHandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanHandoffResponse.ProtoReflect.Descriptor instead.
 func (*PlanHandoffResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PlanHandoffResponse) GetErrorCode() int32 {
@@ -3163,7 +3458,7 @@ type GetStorageConfigRequest struct {
 
 func (x *GetStorageConfigRequest) Reset() {
 	*x = GetStorageConfigRequest{}
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3470,7 @@ func (x *GetStorageConfigRequest) String() string {
 func (*GetStorageConfigRequest) ProtoMessage() {}
 
 func (x *GetStorageConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[45]
+	mi := &file_master_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3483,7 @@ func (x *GetStorageConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStorageConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetStorageConfigRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{45}
+	return file_master_proto_rawDescGZIP(), []int{50}
 }
 
 type GetStorageConfigResponse struct {
@@ -3205,7 +3500,7 @@ type GetStorageConfigResponse struct {
 
 func (x *GetStorageConfigResponse) Reset() {
 	*x = GetStorageConfigResponse{}
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3512,7 @@ func (x *GetStorageConfigResponse) String() string {
 func (*GetStorageConfigResponse) ProtoMessage() {}
 
 func (x *GetStorageConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[46]
+	mi := &file_master_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3525,7 @@ func (x *GetStorageConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStorageConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetStorageConfigResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{46}
+	return file_master_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetStorageConfigResponse) GetErrorCode() int32 {
@@ -3305,7 +3600,28 @@ const file_master_proto_rawDesc = "" +
 	"\x10PutRevokeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12A\n" +
-	"\freplica_type\x18\x03 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaType\"P\n" +
+	"\freplica_type\x18\x03 \x01(\x0e2\x1e.mooncake.store.v1.ReplicaTypeR\vreplicaType\"[\n" +
+	"\x0eReserveRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
+	"\arelease\x18\x03 \x03(\x04R\arelease\"\x93\x01\n" +
+	"\x0fReserveResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\x04R\rreservationId\x12:\n" +
+	"\x05block\x18\x03 \x01(\v2$.mooncake.store.v1.ReplicaDescriptorR\x05block\"\xb5\x01\n" +
+	"\x10PutCommitRequest\x124\n" +
+	"\x03put\x18\x01 \x01(\v2\".mooncake.store.v1.PutStartRequestR\x03put\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\x04R\rreservationId\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1f\n" +
+	"\bchecksum\x18\x04 \x01(\x04H\x00R\bchecksum\x88\x01\x01B\v\n" +
+	"\t_checksum\"R\n" +
+	"\x15BatchPutCommitRequest\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.mooncake.store.v1.PutCommitRequestR\x05items\"d\n" +
+	"\x16BatchPutCommitResponse\x12\x1f\n" +
+	"\verror_codes\x18\x01 \x03(\x05R\n" +
+	"errorCodes\x12)\n" +
+	"\x10reservation_gone\x18\x02 \x03(\bR\x0freservationGone\"P\n" +
 	"\x14BatchPutStartRequest\x128\n" +
 	"\x05items\x18\x01 \x03(\v2\".mooncake.store.v1.PutStartRequestR\x05items\"R\n" +
 	"\x15BatchPutStartResponse\x129\n" +
@@ -3503,14 +3819,16 @@ const file_master_proto_rawDesc = "" +
 	"\x0eSEGMENT_ACTIVE\x10\x00\x12\x13\n" +
 	"\x0fSEGMENT_STANDBY\x10\x01\x12\x14\n" +
 	"\x10SEGMENT_DRAINING\x10\x02\x12\x13\n" +
-	"\x0fSEGMENT_RETIRED\x10\x032\xda\x16\n" +
+	"\x0fSEGMENT_RETIRED\x10\x032\x93\x18\n" +
 	"\x06Master\x12S\n" +
 	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12M\n" +
 	"\x06PutEnd\x12 .mooncake.store.v1.PutEndRequest\x1a!.mooncake.store.v1.StatusResponse\x12S\n" +
 	"\tPutRevoke\x12#.mooncake.store.v1.PutRevokeRequest\x1a!.mooncake.store.v1.StatusResponse\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12\\\n" +
 	"\vBatchPutEnd\x12%.mooncake.store.v1.BatchPutEndRequest\x1a&.mooncake.store.v1.BatchStatusResponse\x12b\n" +
-	"\x0eBatchPutRevoke\x12(.mooncake.store.v1.BatchPutRevokeRequest\x1a&.mooncake.store.v1.BatchStatusResponse\x12V\n" +
+	"\x0eBatchPutRevoke\x12(.mooncake.store.v1.BatchPutRevokeRequest\x1a&.mooncake.store.v1.BatchStatusResponse\x12P\n" +
+	"\aReserve\x12!.mooncake.store.v1.ReserveRequest\x1a\".mooncake.store.v1.ReserveResponse\x12e\n" +
+	"\x0eBatchPutCommit\x12(.mooncake.store.v1.BatchPutCommitRequest\x1a).mooncake.store.v1.BatchPutCommitResponse\x12V\n" +
 	"\vUpsertStart\x12\".mooncake.store.v1.PutStartRequest\x1a#.mooncake.store.v1.PutStartResponse\x12e\n" +
 	"\x10BatchUpsertStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12Z\n" +
 	"\x0eGetReplicaList\x12\x1d.mooncake.store.v1.KeyRequest\x1a).mooncake.store.v1.GetReplicaListResponse\x12i\n" +
@@ -3550,7 +3868,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_master_proto_goTypes = []any{
 	(SoftPinAction)(0),                  // 0: mooncake.store.v1.SoftPinAction
 	(ReplicaStatus)(0),                  // 1: mooncake.store.v1.ReplicaStatus
@@ -3565,47 +3883,52 @@ var file_master_proto_goTypes = []any{
 	(*PutStartResponse)(nil),            // 10: mooncake.store.v1.PutStartResponse
 	(*PutEndRequest)(nil),               // 11: mooncake.store.v1.PutEndRequest
 	(*PutRevokeRequest)(nil),            // 12: mooncake.store.v1.PutRevokeRequest
-	(*BatchPutStartRequest)(nil),        // 13: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 14: mooncake.store.v1.BatchPutStartResponse
-	(*BatchPutEndRequest)(nil),          // 15: mooncake.store.v1.BatchPutEndRequest
-	(*BatchPutRevokeRequest)(nil),       // 16: mooncake.store.v1.BatchPutRevokeRequest
-	(*StatusResponse)(nil),              // 17: mooncake.store.v1.StatusResponse
-	(*BatchStatusResponse)(nil),         // 18: mooncake.store.v1.BatchStatusResponse
-	(*KeyRequest)(nil),                  // 19: mooncake.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 20: mooncake.store.v1.BatchKeyRequest
-	(*GetReplicaListResponse)(nil),      // 21: mooncake.store.v1.GetReplicaListResponse
-	(*BatchGetReplicaListResponse)(nil), // 22: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistKeyResponse)(nil),            // 23: mooncake.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 24: mooncake.store.v1.BatchExistKeyResponse
-	(*ExistCodesResponse)(nil),          // 25: mooncake.store.v1.ExistCodesResponse
-	(*RemoveRequest)(nil),               // 26: mooncake.store.v1.RemoveRequest
-	(*BatchRemoveRequest)(nil),          // 27: mooncake.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 28: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 29: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 30: mooncake.store.v1.CountResponse
-	(*Segment)(nil),                     // 31: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 32: mooncake.store.v1.MountSegmentRequest
-	(*ReMountSegmentRequest)(nil),       // 33: mooncake.store.v1.ReMountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 34: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 35: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 36: mooncake.store.v1.PingResponse
-	(*BatchReplicaClearRequest)(nil),    // 37: mooncake.store.v1.BatchReplicaClearRequest
-	(*BatchReplicaClearResponse)(nil),   // 38: mooncake.store.v1.BatchReplicaClearResponse
-	(*TaskId)(nil),                      // 39: mooncake.store.v1.TaskId
-	(*CreateCopyTaskRequest)(nil),       // 40: mooncake.store.v1.CreateCopyTaskRequest
-	(*CreateMoveTaskRequest)(nil),       // 41: mooncake.store.v1.CreateMoveTaskRequest
-	(*CreateTaskResponse)(nil),          // 42: mooncake.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 43: mooncake.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 44: mooncake.store.v1.QueryTaskResponse
-	(*TaskAssignment)(nil),              // 45: mooncake.store.v1.TaskAssignment
-	(*MarkTaskCompleteRequest)(nil),     // 46: mooncake.store.v1.MarkTaskCompleteRequest
-	(*SetSegmentModeRequest)(nil),       // 47: mooncake.store.v1.SetSegmentModeRequest
-	(*EvacuateSegmentResponse)(nil),     // 48: mooncake.store.v1.EvacuateSegmentResponse
-	(*PlanHandoffRequest)(nil),          // 49: mooncake.store.v1.PlanHandoffRequest
-	(*HandoffItem)(nil),                 // 50: mooncake.store.v1.HandoffItem
-	(*PlanHandoffResponse)(nil),         // 51: mooncake.store.v1.PlanHandoffResponse
-	(*GetStorageConfigRequest)(nil),     // 52: mooncake.store.v1.GetStorageConfigRequest
-	(*GetStorageConfigResponse)(nil),    // 53: mooncake.store.v1.GetStorageConfigResponse
+	(*ReserveRequest)(nil),              // 13: mooncake.store.v1.ReserveRequest
+	(*ReserveResponse)(nil),             // 14: mooncake.store.v1.ReserveResponse
+	(*PutCommitRequest)(nil),            // 15: mooncake.store.v1.PutCommitRequest
+	(*BatchPutCommitRequest)(nil),       // 16: mooncake.store.v1.BatchPutCommitRequest
+	(*BatchPutCommitResponse)(nil),      // 17: mooncake.store.v1.BatchPutCommitResponse
+	(*BatchPutStartRequest)(nil),        // 18: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 19: mooncake.store.v1.BatchPutStartResponse
+	(*BatchPutEndRequest)(nil),          // 20: mooncake.store.v1.BatchPutEndRequest
+	(*BatchPutRevokeRequest)(nil),       // 21: mooncake.store.v1.BatchPutRevokeRequest
+	(*StatusResponse)(nil),              // 22: mooncake.store.v1.StatusResponse
+	(*BatchStatusResponse)(nil),         // 23: mooncake.store.v1.BatchStatusResponse
+	(*KeyRequest)(nil),                  // 24: mooncake.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),             // 25: mooncake.store.v1.BatchKeyRequest
+	(*GetReplicaListResponse)(nil),      // 26: mooncake.store.v1.GetReplicaListResponse
+	(*BatchGetReplicaListResponse)(nil), // 27: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistKeyResponse)(nil),            // 28: mooncake.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),       // 29: mooncake.store.v1.BatchExistKeyResponse
+	(*ExistCodesResponse)(nil),          // 30: mooncake.store.v1.ExistCodesResponse
+	(*RemoveRequest)(nil),               // 31: mooncake.store.v1.RemoveRequest
+	(*BatchRemoveRequest)(nil),          // 32: mooncake.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 33: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 34: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 35: mooncake.store.v1.CountResponse
+	(*Segment)(nil),                     // 36: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 37: mooncake.store.v1.MountSegmentRequest
+	(*ReMountSegmentRequest)(nil),       // 38: mooncake.store.v1.ReMountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 39: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 40: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 41: mooncake.store.v1.PingResponse
+	(*BatchReplicaClearRequest)(nil),    // 42: mooncake.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),   // 43: mooncake.store.v1.BatchReplicaClearResponse
+	(*TaskId)(nil),                      // 44: mooncake.store.v1.TaskId
+	(*CreateCopyTaskRequest)(nil),       // 45: mooncake.store.v1.CreateCopyTaskRequest
+	(*CreateMoveTaskRequest)(nil),       // 46: mooncake.store.v1.CreateMoveTaskRequest
+	(*CreateTaskResponse)(nil),          // 47: mooncake.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 48: mooncake.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 49: mooncake.store.v1.QueryTaskResponse
+	(*TaskAssignment)(nil),              // 50: mooncake.store.v1.TaskAssignment
+	(*MarkTaskCompleteRequest)(nil),     // 51: mooncake.store.v1.MarkTaskCompleteRequest
+	(*SetSegmentModeRequest)(nil),       // 52: mooncake.store.v1.SetSegmentModeRequest
+	(*EvacuateSegmentResponse)(nil),     // 53: mooncake.store.v1.EvacuateSegmentResponse
+	(*PlanHandoffRequest)(nil),          // 54: mooncake.store.v1.PlanHandoffRequest
+	(*HandoffItem)(nil),                 // 55: mooncake.store.v1.HandoffItem
+	(*PlanHandoffResponse)(nil),         // 56: mooncake.store.v1.PlanHandoffResponse
+	(*GetStorageConfigRequest)(nil),     // 57: mooncake.store.v1.GetStorageConfigRequest
+	(*GetStorageConfigResponse)(nil),    // 58: mooncake.store.v1.GetStorageConfigResponse
 }
 var file_master_proto_depIdxs = []int32{
 	0,  // 0: mooncake.store.v1.ReplicateConfig.soft_pin_action:type_name -> mooncake.store.v1.SoftPinAction
@@ -3615,96 +3938,103 @@ var file_master_proto_depIdxs = []int32{
 	8,  // 4: mooncake.store.v1.PutStartResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
 	2,  // 5: mooncake.store.v1.PutEndRequest.replica_type:type_name -> mooncake.store.v1.ReplicaType
 	2,  // 6: mooncake.store.v1.PutRevokeRequest.replica_type:type_name -> mooncake.store.v1.ReplicaType
-	9,  // 7: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
-	10, // 8: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
-	11, // 9: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
-	12, // 10: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
-	8,  // 11: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
-	21, // 12: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
-	23, // 13: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
-	31, // 14: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	31, // 15: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
-	3,  // 16: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
-	45, // 17: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
-	39, // 18: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	39, // 19: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
-	39, // 20: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
-	4,  // 21: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
-	5,  // 22: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
-	39, // 23: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
-	4,  // 24: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
-	8,  // 25: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
-	8,  // 26: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
-	39, // 27: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
-	6,  // 28: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
-	50, // 29: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
-	9,  // 30: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	11, // 31: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
-	12, // 32: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
-	13, // 33: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	15, // 34: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
-	16, // 35: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
-	9,  // 36: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
-	13, // 37: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	19, // 38: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	20, // 39: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
-	19, // 40: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	20, // 41: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
-	20, // 42: mooncake.store.v1.Master.BatchExistCodes:input_type -> mooncake.store.v1.BatchKeyRequest
-	26, // 43: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
-	27, // 44: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
-	28, // 45: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	29, // 46: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	37, // 47: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
-	40, // 48: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
-	41, // 49: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
-	43, // 50: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
-	46, // 51: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
-	32, // 52: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	33, // 53: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	34, // 54: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	34, // 55: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	35, // 56: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	47, // 57: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
-	34, // 58: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	49, // 59: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
-	52, // 60: mooncake.store.v1.Master.GetStorageConfig:input_type -> mooncake.store.v1.GetStorageConfigRequest
-	10, // 61: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
-	17, // 62: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
-	17, // 63: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
-	14, // 64: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	18, // 65: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
-	18, // 66: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
-	10, // 67: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
-	14, // 68: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	21, // 69: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
-	22, // 70: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	23, // 71: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
-	24, // 72: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	25, // 73: mooncake.store.v1.Master.BatchExistCodes:output_type -> mooncake.store.v1.ExistCodesResponse
-	17, // 74: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
-	18, // 75: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
-	30, // 76: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	30, // 77: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	38, // 78: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
-	42, // 79: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	42, // 80: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
-	44, // 81: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
-	17, // 82: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
-	17, // 83: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 84: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 85: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
-	17, // 86: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
-	36, // 87: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	17, // 88: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
-	48, // 89: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
-	51, // 90: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
-	53, // 91: mooncake.store.v1.Master.GetStorageConfig:output_type -> mooncake.store.v1.GetStorageConfigResponse
-	61, // [61:92] is the sub-list for method output_type
-	30, // [30:61] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	8,  // 7: mooncake.store.v1.ReserveResponse.block:type_name -> mooncake.store.v1.ReplicaDescriptor
+	9,  // 8: mooncake.store.v1.PutCommitRequest.put:type_name -> mooncake.store.v1.PutStartRequest
+	15, // 9: mooncake.store.v1.BatchPutCommitRequest.items:type_name -> mooncake.store.v1.PutCommitRequest
+	9,  // 10: mooncake.store.v1.BatchPutStartRequest.items:type_name -> mooncake.store.v1.PutStartRequest
+	10, // 11: mooncake.store.v1.BatchPutStartResponse.items:type_name -> mooncake.store.v1.PutStartResponse
+	11, // 12: mooncake.store.v1.BatchPutEndRequest.items:type_name -> mooncake.store.v1.PutEndRequest
+	12, // 13: mooncake.store.v1.BatchPutRevokeRequest.items:type_name -> mooncake.store.v1.PutRevokeRequest
+	8,  // 14: mooncake.store.v1.GetReplicaListResponse.replicas:type_name -> mooncake.store.v1.ReplicaDescriptor
+	26, // 15: mooncake.store.v1.BatchGetReplicaListResponse.items:type_name -> mooncake.store.v1.GetReplicaListResponse
+	28, // 16: mooncake.store.v1.BatchExistKeyResponse.items:type_name -> mooncake.store.v1.ExistKeyResponse
+	36, // 17: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	36, // 18: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	3,  // 19: mooncake.store.v1.PingResponse.client_status:type_name -> mooncake.store.v1.ClientStatus
+	50, // 20: mooncake.store.v1.PingResponse.tasks:type_name -> mooncake.store.v1.TaskAssignment
+	44, // 21: mooncake.store.v1.CreateTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	44, // 22: mooncake.store.v1.QueryTaskRequest.id:type_name -> mooncake.store.v1.TaskId
+	44, // 23: mooncake.store.v1.QueryTaskResponse.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 24: mooncake.store.v1.QueryTaskResponse.type:type_name -> mooncake.store.v1.TaskType
+	5,  // 25: mooncake.store.v1.QueryTaskResponse.status:type_name -> mooncake.store.v1.TaskStatus
+	44, // 26: mooncake.store.v1.TaskAssignment.id:type_name -> mooncake.store.v1.TaskId
+	4,  // 27: mooncake.store.v1.TaskAssignment.type:type_name -> mooncake.store.v1.TaskType
+	8,  // 28: mooncake.store.v1.TaskAssignment.source:type_name -> mooncake.store.v1.ReplicaDescriptor
+	8,  // 29: mooncake.store.v1.TaskAssignment.targets:type_name -> mooncake.store.v1.ReplicaDescriptor
+	44, // 30: mooncake.store.v1.MarkTaskCompleteRequest.id:type_name -> mooncake.store.v1.TaskId
+	6,  // 31: mooncake.store.v1.SetSegmentModeRequest.mode:type_name -> mooncake.store.v1.SegmentMode
+	55, // 32: mooncake.store.v1.PlanHandoffResponse.items:type_name -> mooncake.store.v1.HandoffItem
+	9,  // 33: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	11, // 34: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.PutEndRequest
+	12, // 35: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.PutRevokeRequest
+	18, // 36: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	20, // 37: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.BatchPutEndRequest
+	21, // 38: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.BatchPutRevokeRequest
+	13, // 39: mooncake.store.v1.Master.Reserve:input_type -> mooncake.store.v1.ReserveRequest
+	16, // 40: mooncake.store.v1.Master.BatchPutCommit:input_type -> mooncake.store.v1.BatchPutCommitRequest
+	9,  // 41: mooncake.store.v1.Master.UpsertStart:input_type -> mooncake.store.v1.PutStartRequest
+	18, // 42: mooncake.store.v1.Master.BatchUpsertStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	24, // 43: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	25, // 44: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.BatchKeyRequest
+	24, // 45: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	25, // 46: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.BatchKeyRequest
+	25, // 47: mooncake.store.v1.Master.BatchExistCodes:input_type -> mooncake.store.v1.BatchKeyRequest
+	31, // 48: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.RemoveRequest
+	32, // 49: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.BatchRemoveRequest
+	33, // 50: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	34, // 51: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	42, // 52: mooncake.store.v1.Master.BatchReplicaClear:input_type -> mooncake.store.v1.BatchReplicaClearRequest
+	45, // 53: mooncake.store.v1.Master.CreateCopyTask:input_type -> mooncake.store.v1.CreateCopyTaskRequest
+	46, // 54: mooncake.store.v1.Master.CreateMoveTask:input_type -> mooncake.store.v1.CreateMoveTaskRequest
+	48, // 55: mooncake.store.v1.Master.QueryTask:input_type -> mooncake.store.v1.QueryTaskRequest
+	51, // 56: mooncake.store.v1.Master.MarkTaskComplete:input_type -> mooncake.store.v1.MarkTaskCompleteRequest
+	37, // 57: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	38, // 58: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	39, // 59: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	39, // 60: mooncake.store.v1.Master.DrainSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	40, // 61: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	52, // 62: mooncake.store.v1.Master.SetSegmentMode:input_type -> mooncake.store.v1.SetSegmentModeRequest
+	39, // 63: mooncake.store.v1.Master.EvacuateSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	54, // 64: mooncake.store.v1.Master.PlanHandoff:input_type -> mooncake.store.v1.PlanHandoffRequest
+	57, // 65: mooncake.store.v1.Master.GetStorageConfig:input_type -> mooncake.store.v1.GetStorageConfigRequest
+	10, // 66: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResponse
+	22, // 67: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.StatusResponse
+	22, // 68: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.StatusResponse
+	19, // 69: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	23, // 70: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.BatchStatusResponse
+	23, // 71: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.BatchStatusResponse
+	14, // 72: mooncake.store.v1.Master.Reserve:output_type -> mooncake.store.v1.ReserveResponse
+	17, // 73: mooncake.store.v1.Master.BatchPutCommit:output_type -> mooncake.store.v1.BatchPutCommitResponse
+	10, // 74: mooncake.store.v1.Master.UpsertStart:output_type -> mooncake.store.v1.PutStartResponse
+	19, // 75: mooncake.store.v1.Master.BatchUpsertStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	26, // 76: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResponse
+	27, // 77: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	28, // 78: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistKeyResponse
+	29, // 79: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	30, // 80: mooncake.store.v1.Master.BatchExistCodes:output_type -> mooncake.store.v1.ExistCodesResponse
+	22, // 81: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.StatusResponse
+	23, // 82: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.BatchStatusResponse
+	35, // 83: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	35, // 84: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	43, // 85: mooncake.store.v1.Master.BatchReplicaClear:output_type -> mooncake.store.v1.BatchReplicaClearResponse
+	47, // 86: mooncake.store.v1.Master.CreateCopyTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	47, // 87: mooncake.store.v1.Master.CreateMoveTask:output_type -> mooncake.store.v1.CreateTaskResponse
+	49, // 88: mooncake.store.v1.Master.QueryTask:output_type -> mooncake.store.v1.QueryTaskResponse
+	22, // 89: mooncake.store.v1.Master.MarkTaskComplete:output_type -> mooncake.store.v1.StatusResponse
+	22, // 90: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.StatusResponse
+	22, // 91: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.StatusResponse
+	22, // 92: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.StatusResponse
+	22, // 93: mooncake.store.v1.Master.DrainSegment:output_type -> mooncake.store.v1.StatusResponse
+	41, // 94: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	22, // 95: mooncake.store.v1.Master.SetSegmentMode:output_type -> mooncake.store.v1.StatusResponse
+	53, // 96: mooncake.store.v1.Master.EvacuateSegment:output_type -> mooncake.store.v1.EvacuateSegmentResponse
+	56, // 97: mooncake.store.v1.Master.PlanHandoff:output_type -> mooncake.store.v1.PlanHandoffResponse
+	58, // 98: mooncake.store.v1.Master.GetStorageConfig:output_type -> mooncake.store.v1.GetStorageConfigResponse
+	66, // [66:99] is the sub-list for method output_type
+	33, // [33:66] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3714,14 +4044,15 @@ func file_master_proto_init() {
 	}
 	file_master_proto_msgTypes[0].OneofWrappers = []any{}
 	file_master_proto_msgTypes[4].OneofWrappers = []any{}
-	file_master_proto_msgTypes[14].OneofWrappers = []any{}
+	file_master_proto_msgTypes[8].OneofWrappers = []any{}
+	file_master_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   47,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

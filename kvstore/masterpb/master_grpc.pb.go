@@ -34,6 +34,8 @@ const (
 	Master_BatchPutStart_FullMethodName       = "/mooncake.store.v1.Master/BatchPutStart"
 	Master_BatchPutEnd_FullMethodName         = "/mooncake.store.v1.Master/BatchPutEnd"
 	Master_BatchPutRevoke_FullMethodName      = "/mooncake.store.v1.Master/BatchPutRevoke"
+	Master_Reserve_FullMethodName             = "/mooncake.store.v1.Master/Reserve"
+	Master_BatchPutCommit_FullMethodName      = "/mooncake.store.v1.Master/BatchPutCommit"
 	Master_UpsertStart_FullMethodName         = "/mooncake.store.v1.Master/UpsertStart"
 	Master_BatchUpsertStart_FullMethodName    = "/mooncake.store.v1.Master/BatchUpsertStart"
 	Master_GetReplicaList_FullMethodName      = "/mooncake.store.v1.Master/GetReplicaList"
@@ -76,6 +78,11 @@ type MasterClient interface {
 	BatchPutStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
 	BatchPutEnd(ctx context.Context, in *BatchPutEndRequest, opts ...grpc.CallOption) (*BatchStatusResponse, error)
 	BatchPutRevoke(ctx context.Context, in *BatchPutRevokeRequest, opts ...grpc.CallOption) (*BatchStatusResponse, error)
+	// One-round-trip write (docs/store-master.md, "Reserved space"): a
+	// client reserves a block of a segment ahead, writes small objects into
+	// it, and records each with a commit.
+	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error)
+	BatchPutCommit(ctx context.Context, in *BatchPutCommitRequest, opts ...grpc.CallOption) (*BatchPutCommitResponse, error)
 	// Insert or overwrite; finished with PutEnd/PutRevoke.
 	UpsertStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
 	BatchUpsertStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
@@ -184,6 +191,26 @@ func (c *masterClient) BatchPutRevoke(ctx context.Context, in *BatchPutRevokeReq
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BatchStatusResponse)
 	err := c.cc.Invoke(ctx, Master_BatchPutRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReserveResponse)
+	err := c.cc.Invoke(ctx, Master_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchPutCommit(ctx context.Context, in *BatchPutCommitRequest, opts ...grpc.CallOption) (*BatchPutCommitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchPutCommitResponse)
+	err := c.cc.Invoke(ctx, Master_BatchPutCommit_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -455,6 +482,11 @@ type MasterServer interface {
 	BatchPutStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
 	BatchPutEnd(context.Context, *BatchPutEndRequest) (*BatchStatusResponse, error)
 	BatchPutRevoke(context.Context, *BatchPutRevokeRequest) (*BatchStatusResponse, error)
+	// One-round-trip write (docs/store-master.md, "Reserved space"): a
+	// client reserves a block of a segment ahead, writes small objects into
+	// it, and records each with a commit.
+	Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error)
+	BatchPutCommit(context.Context, *BatchPutCommitRequest) (*BatchPutCommitResponse, error)
 	// Insert or overwrite; finished with PutEnd/PutRevoke.
 	UpsertStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
 	BatchUpsertStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
@@ -526,6 +558,12 @@ func (UnimplementedMasterServer) BatchPutEnd(context.Context, *BatchPutEndReques
 }
 func (UnimplementedMasterServer) BatchPutRevoke(context.Context, *BatchPutRevokeRequest) (*BatchStatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method BatchPutRevoke not implemented")
+}
+func (UnimplementedMasterServer) Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedMasterServer) BatchPutCommit(context.Context, *BatchPutCommitRequest) (*BatchPutCommitResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BatchPutCommit not implemented")
 }
 func (UnimplementedMasterServer) UpsertStart(context.Context, *PutStartRequest) (*PutStartResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UpsertStart not implemented")
@@ -727,6 +765,42 @@ func _Master_BatchPutRevoke_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServer).BatchPutRevoke(ctx, req.(*BatchPutRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_Reserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).Reserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_Reserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).Reserve(ctx, req.(*ReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchPutCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchPutCommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchPutCommit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchPutCommit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchPutCommit(ctx, req.(*BatchPutCommitRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1211,6 +1285,14 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BatchPutRevoke",
 			Handler:    _Master_BatchPutRevoke_Handler,
+		},
+		{
+			MethodName: "Reserve",
+			Handler:    _Master_Reserve_Handler,
+		},
+		{
+			MethodName: "BatchPutCommit",
+			Handler:    _Master_BatchPutCommit_Handler,
 		},
 		{
 			MethodName: "UpsertStart",

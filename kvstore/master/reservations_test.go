@@ -1,0 +1,50 @@
+package master
+
+import (
+	"testing"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// TestReserveRefusedWithSharedFS: a master that also writes every object
+// to a shared file system hands out no block (a commit cannot write the
+// file); releasing still works.
+func TestReserveRefusedWithSharedFS(t *testing.T) {
+	st := newTestState(t, func(c *Config) { c.FS.RootDir = "/shared" })
+	mustMount(t, st, "c1", Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 20}, epoch)
+	if _, code := st.Reserve("c1", 4096, nil, epoch); code != kvstore.NotSupported {
+		t.Fatalf("Reserve = %v; want NOT_SUPPORTED", code)
+	}
+	if _, code := st.Reserve("c1", 0, []uint64{1}, epoch); code != kvstore.OK {
+		t.Fatalf("release-only Reserve = %v; want OK", code)
+	}
+}
+
+// TestCommitChargesTheTenant: a commit is admitted against the tenant's
+// quota like a put start; refused, its range goes back to the segment.
+func TestCommitChargesTheTenant(t *testing.T) {
+	st := newTestState(t, func(c *Config) { c.MultiTenant = true })
+	mustMount(t, st, "c1", Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 20}, epoch)
+	if code := st.SetTenantQuota("t", 1000); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	r, code := st.Reserve("c1", 8192, nil, epoch)
+	if code != kvstore.OK {
+		t.Fatal(code)
+	}
+	key := st.cfg.ObjectKey("t", "k")
+	cfg := ReplicateConfig{ReplicaNum: 1}
+	if code, gone := st.PutCommit("c1", key, 800, r.ID, 0, nil, cfg, epoch); code != kvstore.OK || gone {
+		t.Fatalf("first commit = %v gone=%v", code, gone)
+	}
+	before := st.Stats().AllocatedBytes
+	if code, _ := st.PutCommit("c1", st.cfg.ObjectKey("t", "k2"), 800, r.ID, 1024, nil, cfg, epoch); code != kvstore.TenantQuotaExceeded {
+		t.Fatalf("second commit = %v; want TENANT_QUOTA_EXCEEDED", code)
+	}
+	if after := st.Stats().AllocatedBytes; after != before-800 {
+		t.Fatalf("allocated %d -> %d; want the refused commit's 800 bytes freed", before, after)
+	}
+	if _, unused := st.Reserved(); unused != 8192-800-800 {
+		t.Fatalf("unused = %d; want %d", unused, 8192-800-800)
+	}
+}
