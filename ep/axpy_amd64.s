@@ -29,27 +29,26 @@ done:
 	VZEROUPPER
 	RET
 
+// f32ToBF16AVX2's constants, broadcast from memory (see castConst in
+// cast_amd64.s for why not through general registers).
+DATA bf16Const<>+0(SB)/4, $0x7fff
+DATA bf16Const<>+4(SB)/4, $1
+DATA bf16Const<>+8(SB)/4, $0x7fffffff
+DATA bf16Const<>+12(SB)/4, $0x7f800000
+DATA bf16Const<>+16(SB)/4, $0x40
+GLOBL bf16Const<>(SB), RODATA|NOPTR, $20
+
 // func f32ToBF16AVX2(dst *uint16, src *float32, n int)
 // Rounds to nearest even; NaN stays NaN (quiet bit set). n multiple of 8.
 TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0x7fff, AX
-	MOVQ AX, X8
-	VPBROADCASTD X8, Y8      // 0x7fff
-	MOVL $1, AX
-	MOVQ AX, X9
-	VPBROADCASTD X9, Y9      // 1
-	MOVL $0x7fffffff, AX
-	MOVQ AX, X10
-	VPBROADCASTD X10, Y10    // abs mask
-	MOVL $0x7f800000, AX
-	MOVQ AX, X11
-	VPBROADCASTD X11, Y11    // inf
-	MOVL $0x40, AX
-	MOVQ AX, X12
-	VPBROADCASTD X12, Y12    // quiet bit (after the shift)
+	VPBROADCASTD bf16Const<>+0(SB), Y8  // 0x7fff
+	VPBROADCASTD bf16Const<>+4(SB), Y9  // 1
+	VPBROADCASTD bf16Const<>+8(SB), Y10 // abs mask
+	VPBROADCASTD bf16Const<>+12(SB), Y11 // inf
+	VPBROADCASTD bf16Const<>+16(SB), Y12 // quiet bit (after the shift)
 
 cloop:
 	CMPQ CX, $8

@@ -12,3 +12,7 @@ func toBF16(dst []uint16, src []float32) {
 		dst[i] = half.F32ToBF16(v)
 	}
 }
+
+func maxAbsBF16(x []uint16) uint16 { return maxAbsBF16Go(x) }
+
+func castE4M3(out []byte, x []uint16, scale float32) { castE4M3Go(out, x, scale) }

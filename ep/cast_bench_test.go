@@ -19,3 +19,32 @@ func BenchmarkCastFP8Token(b *testing.B) {
 		castFP8Token(x, p, s)
 	}
 }
+
+func BenchmarkCastE4M3(b *testing.B) {
+	x := make([]uint16, 128)
+	for i := range x {
+		x[i] = half.F32ToBF16(float32(i%97) - 40)
+	}
+	out := make([]byte, len(x))
+	b.SetBytes(int64(2 * len(x)))
+	b.Run("avx2", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			castE4M3(out, x, 3.5)
+		}
+	})
+	b.Run("go", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			castE4M3Go(out, x, 3.5)
+		}
+	})
+	b.Run("maxabs", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			maxAbsBF16(x)
+		}
+	})
+	b.Run("maxabs-go", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			maxAbsBF16Go(x)
+		}
+	})
+}

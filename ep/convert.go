@@ -57,34 +57,41 @@ func castFP8Token(x []uint16, payload []byte, scales []float32) {
 	const invMax = float32(1.0 / fp8Max)
 	for g := range scales {
 		grp := x[g*ChannelsPerScale : (g+1)*ChannelsPerScale]
-		// max |x| on the bits: for non-NaN bf16, magnitude order is
-		// integer order (NaN is ignored, as fmaxf does).
-		var mx uint16
-		for _, b := range grp {
-			if m := b & 0x7fff; m > mx && m <= 0x7f80 {
-				mx = m
-			}
-		}
-		amax := max(half.BF16ToF32(mx), 1e-4)
-		scale := float32(fp8Max) / amax
-		out := payload[g*ChannelsPerScale : (g+1)*ChannelsPerScale]
-		out = out[:len(grp)]
-		for i, b := range grp {
-			// f32ToE4M3, with its common case (normal results) inlined.
-			u := math.Float32bits(half.BF16ToF32(b) * scale)
-			a := u & 0x7fffffff
-			var c uint32
-			if a-0x3c800000 < 0x43e00000-0x3c800000 {
-				c = a - (120 << 23)
-				c = (c + 0x7ffff + (c>>20)&1) >> 20
-				if c > 0x7e {
-					c = 0x7e
-				}
-			} else {
-				c = uint32(f32ToE4M3(math.Float32frombits(a)))
-			}
-			out[i] = uint8(c) | uint8(u>>24)&0x80
-		}
+		amax := max(half.BF16ToF32(maxAbsBF16(grp)), 1e-4)
+		castE4M3(payload[g*ChannelsPerScale:(g+1)*ChannelsPerScale], grp, float32(fp8Max)/amax)
 		scales[g] = amax * invMax
+	}
+}
+
+// maxAbsBF16Go is maxAbsBF16 in Go: for non-NaN bf16, magnitude order is
+// integer order on the bits (NaN is ignored, as fmaxf does).
+func maxAbsBF16Go(x []uint16) uint16 {
+	var mx uint16
+	for _, b := range x {
+		if m := b & 0x7fff; m > mx && m <= 0x7f80 {
+			mx = m
+		}
+	}
+	return mx
+}
+
+// castE4M3Go is castE4M3 in Go: f32ToE4M3 with its common case (normal
+// results) inlined.
+func castE4M3Go(out []byte, x []uint16, scale float32) {
+	out = out[:len(x)]
+	for i, b := range x {
+		u := math.Float32bits(half.BF16ToF32(b) * scale)
+		a := u & 0x7fffffff
+		var c uint32
+		if a-0x3c800000 < 0x43e00000-0x3c800000 {
+			c = a - (120 << 23)
+			c = (c + 0x7ffff + (c>>20)&1) >> 20
+			if c > 0x7e {
+				c = 0x7e
+			}
+		} else {
+			c = uint32(f32ToE4M3(math.Float32frombits(a)))
+		}
+		out[i] = uint8(c) | uint8(u>>24)&0x80
 	}
 }
