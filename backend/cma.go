@@ -31,10 +31,10 @@ import (
 // a direct view of its buffer (another host, or MC_FORCE_TCP), another
 // uid, and a failed or mismatching probe read.
 
-// cmaMinBytes is the smallest block an all_gather reads, and the smallest
-// all_to_all block a rank reads, with CMA; smaller blocks travel in the
-// message itself (a read costs a system call and the sender's wait for the
-// reader's acknowledgement).
+// cmaMinBytes is the smallest all_to_all block a rank reads with CMA (and
+// the smallest block allGatherCMA reads; chooseAllGather calls it for far
+// larger ones); smaller blocks travel in the message itself (a read costs a
+// system call and the sender's wait for the reader's acknowledgement).
 const cmaMinBytes = 32 << 10
 
 // cmaState is the group's agreement about CMA; owned by the collective FIFO.

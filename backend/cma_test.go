@@ -206,10 +206,20 @@ func TestCMAOffByEnvironment(t *testing.T) {
 	ranks(t, 3, testSlot, fallbackOps)
 }
 
+// forceAllGather makes every all_gather of the test use algorithm (as
+// MC_PG_ALLGATHER_ALGO does): a group of four reads with CMA only when
+// forced.
+func forceAllGather(t *testing.T, algorithm string) {
+	old := forcedAllGather
+	forcedAllGather = algorithm
+	t.Cleanup(func() { forcedAllGather = old })
+}
+
 // A read of a peer's buffer that fails (the peer's process gone: ESRCH)
 // is that peer's failure: the op completes on the other ranks marking it
 // failed, and they go on without it.
 func TestCMAFailedReadFailsThePeer(t *testing.T) {
+	forceAllGather(t, "cma")
 	real := cmaRead
 	defer func() { cmaRead = real }()
 	var failing atomic.Bool
@@ -239,6 +249,7 @@ func TestCMAFailedReadFailsThePeer(t *testing.T) {
 // marks it failed (or, when it finished first, succeeds with right
 // blocks), and they go on without it.
 func TestDeathDuringCMAAllGather(t *testing.T) {
+	forceAllGather(t, "cma")
 	const nb = 4 << 20
 	died := make(chan struct{})
 	deathScenario(t, 4, 2, 64<<10, func(g *Group) {

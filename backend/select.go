@@ -95,8 +95,9 @@ func chooseBroadcast(g *Group, nbytes int) broadcastFn {
 
 type allGatherFn func(g *Group, in, out []byte) error
 
-// forcedAllGather (MC_PG_ALLGATHER_ALGO=direct|pull) overrides the choice,
-// for benchmarking the algorithms against each other.
+// forcedAllGather (MC_PG_ALLGATHER_ALGO=direct|pull|cma) overrides the
+// choice, for benchmarking the algorithms against each other (cma: every
+// size reads with CMA where the group does).
 var forcedAllGather = envvars.PGAllGatherAlgo.Value()
 
 // pullMinBytes is the smallest block (bytes per rank) an all_gather, and
@@ -106,18 +107,31 @@ var forcedAllGather = envvars.PGAllGatherAlgo.Value()
 // 2 cores: 16 KiB blocks were faster pushed, 64 KiB ones pulled).
 const pullMinBytes = 32 << 10
 
-// chooseAllGather: blocks of cmaMinBytes or more are read from the peers
-// with CMA where the group does (allgather_cma.go). Otherwise, with two
-// ranks pushing and pulling copy the same bytes; from three on, blocks of
-// nb >= pullMinBytes bytes are pulled.
+// cmaAllGatherMin is the smallest block a two-rank all_gather reads from
+// its peer with CMA. Reading saves a copy but adds a round trip (the
+// reader's acknowledgement) that pushing does not wait for. Measured with
+// coll_mpi_bench.py, three launches each way interleaved (2026-12-06,
+// benchmarks/RESULTS.md): between two ranks pushing was 1.2-1.5x faster
+// for blocks up to 2 MiB, reading 1.06-1.2x faster from 8 MiB; among four
+// ranks pulling (allgather_pull.go) beat reading at every size, by 1.5-2x
+// from 1 MiB blocks, so groups of three or more do not read all_gather
+// blocks with CMA.
+const cmaAllGatherMin = 4 << 20
+
+// chooseAllGather: between two ranks, blocks of cmaAllGatherMin or more
+// are read from the peer with CMA where the group does (allgather_cma.go).
+// Otherwise, with two ranks pushing and pulling copy the same bytes; from
+// three on, blocks of nb >= pullMinBytes bytes are pulled.
 func chooseAllGather(g *Group, nb int) allGatherFn {
 	switch forcedAllGather {
 	case "direct":
 		return allGatherDirect
 	case "pull":
 		return allGatherPull
+	case "cma":
+		return allGatherCMA
 	}
-	if len(g.act) > 1 && nb >= cmaMinBytes {
+	if len(g.act) == 2 && nb >= cmaAllGatherMin {
 		return allGatherCMA // or, where the group does not use CMA, copyingAllGather
 	}
 	return copyingAllGather(g, nb)

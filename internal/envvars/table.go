@@ -71,7 +71,7 @@ var (
 		ReadBy: "backend", Doc: "largest all_reduce done in one direct step, bytes"}
 	PGAllReduceAlgo = &Var{Name: "MC_PG_ALLREDUCE_ALGO", Kind: Enum, Values: []string{"direct", "directpull", "rsag", "rspull"}, Default: "chosen by size",
 		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
-	PGAllGatherAlgo = &Var{Name: "MC_PG_ALLGATHER_ALGO", Kind: Enum, Values: []string{"direct", "pull"}, Default: "chosen by group size",
+	PGAllGatherAlgo = &Var{Name: "MC_PG_ALLGATHER_ALGO", Kind: Enum, Values: []string{"direct", "pull", "cma"}, Default: "chosen by group size",
 		ReadBy: "backend", Doc: "force one all_gather algorithm (benchmarking)"}
 	PGCMA = &Var{Name: "MC_PG_CMA", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
 		ReadBy: "backend", Doc: "0: never read same-host peers' buffers with process_vm_readv (all_gather, all_to_all copy through the group buffers)"}
