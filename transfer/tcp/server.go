@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/internal/pollread"
 	"github.com/mooncake-go/mooncake/transfer/internal/conns"
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
@@ -41,11 +42,12 @@ func (s *Server) serveConn(conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	r := bufio.NewReaderSize(conn, frameReadBuffer)
+	rw := pollread.NewRawIO(conn)
+	p := &servedConn{conn: conn, w: rw, r: bufio.NewReaderSize(rw, frameReadBuffer)}
 	var hb [tcpHeaderSize]byte
 	for {
 		conn.SetReadDeadline(time.Time{}) // idle between requests
-		if _, err := io.ReadFull(r, hb[:]); err != nil {
+		if _, err := io.ReadFull(p.r, hb[:]); err != nil {
 			return
 		}
 		h, err := decodeTCPHeader(hb[:])
@@ -54,42 +56,57 @@ func (s *Server) serveConn(conn net.Conn) {
 			return
 		}
 		conn.SetDeadline(time.Now().Add(s.timeout))
-		if !s.serveRequest(conn, r, h) {
+		if !s.serveRequest(p, h) {
 			return
 		}
 	}
 }
 
+// servedConn is one accepted connection. Its socket is read and written with
+// raw system calls (internal/pollread: no Go syscall bookkeeping, which
+// woke the runtime's monitor thread on a target serving one small request
+// at a time); conn stays for deadlines and logging.
+type servedConn struct {
+	conn net.Conn
+	w    io.Writer
+	r    *bufio.Reader
+	out  []byte // a small READ's reply: status and bytes, sent in one write
+}
+
+// inlineReadMax is the largest READ whose reply is copied behind its
+// status and sent in one write, so that the initiator wakes once; larger
+// ones are sent as two writes, straight from the exposed memory.
+const inlineReadMax = 16 << 10
+
 // serveRequest runs one request; false means the connection must close.
-func (s *Server) serveRequest(conn net.Conn, r io.Reader, h tcpHeader) bool {
+func (s *Server) serveRequest(p *servedConn, h tcpHeader) bool {
 	reg := s.memory.AcquireExposed(uintptr(h.addr), h.size)
 	if reg == nil {
-		return s.reject(conn, r, h)
+		return s.reject(p, h)
 	}
 	defer reg.Release()
 	at := reg.Placement()
 	if h.opcode == transport.OpWrite {
-		if err := s.receive(r, at, h); err != nil {
-			slog.Debug("tcp: write", "peer", conn.RemoteAddr(), "err", err)
+		if err := s.receive(p.r, at, h); err != nil {
+			slog.Debug("tcp: write", "peer", p.conn.RemoteAddr(), "err", err)
 			return false
 		}
-		return !h.v2 || writeStatus(conn, statusOK)
+		return !h.v2 || writeStatus(p.w, statusOK)
 	}
-	if h.v2 && !at.Device {
-		// The status and the bytes in one write: the initiator wakes once.
+	if h.v2 && !at.Device && h.size <= inlineReadMax {
 		st := encodeStatus(statusOK)
-		bufs := net.Buffers{st[:], gpu.HostBytes(uintptr(h.addr), h.size)}
-		if _, err := bufs.WriteTo(conn); err != nil {
-			slog.Debug("tcp: read", "peer", conn.RemoteAddr(), "err", err)
+		p.out = append(append(p.out[:0], st[:]...), gpu.HostBytes(uintptr(h.addr), h.size)...)
+		if _, err := p.w.Write(p.out); err != nil {
+			slog.Debug("tcp: read", "peer", p.conn.RemoteAddr(), "err", err)
 			return false
 		}
 		return true
 	}
-	if h.v2 && !writeStatus(conn, statusOK) {
+	if h.v2 && !writeStatus(p.w, statusOK) {
 		return false
 	}
-	if err := s.send(conn, at, h); err != nil {
-		slog.Debug("tcp: read", "peer", conn.RemoteAddr(), "err", err)
+	if err := s.send(p.w, at, h); err != nil {
+		slog.Debug("tcp: read", "peer", p.conn.RemoteAddr(), "err", err)
 		return false
 	}
 	return true
@@ -107,17 +124,17 @@ func (s *Server) receive(r io.Reader, at transport.Placement, h tcpHeader) error
 
 // send writes a READ's bytes from the exposed region at; device memory
 // is sent through pinned host chunks.
-func (s *Server) send(conn net.Conn, at transport.Placement, h tcpHeader) error {
+func (s *Server) send(w io.Writer, at transport.Placement, h tcpHeader) error {
 	if at.Device {
-		return s.mem.SendDevice(conn, uintptr(h.addr), h.size, at.Ordinal)
+		return s.mem.SendDevice(w, uintptr(h.addr), h.size, at.Ordinal)
 	}
-	_, err := conn.Write(gpu.HostBytes(uintptr(h.addr), h.size))
+	_, err := w.Write(gpu.HostBytes(uintptr(h.addr), h.size))
 	return err
 }
 
-func writeStatus(conn net.Conn, code uint32) bool {
+func writeStatus(w io.Writer, code uint32) bool {
 	st := encodeStatus(code)
-	_, err := conn.Write(st[:])
+	_, err := w.Write(st[:])
 	return err == nil
 }
 
@@ -125,18 +142,18 @@ func writeStatus(conn net.Conn, code uint32) bool {
 // to keep the connection usable; larger ones close it.
 const maxDrain = SliceSize
 
-func (s *Server) reject(conn net.Conn, r io.Reader, h tcpHeader) bool {
-	slog.Debug("tcp: request outside registered memory", "peer", conn.RemoteAddr(), "op", h.opcode, "addr", h.addr, "size", h.size)
+func (s *Server) reject(p *servedConn, h tcpHeader) bool {
+	slog.Debug("tcp: request outside registered memory", "peer", p.conn.RemoteAddr(), "op", h.opcode, "addr", h.addr, "size", h.size)
 	keep := true
 	if h.opcode == transport.OpWrite {
 		if h.size > maxDrain {
 			keep = false
-		} else if _, err := io.CopyN(io.Discard, r, int64(h.size)); err != nil {
+		} else if _, err := io.CopyN(io.Discard, p.r, int64(h.size)); err != nil {
 			return false
 		}
 	}
 	if !h.v2 {
 		return false // v1 learns of a rejection by the connection closing
 	}
-	return writeStatus(conn, statusRejected) && keep
+	return writeStatus(p.w, statusRejected) && keep
 }
