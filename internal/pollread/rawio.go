@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -80,14 +79,14 @@ func rawRead(fd uintptr, p []byte) (int, error) {
 		return 0, nil
 	}
 	for {
-		n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		n, errno := sysRead(fd, p)
 		if errno == unix.EINTR {
 			continue
 		}
 		if errno != 0 {
 			return 0, errno
 		}
-		return int(n), nil
+		return n, nil
 	}
 }
 
@@ -96,13 +95,13 @@ func rawRead(fd uintptr, p []byte) (int, error) {
 // bookkeeping; EINTR is retried. Only for non-blocking sockets.
 func rawWrite(fd uintptr, p []byte) (int, error) {
 	for {
-		n, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
+		n, errno := sysSend(fd, p)
 		if errno == unix.EINTR {
 			continue
 		}
 		if errno != 0 {
 			return 0, errno
 		}
-		return int(n), nil
+		return n, nil
 	}
 }
