@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"sync"
+	"time"
 
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,6 +26,9 @@ const (
 	// blockSize is what the client asks for at a time: 256 objects of
 	// 4 KiB between two Reserve calls.
 	blockSize = 1 << 20
+	// reserveBackoff is how long puts go two-phase after a Reserve failed
+	// (no room in the pool, the master unreachable).
+	reserveBackoff = time.Second
 )
 
 // reserver hands out the space of the client's blocks. It is safe for
@@ -42,6 +46,8 @@ type reserver struct {
 	// reserving is set while one put asks for a new block; the others
 	// take the two-phase path meanwhile instead of waiting.
 	reserving bool
+	// retryAt: after a Reserve that failed, none is sent before it.
+	retryAt time.Time
 }
 
 // block is one reservation.
@@ -94,7 +100,7 @@ func (r *reserver) take(c *Client, sizes []uint64) (slots []slot, ok bool) {
 		return nil, false
 	}
 	if r.cur == nil || r.cur.gone || r.cur.desc.GetSize()-r.cur.next < need {
-		if r.reserving {
+		if r.reserving || time.Now().Before(r.retryAt) {
 			r.mu.Unlock()
 			return nil, false
 		}
@@ -109,6 +115,12 @@ func (r *reserver) take(c *Client, sizes []uint64) (slots []slot, ok bool) {
 			if errors.Is(err, errNoBlocks) {
 				r.off = true
 			}
+			// Released or not, the ids go with the next call (the master
+			// ignores ids it does not hold); no block is asked for until
+			// reserveBackoff has passed, so that a full pool does not add
+			// a round trip to every put.
+			r.release = append(r.release, release...)
+			r.retryAt = time.Now().Add(reserveBackoff)
 			r.mu.Unlock()
 			return nil, false
 		}

@@ -236,3 +236,25 @@ func TestCloseReleasesBlocks(t *testing.T) {
 	}
 	mustReadBack(t, storage, "k", src)
 }
+
+// TestReserveBackoff: when the master has no room for a block (a pool
+// smaller than one), puts go two-phase, and no block is asked for again
+// until the back-off has passed, so a full pool does not cost every put
+// an extra round trip.
+func TestReserveBackoff(t *testing.T) {
+	svc := startMasterService(t, nil)
+	c := newClient(t, svc.RPCAddr(), "http://"+svc.MetadataAddr()+"/metadata", 512<<10, 4<<20)
+	src := fillPattern(buf(t, 4096), 1)
+	for i := range 10 {
+		if err := c.Put(fmt.Sprint("k", i), part(src), DefaultReplicateConfig(), PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := svc.Server.Stats()
+	if st.Requests["reserve"] != 1 || st.Failures["reserve"] != 1 || st.Requests["put_start"] != 10 {
+		t.Fatalf("requests %v failures %v; want one failed reserve and 10 put starts", st.Requests, st.Failures)
+	}
+	for i := range 10 {
+		mustReadBack(t, c, fmt.Sprint("k", i), src)
+	}
+}
