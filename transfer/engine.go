@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -68,6 +69,9 @@ type Engine struct {
 	notifyMu  sync.Mutex
 	notifies  []Notify
 	publishMu sync.Mutex // serialises descriptor publication
+	// nameTaken: the metadata server refused this engine's name (another
+	// engine holds it), so closing must not withdraw that engine's keys.
+	nameTaken bool
 }
 
 // New starts an engine: it opens the listeners, connects the metadata
@@ -140,6 +144,7 @@ func New(cfg Config) (*Engine, error) {
 	go e.rpcSrv.Serve()
 	go e.tcpSrv.Serve()
 	if err := e.publish(); err != nil {
+		e.nameTaken = errors.Is(err, metadata.ErrNameTaken)
 		e.Close()
 		return nil, err
 	}
@@ -249,7 +254,9 @@ func (e *Engine) release() {
 	for _, s := range segs {
 		s.close() // cancels queued slices and cuts those in flight
 	}
-	e.dir.Withdraw(e.name)
+	if !e.nameTaken {
+		e.dir.Withdraw(e.name)
+	}
 	e.dir.Close()
 	e.bumpVersion()
 	for _, r := range e.reg.snapshot() {

@@ -25,6 +25,7 @@ import (
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/hugepage"
+	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
 // Health values, as upstream's health_check returns them.
@@ -91,7 +92,6 @@ func New(cfg Config) (*Client, error) {
 	if _, err := InitTracing(TraceSettingsFromEnv()); err != nil {
 		return nil, err
 	}
-	c.trace = newTracer(c.id, c.hostname, cfg.Fleet.Namespace)
 	// Upstream answers an unusable protocol with -1 (INTERNAL_ERROR).
 	if _, _, err := transfer.ResolveProtocol(cfg.Protocol, cfg.DeviceName); err != nil {
 		return nil, fmt.Errorf("%w: %v", kvstore.InternalError, err)
@@ -99,13 +99,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Engine != nil {
 		c.engine = cfg.Engine
 	} else {
-		c.engine, err = transfer.New(transfer.Config{LocalHostname: c.hostname, MetadataServer: cfg.MetadataServer,
-			Protocol: cfg.Protocol, DeviceName: cfg.DeviceName})
-		if err != nil {
+		if c.engine, err = c.startEngine(cfg); err != nil {
 			return nil, fmt.Errorf("%w: transfer engine: %w", kvstore.InvalidParams, err)
 		}
 		c.ownsTE = true
 	}
+	c.trace = newTracer(c.id, c.hostname, cfg.Fleet.Namespace)
 	if err := c.setup(cfg); err != nil {
 		c.Close()
 		return nil, err
@@ -327,6 +326,33 @@ func hostID() string {
 	return "unknown"
 }
 
+// startEngine starts the client's own Transfer Engine as c.hostname. A
+// port effectiveHostname picked is only free, not held: another client of
+// the same metadata server may have registered the same name (and let the
+// port go), which the HTTP metadata server refuses. Such a name is picked
+// again, up to nameRetries times.
+func (c *Client) startEngine(cfg Config) (*transfer.Engine, error) {
+	_, _, noPort := net.SplitHostPort(cfg.LocalHostname)
+	picked := noPort != nil // the port is effectiveHostname's to pick again
+	for attempt := 0; ; attempt++ {
+		e, err := transfer.New(transfer.Config{LocalHostname: c.hostname, MetadataServer: cfg.MetadataServer,
+			Protocol: cfg.Protocol, DeviceName: cfg.DeviceName})
+		if err == nil || !picked || attempt == nameRetries || !errors.Is(err, metadata.ErrNameTaken) {
+			return e, err
+		}
+		slog.Info("store client: segment name taken, picking another port", "name", c.hostname)
+		if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// nameRetries is how many other ports startEngine tries.
+const nameRetries = 5
+
+// pickPort draws a port in [lo, hi] (a variable for tests).
+var pickPort = func(lo, hi int) int { return lo + mrand.IntN(hi-lo+1) }
+
 // effectiveHostname adds a free port in [MC_STORE_CLIENT_MIN_PORT,
 // MC_STORE_CLIENT_MAX_PORT] to a hostname given without one.
 func effectiveHostname(h string) (string, error) {
@@ -337,7 +363,7 @@ func effectiveHostname(h string) (string, error) {
 	hi := max(envvars.StoreClientMaxPort.Int(14300), lo)
 	tries := envvars.StoreClientSetupRetries.Int(20)
 	for range max(tries, 1) {
-		port := strconv.Itoa(lo + mrand.IntN(hi-lo+1))
+		port := strconv.Itoa(pickPort(lo, hi))
 		if ln, err := net.Listen("tcp", net.JoinHostPort(h, port)); err == nil {
 			ln.Close()
 			return net.JoinHostPort(h, port), nil

@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"errors"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -271,4 +273,33 @@ func TestNullAddressIsInvalid(t *testing.T) {
 	if r := c.GetRanges([]Range{{Key: "n", Dst: 0, Size: 10}}); !errors.Is(r[0].Err, kvstore.InvalidParams) {
 		t.Fatalf("ranged read into NULL: %+v", r[0])
 	}
+}
+
+// TestTakenNamePicksAnotherPort: a port effectiveHostname found free may
+// be the name another client registered (and let go); the client picks
+// another one instead of failing setup.
+func TestTakenNamePicksAnotherPort(t *testing.T) {
+	rpc, meta := startMaster(t, nil)
+	first := newClient(t, rpc, meta, 16<<20, 4<<20)
+	_, taken, _ := net.SplitHostPort(first.hostname)
+	port, _ := strconv.Atoi(taken)
+	old := pickPort
+	t.Cleanup(func() { pickPort = old })
+	draws := []int{port, port, port + 1}
+	pickPort = func(lo, hi int) int {
+		p := draws[0]
+		if len(draws) > 1 {
+			draws = draws[1:]
+		}
+		return p
+	}
+	second := newClient(t, rpc, meta, 16<<20, 4<<20)
+	if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(port+1)); second.hostname != want {
+		t.Fatalf("second client is %s; want %s", second.hostname, want)
+	}
+	src := fillPattern(buf(t, 4096), 1)
+	if err := second.Put("k", part(src), DefaultReplicateConfig(), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mustReadBack(t, first, "k", src)
 }

@@ -3,6 +3,7 @@ package metadata
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -101,11 +102,20 @@ func (s *HTTPStore) Put(ctx context.Context, key string, value []byte) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return statusError(http.MethodPut, s.keyURL(key), resp)
+		e := statusError(http.MethodPut, s.keyURL(key), resp)
+		if resp.StatusCode == http.StatusBadRequest && strings.Contains(e.Msg, "Duplicate rpc_meta key") {
+			e.Err = ErrNameTaken
+		}
+		return e
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return nil
 }
+
+// ErrNameTaken is a Put of an rpc_meta key that the HTTP metadata server
+// refused because it holds another engine's address: the segment name is
+// in use by another engine.
+var ErrNameTaken = errors.New("metadata: the segment name is registered by another engine")
 
 // Delete removes key. A key the server does not have (404) is not an error.
 func (s *HTTPStore) Delete(ctx context.Context, key string) error {

@@ -118,7 +118,7 @@ func TestHTTPStoreRPCMetaOverwriteRefused(t *testing.T) {
 		t.Fatal("Put of a different rpc_meta value succeeded")
 	}
 	if errcode.Of(err) != errcode.Metadata || !strings.Contains(err.Error(), "400") ||
-		!strings.Contains(err.Error(), "Duplicate rpc_meta key not allowed") {
+		!strings.Contains(err.Error(), "Duplicate rpc_meta key not allowed") || !errors.Is(err, ErrNameTaken) {
 		t.Fatalf("refusal error = %v; want code %d with status and body", err, errcode.Metadata)
 	}
 	if got, _ := s.Get(ctx, key); string(got) != `{"rpc_port":1}` {
