@@ -74,11 +74,6 @@ func (s slot) replica(size uint64) *pb.ReplicaDescriptor {
 	}
 }
 
-// alignUp rounds n up to the master's allocation granularity.
-func alignUp(n uint64) uint64 {
-	return (n + master.Alignment - 1) / master.Alignment * master.Alignment
-}
-
 // take returns one slot per size from the current block, asking the
 // master for a new block when it is full (gen is the master connection's
 // generation: blocks of an earlier connection are forgotten). ok is false
@@ -87,7 +82,7 @@ func alignUp(n uint64) uint64 {
 func (r *reserver) take(c *Client, sizes []uint64) (slots []slot, ok bool) {
 	need := uint64(0)
 	for _, n := range sizes {
-		need += alignUp(n)
+		need += master.AlignUp(n)
 	}
 	gen := c.master.gen.Load()
 	r.mu.Lock()
@@ -99,7 +94,7 @@ func (r *reserver) take(c *Client, sizes []uint64) (slots []slot, ok bool) {
 		r.mu.Unlock()
 		return nil, false
 	}
-	if r.cur == nil || r.cur.gone || r.cur.desc.GetSize()-r.cur.next < need {
+	if r.cur == nil || r.cur.desc.GetSize()-r.cur.next < need {
 		if r.reserving || time.Now().Before(r.retryAt) {
 			r.mu.Unlock()
 			return nil, false
@@ -134,7 +129,7 @@ func (r *reserver) take(c *Client, sizes []uint64) (slots []slot, ok bool) {
 	b := r.cur
 	for _, n := range sizes {
 		slots = append(slots, slot{b, b.next})
-		b.next += alignUp(n)
+		b.next += master.AlignUp(n)
 	}
 	b.inflight += len(sizes)
 	r.mu.Unlock()
@@ -219,8 +214,9 @@ func (r *reserver) releaseAll(c *Client) {
 	}
 }
 
-// errNoBlocks is a master that will not hand out blocks at all: an older
-// one (Unimplemented) or one with a shared-file-system tier.
+// errNoBlocks is a master that will not hand out blocks to this client at
+// all: an older one (Unimplemented), one with a shared-file-system tier,
+// or a tenant with a quota.
 var errNoBlocks = errors.New("the master hands out no reserved space")
 
 // reserve asks the master for a block of size bytes (0: only release).

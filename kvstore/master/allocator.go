@@ -40,8 +40,8 @@ func NewAllocator(size uint64) *Allocator {
 	return a
 }
 
-// alignUp rounds n up to a multiple of Alignment (0 stays 0).
-func alignUp(n uint64) uint64 {
+// AlignUp rounds n up to a multiple of Alignment (0 stays 0).
+func AlignUp(n uint64) uint64 {
 	return (n + Alignment - 1) / Alignment * Alignment
 }
 
@@ -52,7 +52,7 @@ func (a *Allocator) Allocate(n uint64) (off uint64, ok bool) {
 	if n == 0 || n > a.size {
 		return 0, false
 	}
-	need := alignUp(n)
+	need := AlignUp(n)
 	for i := range a.free {
 		e := &a.free[i]
 		if e.len < need {

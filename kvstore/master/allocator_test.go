@@ -111,20 +111,20 @@ func TestAllocatorRandomised(t *testing.T) {
 			n := uint64(rng.Intn(200) + 1)
 			off, ok := a.Allocate(n)
 			if !ok {
-				if a.LargestFree() >= alignUp(n) {
+				if a.LargestFree() >= AlignUp(n) {
 					t.Fatalf("allocation of %d failed with a %d-byte hole", n, a.LargestFree())
 				}
 				continue
 			}
 			for o, l := range live {
-				if off < o+l && o < off+alignUp(n) {
+				if off < o+l && o < off+AlignUp(n) {
 					t.Fatalf("overlap: [%d,+%d) and [%d,+%d)", off, n, o, l)
 				}
 			}
-			if off+alignUp(n) > a.Size() || off%Alignment != 0 {
+			if off+AlignUp(n) > a.Size() || off%Alignment != 0 {
 				t.Fatalf("bad placement %d+%d", off, n)
 			}
-			live[off] = alignUp(n)
+			live[off] = AlignUp(n)
 		} else {
 			for o := range live {
 				a.Free(o)

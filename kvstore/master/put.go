@@ -57,21 +57,33 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 	if code != kvstore.OK {
 		return nil, code
 	}
-	if o, ok := s.objects[key]; ok {
-		if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
-			return nil, kvstore.ObjectAlreadyExists
-		}
-		// Preempt the stale write: its writer may still be writing into
-		// the buffers, so they are quarantined, not freed.
-		s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
-		delete(s.objects, key)
-		s.charge(o)
-		s.m.preempted++
+	if code := s.claimKey(key, now); code != kvstore.OK {
+		return nil, code
 	}
 	if code := s.admitWrite(key, size, cfg.ReplicaNum, 0); code != kvstore.OK {
 		return nil, code
 	}
 	return s.create(clientID, key, size, cfg, pinTTL, cfg.HardPin, now)
+}
+
+// claimKey readies key for a new object (a put, not an upsert): it is
+// OBJECT_ALREADY_EXISTS while the key has a readable replica, a disk copy
+// or a write younger than PutStartDiscardTimeout; an older open write is
+// preempted, its buffers quarantined (its writer may still be writing into
+// them).
+func (s *State) claimKey(key string, now time.Time) kvstore.ErrorCode {
+	o, ok := s.objects[key]
+	if !ok {
+		return kvstore.OK
+	}
+	if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
+		return kvstore.ObjectAlreadyExists
+	}
+	s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
+	delete(s.objects, key)
+	s.charge(o)
+	s.m.preempted++
+	return kvstore.OK
 }
 
 // create allocates and records a new object with an open write.

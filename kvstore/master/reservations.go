@@ -43,17 +43,20 @@ type Reservation struct {
 // Reserve releases the blocks in release (clientID's; the client has no
 // write in flight in them) and, when size > 0, reserves a block of size
 // bytes (capped at MaxReservationBytes) in one ACTIVE segment chosen as a
-// default put's replica would be. It counts as a heartbeat. Errors:
-// INVALID_PARAMS (no client id), NOT_SUPPORTED (the master stores objects
-// on a shared file system too, which a commit cannot write),
-// NO_AVAILABLE_HANDLE (the client holds MaxReservationsPerClient blocks,
-// or no segment has the room, which triggers eviction).
-func (s *State) Reserve(clientID string, size uint64, release []uint64, now time.Time) (Reservation, kvstore.ErrorCode) {
-	r, code := s.reserve(clientID, size, release, now)
+// default put's replica would be, for a caller working in tenant. It
+// counts as a heartbeat. Errors: INVALID_PARAMS (no client id),
+// NOT_SUPPORTED (the master stores objects on a shared file system too,
+// which a commit cannot write, or the tenant has a quota: a block's unused
+// bytes are charged to nobody, so they would escape it),
+// TENANT_NOT_REGISTERED, NO_AVAILABLE_HANDLE (the client holds
+// MaxReservationsPerClient blocks, or no segment has the room, which
+// triggers eviction).
+func (s *State) Reserve(clientID, tenant string, size uint64, release []uint64, now time.Time) (Reservation, kvstore.ErrorCode) {
+	r, code := s.reserve(clientID, tenant, size, release, now)
 	return r, s.m.result("reserve", code)
 }
 
-func (s *State) reserve(clientID string, size uint64, release []uint64, now time.Time) (Reservation, kvstore.ErrorCode) {
+func (s *State) reserve(clientID, tenant string, size uint64, release []uint64, now time.Time) (Reservation, kvstore.ErrorCode) {
 	if clientID == "" {
 		return Reservation{}, kvstore.InvalidParams
 	}
@@ -66,7 +69,11 @@ func (s *State) reserve(clientID string, size uint64, release []uint64, now time
 	if size == 0 {
 		return Reservation{}, kvstore.OK
 	}
-	if s.cfg.FS.Enabled() {
+	t, ok := s.tenants[tenant]
+	switch {
+	case !ok:
+		return Reservation{}, kvstore.TenantNotRegistered
+	case s.cfg.FS.Enabled() || t.quota > 0:
 		return Reservation{}, kvstore.NotSupported
 	}
 	held := 0
@@ -78,7 +85,7 @@ func (s *State) reserve(clientID string, size uint64, release []uint64, now time
 	if held >= MaxReservationsPerClient {
 		return Reservation{}, kvstore.NoAvailableHandle
 	}
-	size = alignUp(min(size, MaxReservationBytes))
+	size = AlignUp(min(size, MaxReservationBytes))
 	n := len(s.segOrder)
 	if n == 0 {
 		return Reservation{}, kvstore.NoAvailableHandle
@@ -127,7 +134,7 @@ func (s *State) putCommit(clientID, key string, size uint64, resID, offset uint6
 	if size == 0 || offset%Alignment != 0 {
 		return kvstore.InvalidParams, false
 	}
-	off, n := r.start+offset, alignUp(size)
+	off, n := r.start+offset, AlignUp(size)
 	if off < r.start || off+n < off || !r.take(off, n) {
 		return kvstore.InvalidParams, false
 	}
@@ -146,14 +153,8 @@ func (s *State) putCommit(clientID, key string, size uint64, resID, offset uint6
 	if code != kvstore.OK {
 		return fail(code)
 	}
-	if o, ok := s.objects[key]; ok {
-		if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
-			return fail(kvstore.ObjectAlreadyExists)
-		}
-		s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
-		delete(s.objects, key)
-		s.charge(o)
-		s.m.preempted++
+	if code := s.claimKey(key, now); code != kvstore.OK {
+		return fail(code)
 	}
 	if code := s.admitWrite(key, size, 1, 0); code != kvstore.OK {
 		return fail(code)

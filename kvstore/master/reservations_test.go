@@ -12,10 +12,10 @@ import (
 func TestReserveRefusedWithSharedFS(t *testing.T) {
 	st := newTestState(t, func(c *Config) { c.FS.RootDir = "/shared" })
 	mustMount(t, st, "c1", Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 20}, epoch)
-	if _, code := st.Reserve("c1", 4096, nil, epoch); code != kvstore.NotSupported {
+	if _, code := st.Reserve("c1", DefaultTenant, 4096, nil, epoch); code != kvstore.NotSupported {
 		t.Fatalf("Reserve = %v; want NOT_SUPPORTED", code)
 	}
-	if _, code := st.Reserve("c1", 0, []uint64{1}, epoch); code != kvstore.OK {
+	if _, code := st.Reserve("c1", DefaultTenant, 0, []uint64{1}, epoch); code != kvstore.OK {
 		t.Fatalf("release-only Reserve = %v; want OK", code)
 	}
 }
@@ -28,7 +28,16 @@ func TestCommitChargesTheTenant(t *testing.T) {
 	if code := st.SetTenantQuota("t", 1000); code != kvstore.OK {
 		t.Fatal(code)
 	}
-	r, code := st.Reserve("c1", 8192, nil, epoch)
+	// A tenant with a quota gets no block (its unused bytes would be
+	// charged to nobody); a caller of another tenant does, and its
+	// commits of t's keys are admitted against t's quota.
+	if _, code := st.Reserve("c1", "t", 8192, nil, epoch); code != kvstore.NotSupported {
+		t.Fatalf("Reserve for a tenant with a quota = %v; want NOT_SUPPORTED", code)
+	}
+	if _, code := st.Reserve("c1", "nobody", 8192, nil, epoch); code != kvstore.TenantNotRegistered {
+		t.Fatalf("Reserve for an unregistered tenant = %v; want TENANT_NOT_REGISTERED", code)
+	}
+	r, code := st.Reserve("c1", DefaultTenant, 8192, nil, epoch)
 	if code != kvstore.OK {
 		t.Fatal(code)
 	}

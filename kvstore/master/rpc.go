@@ -235,12 +235,13 @@ func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevok
 
 // Reserve implements masterpb.MasterServer (reservations.go).
 func (s *Server) Reserve(ctx context.Context, req *masterpb.ReserveRequest) (*masterpb.ReserveResponse, error) {
-	if sc := s.scope(ctx); sc.code != kvstore.OK {
+	sc := s.scope(ctx)
+	if sc.code != kvstore.OK {
 		return &masterpb.ReserveResponse{ErrorCode: code32(sc.code)}, nil
 	}
 	var resp *masterpb.ReserveResponse
 	err := s.do(func(st *State, now time.Time) {
-		r, code := st.Reserve(req.GetClientId(), req.GetSize(), req.GetRelease(), now)
+		r, code := st.Reserve(req.GetClientId(), sc.tenant, req.GetSize(), req.GetRelease(), now)
 		resp = &masterpb.ReserveResponse{ErrorCode: code32(code)}
 		if code == kvstore.OK && r.ID != 0 {
 			resp.ReservationId = r.ID

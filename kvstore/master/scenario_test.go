@@ -299,7 +299,7 @@ func (s *scenario) run(c cmd) string {
 				release = append(release, n)
 			}
 		}
-		r, code := s.st.Reserve(cl, c.num(t, "size", 1024), release, s.now)
+		r, code := s.st.Reserve(cl, tenant, c.num(t, "size", 1024), release, s.now)
 		if code != kvstore.OK || r.ID == 0 {
 			return code.String() + "\n"
 		}

@@ -117,7 +117,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	// A state with a reservation partly committed.
 	withBlock, _ := NewState(DefaultConfig())
 	withBlock.MountSegment("c1", Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 16}, epoch)
-	if r, code := withBlock.Reserve("c1", 4096, nil, epoch); code == kvstore.OK {
+	if r, code := withBlock.Reserve("c1", DefaultTenant, 4096, nil, epoch); code == kvstore.OK {
 		withBlock.PutCommit("c1", "k", 100, r.ID, 512, nil, ReplicateConfig{ReplicaNum: 1}, epoch)
 	}
 	f.Add(encodeSnapshot(withBlock, 3, 4))
