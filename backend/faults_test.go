@@ -90,7 +90,7 @@ func survivorsContinue(t *testing.T, g *Group) {
 	w, err := g.AllReduce(buf, 1, Float32, Sum)
 	must(t, g, "all_reduce among survivors", w, err)
 	if !bytes.Equal(buf, f32bytes(7)) || !w.LocalSuccess() {
-		t.Errorf("rank %d: all_reduce among survivors: %v, success %v", g.Rank(), buf, w.LocalSuccess())
+		t.Errorf("rank %d: all_reduce among survivors: %v, success %v failed %v", g.Rank(), buf, w.LocalSuccess(), w.FailedRanks())
 	}
 	gathered := filled(-1, 4)
 	w, err = g.AllGather(f32bytes(float32(g.Rank())), gathered)

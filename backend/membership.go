@@ -455,10 +455,15 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 		}
 	}
 	// Where the participants are: the lowest and highest collective
-	// reported (op 0, from a point-to-point op, says nothing).
+	// reported (op 0, from a point-to-point op, says nothing). An excluded
+	// rank's position says nothing about the survivors' either: one that
+	// was reported failed may have completed the collective the others
+	// failed in (reading them while they failed to read it) and synced from
+	// its idle queue at the next one; counting it would make every survivor
+	// "behind" and carry the failure to the next collective.
 	var lo, hi uint64
-	for _, r := range m.synced {
-		if r.op == 0 {
+	for rank, r := range m.synced {
+		if r.op == 0 || slices.Contains(excluded, rank) {
 			continue
 		}
 		if lo == 0 || r.op < lo {
@@ -469,8 +474,8 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 	diverged := hi > lo+1
 	behind := func(r syncRequest) bool { return hi == lo+1 && r.op == lo }
 	retry := !diverged
-	for _, r := range m.synced {
-		if !behind(r) {
+	for rank, r := range m.synced {
+		if !behind(r) && !slices.Contains(excluded, rank) {
 			retry = retry && r.clean
 		}
 	}
