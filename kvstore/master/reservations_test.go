@@ -57,3 +57,26 @@ func TestCommitChargesTheTenant(t *testing.T) {
 		t.Fatalf("unused = %d; want %d", unused, 8192-800-800)
 	}
 }
+
+// TestRestartedMasterDoesNotReuseIds: a master that restarts without the
+// operation log remembers no block, and its ids start elsewhere (each
+// start draws its seed): a commit with an id the client kept from the
+// last incarnation is gone, not placed in the new incarnation's block.
+func TestRestartedMasterDoesNotReuseIds(t *testing.T) {
+	seg := Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 20}
+	before := newTestState(t, func(c *Config) { c.Seed = 1 })
+	mustMount(t, before, "c1", seg, epoch)
+	old, code := before.Reserve("c1", DefaultTenant, 8192, nil, epoch)
+	if code != kvstore.OK {
+		t.Fatal(code)
+	}
+	after := newTestState(t, func(c *Config) { c.Seed = 2 })
+	mustMount(t, after, "c1", seg, epoch)
+	if _, code := after.Reserve("c1", DefaultTenant, 8192, nil, epoch); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	cfg := ReplicateConfig{ReplicaNum: 1}
+	if code, gone := after.PutCommit("c1", "k", 100, old.ID, 4096, nil, cfg, epoch); !gone {
+		t.Fatalf("commit with the last incarnation's id %d = %v, not gone", old.ID, code)
+	}
+}

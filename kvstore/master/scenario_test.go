@@ -65,6 +65,9 @@ type scenario struct {
 	st    *State
 	now   time.Time
 	tasks []TaskID // created tasks; scenarios name them t1, t2, ...
+	// resBase is one less than the first reservation id: scenarios name
+	// reservations 1, 2, ... (ids start at a random point).
+	resBase uint64
 }
 
 // taskName is how scenario output names a task id.
@@ -296,16 +299,19 @@ func (s *scenario) run(c cmd) string {
 		for _, id := range strings.Split(c.str("release", ""), ",") {
 			if id != "" {
 				n, _ := strconv.ParseUint(id, 10, 64)
-				release = append(release, n)
+				release = append(release, n+s.resBase)
 			}
 		}
 		r, code := s.st.Reserve(cl, tenant, c.num(t, "size", 1024), release, s.now)
 		if code != kvstore.OK || r.ID == 0 {
 			return code.String() + "\n"
 		}
-		return fmt.Sprintf("OK id=%d at %s+%d size=%d\n", r.ID, r.Block.SegmentID, r.Block.Address-segBase, r.Block.Size)
+		if s.resBase == 0 {
+			s.resBase = r.ID - 1
+		}
+		return fmt.Sprintf("OK id=%d at %s+%d size=%d\n", r.ID-s.resBase, r.Block.SegmentID, r.Block.Address-segBase, r.Block.Size)
 	case "commit":
-		code, gone := s.st.PutCommit(cl, key, c.num(t, "size", 100), c.num(t, "res", 1), c.num(t, "off", 0), nil, c.replicateConfig(t), s.now)
+		code, gone := s.st.PutCommit(cl, key, c.num(t, "size", 100), c.num(t, "res", 1)+s.resBase, c.num(t, "off", 0), nil, c.replicateConfig(t), s.now)
 		if gone {
 			return code.String() + " (reservation gone)\n"
 		}

@@ -106,8 +106,12 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 // ReMountSegment makes clientID's mounted segments exactly segs: segments
 // it holds that are not listed are unmounted, listed ones not yet mounted
 // are mounted, and those already mounted keep their objects. The client
-// then counts as ok (Ping answers OK). It returns the first error among
-// the listed segments (the others are still mounted).
+// then counts as ok (Ping answers OK). The client's reserved blocks are
+// dropped, their unused bytes quarantined: a client remounts when it
+// believes the master restarted, and forgets its blocks then (a client's
+// first remount after it started is such a case; its writes into the
+// blocks may still be in flight). It returns the first error among the
+// listed segments (the others are still mounted).
 func (s *State) ReMountSegment(clientID string, segs []Segment, now time.Time) kvstore.ErrorCode {
 	if clientID == "" {
 		return s.m.result("remount_segment", kvstore.InvalidParams)
@@ -117,6 +121,7 @@ func (s *State) ReMountSegment(clientID string, segs []Segment, now time.Time) k
 		want[sg.ID] = true
 	}
 	c := s.touch(clientID, now)
+	s.dropReservations(func(r *reservation) bool { return r.client == clientID }, s.quarantineRange(now))
 	for _, id := range slices.Clone(c.segments) {
 		if !want[id] {
 			s.unmount(id, now)
