@@ -8,8 +8,11 @@ alternate round by round, so that a burst of other load on the machine hits all
 of them; each reports its median round (time per op: the maximum over ranks).
 
 Two kinds of rows:
-  latency   all_reduce, broadcast and barrier of 8 bytes (one float32 pair):
-            time per op, and `x MPI` = Open MPI's time / ours (>= 0.5: within 2x)
+  latency   barrier, and all_reduce and broadcast of 8 bytes (two float32), all_gather,
+            reduce_scatter and all_to_all of 16 bytes: time per op; `x MPI` = Open MPI's
+            time / ours; `floor` = torch's own cost per op, its `fake` backend (which
+            moves nothing) in the same processes; `above floor ÷ MPI` = (ours - floor) /
+            Open MPI's time (<= 2: within 2x of Open MPI once torch's share is taken out)
   bandwidth all_reduce, all_gather, reduce_scatter from 64 KiB to 64 MiB, all_to_all
             from 1 MiB: busbw (nccl-tests' definitions, as coll_bench.py), and
             `x MPI` / `x gloo` = our busbw / theirs
@@ -45,7 +48,8 @@ from coll_bench import bus_factor, finish_worker, free_port, human, make_op, wai
 
 REPO = Path(__file__).resolve().parent.parent
 KiB, MiB = 1 << 10, 1 << 20
-LATENCY = [("all_reduce", 8), ("broadcast", 8), ("barrier", 0)]
+LATENCY = [("all_reduce", 8), ("broadcast", 8), ("barrier", 0), ("all_gather", 16),
+           ("reduce_scatter", 16), ("alltoall", 16)]
 BW_SIZES = [64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]
 BANDWIDTH = [(op, s) for op in ("all_reduce", "all_gather", "reduce_scatter") for s in BW_SIZES] + [
     ("alltoall", s) for s in BW_SIZES if s >= 1 * MiB
@@ -75,18 +79,19 @@ def mpi_op(op: str, size: int, n: int, comm) -> tuple[int, Callable[[], object]]
     return per * n * 4, lambda: comm.Alltoall(inp, out)
 
 
-SYSTEMS = ("mooncake", "mpi", "gloo")
+SYSTEMS = ("mooncake", "mpi", "gloo", "fake")
 
 
-def make_row(n: int, op: str, nbytes: int, seconds: dict[str, float]) -> dict:
+def make_row(n: int, op: str, nbytes: int, seconds: dict[str, float], latency: bool) -> dict:
     """A table row from each system's time per op (seconds; a missing system is NaN)."""
-    row: dict = {"world": n, "op": op, "bytes": nbytes}
+    row: dict = {"world": n, "op": op, "bytes": nbytes, "latency": latency}
     for name in SYSTEMS:
         dt = seconds.get(name, float("nan"))
         row[f"{name}_us"] = dt * 1e6
         row[f"{name}_busbw"] = nbytes / dt / 1e9 * bus_factor(op, n) if nbytes else float("nan")
     row["x_mpi"] = row["mpi_us"] / row["mooncake_us"]
     row["x_gloo"] = row["gloo_us"] / row["mooncake_us"]
+    row["above_floor_x_mpi"] = (row["mooncake_us"] - row["fake_us"]) / row["mpi_us"]
     return row
 
 
@@ -100,7 +105,7 @@ def merge_launches(launches: list[list[dict]]) -> list[dict]:
             for name in SYSTEMS
             if r0[f"{name}_us"] == r0[f"{name}_us"]  # NaN: the system did not run
         }
-        merged.append(make_row(r0["world"], r0["op"], r0["bytes"], seconds))
+        merged.append(make_row(r0["world"], r0["op"], r0["bytes"], seconds, r0["latency"]))
     return merged
 
 
@@ -123,6 +128,11 @@ def worker(a: argparse.Namespace) -> None:
     )
     n = a.world
     gloo = dist.new_group(backend="gloo")
+    fake = None
+    if "latency" in a.rows:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+
+        fake = dist.new_group(backend="fake")
 
     def agree_max(x: float) -> float:
         if comm is not None:
@@ -139,15 +149,18 @@ def worker(a: argparse.Namespace) -> None:
         else:
             dist.barrier(group=gloo)
 
-    cases = (LATENCY if "latency" in a.rows else []) + (BANDWIDTH if "bandwidth" in a.rows else [])
-    cases = [(op, size) for op, size in cases if not a.ops or op in a.ops]
+    cases = [(op, size, True) for op, size in LATENCY if "latency" in a.rows]
+    cases += [(op, size, False) for op, size in BANDWIDTH if "bandwidth" in a.rows]
+    cases = [c for c in cases if not a.ops or c[0] in a.ops]
     results = []
-    for op, size in cases:
+    for op, size, latency in cases:
         fns: dict[str, Callable[[], object]] = {}
         nbytes, fns["mooncake"] = make_op(op, size, n, None)
         if comm is not None:
             _, fns["mpi"] = mpi_op(op, size, n, comm)
         _, fns["gloo"] = make_op(op, size, n, gloo)
+        if latency:
+            _, fns["fake"] = make_op(op, size, n, fake)
         iters, times = {}, {}
         for name, fn in fns.items():
             for _ in range(a.warmup):
@@ -165,7 +178,7 @@ def worker(a: argparse.Namespace) -> None:
                 for _ in range(iters[name]):
                     fn()
                 times[name].append(agree_max((time.perf_counter() - t0) / iters[name]))
-        row = make_row(n, op, nbytes, {k: statistics.median(v) for k, v in times.items()})
+        row = make_row(n, op, nbytes, {k: statistics.median(v) for k, v in times.items()}, latency)
         results.append(row)
         if a.rank == 0:
             print(json.dumps(row), flush=True)
@@ -224,29 +237,43 @@ def run_world(a: argparse.Namespace, world: int, launcher: str | None) -> list[d
         return json.loads(out.read_text())
 
 
-def fmt(v: float, spec: str) -> str:
-    return "-" if v != v else format(v, spec)
+def fmt(v: float, spec: str, unit: str = "") -> str:
+    return "-" if v != v else format(v, spec) + unit
 
 
 def print_table(rows: list[dict]) -> None:
-    print(
-        "| ranks | op | size | ours | Open MPI | gloo | x MPI | x gloo |\n"
-        "|---|---|---|---|---|---|---|---|"
-    )
-    for r in rows:
-        if r["bytes"] <= 8:  # latency row
-            cells = [fmt(r[f"{k}_us"], ".1f") + " µs" for k in ("mooncake", "mpi", "gloo")]
-        else:
-            cells = [fmt(r[f"{k}_busbw"], ".2f") for k in ("mooncake", "mpi", "gloo")]
-        size = human(r["bytes"]) if r["bytes"] else "-"
+    lat = [r for r in rows if r["latency"]]
+    bw = [r for r in rows if not r["latency"]]
+    if lat:
         print(
-            f"| {r['world']} | {r['op']} | {size} | {' | '.join(cells)}"
-            f" | {fmt(r['x_mpi'], '.2f')} | {fmt(r['x_gloo'], '.2f')} |"
+            "| ranks | op | size | ours | floor (fake) | Open MPI | gloo | x MPI | x gloo"
+            " | above floor ÷ MPI |\n|---|---|---|---|---|---|---|---|---|---|"
         )
-    print(
-        "(latency rows: time per op, max over ranks; bandwidth rows: busbw GB/s;"
-        " x MPI / x gloo: their time / ours, > 1 means ours is faster)"
-    )
+        for r in lat:
+            cells = [fmt(r[f"{k}_us"], ".1f", " µs") for k in ("mooncake", "fake", "mpi", "gloo")]
+            size = human(r["bytes"]) if r["bytes"] else "-"
+            print(
+                f"| {r['world']} | {r['op']} | {size} | {' | '.join(cells)}"
+                f" | {fmt(r['x_mpi'], '.2f')} | {fmt(r['x_gloo'], '.2f')}"
+                f" | {fmt(r['above_floor_x_mpi'], '.1f')} |"
+            )
+        print(
+            "(time per op, max over ranks; floor: torch's fake backend, which moves nothing;"
+            " x MPI / x gloo: their time / ours, > 1 means ours is faster;"
+            " above floor ÷ MPI: (ours - floor) / Open MPI's time)\n"
+        )
+    if bw:
+        print(
+            "| ranks | op | size | ours | Open MPI | gloo | x MPI | x gloo |\n"
+            "|---|---|---|---|---|---|---|---|"
+        )
+        for r in bw:
+            cells = [fmt(r[f"{k}_busbw"], ".2f") for k in ("mooncake", "mpi", "gloo")]
+            print(
+                f"| {r['world']} | {r['op']} | {human(r['bytes'])} | {' | '.join(cells)}"
+                f" | {fmt(r['x_mpi'], '.2f')} | {fmt(r['x_gloo'], '.2f')} |"
+            )
+        print("(busbw GB/s; x MPI / x gloo: their time / ours, > 1 means ours is faster)")
 
 
 def main() -> None:
@@ -309,9 +336,9 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     keys = (
-        ["world", "op", "bytes"]
-        + [f"{k}_{m}" for k in ("mooncake", "mpi", "gloo") for m in ("us", "busbw")]
-        + ["x_mpi", "x_gloo"]
+        ["world", "op", "bytes", "latency"]
+        + [f"{k}_{m}" for k in SYSTEMS for m in ("us", "busbw")]
+        + ["x_mpi", "x_gloo", "above_floor_x_mpi"]
     )
     with open(out / "coll_mpi_bench.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=keys)

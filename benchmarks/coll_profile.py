@@ -22,7 +22,7 @@ Needs `perf` (Debian package linux-perf) and leave to profile another process (r
 or kernel.perf_event_paranoid <= 1).
 
 Usage: .venv/bin/python benchmarks/coll_profile.py [--world 2] [--op all_reduce] [--size 8]
-           [--seconds 5] [--frequency 2999]
+           [--seconds 5] [--frequency 2999] [--keep perf.data]
 """
 
 from __future__ import annotations
@@ -135,6 +135,8 @@ def main() -> None:
                    help="bytes of float32 (the whole tensor; all_gather: the output), e.g. 64K, 4M")
     p.add_argument("--seconds", type=float, default=5.0, help="how long rank 0 is sampled")
     p.add_argument("--frequency", type=int, default=2999, help="samples per second")
+    p.add_argument("--keep", type=Path, default=None,
+                   help="also keep the samples at this path (read them with `perf report -i PATH`)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("rank", "port"):
         p.add_argument(f"--{hidden}", type=int, default=0, help=argparse.SUPPRESS)
@@ -176,6 +178,8 @@ def main() -> None:
             sys.exit(f"coll_profile: perf record failed: {rec.stderr.strip()}")
         per_op, ops = Path(files["result"]).read_text().split()
         table = shares(t / "perf.data")
+        if a.keep is not None:
+            shutil.copyfile(t / "perf.data", a.keep)
 
     print(f"\n{a.op} of {human(a.size)} on {a.world} ranks: {float(per_op) * 1e6:.1f} µs per op "
           f"(median of rank 0's batches of {BATCH}, {ops} ops)")
