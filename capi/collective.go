@@ -9,8 +9,8 @@ static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const 
 static int64_t mc_pg_call_get(mc_pg_store_get_fn f, void *ctx, const char *k, char *buf, uint64_t cap, int64_t ms) {
 	return f(ctx, k, buf, cap, ms);
 }
-static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg, uint64_t failed) {
-	f(ctx, st, msg, failed);
+static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg, uint64_t failed, uint64_t epoch) {
+	f(ctx, st, msg, failed, epoch);
 }
 */
 import "C"
@@ -241,8 +241,8 @@ func mc_pg_group_view(group C.uint64_t, active *C.int32_t, n C.int, epoch *C.uin
 	if err != nil {
 		return failed(C.int(-1), err)
 	}
-	// Called at every op completion for the epoch alone: the mask is only
-	// built when asked for.
+	// The mask is only built when asked for (a caller may want the epoch
+	// alone).
 	if active != nil && n > 0 {
 		mask := g.Mask()
 		out := unsafe.Slice(active, int(n))
@@ -375,13 +375,14 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx u
 		if w.Lost() && g.Rank() < 64 { // this rank itself was left out
 			failed |= 1 << g.Rank()
 		}
+		epoch := C.uint64_t(g.Epoch())
 		if err == nil {
-			C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed))
+			C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed), epoch)
 			return
 		}
 		msg := C.CString(err.Error())
 		defer C.free(unsafe.Pointer(msg))
-		C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed))
+		C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed), epoch)
 	})
 	return pgOK
 }

@@ -291,6 +291,27 @@ def case_destroy_during_collective(rank: int, world: int, port: int) -> None:
     print(f"DESTROYED after {done} all_reduces: {errors[0]}", flush=True)
 
 
+def case_future_of_failed_op(rank: int, world: int, port: int) -> None:
+    """An op that fails (rank 0's all_reduce, which no peer joins, cut short by
+    destroy_process_group): wait() raises, and its Future, first asked for
+    after the failure, is done and raises the same error."""
+    dist.init_process_group(backend="mooncake", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world)
+    dist.barrier()
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        dist.destroy_process_group()
+        with pytest.raises(RuntimeError, match="process group destroyed"):
+            w.wait()
+        fut = w.get_future()
+        assert fut.done()
+        with pytest.raises(RuntimeError, match="process group destroyed"):
+            fut.wait()
+    else:
+        dist.destroy_process_group()
+    print("FAILED-OP FUTURE ok", flush=True)
+
+
 def _train(group, world: int, rank: int, steps: int) -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -351,6 +372,10 @@ def test_destroy_and_reinit(world: int) -> None:
 
 def test_destroy_during_collective_on_another_thread() -> None:
     launch(2, "test_pg_group", "case_destroy_during_collective", init="none", timeout=120)
+
+
+def test_future_of_failed_op() -> None:
+    launch(2, "test_pg_group", "case_future_of_failed_op", init="none", timeout=120)
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -264,6 +264,18 @@ def case_async(rank: int, world: int) -> None:
     w = dist.barrier(async_op=True)
     w.wait()
     assert w.is_completed()
+    # A Future first asked for after the op completed starts completed, with
+    # the op's tensors.
+    t = xs[rank].clone()
+    w = dist.all_reduce(t, async_op=True)
+    assert isinstance(w, dist.Work)
+    w.wait()
+    fut = w.get_future()
+    assert fut.done()
+    val = fut.wait()
+    assert isinstance(val, list) and val[0].data_ptr() == t.data_ptr()
+    same(val[0], expected("SUM", xs), "future after completion")
+    assert w.get_future().done()
 
 
 def case_large(rank: int, world: int, numel: int) -> None:

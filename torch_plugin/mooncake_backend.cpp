@@ -40,9 +40,10 @@ int64_t storeGet(void* ctx, const char* key, char* buf, uint64_t cap,
 
 // ---- completion --------------------------------------------------------
 
-void onDone(void* ctx, int status, const char* message, uint64_t failed) {
+void onDone(void* ctx, int status, const char* message, uint64_t failed,
+            uint64_t epoch) {
   auto* work = static_cast<MooncakeWork*>(ctx);
-  work->complete(status, message, failed);
+  work->complete(status, message, failed, epoch);
   c10::raw::intrusive_ptr::decref(work);  // the reference submit() gave us
 }
 
@@ -161,7 +162,6 @@ MooncakeWork::MooncakeWork(int rank, c10d::OpType type,
       keepAlive_(std::move(keepAlive)),
       post_(std::move(post)),
       streams_(callerStreams(outputs_)),
-      future_(makeFuture(outputs_)),
       backend_(backend),
       maxGroupSize_(maxGroupSize) {}
 
@@ -180,14 +180,32 @@ bool MooncakeWork::localSuccess() const {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> MooncakeWork::getFuture() {
-  return future_;
+  std::unique_lock<std::mutex> lock(futureMu_);
+  if (future_) {
+    return future_;  // complete() marks it, or has
+  }
+  future_ = makeFuture(outputs_);
+  auto fut = future_;
+  if (!done_) {
+    return fut;
+  }
+  // Completed before anyone asked: the Future starts completed. The
+  // results are on the host, or were synchronised on their streams.
+  const auto err = error_;
+  lock.unlock();
+  if (err) {
+    fut->setError(err);
+  } else {
+    fut->markCompleted(c10::IValue(outputs_));
+  }
+  return fut;
 }
 
 std::vector<at::Tensor> MooncakeWork::result() { return outputs_; }
 
 
 void MooncakeWork::complete(int status, const char* message,
-                            uint64_t failed) {
+                            uint64_t failed, uint64_t epoch) {
   failed_.store(failed);
   ok_.store(status == 0);
   std::exception_ptr err;
@@ -197,7 +215,7 @@ void MooncakeWork::complete(int status, const char* message,
   c10::MultiStreamGuard onCallerStreams(streams_);
   try {
     if (backend_ != nullptr) {
-      backend_->refreshMirror();
+      backend_->refreshMirror(epoch);
     }
     TORCH_CHECK(status == 0, c10d::opTypeToString(opType_),
                 " failed: ", message ? message : "unknown error",
@@ -213,11 +231,21 @@ void MooncakeWork::complete(int status, const char* message,
   }
   post_ = nullptr;
   keepAlive_.clear();
+  c10::intrusive_ptr<c10::ivalue::Future> fut;
+  {
+    std::lock_guard<std::mutex> lock(futureMu_);
+    done_ = true;
+    error_ = err;
+    fut = future_;
+  }
   finish(err);
+  if (!fut) {
+    return;  // getFuture() makes it completed if it is ever asked for
+  }
   if (err) {
-    future_->setError(err);
+    fut->setError(err);
   } else {
-    future_->markCompleted(c10::IValue(outputs_));
+    fut->markCompleted(c10::IValue(outputs_));
   }
 }
 
@@ -309,19 +337,25 @@ int MooncakeBackend::worldSize() const {
   return n > 0 ? n : size_;  // -1: the handle is gone (destroyed)
 }
 
+void MooncakeBackend::refreshMirror(uint64_t epoch) {
+  if (epoch == mirrorEpoch_.load()) {
+    return;  // the common case: no call, no allocation
+  }
+  refreshMirror();
+}
+
 void MooncakeBackend::refreshMirror() {
   std::lock_guard<std::mutex> lock(mirrorMu_);
   uint64_t epoch = 0;
   if (mc_pg_group_view(group_, nullptr, 0, &epoch) < 0 ||
-      epoch == mirrorEpoch_) {
-    return;  // the common case: one call, no allocation
+      epoch == mirrorEpoch_.load()) {
+    return;
   }
   auto view = at::zeros({maxSize_}, at::TensorOptions().dtype(at::kInt));
   if (mc_pg_group_view(group_, view.data_ptr<int32_t>(), maxSize_, &epoch) <
       0) {
     return;
   }
-  mirrorEpoch_ = epoch;
   uint64_t mask = 0;
   const auto* v = view.data_ptr<int32_t>();
   for (int i = 0; i < maxSize_ && i < 64; i++) {
@@ -329,6 +363,7 @@ void MooncakeBackend::refreshMirror() {
   }
   activeMask_.store(mask);
   options_->activeRanks_.flatten().narrow(0, 0, maxSize_).copy_(view);
+  mirrorEpoch_.store(epoch);  // last: a reader that sees it sees the mirror
 }
 
 at::Tensor MooncakeBackend::activeRanks() {
@@ -338,8 +373,7 @@ at::Tensor MooncakeBackend::activeRanks() {
 
 uint64_t MooncakeBackend::currentEpoch() {
   refreshMirror();
-  std::lock_guard<std::mutex> lock(mirrorMu_);
-  return mirrorEpoch_;
+  return mirrorEpoch_.load();
 }
 
 MooncakeBackend::~MooncakeBackend() { close(); }

@@ -52,11 +52,15 @@ class MooncakeWork : public c10d::Work {
   MooncakeWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
                std::vector<at::Tensor> keepAlive, std::function<void()> post,
                MooncakeBackend* backend, int maxGroupSize);
+  // The Future is made on the first call (most ops are only waited for):
+  // completed already when the op is.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   // Called once, from libmooncake's completion callback. failed: bit r set
-  // for each in-group rank that failed during the op.
-  void complete(int status, const char* message, uint64_t failed);
+  // for each in-group rank that failed during the op; epoch: the group's
+  // view epoch then.
+  void complete(int status, const char* message, uint64_t failed,
+                uint64_t epoch);
   // int32[max_group_size], in-group indexed: 1 for the ranks that failed
   // during the op (valid once completed).
   at::Tensor failedRanksHint() const;
@@ -68,7 +72,10 @@ class MooncakeWork : public c10d::Work {
   std::vector<at::Tensor> keepAlive_;
   std::function<void()> post_;
   std::vector<c10::Stream> streams_;  // callers' streams of CUDA outputs
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex futureMu_;  // guards future_, done_, error_
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // null until asked for
+  bool done_ = false;
+  std::exception_ptr error_;
   MooncakeBackend* backend_;  // outlives the Work's completion
   int maxGroupSize_;
   std::atomic<uint64_t> failed_{0};
@@ -98,6 +105,9 @@ class MooncakeBackend : public c10d::Backend {
   uint64_t currentEpoch();
   // Writes the group's current view into the mirror if it changed.
   void refreshMirror();
+  // The same, told the view's epoch (an op's completion carries it): no
+  // call into the runtime while the mirror already shows that epoch.
+  void refreshMirror(uint64_t epoch);
   // The libmooncake group handle.
   uint64_t groupHandle() const { return group_; }
   // The group's number of slots (max_group_size).
@@ -167,8 +177,8 @@ class MooncakeBackend : public c10d::Backend {
   uint64_t group_ = 0;
   int maxSize_ = 0;
   c10::intrusive_ptr<MooncakeBackendOptions> options_;
-  std::mutex mirrorMu_;
-  uint64_t mirrorEpoch_ = ~0ull;  // none written yet
+  std::mutex mirrorMu_;  // serialises the mirror's writers
+  std::atomic<uint64_t> mirrorEpoch_{~0ull};  // none written yet
   std::atomic<uint64_t> activeMask_{~0ull};
 };
 

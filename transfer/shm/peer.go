@@ -77,10 +77,12 @@ type mappings struct {
 
 // AliveRecheck is how long a poll that found a peer running is trusted by
 // Conn.Check: polling the pidfd costs a system call, which every small
-// message would otherwise pay several times. A peer that exited less than
+// message would otherwise pay several times (an 8-byte collective between
+// two ranks makes a few accesses every 20-30 µs, so 100 µs still polled
+// every few ops). A peer that exited less than
 // that ago may still be reported running; its memory is still mapped here,
 // so an access then lands in memory nobody reads.
-const AliveRecheck = 100 * time.Microsecond
+const AliveRecheck = time.Millisecond
 
 // clock is the monotonic time base of mappings.seenAlive.
 var clock = time.Now()
