@@ -5,8 +5,14 @@ package backend
 // cmaMinBytes (or than a step) inline, a larger one as the address of its
 // place in the input, which the peer reads straight into its output
 // (process_vm_readv). The op ends once every peer has acknowledged what
-// it read. Empty blocks send nothing.
+// it read. Empty blocks send nothing. Where the group does not read with
+// CMA, the pairwise algorithm runs.
 func allToAllCMA(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) error {
+	if on, err := g.cmaOn(); err != nil {
+		return err
+	} else if !on {
+		return allToAllPairwise(g, in, outBuf, sendBytes, recvBytes)
+	}
 	n := len(sendBytes)
 	soff, roff := make([]int, n+1), make([]int, n+1)
 	for p := range n {

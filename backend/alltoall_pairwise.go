@@ -6,14 +6,8 @@ package backend
 // messages, so uneven splits (and empty blocks) need no extra agreement;
 // the peers are g.act, the same on every active rank. The sizes have one
 // entry per slot (the world size): blocks of inactive slots are neither
-// sent nor written. Every all_to_all starts here: when the group reads its
-// peers with CMA (cma.go) allToAllCMA runs instead.
+// sent nor written.
 func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) error {
-	if on, err := g.cmaOn(); err != nil {
-		return err
-	} else if on {
-		return allToAllCMA(g, in, outBuf, sendBytes, recvBytes)
-	}
 	n := len(sendBytes)
 	soff, roff := make([]int, n+1), make([]int, n+1)
 	for p := range n {

@@ -60,6 +60,7 @@ func TestCMAAllGather(t *testing.T) {
 // blocks, some empty, inline (below cmaMinBytes) and read ones in one op,
 // and in place (input and output the same buffer).
 func TestCMAAllToAll(t *testing.T) {
+	forceAllToAll(t, "cma")
 	for n := 1; n <= 8; n++ {
 		ranks(t, n, testSlot, func(t *testing.T, g *Group) {
 			me := g.Rank()
@@ -113,9 +114,10 @@ func sum(v []int) int {
 	return t
 }
 
-// Every element type through the chosen all_gather and all_to_all at sizes
-// that take the CMA path, odd counts.
+// Every element type through the CMA all_gather and all_to_all, odd
+// counts, blocks read with CMA.
 func TestCMAEveryDType(t *testing.T) {
+	forceCMA(t)
 	for _, n := range []int{2, 3} {
 		ranks(t, n, testSlot, func(t *testing.T, g *Group) {
 			for seed, dt := range allDTypes {
@@ -150,9 +152,9 @@ func TestCMAEveryDType(t *testing.T) {
 	}
 }
 
-// fallbackOps runs an all_gather and an all_to_all that would read with
-// CMA, checks their results, and checks that the group did not agree on
-// CMA.
+// fallbackOps runs an all_gather and an all_to_all that read with CMA
+// where the group does (forceCMA), checks their results, and checks that
+// the group did not agree on CMA.
 func fallbackOps(t *testing.T, g *Group) {
 	n, me, nb := 3, g.Rank(), cmaMinBytes+11
 	var want []byte
@@ -194,6 +196,7 @@ func TestCMAFallsBackWhereTheKernelRefuses(t *testing.T) {
 		}
 		return real(g, peer, pid, addr, dst)
 	}
+	forceCMA(t)
 	ranks(t, 3, testSlot, fallbackOps)
 }
 
@@ -203,7 +206,23 @@ func TestCMAOffByEnvironment(t *testing.T) {
 	if CMAReason() == "" {
 		t.Fatal("MC_PG_CMA=0 gives no reason to refuse")
 	}
+	forceCMA(t)
 	ranks(t, 3, testSlot, fallbackOps)
+}
+
+// forceAllToAll makes every all_to_all of the test use algorithm (as
+// MC_PG_ALLTOALL_ALGO does).
+func forceAllToAll(t *testing.T, algorithm string) {
+	old := forcedAllToAll
+	forcedAllToAll = algorithm
+	t.Cleanup(func() { forcedAllToAll = old })
+}
+
+// forceCMA makes every all_gather and all_to_all of the test take the CMA
+// path (which falls back where the group does not read with CMA).
+func forceCMA(t *testing.T) {
+	forceAllGather(t, "cma")
+	forceAllToAll(t, "cma")
 }
 
 // forceAllGather makes every all_gather of the test use algorithm (as

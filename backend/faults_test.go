@@ -277,12 +277,11 @@ func TestWindowAtNextCollectiveLetsSlowRanksFinish(t *testing.T) {
 // named, or the op is complete or re-run among the survivors, and the
 // survivors go on.
 func TestDeathDuringMultiChunkAllToAll(t *testing.T) {
-	// The pairwise algorithm, so that the op lasts long enough for rank 2
-	// to die inside it: read with CMA, the 4 MiB blocks moved in about a
-	// millisecond, before the death, and the survivors' op succeeded with
-	// rank 2 still in the view (at least one run in ten failed that way).
+	// The pairwise algorithm (the default), so that the op lasts long
+	// enough for rank 2 to die inside it: read with CMA, the 4 MiB blocks
+	// moved in about a millisecond, before the death, and the survivors'
+	// op succeeded with rank 2 still in the view.
 	// TestCMAFailedReadFailsThePeer covers a death under CMA.
-	t.Setenv("MC_PG_CMA", "0")
 	const block = 4 << 20 // per peer, in 64 KiB slots: 64 chunks each
 	sizes := []int{block, block, block, block}
 	in := func(r int) []byte {

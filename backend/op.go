@@ -182,7 +182,7 @@ func (g *Group) AllToAll(in, out []byte, sendBytes, recvBytes []int, opts ...OpO
 		if err := g.needWithin("all_to_all", ws); err != nil {
 			return err
 		}
-		return allToAllPairwise(g, in, out, s, r)
+		return chooseAllToAll()(g, in, out, s, r)
 	}, opts)
 }
 

@@ -145,3 +145,26 @@ func copyingAllGather(g *Group, nb int) allGatherFn {
 	}
 	return allGatherPull
 }
+
+type allToAllFn func(g *Group, in, out []byte, sendBytes, recvBytes []int) error
+
+// forcedAllToAll (MC_PG_ALLTOALL_ALGO=pairwise|cma) overrides the choice,
+// for benchmarking the algorithms against each other.
+var forcedAllToAll = envvars.PGAllToAllAlgo.Value()
+
+// chooseAllToAll: the pairwise algorithm (two copies per byte, through the
+// peers' slots) unless MC_PG_ALLTOALL_ALGO=cma. Reading the blocks with
+// CMA (one copy) measured slower on this host: process_vm_readv of 512 KiB
+// from another process took 55 µs where a memcpy took 15. In two A/B runs
+// of three launches each way, alternating (coll_mpi_bench.py, 2026-12-07,
+// benchmarks/RESULTS.md), pairwise was ahead or level in 7 of the 8 cells
+// of 2 and 4 ranks, 1-64 MiB, both times (two ranks, 1 MiB: 0.70 and 0.77
+// of Open MPI's busbw against CMA's 0.58 and 0.59); CMA was ahead in one,
+// four ranks of 1 MiB blocks (0.77 and 0.87 against 0.70 and 0.64), too
+// narrow a band to choose by.
+func chooseAllToAll() allToAllFn {
+	if forcedAllToAll == "cma" {
+		return allToAllCMA
+	}
+	return allToAllPairwise
+}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -230,9 +231,10 @@ SLOTS = {"MC_PG_SLOT_BYTES": "65536", "MC_PG_P2P_SLOT_BYTES": "4096"}
 
 
 def case_death_during_large_all_to_all(rank: int, world: int, timeouts=None) -> None:
-    """Same-host ranks read each other's blocks with process_vm_readv (CMA):
-    rank 2 exits while its peers read its input, or before it acknowledged
-    theirs; the survivors' op is the failed op, and they go on."""
+    """Rank 2 exits inside a large all_to_all: pairwise (the default), while
+    its chunks go through the peers' slots; with MC_PG_ALLTOALL_ALGO=cma,
+    while its peers read its input with process_vm_readv, or before it
+    acknowledged theirs. The survivors' op is the failed op, and they go on."""
     _setup(timeouts)
     n = 1 << 24  # 64 MiB of float32: 16 MiB per peer
     t = torch.full((n,), float(rank))
@@ -264,9 +266,10 @@ def test_death_during_large_all_reduce() -> None:
                         env=SLOTS, timeouts=SHORT))
 
 
-def test_death_during_large_all_to_all() -> None:
+@pytest.mark.parametrize("algo", ["pairwise", "cma"])
+def test_death_during_large_all_to_all(algo: str) -> None:
     _print_times(launch(4, "test_pg_faults", "case_death_during_large_all_to_all", timeout=50,
-                        env=SLOTS, timeouts=SHORT))
+                        env={**SLOTS, "MC_PG_ALLTOALL_ALGO": algo}, timeouts=SHORT))
 
 
 def test_death_during_send() -> None:

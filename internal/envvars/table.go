@@ -73,8 +73,10 @@ var (
 		ReadBy: "backend", Doc: "force one all_reduce algorithm (benchmarking)"}
 	PGAllGatherAlgo = &Var{Name: "MC_PG_ALLGATHER_ALGO", Kind: Enum, Values: []string{"direct", "pull", "cma"}, Default: "chosen by group size",
 		ReadBy: "backend", Doc: "force one all_gather algorithm (benchmarking)"}
+	PGAllToAllAlgo = &Var{Name: "MC_PG_ALLTOALL_ALGO", Kind: Enum, Values: []string{"pairwise", "cma"}, Default: "pairwise",
+		ReadBy: "backend", Doc: "force one all_to_all algorithm (benchmarking; cma: read every block of 32 KiB or more with process_vm_readv where the group does)"}
 	PGCMA = &Var{Name: "MC_PG_CMA", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
-		ReadBy: "backend", Doc: "0: never read same-host peers' buffers with process_vm_readv (all_gather, all_to_all copy through the group buffers)"}
+		ReadBy: "backend", Doc: "0: never read same-host peers' buffers with process_vm_readv (two-rank all_gather of 4 MiB blocks, and all_to_all under MC_PG_ALLTOALL_ALGO=cma, copy through the group buffers)"}
 	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
 		ReadBy: "backend", Doc: "spin before yield-polling, microseconds"}
 	PGYieldUs = &Var{Name: "MC_PG_YIELD_US", Kind: Int, Min: 0, Default: "500",
@@ -124,7 +126,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreTwoPhasePut, StoreChecksum, StoreTenantToken,
 	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
+	PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGAllToAllAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,

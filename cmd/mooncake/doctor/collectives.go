@@ -12,9 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// checkCollectivesPath says which path same-host all_gather and
-// all_to_all take: reading the peers' buffers with process_vm_readv (CMA,
-// backend/cma.go), or copying through the group's shared buffers. It
+// checkCollectivesPath says which path same-host all_gather (two ranks,
+// blocks from 4 MiB) and all_to_all (with MC_PG_ALLTOALL_ALGO=cma) take:
+// reading the peers' buffers with process_vm_readv (CMA, backend/cma.go),
+// or copying through the group's shared buffers. It
 // looks at MC_PG_CMA, the Yama ptrace scope and a probe read of this
 // process's parent: ranks started side by side by one launcher are not
 // each other's descendants, so a kernel that refuses the parent refuses
@@ -36,7 +37,7 @@ func checkCollectivesPath(cfg Config, env environ) Result {
 	if err := probeRead(cfg.ProcPath, os.Getppid()); err != nil {
 		return ok(check, fmt.Sprintf("%s (%s; process_vm_readv of a process that is not a descendant: %v; ptrace_scope 0 or CAP_SYS_PTRACE allows it)", copying, yama, err))
 	}
-	return ok(check, "same-host all_gather/all_to_all read peers' buffers with process_vm_readv (CMA, single copy; "+yama+"; MC_PG_CMA=0 turns it off)")
+	return ok(check, "same-host all_gather of two ranks (blocks from 4 MiB), and all_to_all under MC_PG_ALLTOALL_ALGO=cma, read peers' buffers with process_vm_readv (CMA, single copy; "+yama+"; MC_PG_CMA=0 turns it off)")
 }
 
 // probeRead reads one byte of the first readable mapping of process pid.
