@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -76,7 +75,6 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mooncake_master", flag.ContinueOnError)
 	fs.SetOutput(out)
 	o.cfg = master.DefaultConfig()
-	o.cfg.Seed = rand.Int64() // this incarnation's ids differ from the last one's (master.Config.Seed)
 	o.rpcPort, o.port, o.metricsPort, o.httpMetadataPort = 50051, 50051, 9003, 8080
 	fs.Var(port{&o.rpcPort}, "rpc_port", "gRPC port of the master service")
 	fs.Var(port{&o.port}, "port", "deprecated alias of --rpc_port, used when --rpc_port is not given")

@@ -34,18 +34,6 @@ const reexecEnv = "MOONCAKE_TEST_RUN_MASTER_MAIN"
 
 func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, reexecEnv, main) }
 
-// TestEachStartDrawsASeed: two starts seed the master's state
-// differently (its reservation and task ids differ from the last
-// incarnation's, master.Config.Seed).
-func TestEachStartDrawsASeed(t *testing.T) {
-	var a, b options
-	newFlagSet(&a, io.Discard)
-	newFlagSet(&b, io.Discard)
-	if a.cfg.Seed == 0 || a.cfg.Seed == b.cfg.Seed {
-		t.Fatalf("seeds %d and %d; want two different nonzero ones", a.cfg.Seed, b.cfg.Seed)
-	}
-}
-
 func TestHelpListsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
 	if err := run([]string{"--help"}, &out, nil); !errors.Is(err, flag.ErrHelp) {

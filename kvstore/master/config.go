@@ -44,11 +44,7 @@ type Config struct {
 	// tenant registered with a quota (SetTenantQuota). Off, every tenant
 	// id maps to DefaultTenant and all clients share one namespace.
 	MultiTenant bool
-	// Seed seeds the state's random draws: the start segment of the
-	// allocation strategy, task ids and the first reservation id. Tests
-	// fix it; mooncake_master draws one per start, so that a restarted
-	// master's ids differ from the last incarnation's (with the operation
-	// log, every entry reseeds the draws from its number instead).
+	// Seed seeds the random start segment of the allocation strategy.
 	Seed int64
 	// Offload configures the disk tier (see OffloadConfig).
 	Offload OffloadConfig

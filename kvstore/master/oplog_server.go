@@ -143,6 +143,7 @@ func (r *replication) begin(e *entry) {
 	r.inOp.Store(true)
 	r.src.Seed(int64(e.n))
 	r.s.st.rng = r.rng
+	r.s.st.ids = r.rng
 }
 
 // end finishes the entry begun last.

@@ -105,7 +105,7 @@ func (s *State) reserve(clientID, tenant string, size uint64, release []uint64, 
 			// (without the operation log, it remembers nothing) does not
 			// hand out an id a client still holds from the last one: a
 			// commit with it would place the object in the wrong block.
-			s.nextReservation = s.rng.Uint64() >> 1
+			s.nextReservation = s.ids.Uint64() >> 1
 		}
 		s.nextReservation++
 		r := &reservation{id: s.nextReservation, client: clientID, seg: sg, start: off, pieces: []extent{{off, size}}}

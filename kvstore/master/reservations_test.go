@@ -59,18 +59,18 @@ func TestCommitChargesTheTenant(t *testing.T) {
 }
 
 // TestRestartedMasterDoesNotReuseIds: a master that restarts without the
-// operation log remembers no block, and its ids start elsewhere (each
-// start draws its seed): a commit with an id the client kept from the
-// last incarnation is gone, not placed in the new incarnation's block.
+// operation log remembers no block, and its ids start elsewhere (drawn at
+// random, whatever Config.Seed): a commit with an id the client kept from
+// the last incarnation is gone, not placed in the new incarnation's block.
 func TestRestartedMasterDoesNotReuseIds(t *testing.T) {
 	seg := Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 20}
-	before := newTestState(t, func(c *Config) { c.Seed = 1 })
+	before := newTestState(t, nil)
 	mustMount(t, before, "c1", seg, epoch)
 	old, code := before.Reserve("c1", DefaultTenant, 8192, nil, epoch)
 	if code != kvstore.OK {
 		t.Fatal(code)
 	}
-	after := newTestState(t, func(c *Config) { c.Seed = 2 })
+	after := newTestState(t, nil)
 	mustMount(t, after, "c1", seg, epoch)
 	if _, code := after.Reserve("c1", DefaultTenant, 8192, nil, epoch); code != kvstore.OK {
 		t.Fatal(code)

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"math/rand"
+	randv2 "math/rand/v2"
 	"sort"
 	"time"
 )
@@ -63,8 +64,14 @@ type discarded struct {
 // metrics. Every method takes the current time explicitly; nothing happens
 // between calls. State is not safe for concurrent use.
 type State struct {
-	cfg          Config
-	rng          *rand.Rand
+	cfg Config
+	rng *rand.Rand
+	// ids draws the first reservation id, which must differ between two
+	// incarnations of a master that keeps no log: a client may still hold
+	// an id from the last one. Seeded at random, not from Config.Seed;
+	// with the operation log every entry replaces it, as rng, with the
+	// entry's deterministic source.
+	ids          *rand.Rand
 	objects      map[string]*object
 	segments     map[string]*segment // by id
 	segOrder     []*segment          // mount order; the allocation walk order
@@ -90,6 +97,7 @@ func NewState(cfg Config) (*State, error) {
 	return &State{
 		cfg:      cfg,
 		rng:      rand.New(rand.NewSource(cfg.Seed)),
+		ids:      rand.New(rand.NewSource(randv2.Int64())),
 		objects:  make(map[string]*object),
 		segments: make(map[string]*segment),
 		clients:  make(map[string]*client),
