@@ -60,7 +60,7 @@ func TestCMAAllGather(t *testing.T) {
 // blocks, some empty, inline (below cmaMinBytes) and read ones in one op,
 // and in place (input and output the same buffer).
 func TestCMAAllToAll(t *testing.T) {
-	forceAllToAll(t, "cma")
+	forceAlgorithm(t, &forcedAllToAll, "cma")
 	for n := 1; n <= 8; n++ {
 		ranks(t, n, testSlot, func(t *testing.T, g *Group) {
 			me := g.Rank()
@@ -210,28 +210,26 @@ func TestCMAOffByEnvironment(t *testing.T) {
 	ranks(t, 3, testSlot, fallbackOps)
 }
 
-// forceAllToAll makes every all_to_all of the test use algorithm (as
-// MC_PG_ALLTOALL_ALGO does).
-func forceAllToAll(t *testing.T, algorithm string) {
-	old := forcedAllToAll
-	forcedAllToAll = algorithm
-	t.Cleanup(func() { forcedAllToAll = old })
-}
-
 // forceCMA makes every all_gather and all_to_all of the test take the CMA
 // path (which falls back where the group does not read with CMA).
 func forceCMA(t *testing.T) {
 	forceAllGather(t, "cma")
-	forceAllToAll(t, "cma")
+	forceAlgorithm(t, &forcedAllToAll, "cma")
 }
 
 // forceAllGather makes every all_gather of the test use algorithm (as
 // MC_PG_ALLGATHER_ALGO does): a group of four reads with CMA only when
 // forced.
 func forceAllGather(t *testing.T, algorithm string) {
-	old := forcedAllGather
-	forcedAllGather = algorithm
-	t.Cleanup(func() { forcedAllGather = old })
+	forceAlgorithm(t, &forcedAllGather, algorithm)
+}
+
+// forceAlgorithm sets one of the forced-algorithm choices of select.go
+// for the test.
+func forceAlgorithm(t *testing.T, choice *string, algorithm string) {
+	old := *choice
+	*choice = algorithm
+	t.Cleanup(func() { *choice = old })
 }
 
 // A read of a peer's buffer that fails (the peer's process gone: ESRCH)
