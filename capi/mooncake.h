@@ -388,6 +388,9 @@ void mc_store_get_ranges(uint64_t store, int n, const char **keys,
 /* results[i]: 1 exists, 0 not, or an error number. Grants read leases. */
 void mc_store_exist(uint64_t store, int n, const char **keys, int *results);
 
+/* mc_store_exist of one key: 1 exists, 0 not, or an error number. */
+int mc_store_is_exist(uint64_t store, const char *key);
+
 /* Size of an object, or an error number. */
 int64_t mc_store_get_size(uint64_t store, const char *key);
 

@@ -428,6 +428,16 @@ func mc_store_exist(h C.uint64_t, n C.int, keys **C.mc_cchar, results *C.int) {
 	}
 }
 
+//export mc_store_is_exist
+func mc_store_is_exist(h C.uint64_t, key *C.mc_cchar) (ret C.int) {
+	defer recoverTo(&ret, -1)
+	c := opsOf(h)
+	if c == nil {
+		return refused()
+	}
+	return C.int(c.BatchExist([]string{C.GoString(key)})[0])
+}
+
 //export mc_store_get_size
 func mc_store_get_size(h C.uint64_t, key *C.mc_cchar) (ret C.int64_t) {
 	defer recoverTo(&ret, -1)

@@ -60,6 +60,7 @@ def test_store_calls_record_messages() -> None:
     lib = _store_lib()
     assert lib.mc_store_get_size(0, b"k") == _INVALID_PARAMS
     assert "not set up" in _lib.last_error()
+    assert lib.mc_store_is_exist(0, b"k") == _INVALID_PARAMS
     # Per-item results: the number per key, and a message for the thread.
     _lib.lib().mc_engine_initialize(0, b"h", b"P2PHANDSHAKE", b"tcp", b"")  # another message
     keys = (ctypes.c_char_p * 2)(b"a", b"b")

@@ -99,6 +99,7 @@ def test_jsonl_sink_writes_one_span_per_call_and_phase(store_master, peers, tmp_
     assert all("trace-k" not in line for line in trace.read_text().splitlines())
     assert {sp["namespace"] for sp in got} == {"//d1/"}  # keyspace/tenant/domain/object_set
     assert len({sp["runtime_id"] for sp in got}) == 1 and put["runtime_host"] == peer.hostname
+    assert {sp["pid"] for sp in got} == {peer.proc.pid}
     phases = {sp["name"] for sp in got if sp["kind"] == "phase"}
     assert {
         "master.BatchPutStart",

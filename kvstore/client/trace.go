@@ -9,8 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,6 +53,10 @@ type sinks struct {
 	jsonl    *os.File // nil: off
 	path     string
 	fullKeys bool
+	// open says whether text or jsonl is set, read without mu: a span
+	// that no sink writes needs neither the lock nor its record's key and
+	// pid (spans end on every call, and the breakdown alone uses neither).
+	open atomic.Bool
 }
 
 var traceSinks sinks
@@ -153,7 +157,10 @@ func (s *sinks) openJSONL(path string) error {
 	return nil
 }
 
+// status says where spans go, and sets open to match; s.mu is held
+// (every change of the sinks ends with it).
 func (s *sinks) status() TracingStatus {
+	s.open.Store(s.text != nil || s.jsonl != nil)
 	st := TracingStatus{Text: s.text != nil, KeyMode: "hash"}
 	if s.fullKeys {
 		st.KeyMode = "full"
@@ -167,10 +174,15 @@ func (s *sinks) status() TracingStatus {
 	return st
 }
 
-// write sends sp to the open sinks.
-func (s *sinks) write(sp TraceSpan) {
+// write sends sp to the open sinks, with its first key (firstKey) in
+// the sinks' key mode and this process's id.
+func (s *sinks) write(sp TraceSpan, firstKey string) {
+	if !s.open.Load() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	sp.Key, sp.PID = s.key(firstKey), os.Getpid()
 	if s.text != nil {
 		s.text.Info("store span", "kind", sp.Kind, "name", sp.Name, "dur_us", sp.DurUs, "status", sp.Status,
 			"failed", sp.Failed, "keys", sp.Keys, "key", sp.Key, "bytes", sp.Bytes, "namespace", sp.Namespace,
@@ -182,11 +194,9 @@ func (s *sinks) write(sp TraceSpan) {
 	}
 }
 
+// key is k as the sinks write it; s.mu is held.
 func (s *sinks) key(k string) string {
-	s.mu.Lock()
-	full := s.fullKeys
-	s.mu.Unlock()
-	if full || k == "" {
+	if s.fullKeys || k == "" {
 		return k
 	}
 	h := fnv.New64a()
@@ -208,26 +218,30 @@ type tracer struct {
 	runtime, host, ns string
 	started           time.Time
 	mu                sync.Mutex
-	stats             map[string]*Stat // by kind + "/" + name
+	stats             map[spanName]*Stat
 }
 
+// spanName is a span's kind and name, the breakdown's key.
+type spanName struct{ kind, name string }
+
 func newTracer(runtime, host string, ns kvstore.Namespace) *tracer {
-	return &tracer{runtime: runtime, host: host, ns: ns.Encode(), started: time.Now(), stats: map[string]*Stat{}}
+	return &tracer{runtime: runtime, host: host, ns: ns.Encode(), started: time.Now(), stats: map[spanName]*Stat{}}
 }
 
 // openSpan is a span being timed; one of its end methods closes it.
 type openSpan struct {
-	t     *tracer
-	sp    TraceSpan
-	begin time.Time
+	t        *tracer
+	sp       TraceSpan
+	firstKey string // the call's first key, as given
+	begin    time.Time
 }
 
 // start opens a span of kind named name over keys moving bytes.
 func (t *tracer) start(kind, name string, keys []string, bytes uint64) *openSpan {
 	o := &openSpan{t: t, begin: time.Now(), sp: TraceSpan{Kind: kind, Name: name, Keys: len(keys), Bytes: bytes,
-		Namespace: t.ns, Runtime: t.runtime, Host: t.host, PID: os.Getpid()}}
+		Namespace: t.ns, Runtime: t.runtime, Host: t.host}}
 	if len(keys) > 0 {
-		o.sp.Key = traceSinks.key(keys[0])
+		o.firstKey = keys[0]
 	}
 	return o
 }
@@ -238,7 +252,7 @@ func (o *openSpan) end(status, failed int) {
 	o.sp.TimeUs, o.sp.DurUs = o.begin.UnixMicro(), time.Since(o.begin).Microseconds()
 	o.sp.Status, o.sp.Failed = status, failed
 	o.t.record(o.sp)
-	traceSinks.write(o.sp)
+	traceSinks.write(o.sp, o.firstKey)
 }
 
 // endErr closes the span with *err's number.
@@ -265,7 +279,7 @@ func (o *openSpan) endResults(rs []GetResult) {
 func (t *tracer) record(sp TraceSpan) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	key := sp.Kind + "/" + sp.Name
+	key := spanName{sp.Kind, sp.Name}
 	st := t.stats[key]
 	if st == nil {
 		st = &Stat{}
@@ -350,10 +364,10 @@ func (c *Client) Breakdown() Breakdown {
 	}
 	t.mu.Lock()
 	for k, st := range t.stats {
-		if name, ok := strings.CutPrefix(k, "api/"); ok {
-			b.APIs[name] = *st
+		if k.kind == "api" {
+			b.APIs[k.name] = *st
 		} else {
-			b.Phases[strings.TrimPrefix(k, "phase/")] = *st
+			b.Phases[k.name] = *st
 		}
 	}
 	t.mu.Unlock()

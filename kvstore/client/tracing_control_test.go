@@ -22,6 +22,7 @@ func resetTraceSinks(t *testing.T) {
 		s.jsonl.Close()
 	}
 	s.jsonl, s.path = nil, ""
+	s.status() // resets open
 }
 
 // tracingCall sends method /tracing?query (with an optional form body)

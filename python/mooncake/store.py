@@ -124,6 +124,7 @@ _SIGNATURES = {
     "mc_store_get_sized": ([U64, INT, P(STR), PTR, P(I64)], None),
     "mc_store_get_ranges": ([U64, INT, P(STR), P(U64), P(U64), P(U64), P(I64)], None),
     "mc_store_exist": ([U64, INT, P(STR), P(INT)], None),
+    "mc_store_is_exist": ([U64, STR], INT),
     "mc_store_get_size": ([U64, STR], I64),
     "mc_store_replica_desc": ([U64, INT, P(STR)], PTR),
     "mc_store_remove": ([U64, INT, P(STR), INT, P(INT)], None),
@@ -834,7 +835,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
 
     def is_exist(self, key: str) -> int:
         """1 if `key` has a readable replica, 0 if not, negative on error."""
-        return self.batch_is_exist([key])[0]
+        return self._lib.mc_store_is_exist(self._handle, key.encode())
 
     def get_size(self, key: str) -> int:
         """The object's size, or negative (-704 missing)."""
