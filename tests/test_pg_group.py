@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pg_harness import launch
+from pg_harness import launch, open_gate, wait_gate
 
 HERE = Path(__file__).resolve().parent
 
@@ -294,7 +294,9 @@ def case_destroy_during_collective(rank: int, world: int, port: int) -> None:
 def case_future_of_failed_op(rank: int, world: int, port: int) -> None:
     """An op that fails (rank 0's all_reduce, which no peer joins, cut short by
     destroy_process_group): wait() raises, and its Future, first asked for
-    after the failure, is done and raises the same error."""
+    after the failure, is done and raises the same error. Rank 1 stays in the
+    group until rank 0 is done: had it left first, rank 0's all_reduce would
+    complete without it."""
     dist.init_process_group(backend="mooncake", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=world)
     dist.barrier()
@@ -307,7 +309,9 @@ def case_future_of_failed_op(rank: int, world: int, port: int) -> None:
         assert fut.done()
         with pytest.raises(RuntimeError, match="process group destroyed"):
             fut.wait()
+        open_gate("rank0_done")
     else:
+        wait_gate("rank0_done")
         dist.destroy_process_group()
     print("FAILED-OP FUTURE ok", flush=True)
 
