@@ -1,10 +1,10 @@
 package ep
 
-// maxAbsBF16AVX2 writes to out the per-column maxima of src[j]&0x7fff
-// over 16 columns, NaNs counting as 0; n a multiple of 16.
+// maxAbsBF16AVX2 is the largest src[j]&0x7fff, NaNs counting as 0; n a
+// multiple of 16.
 //
 //go:noescape
-func maxAbsBF16AVX2(src *uint16, n int, out *[16]uint16)
+func maxAbsBF16AVX2(src *uint16, n int) uint16
 
 // castE4M3AVX2 does dst[i] = f32ToE4M3(bf16(src[i]) * scale), n a
 // multiple of 32.
@@ -19,9 +19,7 @@ func maxAbsBF16(x []uint16) uint16 {
 		return maxAbsBF16Go(x)
 	}
 	m := len(x) &^ 15
-	var cols [16]uint16
-	maxAbsBF16AVX2(&x[0], m, &cols)
-	return max(maxAbsBF16Go(cols[:]), maxAbsBF16Go(x[m:]))
+	return max(maxAbsBF16AVX2(&x[0], m), maxAbsBF16Go(x[m:]))
 }
 
 // castE4M3 does out[i] = f32ToE4M3(bf16(x[i]) * scale).

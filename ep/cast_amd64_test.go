@@ -52,4 +52,16 @@ func TestMaxAbsBF16AVX2MatchesGo(t *testing.T) {
 			}
 		}
 	}
+	// The largest at every position in turn: each of the kernel's 16
+	// columns (and its halving of them to one) must carry it.
+	for p := range 128 {
+		x := make([]uint16, 128)
+		for i := range x {
+			x[i] = uint16(0x8000 | i) // -0 to small negatives
+		}
+		x[p] = 0xc0a0 // -5, the largest magnitude
+		if got := maxAbsBF16(x); got != 0x40a0 {
+			t.Fatalf("largest at %d: %#x, want 0x40a0", p, got)
+		}
+	}
 }
