@@ -26,9 +26,10 @@ import (
 
 const (
 	snapshotMagic = "MCSN"
-	// snapshotVersion 2 added the reservations; version 1 files (none)
-	// still load.
-	snapshotVersion = 2
+	// snapshotVersion 2 added the reservations, 3 the task salt; older
+	// files still load (a state without a salt draws one with its next
+	// task).
+	snapshotVersion = 3
 )
 
 var (
@@ -368,6 +369,9 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 			e.uvarint(p.len)
 		}
 	}
+
+	// The task salt (version 3).
+	e.uvarint(st.taskSalt)
 	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
 }
 
@@ -697,6 +701,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	}
 	if version >= 2 {
 		d.reservations(st)
+	}
+	if version >= 3 {
+		st.taskSalt = d.uvarint()
 	}
 	if d.err != nil {
 		return nil, h, errBadSnapshot

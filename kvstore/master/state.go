@@ -66,7 +66,7 @@ type discarded struct {
 type State struct {
 	cfg Config
 	rng *rand.Rand
-	// ids draws the first reservation id, which must differ between two
+	// ids draws the first reservation id and the task salt, which must differ between two
 	// incarnations of a master that keeps no log: a client may still hold
 	// an id from the last one. Seeded at random, not from Config.Seed;
 	// with the operation log every entry replaces it, as rng, with the
@@ -85,6 +85,11 @@ type State struct {
 	nextReservation uint64
 	tenants         map[string]*tenant // registered tenants; DefaultTenant always
 	tasks           map[TaskID]*task   // copy and move tasks, until pruned
+	// taskSalt, drawn from ids with the first task, is folded into every
+	// task id's low half: a restarted master that keeps no log draws the
+	// same ids from rng again, and a client may still report a task of
+	// the last incarnation.
+	taskSalt uint64
 	disk            diskTier           // local disks, offloads, promotions
 	m               counters
 }

@@ -223,10 +223,14 @@ func (s *State) reserveOn(segs []*segment, size uint64) *replica {
 	return nil
 }
 
-// newTaskID draws an unused, non-zero id from the state's random source.
+// newTaskID draws an unused, non-zero id from the state's random source,
+// its low half salted per incarnation (taskSalt).
 func (s *State) newTaskID() TaskID {
+	for s.taskSalt == 0 {
+		s.taskSalt = s.ids.Uint64()
+	}
 	for {
-		id := TaskID{s.rng.Uint64(), s.rng.Uint64()}
+		id := TaskID{s.rng.Uint64(), s.rng.Uint64() ^ s.taskSalt}
 		if _, used := s.tasks[id]; !used && id != (TaskID{}) {
 			return id
 		}
