@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
@@ -160,7 +161,8 @@ func dumpState(s *Server) stateDump {
 // with the oplog on a real etcd: after mounts, puts, upserts and removes
 // the standby holds the same state; when the leader dies the standby
 // serves the same objects, without a remount, and the removed ones stay
-// removed.
+// removed; a copy task of the old leader keeps its id, is handed out by
+// the new one and takes its report there.
 func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	ep := testutil.StartEtcd(t)
 	cli := etcdClient(t, ep)
@@ -241,6 +243,10 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	}
 	commit(ca, "r0", 0)
 	commit(ca, "r1", 4096)
+	// A copy task (k02 has one replica: the other segment is the target)
+	// replicates with its id, salt included.
+	ct, err := ca.CreateCopyTask(ctx, &masterpb.CreateCopyTaskRequest{Key: "k02", Targets: []string{"seg0", "seg1"}})
+	ok(ct.GetErrorCode(), err, "copy task")
 	g, err := ca.GetReplicaList(ctx, &masterpb.KeyRequest{Key: "k01"})
 	ok(g.GetErrorCode(), err, "get on the leader")
 	if _, err := dial(b).Ping(ctx, &masterpb.PingRequest{ClientId: "storage"}); status.Code(err) != codes.Unavailable {
@@ -272,6 +278,19 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 		if removed := i%3 == 0; r.GetExists() == removed {
 			t.Fatalf("k%02d: removed %v, ExistKey %v (code %d)", i, removed, r.GetExists(), r.GetErrorCode())
 		}
+	}
+	if len(p.Tasks) != 1 || !proto.Equal(p.Tasks[0].Id, ct.Id) {
+		t.Fatalf("the new leader's first Ping answer hands out %v, want the old leader's task %v", p.Tasks, ct.Id)
+	}
+	q, err := cb.QueryTask(ctx, &masterpb.QueryTaskRequest{Id: ct.Id})
+	ok(q.GetErrorCode(), err, "the old leader's task on the new leader")
+	if q.Status != masterpb.TaskStatus_TASK_PROCESSING {
+		t.Fatalf("task %v on the new leader: %v", ct.Id, q)
+	}
+	done, err := cb.MarkTaskComplete(ctx, &masterpb.MarkTaskCompleteRequest{ClientId: "storage", Id: ct.Id, Success: true})
+	ok(done.GetErrorCode(), err, "report the task to the new leader")
+	if q, err := cb.QueryTask(ctx, &masterpb.QueryTaskRequest{Id: ct.Id}); err != nil || q.Status != masterpb.TaskStatus_TASK_SUCCESS {
+		t.Fatalf("task %v after its report: %v %v", ct.Id, q, err)
 	}
 	put(cb, "after", 64, 1) // the new leader allocates around the old objects
 	commit(cb, "r2", 2048)  // and knows the old leader's block
