@@ -44,7 +44,9 @@ type Config struct {
 	// tenant registered with a quota (SetTenantQuota). Off, every tenant
 	// id maps to DefaultTenant and all clients share one namespace.
 	MultiTenant bool
-	// Seed seeds the random start segment of the allocation strategy.
+	// Seed seeds the random start segment of the allocation strategy and
+	// the task ids' draws (whose low half is also salted per incarnation,
+	// apart from Seed; the first reservation id is drawn apart too).
 	Seed int64
 	// Offload configures the disk tier (see OffloadConfig).
 	Offload OffloadConfig

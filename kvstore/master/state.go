@@ -66,11 +66,11 @@ type discarded struct {
 type State struct {
 	cfg Config
 	rng *rand.Rand
-	// ids draws the first reservation id and the task salt, which must differ between two
-	// incarnations of a master that keeps no log: a client may still hold
-	// an id from the last one. Seeded at random, not from Config.Seed;
-	// with the operation log every entry replaces it, as rng, with the
-	// entry's deterministic source.
+	// ids draws the first reservation id and the task salt, which must
+	// differ between two incarnations of a master that keeps no log: a
+	// client may still hold an id from the last one. Seeded at random,
+	// not from Config.Seed; with the operation log every entry replaces
+	// it, as rng, with the entry's deterministic source.
 	ids          *rand.Rand
 	objects      map[string]*object
 	segments     map[string]*segment // by id
@@ -90,8 +90,8 @@ type State struct {
 	// same ids from rng again, and a client may still report a task of
 	// the last incarnation.
 	taskSalt uint64
-	disk            diskTier           // local disks, offloads, promotions
-	m               counters
+	disk     diskTier // local disks, offloads, promotions
+	m        counters
 }
 
 // NewState returns an empty table. cfg must pass Validate.
