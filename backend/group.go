@@ -70,6 +70,11 @@ type Group struct {
 	// collective FIFO for chColl, the peer's send or receive queue for chP2P.
 	sent [numChannels][]uint64
 	rcvd [numChannels][]uint64
+	// flags[kind][ch][peer] is the flag (kind fReady or fAck) of the last
+	// such message to the peer, which a put's message refers to: kept here
+	// so that a put allocates nothing. The same owners as sent (fReady)
+	// and rcvd (fAck).
+	flags [fAck + 1][numChannels][][1]channel.Flag
 	// collOps counts collectives run so far (the same on every rank);
 	// pullLent[s][p] is the sequence number of the last message that let
 	// peer p read this rank's pull slot s. Both owned by the collective FIFO.
@@ -201,6 +206,9 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	for ch := range numChannels {
 		g.sent[ch] = make([]uint64, slots)
 		g.rcvd[ch] = make([]uint64, slots)
+		for kind := range g.flags {
+			g.flags[kind][ch] = make([][1]channel.Flag, slots)
+		}
 	}
 	for s := range nSlots {
 		g.pullLent[s] = make([]uint64, slots)

@@ -59,10 +59,15 @@ func (g *Group) timeout(ch int) time.Duration {
 // for this rank in peer's buffer to v, staged in this rank's outgoing word
 // src; peer is woken only while it blocks on that word.
 func (g *Group) flagMessage(ch, kind, src, peer int, v uint64) channel.Message {
-	return channel.Message{To: g.endpoint(peer),
-		Flags:    []channel.Flag{{Off: uint64(g.lay.flag(kind, ch, g.rank)), Val: v, Src: g.words(g.lay.flag(src, ch, peer))}},
+	f := &g.flags[kind][ch][peer]
+	f[0] = channel.Flag{Off: uint64(g.lay.flag(kind, ch, g.rank)), Val: v, Src: g.words(g.lay.flag(src, ch, peer))}
+	return channel.Message{To: g.endpoint(peer), Flags: f[:],
 		Sleepers: channel.SleeperWord{Off: uint64(g.lay.sleepers(kind, ch, g.rank)), Tracked: true}}
 }
+
+// smallPut is how many messages of one put fit on the caller's stack: a
+// put to that many peers or fewer allocates nothing.
+const smallPut = 8
 
 // send delivers msgs (at most one per peer) as one step: every slot is
 // free first, then all data goes, then the ready words (none unless all
@@ -71,25 +76,24 @@ func (g *Group) send(ch int, msgs []out) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	put := make([]channel.Message, len(msgs))
-	for i, m := range msgs {
+	var buf [smallPut]channel.Message
+	put := buf[:0]
+	if len(msgs) > smallPut {
+		put = make([]channel.Message, 0, len(msgs))
+	}
+	for _, m := range msgs {
 		seq := g.sent[ch][m.peer] + 1
 		if seq-g.seqBase[ch] > nSlots {
 			if err := g.waitAtLeast(ch, fAck, m.peer, seq-nSlots, g.timeout(ch)); err != nil {
 				return err
 			}
 		}
-		put[i] = g.flagMessage(ch, fReady, fOutReady, m.peer, seq)
+		msg := g.flagMessage(ch, fReady, fOutReady, m.peer, seq)
 		if len(m.data) > 0 {
-			dst := uint64(g.lay.recv(ch, g.rank, seq))
-			put[i].Data = channel.Data{Off: dst, Len: uint64(len(m.data)),
-				Fill: func(view []byte) { copy(view, m.data) },
-				Stage: func() []channel.Write {
-					st := g.stage(ch, m.peer)[:len(m.data)]
-					copy(st, m.data)
-					return []channel.Write{{Src: st, Off: dst}}
-				}}
+			msg.Data = channel.Data{Off: uint64(g.lay.recv(ch, g.rank, seq)), Len: uint64(len(m.data)),
+				Src: m.data, Staging: g.stage(ch, m.peer)}
 		}
+		put = append(put, msg)
 	}
 	if err := g.putError(msgs, channel.Put(g.engine, put, channel.AllMessages)); err != nil {
 		return err
@@ -136,10 +140,14 @@ func (g *Group) recv(ch, peer int) ([]byte, error) {
 // their senders. A failed acknowledgement is not an error of this op: the
 // only rank that needs it is the sender, and it notices on its own.
 func (g *Group) release(ch int, peers ...int) {
-	acks := make([]channel.Message, len(peers))
-	for i, pr := range peers {
+	var buf [smallPut]channel.Message
+	acks := buf[:0]
+	if len(peers) > smallPut {
+		acks = make([]channel.Message, 0, len(peers))
+	}
+	for _, pr := range peers {
 		g.rcvd[ch][pr]++
-		acks[i] = g.flagMessage(ch, fAck, fOutAck, pr, g.rcvd[ch][pr])
+		acks = append(acks, g.flagMessage(ch, fAck, fOutAck, pr, g.rcvd[ch][pr]))
 	}
 	channel.Put(g.engine, acks, channel.EachMessage)
 }

@@ -189,7 +189,7 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 // peer's memory, and reports whether the view was there.
 func (e *Engine) copyThrough(v transport.DirectView, t *task) bool {
 	var err error
-	if !v.View(t.req.TargetOffset, t.req.Length, func(mem []byte) {
+	if !transport.View(v, t.req.TargetOffset, t.req.Length, func(mem []byte) {
 		err = e.move(t.req.Opcode, t.req.Source, t.local.placement.Device, gpu.AddrOf(mem), false, t.req.Length)
 	}) {
 		return false

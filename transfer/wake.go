@@ -108,7 +108,7 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 		return false, err
 	}
 	for _, c := range conns {
-		if v, ok := c.conn.(transport.DirectView); ok && v.View(addr, length, fn) {
+		if v, ok := c.conn.(transport.DirectView); ok && transport.View(v, addr, length, fn) {
 			return true, nil
 		}
 	}

@@ -20,10 +20,13 @@ func (r *transferRound) add(owner int, req transfer.Request) {
 
 // run runs the round and records, for each message whose request failed,
 // the failure in errs (keeping an earlier error).
-func (r *transferRound) run(eng *transfer.Engine, errs []error) {
+func (r *transferRound) run(eng *transfer.Engine, errs *failures) {
+	if len(r.reqs) == 0 {
+		return
+	}
 	for k, err := range Run(eng, r.reqs) {
-		if err != nil && errs[r.owner[k]] == nil {
-			errs[r.owner[k]] = err
+		if err != nil {
+			errs.set(r.owner[k], err)
 		}
 	}
 }

@@ -99,9 +99,8 @@ func TestPutDeliversDataBeforeFlags(t *testing.T) {
 			done <- DefaultPolicy(2).Await(Wait{Word: WordOf64(w), Ready: func() bool { return atomic.LoadUint64(w) >= 1 },
 				Deadline: time.Now().Add(10 * time.Second)})
 		}()
-		errs := Put(p.tx, []Message{p.message(data, 4096, p.flag(64, 4, 0xabcd), p.flag(0, 8, 1))}, EachMessage)
-		if errs[0] != nil {
-			t.Fatal(errs[0])
+		if errs := Put(p.tx, []Message{p.message(data, 4096, p.flag(64, 4, 0xabcd), p.flag(0, 8, 1))}, EachMessage); errs != nil {
+			t.Fatal(errs)
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -139,6 +138,62 @@ func TestPutAdjacentFlags(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A payload given as bytes (Data.Src) arrives through a direct view, or,
+// over TCP, through its Staging memory; without Staging a peer that has
+// no direct view fails the message.
+func TestPutSrcPayload(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		data := pattern(3000, 9)
+		m := Message{To: p.to, Flags: []Flag{p.flag(0, 8, 1)},
+			Data: Data{Off: 8192, Len: uint64(len(data)), Src: data, Staging: p.txMem[8192:12288]}}
+		if errs := Put(p.tx, []Message{m}, EachMessage); errs != nil {
+			t.Fatal(errs)
+		}
+		if !bytes.Equal(p.rxMem[8192:8192+len(data)], data) || atomic.LoadUint64(p.word64(0)) != 1 {
+			t.Fatal("Src payload or its flag did not arrive")
+		}
+		m.Data.Staging, m.Flags = nil, []Flag{p.flag(0, 8, 2)}
+		errs := Put(p.tx, []Message{m}, EachMessage)
+		switch {
+		case forceTCP && (errs == nil || errs[0] == nil):
+			t.Fatal("a Src payload without Staging reached a peer with no direct view")
+		case !forceTCP && errs != nil:
+			t.Fatalf("a direct view needs no Staging: %v", errs)
+		}
+		if want := map[bool]uint64{false: 2, true: 1}[forceTCP]; atomic.LoadUint64(p.word64(0)) != want {
+			t.Fatalf("flag %d, want %d (published only with its payload)", atomic.LoadUint64(p.word64(0)), want)
+		}
+	})
+}
+
+// A put of byte payloads and flags through direct views allocates
+// nothing: the collectives' small ops make two per op.
+func TestPutThroughViewsAllocatesNothing(t *testing.T) {
+	p := newPair(t, false)
+	data := pattern(64, 4)
+	var msgs [2]Message
+	var flags [2]Flag
+	v := uint64(0)
+	allocs := testing.AllocsPerRun(200, func() {
+		v++
+		for i := range msgs {
+			flags[i] = p.flag(uint64(8*i), 8, v)
+			msgs[i] = Message{To: p.to, Flags: flags[i : i+1], Sleepers: SleeperWord{Off: 64, Tracked: true},
+				Data: Data{Off: uint64(4096 * (i + 1)), Len: uint64(len(data)), Src: data}}
+		}
+		if errs := Put(p.tx, msgs[:], AllMessages); errs != nil {
+			t.Fatal(errs)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Put allocated %v times per call", allocs)
+	}
+	if atomic.LoadUint64(p.word64(8)) != v || !bytes.Equal(p.rxMem[8192:8192+len(data)], data) {
+		t.Fatal("the last put did not arrive")
+	}
 }
 
 // A payload aimed outside the receiver's registered memory fails its
@@ -242,8 +297,8 @@ func TestAwaitSeesWrite(t *testing.T) {
 	w := p.word64(128)
 	go func() {
 		time.Sleep(time.Millisecond)
-		if errs := Put(p.tx, []Message{{To: p.to, Flags: []Flag{p.flag(128, 8, 1<<40|5)}}}, EachMessage); errs[0] != nil {
-			panic(fmt.Sprint(errs[0]))
+		if errs := Put(p.tx, []Message{{To: p.to, Flags: []Flag{p.flag(128, 8, 1<<40|5)}}}, EachMessage); errs != nil {
+			panic(fmt.Sprint(errs))
 		}
 	}()
 	err := DefaultPolicy(2).Await(Wait{Word: WordOf64(w), Ready: func() bool { return atomic.LoadUint64(w) == 1<<40|5 },
@@ -275,8 +330,8 @@ func TestPutWakesCountedSleepersOnly(t *testing.T) {
 				time.Sleep(10 * time.Microsecond)
 			}
 		}
-		if errs := Put(p.tx, []Message{msg(round)}, EachMessage); errs[0] != nil {
-			t.Fatal(errs[0])
+		if errs := Put(p.tx, []Message{msg(round)}, EachMessage); errs != nil {
+			t.Fatal(errs)
 		}
 		select {
 		case err := <-done:

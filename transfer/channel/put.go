@@ -47,16 +47,35 @@ type SleeperWord struct {
 	Tracked bool
 }
 
-// Data is a message's payload, written one of two ways.
+// Data is a message's payload, given one of two ways: as bytes (Src, with
+// Staging for peers without a direct view), or as callbacks that write it
+// (Fill and Stage), for payloads assembled on the way. A message with
+// neither Src nor Fill has none.
 type Data struct {
-	// Off and Len span the part of the peer's region that Fill writes.
+	// Off and Len span the part of the peer's region the payload goes to.
 	Off, Len uint64
+	// Src is the payload, Len bytes from any memory: Put copies it into a
+	// direct view of the peer's region, or, when the peer has none, into
+	// Staging and writes it from there.
+	Src []byte
+	// Staging is this side's registered memory (at least Len bytes) that
+	// Src is staged in for a peer without a direct view.
+	Staging []byte
 	// Fill writes the payload into view, a direct view of [Off, Off+Len)
 	// of the peer's region, when the peer has one. It must not block.
 	Fill func(view []byte)
 	// Stage, used when the peer has no direct view, puts the payload into
 	// this side's registered memory and returns the writes that carry it.
 	Stage func() []Write
+}
+
+// fill writes the payload into view, a direct view of the peer's region.
+func (d *Data) fill(view []byte) {
+	if d.Src != nil {
+		copy(view, d.Src)
+		return
+	}
+	d.Fill(view)
 }
 
 // Write is a staged piece of payload: Src (this side's registered memory)
@@ -95,47 +114,90 @@ var ErrNotDelivered = errors.New("channel: withheld, another message of the put 
 
 // Put delivers msgs: every payload (direct views first, then the staged
 // writes as one batch), then the flags of the messages d allows (directly,
-// waking the receiver, or as a second batch), and returns one error per
-// message (nil: payload and flags arrived).
+// waking the receiver, or as a second batch). It returns nil when every
+// payload and flag arrived, else one error per message (nil: that
+// message's payload and flags arrived). Nothing of msgs is kept, and a
+// put through direct views allocates nothing.
 func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
-	errs := make([]error, len(msgs))
+	errs := failures{n: len(msgs)}
 	var staged transferRound
 	for i := range msgs {
 		m := &msgs[i]
-		if m.Data.Fill == nil {
+		if m.Data.Src == nil && m.Data.Fill == nil {
 			continue
 		}
-		ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+m.Data.Off, m.Data.Len, m.Data.Fill)
+		ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+m.Data.Off, m.Data.Len, func(view []byte) { m.Data.fill(view) })
+		if err != nil {
+			errs.set(i, err)
+			continue
+		}
+		if ok {
+			continue
+		}
 		switch {
-		case err != nil:
-			errs[i] = err
-		case !ok && m.Data.Stage == nil:
-			errs[i] = fmt.Errorf("channel: no direct view of the peer and no staging for the payload")
-		case !ok:
+		case m.Data.Src != nil && len(m.Data.Staging) >= len(m.Data.Src):
+			st := m.Data.Staging[:len(m.Data.Src)]
+			copy(st, m.Data.Src)
+			staged.add(i, m.write(st, m.Data.Off))
+		case m.Data.Src == nil && m.Data.Stage != nil:
 			for _, w := range m.Data.Stage() {
-				staged.add(i, transfer.Request{Opcode: transfer.OpWrite, Source: gpu.AddrOf(w.Src), Target: m.To.Seg,
-					TargetOffset: m.To.Base + w.Off, Length: uint64(len(w.Src))})
+				staged.add(i, m.write(w.Src, w.Off))
 			}
+		default:
+			errs.set(i, fmt.Errorf("channel: no direct view of the peer and no staging for the payload"))
 		}
 	}
-	staged.run(eng, errs)
-	if d == AllMessages && firstError(errs) != nil {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = ErrNotDelivered
-			}
+	staged.run(eng, &errs)
+	if d == AllMessages && errs.any() {
+		for i := range msgs {
+			errs.set(i, ErrNotDelivered)
 		}
-		return errs
+		return errs.errs
 	}
 	var flags transferRound
 	for i := range msgs {
-		if errs[i] == nil && len(msgs[i].Flags) > 0 {
-			errs[i] = publish(eng, &msgs[i], i, &flags)
+		if errs.get(i) == nil && len(msgs[i].Flags) > 0 {
+			if err := publish(eng, &msgs[i], i, &flags); err != nil {
+				errs.set(i, err)
+			}
 		}
 	}
-	flags.run(eng, errs)
-	return errs
+	flags.run(eng, &errs)
+	return errs.errs
 }
+
+// write is the WRITE of src (this side's registered memory) to offset off
+// of m's peer region.
+func (m *Message) write(src []byte, off uint64) transfer.Request {
+	return transfer.Request{Opcode: transfer.OpWrite, Source: gpu.AddrOf(src), Target: m.To.Seg,
+		TargetOffset: m.To.Base + off, Length: uint64(len(src))}
+}
+
+// failures collects the errors of a put's n messages, allocating their
+// slice only once one fails.
+type failures struct {
+	n    int
+	errs []error
+}
+
+// set records err for message i unless it already has one.
+func (f *failures) set(i int, err error) {
+	if f.errs == nil {
+		f.errs = make([]error, f.n)
+	}
+	if f.errs[i] == nil {
+		f.errs[i] = err
+	}
+}
+
+func (f *failures) get(i int) error {
+	if f.errs == nil {
+		return nil
+	}
+	return f.errs[i]
+}
+
+func (f *failures) any() bool { return f.errs != nil }
 
 // publish stores m's flags through one direct view spanning them (and the
 // receiver's sleeper count) and wakes the receiver unless its count says
@@ -198,13 +260,4 @@ func store(mem []byte, f Flag) {
 		return
 	}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&mem[0])), uint32(f.Val))
-}
-
-func firstError(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -70,7 +70,7 @@ func (c *conn) copy(j *transport.Job) {
 		return
 	}
 	var err error
-	if !c.View(j.Remote, j.Length, func(mem []byte) {
+	if !transport.View(c, j.Remote, j.Length, func(mem []byte) {
 		err = transport.Move(c.t.mem, j.Op, j.Local, j.LocalMem.Device, gpu.AddrOf(mem), false, j.Length)
 	}) {
 		// Closed, or the peer stopped sharing the buffer since the job

@@ -97,26 +97,31 @@ func (c *conn) shared(addr, n uint64) (transport.BufferDesc, bool) {
 
 // Carries reports whether [addr, addr+n) lies in a shared buffer that this
 // process can map (it maps it on first use).
-func (c *conn) Carries(addr, n uint64) bool { return c.View(addr, n, func([]byte) {}) }
+func (c *conn) Carries(addr, n uint64) bool {
+	return transport.View(c, addr, n, func([]byte) {})
+}
 
-// View runs fn on the mapping of the peer's [addr, addr+n).
-func (c *conn) View(addr, n uint64, fn func(mem []byte)) bool {
+// Pin maps the peer's [addr, addr+n) (on first use) and pins the
+// mappings until Unpin.
+func (c *conn) Pin(addr, n uint64) ([]byte, bool) {
 	b, ok := c.shared(addr, n)
 	if !ok {
-		return false
+		return nil, false
 	}
 	if !c.m.pin() {
-		return false
+		return nil, false
 	}
-	defer c.m.unpin()
 	m, err := c.m.buffer(b)
 	if err != nil {
-		return false
+		c.m.unpin()
+		return nil, false
 	}
 	off := addr - b.Addr
-	fn(m[off : off+n : off+n])
-	return true
+	return m[off : off+n : off+n], true
 }
+
+// Unpin ends a Pin.
+func (c *conn) Unpin() { c.m.unpin() }
 
 // Submit hands the copy to the transport's workers and returns at once.
 func (c *conn) Submit(j *transport.Job) {

@@ -57,10 +57,29 @@ type Conn interface {
 // DirectView is the optional capability of a Conn that can expose the
 // peer's memory to this process (a same-host shared mapping).
 type DirectView interface {
-	// View runs fn on the peer's [addr, addr+n) and reports whether it
-	// could. The view is valid only during fn (the mapping cannot go away
-	// meanwhile); fn must not block.
-	View(addr, n uint64, fn func(mem []byte)) bool
+	// Pin returns the peer's [addr, addr+n) as memory of this process, or
+	// false when it cannot (the range is not shared, the mapping is being
+	// removed). The mapping cannot go away until the matching Unpin, which
+	// the caller makes soon and without blocking in between: removals of
+	// the mapping wait for it. View is the usual way to use the pair.
+	Pin(addr, n uint64) (mem []byte, ok bool)
+	// Unpin ends a Pin that returned true; its memory must not be used
+	// after.
+	Unpin()
+}
+
+// View runs fn on the peer's [addr, addr+n) through v and reports whether
+// it could. The memory is valid only during fn, which must not block. fn
+// does not escape (View calls it, and nothing keeps it), so a caller's
+// closure costs no allocation.
+func View(v DirectView, addr, n uint64, fn func(mem []byte)) bool {
+	mem, ok := v.Pin(addr, n)
+	if !ok {
+		return false
+	}
+	defer v.Unpin()
+	fn(mem)
+	return true
 }
 
 // Placement is where a local memory region lives.
