@@ -7,7 +7,8 @@ func allGatherDirect(g *Group, in, outBuf []byte) error {
 	nb := len(in)
 	step := g.stepBytes()
 	others := g.others()
-	msgs := make([]out, 0, len(others))
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
 	for off := 0; off < nb; off += step {
 		c := in[off:min(off+step, nb)]
 		msgs = msgs[:0]

@@ -5,14 +5,16 @@ package backend
 // round trip; n-1 times the traffic of a ring, so only for small messages.
 func allReduceDirect(g *Group, buf []byte, count int, dt DType, op ReduceOp) error {
 	others := g.others()
-	msgs := make([]out, 0, len(others))
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
 	for _, p := range others {
 		msgs = append(msgs, out{peer: p, data: buf})
 	}
 	if err := g.send(chColl, msgs); err != nil {
 		return err
 	}
-	srcs := make([][]byte, 0, len(g.act)) // ascending rank
+	var sb [smallGroup][]byte
+	srcs := room(sb[:], len(g.act))[:0] // ascending rank
 	for _, p := range g.act {
 		if p == g.rank {
 			srcs = append(srcs, buf)
@@ -30,13 +32,7 @@ func allReduceDirect(g *Group, buf []byte, count int, dt DType, op ReduceOp) err
 	return err
 }
 
-// others lists every active rank but this one, ascending.
-func (g *Group) others() []int {
-	o := make([]int, 0, len(g.act))
-	for _, p := range g.act {
-		if p != g.rank {
-			o = append(o, p)
-		}
-	}
-	return o
-}
+// others lists every active rank but this one, ascending. The slice is
+// the group's, valid until the active ranks change (at a collective's
+// start or re-run): read it, never write it.
+func (g *Group) others() []int { return g.oth[:len(g.oth):len(g.oth)] }

@@ -9,7 +9,8 @@ package backend
 // sent nor written.
 func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) error {
 	n := len(sendBytes)
-	soff, roff := make([]int, n+1), make([]int, n+1)
+	var sob, rob [smallGroup + 1]int
+	soff, roff := room(sob[:], n+1), room(rob[:], n+1)
 	for p := range n {
 		soff[p+1] = soff[p] + sendBytes[p]
 		roff[p+1] = roff[p] + recvBytes[p]
@@ -25,8 +26,10 @@ func allToAllPairwise(g *Group, in, outBuf []byte, sendBytes, recvBytes []int) e
 		own()
 		return nil
 	}
-	msgs := make([]out, 0, len(others))
-	got := make([]int, 0, len(others))
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
+	var gb [smallGroup]int
+	got := room(gb[:], len(others))[:0]
 	for r := range rounds {
 		at := r * step
 		msgs = msgs[:0]

@@ -4,7 +4,8 @@ package backend
 // and waits for theirs. No rank leaves before all have entered.
 func barrierAllToAll(g *Group) error {
 	others := g.others()
-	msgs := make([]out, 0, len(others))
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
 	for _, p := range others {
 		msgs = append(msgs, out{peer: p})
 	}

@@ -7,7 +7,10 @@ import (
 )
 
 // BenchmarkAllReduce runs all_reduce among in-process ranks (each with its
-// own engine; shm transport). Speed is reported, never asserted.
+// own engine; shm transport). Speed is reported, never asserted; the ranks
+// share this process's CPUs and garbage collector, so benchmarks/
+// coll_profile.py (ranks as processes, through torch) is the guide to a
+// small op's time.
 func BenchmarkAllReduce(b *testing.B) {
 	for _, n := range []int{2, 4} {
 		for _, size := range []int{8, 64 << 10, 1 << 20, 4 << 20, 16 << 20} {
@@ -39,23 +42,26 @@ func BenchmarkAllReduce(b *testing.B) {
 				}
 				b.SetBytes(int64(size))
 				b.ResetTimer()
-				for range b.N {
-					var wg sync.WaitGroup
-					for r := range n {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							w, err := gs[r].AllReduce(bufs[r], size/4, Float32, Sum)
+				// Each rank runs its ops back to back on its own
+				// goroutine, inline, as a torch caller that waits for
+				// each op does.
+				for r := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range b.N {
+							w, err := gs[r].AllReduce(bufs[r], size/4, Float32, Sum, Inline())
 							if err == nil {
 								_, err = w.Wait(0)
 							}
 							if err != nil {
 								b.Error(err)
+								return
 							}
-						}()
-					}
-					wg.Wait()
+						}
+					}()
 				}
+				wg.Wait()
 			})
 		}
 	}

@@ -6,7 +6,8 @@ package backend
 func broadcastOneToAll(g *Group, buf []byte, root int) error {
 	step := g.stepBytes()
 	others := g.others()
-	msgs := make([]out, 0, len(others))
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
 	for off := 0; off < len(buf); off += step {
 		c := buf[off:min(off+step, len(buf))]
 		if g.rank == root {

@@ -130,11 +130,13 @@ func (g *Group) setColl(v View, excluded []int) {
 	if len(excluded) > 0 {
 		g.exclOps = g.collOps + 1
 	}
-	g.act, g.pos = g.act[:0], -1
+	g.act, g.oth, g.pos = g.act[:0], g.oth[:0], -1
 	for p, a := range v.Active {
 		if a && !slices.Contains(excluded, p) {
 			if p == g.rank {
 				g.pos = len(g.act)
+			} else {
+				g.oth = append(g.oth, p)
 			}
 			g.act = append(g.act, p)
 		}
@@ -147,7 +149,7 @@ func (g *Group) setColl(v View, excluded []int) {
 // activated) runs its collectives over itself alone.
 func (g *Group) catchUp() {
 	if g.isolated.Load() {
-		g.act, g.pos, g.collIso = append(g.act[:0], g.rank), 0, true
+		g.act, g.oth, g.pos, g.collIso = append(g.act[:0], g.rank), g.oth[:0], 0, true
 		return
 	}
 	v := g.view.Load()

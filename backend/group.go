@@ -112,6 +112,7 @@ type Group struct {
 	// completes with that outcome, as on the ranks that met the failure.
 	carry     outcome
 	act       []int
+	oth       []int // act without this rank (others), set with act
 	pos       int
 	dirty     bool
 	watchCtx  context.Context
@@ -328,55 +329,59 @@ func (g *Group) usable() error {
 // start) until its Work has completed.
 func (g *Group) run(q *fifo, fn func() error, inline bool) *Work {
 	w := newWork()
-	task := func() {
-		defer g.life.exit()
-		if err := g.usable(); err != nil {
-			w.complete(err)
-			return
-		}
-		if q == g.coll {
-			g.catchUp()
-			g.collAt.Store(g.collBase + 1)
-			defer g.collAt.Store(0)
-			if !g.collIso && !g.isActive() {
-				w.complete(fmt.Errorf("%w: rank %d", ErrInactive, g.rank))
-				return
-			}
-			g.collOps++
-			g.dirty = false
-			if g.carry.apply(g.collBase, g.collOps, w) {
-				// The others completed this collective without running it
-				// again after a failure this rank reconciled before it:
-				// it ends here as failed, and its next collective is
-				// their next, the first of the base.
-				g.collOps--
-				w.complete(nil)
-				return
-			}
-		}
-		var err error
-		if q == g.coll && !g.collIso && g.aborting() {
-			err = errAborted // a window is pending for this collective: sync before it runs
-		} else {
-			err = fn()
-		}
-		switch {
-		case err == nil || errors.Is(err, ErrClosed):
-		case g.closed.Load(): // the close cut it short (peers may be closing too)
-			err = fmt.Errorf("%w during the op (%v)", ErrClosed, err)
-		case recoverable(err):
-			err = g.recover(q == g.coll, fn, w, err)
-		}
-		w.complete(g.fail(err))
-	}
-	if inline && q.tryInline(task) {
+	// Two closures, so that the inline one, which tryInline does not
+	// keep, costs no allocation.
+	if inline && q.tryInline(func() { g.runOp(q, fn, w) }) {
 		return w
 	}
-	if !q.submit(task) {
+	if !q.submit(func() { g.runOp(q, fn, w) }) {
 		w.complete(ErrClosed)
 		g.life.exit()
 	}
 	return w
+}
+
+// runOp runs fn, an op of queue q, and completes w with its outcome.
+func (g *Group) runOp(q *fifo, fn func() error, w *Work) {
+	defer g.life.exit()
+	if err := g.usable(); err != nil {
+		w.complete(err)
+		return
+	}
+	if q == g.coll {
+		g.catchUp()
+		g.collAt.Store(g.collBase + 1)
+		defer g.collAt.Store(0)
+		if !g.collIso && !g.isActive() {
+			w.complete(fmt.Errorf("%w: rank %d", ErrInactive, g.rank))
+			return
+		}
+		g.collOps++
+		g.dirty = false
+		if g.carry.apply(g.collBase, g.collOps, w) {
+			// The others completed this collective without running it
+			// again after a failure this rank reconciled before it:
+			// it ends here as failed, and its next collective is
+			// their next, the first of the base.
+			g.collOps--
+			w.complete(nil)
+			return
+		}
+	}
+	var err error
+	if q == g.coll && !g.collIso && g.aborting() {
+		err = errAborted // a window is pending for this collective: sync before it runs
+	} else {
+		err = fn()
+	}
+	switch {
+	case err == nil || errors.Is(err, ErrClosed):
+	case g.closed.Load(): // the close cut it short (peers may be closing too)
+		err = fmt.Errorf("%w during the op (%v)", ErrClosed, err)
+	case recoverable(err):
+		err = g.recover(q == g.coll, fn, w, err)
+	}
+	w.complete(g.fail(err))
 }
 
 func (g *Group) collTimeout() time.Duration { return time.Duration(g.rt.collTimeout.Load()) }

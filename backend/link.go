@@ -65,9 +65,20 @@ func (g *Group) flagMessage(ch, kind, src, peer int, v uint64) channel.Message {
 		Sleepers: channel.SleeperWord{Off: uint64(g.lay.sleepers(kind, ch, g.rank)), Tracked: true}}
 }
 
-// smallPut is how many messages of one put fit on the caller's stack: a
-// put to that many peers or fewer allocates nothing.
-const smallPut = 8
+// smallGroup is how many ranks' worth of an op's scratch (messages,
+// sources, offsets) lives on the caller's stack: an op among that many
+// ranks or fewer allocates none of it.
+const smallGroup = 8
+
+// room returns n zeroed elements: buf[:n] (the caller's array) when they
+// fit, else a new slice.
+func room[T any](buf []T, n int) []T {
+	if n <= len(buf) {
+		clear(buf[:n])
+		return buf[:n]
+	}
+	return make([]T, n)
+}
 
 // send delivers msgs (at most one per peer) as one step: every slot is
 // free first, then all data goes, then the ready words (none unless all
@@ -76,11 +87,8 @@ func (g *Group) send(ch int, msgs []out) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	var buf [smallPut]channel.Message
-	put := buf[:0]
-	if len(msgs) > smallPut {
-		put = make([]channel.Message, 0, len(msgs))
-	}
+	var buf [smallGroup]channel.Message
+	put := room(buf[:], len(msgs))[:0]
 	for _, m := range msgs {
 		seq := g.sent[ch][m.peer] + 1
 		if seq-g.seqBase[ch] > nSlots {
@@ -140,11 +148,8 @@ func (g *Group) recv(ch, peer int) ([]byte, error) {
 // their senders. A failed acknowledgement is not an error of this op: the
 // only rank that needs it is the sender, and it notices on its own.
 func (g *Group) release(ch int, peers ...int) {
-	var buf [smallPut]channel.Message
-	acks := buf[:0]
-	if len(peers) > smallPut {
-		acks = make([]channel.Message, 0, len(peers))
-	}
+	var buf [smallGroup]channel.Message
+	acks := room(buf[:], len(peers))[:0]
 	for _, pr := range peers {
 		g.rcvd[ch][pr]++
 		acks = append(acks, g.flagMessage(ch, fAck, fOutAck, pr, g.rcvd[ch][pr]))

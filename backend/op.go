@@ -15,8 +15,10 @@ func (g *Group) checkRank(what string, r int) error {
 	return nil
 }
 
-// OpOption modifies how one op is run.
-type OpOption func(*opConfig)
+// OpOption modifies how one op is run. (It returns the changed
+// configuration rather than writing through a pointer, which would move
+// every op's configuration to the heap.)
+type OpOption func(opConfig) opConfig
 
 type opConfig struct{ inline bool }
 
@@ -24,7 +26,12 @@ type opConfig struct{ inline bool }
 // (otherwise it is queued as usual), so the returned Work is already
 // complete: for callers that wait for the op at once, it saves two thread
 // hand-offs. FIFO order with queued ops is kept.
-func Inline() OpOption { return func(c *opConfig) { c.inline = true } }
+func Inline() OpOption {
+	return func(c opConfig) opConfig {
+		c.inline = true
+		return c
+	}
+}
 
 func (g *Group) start(q *fifo, fn func() error, opts []OpOption) (*Work, error) {
 	if err := g.usable(); err != nil {
@@ -35,7 +42,7 @@ func (g *Group) start(q *fifo, fn func() error, opts []OpOption) (*Work, error) 
 	}
 	var c opConfig
 	for _, o := range opts {
-		o(&c)
+		c = o(c)
 	}
 	if !g.life.enter() {
 		return nil, ErrClosed

@@ -146,13 +146,17 @@ func reduceInto(dst, also []byte, srcs [][]byte, dt DType, op ReduceOp, count in
 	case Bool:
 		reduceBool(dst[:nb], srcs, op)
 	case Float32:
-		reduceF32(view[float32](dst, count), view[float32](also, count), views[float32](srcs, count), op)
+		var vb [smallGroup][]float32
+		reduceF32(view[float32](dst, count), view[float32](also, count), views(vb[:], srcs, count), op)
 	case Float64:
-		reduceF64(view[float64](dst, count), view[float64](also, count), views[float64](srcs, count), op)
+		var vb [smallGroup][]float64
+		reduceF64(view[float64](dst, count), view[float64](also, count), views(vb[:], srcs, count), op)
 	case Float16:
-		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, half.F16ToF32, half.F32ToF16)
+		var vb [smallGroup][]uint16
+		reduceHalf(view[uint16](dst, count), views(vb[:], srcs, count), op, half.F16ToF32, half.F32ToF16)
 	case BFloat16:
-		reduceHalf(view[uint16](dst, count), views[uint16](srcs, count), op, half.BF16ToF32, half.F32ToBF16)
+		var vb [smallGroup][]uint16
+		reduceHalf(view[uint16](dst, count), views(vb[:], srcs, count), op, half.BF16ToF32, half.F32ToBF16)
 	}
 }
 
@@ -165,8 +169,9 @@ func view[T any](b []byte, count int) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), count)
 }
 
-func views[T any](bs [][]byte, count int) [][]T {
-	out := make([][]T, len(bs))
+// views is view of each of bs, in buf (the caller's array) when they fit.
+func views[T any](buf [][]T, bs [][]byte, count int) [][]T {
+	out := room(buf, len(bs))
 	for i, b := range bs {
 		out[i] = view[T](b, count)
 	}

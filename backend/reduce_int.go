@@ -8,7 +8,8 @@ type integer interface {
 // wrapped sum divided by the number of sources, truncated toward zero.
 func reduceInts[T integer](dstb []byte, srcsb [][]byte, count int, op ReduceOp, _ T) {
 	dst := view[T](dstb, count)
-	srcs := views[T](srcsb, count)
+	var vb [smallGroup][]T
+	srcs := views(vb[:], srcsb, count)
 	for lo := 0; lo < count; lo += block {
 		hi := min(lo+block, count)
 		d := dst[lo:hi]

@@ -7,8 +7,10 @@ func reduceScatterDirect(g *Group, in, outBuf []byte, count int, dt DType, op Re
 	es := dt.Size()
 	per := g.stepBytes() / es
 	others := g.others()
-	msgs := make([]out, 0, len(others))
-	srcs := make([][]byte, len(g.act)) // srcs[i]: active position i's block
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
+	var sb [smallGroup][]byte
+	srcs := room(sb[:], len(g.act)) // srcs[i]: active position i's block
 	for lo := 0; lo < count; lo += per {
 		c := min(per, count-lo)
 		block := func(r int) []byte { return in[(r*count+lo)*es : (r*count+lo+c)*es] }

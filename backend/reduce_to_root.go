@@ -6,7 +6,8 @@ func reduceToRoot(g *Group, buf []byte, count int, dt DType, op ReduceOp, root i
 	es := dt.Size()
 	per := g.SlotBytes() / es
 	others := g.others()
-	srcs := make([][]byte, len(g.act)) // srcs[i]: active position i's chunk
+	var sb [smallGroup][]byte
+	srcs := room(sb[:], len(g.act)) // srcs[i]: active position i's chunk
 	for lo := 0; lo < count; lo += per {
 		c := min(per, count-lo)
 		chunk := buf[lo*es : (lo+c)*es]

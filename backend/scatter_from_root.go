@@ -10,7 +10,8 @@ func scatterFromRoot(g *Group, in, outBuf []byte, root int) error {
 	if g.rank == root {
 		copy(outBuf, in[root*nb:(root+1)*nb])
 	}
-	msgs := make([]out, 0, len(others))
+	var mb [smallGroup]out
+	msgs := room(mb[:], len(others))[:0]
 	for off := 0; off < nb; off += slot {
 		end := min(off+slot, nb)
 		if g.rank == root {

@@ -3,13 +3,18 @@ package backend
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Work is the handle of a submitted op. It completes exactly once.
 type Work struct {
+	completed atomic.Bool
+	mu        sync.Mutex
+	// done is made by the first Done or waiting Wait before completion,
+	// and closed by complete; an op run inline completes before anyone
+	// asks, and needs none.
 	done chan struct{}
-	mu   sync.Mutex
 	err  error
 	cbs  []func(error)
 	// failed marks the peers (in-group ranks) that failed during the op;
@@ -18,6 +23,14 @@ type Work struct {
 	failed []int
 	lost   bool
 }
+
+// closedChan is the Done channel of every work that had completed when
+// asked for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // FailedRanks lists the peers that failed during the op (ascending; empty
 // when none did). Valid once Completed.
@@ -60,14 +73,17 @@ func (w *Work) markFailed(ranks []int) {
 	slices.Sort(w.failed)
 }
 
-func newWork() *Work { return &Work{done: make(chan struct{})} }
+func newWork() *Work { return &Work{} }
 
 func (w *Work) complete(err error) {
 	w.mu.Lock()
 	w.err = err
 	cbs := w.cbs
 	w.cbs = nil
-	close(w.done)
+	w.completed.Store(true)
+	if w.done != nil {
+		close(w.done)
+	}
 	w.mu.Unlock()
 	for _, cb := range cbs {
 		cb(err)
@@ -75,17 +91,21 @@ func (w *Work) complete(err error) {
 }
 
 // Done is closed when the op has completed.
-func (w *Work) Done() <-chan struct{} { return w.done }
+func (w *Work) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.done != nil:
+	case w.completed.Load():
+		return closedChan
+	default:
+		w.done = make(chan struct{})
+	}
+	return w.done
+}
 
 // Completed reports whether the op has completed.
-func (w *Work) Completed() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
-}
+func (w *Work) Completed() bool { return w.completed.Load() }
 
 // Err is the op's outcome; valid once Completed.
 func (w *Work) Err() error {
@@ -97,14 +117,17 @@ func (w *Work) Err() error {
 // Wait blocks until completion (timeout <= 0: no limit) and returns the
 // op's error, or false for ok when the timeout passed first.
 func (w *Work) Wait(timeout time.Duration) (ok bool, err error) {
+	if w.completed.Load() {
+		return true, w.Err()
+	}
 	if timeout <= 0 {
-		<-w.done
+		<-w.Done()
 		return true, w.Err()
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case <-w.done:
+	case <-w.Done():
 		return true, w.Err()
 	case <-t.C:
 		return false, nil
@@ -115,13 +138,11 @@ func (w *Work) Wait(timeout time.Duration) (ok bool, err error) {
 // caller's goroutine, if it already has; else on the goroutine completing it).
 func (w *Work) OnDone(cb func(error)) {
 	w.mu.Lock()
-	select {
-	case <-w.done:
+	if w.completed.Load() {
 		err := w.err
 		w.mu.Unlock()
 		cb(err)
 		return
-	default:
 	}
 	w.cbs = append(w.cbs, cb)
 	w.mu.Unlock()

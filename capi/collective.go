@@ -365,24 +365,33 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx u
 	if err != nil {
 		return pgFail(err, errOut)
 	}
-	w.OnDone(func(err error) {
-		var failed uint64
-		for _, r := range w.FailedRanks() {
-			if r < 64 {
-				failed |= 1 << r
-			}
-		}
-		if w.Lost() && g.Rank() < 64 { // this rank itself was left out
-			failed |= 1 << g.Rank()
-		}
-		epoch := C.uint64_t(g.Epoch())
-		if err == nil {
-			C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed), epoch)
-			return
-		}
-		msg := C.CString(err.Error())
-		defer C.free(unsafe.Pointer(msg))
-		C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed), epoch)
-	})
+	if w.Completed() { // run inline: report it without a callback to keep
+		reportDone(g, w, w.Err(), done, ctx)
+	} else {
+		w.OnDone(func(err error) { reportDone(g, w, err, done, ctx) })
+	}
 	return pgOK
+}
+
+// reportDone calls done with w's outcome err, the mask of the ranks that
+// failed during it (this rank's own bit when it was left out) and the
+// group's epoch.
+func reportDone(g *backend.Group, w *backend.Work, err error, done C.mc_pg_done_fn, ctx unsafe.Pointer) {
+	var failed uint64
+	for _, r := range w.FailedRanks() {
+		if r < 64 {
+			failed |= 1 << r
+		}
+	}
+	if w.Lost() && g.Rank() < 64 { // this rank itself was left out
+		failed |= 1 << g.Rank()
+	}
+	epoch := C.uint64_t(g.Epoch())
+	if err == nil {
+		C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed), epoch)
+		return
+	}
+	msg := C.CString(err.Error())
+	defer C.free(unsafe.Pointer(msg))
+	C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed), epoch)
 }
