@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,6 +132,10 @@ type Group struct {
 	recvQ []*fifo
 	// policy is how this rank waits for its peers' words (wait.go).
 	policy channel.Policy
+	// spinOnce: the host is oversubscribed, so a collective spins in its
+	// first wait only (wait.go); collSpun: the running one has. Owned by
+	// the collective FIFO.
+	spinOnce, collSpun bool
 	// life gates ops against Close (lifecycle.go); closed is set when
 	// closing begins, and makes every wait give up with ErrClosed.
 	life    *lifecycle
@@ -215,6 +220,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 		g.pullLent[s] = make([]uint64, slots)
 	}
 	g.policy = channel.DefaultPolicy(slots)
+	g.spinOnce = slots > runtime.NumCPU()
 	if us := envvars.PGSpinUs.Int(-1); us > 0 {
 		g.policy.Spin = time.Duration(us) * time.Microsecond
 	}
@@ -357,6 +363,7 @@ func (g *Group) runOp(q *fifo, fn func() error, w *Work) {
 			return
 		}
 		g.collOps++
+		g.collSpun = false
 		g.dirty = false
 		if g.carry.apply(g.collBase, g.collOps, w) {
 			// The others completed this collective without running it

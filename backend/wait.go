@@ -61,7 +61,7 @@ func (g *Group) waitAtLeast(ch, kind, peer int, want uint64, timeout time.Durati
 		}
 		return now.Add(d)
 	}
-	return g.policy.Await(channel.Wait{
+	return g.waitPolicy(ch).Await(channel.Wait{
 		Word:     channel.WordOf64(w),
 		Sleepers: (*uint32)(unsafe.Pointer(&g.mem[g.lay.sleepers(kind, ch, peer)])),
 		Ready:    func() bool { return atomic.LoadUint64(w) >= want },
@@ -96,6 +96,21 @@ func (g *Group) waitAtLeast(ch, kind, peer int, want uint64, timeout time.Durati
 			return nil
 		},
 	})
+}
+
+// waitPolicy is the policy of a wait of channel ch that does not end at
+// once. On an oversubscribed host the peers a collective waits for are
+// often off the CPU, waiting for it: it spins in its first such wait
+// only, and yields at once in the others, so that they get the CPU sooner.
+func (g *Group) waitPolicy(ch int) channel.Policy {
+	p := g.policy
+	if ch == chColl && g.spinOnce {
+		if g.collSpun {
+			p.Spin = 0
+		}
+		g.collSpun = true
+	}
+	return p
 }
 
 // leftOut reports whether the group went on without this rank while its
