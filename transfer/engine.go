@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/gpu"
@@ -55,9 +56,11 @@ type Engine struct {
 	// it: a handshake served while the engine closes must not touch it.
 	ctlMu     sync.Mutex
 	ctlClosed bool
-	// Test-only injected link failures (faultinject.go), by peer name.
+	// Test-only injected link failures (faultinject.go), by peer name;
+	// anyBroken: the map is not empty.
 	faultMu     sync.Mutex
 	brokenLinks map[string]bool
+	anyBroken   atomic.Bool
 
 	segMu     sync.Mutex
 	segs      map[string]*remoteSegment

@@ -31,11 +31,15 @@ func (e *Engine) InjectLinkFailure(peer string, fail bool) error {
 	} else {
 		delete(e.brokenLinks, peer)
 	}
+	e.anyBroken.Store(len(e.brokenLinks) > 0)
 	return nil
 }
 
 // linkBroken returns the injected failure for peer, or nil.
 func (e *Engine) linkBroken(peer string) error {
+	if !e.anyBroken.Load() { // every access asks: no lock while none is
+		return nil
+	}
 	e.faultMu.Lock()
 	defer e.faultMu.Unlock()
 	if e.brokenLinks[peer] {

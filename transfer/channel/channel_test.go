@@ -23,7 +23,7 @@ type pair struct {
 
 const bufBytes = 1 << 16
 
-func newPair(t *testing.T, forceTCP bool) *pair {
+func newPair(t testing.TB, forceTCP bool) *pair {
 	t.Helper()
 	p := &pair{}
 	var mems [2][]byte
@@ -343,6 +343,29 @@ func TestPutWakesCountedSleepersOnly(t *testing.T) {
 		}
 		if n := atomic.LoadUint32(sleepers); n != 0 {
 			t.Fatalf("round %d: %d sleepers counted after the wait", round, n)
+		}
+	}
+}
+
+// BenchmarkPutThroughViews is one small collective step's put between two
+// same-host engines: a 64-byte payload and its flag, then an
+// acknowledgement (a flag alone).
+func BenchmarkPutThroughViews(b *testing.B) {
+	p := newPair(b, false)
+	data := pattern(64, 4)
+	var flags [2]Flag
+	b.ResetTimer()
+	for i := range b.N {
+		flags[0] = p.flag(0, 8, uint64(i))
+		flags[1] = p.flag(8, 8, uint64(i))
+		msgs := [1]Message{{To: p.to, Flags: flags[:1], Sleepers: SleeperWord{Off: 64, Tracked: true},
+			Data: Data{Off: 4096, Len: uint64(len(data)), Src: data}}}
+		if errs := Put(p.tx, msgs[:], AllMessages); errs != nil {
+			b.Fatal(errs)
+		}
+		msgs = [1]Message{{To: p.to, Flags: flags[1:], Sleepers: SleeperWord{Off: 64, Tracked: true}}}
+		if errs := Put(p.tx, msgs[:], EachMessage); errs != nil {
+			b.Fatal(errs)
 		}
 	}
 }
