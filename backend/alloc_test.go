@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// A small collective run inline allocates its Work and the closure that
-// queues it, and nothing on its way through the push path (messages,
+// A small collective run inline allocates its Work and its op closure
+// (which the queue would keep, had the op not run inline), and nothing on
+// its way through the push path (messages,
 // flags, the puts, sources, views): two allocations per rank per op (four
 // for all_to_all, which keeps copies of its sizes). The count is the
 // process's, taken over many ops, so the rare allocation of a background

@@ -269,6 +269,7 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 		}
 		g.dirty = false
 		g.collOps++ // the op runs again as the first of the new epoch
+		g.collSpun = false
 		err = fn()
 		switch {
 		case err == nil || errors.Is(err, ErrInactive):

@@ -106,7 +106,8 @@ func reduceAliased(dst []byte, srcs [][]byte, dt DType, op ReduceOp, count int) 
 	sp := aliasScratch.Get().(*[]byte)
 	defer aliasScratch.Put(sp)
 	scratch := (*sp)[:min(len(dst), piece)]
-	sub := make([][]byte, len(srcs))
+	var sb [smallGroup][]byte
+	sub := room(sb[:], len(srcs))
 	es := dt.Size()
 	for off := 0; off < len(dst); off += piece {
 		end := min(off+piece, len(dst))

@@ -78,7 +78,7 @@ var (
 	PGCMA = &Var{Name: "MC_PG_CMA", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
 		ReadBy: "backend", Doc: "0: never read same-host peers' buffers with process_vm_readv (two-rank all_gather of 4 MiB blocks, and all_to_all under MC_PG_ALLTOALL_ALGO=cma, copy through the group buffers)"}
 	PGSpinUs = &Var{Name: "MC_PG_SPIN_US", Kind: Int, Min: 1, Default: "chosen by core count",
-		ReadBy: "backend", Doc: "spin before yield-polling, microseconds"}
+		ReadBy: "backend", Doc: "spin before yield-polling, microseconds (a group with more ranks than the host has CPUs spins in a collective's first wait only)"}
 	PGYieldUs = &Var{Name: "MC_PG_YIELD_US", Kind: Int, Min: 0, Default: "500",
 		ReadBy: "backend", Doc: "yield-polling after the spin, before blocking, microseconds (0: block right after the spin)"}
 	PGSlotBytes = &Var{Name: "MC_PG_SLOT_BYTES", Kind: Int, Min: 1, Default: "chosen by group size",

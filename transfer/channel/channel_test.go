@@ -166,6 +166,24 @@ func TestPutSrcPayload(t *testing.T) {
 		if want := map[bool]uint64{false: 2, true: 1}[forceTCP]; atomic.LoadUint64(p.word64(0)) != want {
 			t.Fatalf("flag %d, want %d (published only with its payload)", atomic.LoadUint64(p.word64(0)), want)
 		}
+		// A payload whose length is not the message's Len, or staging
+		// too short for it, fails the message, and its flag stays.
+		before := atomic.LoadUint64(p.word64(0))
+		bad := []Message{
+			{To: p.to, Flags: []Flag{p.flag(0, 8, 9)}, Data: Data{Off: 8192, Len: 100, Src: data, Staging: p.txMem[8192:12288]}},
+		}
+		if forceTCP {
+			bad = append(bad, Message{To: p.to, Flags: []Flag{p.flag(0, 8, 9)},
+				Data: Data{Off: 8192, Len: uint64(len(data)), Src: data, Staging: p.txMem[8192:9000]}})
+		}
+		for k, m := range bad {
+			if errs := Put(p.tx, []Message{m}, EachMessage); errs == nil || errs[0] == nil {
+				t.Fatalf("bad message %d succeeded", k)
+			}
+		}
+		if got := atomic.LoadUint64(p.word64(0)); got != before {
+			t.Fatalf("a failed message published its flag: %d, was %d", got, before)
+		}
 	})
 }
 

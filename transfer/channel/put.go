@@ -54,9 +54,9 @@ type SleeperWord struct {
 type Data struct {
 	// Off and Len span the part of the peer's region the payload goes to.
 	Off, Len uint64
-	// Src is the payload, Len bytes from any memory: Put copies it into a
-	// direct view of the peer's region, or, when the peer has none, into
-	// Staging and writes it from there.
+	// Src is the payload, exactly Len bytes from any memory (empty: none):
+	// Put copies it into a direct view of the peer's region, or, when the
+	// peer has none, into Staging and writes it from there.
 	Src []byte
 	// Staging is this side's registered memory (at least Len bytes) that
 	// Src is staged in for a peer without a direct view.
@@ -123,7 +123,11 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 	var staged transferRound
 	for i := range msgs {
 		m := &msgs[i]
-		if m.Data.Src == nil && m.Data.Fill == nil {
+		if len(m.Data.Src) == 0 && m.Data.Fill == nil {
+			continue
+		}
+		if m.Data.Src != nil && uint64(len(m.Data.Src)) != m.Data.Len {
+			errs.set(i, fmt.Errorf("channel: a payload of %d bytes in a message of Len %d", len(m.Data.Src), m.Data.Len))
 			continue
 		}
 		ok, err := eng.AccessRemote(m.To.Seg, m.To.Base+m.Data.Off, m.Data.Len, func(view []byte) { m.Data.fill(view) })
@@ -139,7 +143,9 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 			st := m.Data.Staging[:len(m.Data.Src)]
 			copy(st, m.Data.Src)
 			staged.add(i, m.write(st, m.Data.Off))
-		case m.Data.Src == nil && m.Data.Stage != nil:
+		case m.Data.Src != nil:
+			errs.set(i, fmt.Errorf("channel: no direct view of the peer, and %d bytes of staging for a payload of %d", len(m.Data.Staging), len(m.Data.Src)))
+		case m.Data.Stage != nil:
 			for _, w := range m.Data.Stage() {
 				staged.add(i, m.write(w.Src, w.Off))
 			}
