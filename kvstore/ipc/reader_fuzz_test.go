@@ -21,14 +21,21 @@ type segment struct {
 
 // segmentsOf cuts fuzz input into at most 32 sendmsg calls: per call a
 // control byte (its descriptor count is the byte mod 20, so some exceed
-// what a frame may carry) and a length byte, then that many bytes.
+// what a frame may carry) and a length byte, then that many bytes. A call
+// with descriptors and no bytes carries one zero byte: on a stream socket
+// that is what x/sys/unix's Sendmsg sends in its place, so it is part of
+// the stream the reader sees.
 func segmentsOf(in []byte) []segment {
 	var out []segment
 	for len(in) >= 2 && len(out) < 32 {
 		nfds, n := int(in[0])%20, int(in[1])
 		in = in[2:]
 		n = min(n, len(in))
-		out = append(out, segment{data: in[:n], nfds: nfds})
+		data := in[:n]
+		if n == 0 && nfds > 0 {
+			data = []byte{0}
+		}
+		out = append(out, segment{data: data, nfds: nfds})
 		in = in[n:]
 	}
 	return out
