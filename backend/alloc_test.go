@@ -8,9 +8,9 @@ import (
 
 // A small collective run inline allocates its Work and its op closure
 // (which the queue would keep, had the op not run inline), and nothing on
-// its way through the push path (messages,
-// flags, the puts, sources, views): two allocations per rank per op (four
-// for all_to_all, which keeps copies of its sizes). The count is the
+// its way through the push path (messages, flags, the puts, sources,
+// views): two allocations per rank per op (four for all_to_all, which
+// keeps copies of its sizes). The count is the
 // process's, taken over many ops, so the rare allocation of a background
 // goroutine (the coordinator's watch) fits in the slack.
 func TestSmallOpsAllocateOnlyTheirWork(t *testing.T) {

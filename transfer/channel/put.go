@@ -50,7 +50,8 @@ type SleeperWord struct {
 // Data is a message's payload, given one of two ways: as bytes (Src, with
 // Staging for peers without a direct view), or as callbacks that write it
 // (Fill and Stage), for payloads assembled on the way. A message with
-// neither Src nor Fill has none.
+// neither Src (empty counts as none) nor Fill has none; Src takes
+// precedence over Fill.
 type Data struct {
 	// Off and Len span the part of the peer's region the payload goes to.
 	Off, Len uint64
@@ -71,7 +72,7 @@ type Data struct {
 
 // fill writes the payload into view, a direct view of the peer's region.
 func (d *Data) fill(view []byte) {
-	if d.Src != nil {
+	if len(d.Src) > 0 {
 		copy(view, d.Src)
 		return
 	}
@@ -126,7 +127,7 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 		if len(m.Data.Src) == 0 && m.Data.Fill == nil {
 			continue
 		}
-		if m.Data.Src != nil && uint64(len(m.Data.Src)) != m.Data.Len {
+		if len(m.Data.Src) > 0 && uint64(len(m.Data.Src)) != m.Data.Len {
 			errs.set(i, fmt.Errorf("channel: a payload of %d bytes in a message of Len %d", len(m.Data.Src), m.Data.Len))
 			continue
 		}
@@ -139,11 +140,11 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 			continue
 		}
 		switch {
-		case m.Data.Src != nil && len(m.Data.Staging) >= len(m.Data.Src):
+		case len(m.Data.Src) > 0 && len(m.Data.Staging) >= len(m.Data.Src):
 			st := m.Data.Staging[:len(m.Data.Src)]
 			copy(st, m.Data.Src)
 			staged.add(i, m.write(st, m.Data.Off))
-		case m.Data.Src != nil:
+		case len(m.Data.Src) > 0:
 			errs.set(i, fmt.Errorf("channel: no direct view of the peer, and %d bytes of staging for a payload of %d", len(m.Data.Staging), len(m.Data.Src)))
 		case m.Data.Stage != nil:
 			for _, w := range m.Data.Stage() {
