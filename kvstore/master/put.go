@@ -118,11 +118,15 @@ func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig
 
 // UpsertStart opens a write that inserts or overwrites key. Absent, it is
 // PutStart. Present: an open write is preempted at once (its buffers
-// quarantined); with no write open and the same size, the existing buffers
-// are returned for an in-place overwrite (they read as not ready until
-// PutEnd); with a different size new buffers are allocated and the old
-// ones are quarantined until the object's read lease ends. A hard pin is
-// kept; the soft pin follows cfg.SoftPin (PRESERVE keeps it).
+// quarantined); with no write open, the same size and no read lease
+// active, the existing buffers are returned for an in-place overwrite
+// (they read as not ready until PutEnd); otherwise (a different size, or
+// a reader holding a lease) new buffers are allocated and the old ones are
+// quarantined until the object's read lease ends, so a reader never sees
+// a mix of the two values. A same-size upsert that finds no room for new
+// buffers while the lease is held fails OBJECT_REPLICA_BUSY (the old value
+// stays). A hard pin is kept; the soft pin follows cfg.SoftPin (PRESERVE
+// keeps it).
 func (s *State) UpsertStart(clientID, key string, size uint64, cfg ReplicateConfig, now time.Time) ([]Replica, kvstore.ErrorCode) {
 	rs, code := s.upsertStart(clientID, key, size, cfg, now)
 	return rs, s.m.result("upsert_start", code)
@@ -161,13 +165,19 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 			return s.create(clientID, key, size, cfg, pinTTL, hardPin, now)
 		}
 	}
-	if o.size == size {
+	if o.size == size && !o.leased(now) {
+		// Nobody may be reading these buffers: overwrite them in place.
 		for _, r := range o.replicas {
 			r.status = ReplicaProcessing
 		}
 	} else {
+		// A reader holding a lease reads the old buffers whole, so the
+		// new value goes into new ones whatever its size.
 		reps := s.allocate(clientID, size, cfg)
 		if len(reps) == 0 {
+			if o.size == size && len(o.replicas) > 0 {
+				return nil, kvstore.ObjectReplicaBusy
+			}
 			if s.openSegments() >= cfg.ReplicaNum {
 				s.needEviction = true
 			}
