@@ -191,6 +191,12 @@ func (e *elector) round(ctx context.Context) error {
 		case <-time.After(e.cfg.Grace):
 		}
 	}
+	// Before serving from an empty state, say so in etcd: a later leader
+	// with the oplog must not take the log as the state any more
+	// (oplog_lineage.go).
+	if err := recordUnloggedLeadership(ctx, e.cli, e.cfg.ClusterID, e.key, resp.Header.Revision, e.cfg.Advertise); err != nil {
+		return err
+	}
 	e.srv.SetLeader(true, version)
 	e.log.Info("HA: serving as leader", "view_version", version)
 	defer func() {
