@@ -82,6 +82,9 @@ func logSuperseded(ctx context.Context, cli *clientv3.Client, clusterID string) 
 // logReset appends the reset entry that starts the log's state over from
 // empty (r.mu held, the writer set), and applies it.
 func (r *replication) logReset(unloggedLeader string) {
+	r.s.log.Warn("oplog: a leader without the oplog served after the log's last batch; "+
+		"its clients reused the memory the log describes, so the log's objects are dropped and the state starts empty",
+		"unlogged_leader", unloggedLeader, "last_batch", r.lastSeq)
 	r.logLocked(entryReset, unloggedLeader, nil, func(time.Time) { r.s.resetState() })
 }
 

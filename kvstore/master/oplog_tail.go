@@ -147,8 +147,8 @@ func (r *replication) startTail(cli *clientv3.Client, prefix string, poll time.D
 // batches need its election key), starts the writer fenced on the new
 // key's revision, logs the promotion (after a reset entry when a leader
 // without the log served since the log's last write, oplog_lineage.go)
-// and waits until that is durable. Only then does the server answer calls. onFail runs if a later batch
-// cannot be written.
+// and waits until that is durable. Only then does the server answer
+// calls. onFail runs if a later batch cannot be written.
 func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAConfig, viewKey string, viewRev int64, onFail func(error)) error {
 	prefix := OplogPrefix(cfg.ClusterID)
 	if _, err := r.catchUp(ctx, cli, prefix); err != nil {
@@ -165,9 +165,6 @@ func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAC
 			onFail(err)
 		})
 	if superseded {
-		r.s.log.Warn("oplog: a leader without the oplog served after the log's last batch; "+
-			"its clients reused the memory the log describes, so the log's objects are dropped and the state starts empty",
-			"unlogged_leader", unlogged, "last_batch", r.lastSeq)
 		r.logReset(unlogged)
 	}
 	t := r.logLocked(entryPromote, cfg.Advertise, nil, func(now time.Time) {
