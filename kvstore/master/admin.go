@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 //
 //	GET /metrics           Prometheus text format (master_* metrics)
 //	GET /health            200 "OK"
-//	GET /role              "leader" or "standby"
+//	GET /role              "leader" or "standby" (role.go: an HA leader confirms it in etcd)
 //	GET /status            JSON: version, role, HA, cluster id, lease TTL, clock
 //	GET /get_all_segments  plain text: one mounted segment name per line
 //	GET /get_all_keys      JSON list of keys
@@ -49,14 +50,10 @@ func (s *Server) AdminHandler() http.Handler {
 		_, _ = w.Write([]byte("OK"))
 	})
 	mux.HandleFunc("GET /role", func(w http.ResponseWriter, r *http.Request) {
-		if s.IsLeader() {
-			_, _ = w.Write([]byte("leader"))
-		} else {
-			_, _ = w.Write([]byte("standby"))
-		}
+		_, _ = w.Write([]byte(s.role(r.Context())))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.status())
+		writeJSON(w, http.StatusOK, s.status(r.Context()))
 	})
 	mux.HandleFunc("GET /get_all_segments", s.handleAllSegments)
 	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
@@ -140,14 +137,10 @@ type Status struct {
 	Segments      int    `json:"segments"`
 }
 
-func (s *Server) status() Status {
+func (s *Server) status(ctx context.Context) Status {
 	st := s.Stats()
-	role := "standby"
-	if s.IsLeader() {
-		role = "leader"
-	}
 	return Status{
-		Version: version.String(), Role: role, HA: s.opts.HA, ClusterID: s.opts.ClusterID,
+		Version: version.String(), Role: s.role(ctx), HA: s.opts.HA, ClusterID: s.opts.ClusterID,
 		ViewVersion: s.view.Load(), LeaseTTLMs: s.opts.Config.DefaultLeaseTTL.Milliseconds(),
 		ClientTTLMs: s.opts.Config.ClientTTL.Milliseconds(), ActiveClients: st.ActiveClients,
 		Segments: st.Segments, TimeUnixNano: s.clock().UnixNano(),

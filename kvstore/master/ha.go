@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -191,18 +192,42 @@ func (e *elector) round(ctx context.Context) error {
 		case <-time.After(e.cfg.Grace):
 		}
 	}
+	// Before serving from an empty state, say so in etcd: a later leader
+	// with the oplog must not take the log as the state any more
+	// (oplog_lineage.go).
+	if err := recordUnloggedLeadership(ctx, e.cli, e.cfg.ClusterID, e.key, resp.Header.Revision, e.cfg.Advertise); err != nil {
+		return err
+	}
+	lost := make(chan error, 1)
+	e.srv.fence.Store(e.fence(resp.Header.Revision, lost))
 	e.srv.SetLeader(true, version)
 	e.log.Info("HA: serving as leader", "view_version", version)
 	defer func() {
 		e.srv.SetLeader(false, 0)
+		e.srv.fence.Store(nil)
 		e.log.Warn("HA: no longer leader")
 	}()
-	return e.holdLeadership(ctx, sess, resp.Header.Revision, nil)
+	return e.holdLeadership(ctx, sess, resp.Header.Revision, lost)
 }
+
+// fence is the leadership of the key created at rev, for GET /role
+// (role.go): when /role finds the key gone it delivers to lost, which
+// holdLeadership reads.
+func (e *elector) fence(rev int64, lost chan<- error) *leaderFence {
+	return &leaderFence{cli: e.cli, key: e.key, rev: rev, lost: func() {
+		select {
+		case lost <- fmt.Errorf("%w (seen by GET /role)", errKeyTakenOver):
+		default:
+		}
+	}}
+}
+
+// errKeyTakenOver means the election key was deleted or changed hands.
+var errKeyTakenOver = errors.New("master view key taken over")
 
 // holdLeadership returns when leadership is lost: the lease dies, the
 // key is changed or deleted after rev, or fenced delivers (the oplog
-// writer failed).
+// writer failed, or GET /role found the key gone).
 func (e *elector) holdLeadership(ctx context.Context, sess *concurrency.Session, rev int64, fenced <-chan error) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -212,7 +237,7 @@ func (e *elector) holdLeadership(ctx context.Context, sess *concurrency.Session,
 		case <-ctx.Done():
 			return nil
 		case err := <-fenced:
-			return fmt.Errorf("oplog: %w", err)
+			return err
 		case <-sess.Done():
 			return fmt.Errorf("master view lease expired")
 		case wr, ok := <-wch:
@@ -224,7 +249,7 @@ func (e *elector) holdLeadership(ctx context.Context, sess *concurrency.Session,
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete || string(ev.Kv.Value) != e.cfg.Advertise {
-					return fmt.Errorf("master view key taken over")
+					return errKeyTakenOver
 				}
 			}
 		}
@@ -263,9 +288,11 @@ func (e *elector) leadReplicated(ctx context.Context, sess *concurrency.Session,
 	defer e.startTail()
 	fenced := make(chan error, 1)
 	start := time.Now()
+	e.srv.fence.Store(e.fence(rev, fenced))
+	defer e.srv.fence.Store(nil)
 	err := rep.promote(ctx, e.cli, e.cfg, e.key, rev, func(err error) {
 		select {
-		case fenced <- err:
+		case fenced <- fmt.Errorf("oplog: %w", err):
 		default:
 		}
 	})

@@ -48,6 +48,9 @@ const (
 	// uvarint; entryTenantQuotaDelete drops it (admin API).
 	entryTenantQuotaSet    entryKind = 5
 	entryTenantQuotaDelete entryKind = 6
+	// entryReset empties the state: a leader without the log served
+	// since the entry before it (name is its address; oplog_lineage.go).
+	entryReset entryKind = 7
 )
 
 // entry is one logged state change.

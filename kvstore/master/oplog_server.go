@@ -322,6 +322,8 @@ func (r *replication) replay(e *entry) {
 		s.mu.Lock()
 		s.st.DeleteTenantQuota(e.name)
 		s.mu.Unlock()
+	case entryReset:
+		s.resetState()
 	default:
 		s.log.Error("oplog: entry of unknown kind; skipped", "kind", e.kind, "entry", e.n)
 	}

@@ -145,12 +145,17 @@ func (r *replication) startTail(cli *clientv3.Client, prefix string, poll time.D
 // promote makes a standby that won the election the leader: it applies
 // the rest of the log (the old leader can no longer add to it: its
 // batches need its election key), starts the writer fenced on the new
-// key's revision, logs the promotion and waits until that is durable.
-// Only then does the server answer calls. onFail runs if a later batch
-// cannot be written.
+// key's revision, logs the promotion (after a reset entry when a leader
+// without the log served since the log's last write, oplog_lineage.go)
+// and waits until that is durable. Only then does the server answer
+// calls. onFail runs if a later batch cannot be written.
 func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAConfig, viewKey string, viewRev int64, onFail func(error)) error {
 	prefix := OplogPrefix(cfg.ClusterID)
 	if _, err := r.catchUp(ctx, cli, prefix); err != nil {
+		return err
+	}
+	superseded, unlogged, err := logSuperseded(ctx, cli, cfg.ClusterID)
+	if err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -159,6 +164,9 @@ func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAC
 			r.s.leader.Store(false)
 			onFail(err)
 		})
+	if superseded {
+		r.logReset(unlogged)
+	}
 	t := r.logLocked(entryPromote, cfg.Advertise, nil, func(now time.Time) {
 		r.s.mu.Lock()
 		r.s.st.restartHeartbeats(now)

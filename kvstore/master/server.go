@@ -74,6 +74,9 @@ type Server struct {
 	log    *slog.Logger
 	leader atomic.Bool
 	view   atomic.Uint64
+	// fence is the HA leadership GET /role confirms in etcd (role.go);
+	// nil when not leading.
+	fence atomic.Pointer[leaderFence]
 
 	mu sync.Mutex
 	st *State

@@ -1,0 +1,63 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file is the role the admin endpoint reports (GET /role, /status).
+// An HA leader says "leader" only once etcd confirms, at the time of the
+// request, that the election key is still the one it created: the
+// linearizable read that the oplog's fenced batches make on every
+// answer. A leader that a standby replaced, or whose lease was revoked,
+// therefore stops saying so as soon as that happened in etcd, not when
+// its own watch or keepalive notices; the check also steps it down.
+
+// roleCheckTimeout bounds the etcd read behind GET /role; a leader that
+// cannot confirm its key in that time reports standby (its data path
+// cannot answer either).
+const roleCheckTimeout = time.Second
+
+// leaderFence is a leadership as etcd records it: the election key and
+// the revision this master created it at. lost tells the elector that
+// the key is gone.
+type leaderFence struct {
+	cli  *clientv3.Client
+	key  string
+	rev  int64
+	lost func()
+}
+
+// role names what the server is for GET /role: "leader" or "standby".
+// With HA it confirms the leadership in etcd first (see above).
+func (s *Server) role(ctx context.Context) string {
+	if !s.IsLeader() {
+		return "standby"
+	}
+	f := s.fence.Load()
+	if f == nil {
+		if s.opts.HA { // elected, not serving yet
+			return "standby"
+		}
+		return "leader"
+	}
+	cctx, cancel := context.WithTimeout(ctx, roleCheckTimeout)
+	defer cancel()
+	resp, err := f.cli.Get(cctx, f.key)
+	if err != nil {
+		return "standby"
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != f.rev {
+		if s.fence.CompareAndSwap(f, nil) {
+			s.leader.Store(false)
+			f.lost()
+		}
+		return "standby"
+	}
+	if !s.IsLeader() || s.fence.Load() != f {
+		return "standby"
+	}
+	return "leader"
+}
