@@ -129,3 +129,25 @@ func TestUnlimitedAndDefaults(t *testing.T) {
 		t.Fatalf("%d keys, %d bytes", keys, bytes)
 	}
 }
+
+func TestAStoredValueHoldsOnlyItsBytes(t *testing.T) {
+	s := New()
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	for _, n := range []int{0, 1, 511, 16<<10 + 1, 100 << 10} {
+		// Chunked, so that the server cannot size its buffer from the
+		// Content-Length.
+		req, _ := http.NewRequest(http.MethodPut, hs.URL+metaURL("k"), io.MultiReader(strings.NewReader(strings.Repeat("x", n))))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		s.mu.RLock()
+		v := s.store["k"]
+		s.mu.RUnlock()
+		if len(v) != n || cap(v) != n {
+			t.Fatalf("a value of %d bytes is stored in %d (len %d)", n, cap(v), len(v))
+		}
+	}
+}
