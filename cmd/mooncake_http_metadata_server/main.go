@@ -48,7 +48,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	maxKeys := fs.Int("max_keys", metaserver.DefaultMaxKeys, "keys the store holds at most; a PUT of a new key beyond is answered 507 (0: no limit)")
 	maxBytes := fs.Int64("max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [--host HOST] [--port PORT]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: %s [--host HOST] [--port PORT] [--max_keys N] [--max_bytes N]\n\n"+
 			"Serves the Mooncake HTTP metadata store (GET/PUT/DELETE /metadata?key=K, GET /health)\n"+
 			"from memory, and its size and refusals at GET /metrics.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
