@@ -8,8 +8,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/kvstore/ipc"
 )
 
 // options are the parsed flags.
@@ -24,6 +26,9 @@ type options struct {
 	enableHTTPServer                  bool
 	logDir                            string
 	allowedUIDs, allowedGIDs          []uint32
+	maxRequestsPerDummy               int
+	maxRequestsInFlight               int
+	dummyReplyTimeout                 int // seconds
 }
 
 // size is a flag holding a byte count written as upstream accepts it:
@@ -84,6 +89,9 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.setupTimeout, "setup_timeout", 0, "seconds to keep retrying setup while the metadata server or master is unreachable (0: until SIGTERM/SIGINT)")
 	fs.Var(idList{ids: &o.allowedUIDs}, "allowed_uids", "users, besides the daemon's own, whose processes may connect as dummy clients: comma-separated uids or names (root only when listed or when the daemon is root)")
 	fs.Var(idList{ids: &o.allowedGIDs, groups: true}, "allowed_gids", "groups whose members (primary or supplementary gid) may connect as dummy clients: comma-separated gids or names")
+	fs.IntVar(&o.maxRequestsPerDummy, "max_requests_per_dummy", ipc.DefaultMaxInFlight, "calls one dummy connection may have served at once; beyond it the daemon reads no more of that connection until one is answered")
+	fs.IntVar(&o.maxRequestsInFlight, "max_requests_in_flight", ipc.DefaultSharedRequests, "calls of all dummies served at once; beyond it new calls wait")
+	fs.IntVar(&o.dummyReplyTimeout, "dummy_reply_timeout_seconds", int(ipc.DefaultReplyTimeout/time.Second), "a dummy connection whose reply is not read within this many seconds is closed, freeing what its calls held")
 	fs.StringVar(&o.logDir, "log_dir", "", "glog compatibility: logs always go to stderr (a directory is refused)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
@@ -121,6 +129,8 @@ func parse(args []string, out io.Writer) (*options, error) {
 		return fail("invalid --setup_timeout %d (seconds, 0 to retry until stopped)", o.setupTimeout)
 	case o.threads < 1:
 		return fail("--threads must be at least 1")
+	case o.maxRequestsPerDummy < 1 || o.maxRequestsInFlight < 1 || o.dummyReplyTimeout < 1:
+		return fail("--max_requests_per_dummy, --max_requests_in_flight and --dummy_reply_timeout_seconds must be at least 1")
 	case o.enableOffload:
 		return fail("--enable_offload=true is not supported: this build has no SSD offload tier")
 	case o.logDir != "":

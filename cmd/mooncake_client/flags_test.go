@@ -38,6 +38,7 @@ func TestRefusedFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--enable_offload=true"}, {"--log_dir=/tmp"}, {"--port=0"}, {"--threads=0"},
 		{"--protocol=udp"}, {"--global_segment_size=lots"}, {"extra"},
+		{"--max_requests_per_dummy=0"}, {"--max_requests_in_flight=0"}, {"--dummy_reply_timeout_seconds=0"},
 	} {
 		if _, err := parse(args, io.Discard); !errors.As(err, new(cli.UsageError)) {
 			t.Errorf("%v: err %v, want a usage error", args, err)

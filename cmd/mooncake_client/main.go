@@ -79,7 +79,9 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	hc := hotcache.ConfigFromEnv()
 	socket := ipc.SocketName(o.port)
 	srv, err := standalone.NewServer(standalone.ServerConfig{Client: c, Socket: socket, Keyspace: o.tenantID, HotCache: hc,
-		Allowed: ipc.Admission{UIDs: o.allowedUIDs, GIDs: o.allowedGIDs}})
+		Allowed:     ipc.Admission{UIDs: o.allowedUIDs, GIDs: o.allowedGIDs},
+		PerDummy:    ipc.Limits{MaxInFlight: o.maxRequestsPerDummy, ReplyTimeout: time.Duration(o.dummyReplyTimeout) * time.Second},
+		MaxRequests: o.maxRequestsInFlight})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	mooncake_http_metadata_server [--host 0.0.0.0] [--port 8080]
+//	mooncake_http_metadata_server [--host 0.0.0.0] [--port 8080] [--max_keys N] [--max_bytes N]
 package main
 
 import (
@@ -45,10 +45,12 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	fs.SetOutput(out)
 	port := fs.Int("port", 8080, "TCP port to listen on")
 	host := fs.String("host", "0.0.0.0", "address to bind")
+	maxKeys := fs.Int("max_keys", metaserver.DefaultMaxKeys, "keys the store holds at most; a PUT of a new key beyond is answered 507 (0: no limit)")
+	maxBytes := fs.Int64("max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [--host HOST] [--port PORT]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: %s [--host HOST] [--port PORT] [--max_keys N] [--max_bytes N]\n\n"+
 			"Serves the Mooncake HTTP metadata store (GET/PUT/DELETE /metadata?key=K, GET /health)\n"+
-			"from memory.\n\nFlags:\n", fs.Name())
+			"from memory, and its size and refusals at GET /metrics.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args); err != nil {
@@ -64,6 +66,11 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		fmt.Fprintln(out, err)
 		return cli.UsageError{Err: err}
 	}
+	if *maxKeys < 0 || *maxBytes < 0 {
+		err := fmt.Errorf("invalid --max_keys %d or --max_bytes %d (0: no limit)", *maxKeys, *maxBytes)
+		fmt.Fprintln(out, err)
+		return cli.UsageError{Err: err}
+	}
 
 	log := slog.New(slog.NewTextHandler(out, nil))
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
@@ -72,13 +79,13 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           metaserver.New(),
+		Handler:           metaserver.NewLimited(metaserver.Limits{MaxKeys: *maxKeys, MaxBytes: *maxBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	// Logged before serving (the listener already accepts): whoever sees
 	// the server answer has the line.
-	log.Info("HTTP metadata server started", "addr", ln.Addr().String())
+	log.Info("HTTP metadata server started", "addr", ln.Addr().String(), "max_keys", *maxKeys, "max_bytes", *maxBytes)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

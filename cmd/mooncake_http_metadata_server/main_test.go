@@ -44,6 +44,8 @@ func TestBadArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{"--port", "notanumber"},
 		{"--port", "70000"},
+		{"--max_keys", "-1"},
+		{"--max_bytes", "-1"},
 		{"--nosuchflag"},
 		{"extra"},
 	} {
@@ -234,5 +236,56 @@ func TestBinarySignal(t *testing.T) {
 				t.Errorf("no stop log:\n%s", out)
 			}
 		})
+	}
+}
+
+func TestBinaryHoldsAtMostItsBudget(t *testing.T) {
+	port := testutil.FreePorts(t, 1)[0]
+	cmd := command("--host", "127.0.0.1", "--port", fmt.Sprint(port), "--max_keys", "16", "--max_bytes", "4096")
+	out := &testutil.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHealthy(t, base, exited)
+	putGet(t, base) // one key of a well-behaved engine
+
+	put := func(key, value string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPut, base+"/metadata?key="+key, strings.NewReader(value))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	refused := 0
+	for i := range 100 {
+		switch code, body := put(fmt.Sprint("flood-", i), "0123456789"); {
+		case code == http.StatusInsufficientStorage && strings.Contains(body, "metadata store full"):
+			refused++
+		case code != http.StatusOK:
+			t.Fatalf("PUT %d: %d %q", i, code, body)
+		}
+	}
+	if refused != 100-15 {
+		t.Fatalf("%d of 100 PUTs refused by a server of 16 keys holding one", refused)
+	}
+	putGet(t, base) // the engine still reads and rewrites its key
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"mooncake_http_metadata_keys 16\n", "mooncake_http_metadata_refused_puts_total{limit=\"keys\"} 85\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, b)
+		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
 func main() {
@@ -50,6 +51,8 @@ type options struct {
 	enableHTTPMetadata          bool
 	httpMetadataPort            int
 	httpMetadataHost            string
+	httpMetadataMaxKeys         int
+	httpMetadataMaxBytes        int64
 	cleanupOnTimeout            bool
 	enableHA                    bool
 	haBackendType               string
@@ -95,6 +98,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.enableHTTPMetadata, "enable_http_metadata_server", false, "also serve the Transfer Engine HTTP metadata store (/metadata)")
 	fs.Var(port{&o.httpMetadataPort}, "http_metadata_server_port", "port of the embedded HTTP metadata store")
 	fs.StringVar(&o.httpMetadataHost, "http_metadata_server_host", "0.0.0.0", "address to bind the embedded HTTP metadata store")
+	fs.IntVar(&o.httpMetadataMaxKeys, "http_metadata_server_max_keys", metaserver.DefaultMaxKeys, "keys the embedded HTTP metadata store holds at most; a PUT of a new key beyond is answered 507 (0: no limit)")
+	fs.Int64Var(&o.httpMetadataMaxBytes, "http_metadata_server_max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the embedded HTTP metadata store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.BoolVar(&o.cleanupOnTimeout, "enable_metadata_cleanup_on_timeout", false, "delete an expired client's mooncake/ram and mooncake/rpc_meta keys from the embedded metadata store")
 	fs.BoolVar(&o.enableHA, "enable_ha", false, "elect a leader through etcd; standbys refuse RPCs until elected")
 	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend (only etcd is supported)")
@@ -165,6 +170,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 	}
 	if o.rpcConnTimeout < 0 {
 		return fail("--rpc_conn_timeout_seconds=%d: want 0 (never) or a positive number", o.rpcConnTimeout)
+	}
+	if o.httpMetadataMaxKeys < 0 || o.httpMetadataMaxBytes < 0 {
+		return fail("--http_metadata_server_max_keys and --http_metadata_server_max_bytes must be 0 (no limit) or positive")
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return fail("%v", err)
@@ -247,6 +255,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	}
 	if o.enableHTTPMetadata {
 		sc.HTTPMetadataAddress = net.JoinHostPort(o.httpMetadataHost, strconv.Itoa(o.httpMetadataPort))
+		sc.HTTPMetadataLimits = &metaserver.Limits{MaxKeys: o.httpMetadataMaxKeys, MaxBytes: o.httpMetadataMaxBytes}
 	}
 	if o.enableHA {
 		sc.HA = &master.HAConfig{

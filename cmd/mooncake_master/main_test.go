@@ -26,6 +26,7 @@ import (
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
+	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
 // reexecEnv makes the test binary run main() instead of the tests, so exit
@@ -84,6 +85,8 @@ func TestBadArguments(t *testing.T) {
 		{"--rpc_thread_num=-1"},
 		{"--max_threads=0"},
 		{"--rpc_conn_timeout_seconds=-1"},
+		{"--http_metadata_server_max_keys=-1"},
+		{"--http_metadata_server_max_bytes=-1"},
 		{"--root_fs_dir=relative"},
 		{"--global_file_segment_size=0"},
 		{"stray"},
@@ -274,6 +277,45 @@ func TestBinaryServesAndStopsOnSignal(t *testing.T) {
 		"rpc_enable_tcp_no_delay=false", "mooncake_master stopped"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("log lacks %q", want)
+		}
+	}
+}
+
+func TestBinaryEmbeddedMetadataStoreHoldsAtMostItsBudget(t *testing.T) {
+	ports := testutil.FreePorts(t, 2)
+	p := startMaster(t, fmt.Sprintf("--rpc_port=%d", ports[0]), "--rpc_address=127.0.0.1", "--metrics_port=0",
+		"--enable_http_metadata_server=true", fmt.Sprintf("--http_metadata_server_port=%d", ports[1]),
+		"--http_metadata_server_host=127.0.0.1", "--http_metadata_server_max_keys=4")
+	base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	waitHTTP(t, p, base+"/health")
+	put := func(key string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPut, base+"/metadata?key="+key, strings.NewReader(`{"name":"x"}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i := range 4 {
+		if code, body := put(fmt.Sprint("k", i)); code != http.StatusOK {
+			t.Fatalf("PUT %d: %d %q", i, code, body)
+		}
+	}
+	for i := 4; i < 20; i++ {
+		if code, body := put(fmt.Sprint("k", i)); code != http.StatusInsufficientStorage || !strings.Contains(body, "metadata store full") {
+			t.Fatalf("PUT %d past --http_metadata_server_max_keys=4: %d %q", i, code, body)
+		}
+	}
+	if code, body := put("k0"); code != http.StatusOK { // a key already there is rewritten
+		t.Fatalf("rewrite at the limit: %d %q", code, body)
+	}
+	m := waitHTTP(t, p, base+"/metrics")
+	for _, want := range []string{"mooncake_http_metadata_keys 4\n", "mooncake_http_metadata_refused_puts_total{limit=\"keys\"} 16\n",
+		fmt.Sprintf("mooncake_http_metadata_max_bytes %d\n", metaserver.DefaultMaxBytes)} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, m)
 		}
 	}
 }

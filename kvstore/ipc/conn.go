@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +24,10 @@ type Message struct {
 }
 
 // Handler answers one request. It runs on its own goroutine; the
-// descriptors of the reply are closed by the connection once sent.
+// descriptors of the reply are closed by the connection once sent. While
+// a connection serves as many requests as its Limits allow it reads
+// nothing, replies included, so a handler must not wait for a reply on
+// its own connection.
 type Handler func(req Message) (reply Message)
 
 // ErrClosed is what calls on a connection that ended return.
@@ -38,6 +43,8 @@ type Conn struct {
 	uc      *net.UnixConn
 	rc      syscall.RawConn
 	handler Handler
+	limits  Limits
+	own     slots // this connection's requests in flight (limits)
 
 	wmu sync.Mutex // one frame at a time on the wire
 
@@ -50,13 +57,22 @@ type Conn struct {
 	done chan struct{}
 }
 
-// NewConn starts reading uc. handler may be nil when this end only calls.
+// NewConn starts reading uc with the default Limits. handler may be nil
+// when this end only calls.
 func NewConn(uc *net.UnixConn, handler Handler) (*Conn, error) {
+	return NewConnLimited(uc, handler, Limits{})
+}
+
+// NewConnLimited starts reading uc; the requests it serves are bounded by
+// lim (zero fields take the defaults).
+func NewConnLimited(uc *net.UnixConn, handler Handler, lim Limits) (*Conn, error) {
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{uc: uc, rc: rc, handler: handler, pending: map[uint32]chan Message{}, done: make(chan struct{})}
+	lim = lim.withDefaults()
+	c := &Conn{uc: uc, rc: rc, handler: handler, limits: lim, own: newSlots(lim.MaxInFlight, lim.MaxInFlightBytes),
+		pending: map[uint32]chan Message{}, done: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
 }
@@ -80,12 +96,13 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// fail ends the connection once, with err.
-func (c *Conn) fail(err error) {
+// fail ends the connection once, with err; it says whether this call
+// ended it.
+func (c *Conn) fail(err error) bool {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.err = err
 	pending := c.pending
@@ -96,6 +113,7 @@ func (c *Conn) fail(err error) {
 		close(ch)
 	}
 	close(c.done)
+	return true
 }
 
 // Call sends a request and waits for its reply until ctx ends. The
@@ -124,7 +142,7 @@ func (c *Conn) Call(ctx context.Context, req Message) (Message, error) {
 		}
 		c.mu.Unlock()
 	}
-	if err := c.send(&frame{id: id, kind: kindRequest, body: req.Body, fds: req.FDs}); err != nil {
+	if err := c.send(&frame{id: id, kind: kindRequest, body: req.Body, fds: req.FDs}, 0); err != nil {
 		forget()
 		c.fail(err)
 		return Message{}, fmt.Errorf("%w: %v", ErrClosed, err)
@@ -160,10 +178,23 @@ func (c *Conn) Hold() (int, error) {
 	return fd, nil
 }
 
-func (c *Conn) send(f *frame) error {
+// send writes f whole; with a timeout, a write that cannot finish within
+// it (the peer does not read) fails with ErrReplyTimeout.
+func (c *Conn) send(f *frame, timeout time.Duration) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return writeFrame(c.rc, f)
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	if err := c.uc.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	err := writeFrame(c.rc, f)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%v)", ErrReplyTimeout, timeout)
+	}
+	return err
 }
 
 func (c *Conn) readLoop() {
@@ -192,18 +223,54 @@ func (c *Conn) readLoop() {
 				c.fail(fmt.Errorf("%w: request on a connection that serves none", ErrProtocol))
 				return
 			}
+			if !c.admit(int64(len(f.body))) {
+				closeFDs(f.fds)
+				return // the connection ended while it waited
+			}
 			c.serving.Add(1)
 			go c.serve(f)
 		}
 	}
 }
 
+// admit waits until a request of size body bytes fits this connection's
+// limits and the shared budget; false when the connection ends first.
+// While it waits nothing more is read from the peer.
+func (c *Conn) admit(size int64) bool {
+	waited, ok := c.own.take(size, c.done)
+	if !ok {
+		return false
+	}
+	if sh := c.limits.Shared; sh != nil {
+		w, ok := sh.slots.take(size, c.done)
+		if !ok {
+			c.own.give(size)
+			return false
+		}
+		if waited || w {
+			sh.waits.Add(1)
+		}
+	}
+	return true
+}
+
+// release gives back what admit took for a request of size body bytes.
+func (c *Conn) release(size int64) {
+	if sh := c.limits.Shared; sh != nil {
+		sh.slots.give(size)
+	}
+	c.own.give(size)
+}
+
 func (c *Conn) serve(f *frame) {
 	defer c.serving.Done()
+	defer c.release(int64(len(f.body)))
 	reply := c.handler(Message{Body: f.body, FDs: f.fds, Conn: c})
 	defer closeFDs(reply.FDs)
-	if err := c.send(&frame{id: f.id, kind: kindResponse, body: reply.Body, fds: reply.FDs}); err != nil {
-		c.fail(err)
+	if err := c.send(&frame{id: f.id, kind: kindResponse, body: reply.Body, fds: reply.FDs}, c.limits.ReplyTimeout); err != nil {
+		if c.fail(err) && errors.Is(err, ErrReplyTimeout) && c.limits.Shared != nil {
+			c.limits.Shared.replyTimeouts.Add(1)
+		}
 	}
 }
 

@@ -14,6 +14,12 @@ import (
 // a Conn serving handler.
 func rawPair(t *testing.T, handler Handler) (raw int, server *Conn) {
 	t.Helper()
+	return rawPairLimited(t, handler, Limits{})
+}
+
+// rawPairLimited is rawPair with the server's Limits.
+func rawPairLimited(t *testing.T, handler Handler, lim Limits) (raw int, server *Conn) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +30,7 @@ func rawPair(t *testing.T, handler Handler) (raw int, server *Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if server, err = NewConn(nc.(*net.UnixConn), handler); err != nil {
+	if server, err = NewConnLimited(nc.(*net.UnixConn), handler, lim); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close(); unix.Close(fds[0]) })

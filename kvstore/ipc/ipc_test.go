@@ -17,6 +17,12 @@ import (
 // pair returns two connected Conns; the server end answers with handler.
 func pair(t *testing.T, handler Handler) (client, server *Conn) {
 	t.Helper()
+	return pairLimited(t, handler, Limits{})
+}
+
+// pairLimited is pair with the server end's Limits.
+func pairLimited(t *testing.T, handler Handler, lim Limits) (client, server *Conn) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func pair(t *testing.T, handler Handler) (client, server *Conn) {
 		if i == 0 {
 			h = nil
 		}
-		if conns[i], err = NewConn(nc.(*net.UnixConn), h); err != nil {
+		if conns[i], err = NewConnLimited(nc.(*net.UnixConn), h, lim); err != nil {
 			t.Fatal(err)
 		}
 	}

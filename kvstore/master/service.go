@@ -35,6 +35,9 @@ type ServiceConfig struct {
 	// HTTPMetadataAddress, when not empty, serves the Transfer Engine
 	// HTTP metadata store (GET/PUT/DELETE /metadata, /health) there.
 	HTTPMetadataAddress string
+	// HTTPMetadataLimits is the embedded metadata store's budget (keys,
+	// bytes); nil takes metaserver.DefaultLimits.
+	HTTPMetadataLimits *metaserver.Limits
 	// RPCIdleTimeout, when positive, closes an RPC connection (framed or
 	// gRPC) that carried no call for that long; clients dial again on
 	// their next call (upstream's --rpc_conn_timeout_seconds).
@@ -99,7 +102,11 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		opts.Logger = log
 	}
 	if cfg.HTTPMetadataAddress != "" {
-		s.Metadata = metaserver.New()
+		lim := metaserver.DefaultLimits()
+		if cfg.HTTPMetadataLimits != nil {
+			lim = *cfg.HTTPMetadataLimits
+		}
+		s.Metadata = metaserver.NewLimited(lim)
 		if opts.Metadata == nil {
 			opts.Metadata = s.Metadata
 		}

@@ -32,6 +32,15 @@ type ServerConfig struct {
 	// that may connect (mooncake_client's --allowed_uids and
 	// --allowed_gids); everyone else is refused at accept.
 	Allowed ipc.Admission
+	// PerDummy bounds each dummy connection: requests served at once,
+	// their bytes, and how long a reply may wait for the dummy to read
+	// it (mooncake_client's --max_requests_per_dummy and
+	// --dummy_reply_timeout_seconds). Zero fields take ipc's defaults;
+	// Shared is set by the server.
+	PerDummy ipc.Limits
+	// MaxRequests bounds the requests of all dummies together
+	// (--max_requests_in_flight; 0: ipc.DefaultSharedRequests).
+	MaxRequests int
 }
 
 // Server serves dummy clients. Close ends it.
@@ -47,6 +56,7 @@ type Server struct {
 	requests, failures atomic.Uint64
 	refused            atomic.Uint64
 	refusedUIDs        map[uint32]bool // uids whose refusal was logged (guarded by mu)
+	budget             *ipc.Budget     // the requests of all dummies in flight
 	wg                 sync.WaitGroup
 }
 
@@ -59,7 +69,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Socket, err)
 	}
-	s := &Server{cfg: cfg, ln: ln, sessions: map[*session]struct{}{}, scopes: map[string]*scope{}, refusedUIDs: map[uint32]bool{}}
+	s := &Server{cfg: cfg, ln: ln, sessions: map[*session]struct{}{}, scopes: map[string]*scope{}, refusedUIDs: map[uint32]bool{},
+		budget: ipc.NewBudget(cfg.MaxRequests, 0)}
+	s.cfg.PerDummy.Shared = s.budget
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -85,7 +97,7 @@ func (s *Server) accept() {
 		}
 		s.sessions[sess] = struct{}{}
 		s.mu.Unlock()
-		conn, err := ipc.NewConn(uc, sess.handle)
+		conn, err := ipc.NewConnLimited(uc, sess.handle, s.cfg.PerDummy)
 		if err != nil {
 			uc.Close()
 			s.forget(sess)
@@ -137,6 +149,11 @@ func (s *Server) admit(uc *net.UnixConn) bool {
 
 // Refused is how many connections were refused at accept.
 func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// Requests is the use of the budget of requests in flight: how many are
+// served now, how many waited for a slot, how many connections were
+// closed for not reading their replies.
+func (s *Server) Requests() ipc.BudgetStats { return s.budget.Stats() }
 
 func (s *Server) forget(sess *session) {
 	s.mu.Lock()

@@ -15,6 +15,12 @@
 // once: putting it again with the same body answers 200 "metadata unchanged",
 // with a different body 400.
 //
+// Ours: the store holds at most Limits.MaxKeys keys and Limits.MaxBytes
+// bytes of keys and values; a PUT beyond either is answered with 507
+// Insufficient Storage and a body that names the limit, and stores
+// nothing. GET /metrics gives the store's size, its limits and those
+// refusals in Prometheus' text format.
+//
 // The package depends on the standard library only, so that both the
 // standalone mooncake_http_metadata_server binary and the KV master can
 // serve it.
@@ -27,12 +33,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Paths served by a Server.
 const (
 	MetadataPath = "/metadata"
 	HealthPath   = "/health"
+	MetricsPath  = "/metrics"
 )
 
 // MaxBodyBytes bounds the body of a PUT; a larger one is answered with 413.
@@ -47,13 +55,21 @@ const rpcMetaMarker = "rpc_meta"
 // zero value is not usable; create one with New. It is safe for concurrent
 // use.
 type Server struct {
+	limits Limits
+
 	mu    sync.RWMutex
 	store map[string][]byte
+	bytes int64 // of every key and value in store
+
+	refusedKeys, refusedBytes atomic.Uint64
 }
 
-// New returns an empty Server.
-func New() *Server {
-	return &Server{store: make(map[string][]byte)}
+// New returns an empty Server with DefaultLimits.
+func New() *Server { return NewLimited(DefaultLimits()) }
+
+// NewLimited returns an empty Server that holds at most what lim allows.
+func NewLimited(lim Limits) *Server {
+	return &Server{limits: lim, store: make(map[string][]byte)}
 }
 
 // Len returns the number of stored keys.
@@ -79,8 +95,11 @@ func (s *Server) Get(key string) ([]byte, bool) {
 func (s *Server) Delete(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.store[key]
-	delete(s.store, key)
+	v, ok := s.store[key]
+	if ok {
+		delete(s.store, key)
+		s.bytes -= entryBytes(key, v)
+	}
 	return ok
 }
 
@@ -106,6 +125,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reply(w, http.StatusOK, "OK")
+	case MetricsPath:
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", "GET")
+			reply(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.WriteMetrics(w)
 	default:
 		reply(w, http.StatusNotFound, "not found")
 	}
@@ -135,6 +162,16 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusRequestEntityTooLarge, "metadata too large")
 		return
 	}
+	if r.ContentLength > 0 {
+		// Refused before the body is read when it cannot fit.
+		s.mu.RLock()
+		msg := s.refusal(key, r.ContentLength)
+		s.mu.RUnlock()
+		if msg != "" {
+			reply(w, http.StatusInsufficientStorage, msg)
+			return
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -144,6 +181,11 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request) {
 		}
 		reply(w, http.StatusBadRequest, "cannot read body: "+err.Error())
 		return
+	}
+	if cap(body) > len(body) {
+		// ReadAll's buffer grows ahead of the bytes; the budget counts
+		// what is stored, so store no more than the bytes.
+		body = append(make([]byte, 0, len(body)), body...)
 	}
 
 	s.mu.Lock()
@@ -157,7 +199,16 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if msg := s.refusal(key, int64(len(body))); msg != "" {
+		s.mu.Unlock()
+		reply(w, http.StatusInsufficientStorage, msg)
+		return
+	}
+	if exists {
+		s.bytes -= entryBytes(key, old)
+	}
 	s.store[key] = body
+	s.bytes += entryBytes(key, body)
 	s.mu.Unlock()
 	reply(w, http.StatusOK, "metadata updated")
 }
