@@ -105,7 +105,7 @@ func TestParseForms(t *testing.T) {
 	}{
 		{nil, func(o *options) bool {
 			return o.rpcPort == 50051 && o.metricsPort == 9003 && o.cfg.DefaultLeaseTTL == 10*time.Second &&
-				o.cfg.ClientTTL == 10*time.Second && o.clusterID == "from_env" && !o.enableHTTPMetadata
+				o.cfg.ClientTTL == 10*time.Second && o.cfg.ClientDeadTTL == 300*time.Second && o.clusterID == "from_env" && !o.enableHTTPMetadata
 		}},
 		{[]string{"--default_kv_lease_ttl=500"}, func(o *options) bool { return o.cfg.DefaultLeaseTTL == 500*time.Millisecond }},
 		{[]string{"--default_kv_lease_ttl", "10s"}, func(o *options) bool { return o.cfg.DefaultLeaseTTL == 10*time.Second }},
@@ -118,6 +118,7 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--allow_evict_soft_pinned_objects=false", "--client_ttl", "60"}, func(o *options) bool {
 			return !o.cfg.AllowEvictSoftPinned && o.cfg.ClientTTL == time.Minute
 		}},
+		{[]string{"--client_dead_ttl=2m"}, func(o *options) bool { return o.cfg.ClientDeadTTL == 2*time.Minute }},
 		{[]string{"--enable_ha", "--etcd_endpoints=h1:2379;h2:2379", "--cluster_id=c"}, func(o *options) bool {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},

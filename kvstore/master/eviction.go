@@ -2,6 +2,7 @@ package master
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -60,7 +61,7 @@ func ceilCount(n int, f float64) int {
 // object may lose only its memory replicas (see evictObject). The
 // need-eviction flag is cleared.
 func (s *State) Evict(now time.Time) EvictionResult {
-	capacity, allocated := s.usage()
+	capacity, allocated := s.servingUsage()
 	used := 0.0
 	if capacity > 0 {
 		used = float64(allocated) / float64(capacity)
@@ -107,12 +108,12 @@ func (s *State) Evict(now time.Time) EvictionResult {
 }
 
 // evictionCandidates returns the objects eviction may take at now (fully
-// written, lease expired, not hard-pinned nor being offloaded) for which keep is true (nil:
-// all), split into unpinned and soft-pinned ones, each oldest lease
+// written, lease expired, not hard-pinned nor being offloaded, no replica
+// on a suspect segment) for which keep is true (nil: all), split into unpinned and soft-pinned ones, each oldest lease
 // first.
 func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft []*object) {
 	for _, o := range s.objects {
-		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || (keep != nil && !keep(o)) {
+		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
 			continue
 		}
 		if o.softPinned(now) {
@@ -137,6 +138,25 @@ func byLeaseThenKey(os []*object) {
 	})
 }
 
+// onSuspect reports whether a replica of o is on a suspect segment:
+// eviction leaves such an object alone, as it would free no room that
+// takes new replicas and may drop the only reachable copy later.
+func (o *object) onSuspect() bool {
+	return slices.ContainsFunc(o.replicas, func(r *replica) bool { return r.seg.suspect })
+}
+
+// servingUsage is usage without the suspect segments: the pool whose
+// fullness eviction watches.
+func (s *State) servingUsage() (capacity, allocated uint64) {
+	for _, sg := range s.segOrder {
+		if !sg.suspect {
+			capacity += sg.alloc.Size()
+			allocated += sg.alloc.Allocated()
+		}
+	}
+	return capacity, allocated
+}
+
 // usage returns the total capacity and allocated bytes of all segments.
 func (s *State) usage() (capacity, allocated uint64) {
 	for _, sg := range s.segOrder {
@@ -159,7 +179,7 @@ func (o *object) softPinned(now time.Time) bool {
 // eviction high watermark, or a segment its own (the conditions that
 // trigger an eviction run).
 func (s *State) AboveHighWatermark() bool {
-	capacity, allocated := s.usage()
+	capacity, allocated := s.servingUsage()
 	return capacity > 0 && float64(allocated)/float64(capacity) > s.cfg.EvictionHighWatermarkRatio ||
 		s.anySegmentOverfull()
 }
