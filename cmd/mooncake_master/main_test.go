@@ -32,7 +32,13 @@ import (
 // codes, signals and HA fail-over are checked on real processes.
 const reexecEnv = "MOONCAKE_TEST_RUN_MASTER_MAIN"
 
-func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, reexecEnv, main) }
+func TestMain(m *testing.M) {
+	if os.Getenv(storageEnv) == "1" {
+		runStorage()
+		return
+	}
+	testutil.RunTestsOrMain(m, reexecEnv, main)
+}
 
 func TestHelpListsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
