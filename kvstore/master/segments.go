@@ -53,7 +53,8 @@ type client struct {
 // intact, so ExpireClients first makes it suspect: its segments get no new
 // replicas and no reservations, eviction leaves what they hold alone, and
 // reads still list their replicas (after the others). The client's next
-// call restores it: its client id is drawn per process, so a call with
+// call that touches its record (a ping, mount, remount, reservation...)
+// restores it: its client id is drawn per process, so a call with
 // the same id comes from the process that holds the memory. The replicas
 // are forgotten only when the memory is really gone:
 //   - the client stays silent past ClientDeadTTL (ExpireClients);
