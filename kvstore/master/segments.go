@@ -138,17 +138,6 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 	if !plainName(seg.ID) || !plainName(seg.Name) || !plainName(seg.TEEndpoint) {
 		return kvstore.InvalidParams
 	}
-	if old, ok := s.segments[seg.ID]; ok {
-		if old.client != clientID {
-			return kvstore.SegmentAlreadyExists
-		}
-		s.touch(clientID, now)
-		if sameMemory(old.info, seg) {
-			return kvstore.OK
-		}
-		s.unmount(seg.ID, now)
-		s.m.replacedSegments++
-	}
 	// Replica addresses are base + offset, and capacities, usage and
 	// tenant charges are sums over the mounted segments: a segment that
 	// ends past 2^64, or one that takes the pool's total past it, would
@@ -156,8 +145,24 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 	if _, carry := bits.Add64(seg.Base, seg.Size, 0); carry != 0 {
 		return kvstore.InvalidParams
 	}
-	if capacity, _ := s.usage(); addSat(capacity, seg.Size) == math.MaxUint64 {
+	capacity, _ := s.usage()
+	old, exists := s.segments[seg.ID]
+	if exists {
+		if old.client != clientID {
+			return kvstore.SegmentAlreadyExists
+		}
+		s.touch(clientID, now)
+		if sameMemory(old.info, seg) {
+			return kvstore.OK
+		}
+		capacity -= old.alloc.Size()
+	}
+	if addSat(capacity, seg.Size) == math.MaxUint64 {
 		return kvstore.InvalidParams
+	}
+	if exists {
+		s.unmount(seg.ID, now)
+		s.m.replacedSegments++
 	}
 	c := s.touch(clientID, now)
 	sg := &segment{info: seg, client: clientID, alloc: NewAllocator(seg.Size)}
