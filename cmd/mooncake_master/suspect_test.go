@@ -138,6 +138,28 @@ func (a admin) get(t *testing.T, path string, v any) int {
 	return resp.StatusCode
 }
 
+// metrics returns the samples of /metrics without labels.
+func (a admin) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(string(a) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var name string
+		var v float64
+		if line := sc.Text(); !strings.HasPrefix(line, "#") && !strings.Contains(line, "{") {
+			if _, err := fmt.Sscan(line, &name, &v); err == nil {
+				out[name] = v
+			}
+		}
+	}
+	return out
+}
+
 // segment is one entry of /api/v1/segments/status.
 type segment struct {
 	ID       string `json:"id"`
@@ -264,7 +286,7 @@ func (r *storeRig) get(t *testing.T, key string) (bool, error) {
 // succeeds elsewhere, and once it is back every acknowledged object reads
 // back exactly.
 func TestSuspectStorageClientKeepsItsObjects(t *testing.T) {
-	r := newStoreRig(t, "--client_ttl=2", "--client_dead_ttl=600")
+	r := newStoreRig(t, "--client_ttl=3", "--client_dead_ttl=600")
 	const n = 100
 	var acked []string
 	for i := range n {
@@ -309,6 +331,15 @@ func TestSuspectStorageClientKeepsItsObjects(t *testing.T) {
 	}
 	if len(lost) > 0 {
 		t.Fatalf("%d of %d acknowledged objects lost, first: %s", len(lost), len(acked), lost[0])
+	}
+	// The master counted A's suspicion and its return, and forgot no one
+	// (B, whose heartbeats may stall on a loaded machine, could be counted
+	// too).
+	metrics := r.admin.metrics(t)
+	if metrics["master_suspected_clients_total"] < 1 || metrics["master_restored_clients_total"] < 1 ||
+		metrics["master_expired_clients_total"] != 0 {
+		t.Errorf("suspected %v, restored %v, expired %v clients", metrics["master_suspected_clients_total"],
+			metrics["master_restored_clients_total"], metrics["master_expired_clients_total"])
 	}
 	// Placements on A resume.
 	if !r.put(t, "after", r.aHost) {
