@@ -218,10 +218,10 @@ func (s *Server) knownClient(id string) bool {
 
 // heartbeatOnly reports whether a known client's Ping answer shows it
 // changed nothing but the heartbeat time (no task handed out, and the
-// client still ok: a ping from another incarnation drops its segments). Such pings
-// are not logged: heartbeats are not replicated (expiry is logged by its
-// outcome, and a promotion restarts every heartbeat), which keeps an idle
-// cluster's log from growing with its pings.
+// client still ok: a ping from another incarnation drops its segments).
+// Such pings are not logged: heartbeats are not replicated (expiry is
+// logged by its outcome, and a promotion restarts every heartbeat), which
+// keeps an idle cluster's log from growing with its pings.
 func heartbeatOnly(resp any) bool {
 	p, ok := resp.(*masterpb.PingResponse)
 	return ok && p.GetErrorCode() == 0 && len(p.GetTasks()) == 0 && p.GetClientStatus() == masterpb.ClientStatus_CLIENT_OK
