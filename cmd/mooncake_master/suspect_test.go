@@ -25,9 +25,11 @@ import (
 
 // These tests run a real master, a storage client in its own process (A)
 // and a writer client in the test process (B), and check what the master
-// does with A's objects when A falls silent (SIGSTOP: the loopback stand-in
-// for a partition, its memory intact) and when A's process is replaced
-// (kill -9 and a restart on the same endpoint: its memory gone).
+// does with A's objects when A falls silent with its memory intact
+// (SIGSTOP; or a partition between A and the master, on loopback a proxy
+// that drops A's connections while B still reaches A) and when A's process
+// is replaced (kill -9 and a restart on the same endpoint: its memory
+// gone).
 
 // storageEnv makes the test binary run a storage client (runStorage)
 // instead of the tests; storageArgsEnv carries its host, master and
@@ -201,7 +203,8 @@ func (a admin) replicaSegments(t *testing.T, key string) []string {
 }
 
 // storeRig is a master, a storage client A on a fixed endpoint and a
-// writer B (in this process, with a segment of its own).
+// writer B (in this process, with a segment of its own). With a proxy, A
+// reaches the master through it (and B reaches A directly).
 type storeRig struct {
 	admin      admin
 	masterAddr string
@@ -209,9 +212,10 @@ type storeRig struct {
 	aHost      string
 	a          *storage
 	b          *client.Client
+	proxy      *cutProxy
 }
 
-func newStoreRig(t *testing.T, masterFlags ...string) *storeRig {
+func newStoreRig(t *testing.T, withProxy bool, masterFlags ...string) *storeRig {
 	t.Helper()
 	meta := "etcd://" + testutil.StartEtcd(t)
 	ports := testutil.FreePorts(t, 3)
@@ -220,7 +224,12 @@ func newStoreRig(t *testing.T, masterFlags ...string) *storeRig {
 	p := startMaster(t, append([]string{fmt.Sprintf("--rpc_port=%d", ports[0]), "--rpc_address=127.0.0.1",
 		fmt.Sprintf("--metrics_port=%d", ports[1]), "--metrics_host=127.0.0.1"}, masterFlags...)...)
 	waitHTTP(t, p, string(r.admin)+"/health")
-	r.a = startStorage(t, r.aHost, r.masterAddr, meta)
+	aMaster := r.masterAddr
+	if withProxy {
+		r.proxy = startCutProxy(t, r.masterAddr)
+		aMaster = r.proxy.addr()
+	}
+	r.a = startStorage(t, r.aHost, aMaster, meta)
 	b, err := client.New(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: r.masterAddr, MetadataServer: meta,
 		GlobalSegmentSize: 16 << 20, LocalBufferSize: 4 << 20})
 	if err != nil {
@@ -286,7 +295,7 @@ func (r *storeRig) get(t *testing.T, key string) (bool, error) {
 // succeeds elsewhere, and once it is back every acknowledged object reads
 // back exactly.
 func TestSuspectStorageClientKeepsItsObjects(t *testing.T) {
-	r := newStoreRig(t, "--client_ttl=3", "--client_dead_ttl=600")
+	r := newStoreRig(t, false, "--client_ttl=3", "--client_dead_ttl=600")
 	const n = 100
 	var acked []string
 	for i := range n {
@@ -350,13 +359,78 @@ func TestSuspectStorageClientKeepsItsObjects(t *testing.T) {
 	}
 }
 
+// TestPartitionedStorageClientKeepsItsObjects: storage client A is cut off
+// from the master (a proxy between them drops every connection) while the
+// writer B still reaches A. B's writes keep going to A until the master
+// judges A's silence (A is alive, so they are acknowledged), then go
+// elsewhere; when the partition heals every acknowledged object, those
+// written into A during the partition included, reads back exactly.
+func TestPartitionedStorageClientKeepsItsObjects(t *testing.T) {
+	r := newStoreRig(t, true, "--client_ttl=3", "--client_dead_ttl=600")
+	var acked []string
+	for i := range 50 {
+		key := fmt.Sprintf("before-%03d", i)
+		if !r.put(t, key, r.aHost) {
+			t.Fatalf("put %s failed", key)
+		}
+		acked = append(acked, key)
+	}
+
+	r.proxy.setCut(true)
+	intoA := 0
+	for i := 0; ; i++ {
+		segs := r.admin.segmentsNamed(t, r.aHost)
+		if closed := len(segs) == 0 || segs[0].Suspect; closed || i == 2000 {
+			if !closed {
+				t.Fatal("A's segment still takes replicas after 2000 puts into the partition")
+			}
+			break
+		}
+		key := fmt.Sprintf("partition-%04d", i)
+		if r.put(t, key, r.aHost) {
+			acked = append(acked, key)
+			if where := r.admin.replicaSegments(t, key); len(where) == 1 && where[0] == r.aHost {
+				intoA++
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("%d objects written into A during the partition before the master closed its segment", intoA)
+	for i := range 50 {
+		key := fmt.Sprintf("suspect-%03d", i)
+		if !r.put(t, key, r.aHost) {
+			t.Fatalf("put %s while A is cut off failed", key)
+		}
+		if segs := r.admin.replicaSegments(t, key); len(segs) != 1 || segs[0] == r.aHost {
+			t.Fatalf("%s placed on %v while A is cut off", key, segs)
+		}
+		acked = append(acked, key)
+	}
+
+	r.proxy.setCut(false)
+	testutil.WaitUntil(t, 30*time.Second, "A's segment open again", func() bool {
+		segs := r.admin.segmentsNamed(t, r.aHost)
+		return len(segs) == 1 && !segs[0].Suspect
+	})
+	var lost []string
+	for _, key := range acked {
+		if same, err := r.get(t, key); err != nil || !same {
+			lost = append(lost, fmt.Sprintf("%s (%v, same bytes %v)", key, err, same))
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged objects lost (%d written into A during the partition), first: %s",
+			len(lost), len(acked), intoA, lost[0])
+	}
+}
+
 // TestRestartedStorageClientsObjectsAreMissing: a storage client killed and
 // restarted on the same endpoint is a new incarnation whose memory holds
 // none of the old objects: the master drops them as soon as the new one
 // mounts (well within --client_ttl), so reads report them missing rather
 // than return other bytes, and new objects land on the new segment.
 func TestRestartedStorageClientsObjectsAreMissing(t *testing.T) {
-	r := newStoreRig(t, "--client_ttl=60")
+	r := newStoreRig(t, false, "--client_ttl=60")
 	const n = 50
 	for i := range n {
 		if key := fmt.Sprintf("old-%03d", i); !r.put(t, key, r.aHost) {
