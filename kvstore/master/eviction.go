@@ -109,8 +109,8 @@ func (s *State) Evict(now time.Time) EvictionResult {
 
 // evictionCandidates returns the objects eviction may take at now (fully
 // written, lease expired, not hard-pinned nor being offloaded, no replica
-// on a suspect segment) for which keep is true (nil: all), split into unpinned and soft-pinned ones, each oldest lease
-// first.
+// on a suspect segment) for which keep is true (nil: all), split into
+// unpinned and soft-pinned ones, each oldest lease first.
 func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft []*object) {
 	for _, o := range s.objects {
 		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
