@@ -57,9 +57,10 @@ func ceilCount(n int, f float64) int {
 // up from the remaining unpinned candidates and then, when
 // AllowEvictSoftPinned, the soft-pinned ones, oldest lease first.
 // Candidates are fully written objects whose lease has expired and that
-// are not hard-pinned nor being offloaded; with the disk tier an evicted
-// object may lose only its memory replicas (see evictObject). The
-// need-eviction flag is cleared.
+// are not hard-pinned, being offloaded nor held in part by a suspect
+// segment; with the disk tier an evicted object may lose only its memory
+// replicas (see evictObject). The used ratio leaves the suspect segments
+// out (servingUsage). The need-eviction flag is cleared.
 func (s *State) Evict(now time.Time) EvictionResult {
 	capacity, allocated := s.servingUsage()
 	used := 0.0
@@ -175,9 +176,9 @@ func (o *object) softPinned(now time.Time) bool {
 	return o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
 }
 
-// AboveHighWatermark reports whether allocated/capacity exceeds the
-// eviction high watermark, or a segment its own (the conditions that
-// trigger an eviction run).
+// AboveHighWatermark reports whether allocated/capacity of the segments
+// that are not suspect exceeds the eviction high watermark, or a segment
+// its own (the conditions that trigger an eviction run).
 func (s *State) AboveHighWatermark() bool {
 	capacity, allocated := s.servingUsage()
 	return capacity > 0 && float64(allocated)/float64(capacity) > s.cfg.EvictionHighWatermarkRatio ||
