@@ -266,7 +266,7 @@ def start_master(procs: sb.Procs, tmp: Path) -> tuple[str, str, str, subprocess.
          f"--rpc_address={sb.LOOPBACK}", f"--rpc_port={rpc}",
          f"--http_metadata_server_host={sb.LOOPBACK}", f"--http_metadata_server_port={meta}",
          f"--metrics_host={sb.LOOPBACK}", f"--metrics_port={admin}",
-         "--enable_metric_reporting=false", "--client_ttl=2"],
+         "--enable_metric_reporting=false", "--client_ttl=2", "--client_dead_ttl=2"],
         stdout=open(tmp / "master.log", "wb"), stderr=subprocess.STDOUT)
     sb.wait_until(lambda: sb.port_open(rpc) and sb.port_open(meta), 30, "mooncake_master")
     return (f"{sb.LOOPBACK}:{rpc}", f"http://{sb.LOOPBACK}:{meta}/metadata",
@@ -428,7 +428,7 @@ def main() -> None:
         except Exception:
             failures["dummy after daemon kill -9 ended"] = 1
         # A new client must still work against the master once the killed
-        # ones' leases (--client_ttl=2) have run out.
+        # ones have been forgotten (--client_dead_ttl=2).
         time.sleep(3.0)
         w = Worker(procs, "embedded", args, [], tmp / "after-kills.log")
         failures["new client after the kills"] = w.run(WARMUP)

@@ -196,7 +196,9 @@ def test_no_space_when_nothing_evictable(master_factory, stores):
 
 
 def test_replicas_survive_a_dead_storage_client(master_factory, stores, peers):
-    m = master_factory("--client_ttl=2")
+    # A killed client's memory is gone, but the master only sees silence:
+    # --client_dead_ttl=2 forgets it as soon as it is suspect.
+    m = master_factory("--client_ttl=2", "--client_dead_ttl=2")
     a, b = peers(m, "32MB", "4MB"), peers(m, "32MB", "4MB")
     client = stores(m, 0, "8MB")  # pure client
     repl = [key("r2") for _ in range(4)]
@@ -214,7 +216,7 @@ def test_replicas_survive_a_dead_storage_client(master_factory, stores, peers):
     # the surviving replicas still read, from this process and from b
     assert client.get_batch(repl) == vals
     assert b.call("get", repl[2]) == vals[2]
-    # once the master expires a (client_ttl 2 s), a's replicas are gone
+    # once the master forgets a (client_dead_ttl 2 s), a's replicas are gone
     assert wait_for(lambda: m.query_key(only_a) is None, 10), m.query_key(only_a)
     assert client.get(only_a) == b""
     assert client.is_exist(only_a) == 0

@@ -289,9 +289,9 @@ def test_a_dummy_dying_releases_its_regions_and_others_continue(daemons, dummies
 def test_daemon_death_fails_calls_and_a_restart_is_rejoined(
     master_factory, go_bin_dir, process_reaper, dummies
 ):
-    # A short client TTL: the dead daemon's segment stays mounted until the
-    # master expires it, and puts placed there fail meanwhile.
-    master = master_factory("--client_ttl=2")
+    # Short client TTLs: the dead daemon's segment stays mounted until the
+    # master forgets it, and puts placed there fail meanwhile.
+    master = master_factory("--client_ttl=2", "--client_dead_ttl=2")
     d = Daemon(go_binary("mooncake_client", go_bin_dir), process_reaper, master).start()
     a = dummies(d)
     p = _prefix()

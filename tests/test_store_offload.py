@@ -184,7 +184,7 @@ def test_promotion_after_repeated_hits(master_factory, peers, stores, tmp_path):
 def test_storage_client_killed_mid_offload(master_factory, peers, stores, tmp_path):
     from mooncake.store import ReplicateConfig
 
-    master = master_factory("--enable_offload", "--client_ttl=2", LEASE)
+    master = master_factory("--enable_offload", "--client_ttl=2", "--client_dead_ttl=2", LEASE)
     path = tmp_path / "a"
     a = disk_peer(peers, master, path, segment="64MB")
     writer = stores(master, segment=0)

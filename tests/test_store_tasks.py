@@ -180,7 +180,7 @@ def tcp(monkeypatch):
 
 
 def test_task_fails_when_its_executing_client_dies(master_factory, stores, peers):
-    m = master_factory("--client_ttl=2")
+    m = master_factory("--client_ttl=2", "--client_dead_ttl=2")
     s = stores(m, "16MB", "4MB")
     a = peers(m, "16MB", "4MB")
     k = key("execdies")
@@ -202,7 +202,7 @@ def test_task_fails_when_its_executing_client_dies(master_factory, stores, peers
 
 
 def test_task_fails_when_its_target_dies(tcp, master_factory, stores, peers):
-    m = master_factory("--client_ttl=2")
+    m = master_factory("--client_ttl=2", "--client_dead_ttl=2")
     s = stores(m, "16MB", "4MB")
     b = peers(m, "16MB", "4MB")
     k, v = key("targetdies"), data(100_000, 5)

@@ -92,7 +92,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.cfg.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", true, "let eviction take soft-pinned objects when needed")
 	fs.Var(ratio{&o.cfg.EvictionRatio}, "eviction_ratio", "fraction of objects one eviction run aims to free, in [0,1]")
 	fs.Var(ratio{&o.cfg.EvictionHighWatermarkRatio}, "eviction_high_watermark_ratio", "used/capacity ratio that triggers eviction, in [0,1]")
-	fs.Var(secDuration{&o.cfg.ClientTTL}, "client_ttl", "seconds a client may stay silent before its segments are unmounted")
+	fs.Var(secDuration{&o.cfg.ClientTTL}, "client_ttl", "seconds a client may stay silent before it is suspect: its segments take no new replicas, keeping theirs")
+	fs.Var(secDuration{&o.cfg.ClientDeadTTL}, "client_dead_ttl", "seconds a client may stay silent before it is forgotten: its segments unmounted, their replicas dropped (below client_ttl: as client_ttl)")
 	fs.Var(secDuration{&o.cfg.PutStartDiscardTimeout}, "put_start_discard_timeout_sec", "seconds after which a pending put may be preempted")
 	fs.Var(secDuration{&o.cfg.PutStartReleaseTimeout}, "put_start_release_timeout_sec", "seconds a preempted put's buffers stay quarantined")
 	fs.BoolVar(&o.enableHTTPMetadata, "enable_http_metadata_server", false, "also serve the Transfer Engine HTTP metadata store (/metadata)")
@@ -276,7 +277,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		"default_kv_lease_ttl", o.cfg.DefaultLeaseTTL, "default_kv_soft_pin_ttl", o.cfg.DefaultSoftPinTTL,
 		"max_kv_soft_pin_ttl", o.cfg.MaxSoftPinTTL, "allow_evict_soft_pinned_objects", o.cfg.AllowEvictSoftPinned,
 		"eviction_ratio", o.cfg.EvictionRatio, "eviction_high_watermark_ratio", o.cfg.EvictionHighWatermarkRatio,
-		"client_ttl", o.cfg.ClientTTL, "put_start_discard_timeout", o.cfg.PutStartDiscardTimeout,
+		"client_ttl", o.cfg.ClientTTL, "client_dead_ttl", o.cfg.ClientDeadTTL, "put_start_discard_timeout", o.cfg.PutStartDiscardTimeout,
 		"put_start_release_timeout", o.cfg.PutStartReleaseTimeout,
 		"enable_http_metadata_server", o.enableHTTPMetadata, "http_metadata", sc.HTTPMetadataAddress,
 		"enable_metadata_cleanup_on_timeout", o.cleanupOnTimeout,

@@ -33,7 +33,13 @@ import (
 // codes, signals and HA fail-over are checked on real processes.
 const reexecEnv = "MOONCAKE_TEST_RUN_MASTER_MAIN"
 
-func TestMain(m *testing.M) { testutil.RunTestsOrMain(m, reexecEnv, main) }
+func TestMain(m *testing.M) {
+	if os.Getenv(storageEnv) == "1" {
+		runStorage()
+		return
+	}
+	testutil.RunTestsOrMain(m, reexecEnv, main)
+}
 
 func TestHelpListsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
@@ -108,7 +114,7 @@ func TestParseForms(t *testing.T) {
 	}{
 		{nil, func(o *options) bool {
 			return o.rpcPort == 50051 && o.metricsPort == 9003 && o.cfg.DefaultLeaseTTL == 10*time.Second &&
-				o.cfg.ClientTTL == 10*time.Second && o.clusterID == "from_env" && !o.enableHTTPMetadata
+				o.cfg.ClientTTL == 10*time.Second && o.cfg.ClientDeadTTL == 300*time.Second && o.clusterID == "from_env" && !o.enableHTTPMetadata
 		}},
 		{[]string{"--default_kv_lease_ttl=500"}, func(o *options) bool { return o.cfg.DefaultLeaseTTL == 500*time.Millisecond }},
 		{[]string{"--default_kv_lease_ttl", "10s"}, func(o *options) bool { return o.cfg.DefaultLeaseTTL == 10*time.Second }},
@@ -121,6 +127,7 @@ func TestParseForms(t *testing.T) {
 		{[]string{"--allow_evict_soft_pinned_objects=false", "--client_ttl", "60"}, func(o *options) bool {
 			return !o.cfg.AllowEvictSoftPinned && o.cfg.ClientTTL == time.Minute
 		}},
+		{[]string{"--client_dead_ttl=2m"}, func(o *options) bool { return o.cfg.ClientDeadTTL == 2*time.Minute }},
 		{[]string{"--enable_ha", "--etcd_endpoints=h1:2379;h2:2379", "--cluster_id=c"}, func(o *options) bool {
 			return o.enableHA && o.haConnString == "h1:2379;h2:2379" && o.clusterID == "c"
 		}},

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -143,7 +144,7 @@ func (c *Client) setup(cfg Config) error {
 			return fmt.Errorf("%w: segment of %d bytes: %v", kvstore.InvalidParams, cfg.GlobalSegmentSize, err)
 		}
 		seg := c.fleet.stamp(&pb.Segment{Id: newID(), Name: c.hostname, Base: uint64(base), Size: cfg.GlobalSegmentSize,
-			TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID})
+			TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID, Incarnation: incarnation})
 		ctx, cancel := rpcContext()
 		defer cancel()
 		resp, err := c.master.client().MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: seg})
@@ -253,7 +254,7 @@ func (c *Client) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := rpcContext()
-		resp, err := c.master.client().Ping(ctx, &pb.PingRequest{ClientId: c.id})
+		resp, err := c.master.client().Ping(ctx, &pb.PingRequest{ClientId: c.id, Incarnation: incarnation})
 		cancel()
 		if err != nil {
 			failures++
@@ -310,6 +311,23 @@ func rpcResult(code int32, err error) error {
 		return fmt.Errorf("%w: %v", kvstore.RPCFail, err)
 	}
 	return kvstore.ErrorCode(code).Err()
+}
+
+// incarnation identifies this process's memory to the master: drawn once,
+// at random and nonzero, it goes with every segment mounted and every
+// ping. A restarted process draws another, which tells the master that the
+// memory behind the old segments on the same endpoint is gone; the same
+// one after a partition tells it that the replicas are still here.
+var incarnation = newIncarnation()
+
+func newIncarnation() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
 }
 
 func newID() string {

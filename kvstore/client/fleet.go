@@ -210,7 +210,7 @@ func (c *Client) evacuationPass(id string) (*pb.EvacuateSegmentResponse, error) 
 // this client at once.
 func (c *Client) fetchTasks() {
 	ctx, cancel := rpcContext()
-	resp, err := c.master.client().Ping(ctx, &pb.PingRequest{ClientId: c.id})
+	resp, err := c.master.client().Ping(ctx, &pb.PingRequest{ClientId: c.id, Incarnation: incarnation})
 	cancel()
 	if err == nil && resp.GetErrorCode() == 0 {
 		c.runTasks(resp.GetTasks())

@@ -120,7 +120,7 @@ func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]str
 // mountSegment announces registered memory [base, base+size) to the master.
 func (c *Client) mountSegment(m *mount, base, size uint64) (string, error) {
 	m.seg = c.fleet.stamp(&pb.Segment{Id: newSegmentID(), Name: c.hostname, Base: base, Size: size,
-		TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID})
+		TeEndpoint: c.engine.Name(), Protocol: "tcp", HostId: c.hostID, Incarnation: incarnation})
 	ctx, cancel := rpcContext()
 	defer cancel()
 	resp, err := c.master.client().MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: m.seg})

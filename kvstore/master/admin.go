@@ -135,6 +135,11 @@ type Status struct {
 	TimeUnixNano  int64  `json:"time_unix_nano"` // the master's clock when it answered
 	ActiveClients int    `json:"active_clients"`
 	Segments      int    `json:"segments"`
+	// SuspectClients are silent past client_ttl, not yet forgotten
+	// (client_dead_ttl); SuspectSegments are theirs.
+	ClientDeadTTLMs int64 `json:"client_dead_ttl_ms"`
+	SuspectClients  int   `json:"suspect_clients"`
+	SuspectSegments int   `json:"suspect_segments"`
 }
 
 func (s *Server) status(ctx context.Context) Status {
@@ -144,6 +149,8 @@ func (s *Server) status(ctx context.Context) Status {
 		ViewVersion: s.view.Load(), LeaseTTLMs: s.opts.Config.DefaultLeaseTTL.Milliseconds(),
 		ClientTTLMs: s.opts.Config.ClientTTL.Milliseconds(), ActiveClients: st.ActiveClients,
 		Segments: st.Segments, TimeUnixNano: s.clock().UnixNano(),
+		ClientDeadTTLMs: s.opts.Config.deadTTL().Milliseconds(),
+		SuspectClients:  st.SuspectClients, SuspectSegments: st.SuspectSegments,
 	}
 }
 

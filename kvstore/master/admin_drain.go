@@ -380,6 +380,10 @@ type SegmentStatus struct {
 	HostID     string `json:"host_id"`
 	Draining   bool   `json:"draining"` // takes no new replicas
 	Mode       string `json:"mode"`     // ACTIVE, STANDBY, DRAINING or RETIRED
+	// Suspect: the owner is silent past client_ttl; the segment takes no
+	// new replicas and keeps those it holds.
+	Suspect     bool   `json:"suspect"`
+	Incarnation uint64 `json:"incarnation"` // 0: not told by the client
 }
 
 // segmentsStatus answers GET /api/v1/segments/status: every mounted
@@ -393,7 +397,7 @@ func (s *Server) segmentsStatus(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			out = append(out, SegmentStatus{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated,
-				sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String()})
+				sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String(), sg.Suspect, sg.Incarnation})
 		}
 	})
 	if filter && len(out) == 0 {

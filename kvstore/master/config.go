@@ -28,9 +28,15 @@ type Config struct {
 	// eviction runs (--eviction_high_watermark_ratio, 0.90).
 	EvictionHighWatermarkRatio float64
 	// ClientTTL is how long a client may stay silent (no ping, mount or
-	// remount) before it is expired and its segments unmounted
-	// (--client_ttl, 10 s).
+	// remount) before it becomes suspect: its segments take no new
+	// replicas, but keep those they hold (--client_ttl, 10 s).
 	ClientTTL time.Duration
+	// ClientDeadTTL is how long a client may stay silent before it is
+	// forgotten: its segments are unmounted and the replicas on them
+	// dropped (--client_dead_ttl, 300 s). A value below ClientTTL counts
+	// as ClientTTL: a silent client is then forgotten at once, without a
+	// suspect phase.
+	ClientDeadTTL time.Duration
 	// PutStartDiscardTimeout is the age after which a pending write may be
 	// preempted by another PutStart (--put_start_discard_timeout_sec, 30 s).
 	PutStartDiscardTimeout time.Duration
@@ -67,12 +73,17 @@ func DefaultConfig() Config {
 		EvictionRatio:              0.05,
 		EvictionHighWatermarkRatio: 0.90,
 		ClientTTL:                  10 * time.Second,
+		ClientDeadTTL:              300 * time.Second,
 		PutStartDiscardTimeout:     30 * time.Second,
 		PutStartReleaseTimeout:     600 * time.Second,
 		Offload:                    DefaultOffloadConfig(),
 		FS:                         DefaultFSConfig(),
 	}
 }
+
+// deadTTL is the silence after which a client is forgotten: ClientDeadTTL,
+// at least ClientTTL.
+func (c Config) deadTTL() time.Duration { return max(c.ClientDeadTTL, c.ClientTTL) }
 
 // Validate reports the first setting out of range.
 func (c Config) Validate() error {
@@ -89,6 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default_kv_soft_pin_ttl %v exceeds max_kv_soft_pin_ttl %v", c.DefaultSoftPinTTL, c.MaxSoftPinTTL)
 	case c.ClientTTL <= 0:
 		return fmt.Errorf("client_ttl %v must be positive", c.ClientTTL)
+	case c.ClientDeadTTL < 0:
+		return fmt.Errorf("client_dead_ttl %v is negative", c.ClientDeadTTL)
 	case c.PutStartDiscardTimeout < 0 || c.PutStartReleaseTimeout < 0:
 		return fmt.Errorf("put_start timeouts must not be negative")
 	}

@@ -2,6 +2,7 @@ package master
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -56,11 +57,12 @@ func ceilCount(n int, f float64) int {
 // up from the remaining unpinned candidates and then, when
 // AllowEvictSoftPinned, the soft-pinned ones, oldest lease first.
 // Candidates are fully written objects whose lease has expired and that
-// are not hard-pinned nor being offloaded; with the disk tier an evicted
-// object may lose only its memory replicas (see evictObject). The
-// need-eviction flag is cleared.
+// are not hard-pinned, being offloaded nor held in part by a suspect
+// segment; with the disk tier an evicted object may lose only its memory
+// replicas (see evictObject). The used ratio leaves the suspect segments
+// out (servingUsage). The need-eviction flag is cleared.
 func (s *State) Evict(now time.Time) EvictionResult {
-	capacity, allocated := s.usage()
+	capacity, allocated := s.servingUsage()
 	used := 0.0
 	if capacity > 0 {
 		used = float64(allocated) / float64(capacity)
@@ -107,12 +109,12 @@ func (s *State) Evict(now time.Time) EvictionResult {
 }
 
 // evictionCandidates returns the objects eviction may take at now (fully
-// written, lease expired, not hard-pinned nor being offloaded) for which keep is true (nil:
-// all), split into unpinned and soft-pinned ones, each oldest lease
-// first.
+// written, lease expired, not hard-pinned nor being offloaded, no replica
+// on a suspect segment) for which keep is true (nil: all), split into
+// unpinned and soft-pinned ones, each oldest lease first.
 func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft []*object) {
 	for _, o := range s.objects {
-		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || (keep != nil && !keep(o)) {
+		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
 			continue
 		}
 		if o.softPinned(now) {
@@ -137,6 +139,25 @@ func byLeaseThenKey(os []*object) {
 	})
 }
 
+// onSuspect reports whether a replica of o is on a suspect segment:
+// eviction leaves such an object alone, as it would free no room that
+// takes new replicas and may drop the only reachable copy later.
+func (o *object) onSuspect() bool {
+	return slices.ContainsFunc(o.replicas, func(r *replica) bool { return r.seg.suspect })
+}
+
+// servingUsage is usage without the suspect segments: the pool whose
+// fullness eviction watches.
+func (s *State) servingUsage() (capacity, allocated uint64) {
+	for _, sg := range s.segOrder {
+		if !sg.suspect {
+			capacity += sg.alloc.Size()
+			allocated += sg.alloc.Allocated()
+		}
+	}
+	return capacity, allocated
+}
+
 // usage returns the total capacity and allocated bytes of all segments.
 func (s *State) usage() (capacity, allocated uint64) {
 	for _, sg := range s.segOrder {
@@ -155,11 +176,11 @@ func (o *object) softPinned(now time.Time) bool {
 	return o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
 }
 
-// AboveHighWatermark reports whether allocated/capacity exceeds the
-// eviction high watermark, or a segment its own (the conditions that
-// trigger an eviction run).
+// AboveHighWatermark reports whether allocated/capacity of the segments
+// that are not suspect exceeds the eviction high watermark, or a segment
+// its own (the conditions that trigger an eviction run).
 func (s *State) AboveHighWatermark() bool {
-	capacity, allocated := s.usage()
+	capacity, allocated := s.servingUsage()
 	return capacity > 0 && float64(allocated)/float64(capacity) > s.cfg.EvictionHighWatermarkRatio ||
 		s.anySegmentOverfull()
 }

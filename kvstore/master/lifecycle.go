@@ -199,7 +199,7 @@ func (s *State) copyTargets(o *object) []*segment {
 	start := s.rng.Intn(n)
 	for i := range n {
 		sg := s.segOrder[(start+i)%n]
-		if sg.mode.takesReplicas() && !slices.ContainsFunc(o.replicas, func(r *replica) bool { return r.seg == sg }) {
+		if sg.open() && !slices.ContainsFunc(o.replicas, func(r *replica) bool { return r.seg == sg }) {
 			out = append(out, sg)
 		}
 	}

@@ -19,6 +19,12 @@ type counters struct {
 	preempted      uint64
 	partialAllocs  uint64
 	expiredClients uint64
+	// suspectedClients counts clients made suspect, restoredClients
+	// suspect clients heard from again, replacedSegments segments
+	// unmounted because their memory was re-created (segments.go).
+	suspectedClients uint64
+	restoredClients  uint64
+	replacedSegments uint64
 }
 
 // Ops names every operation State counts, so that their counters are
@@ -73,13 +79,20 @@ type Stats struct {
 	PreemptedWrites uint64
 	PartialAllocs   uint64
 	ExpiredClients  uint64
-	Tenants         []TenantInfo
-	Disk            DiskStats
+	// SuspectClients and SuspectSegments are the clients silent past
+	// ClientTTL (not yet forgotten) and their segments.
+	SuspectClients   int
+	SuspectSegments  int
+	SuspectedClients uint64 // clients made suspect
+	RestoredClients  uint64 // suspect clients heard from again
+	ReplacedSegments uint64 // segments dropped for re-created memory
+	Tenants          []TenantInfo
+	Disk             DiskStats
 }
 
 // Stats returns the current gauges and a copy of the counters.
-// ActiveClients counts the clients heard from within ClientTTL (not yet
-// expired), whether or not they have remounted.
+// ActiveClients counts the clients heard from within ClientTTL (neither
+// suspect nor forgotten), whether or not they have remounted.
 func (s *State) Stats() Stats {
 	st := Stats{
 		KeyCount: len(s.objects), ActiveClients: len(s.clients), Segments: len(s.segOrder),
@@ -88,11 +101,21 @@ func (s *State) Stats() Stats {
 		Failures:    make(map[string]uint64, len(s.m.failures)),
 		EvictedKeys: s.m.evictedKeys, EvictedBytes: s.m.evictedBytes, EvictionRuns: s.m.evictionRuns,
 		PreemptedWrites: s.m.preempted, PartialAllocs: s.m.partialAllocs, ExpiredClients: s.m.expiredClients,
+		SuspectedClients: s.m.suspectedClients, RestoredClients: s.m.restoredClients, ReplacedSegments: s.m.replacedSegments,
 		Tenants: s.Tenants(), Disk: s.diskStats(),
 	}
 	for _, sg := range s.segOrder {
 		st.CapacityBytes += sg.alloc.Size()
 		st.AllocatedBytes += sg.alloc.Allocated()
+		if sg.suspect {
+			st.SuspectSegments++
+		}
+	}
+	for _, c := range s.clients {
+		if c.suspect {
+			st.SuspectClients++
+			st.ActiveClients--
+		}
 	}
 	for _, o := range s.objects {
 		if o.softPinTTL > 0 {
@@ -129,7 +152,12 @@ func (st Stats) WritePrometheus(w io.Writer) error {
 		{"master_eviction_runs_total", "counter", "Eviction rounds triggered.", float64(st.EvictionRuns)},
 		{"master_put_start_preempted_total", "counter", "Stale writes preempted.", float64(st.PreemptedWrites)},
 		{"master_put_start_partial_allocations_total", "counter", "Writes granted fewer replicas than asked.", float64(st.PartialAllocs)},
-		{"master_expired_clients_total", "counter", "Clients expired for silence.", float64(st.ExpiredClients)},
+		{"master_expired_clients_total", "counter", "Clients forgotten for silence (client_dead_ttl).", float64(st.ExpiredClients)},
+		{"master_suspect_clients", "gauge", "Clients silent past client_ttl, not yet forgotten.", float64(st.SuspectClients)},
+		{"master_suspect_segments", "gauge", "Segments of suspect clients: no new replicas, replicas kept.", float64(st.SuspectSegments)},
+		{"master_suspected_clients_total", "counter", "Clients made suspect for silence (client_ttl).", float64(st.SuspectedClients)},
+		{"master_restored_clients_total", "counter", "Suspect clients heard from again, their replicas kept.", float64(st.RestoredClients)},
+		{"master_replaced_segments_total", "counter", "Segments dropped because their memory was re-created (another incarnation).", float64(st.ReplacedSegments)},
 		{"master_local_disks", "gauge", "Storage clients' disks mounted (disk tier).", float64(st.Disk.Disks)},
 		{"master_disk_only_key_count", "gauge", "Objects readable from disk replicas only.", float64(st.Disk.DiskOnlyKeys)},
 		{"master_offloads_pending", "gauge", "Offloads queued or in flight.", float64(st.Disk.PendingOffloads)},

@@ -207,22 +207,24 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	return resp, herr
 }
 
-// knownClient reports whether the client is in the state's OK set.
+// knownClient reports whether the client is in the state's OK set and
+// not suspect (a suspect client's ping restores it, a change).
 func (s *Server) knownClient(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.st.clients[id]
-	return ok && c.ok
+	return ok && c.ok && !c.suspect
 }
 
 // heartbeatOnly reports whether a known client's Ping answer shows it
-// changed nothing but the heartbeat time (no task handed out). Such pings
-// are not logged: heartbeats are not replicated (expiry is logged by its
-// outcome, and a promotion restarts every heartbeat), which keeps an idle
-// cluster's log from growing with its pings.
+// changed nothing but the heartbeat time (no task handed out, and the
+// client still ok: a ping from another incarnation drops its segments).
+// Such pings are not logged: heartbeats are not replicated (expiry is
+// logged by its outcome, and a promotion restarts every heartbeat), which
+// keeps an idle cluster's log from growing with its pings.
 func heartbeatOnly(resp any) bool {
 	p, ok := resp.(*masterpb.PingResponse)
-	return ok && p.GetErrorCode() == 0 && len(p.GetTasks()) == 0
+	return ok && p.GetErrorCode() == 0 && len(p.GetTasks()) == 0 && p.GetClientStatus() == masterpb.ClientStatus_CLIENT_OK
 }
 
 // logLocal applies a change the master makes on its own (a tick, a
@@ -306,7 +308,7 @@ func (r *replication) replay(e *entry) {
 		s.mu.Unlock()
 	case entryClientTick:
 		s.mu.Lock()
-		s.st.expireExactly(decodeClientIDs(e.payload), e.now)
+		s.st.expireExactly(decodeClientExpiry(e.payload), e.now)
 		s.clientPass(e.now)
 		s.mu.Unlock()
 	case entryPromote:
@@ -329,59 +331,74 @@ func (r *replication) replay(e *entry) {
 	}
 }
 
-// clientPass expires silent clients and releases what is due at now
+// clientPass judges silent clients and releases what is due at now
 // (s.mu held); the clientLoop's state part.
-func (s *Server) clientPass(now time.Time) (expired []ExpiredSegment, discarded int, fsDeletes []string) {
+func (s *Server) clientPass(now time.Time) (expired ClientExpiry, discarded int, fsDeletes []string) {
 	expired = s.st.ExpireClients(now)
 	discarded = s.st.ReleaseExpired(now)
 	fsDeletes = s.st.TakeFSDeletes()
 	return expired, discarded, fsDeletes
 }
 
-// expireExactly makes the next ExpireClients at now expire exactly ids:
-// a replica does not know the heartbeats the leader saw (they are not
-// logged), only which clients it expired. A surviving client's last
-// contact moves up only as far as it must (to now - ClientTTL), so a
-// replica whose clients' contacts were all logged keeps the leader's
-// times.
-func (s *State) expireExactly(ids []string, now time.Time) {
-	gone := map[string]bool{}
-	for _, id := range ids {
+// expireExactly makes the next ExpireClients at now make suspect and
+// forget exactly the clients ex names: a replica does not know the
+// heartbeats the leader saw (they are not logged), only what it judged.
+// Another client's last contact moves up only as far as it must (to
+// now - ClientTTL), so a replica whose clients' contacts were all logged
+// keeps the leader's times.
+func (s *State) expireExactly(ex ClientExpiry, now time.Time) {
+	gone, suspect := map[string]bool{}, map[string]bool{}
+	for _, id := range ex.Dead {
 		gone[id] = true
+	}
+	for _, id := range ex.Suspected {
+		suspect[id] = true
 	}
 	floor := now.Add(-s.cfg.ClientTTL)
 	for id, c := range s.clients {
 		if gone[id] {
 			c.lastSeen = time.Time{}
+		} else if suspect[id] {
+			c.lastSeen = floor.Add(-time.Nanosecond)
 		} else if c.lastSeen.Before(floor) {
 			c.lastSeen = floor
 		}
 	}
 }
 
-// encodeClientIDs and decodeClientIDs carry a client pass's expired
-// clients in its entry.
-func encodeClientIDs(expired []ExpiredSegment) []byte {
+// encodeClientExpiry and decodeClientExpiry carry a client pass's
+// judgement in its entry: the forgotten clients' ids, then, when some
+// became suspect, an empty string (no client id is empty) and theirs. An
+// entry of a master that knew no suspect clients holds the first part
+// only.
+func encodeClientExpiry(ex ClientExpiry) []byte {
 	var b []byte
-	last := ""
-	for _, e := range expired {
-		if e.ClientID != last {
-			b = appendString(b, e.ClientID)
-			last = e.ClientID
+	for _, id := range ex.Dead {
+		b = appendString(b, id)
+	}
+	if len(ex.Suspected) > 0 {
+		b = appendString(b, "")
+		for _, id := range ex.Suspected {
+			b = appendString(b, id)
 		}
 	}
 	return b
 }
 
-func decodeClientIDs(b []byte) []string {
+func decodeClientExpiry(b []byte) ClientExpiry {
 	d := &decoder{b: b}
-	var ids []string
+	var ex ClientExpiry
+	ids := &ex.Dead
 	for len(d.b) > 0 && d.err == nil {
 		if id := d.bytes(); d.err == nil {
-			ids = append(ids, string(id))
+			if len(id) == 0 {
+				ids = &ex.Suspected
+				continue
+			}
+			*ids = append(*ids, string(id))
 		}
 	}
-	return ids
+	return ex
 }
 
 // restartHeartbeats counts every known client as heard from at now: a
@@ -417,7 +434,7 @@ func (r *replication) evictTick() {
 // metadata of what it dropped are deleted only once the entry is durable.
 func (r *replication) clientTick() {
 	s := r.s
-	var expired []ExpiredSegment
+	var expired ClientExpiry
 	var discarded int
 	var fsDeletes []string
 	t := func() *commitTicket {
@@ -430,7 +447,7 @@ func (r *replication) clientTick() {
 			s.mu.Lock()
 			expired, discarded, fsDeletes = s.clientPass(now)
 			s.mu.Unlock()
-			return encodeClientIDs(expired)
+			return encodeClientExpiry(expired)
 		})
 	}()
 	if t == nil || t.wait(context.Background()) != nil {
@@ -440,12 +457,16 @@ func (r *replication) clientTick() {
 }
 
 // clientSideEffects logs and cleans up after a client pass.
-func (s *Server) clientSideEffects(expired []ExpiredSegment, discarded int, fsDeletes []string) {
+func (s *Server) clientSideEffects(expired ClientExpiry, discarded int, fsDeletes []string) {
 	s.deleteFSFiles(fsDeletes)
 	if discarded > 0 {
 		s.log.Info("discarded writes never finished", "count", discarded)
 	}
-	for _, e := range expired {
+	for _, id := range expired.Suspected {
+		s.log.Warn("client silent past client_ttl: suspect, its segments take no new replicas and keep theirs",
+			"client_id", id, "client_dead_ttl", s.opts.Config.deadTTL())
+	}
+	for _, e := range expired.Expired {
 		s.log.Warn("client expired; segment unmounted", "client_id", e.ClientID,
 			"segment_id", e.Segment.ID, "segment_name", e.Segment.Name)
 		if s.opts.CleanupMetadataOnTimeout && s.opts.Metadata != nil {

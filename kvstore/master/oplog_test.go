@@ -308,13 +308,15 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 }
 
 // TestOplogReplicatesExpiryNotHeartbeats: pings of a known client are not
-// logged, and a client the leader expires is expired on the standby too,
-// though the standby never saw its heartbeats.
+// logged, and a client the leader makes suspect, restores or forgets is
+// made suspect, restored or forgotten on the standby too, though the
+// standby never saw its heartbeats.
 func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 	ep := testutil.StartEtcd(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := DefaultConfig()
 	cfg.ClientTTL = time.Second
+	cfg.ClientDeadTTL = 3 * time.Second
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg, ClientCheckInterval: 100 * time.Millisecond}, Logger: quiet,
@@ -357,19 +359,34 @@ func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 	if grew := a.Server.rep.appliedSeq() - before; grew >= pings {
 		t.Fatalf("%d pings of a known client added %d batches: heartbeats are logged", pings, grew)
 	}
-	// The client falls silent: the leader expires it, and so does the standby.
-	// (The leader applies the expiry before its batch is durable, so equal
-	// batch counts alone can be seen just before the standby has it.)
-	for time.Now().Before(deadline) && (len(dumpState(a.Server).Segments) > 0 || len(dumpState(b.Server).Segments) > 0 ||
-		b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq()) {
-		time.Sleep(50 * time.Millisecond)
+	// The client falls silent: the leader makes it suspect, and so does the
+	// standby; its ping restores it on both; silent past client_dead_ttl,
+	// it is forgotten on both. (The leader applies a change before its
+	// batch is durable, so equal batch counts alone can be seen just before
+	// the standby has it.)
+	waitSame := func(what string, each func(), done func(stateDump) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) && !(done(dumpState(a.Server)) && done(dumpState(b.Server)) &&
+			b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq()) {
+			each()
+			time.Sleep(50 * time.Millisecond)
+		}
+		if da, db := dumpState(a.Server), dumpState(b.Server); !done(da) || !reflect.DeepEqual(da, db) {
+			t.Fatalf("%s: leader %v, standby %v", what, da.Segments, db.Segments)
+		}
 	}
-	if got := dumpState(b.Server).Segments; len(got) != 0 || len(dumpState(a.Server).Segments) != 0 {
-		t.Fatalf("segments after expiry: leader %v, standby %v", dumpState(a.Server).Segments, got)
+	suspect := func(want bool) func(stateDump) bool {
+		return func(d stateDump) bool { return len(d.Segments) == 1 && d.Segments[0].Suspect == want }
 	}
-	if !reflect.DeepEqual(dumpState(a.Server), dumpState(b.Server)) {
-		t.Fatal("leader and standby differ after the expiry")
+	ping := func() {
+		if p, err := c.Ping(ctx, &masterpb.PingRequest{ClientId: "soon-gone"}); err != nil || p.ClientStatus != masterpb.ClientStatus_CLIENT_OK {
+			t.Fatalf("ping: %v %v", p, err)
+		}
 	}
+	waitSame("suspect after client_ttl", func() {}, suspect(true))
+	waitSame("restored by a ping", ping, suspect(false))
+	waitSame("forgotten after client_dead_ttl", func() {}, func(d stateDump) bool { return len(d.Segments) == 0 })
 }
 
 // TestOplogKVEventsFollowDurableChanges: with the oplog a leader publishes

@@ -16,15 +16,15 @@ const maxScan = 100
 // then the writer's own segments when PreferLocal is set, then segments on
 // the writer's host when PreferSameNode is set, then either the RouteTopK
 // open segments with the most free space (a routed write) or a walk over
-// consecutive segments from a random start. Segments that are not ACTIVE
-// are skipped. It returns what it got (possibly fewer than asked, possibly
+// consecutive segments from a random start. Segments that are not ACTIVE,
+// or whose client is suspect, are skipped. It returns what it got (possibly fewer than asked, possibly
 // none); new replicas are PROCESSING.
 func (s *State) allocate(writer string, size uint64, cfg ReplicateConfig) []*replica {
 	want := cfg.ReplicaNum
 	tried := make(map[*segment]bool)
 	var out []*replica
 	try := func(sg *segment) {
-		if len(out) >= want || tried[sg] || !sg.mode.takesReplicas() {
+		if len(out) >= want || tried[sg] || !sg.open() {
 			return
 		}
 		tried[sg] = true
@@ -73,7 +73,7 @@ func (s *State) allocate(writer string, size uint64, cfg ReplicateConfig) []*rep
 func (s *State) routeCandidates(k int) []*segment {
 	var open []*segment
 	for _, sg := range s.segOrder {
-		if sg.mode.takesReplicas() {
+		if sg.open() {
 			open = append(open, sg)
 		}
 	}

@@ -6,7 +6,23 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
-// GetReplicaList returns key's readable (COMPLETE) memory replicas, or
+// suspectLast orders rs with the replicas on suspect segments last, each
+// group in its order: their memory is probably intact, but a reader
+// tries the others first.
+func suspectLast(rs []*replica) []*replica {
+	out := make([]*replica, 0, len(rs))
+	for _, suspect := range []bool{false, true} {
+		for _, r := range rs {
+			if r.seg.suspect == suspect {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// GetReplicaList returns key's readable (COMPLETE) memory replicas (those
+// on suspect segments last), or
 // its LOCAL_DISK replicas when it has none in memory, and grants a
 // read lease of DefaultLeaseTTL, whose length it returns. Errors:
 // OBJECT_NOT_FOUND (no such key), REPLICA_IS_NOT_READY (it is still being
@@ -24,7 +40,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	if !ok {
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
-	reps := describeAll(o.readable())
+	reps := describeAll(suspectLast(o.readable()))
 	if len(reps) == 0 && !o.writing {
 		// Memory replicas first; a disk-only object is read from disk
 		// (and counts towards its promotion).

@@ -93,7 +93,7 @@ func (s *State) reserve(clientID, tenant string, size uint64, release []uint64, 
 	first := s.rng.Intn(n)
 	for i := range min(maxScan, n) {
 		sg := s.segOrder[(first+i)%n]
-		if !sg.mode.takesReplicas() {
+		if !sg.open() {
 			continue
 		}
 		off, ok := sg.alloc.Allocate(size)
@@ -223,11 +223,11 @@ func (s *State) dropReservation(r *reservation, release func(*segment, uint64)) 
 }
 
 // closeReservations drops the reservations in sg once it takes no new
-// replicas (drained, standby, retired): commits into them would keep
+// replicas (drained, standby, retired, its client suspect): commits into them would keep
 // placing objects there. Their unused pieces stay quarantined for
 // PutStartReleaseTimeout, as writes may be in flight.
 func (s *State) closeReservations(sg *segment, now time.Time) {
-	if !sg.mode.takesReplicas() {
+	if !sg.open() {
 		s.dropReservations(func(r *reservation) bool { return r.seg == sg }, s.quarantineRange(now))
 	}
 }

@@ -98,6 +98,7 @@ func toSegment(p *masterpb.Segment) Segment {
 		ID: p.GetId(), Name: p.GetName(), Base: p.GetBase(), Size: p.GetSize(),
 		TEEndpoint: p.GetTeEndpoint(), Protocol: p.GetProtocol(), HostID: p.GetHostId(),
 		HighWatermark: int(p.GetEvictionHighWatermarkPercent()), LowWatermark: int(p.GetEvictionLowWatermarkPercent()),
+		Incarnation: p.GetIncarnation(),
 	}
 }
 
@@ -466,7 +467,7 @@ func (s *Server) DrainSegment(ctx context.Context, req *masterpb.UnmountSegmentR
 func (s *Server) Ping(ctx context.Context, req *masterpb.PingRequest) (*masterpb.PingResponse, error) {
 	var resp *masterpb.PingResponse
 	err := s.do(func(st *State, now time.Time) {
-		cs, code := st.Ping(req.GetClientId(), now)
+		cs, code := st.Ping(req.GetClientId(), req.GetIncarnation(), now)
 		resp = &masterpb.PingResponse{ErrorCode: code32(code), ViewVersion: s.view.Load(), ClientStatus: masterpb.ClientStatus(cs)}
 		if code == kvstore.OK {
 			resp.Tasks = toPBAssignments(st.FetchTasks(req.GetClientId(), now))

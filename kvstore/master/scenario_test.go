@@ -28,16 +28,17 @@ import (
 //
 // Commands (client= defaults to c1, seg= to s1; sizes in bytes):
 //
-//	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= discard= release= allow_soft=]
+//	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= client_dead_ttl= discard= release= allow_soft=]
 //	tick d=DURATION                      advance the fake clock
-//	mount seg= size= [name= host= hi= lo=] remount segs=ID:SIZE,...   unmount seg=   drain seg=
-//	ping | expire                        client liveness
+//	mount seg= size= [name= host= hi= lo= endpoint= inc=] remount segs=ID:SIZE[:INC],...   unmount seg=   drain seg=
+//	ping [inc=] | expire                 client liveness (expire prints suspect and expired clients)
 //	put_start | upsert_start key= size= [replicas= pin=enable|disable pin_ttl= hard prefer=a,b host=]
 //	put_end | put_revoke key=            put key= size= ...  (start + end)
 //	reserve size= [release=ID,...]       commit key= size= res=ID off= [...]   reserved
 //	get | exist | query key=             remove key= [force]
 //	remove_all [force] | remove_regex pattern= [force]
 //	evict | release | stats | keys [raw] (raw: quoted object keys)
+//	suspicion                            each segment's client, mode, suspicion; the suspicion counters
 //	quota tenant= bytes= | unquota tenant= | tenants
 //	replica_clear keys=a,b [seg=NAME]    (client= is the caller)
 //	copy_task key= targets=a,b | move_task key= from= to=   (print task tN)
@@ -224,6 +225,7 @@ func (s *scenario) run(c cmd) string {
 		cfg.EvictionRatio = c.float(t, "ratio", cfg.EvictionRatio)
 		cfg.EvictionHighWatermarkRatio = c.float(t, "watermark", cfg.EvictionHighWatermarkRatio)
 		cfg.ClientTTL = c.dur(t, "client_ttl", cfg.ClientTTL)
+		cfg.ClientDeadTTL = c.dur(t, "client_dead_ttl", cfg.ClientDeadTTL)
 		cfg.PutStartDiscardTimeout = c.dur(t, "discard", cfg.PutStartDiscardTimeout)
 		cfg.PutStartReleaseTimeout = c.dur(t, "release", cfg.PutStartReleaseTimeout)
 		cfg.AllowEvictSoftPinned = c.str("allow_soft", "true") == "true"
@@ -240,7 +242,8 @@ func (s *scenario) run(c cmd) string {
 		return "now=" + s.rel(s.now) + "\n"
 	case "mount":
 		seg := Segment{ID: c.str("seg", "s1"), Base: segBase, Size: c.num(t, "size", 1024), HostID: c.str("host", ""),
-			HighWatermark: int(c.num(t, "hi", 0)), LowWatermark: int(c.num(t, "lo", 0))}
+			HighWatermark: int(c.num(t, "hi", 0)), LowWatermark: int(c.num(t, "lo", 0)),
+			TEEndpoint: c.str("endpoint", ""), Incarnation: c.num(t, "inc", 0)}
 		seg.Name = c.str("name", seg.ID)
 		return s.st.MountSegment(cl, seg, s.now).String() + "\n"
 	case "remount":
@@ -249,9 +252,11 @@ func (s *scenario) run(c cmd) string {
 			if spec == "" {
 				continue
 			}
-			id, size, _ := strings.Cut(spec, ":")
+			id, rest, _ := strings.Cut(spec, ":")
+			size, inc, _ := strings.Cut(rest, ":")
 			n, _ := strconv.ParseUint(size, 0, 64)
-			segs = append(segs, Segment{ID: id, Name: id, Base: segBase, Size: n})
+			i, _ := strconv.ParseUint(inc, 0, 64)
+			segs = append(segs, Segment{ID: id, Name: id, Base: segBase, Size: n, Incarnation: i})
 		}
 		return s.st.ReMountSegment(cl, segs, s.now).String() + "\n"
 	case "unmount":
@@ -259,14 +264,18 @@ func (s *scenario) run(c cmd) string {
 	case "drain":
 		return s.st.DrainSegment(cl, c.str("seg", "s1"), s.now).String() + "\n"
 	case "ping":
-		status, code := s.st.Ping(cl, s.now)
+		status, code := s.st.Ping(cl, c.num(t, "inc", 0), s.now)
 		if code != kvstore.OK {
 			return code.String() + "\n"
 		}
 		return map[ClientStatus]string{ClientOK: "OK", ClientNeedRemount: "NEED_REMOUNT"}[status] + "\n"
 	case "expire":
 		var b strings.Builder
-		for _, e := range s.st.ExpireClients(s.now) {
+		ex := s.st.ExpireClients(s.now)
+		for _, id := range ex.Suspected {
+			fmt.Fprintf(&b, "suspect %s\n", id)
+		}
+		for _, e := range ex.Expired {
 			fmt.Fprintf(&b, "expired %s %s\n", e.ClientID, e.Segment.ID)
 		}
 		if b.Len() == 0 {
@@ -346,6 +355,15 @@ func (s *scenario) run(c cmd) string {
 		n := s.st.ReleaseExpired(s.now)
 		st := s.st.Stats()
 		return fmt.Sprintf("discarded_writes=%d quarantined=%d allocated=%d\n", n, st.Quarantined, st.AllocatedBytes)
+	case "suspicion":
+		var b strings.Builder
+		for _, sg := range s.st.Segments() {
+			fmt.Fprintf(&b, "%s client=%s %s suspect=%t allocated=%d\n", sg.ID, sg.ClientID, sg.Mode, sg.Suspect, sg.Allocated)
+		}
+		st := s.st.Stats()
+		fmt.Fprintf(&b, "suspect_clients=%d suspect_segments=%d suspected=%d restored=%d replaced=%d\n",
+			st.SuspectClients, st.SuspectSegments, st.SuspectedClients, st.RestoredClients, st.ReplacedSegments)
+		return b.String()
 	case "stats":
 		st := s.st.Stats()
 		return fmt.Sprintf("keys=%d allocated=%d capacity=%d clients=%d segments=%d soft_pinned=%d quarantined=%d evicted=%d\n",

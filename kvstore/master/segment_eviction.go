@@ -12,9 +12,10 @@ import (
 // watermark, an eviction run empties every segment past its high mark
 // down to its low mark.
 
-// overfull reports whether sg is past its high watermark.
+// overfull reports whether sg is past its high watermark; a suspect
+// segment never is (eviction leaves what it holds alone).
 func (sg *segment) overfull() bool {
-	return sg.info.HighWatermark > 0 && cmpPercent(sg.alloc.Allocated(), sg.info.HighWatermark, sg.alloc.Size()) > 0
+	return !sg.suspect && sg.info.HighWatermark > 0 && cmpPercent(sg.alloc.Allocated(), sg.info.HighWatermark, sg.alloc.Size()) > 0
 }
 
 // belowLow reports whether sg is at or below its low watermark.

@@ -16,19 +16,57 @@ type segment struct {
 	client string
 	alloc  *Allocator
 	mode   SegmentMode // lifecycle mode; only ACTIVE takes new replicas
+	// suspect mirrors its client's suspect flag: the segment takes no new
+	// replicas and keeps those it holds.
+	suspect bool
+}
+
+// open reports whether new replicas may be placed on the segment: it is
+// ACTIVE and its client is not suspect.
+func (sg *segment) open() bool { return sg.mode.takesReplicas() && !sg.suspect }
+
+// endpoint is the Transfer Engine segment that serves the segment's
+// memory (its name when the client gave no endpoint, as describe()).
+func (sg *segment) endpoint() string {
+	if sg.info.TEEndpoint != "" {
+		return sg.info.TEEndpoint
+	}
+	return sg.info.Name
 }
 
 // client is what the master knows of a client: when it was last heard
 // from, whether it has remounted since this master started (upstream's
-// ok_client_ set), and the ids of its segments.
+// ok_client_ set), whether it is suspect, and the ids of its segments.
 type client struct {
 	id       string
 	lastSeen time.Time
 	ok       bool
+	// suspect marks a client silent for longer than ClientTTL but not yet
+	// ClientDeadTTL: its segments take no new replicas; the first call
+	// heard from it again restores it.
+	suspect  bool
 	segments []string
 }
 
-// touch records that clientID was heard from at now, creating its record.
+// Suspect clients. A client silent for longer than ClientTTL may only be
+// cut off from the master (a partition, a stopped process) with its memory
+// intact, so ExpireClients first makes it suspect: its segments get no new
+// replicas and no reservations, eviction leaves what they hold alone, and
+// reads still list their replicas (after the others). The client's next
+// call that touches its record (a ping, mount, remount, reservation...)
+// restores it: its client id is drawn per process, so a call with
+// the same id comes from the process that holds the memory. The replicas
+// are forgotten only when the memory is really gone:
+//   - the client stays silent past ClientDeadTTL (ExpireClients);
+//   - it unmounts the segment, or remounts the segment's id with another
+//     base, size, endpoint or incarnation (mount);
+//   - a segment is mounted on the same endpoint with another incarnation:
+//     another process serves that endpoint now (mount);
+//   - a ping carries another incarnation than the segment's (Ping).
+// Incarnation 0 (a client that does not tell) matches any.
+
+// touch records that clientID was heard from at now, creating its record;
+// a suspect client is restored.
 func (s *State) touch(clientID string, now time.Time) *client {
 	c, ok := s.clients[clientID]
 	if !ok {
@@ -38,8 +76,26 @@ func (s *State) touch(clientID string, now time.Time) *client {
 	if now.After(c.lastSeen) {
 		c.lastSeen = now
 	}
+	if c.suspect {
+		s.setSuspect(c, false, now)
+		s.m.restoredClients++
+	}
 	return c
 }
+
+// setSuspect marks c and its segments suspect (closing the reservations
+// in them) or restores them.
+func (s *State) setSuspect(c *client, suspect bool, now time.Time) {
+	c.suspect = suspect
+	for _, id := range c.segments {
+		sg := s.segments[id]
+		sg.suspect = suspect
+		s.closeReservations(sg, now)
+	}
+}
+
+// otherIncarnation reports whether a and b are both known and differ.
+func otherIncarnation(a, b uint64) bool { return a != 0 && b != 0 && a != b }
 
 // plainName reports whether a client-chosen segment id, name or endpoint
 // has no control characters and at most maxSegmentName bytes.
@@ -59,7 +115,11 @@ func plainName(s string) bool {
 const maxSegmentName = 1024
 
 // MountSegment adds seg to the pool on behalf of clientID. Mounting a
-// segment id the same client already mounted is a no-op (OK); an id held
+// segment id the same client already mounted with the same name, base,
+// size, endpoint and incarnation is a no-op (OK); with any of them
+// changed, the memory is another: the old segment is unmounted (its
+// replicas dropped) and seg mounted. Segments of any client on seg's
+// endpoint with another incarnation are unmounted too. An id held
 // by another client is SEGMENT_ALREADY_EXISTS; an empty id, a zero size or
 // a zero base address is INVALID_PARAMS (as upstream), and so are an id,
 // name or endpoint with a control character or over 1 KiB, and a segment
@@ -78,13 +138,6 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 	if !plainName(seg.ID) || !plainName(seg.Name) || !plainName(seg.TEEndpoint) {
 		return kvstore.InvalidParams
 	}
-	if old, ok := s.segments[seg.ID]; ok {
-		if old.client != clientID {
-			return kvstore.SegmentAlreadyExists
-		}
-		s.touch(clientID, now)
-		return kvstore.OK
-	}
 	// Replica addresses are base + offset, and capacities, usage and
 	// tenant charges are sums over the mounted segments: a segment that
 	// ends past 2^64, or one that takes the pool's total past it, would
@@ -92,15 +145,55 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 	if _, carry := bits.Add64(seg.Base, seg.Size, 0); carry != 0 {
 		return kvstore.InvalidParams
 	}
-	if capacity, _ := s.usage(); addSat(capacity, seg.Size) == math.MaxUint64 {
+	capacity, _ := s.usage()
+	old, exists := s.segments[seg.ID]
+	if exists {
+		if old.client != clientID {
+			return kvstore.SegmentAlreadyExists
+		}
+		s.touch(clientID, now)
+		if sameMemory(old.info, seg) {
+			return kvstore.OK
+		}
+		capacity -= old.alloc.Size()
+	}
+	if addSat(capacity, seg.Size) == math.MaxUint64 {
 		return kvstore.InvalidParams
+	}
+	if exists {
+		s.unmount(seg.ID, now)
+		s.m.replacedSegments++
 	}
 	c := s.touch(clientID, now)
 	sg := &segment{info: seg, client: clientID, alloc: NewAllocator(seg.Size)}
+	s.retireIncarnations(sg, now)
 	s.segments[seg.ID] = sg
 	s.segOrder = append(s.segOrder, sg)
 	c.segments = append(c.segments, seg.ID)
 	return kvstore.OK
+}
+
+// sameMemory reports whether b, mounted under a's id, names the same memory:
+// same name, base, size, endpoint and incarnation (0 matching any).
+func sameMemory(a, b Segment) bool {
+	return a.Name == b.Name && a.Base == b.Base && a.Size == b.Size && a.TEEndpoint == b.TEEndpoint &&
+		!otherIncarnation(a.Incarnation, b.Incarnation)
+}
+
+// retireIncarnations unmounts the segments served by sg's endpoint whose
+// incarnation differs from sg's: the endpoint belongs to another process
+// now, and their memory is gone.
+func (s *State) retireIncarnations(sg *segment, now time.Time) {
+	var gone []string
+	for _, old := range s.segOrder {
+		if old.endpoint() == sg.endpoint() && otherIncarnation(old.info.Incarnation, sg.info.Incarnation) {
+			gone = append(gone, old.info.ID)
+		}
+	}
+	for _, id := range gone {
+		s.unmount(id, now)
+		s.m.replacedSegments++
+	}
 }
 
 // ReMountSegment makes clientID's mounted segments exactly segs: segments
@@ -177,7 +270,7 @@ func (s *State) DrainSegment(clientID, segID string, now time.Time) kvstore.Erro
 func (s *State) openSegments() int {
 	n := 0
 	for _, sg := range s.segOrder {
-		if sg.mode.takesReplicas() {
+		if sg.open() {
 			n++
 		}
 	}
@@ -223,11 +316,23 @@ func (s *State) unmount(segID string, now time.Time) {
 	}
 }
 
-// Ping records a heartbeat from clientID and answers OK if the client has
-// remounted since this master started, NEED_REMOUNT otherwise.
-func (s *State) Ping(clientID string, now time.Time) (ClientStatus, kvstore.ErrorCode) {
+// Ping records a heartbeat from clientID, which runs as incarnation (0:
+// not told), and answers OK if the client has remounted since this master
+// started, NEED_REMOUNT otherwise. The client's segments mounted with
+// another incarnation are unmounted first (their memory is gone), and the
+// client must remount.
+func (s *State) Ping(clientID string, incarnation uint64, now time.Time) (ClientStatus, kvstore.ErrorCode) {
 	if clientID == "" {
 		return ClientUndefined, s.m.result("ping", kvstore.InvalidParams)
+	}
+	if c, ok := s.clients[clientID]; ok {
+		for _, id := range slices.Clone(c.segments) {
+			if otherIncarnation(s.segments[id].info.Incarnation, incarnation) {
+				s.unmount(id, now)
+				s.m.replacedSegments++
+				c.ok = false
+			}
+		}
 	}
 	c := s.touch(clientID, now)
 	s.m.result("ping", kvstore.OK)
@@ -237,25 +342,36 @@ func (s *State) Ping(clientID string, now time.Time) (ClientStatus, kvstore.Erro
 	return ClientNeedRemount, kvstore.OK
 }
 
-// ExpireClients forgets every client silent for longer than ClientTTL at
-// now: it leaves the ok set, the tasks it executes fail, and its segments
-// are unmounted (objects whose only replicas were there disappear; those
-// with a replica elsewhere stay readable; tasks copying to them fail). It returns the segments unmounted, sorted by client.
-func (s *State) ExpireClients(now time.Time) []ExpiredSegment {
-	var ids []string
+// ExpireClients passes judgement on the silent clients at now. One silent
+// for longer than ClientTTL becomes suspect (see "Suspect clients"): its
+// segments take no new replicas and keep those they hold; its
+// reservations in other segments stay. One silent for longer than
+// ClientDeadTTL is forgotten: it leaves the ok set, the tasks it executes
+// fail, and its segments are unmounted (objects whose only replicas were
+// there disappear; those with a replica elsewhere stay readable; tasks
+// copying to them fail).
+func (s *State) ExpireClients(now time.Time) ClientExpiry {
+	var out ClientExpiry
 	for id, c := range s.clients {
-		if now.Sub(c.lastSeen) > s.cfg.ClientTTL {
-			ids = append(ids, id)
+		switch silent := now.Sub(c.lastSeen); {
+		case silent > s.cfg.deadTTL():
+			out.Dead = append(out.Dead, id)
+		case silent > s.cfg.ClientTTL && !c.suspect:
+			out.Suspected = append(out.Suspected, id)
 		}
 	}
-	slices.Sort(ids)
-	var out []ExpiredSegment
-	for _, id := range ids {
+	slices.Sort(out.Suspected)
+	slices.Sort(out.Dead)
+	for _, id := range out.Suspected {
+		s.setSuspect(s.clients[id], true, now)
+		s.m.suspectedClients++
+	}
+	for _, id := range out.Dead {
 		c := s.clients[id]
 		s.failTasks(func(t *task) bool { return t.client == id },
 			fmt.Sprintf("client %s, which executes the task, expired", id), now)
 		for _, segID := range slices.Clone(c.segments) {
-			out = append(out, ExpiredSegment{ClientID: id, Segment: s.segments[segID].info})
+			out.Expired = append(out.Expired, ExpiredSegment{ClientID: id, Segment: s.segments[segID].info})
 			s.unmount(segID, now)
 		}
 		s.unmountDisk(id)
@@ -273,6 +389,9 @@ type SegmentInfo struct {
 	Allocated uint64
 	Draining  bool // not ACTIVE: closed to new replicas
 	Mode      SegmentMode
+	// Suspect: its client is silent past ClientTTL; closed to new
+	// replicas, it keeps those it holds.
+	Suspect bool
 }
 
 // Segments returns the mounted segments in mount order.
@@ -280,7 +399,7 @@ func (s *State) Segments() []SegmentInfo {
 	out := make([]SegmentInfo, len(s.segOrder))
 	for i, sg := range s.segOrder {
 		out[i] = SegmentInfo{Segment: sg.info, ClientID: sg.client, Allocated: sg.alloc.Allocated(),
-			Draining: !sg.mode.takesReplicas(), Mode: sg.mode}
+			Draining: !sg.mode.takesReplicas(), Mode: sg.mode, Suspect: sg.suspect}
 	}
 	return out
 }

@@ -177,11 +177,12 @@ func TestServerBatchOps(t *testing.T) {
 	}
 }
 
-// newExpiringServer is a server whose silent clients expire after 300 ms
-// and have their metadata deleted from md.
+// newExpiringServer is a server whose silent clients are forgotten after 300 ms
+// (no suspect phase) and have their metadata deleted from md.
 func newExpiringServer(t *testing.T, md *metaserver.Server) *Server {
 	return newTestServer(t, func(o *Options) {
 		o.Config.ClientTTL = 300 * time.Millisecond
+		o.Config.ClientDeadTTL = 300 * time.Millisecond
 		o.Metadata = md
 		o.CleanupMetadataOnTimeout = true
 	})

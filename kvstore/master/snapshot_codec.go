@@ -26,10 +26,11 @@ import (
 
 const (
 	snapshotMagic = "MCSN"
-	// snapshotVersion 2 added the reservations, 3 the task salt; older
-	// files still load (a state without a salt draws one with its next
-	// task).
-	snapshotVersion = 3
+	// snapshotVersion 2 added the reservations, 3 the task salt, 4 the
+	// segments' incarnations and the suspect clients; older files still
+	// load (a state without a salt draws one with its next task; segments
+	// of incarnation 0 match any, and no client is suspect).
+	snapshotVersion = 4
 )
 
 var (
@@ -372,6 +373,22 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 
 	// The task salt (version 3).
 	e.uvarint(st.taskSalt)
+
+	// Incarnations, in segment table order, the suspect clients and
+	// their counters (version 4).
+	for _, sg := range segs {
+		e.uvarint(sg.info.Incarnation)
+	}
+	var suspect []string
+	for _, id := range clients {
+		if st.clients[id].suspect {
+			suspect = append(suspect, id)
+		}
+	}
+	e.strs(suspect)
+	for _, v := range []uint64{st.m.suspectedClients, st.m.restoredClients, st.m.replacedSegments} {
+		e.uvarint(v)
+	}
 	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
 }
 
@@ -705,6 +722,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if version >= 3 {
 		st.taskSalt = d.uvarint()
 	}
+	if version >= 4 {
+		d.suspects(st)
+	}
 	if d.err != nil {
 		return nil, h, errBadSnapshot
 	}
@@ -712,4 +732,28 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 		return nil, h, errBadSnapshot
 	}
 	return st, h, nil
+}
+
+// suspects reads the version 4 tail: the segments' incarnations, the
+// suspect clients (their segments suspect with them) and the counters.
+func (d *snapshotDecoder) suspects(st *State) {
+	for _, sg := range d.segs {
+		sg.info.Incarnation = d.uvarint()
+	}
+	for _, id := range d.strs() {
+		c, ok := st.clients[id]
+		if !ok {
+			d.err = errBadSnapshot
+			return
+		}
+		c.suspect = true
+		for _, segID := range c.segments {
+			if sg, ok := st.segments[segID]; ok {
+				sg.suspect = true
+			}
+		}
+	}
+	for _, p := range []*uint64{&st.m.suspectedClients, &st.m.restoredClients, &st.m.replacedSegments} {
+		*p = d.uvarint()
+	}
 }

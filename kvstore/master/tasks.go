@@ -212,7 +212,7 @@ func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segm
 // open to new replicas (not draining).
 func (s *State) reserveOn(segs []*segment, size uint64) *replica {
 	for _, sg := range segs {
-		if !sg.mode.takesReplicas() {
+		if !sg.open() {
 			continue
 		}
 		if off, ok := sg.alloc.Allocate(size); ok {

@@ -88,6 +88,10 @@ type Segment struct {
 	// HighWatermark and LowWatermark are the owner's eviction watermarks,
 	// percent of Size (0: none; segment_eviction.go).
 	HighWatermark, LowWatermark int
+	// Incarnation identifies the memory behind the segment: a random
+	// nonzero number its client process drew when it started, 0 when the
+	// client does not tell (segments.go, "Suspect clients").
+	Incarnation uint64
 }
 
 // Replica describes one replica as returned to clients: Size bytes at the
@@ -131,4 +135,15 @@ const (
 type ExpiredSegment struct {
 	ClientID string
 	Segment  Segment
+}
+
+// ClientExpiry is what one ExpireClients pass changed.
+type ClientExpiry struct {
+	// Suspected are the clients that became suspect, sorted.
+	Suspected []string
+	// Dead are the clients forgotten, sorted.
+	Dead []string
+	// Expired are the segments unmounted with the dead clients, sorted by
+	// client.
+	Expired []ExpiredSegment
 }

@@ -2079,8 +2079,14 @@ type Segment struct {
 	// it is at or below the low one.
 	EvictionHighWatermarkPercent uint32 `protobuf:"varint,8,opt,name=eviction_high_watermark_percent,json=evictionHighWatermarkPercent,proto3" json:"eviction_high_watermark_percent,omitempty"`
 	EvictionLowWatermarkPercent  uint32 `protobuf:"varint,9,opt,name=eviction_low_watermark_percent,json=evictionLowWatermarkPercent,proto3" json:"eviction_low_watermark_percent,omitempty"`
-	unknownFields                protoimpl.UnknownFields
-	sizeCache                    protoimpl.SizeCache
+	// The incarnation of the memory behind the segment: a random nonzero
+	// number the client process draws once when it starts (0: not told).
+	// A segment that comes back with the same id and incarnation still holds
+	// its replicas; another incarnation on the same te_endpoint means the
+	// memory was re-created, and the master forgets the old replicas.
+	Incarnation   uint64 `protobuf:"varint,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
@@ -2172,6 +2178,13 @@ func (x *Segment) GetEvictionHighWatermarkPercent() uint32 {
 func (x *Segment) GetEvictionLowWatermarkPercent() uint32 {
 	if x != nil {
 		return x.EvictionLowWatermarkPercent
+	}
+	return 0
+}
+
+func (x *Segment) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -2333,8 +2346,12 @@ func (x *UnmountSegmentRequest) GetSegmentId() string {
 }
 
 type PingRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The client process's incarnation (Segment.incarnation; 0: not told).
+	// A ping whose incarnation differs from the one the client's segments
+	// were mounted with proves their memory is gone.
+	Incarnation   uint64 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2374,6 +2391,13 @@ func (x *PingRequest) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *PingRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type PingResponse struct {
@@ -3673,7 +3697,7 @@ const file_master_proto_rawDesc = "" +
 	"\rCountResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xb7\x02\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xd9\x02\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3684,7 +3708,9 @@ const file_master_proto_rawDesc = "" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x12\x17\n" +
 	"\ahost_id\x18\a \x01(\tR\x06hostId\x12E\n" +
 	"\x1feviction_high_watermark_percent\x18\b \x01(\rR\x1cevictionHighWatermarkPercent\x12C\n" +
-	"\x1eeviction_low_watermark_percent\x18\t \x01(\rR\x1bevictionLowWatermarkPercent\"h\n" +
+	"\x1eeviction_low_watermark_percent\x18\t \x01(\rR\x1bevictionLowWatermarkPercent\x12 \n" +
+	"\vincarnation\x18\n" +
+	" \x01(\x04R\vincarnation\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"l\n" +
@@ -3694,9 +3720,10 @@ const file_master_proto_rawDesc = "" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
-	"segment_id\x18\x02 \x01(\tR\tsegmentId\"*\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\"L\n" +
 	"\vPingRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\xcf\x01\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\xcf\x01\n" +
 	"\fPingResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12!\n" +
