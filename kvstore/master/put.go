@@ -107,10 +107,11 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 // writing marks the write still open.
 func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, reps []*replica, writing bool, now time.Time) *object {
 	o := &object{
-		key: key, size: size, writer: clientID, putStart: now, writing: writing,
+		key: key, size: size, writer: clientID, putStart: now,
 		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
 		dataType: cfg.DataType, groupID: cfg.GroupID,
 	}
+	s.setWriting(o, writing)
 	s.objects[key] = o
 	s.charge(o)
 	return o
@@ -197,7 +198,8 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		o.size = size
 		s.charge(o)
 	}
-	o.writer, o.putStart, o.writing = clientID, now, true
+	o.writer, o.putStart = clientID, now
+	s.setWriting(o, true)
 	o.rewrites++
 	o.hardPin = hardPin
 	o.dataType, o.groupID = cfg.DataType, cfg.GroupID
@@ -237,7 +239,7 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 	for _, r := range o.replicas {
 		r.status = ReplicaComplete
 	}
-	o.writing = false
+	s.setWriting(o, false)
 	s.publishWrite(o, checksum, now)
 	return kvstore.OK
 }

@@ -625,6 +625,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 		}
 		if inTable {
 			st.objects[o.key] = o
+			if o.writing {
+				st.openWrites[o] = struct{}{}
+			}
 		}
 		d.objs[i] = o
 	}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math/rand"
 	randv2 "math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -71,8 +73,12 @@ type State struct {
 	// client may still hold an id from the last one. Seeded at random,
 	// not from Config.Seed; with the operation log every entry replaces
 	// it, as rng, with the entry's deterministic source.
-	ids          *rand.Rand
-	objects      map[string]*object
+	ids     *rand.Rand
+	objects map[string]*object
+	// openWrites holds the objects whose write is open (writing), so the
+	// release pass visits them alone, not every object; setWriting keeps
+	// it, and the pass drops entries whose object left the table.
+	openWrites   map[*object]struct{}
 	segments     map[string]*segment // by id
 	segOrder     []*segment          // mount order; the allocation walk order
 	clients      map[string]*client
@@ -100,14 +106,15 @@ func NewState(cfg Config) (*State, error) {
 		return nil, err
 	}
 	return &State{
-		cfg:      cfg,
-		rng:      rand.New(rand.NewSource(cfg.Seed)),
-		ids:      rand.New(rand.NewSource(randv2.Int64())),
-		objects:  make(map[string]*object),
-		segments: make(map[string]*segment),
-		clients:  make(map[string]*client),
-		tenants:  map[string]*tenant{DefaultTenant: {}},
-		m:        newCounters(),
+		cfg:        cfg,
+		rng:        rand.New(rand.NewSource(cfg.Seed)),
+		ids:        rand.New(rand.NewSource(randv2.Int64())),
+		objects:    make(map[string]*object),
+		openWrites: make(map[*object]struct{}),
+		segments:   make(map[string]*segment),
+		clients:    make(map[string]*client),
+		tenants:    map[string]*tenant{DefaultTenant: {}},
+		m:          newCounters(),
 	}, nil
 }
 
@@ -183,6 +190,16 @@ func (o *object) allComplete() bool {
 // leased reports whether a read lease is still active at now.
 func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
 
+// setWriting opens (w) or closes o's write, and keeps State.openWrites.
+func (s *State) setWriting(o *object, w bool) {
+	o.writing = w
+	if w {
+		s.openWrites[o] = struct{}{}
+	} else {
+		delete(s.openWrites, o)
+	}
+}
+
 // grantLease extends the read lease to at least now+ttl.
 func (o *object) grantLease(now time.Time, ttl time.Duration) {
 	if d := now.Add(ttl); d.After(o.lease) {
@@ -207,14 +224,20 @@ func (s *State) ReleaseExpired(now time.Time) int {
 	clear(s.discarded[len(kept):])
 	s.discarded = kept
 
-	var stale []string
-	for key, o := range s.objects {
-		if o.writing && now.Sub(o.putStart) > s.cfg.PutStartReleaseTimeout {
-			stale = append(stale, key)
+	var stale []*object
+	for o := range s.openWrites {
+		switch {
+		case !o.writing || s.objects[o.key] != o:
+			delete(s.openWrites, o)
+		case now.Sub(o.putStart) > s.cfg.PutStartReleaseTimeout:
+			stale = append(stale, o)
 		}
 	}
-	for _, key := range stale {
-		s.dropProcessing(s.objects[key], s.freeReplica)
+	// In key order, so that a replica of the log frees the same buffers
+	// in the same order as the leader.
+	slices.SortFunc(stale, func(a, b *object) int { return strings.Compare(a.key, b.key) })
+	for _, o := range stale {
+		s.dropProcessing(o, s.freeReplica)
 	}
 	s.pruneTasks(now)
 	s.releaseStaleFS(now)
@@ -233,7 +256,7 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 		}
 	}
 	o.replicas = kept
-	o.writing = false
+	s.setWriting(o, false)
 	s.dropFSProcessing(o)
 	if o.gone() {
 		delete(s.objects, o.key)
