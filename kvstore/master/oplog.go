@@ -75,6 +75,10 @@ const (
 	// maxBatchBytes keeps one batch below etcd's default request limit
 	// (1.5 MiB) with room for the transaction around it.
 	maxBatchBytes = 1 << 20
+	// maxEntryBytes is the most one call's entry may take, so that a
+	// batch's entries never pass maxBatchBytes: a larger batch call is
+	// logged as several entries (oplog_split.go).
+	maxEntryBytes = maxBatchBytes / 2
 )
 
 // OplogPrefix is the etcd key prefix of cluster clusterID's operation
