@@ -15,7 +15,7 @@ import (
 //
 //	GET /metrics           Prometheus text format (master_* metrics)
 //	GET /health            200 "OK"
-//	GET /role              "leader" or "standby"
+//	GET /role              "leader", "standby" or "stale" (cannot rebuild the metadata)
 //	GET /status            JSON: version, role, HA, cluster id, lease TTL, clock
 //	GET /get_all_segments  plain text: one mounted segment name per line
 //	GET /get_all_keys      JSON list of keys
@@ -42,6 +42,7 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		fmt.Fprintf(w, "# HELP master_is_leader Whether this master serves RPCs.\n# TYPE master_is_leader gauge\nmaster_is_leader %d\n", leader)
 		s.writeKVEventsMetrics(w)
+		s.writeOplogMetrics(w)
 		procmetrics.Read().Write(w)
 	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -49,11 +50,7 @@ func (s *Server) AdminHandler() http.Handler {
 		_, _ = w.Write([]byte("OK"))
 	})
 	mux.HandleFunc("GET /role", func(w http.ResponseWriter, r *http.Request) {
-		if s.IsLeader() {
-			_, _ = w.Write([]byte("leader"))
-		} else {
-			_, _ = w.Write([]byte("standby"))
-		}
+		_, _ = w.Write([]byte(s.role()))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.status())
@@ -129,7 +126,7 @@ func (s *Server) AdminHandler() http.Handler {
 // Status is what GET /status reports (`mooncake doctor` reads it).
 type Status struct {
 	Version       string `json:"version"`
-	Role          string `json:"role"` // "leader" or "standby"
+	Role          string `json:"role"` // "leader", "standby" or "stale"
 	HA            bool   `json:"ha"`
 	ClusterID     string `json:"cluster_id"`
 	ViewVersion   uint64 `json:"view_version"`
@@ -138,16 +135,33 @@ type Status struct {
 	TimeUnixNano  int64  `json:"time_unix_nano"` // the master's clock when it answered
 	ActiveClients int    `json:"active_clients"`
 	Segments      int    `json:"segments"`
+
+	// Stale says why a stale master cannot rebuild the metadata (with
+	// the oplog: the log was compacted past what it applied and no usable
+	// snapshot covers it); it neither stands for election nor serves.
+	Stale string `json:"stale,omitempty"`
+}
+
+// role is what /role answers: "leader", "standby", or "stale" for a
+// master that cannot rebuild the metadata (oplog_stale.go).
+func (s *Server) role() string {
+	switch {
+	case s.IsLeader():
+		return "leader"
+	case s.rep != nil && s.rep.staleReason() != "":
+		return "stale"
+	}
+	return "standby"
 }
 
 func (s *Server) status() Status {
 	st := s.Stats()
-	role := "standby"
-	if s.IsLeader() {
-		role = "leader"
+	var stale string
+	if s.rep != nil {
+		stale = s.rep.staleReason()
 	}
 	return Status{
-		Version: version.String(), Role: role, HA: s.opts.HA, ClusterID: s.opts.ClusterID,
+		Version: version.String(), Role: s.role(), Stale: stale, HA: s.opts.HA, ClusterID: s.opts.ClusterID,
 		ViewVersion: s.view.Load(), LeaseTTLMs: s.opts.Config.DefaultLeaseTTL.Milliseconds(),
 		ClientTTLMs: s.opts.Config.ClientTTL.Milliseconds(), ActiveClients: st.ActiveClients,
 		Segments: st.Segments, TimeUnixNano: s.clock().UnixNano(),

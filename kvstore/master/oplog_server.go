@@ -84,6 +84,11 @@ type replication struct {
 	w       *oplogWriter
 	// snap takes and restores snapshots (snapshot.go); nil without them.
 	snap *snapshots
+	// stale is why the replica cannot be rebuilt, nil when it can
+	// (oplog_stale.go); resets counts its restarts from a snapshot after
+	// falling behind the log's compaction.
+	stale  atomic.Pointer[string]
+	resets atomic.Uint64
 }
 
 // EnableOplog makes the server log every state change and replay a
