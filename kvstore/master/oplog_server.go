@@ -89,6 +89,10 @@ type replication struct {
 	// falling behind the log's compaction.
 	stale  atomic.Pointer[string]
 	resets atomic.Uint64
+	// pieces holds the pieces applied so far of entry piecesN, logged
+	// in pieces (entryPiece).
+	pieces  []byte
+	piecesN uint64
 }
 
 // EnableOplog makes the server log every state change and replay a
@@ -185,7 +189,7 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 		var err error
 		if parts, err = callParts(method, md, msg); err != nil {
 			r.s.log.Error("oplog: call refused: it cannot be logged", "method", method, "err", err)
-			return nil, status.Errorf(codes.ResourceExhausted, "mooncake_master: the oplog cannot carry this call: %v", err)
+			return nil, status.Errorf(codes.Internal, "mooncake_master: the oplog cannot carry this call: %v", err)
 		}
 	}
 	ping, isPing := req.(*masterpb.PingRequest)

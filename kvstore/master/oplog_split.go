@@ -10,12 +10,13 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
-// This file cuts a call too large for one oplog entry into parts
-// (docs/store-master.md, "Large calls"). Only the batch methods can be
-// cut: each handles its items one by one, so running the parts in order,
-// each as an entry of its own, changes the state exactly as the whole
-// call would (apart from the batch request counter, counted per part),
-// and a replica replays the very parts the leader ran.
+// This file cuts a batch call too large for one oplog entry into parts
+// (docs/store-master.md, "Large calls"). Each batch method handles its
+// items one by one, so running the parts in order, each as an entry of
+// its own, changes the state exactly as the whole call would (apart from
+// the batch request counter, counted per part), and a replica replays
+// the very parts the leader ran. Other large entries are written in
+// pieces (oplog_writer.go).
 
 // callPart is one entry's share of a call: the request the handler runs
 // and logs, and where its items start in the whole call's.
@@ -181,22 +182,19 @@ func entryOverhead(method string, md map[string]string) int {
 
 func stringSize(s string) int { return protowire.SizeVarint(uint64(len(s))) + len(s) }
 
-// callParts encodes a call's request as the entries it is logged as:
-// one when it fits maxEntryBytes, else its parts when its method can be
-// cut. A call that cannot be logged fails with an error naming why.
+// callParts encodes a call's request as the calls it is logged as: one
+// when it fits maxEntryBytes or its method cannot be cut, else its parts.
+// (An entry still larger than maxEntryBytes, a part with one huge item
+// or a call that cannot be cut, is written in pieces by the writer.)
 func callParts(method string, md map[string]string, req proto.Message) ([]callPart, error) {
 	payload, err := proto.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode the request: %w", err)
 	}
 	room := maxEntryBytes - entryOverhead(method, md)
-	if len(payload) <= room {
-		return []callPart{{req: req, payload: payload}}, nil
-	}
 	sp, ok := batchSplits[method]
-	if !ok {
-		return nil, fmt.Errorf("a request of %d bytes does not fit one oplog entry (at most %d) and %s cannot be cut into parts",
-			len(payload), room, method)
+	if len(payload) <= room || !ok {
+		return []callPart{{req: req, payload: payload}}, nil
 	}
 	reqs, starts := sp.parts(req, room)
 	parts := make([]callPart, len(reqs))
@@ -204,10 +202,6 @@ func callParts(method string, md map[string]string, req proto.Message) ([]callPa
 		b, err := proto.Marshal(r)
 		if err != nil {
 			return nil, fmt.Errorf("encode part %d of the request: %w", i, err)
-		}
-		if len(b) > room {
-			return nil, fmt.Errorf("item %d of the request takes %d bytes, more than one oplog entry holds (at most %d)",
-				starts[i], len(b), room)
 		}
 		parts[i] = callPart{req: r, payload: b, offset: starts[i]}
 	}

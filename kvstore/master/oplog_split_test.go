@@ -1,12 +1,15 @@
 package master
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,14 +65,91 @@ func TestCallPartsCutBatchCalls(t *testing.T) {
 	if parts, err := callParts(method, md, &masterpb.BatchReplicaClearRequest{Keys: keys[:10]}); err != nil || len(parts) != 1 {
 		t.Fatalf("a small call: %d parts, %v", len(parts), err)
 	}
+	// What cannot be cut stays whole (the writer logs it in pieces).
 	huge := strings.Repeat("x", maxEntryBytes)
-	if _, err := callParts(masterpb.Master_RemoveByRegex_FullMethodName, nil, &masterpb.RemoveByRegexRequest{Pattern: huge}); err == nil ||
-		!strings.Contains(err.Error(), "cannot be cut") {
-		t.Fatalf("an oversized call that cannot be cut: %v", err)
+	if parts, err := callParts(masterpb.Master_RemoveByRegex_FullMethodName, nil, &masterpb.RemoveByRegexRequest{Pattern: huge}); err != nil ||
+		len(parts) != 1 {
+		t.Fatalf("an oversized call that cannot be cut: %d parts, %v", len(parts), err)
 	}
-	if _, err := callParts(masterpb.Master_BatchRemove_FullMethodName, nil, &masterpb.BatchRemoveRequest{Keys: []string{"a", huge}}); err == nil ||
-		!strings.Contains(err.Error(), "item 1") {
-		t.Fatalf("a batch with one oversized item: %v", err)
+	parts, err = callParts(masterpb.Master_BatchRemove_FullMethodName, nil, &masterpb.BatchRemoveRequest{Keys: []string{"a", huge, "b"}, Force: true})
+	if err != nil || len(parts) != 3 || parts[1].offset != 1 || parts[1].req.(*masterpb.BatchRemoveRequest).Keys[0] != huge ||
+		!parts[2].req.(*masterpb.BatchRemoveRequest).Force {
+		t.Fatalf("a batch with one oversized item: %d parts, %v", len(parts), err)
+	}
+}
+
+// TestLargeEntryGoesInPieces: an entry larger than maxEntryBytes is
+// written as pieces, no batch passes maxBatchBytes, and a replica
+// applying the batches joins them into the very entry.
+func TestLargeEntryGoesInPieces(t *testing.T) {
+	cli := etcdClient(t, testutil.StartEtcd(t))
+	ctx := context.Background()
+	view, err := cli.Put(ctx, "view", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 5*time.Second, func(error) {})
+	defer w.close()
+	var durable atomic.Int32
+	small := &entry{kind: entryClientTick, n: 0, now: time.Unix(1, 0)}
+	big := &entry{kind: entryRPC, n: 1, now: time.Unix(2, 0), name: "/m/Big", md: map[string]string{"k": "v"},
+		payload: bytes.Repeat([]byte("0123456789"), 250_000), onDurable: func() { durable.Add(1) }}
+	after := &entry{kind: entryClientTick, n: 2, now: time.Unix(3, 0)}
+	w.append(small)
+	if err := w.append(big).wait(ctx); err != nil {
+		t.Fatalf("a 2.5 MB entry: %v", err)
+	}
+	if err := w.append(after).wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if durable.Load() != 1 {
+		t.Fatalf("onDurable of the entry in pieces ran %d times", durable.Load())
+	}
+	resp, err := cli.Get(ctx, "log/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) < 3 { // 2.5 MB in batches of at most 1 MiB
+		t.Fatalf("%d batches for 2.5 MB", len(resp.Kvs))
+	}
+	s, err := NewServer(Options{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnableOplog()
+	r := s.rep
+	var seen []entry
+	for _, kv := range resp.Kvs {
+		if len(kv.Value) > maxBatchBytes+64 {
+			t.Fatalf("batch %s of %d bytes", kv.Key, len(kv.Value))
+		}
+		b, err := decodeBatch(kv.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range b.entries {
+			if e.kind == entryRPC {
+				t.Fatal("the large entry was written whole")
+			}
+		}
+		if err := r.applyBatch("log/", kv.Key, kv.Value); err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, b.entries...)
+	}
+	if r.nextN != 3 || r.pieces != nil {
+		t.Fatalf("after the log: next entry %d, %d bytes of pieces held; want 3 and none", r.nextN, len(r.pieces))
+	}
+	var joined []byte
+	for _, e := range seen {
+		if e.kind == entryPiece || e.kind == entryLastPiece {
+			joined = append(joined, e.payload...)
+		}
+	}
+	got, err := decodeEntry(joined)
+	if err != nil || got.kind != big.kind || got.n != big.n || !got.now.Equal(big.now) || got.name != big.name ||
+		got.md["k"] != "v" || !bytes.Equal(got.payload, big.payload) {
+		t.Fatalf("joined pieces: %v %+v", err, got.name)
 	}
 }
 
@@ -213,5 +293,128 @@ func TestOplogLargeBatchCalls(t *testing.T) {
 		if want := int32(1); i < removed && c != 0 || i >= removed && c != want {
 			t.Fatalf("key %d on the new leader: exist code %d (removed: %v)", i, c, i < removed)
 		}
+	}
+}
+
+// TestOplogLargeCallThatCannotBeCut: a call larger than one entry that
+// cannot be cut (a local disk mounted with 15 000 objects of 64-character
+// keys, ~1 MB) succeeds with the oplog, in pieces, and the standby ends in
+// the leader's state, byte for byte, and serves the objects once it
+// takes over.
+func TestOplogLargeCallThatCannotBeCut(t *testing.T) {
+	ep := testutil.StartEtcd(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := DefaultConfig()
+	cfg.ClientTTL = time.Hour
+	cfg.Offload.Enable = true
+	start := func() *Service {
+		svc, err := StartService(ServiceConfig{
+			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
+			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "pieces", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		return svc
+	}
+	a := start()
+	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
+	b := start()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(a.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const n = 15000
+	keys := make([]string, n)
+	objs := make([]*masterpb.DiskObject, n)
+	for i := range objs {
+		keys[i] = fmt.Sprintf("disk/%059d", i)
+		objs[i] = &masterpb.DiskObject{Key: keys[i], Size: uint64(1000 + i)}
+	}
+	req := &masterpb.MountLocalDiskSegmentRequest{ClientId: "storage", Endpoint: "127.0.0.1:1", CapacityBytes: 1 << 40, Objects: objs}
+	if size := proto.Size(req); size <= maxEntryBytes {
+		t.Fatalf("the mount takes %d bytes: not larger than one entry", size)
+	}
+	r, err := masterpb.NewDiskTierClient(conn).MountLocalDiskSegment(ctx, req)
+	if err != nil || r.ErrorCode != 0 || len(r.Rejected) != 0 {
+		t.Fatalf("mount of a disk with %d objects: %v %v", n, r, err)
+	}
+	var la, lb []byte
+	testutil.WaitUntil(t, 30*time.Second, "the standby to hold the leader's state", func() bool {
+		if b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq() {
+			return false
+		}
+		a.Server.WithState(func(st *State, _ time.Time) { la = encodeSnapshot(st, 0, 0) })
+		b.Server.WithState(func(st *State, _ time.Time) { lb = encodeSnapshot(st, 0, 0) })
+		return bytes.Equal(la, lb) && reflect.DeepEqual(dumpState(a.Server), dumpState(b.Server))
+	})
+	if dumpState(b.Server).Keys != n {
+		t.Fatalf("the standby holds %d keys, want %d", dumpState(b.Server).Keys, n)
+	}
+	a.Close()
+	testutil.WaitUntil(t, 20*time.Second, "b to lead", b.Server.IsLeader)
+	codes, err := dialMaster(t, b).BatchExistCodes(ctx, &masterpb.BatchKeyRequest{Keys: keys})
+	if err != nil || len(codes.Codes) != n {
+		t.Fatalf("exist on the new leader: %v", err)
+	}
+	for i, c := range codes.Codes {
+		if c != 1 {
+			t.Fatalf("%s on the new leader: exist code %d", keys[i], c)
+		}
+	}
+}
+
+// TestPiecesOfAnEntryNeverFinishedAreDropped: a leader that died between
+// an entry's pieces left them without their last one; the next leader's
+// entries (numbered from that entry on) apply, and its own entry in
+// pieces joins without the orphans.
+func TestPiecesOfAnEntryNeverFinishedAreDropped(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MultiTenant = true
+	s, err := NewServer(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnableOplog()
+	r := s.rep
+	now := time.Unix(10, 0)
+	quota := func(n uint64, tenant string, q uint64) *entry {
+		return &entry{kind: entryTenantQuotaSet, n: n, now: now, name: tenant, payload: binary.AppendUvarint(nil, q)}
+	}
+	orphan := pieces(quota(0, "lost", 1), bytes.Repeat([]byte{1}, 2*pieceBytes))
+	big := quota(1, strings.Repeat("t", 2*pieceBytes), 7)
+	var fromNext []*entry
+	fromNext = append(fromNext, &entry{kind: entryPromote, n: 0, now: now})
+	fromNext = append(fromNext, pieces(big, appendEntry(nil, big))...)
+	apply := func(seq uint64, es ...*entry) {
+		t.Helper()
+		var enc []byte
+		for _, e := range es {
+			enc = appendEntry(enc, e)
+		}
+		if err := r.applyBatch("log/", []byte(oplogKey("log/", seq)), encodeBatch(seq, len(es), enc)); err != nil {
+			t.Fatalf("batch %d: %v", seq, err)
+		}
+	}
+	apply(1, orphan[0]) // the old leader's last batch
+	apply(2, fromNext[0])
+	apply(3, fromNext[1:]...)
+	if r.nextN != 2 || r.pieces != nil {
+		t.Fatalf("next entry %d, %d bytes of pieces held; want 2 and none", r.nextN, len(r.pieces))
+	}
+	var q uint64
+	s.WithState(func(st *State, _ time.Time) {
+		for _, ti := range st.Stats().Tenants {
+			if ti.ID == big.name {
+				q = ti.QuotaBytes
+			}
+		}
+	})
+	if q != 7 {
+		t.Fatalf("quota of the tenant set by the entry in pieces: %d, want 7", q)
 	}
 }

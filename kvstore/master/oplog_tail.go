@@ -40,11 +40,29 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 		return fmt.Errorf("batch at key %d says it is %d: %w", seq, b.seq, errBadBatch)
 	}
 	for i := range b.entries {
-		if b.entries[i].n < r.nextN {
+		e := &b.entries[i]
+		if e.n < r.nextN {
 			continue // in the snapshot the state started from
 		}
-		r.replay(&b.entries[i])
-		r.nextN = b.entries[i].n + 1
+		if e.kind != entryPiece && e.kind != entryLastPiece || r.pieces != nil && r.piecesN != e.n {
+			// Pieces of an entry that never got its last one (its leader
+			// died before writing it): the entry never happened.
+			r.pieces = nil
+		}
+		switch e.kind {
+		case entryPiece:
+			r.pieces, r.piecesN = append(r.pieces, e.payload...), e.n
+			continue
+		case entryLastPiece:
+			whole, err := decodeEntry(append(r.pieces, e.payload...))
+			r.pieces = nil
+			if err != nil || whole.n != e.n {
+				return fmt.Errorf("batch %d: entry %d in pieces does not decode: %w", seq, e.n, errBadBatch)
+			}
+			e = &whole
+		}
+		r.replay(e)
+		r.nextN = e.n + 1
 	}
 	r.lastSeq = seq
 	return nil

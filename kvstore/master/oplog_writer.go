@@ -87,8 +87,8 @@ func newOplogWriter(cli *clientv3.Client, prefix, viewKey string, viewRev int64,
 
 // append queues an entry and returns the ticket of its batch. An entry
 // joins the open batch while their bytes stay within maxBatchBytes; one
-// larger than that gets a batch of its own (and fails in etcd if it
-// passes etcd's request limit: callParts keeps calls far below it).
+// larger than maxEntryBytes goes in pieces (entryPiece), over as many
+// batches as they need, and its ticket is the last piece's.
 func (w *oplogWriter) append(e *entry) *commitTicket {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -99,6 +99,27 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 	}
 	enc := appendEntry(nil, e)
 	var b *pendingBatch
+	if len(enc) <= maxEntryBytes {
+		b = w.queueEntry(enc)
+	} else {
+		for _, p := range pieces(e, enc) {
+			b = w.queueEntry(appendEntry(nil, p))
+		}
+	}
+	if e.onDurable != nil {
+		b.onDurable = append(b.onDurable, e.onDurable)
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return b.ticket
+}
+
+// queueEntry adds an encoded entry to the open batch, or to a new one
+// when it would pass maxBatchBytes (w.mu held), and returns its batch.
+func (w *oplogWriter) queueEntry(enc []byte) *pendingBatch {
+	var b *pendingBatch
 	if n := len(w.queue); n > 0 && !w.queue[n-1].sealed && w.queue[n-1].count < w.maxEntries &&
 		len(w.queue[n-1].entries)+len(enc) <= maxBatchBytes {
 		b = w.queue[n-1]
@@ -108,14 +129,7 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 	}
 	b.entries = append(b.entries, enc...)
 	b.count++
-	if e.onDurable != nil {
-		b.onDurable = append(b.onDurable, e.onDurable)
-	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-	return b.ticket
+	return b
 }
 
 // close stops the writer: batches not yet durable fail with errFenced.

@@ -183,6 +183,7 @@ func (r *replication) restorePoint(ctx context.Context, cli *clientv3.Client, pr
 // startFresh installs the restore point into a state that has applied
 // nothing yet (r.mu held).
 func (r *replication) startFresh(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	r.pieces = nil
 	st, h, err := r.restorePoint(ctx, cli, prefix)
 	if err != nil || st == nil {
 		return err
