@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -416,5 +417,31 @@ func TestPiecesOfAnEntryNeverFinishedAreDropped(t *testing.T) {
 	})
 	if q != 7 {
 		t.Fatalf("quota of the tenant set by the entry in pieces: %d, want 7", q)
+	}
+}
+
+// TestWriterDoesNotRetryABatchEtcdRefusesAsTooLarge: with an etcd that
+// takes smaller requests than a batch, the batch fails at once with an
+// error naming the cause, instead of being retried until the retry
+// timeout.
+func TestWriterDoesNotRetryABatchEtcdRefusesAsTooLarge(t *testing.T) {
+	cli := etcdClient(t, testutil.StartEtcd(t, "--max-request-bytes=65536"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	view, err := cli.Put(ctx, "view", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan error, 1)
+	// Retried, the batch would keep failing for a minute and a half, well
+	// past ctx (close waits for it).
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 90*time.Second, func(err error) { failed <- err })
+	defer w.close()
+	err = w.append(&entry{kind: entryRPC, n: 0, now: time.Now(), name: "/m/M", payload: make([]byte, 100_000)}).wait(ctx)
+	if !errors.Is(err, errFenced) || !strings.Contains(err.Error(), "larger than etcd accepts") {
+		t.Fatalf("a batch over etcd's request limit: %v", err)
+	}
+	if err := <-failed; !strings.Contains(err.Error(), "larger than etcd accepts") {
+		t.Fatalf("onFail: %v", err)
 	}
 }

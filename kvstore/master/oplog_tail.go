@@ -44,7 +44,7 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 		if e.n < r.nextN {
 			continue // in the snapshot the state started from
 		}
-		if e.kind != entryPiece && e.kind != entryLastPiece || r.pieces != nil && r.piecesN != e.n {
+		if (e.kind != entryPiece && e.kind != entryLastPiece) || (r.pieces != nil && r.piecesN != e.n) {
 			// Pieces of an entry that never got its last one (its leader
 			// died before writing it): the entry never happened.
 			r.pieces = nil
@@ -80,6 +80,7 @@ func (r *replication) catchUp(ctx context.Context, cli *clientv3.Client, prefix 
 	return rev, err
 }
 
+// applyLog is catchUp without the stale verdict.
 func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
 	snapKey := SnapshotKey(r.s.opts.ClusterID)
 	for {
