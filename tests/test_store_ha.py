@@ -5,8 +5,9 @@ Spec store_te.md §2.8: masters run with ``--enable_ha`` and their own
 ``mooncake-store/<cluster_id>/master_view``. Clients set up with
 ``master_server_addr="etcd://..."`` read it and, after the leader dies,
 follow the new one and remount their segments (a new leader starts with
-empty metadata). TE metadata lives in the standalone HTTP metadata server,
-which outlives the masters.
+empty metadata; with ``--enable_oplog`` the new leader has the old one's).
+TE metadata lives in the standalone HTTP metadata server, which outlives
+the masters.
 """
 
 from __future__ import annotations
@@ -44,3 +45,32 @@ def test_client_follows_new_leader(etcd_server, http_metadata_server, master_fac
     assert reader.get("ha/after") == b"second leader"
     assert storage.get("ha/before") == b""  # no oplog: the new leader starts empty
     assert m2.query_key("ha/after") is not None
+
+
+def test_oplog_large_batches(etcd_server, http_metadata_server, master_factory, stores):
+    """Issue 44: with --enable_oplog, batch calls of 12 000 keys of 64
+    characters (each request far over one oplog entry) succeed for every
+    key, and after a kill -9 of the leader the standby, which replayed the
+    log, serves the same objects."""
+    flags = ("--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd_server}", "--client_ttl=30")
+    m1 = master_factory(*flags)
+    assert wait_for(lambda: m1.role() == "leader", 20), m1.log_tail()
+    m2 = master_factory(*flags)
+    assert wait_for(lambda: m2.role() == "standby", 20), m2.log_tail()
+    etcd = f"etcd://{etcd_server}"
+    client = stores(m1, "256MB", "64MB", master_addr=etcd, metadata=http_metadata_server)
+
+    keys = [f"large/{i:058d}" for i in range(12000)]
+    assert {len(k) for k in keys} == {64}
+    values = [f"value {i}".encode() for i in range(len(keys))]
+    assert client.put_batch(keys, values) == 0
+    assert client.batch_is_exist(keys) == [1] * len(keys)
+    assert client.get_batch(keys) == values
+
+    m1.kill()  # SIGKILL: m2 takes over with the replayed metadata
+    assert wait_for(lambda: m2.role() == "leader", 25), m2.log_tail()
+    assert wait_for(lambda: client.batch_is_exist(keys[:1]) == [1], 15)
+    assert client.batch_is_exist(keys) == [1] * len(keys)
+    assert client.get_batch(keys) == values
+    assert client.batch_remove(keys, force=True) == [0] * len(keys)
+    assert client.batch_is_exist(keys) == [0] * len(keys)

@@ -22,8 +22,9 @@ const etcdReadyTimeout = 10 * time.Second
 // temporary data directory, waits until it is healthy, and returns its
 // client endpoint ("http://127.0.0.1:PORT"). The process is killed and
 // reaped in t.Cleanup. The test is skipped when no etcd binary is on PATH
-// (Debian: apt-get install etcd-server).
-func StartEtcd(t testing.TB) string {
+// (Debian: apt-get install etcd-server). flags are added to etcd's
+// command line (such as "--max-request-bytes=65536").
+func StartEtcd(t testing.TB, flags ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -34,17 +35,17 @@ func StartEtcd(t testing.TB) string {
 	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	dataDir := t.TempDir()
 
-	cmd := exec.Command(bin,
+	cmd := exec.Command(bin, append([]string{
 		"--name", "default",
 		"--data-dir", dataDir,
 		"--listen-client-urls", client,
 		"--advertise-client-urls", client,
 		"--listen-peer-urls", peer,
 		"--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "default="+peer,
+		"--initial-cluster", "default=" + peer,
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", "mooncake-test",
-	)
+	}, flags...)...)
 	out := &syncBuffer{}
 	cmd.Stdout = out
 	cmd.Stderr = out

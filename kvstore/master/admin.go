@@ -16,7 +16,7 @@ import (
 //
 //	GET /metrics           Prometheus text format (master_* metrics)
 //	GET /health            200 "OK"
-//	GET /role              "leader" or "standby" (role.go: an HA leader confirms it in etcd)
+//	GET /role              "leader", "standby" or "stale" (role.go: an HA leader confirms it in etcd; stale: cannot rebuild the metadata)
 //	GET /status            JSON: version, role, HA, cluster id, lease TTL, clock
 //	GET /get_all_segments  plain text: one mounted segment name per line
 //	GET /get_all_keys      JSON list of keys
@@ -43,6 +43,7 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		fmt.Fprintf(w, "# HELP master_is_leader Whether this master serves RPCs.\n# TYPE master_is_leader gauge\nmaster_is_leader %d\n", leader)
 		s.writeKVEventsMetrics(w)
+		s.writeOplogMetrics(w)
 		procmetrics.Read().Write(w)
 	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +127,7 @@ func (s *Server) AdminHandler() http.Handler {
 // Status is what GET /status reports (`mooncake doctor` reads it).
 type Status struct {
 	Version       string `json:"version"`
-	Role          string `json:"role"` // "leader" or "standby"
+	Role          string `json:"role"` // "leader", "standby" or "stale"
 	HA            bool   `json:"ha"`
 	ClusterID     string `json:"cluster_id"`
 	ViewVersion   uint64 `json:"view_version"`
@@ -140,12 +141,21 @@ type Status struct {
 	ClientDeadTTLMs int64 `json:"client_dead_ttl_ms"`
 	SuspectClients  int   `json:"suspect_clients"`
 	SuspectSegments int   `json:"suspect_segments"`
+
+	// Stale says why a stale master cannot rebuild the metadata (with
+	// the oplog: the log was compacted past what it applied and no usable
+	// snapshot covers it); it neither stands for election nor serves.
+	Stale string `json:"stale,omitempty"`
 }
 
 func (s *Server) status(ctx context.Context) Status {
 	st := s.Stats()
+	var stale string
+	if s.rep != nil {
+		stale = s.rep.staleReason()
+	}
 	return Status{
-		Version: version.String(), Role: s.role(ctx), HA: s.opts.HA, ClusterID: s.opts.ClusterID,
+		Version: version.String(), Role: s.role(ctx), Stale: stale, HA: s.opts.HA, ClusterID: s.opts.ClusterID,
 		ViewVersion: s.view.Load(), LeaseTTLMs: s.opts.Config.DefaultLeaseTTL.Milliseconds(),
 		ClientTTLMs: s.opts.Config.ClientTTL.Milliseconds(), ActiveClients: st.ActiveClients,
 		Segments: st.Segments, TimeUnixNano: s.clock().UnixNano(),

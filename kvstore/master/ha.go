@@ -150,6 +150,11 @@ func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logge
 // round is one attempt: win and serve until leadership is lost, or lose
 // and wait until the key is gone.
 func (e *elector) round(ctx context.Context) error {
+	if e.srv.rep != nil {
+		if err := e.srv.rep.mayLead(); err != nil {
+			return fmt.Errorf("not standing for election: %w", err)
+		}
+	}
 	sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(e.cfg.LeaseTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("lease: %w", err)

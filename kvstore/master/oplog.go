@@ -51,6 +51,12 @@ const (
 	// entryReset empties the state: a leader without the log served
 	// since the entry before it (name is its address; oplog_lineage.go).
 	entryReset entryKind = 7
+	// entryPiece and entryLastPiece carry an entry larger than
+	// maxEntryBytes: its encoding cut into consecutive pieces (payload),
+	// each with the entry's number and time, the last one of kind
+	// entryLastPiece; a replica joins them and applies the entry then.
+	entryPiece     entryKind = 8
+	entryLastPiece entryKind = 9
 )
 
 // entry is one logged state change.
@@ -78,6 +84,14 @@ const (
 	// maxBatchBytes keeps one batch below etcd's default request limit
 	// (1.5 MiB) with room for the transaction around it.
 	maxBatchBytes = 1 << 20
+	// maxEntryBytes is the most one entry takes in a batch, so that a
+	// batch's entries never pass maxBatchBytes: a larger batch call is
+	// logged as several calls (oplog_split.go), and any other larger
+	// entry in pieces (entryPiece).
+	maxEntryBytes = maxBatchBytes / 2
+	// pieceBytes is how much of a large entry's encoding one piece
+	// carries: a piece entry's other fields take at most 64 bytes.
+	pieceBytes = maxEntryBytes - 64
 )
 
 // OplogPrefix is the etcd key prefix of cluster clusterID's operation
@@ -211,22 +225,7 @@ func decodeBatch(b []byte) (batch, error) {
 	}
 	out.entries = make([]entry, 0, count)
 	for i := uint64(0); i < count && d.err == nil; i++ {
-		e := entry{kind: entryKind(d.byte()), n: d.uvarint()}
-		e.now = time.Unix(0, d.varint())
-		e.name = string(d.bytes())
-		nmd := d.uvarint()
-		if d.err == nil && nmd > uint64(len(d.b))/2 {
-			d.err = errBadBatch
-		}
-		if nmd > 0 && d.err == nil {
-			e.md = make(map[string]string, nmd)
-			for j := uint64(0); j < nmd && d.err == nil; j++ {
-				k := string(d.bytes())
-				e.md[k] = string(d.bytes())
-			}
-		}
-		e.payload = d.bytes()
-		out.entries = append(out.entries, e)
+		out.entries = append(out.entries, d.entry())
 	}
 	if d.err != nil {
 		return batch{}, d.err
@@ -235,4 +234,49 @@ func decodeBatch(b []byte) (batch, error) {
 		return batch{}, errBadBatch
 	}
 	return out, nil
+}
+
+// entry reads one entry written by appendEntry.
+func (d *decoder) entry() entry {
+	e := entry{kind: entryKind(d.byte()), n: d.uvarint()}
+	e.now = time.Unix(0, d.varint())
+	e.name = string(d.bytes())
+	nmd := d.uvarint()
+	if d.err == nil && nmd > uint64(len(d.b))/2 {
+		d.err = errBadBatch
+	}
+	if nmd > 0 && d.err == nil {
+		e.md = make(map[string]string, nmd)
+		for j := uint64(0); j < nmd && d.err == nil; j++ {
+			k := string(d.bytes())
+			e.md[k] = string(d.bytes())
+		}
+	}
+	e.payload = d.bytes()
+	return e
+}
+
+// decodeEntry parses the joined pieces of a large entry: exactly one
+// entry, not itself in pieces.
+func decodeEntry(b []byte) (entry, error) {
+	d := &decoder{b: b}
+	e := d.entry()
+	if d.err == nil && (len(d.b) != 0 || e.kind == entryPiece || e.kind == entryLastPiece) {
+		d.err = errBadBatch
+	}
+	return e, d.err
+}
+
+// pieces cuts the encoding of an entry larger than maxEntryBytes into
+// the entries that carry it (entryPiece), each of at most maxEntryBytes.
+func pieces(e *entry, enc []byte) []*entry {
+	var out []*entry
+	for len(enc) > 0 {
+		k := min(len(enc), pieceBytes)
+		p := &entry{kind: entryPiece, n: e.n, now: e.now, payload: enc[:k:k]}
+		enc = enc[k:]
+		out = append(out, p)
+	}
+	out[len(out)-1].kind = entryLastPiece
+	return out
 }

@@ -84,6 +84,15 @@ type replication struct {
 	w       *oplogWriter
 	// snap takes and restores snapshots (snapshot.go); nil without them.
 	snap *snapshots
+	// stale is why the replica cannot be rebuilt, nil when it can
+	// (oplog_stale.go); resets counts its restarts from a snapshot after
+	// falling behind the log's compaction.
+	stale  atomic.Pointer[string]
+	resets atomic.Uint64
+	// pieces holds the pieces applied so far of entry piecesN, logged
+	// in pieces (entryPiece).
+	pieces  []byte
+	piecesN uint64
 }
 
 // EnableOplog makes the server log every state change and replay a
@@ -152,7 +161,9 @@ func (r *replication) end() {
 }
 
 // intercept runs one call as a logged entry on the leader and answers
-// once its batch is durable.
+// once its batch is durable. A batch call too large for one entry runs
+// as several, one per part (callParts), back to back under the order
+// lock, and is answered once the last one is durable.
 func (r *replication) intercept(ctx context.Context, req any, method string, h grpc.UnaryHandler) (any, error) {
 	if !r.s.leader.Load() {
 		return nil, errNotLeader
@@ -160,13 +171,6 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	msg, ok := req.(proto.Message)
 	if !ok {
 		return nil, status.Error(codes.Internal, "mooncake_master: request is not a protobuf message")
-	}
-	payload, err := proto.Marshal(msg)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "mooncake_master: encode request for the oplog: %v", err)
-	}
-	if len(payload) > maxBatchBytes/2 {
-		return nil, status.Errorf(codes.ResourceExhausted, "mooncake_master: request of %d bytes is too large for the oplog (at most %d)", len(payload), maxBatchBytes/2)
 	}
 	var md map[string]string
 	for _, k := range replicatedMetadata {
@@ -180,26 +184,48 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	// A call its tenant token refuses changes nothing: it is answered
 	// but not logged (a replay skips the token check).
 	refused := r.s.opts.TenantTokens != nil && r.s.scope(ctx).code == kvstore.IllegalClient
+	parts := []callPart{{req: msg}}
+	if !refused {
+		var err error
+		if parts, err = callParts(method, md, msg); err != nil {
+			r.s.log.Error("oplog: call refused: it cannot be logged", "method", method, "err", err)
+			return nil, status.Errorf(codes.Internal, "mooncake_master: the oplog cannot carry this call: %v", err)
+		}
+	}
+	ping, isPing := req.(*masterpb.PingRequest)
+	known := isPing && r.s.knownClient(ping.GetClientId())
 	r.mu.Lock()
 	w := r.w
 	if w == nil || !r.s.leader.Load() {
 		r.mu.Unlock()
 		return nil, errNotLeader
 	}
-	e := &entry{kind: entryRPC, n: r.nextN, now: r.s.clock().Round(0), name: method, md: md, payload: payload}
-	ping, isPing := req.(*masterpb.PingRequest)
-	known := isPing && r.s.knownClient(ping.GetClientId())
-	r.begin(e)
-	resp, herr := h(ctx, req)
-	r.end()
-	if refused || (known && heartbeatOnly(resp)) {
-		r.releaseEvents(nil)
-		r.mu.Unlock()
-		return resp, herr
+	now := r.s.clock().Round(0)
+	var resp any
+	var herr error
+	var whole proto.Message
+	var t *commitTicket
+	for _, p := range parts {
+		e := &entry{kind: entryRPC, n: r.nextN, now: now, name: method, md: md, payload: p.payload}
+		r.begin(e)
+		presp, perr := h(ctx, p.req)
+		r.end()
+		if refused || (known && heartbeatOnly(presp)) {
+			r.releaseEvents(nil)
+			r.mu.Unlock()
+			return presp, perr
+		}
+		r.nextN++
+		r.releaseEvents(e)
+		t = w.append(e)
+		if resp, herr = presp, perr; perr != nil {
+			break // the parts after it neither run nor are logged
+		}
+		if len(parts) > 1 {
+			whole = batchSplits[method].join(whole, presp.(proto.Message), p.offset)
+			resp = whole
+		}
 	}
-	r.nextN++
-	r.releaseEvents(e)
-	t := w.append(e)
 	r.mu.Unlock()
 	if err := t.wait(ctx); err != nil {
 		return nil, errNotDurable

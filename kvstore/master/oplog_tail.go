@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -39,19 +40,49 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 		return fmt.Errorf("batch at key %d says it is %d: %w", seq, b.seq, errBadBatch)
 	}
 	for i := range b.entries {
-		if b.entries[i].n < r.nextN {
+		e := &b.entries[i]
+		if e.n < r.nextN {
 			continue // in the snapshot the state started from
 		}
-		r.replay(&b.entries[i])
-		r.nextN = b.entries[i].n + 1
+		if (e.kind != entryPiece && e.kind != entryLastPiece) || (r.pieces != nil && r.piecesN != e.n) {
+			// Pieces of an entry that never got its last one (its leader
+			// died before writing it): the entry never happened.
+			r.pieces = nil
+		}
+		switch e.kind {
+		case entryPiece:
+			r.pieces, r.piecesN = append(r.pieces, e.payload...), e.n
+			continue
+		case entryLastPiece:
+			whole, err := decodeEntry(append(r.pieces, e.payload...))
+			r.pieces = nil
+			if err != nil || whole.n != e.n {
+				return fmt.Errorf("batch %d: entry %d in pieces does not decode: %w", seq, e.n, errBadBatch)
+			}
+			e = &whole
+		}
+		r.replay(e)
+		r.nextN = e.n + 1
 	}
 	r.lastSeq = seq
 	return nil
 }
 
 // catchUp applies every batch in etcd after the last one applied and
-// returns the etcd revision it read at.
+// returns the etcd revision it read at. A replica that fell behind the
+// log's compaction (the batch after its last one is gone) empties its
+// state and starts again from the newest snapshot, as at startup. One
+// that cannot (no usable snapshot covers the batches gone) fails with
+// ErrSnapshotNeeded and is stale until a later try succeeds.
 func (r *replication) catchUp(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
+	rev, err := r.applyLog(ctx, cli, prefix)
+	r.noteStale(err)
+	return rev, err
+}
+
+// applyLog is catchUp without the stale verdict.
+func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
+	snapKey := SnapshotKey(r.s.opts.ClusterID)
 	for {
 		r.mu.Lock()
 		if r.lastSeq == 0 && r.nextN == 0 {
@@ -60,23 +91,54 @@ func (r *replication) catchUp(ctx context.Context, cli *clientv3.Client, prefix 
 				return 0, err
 			}
 		}
-		from := oplogKey(prefix, r.lastSeq+1)
+		next := r.lastSeq + 1
 		r.mu.Unlock()
 		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := cli.Get(gctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(256))
+		resp, err := cli.Txn(gctx).Then(
+			clientv3.OpGet(oplogKey(prefix, next), clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(256)),
+			clientv3.OpGet(snapKey),
+		).Commit()
 		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("read oplog: %w", err)
 		}
-		for _, kv := range resp.Kvs {
+		batches := resp.Responses[0].GetResponseRange()
+		recorded, err := snapshotRecord(resp.Responses[1].GetResponseRange().GetKvs(), snapKey)
+		if err != nil {
+			return 0, err
+		}
+		// Batch next is gone while later ones, or a snapshot past it, exist:
+		// compaction deleted it before this replica applied it.
+		first, found := firstBatch(prefix, batches.GetKvs())
+		if (found && first > next) || (!found && recorded >= next) {
+			r.s.log.Warn("oplog: this standby fell behind the log's compaction; starting again from the newest snapshot",
+				"next_batch", next, "first_batch_in_etcd", first, "newest_snapshot", recorded)
+			r.mu.Lock()
+			r.lastSeq, r.nextN = 0, 0
+			r.s.SetLeader(false, 0) // an empty state: startFresh fills it
+			r.mu.Unlock()
+			r.resets.Add(1)
+			continue
+		}
+		for _, kv := range batches.GetKvs() {
 			if err := r.applyBatch(prefix, kv.Key, kv.Value); err != nil {
 				return 0, err
 			}
 		}
-		if !resp.More {
+		if !batches.GetMore() {
 			return resp.Header.Revision, nil
 		}
 	}
+}
+
+// firstBatch is the number of the first batch among kvs.
+func firstBatch(prefix string, kvs []*mvccpb.KeyValue) (uint64, bool) {
+	for _, kv := range kvs {
+		if seq, ok := oplogSeq(prefix, string(kv.Key)); ok {
+			return seq, true
+		}
+	}
+	return 0, false
 }
 
 // tail applies the log as it grows until ctx ends.

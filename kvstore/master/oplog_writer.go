@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -84,7 +85,10 @@ func newOplogWriter(cli *clientv3.Client, prefix, viewKey string, viewRev int64,
 	return w
 }
 
-// append queues an encoded entry and returns the ticket of its batch.
+// append queues an entry and returns the ticket of its batch. An entry
+// joins the open batch while their bytes stay within maxBatchBytes; one
+// larger than maxEntryBytes goes in pieces (entryPiece), over as many
+// batches as they need, and its ticket is the last piece's.
 func (w *oplogWriter) append(e *entry) *commitTicket {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -93,15 +97,15 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 		close(t.done)
 		return t
 	}
+	enc := appendEntry(nil, e)
 	var b *pendingBatch
-	if n := len(w.queue); n > 0 && !w.queue[n-1].sealed && w.queue[n-1].count < w.maxEntries && len(w.queue[n-1].entries) < maxBatchBytes/2 {
-		b = w.queue[n-1]
+	if len(enc) <= maxEntryBytes {
+		b = w.queueEntry(enc)
 	} else {
-		b = &pendingBatch{ticket: &commitTicket{done: make(chan struct{})}}
-		w.queue = append(w.queue, b)
+		for _, p := range pieces(e, enc) {
+			b = w.queueEntry(appendEntry(nil, p))
+		}
 	}
-	b.entries = appendEntry(b.entries, e)
-	b.count++
 	if e.onDurable != nil {
 		b.onDurable = append(b.onDurable, e.onDurable)
 	}
@@ -110,6 +114,22 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 	default:
 	}
 	return b.ticket
+}
+
+// queueEntry adds an encoded entry to the open batch, or to a new one
+// when it would pass maxBatchBytes (w.mu held), and returns its batch.
+func (w *oplogWriter) queueEntry(enc []byte) *pendingBatch {
+	var b *pendingBatch
+	if n := len(w.queue); n > 0 && !w.queue[n-1].sealed && w.queue[n-1].count < w.maxEntries &&
+		len(w.queue[n-1].entries)+len(enc) <= maxBatchBytes {
+		b = w.queue[n-1]
+	} else {
+		b = &pendingBatch{ticket: &commitTicket{done: make(chan struct{})}}
+		w.queue = append(w.queue, b)
+	}
+	b.entries = append(b.entries, enc...)
+	b.count++
+	return b
 }
 
 // close stops the writer: batches not yet durable fail with errFenced.
@@ -234,6 +254,12 @@ func (w *oplogWriter) commit(seq uint64, val []byte) error {
 				return nil
 			}
 			return fmt.Errorf("%w: batch %d refused (the election key is no longer ours)", errFenced, seq)
+		}
+		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			// Retrying cannot help: the batch is in the leader's state
+			// but can never be in the log.
+			return fmt.Errorf("%w: batch %d of %d bytes is larger than etcd accepts (its --max-request-bytes): %v",
+				errFenced, seq, len(val), err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: batch %d: etcd: %v", errFenced, seq, err)

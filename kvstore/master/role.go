@@ -30,10 +30,14 @@ type leaderFence struct {
 	lost func()
 }
 
-// role names what the server is for GET /role: "leader" or "standby".
+// role names what the server is for GET /role: "leader", "standby", or
+// "stale" for a master that cannot rebuild the metadata (oplog_stale.go).
 // With HA it confirms the leadership in etcd first (see above).
 func (s *Server) role(ctx context.Context) string {
 	if !s.IsLeader() {
+		if s.rep != nil && s.rep.staleReason() != "" {
+			return "stale"
+		}
 		return "standby"
 	}
 	f := s.fence.Load()

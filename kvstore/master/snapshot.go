@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -105,10 +106,8 @@ func logFloor(ctx context.Context, cli *clientv3.Client, prefix, snapKey string)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read oplog: %w", err)
 	}
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		if recorded, err = strconv.ParseUint(string(kvs[0].Value), 10, 64); err != nil {
-			return 0, 0, fmt.Errorf("snapshot key %s: %q is not a batch number", snapKey, kvs[0].Value)
-		}
+	if recorded, err = snapshotRecord(resp.Responses[1].GetResponseRange().GetKvs(), snapKey); err != nil {
+		return 0, 0, err
 	}
 	gone = recorded
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
@@ -117,6 +116,19 @@ func logFloor(ctx context.Context, cli *clientv3.Client, prefix, snapKey string)
 		}
 	}
 	return gone, recorded, nil
+}
+
+// snapshotRecord parses the snapshot key's value read as kvs: the batch
+// of the newest snapshot, 0 when none was recorded.
+func snapshotRecord(kvs []*mvccpb.KeyValue, snapKey string) (uint64, error) {
+	if len(kvs) == 0 {
+		return 0, nil
+	}
+	seq, err := strconv.ParseUint(string(kvs[0].Value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot key %s: %q is not a batch number", snapKey, kvs[0].Value)
+	}
+	return seq, nil
 }
 
 // restorePoint finds where a fresh state starts: the newest snapshot
@@ -171,6 +183,7 @@ func (r *replication) restorePoint(ctx context.Context, cli *clientv3.Client, pr
 // startFresh installs the restore point into a state that has applied
 // nothing yet (r.mu held).
 func (r *replication) startFresh(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	r.pieces = nil
 	st, h, err := r.restorePoint(ctx, cli, prefix)
 	if err != nil || st == nil {
 		return err
