@@ -4,10 +4,12 @@
 interface, ``eth0``, at ``10.231.X.i/24`` (X is picked per run), joined to
 the others through a bridge that lives in a namespace of the rig's own: the
 machine's own network namespace is not touched, and traffic between hosts
-never leaves the rig's namespaces. Every process started on a host
-(`Host.popen`) also gets a pid namespace of its own (so the shm transport,
-which treats processes with the same boot id and pid namespace as one host,
-is never chosen between hosts) and a UTS namespace with the host's hostname.
+never leaves the rig's namespaces. Each host also has a pid namespace (so
+the shm transport, which treats processes with the same boot id and pid
+namespace as one host, is never chosen between hosts, and is between the
+processes of one host), a UTS namespace with the host's hostname, and a
+mount namespace with the /proc of its pid namespace; `Host.popen` starts a
+process in all of them.
 
 ``partition(a, b)`` drops every packet between two hosts (nftables rules in
 both hosts' namespaces); ``heal()`` removes every such rule.
@@ -20,7 +22,8 @@ names carry the creating process's pid, and those whose process is gone are
 removed. Names are unique per run, so parallel runs do not collide.
 
 Needs root, ``ip`` (iproute2), ``unshare`` (util-linux) and ``nft``
-(nftables; installed from Debian with apt-get when missing). Without root
+(nftables; installed from Debian with apt-get when missing); ``nsenter`` and
+``setpriv`` (util-linux). Without root
 the tests using the rig are skipped.
 """
 
@@ -34,6 +37,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -62,7 +66,7 @@ def require_tools() -> None:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
                         "nftables"], env=env, capture_output=True, timeout=600)
-    missing = [t for t in ("ip", "unshare", "nft") if shutil.which(t) is None]
+    missing = [t for t in ("ip", "unshare", "nsenter", "setpriv", "nft") if shutil.which(t) is None]
     if missing:
         pytest.fail(f"the cluster rig needs {missing} "
                     "(apt-get install iproute2 util-linux nftables)")
@@ -93,34 +97,65 @@ def remove_stale() -> None:
             _delete_netns(ns)
 
 
+# pid 1 of a host's pid namespace: sets the hostname, then reaps orphans
+# (the processes started on the host are its siblings' children, but
+# daemons they start outlive them) until the host is closed.
+_HOST_INIT = """
+import os, socket, sys, time
+socket.sethostname(sys.argv[1])
+print("up", flush=True)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.2)
+"""
+
+
 class Host:
-    """One host of a `Cluster`: a network namespace with address `addr`
-    and hostname `name`."""
+    """One host of a `Cluster`: a network namespace with address `addr`,
+    and a pid, UTS (hostname `name`) and mount namespace (with a /proc of
+    its pid namespace) that every process started on it shares."""
 
     def __init__(self, cluster: Cluster, index: int, ns: str, addr: str) -> None:
+        from conftest import _die_with_parent
+
         self.cluster = cluster
         self.index = index
         self.ns = ns
         self.addr = addr
         self.name = f"host{index}"
+        # unshare dies with the test process (PDEATHSIG), and the host's
+        # pid 1 with unshare (--kill-child), and everything on the host with it.
+        self._init = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--kill-child", "--uts",
+             "--mount-proc", sys.executable, "-c", _HOST_INIT, self.name],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+            preexec_fn=_die_with_parent)  # fmt: skip
+        cluster._procs.append(self._init)
+        if self._init.stdout.readline().strip() != "up":
+            raise RuntimeError(f"{self.name}: the host's init did not start")
+        with open(f"/proc/{self._init.pid}/task/{self._init.pid}/children") as f:
+            self.init_pid = int(f.read().split()[0])
 
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """argv run on this host: in its network namespace, in a pid and UTS
-        namespace of its own (fresh /proc) with the host's hostname. The
-        process tree dies with the returned command's process."""
-        return ["ip", "netns", "exec", self.ns,
-                "unshare", "--pid", "--fork", "--kill-child", "--uts", "--mount-proc",
-                "sh", "-c", f'hostname {self.name} && exec "$@"', "sh", *argv]  # fmt: skip
+    def command(self, argv: Sequence[str], cwd: str | None = None) -> list[str]:
+        """argv run on this host, in directory cwd (default: the current
+        one): in the host's namespaces, dying with the returned command's
+        process (nsenter)."""
+        return ["nsenter", "-t", str(self.init_pid), "--net", "--pid", "--uts", "--mount",
+                f"--wd={cwd or os.getcwd()}", "--",
+                "setpriv", "--pdeathsig", "KILL", *argv]  # fmt: skip
 
     def popen(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
         """Start argv on this host (`subprocess.Popen` keywords apply); the
         process is killed at the latest when the cluster closes, and dies
-        with the test process (PR_SET_PDEATHSIG)."""
+        with the test process (PR_SET_PDEATHSIG) or when the returned
+        process is killed."""
         from conftest import _die_with_parent
 
         kwargs.setdefault("preexec_fn", _die_with_parent)
         kwargs.setdefault("stdin", subprocess.DEVNULL)
-        proc = subprocess.Popen(self.command(argv), **kwargs)
+        proc = subprocess.Popen(self.command(argv, kwargs.pop("cwd", None)), **kwargs)
         self.cluster._procs.append(proc)
         return proc
 
@@ -129,8 +164,8 @@ class Host:
         """Run argv on this host to completion; output captured as text."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
-        return subprocess.run(self.command(argv), timeout=timeout, stdin=subprocess.DEVNULL,
-                              **kwargs)
+        return subprocess.run(self.command(argv, kwargs.pop("cwd", None)), timeout=timeout,
+                              stdin=subprocess.DEVNULL, **kwargs)
 
     def nft(self, script: str) -> None:
         """Apply an nftables script in this host's namespace."""
@@ -220,7 +255,7 @@ add rule inet {self.TABLE} output ip daddr {other.addr} drop
         from conftest import kill_process
 
         procs, self._procs = self._procs, []
-        for p in reversed(procs):
+        for p in reversed(procs):  # the hosts' inits last
             kill_process(p)
         for ns in reversed(self._namespaces):
             _delete_netns(ns)

@@ -68,24 +68,36 @@ def test_hosts_reach_each_other_by_address(servers):
             assert reach(a, b) == b.name
 
 
-def test_each_process_is_on_its_own_host(cluster):
-    # Processes alive at the same time (a pid namespace's inode number is
-    # reused once it is gone).
+def test_each_host_is_a_host_of_its_own(cluster):
+    """Processes of one host share its pid namespace; hosts do not, nor
+    does the machine. (Processes alive at the same time: a pid namespace's
+    inode number is reused once it is gone.)"""
     mine = subprocess.run(["readlink", "/proc/self/ns/pid"], capture_output=True, text=True).stdout
     script = "hostname; readlink /proc/self/ns/pid; ip -4 -o addr show dev eth0; exec sleep 60"
-    procs = [h.popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True)
-             for h in cluster.hosts]
-    seen = set()
-    for h, p in zip(cluster.hosts, procs, strict=True):
+    procs = [(h, h.popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True))
+             for h in cluster.hosts for _ in range(2)]
+    seen: dict[str, set[str]] = {}
+    for h, p in procs:
         name, pidns, addr = (p.stdout.readline().strip() for _ in range(3))
         assert name == h.name
         assert pidns != mine.strip()
         assert f" {h.addr}/24 " in addr
-        seen.add(pidns)
-    assert len(seen) == len(cluster.hosts)
-    for p in procs:
+        seen.setdefault(h.name, set()).add(pidns)
+    assert all(len(v) == 1 for v in seen.values()), seen
+    assert len(set.union(*seen.values())) == len(cluster.hosts), seen
+    for _, p in procs:
         p.kill()
         p.wait()
+
+
+def test_kill_of_a_started_process_kills_it_on_the_host(cluster):
+    h = cluster[0]
+    p = h.popen(["sh", "-c", "echo $$; exec sleep 600"], stdout=subprocess.PIPE, text=True)
+    inner = p.stdout.readline().strip()
+    assert h.run(["kill", "-0", inner]).returncode == 0
+    p.kill()
+    p.wait()
+    assert wait_for(lambda: h.run(["kill", "-0", inner]).returncode != 0, 10)
 
 
 def test_host_cannot_reach_the_machine_namespace(cluster):
