@@ -40,7 +40,7 @@ const (
 // it. Tests create one Runtime per in-process rank.
 type Runtime struct {
 	mu        sync.Mutex
-	hostIP    string
+	hostIP    string // "" until set or chosen (publishedHost)
 	filter    []string
 	engine    *transfer.Engine
 	ownEngine bool
@@ -56,9 +56,10 @@ type Runtime struct {
 	hangTimeout atomic.Int64 // ns; 0: off
 }
 
-// NewRuntime returns a Runtime with upstream's defaults (host 127.0.0.1).
+// NewRuntime returns a Runtime with upstream's defaults; its host address
+// is chosen when the engine starts (publishedHost) unless SetHostIP sets it.
 func NewRuntime() *Runtime {
-	rt := &Runtime{hostIP: "127.0.0.1"}
+	rt := &Runtime{}
 	rt.collTimeout.Store(int64(DefaultCollectiveTimeout))
 	rt.hangTimeout.Store(int64(time.Duration(envvars.PGHangTimeoutMs.Int(0)) * time.Millisecond))
 	rt.p2pTimeout.Store(int64(DefaultP2PTimeout))
@@ -66,8 +67,9 @@ func NewRuntime() *Runtime {
 	return rt
 }
 
-// SetHostIP sets the IP the engine and the coordinator listen on. It is
-// refused once the engine runs.
+// SetHostIP sets the IP the engine and the coordinator listen on, and that
+// the rank publishes to its peers (overriding MC_PG_HOST_IP and the
+// address chosen from MASTER_ADDR). It is refused once the engine runs.
 func (rt *Runtime) SetHostIP(ip string) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -81,7 +83,8 @@ func (rt *Runtime) SetHostIP(ip string) error {
 	return nil
 }
 
-// HostIP returns the configured host IP.
+// HostIP returns the host IP: the one set, or once the engine runs the one
+// chosen; "" while it is still to be chosen.
 func (rt *Runtime) HostIP() string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -185,10 +188,15 @@ func (rt *Runtime) Engine() (*transfer.Engine, error) {
 	if rt.engine != nil {
 		return rt.engine, nil
 	}
-	e, err := transfer.New(transfer.Config{LocalHostname: rt.hostIP, MetadataServer: "P2PHANDSHAKE"})
+	host, err := publishedHost(rt.hostIP)
+	if err != nil {
+		return nil, err
+	}
+	e, err := transfer.New(transfer.Config{LocalHostname: host, MetadataServer: "P2PHANDSHAKE"})
 	if err != nil {
 		return nil, fmt.Errorf("start transfer engine: %w", err)
 	}
+	rt.hostIP = host
 	rt.engine, rt.ownEngine = e, true
 	return e, nil
 }
