@@ -303,6 +303,31 @@ func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest
 	}
 }
 
+// ready reports a founder's set-up outcome (setup nil: success) to the
+// coordinator and returns nil once every founder of the group succeeded,
+// else the error every founder gets: group creation is all or nothing
+// (coordinator_ready.go).
+func (rt *Runtime) ready(client coordpb.CoordinatorClient, groupID string, rank int, setup error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), initTimeout())
+	defer cancel()
+	r := &coordpb.ReadyRequest{GroupId: groupID, Rank: int32(rank)}
+	if setup != nil {
+		r.Error = setup.Error()
+	}
+	resp, err := client.Ready(ctx, r)
+	switch {
+	case err != nil && setup != nil:
+		return fmt.Errorf("%w: group %q was not created: %w (telling the other founders failed: %v)", ErrPeer, groupID, setup, err)
+	case err != nil:
+		return fmt.Errorf("%w: group %q was not created: waiting for every founder to set it up: %w", ErrPeer, groupID, err)
+	case resp.GetError() != "":
+		return fmt.Errorf("%w: %s", ErrPeer, resp.GetError())
+	case setup != nil: // cannot happen: a failure report is answered with it
+		return setup
+	}
+	return nil
+}
+
 // Close stops the coordinator (if this runtime serves it in process; a
 // coordinator process exits by itself once no rank is connected) and the engine
 // (if the runtime created it). Groups must be closed first.

@@ -12,7 +12,8 @@ mount namespace with the /proc of its pid namespace; `Host.popen` starts a
 process in all of them.
 
 ``partition(a, b)`` drops every packet between two hosts (nftables rules in
-both hosts' namespaces); ``heal()`` removes every such rule.
+both hosts' namespaces); ``refuse(a, b, ports)`` resets a's connections to
+some of b's ports; ``heal()`` removes every such rule.
 
 Cleanup: `close()` kills every process started on a host and deletes every
 namespace (which deletes its links); it runs from the fixture's finalizer,
@@ -242,8 +243,19 @@ add rule inet {self.TABLE} input ip saddr {other.addr} drop
 add rule inet {self.TABLE} output ip daddr {other.addr} drop
 """)
 
+    def refuse(self, src: Host, dst: Host, ports: tuple[int, int]) -> None:
+        """Refuse (TCP reset) the connections src opens to dst's ports
+        ports[0]..ports[1], until `heal`; all other traffic still flows."""
+        lo, hi = ports
+        src.nft(f"""
+table inet {self.TABLE} {{
+  chain output {{ type filter hook output priority 0; policy accept; }}
+}}
+add rule inet {self.TABLE} output ip daddr {dst.addr} tcp dport {lo}-{hi} reject with tcp reset
+""")
+
     def heal(self) -> None:
-        """Remove every partition."""
+        """Remove every partition and refusal."""
         for h in self.hosts:
             subprocess.run(["ip", "netns", "exec", h.ns, "nft", "delete", "table", "inet",
                             self.TABLE], capture_output=True, timeout=30)

@@ -84,3 +84,24 @@ def test_loopback_address_refused_with_a_remote_master(cluster):
                             rank_env={1: {"MC_PG_HOST_IP": "127.0.0.1"}}, timeout=60)
     assert codes[1] == 3, outs[1][-4000:]
     assert "INIT FAILED" in outs[1] and "MC_PG_HOST_IP" in outs[1], outs[1][-4000:]
+
+
+def test_group_creation_is_all_or_nothing(cluster):
+    """Issue 45.2: rank 0 cannot open rank 1's segment (host 0's connections
+    to rank 1's handshake ports are refused) while rank 1 opens rank 0's.
+    The group must not be created on either: both inits fail, with the
+    same error, naming the rank that failed."""
+    a, b = cluster[0], cluster[1]
+    ports = (16500, 16599)
+    cluster.refuse(a, b, ports)
+    try:
+        outs, _, codes = launch([a, b], "init", rank_env={
+            1: {"MC_MIN_RPC_PORT": str(ports[0]), "MC_MAX_RPC_PORT": str(ports[1])}}, timeout=90)
+    finally:
+        cluster.heal()
+    detail = "\n".join(f"----- rank {r} -----\n{o[-4000:]}" for r, o in enumerate(outs))
+    assert codes == [3, 3], detail
+    errors = [next(line for line in o.splitlines() if line.startswith("INIT FAILED")) for o in outs]
+    assert errors[0] == errors[1], detail
+    assert "rank 0 failed to set it up" in errors[0] and "open segment of rank 1" in errors[0], \
+        detail
