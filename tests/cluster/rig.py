@@ -23,8 +23,8 @@ names carry the creating process's pid, and those whose process is gone are
 removed. Names are unique per run, so parallel runs do not collide.
 
 Needs root, ``ip`` (iproute2), ``unshare`` (util-linux) and ``nft``
-(nftables; installed from Debian with apt-get when missing); ``nsenter`` and
-``setpriv`` (util-linux). Without root
+(nftables; iproute2 and nftables are installed from Debian with apt-get
+when missing); ``nsenter`` and ``setpriv`` (util-linux). Without root
 the tests using the rig are skipped.
 """
 
@@ -59,14 +59,17 @@ def _sh(argv: Sequence[str], check: bool = True,
 
 
 def require_tools() -> None:
-    """Skip without root; install nftables from Debian when missing; fail
-    when a tool is still missing."""
+    """Skip without root; install iproute2 and nftables from Debian when
+    missing; fail when a tool is still missing."""
     if os.geteuid() != 0:
         pytest.skip("the cluster rig needs root (network namespaces)")
-    if shutil.which("nft") is None and shutil.which("apt-get") is not None:
+    packages = [pkg for tool, pkg in (("ip", "iproute2"), ("nft", "nftables"))
+                if shutil.which(tool) is None]
+    if packages and shutil.which("apt-get") is not None:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                        "nftables"], env=env, capture_output=True, timeout=600)
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+                       env=env, capture_output=True, timeout=600)
     missing = [t for t in ("ip", "unshare", "nsenter", "setpriv", "nft") if shutil.which(t) is None]
     if missing:
         pytest.fail(f"the cluster rig needs {missing} "

@@ -148,3 +148,17 @@ def _alive(pid: str) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_namespaces_of_a_killed_run_are_removed_by_the_next():
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names a run that no longer exists
+    stale = f"{rig.PREFIX}-{gone.pid}-0badc0de-h1"
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    try:
+        with rig.Cluster(1):
+            listed = subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                    text=True).stdout.split()
+            assert stale not in listed
+    finally:
+        subprocess.run(["ip", "netns", "del", stale], capture_output=True)
