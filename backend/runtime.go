@@ -322,7 +322,7 @@ func (rt *Runtime) ready(client coordpb.CoordinatorClient, groupID string, rank 
 		return fmt.Errorf("%w: group %q was not created: waiting for every founder to set it up: %w", ErrPeer, groupID, err)
 	case resp.GetError() != "":
 		return fmt.Errorf("%w: %s", ErrPeer, resp.GetError())
-	case setup != nil: // cannot happen: a failure report is answered with it
+	case setup != nil: // never create a group this rank failed to set up, whatever the answer
 		return setup
 	}
 	return nil
