@@ -20,6 +20,8 @@ type coordinatorServer struct {
 	coordpb.UnimplementedCoordinatorServer
 	mu    sync.Mutex
 	table joinTable
+	// ready completes each founding once every founder set up (coordinator_ready.go).
+	ready readyTable
 	// groups holds each formed group's membership (coordinator_sync.go).
 	groups map[string]*groupMembers
 	srv    *grpc.Server

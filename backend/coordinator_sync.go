@@ -42,6 +42,7 @@ func (c *coordinatorServer) formed(id string, rd *joinRound, manual bool) *coord
 	m, err := newMembership(rd.size, rd.maxSize, 0, !manual)
 	if err != nil { // more than MaxGroupSlots: the group works, without fault tolerance
 		c.groups[id] = &groupMembers{changed: make(chan struct{})}
+		c.ready.start(id, rd.size, c.groups[id])
 		return nil
 	}
 	for i, ep := range rd.eps {
@@ -49,6 +50,7 @@ func (c *coordinatorServer) formed(id string, rd *joinRound, manual bool) *coord
 	}
 	c.groups[id] = &groupMembers{m: m, layout: rd.layout, waiters: map[int][]chan SyncReply{},
 		proposals: map[uint64]chan ProposalResult{}, changed: make(chan struct{}), watching: map[int]int{}}
+	c.ready.start(id, rd.size, c.groups[id])
 	return viewToPB(m.view())
 }
 

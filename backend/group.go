@@ -204,7 +204,11 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	v := firstView(resp, slots)
 	g.peers = make([]atomic.Pointer[peer], slots)
-	if err := g.openPeers(v); err != nil {
+	err = g.openPeers(v)
+	if !cfg.Extension { // a founder: the group exists once every founder set it up
+		err = rt.ready(client, cfg.GroupID, cfg.Rank, err)
+	}
+	if err != nil {
 		g.closePeers()
 		e.FreeManagedBuffer(g.base)
 		return nil, err

@@ -40,7 +40,7 @@ const (
 // it. Tests create one Runtime per in-process rank.
 type Runtime struct {
 	mu        sync.Mutex
-	hostIP    string
+	hostIP    string // "" until set or chosen (publishedHost)
 	filter    []string
 	engine    *transfer.Engine
 	ownEngine bool
@@ -56,9 +56,10 @@ type Runtime struct {
 	hangTimeout atomic.Int64 // ns; 0: off
 }
 
-// NewRuntime returns a Runtime with upstream's defaults (host 127.0.0.1).
+// NewRuntime returns a Runtime with upstream's defaults; its host address
+// is chosen when the engine starts (publishedHost) unless SetHostIP sets it.
 func NewRuntime() *Runtime {
-	rt := &Runtime{hostIP: "127.0.0.1"}
+	rt := &Runtime{}
 	rt.collTimeout.Store(int64(DefaultCollectiveTimeout))
 	rt.hangTimeout.Store(int64(time.Duration(envvars.PGHangTimeoutMs.Int(0)) * time.Millisecond))
 	rt.p2pTimeout.Store(int64(DefaultP2PTimeout))
@@ -66,8 +67,9 @@ func NewRuntime() *Runtime {
 	return rt
 }
 
-// SetHostIP sets the IP the engine and the coordinator listen on. It is
-// refused once the engine runs.
+// SetHostIP sets the IP the engine and the coordinator listen on, and that
+// the rank publishes to its peers (overriding MC_PG_HOST_IP and the
+// address chosen from MASTER_ADDR). It is refused once the engine runs.
 func (rt *Runtime) SetHostIP(ip string) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -81,7 +83,8 @@ func (rt *Runtime) SetHostIP(ip string) error {
 	return nil
 }
 
-// HostIP returns the configured host IP.
+// HostIP returns the host IP: the one set, or once the engine runs the one
+// chosen; "" while it is still to be chosen.
 func (rt *Runtime) HostIP() string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -185,10 +188,15 @@ func (rt *Runtime) Engine() (*transfer.Engine, error) {
 	if rt.engine != nil {
 		return rt.engine, nil
 	}
-	e, err := transfer.New(transfer.Config{LocalHostname: rt.hostIP, MetadataServer: "P2PHANDSHAKE"})
+	host, err := publishedHost(rt.hostIP)
+	if err != nil {
+		return nil, err
+	}
+	e, err := transfer.New(transfer.Config{LocalHostname: host, MetadataServer: "P2PHANDSHAKE"})
 	if err != nil {
 		return nil, fmt.Errorf("start transfer engine: %w", err)
 	}
+	rt.hostIP = host
 	rt.engine, rt.ownEngine = e, true
 	return e, nil
 }
@@ -293,6 +301,31 @@ func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// ready reports a founder's set-up outcome (setup nil: success) to the
+// coordinator and returns nil once every founder of the group succeeded,
+// else the error every founder gets: group creation is all or nothing
+// (coordinator_ready.go).
+func (rt *Runtime) ready(client coordpb.CoordinatorClient, groupID string, rank int, setup error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), initTimeout())
+	defer cancel()
+	r := &coordpb.ReadyRequest{GroupId: groupID, Rank: int32(rank)}
+	if setup != nil {
+		r.Error = setup.Error()
+	}
+	resp, err := client.Ready(ctx, r)
+	switch {
+	case err != nil && setup != nil:
+		return fmt.Errorf("%w: group %q was not created: %w (telling the other founders failed: %v)", ErrPeer, groupID, setup, err)
+	case err != nil:
+		return fmt.Errorf("%w: group %q was not created: waiting for every founder to set it up: %w", ErrPeer, groupID, err)
+	case resp.GetError() != "":
+		return fmt.Errorf("%w: %s", ErrPeer, resp.GetError())
+	case setup != nil: // never create a group this rank failed to set up, whatever the answer
+		return setup
+	}
+	return nil
 }
 
 // Close stops the coordinator (if this runtime serves it in process; a

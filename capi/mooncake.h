@@ -692,7 +692,10 @@ typedef struct mc_pg_op {
 #define MC_PG_OP_SYNC 1
 
 /* Process-wide settings; host IP and device filter only before the first
- * group. set_transfer_engine uses an initialised engine handle (0: create
+ * group. The host IP (the address the rank publishes) defaults to
+ * MC_PG_HOST_IP, else the local address of the route to MASTER_ADDR, else
+ * 127.0.0.1; a loopback or wildcard one while MASTER_ADDR is not loopback
+ * fails the first mc_pg_group_create. set_transfer_engine uses an initialised engine handle (0: create
  * our own) and retains it until it is replaced or cleared, so the caller
  * may destroy its handle meanwhile. Timeouts: after how long a waiting op probes its peer (it keeps
  * waiting while the peer answers); p2p 0 means the default (10 s). */
@@ -721,7 +724,9 @@ int mc_pg_set_hang_timeout_us(int64_t us, char **err);
  * (max_size <= 0: size; at most 64). The first group of the process
  * bootstraps through the store (rank 0 publishes "coordinator_addr").
  * Founders (no MC_PG_GROUP_EXTENSION) block until every founder joined
- * (MC_PG_INIT_TIMEOUT, default 300 s) and start active. An extension
+ * (MC_PG_INIT_TIMEOUT, default 300 s) and start active; creation is all
+ * or nothing: if any founder fails to set the group up (open the others'
+ * segments), every founder gets the same error. An extension
  * attaches to the existing group as an inactive, isolated member (its
  * collectives run over itself only) until mc_pg_join_group; while the
  * slot is still held by a live member it retries for up to 30 s.
@@ -836,7 +841,9 @@ int64_t mc_ep_size_hint(int64_t n, int64_t h, int64_t num_ranks, int64_t e);
 
 /* Create rank's EP buffer of nbytes (memfd memory peers on the host map)
  * with its own Transfer Engine (P2PHANDSHAKE metadata; local_hostname is
- * the address peers reach it at, NULL/"" = 127.0.0.1). disable_p2p != 0:
+ * the address peers reach it at; NULL/"": the local address of the route
+ * to MASTER_ADDR, 127.0.0.1 without it; a loopback or wildcard one while
+ * MASTER_ADDR is not loopback fails). disable_p2p != 0:
  * TCP even to same-host peers. 0 on failure. */
 uint64_t mc_ep_buffer_create(int rank, int num_ranks, int64_t nbytes,
                              const char *local_hostname, int disable_p2p,

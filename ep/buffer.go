@@ -11,6 +11,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
+	"github.com/mooncake-go/mooncake/internal/netaddr"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
@@ -75,7 +76,11 @@ type Config struct {
 	Bytes       int64
 	// Engine is the Transfer Engine to use; nil creates one (P2PHANDSHAKE
 	// metadata, LocalHostname) owned by the buffer.
-	Engine        *transfer.Engine
+	Engine *transfer.Engine
+	// LocalHostname is the address peers reach that engine at; "" chooses
+	// the local address of the route to MASTER_ADDR (127.0.0.1 without
+	// it). A loopback or wildcard one while MASTER_ADDR is not loopback is
+	// refused.
 	LocalHostname string
 	// DisableP2P makes an engine created here use TCP even to same-host
 	// peers (upstream's disable_p2p: no intra-node shortcut).
@@ -93,9 +98,9 @@ func NewBuffer(cfg Config) (*Buffer, error) {
 	}
 	b := &Buffer{eng: cfg.Engine, rank: cfg.Rank, ranks: cfg.Ranks, size: cfg.Bytes, policy: channel.DefaultPolicy(cfg.Ranks)}
 	if b.eng == nil {
-		host := cfg.LocalHostname
-		if host == "" {
-			host = "127.0.0.1"
+		host, err := netaddr.Choose(cfg.LocalHostname, netaddr.TorchMaster(), "MOONCAKE_EP_LOCAL_HOSTNAME")
+		if err != nil {
+			return nil, fmt.Errorf("ep: engine address: %w", err)
 		}
 		e, err := transfer.New(transfer.Config{LocalHostname: host, MetadataServer: "P2PHANDSHAKE", ForceTCP: cfg.DisableP2P})
 		if err != nil {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup of a development machine (Debian) for Mooncake-Go:
-#   1. etcd and redis-server from Debian, if missing (root only); their
+#   1. etcd, redis-server, cmake, iproute2 and nftables from Debian, if missing (root only); the
 #      services are left stopped: tests start their own on free ports;
 #   2. .venv with the pinned packages of requirements-dev.txt (skipped while
 #      the file is unchanged since the last successful install);
@@ -35,6 +35,8 @@ apt_missing=()
 command -v etcd >/dev/null 2>&1 || apt_missing+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || apt_missing+=(redis-server)
 command -v cmake >/dev/null 2>&1 || apt_missing+=(cmake)
+command -v ip >/dev/null 2>&1 || apt_missing+=(iproute2)   # tests/cluster hosts
+command -v nft >/dev/null 2>&1 || apt_missing+=(nftables)  # tests/cluster partitions
 
 if ((${#apt_missing[@]})); then
 	if [[ $(id -u) -ne 0 ]]; then

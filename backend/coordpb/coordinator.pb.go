@@ -950,6 +950,115 @@ func (x *ProposeResponse) GetView() *View {
 	return nil
 }
 
+// ReadyRequest: a founder's outcome of setting the group up after Join
+// (opening every other founder's segment). A group is created only once
+// every founder reported success; one failure fails it on every founder.
+type ReadyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"` // empty: this founder is ready
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadyRequest) Reset() {
+	*x = ReadyRequest{}
+	mi := &file_coordinator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadyRequest) ProtoMessage() {}
+
+func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadyRequest.ProtoReflect.Descriptor instead.
+func (*ReadyRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReadyRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ReadyRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *ReadyRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ReadyResponse answers once every founder reported success, or at the
+// first failure reported.
+type ReadyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"` // empty: the group is created; else why it is not, the same for every founder
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadyResponse) Reset() {
+	*x = ReadyResponse{}
+	mi := &file_coordinator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadyResponse) ProtoMessage() {}
+
+func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadyResponse.ProtoReflect.Descriptor instead.
+func (*ReadyResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadyResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // LeaveRequest: the rank destroyed its group.
 type LeaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -962,7 +1071,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1083,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1096,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaveRequest) GetGroupId() string {
@@ -1019,7 +1128,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1140,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1153,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 var File_coordinator_proto protoreflect.FileDescriptor
@@ -1125,14 +1234,21 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\adropped\x18\x03 \x03(\x05R\adropped\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12(\n" +
-	"\x04view\x18\x05 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\"O\n" +
+	"\x04view\x18\x05 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\"S\n" +
+	"\fReadyRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"%\n" +
+	"\rReadyResponse\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"O\n" +
 	"\fLeaveRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x10\n" +
 	"\x03gen\x18\x03 \x01(\x04R\x03gen\"\x0f\n" +
-	"\rLeaveResponse2\xb7\x03\n" +
+	"\rLeaveResponse2\xfd\x03\n" +
 	"\vCoordinator\x12A\n" +
-	"\x04Join\x12\x1b.mooncake.pg.v1.JoinRequest\x1a\x1c.mooncake.pg.v1.JoinResponse\x12A\n" +
+	"\x04Join\x12\x1b.mooncake.pg.v1.JoinRequest\x1a\x1c.mooncake.pg.v1.JoinResponse\x12D\n" +
+	"\x05Ready\x12\x1c.mooncake.pg.v1.ReadyRequest\x1a\x1d.mooncake.pg.v1.ReadyResponse\x12A\n" +
 	"\x04Sync\x12\x1b.mooncake.pg.v1.SyncRequest\x1a\x1c.mooncake.pg.v1.SyncResponse\x12D\n" +
 	"\x05Watch\x12\x1c.mooncake.pg.v1.WatchRequest\x1a\x1d.mooncake.pg.v1.WatchResponse\x12J\n" +
 	"\aConfirm\x12\x1e.mooncake.pg.v1.ConfirmRequest\x1a\x1f.mooncake.pg.v1.ConfirmResponse\x12J\n" +
@@ -1151,7 +1267,7 @@ func file_coordinator_proto_rawDescGZIP() []byte {
 	return file_coordinator_proto_rawDescData
 }
 
-var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_coordinator_proto_goTypes = []any{
 	(*Endpoint)(nil),        // 0: mooncake.pg.v1.Endpoint
 	(*JoinRequest)(nil),     // 1: mooncake.pg.v1.JoinRequest
@@ -1165,8 +1281,10 @@ var file_coordinator_proto_goTypes = []any{
 	(*ConfirmResponse)(nil), // 9: mooncake.pg.v1.ConfirmResponse
 	(*ProposeRequest)(nil),  // 10: mooncake.pg.v1.ProposeRequest
 	(*ProposeResponse)(nil), // 11: mooncake.pg.v1.ProposeResponse
-	(*LeaveRequest)(nil),    // 12: mooncake.pg.v1.LeaveRequest
-	(*LeaveResponse)(nil),   // 13: mooncake.pg.v1.LeaveResponse
+	(*ReadyRequest)(nil),    // 12: mooncake.pg.v1.ReadyRequest
+	(*ReadyResponse)(nil),   // 13: mooncake.pg.v1.ReadyResponse
+	(*LeaveRequest)(nil),    // 14: mooncake.pg.v1.LeaveRequest
+	(*LeaveResponse)(nil),   // 15: mooncake.pg.v1.LeaveResponse
 }
 var file_coordinator_proto_depIdxs = []int32{
 	0,  // 0: mooncake.pg.v1.JoinRequest.endpoint:type_name -> mooncake.pg.v1.Endpoint
@@ -1178,19 +1296,21 @@ var file_coordinator_proto_depIdxs = []int32{
 	3,  // 6: mooncake.pg.v1.ConfirmResponse.view:type_name -> mooncake.pg.v1.View
 	3,  // 7: mooncake.pg.v1.ProposeResponse.view:type_name -> mooncake.pg.v1.View
 	1,  // 8: mooncake.pg.v1.Coordinator.Join:input_type -> mooncake.pg.v1.JoinRequest
-	4,  // 9: mooncake.pg.v1.Coordinator.Sync:input_type -> mooncake.pg.v1.SyncRequest
-	6,  // 10: mooncake.pg.v1.Coordinator.Watch:input_type -> mooncake.pg.v1.WatchRequest
-	8,  // 11: mooncake.pg.v1.Coordinator.Confirm:input_type -> mooncake.pg.v1.ConfirmRequest
-	10, // 12: mooncake.pg.v1.Coordinator.Propose:input_type -> mooncake.pg.v1.ProposeRequest
-	12, // 13: mooncake.pg.v1.Coordinator.Leave:input_type -> mooncake.pg.v1.LeaveRequest
-	2,  // 14: mooncake.pg.v1.Coordinator.Join:output_type -> mooncake.pg.v1.JoinResponse
-	5,  // 15: mooncake.pg.v1.Coordinator.Sync:output_type -> mooncake.pg.v1.SyncResponse
-	7,  // 16: mooncake.pg.v1.Coordinator.Watch:output_type -> mooncake.pg.v1.WatchResponse
-	9,  // 17: mooncake.pg.v1.Coordinator.Confirm:output_type -> mooncake.pg.v1.ConfirmResponse
-	11, // 18: mooncake.pg.v1.Coordinator.Propose:output_type -> mooncake.pg.v1.ProposeResponse
-	13, // 19: mooncake.pg.v1.Coordinator.Leave:output_type -> mooncake.pg.v1.LeaveResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
+	12, // 9: mooncake.pg.v1.Coordinator.Ready:input_type -> mooncake.pg.v1.ReadyRequest
+	4,  // 10: mooncake.pg.v1.Coordinator.Sync:input_type -> mooncake.pg.v1.SyncRequest
+	6,  // 11: mooncake.pg.v1.Coordinator.Watch:input_type -> mooncake.pg.v1.WatchRequest
+	8,  // 12: mooncake.pg.v1.Coordinator.Confirm:input_type -> mooncake.pg.v1.ConfirmRequest
+	10, // 13: mooncake.pg.v1.Coordinator.Propose:input_type -> mooncake.pg.v1.ProposeRequest
+	14, // 14: mooncake.pg.v1.Coordinator.Leave:input_type -> mooncake.pg.v1.LeaveRequest
+	2,  // 15: mooncake.pg.v1.Coordinator.Join:output_type -> mooncake.pg.v1.JoinResponse
+	13, // 16: mooncake.pg.v1.Coordinator.Ready:output_type -> mooncake.pg.v1.ReadyResponse
+	5,  // 17: mooncake.pg.v1.Coordinator.Sync:output_type -> mooncake.pg.v1.SyncResponse
+	7,  // 18: mooncake.pg.v1.Coordinator.Watch:output_type -> mooncake.pg.v1.WatchResponse
+	9,  // 19: mooncake.pg.v1.Coordinator.Confirm:output_type -> mooncake.pg.v1.ConfirmResponse
+	11, // 20: mooncake.pg.v1.Coordinator.Propose:output_type -> mooncake.pg.v1.ProposeResponse
+	15, // 21: mooncake.pg.v1.Coordinator.Leave:output_type -> mooncake.pg.v1.LeaveResponse
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1207,7 +1327,7 @@ func file_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_proto_rawDesc), len(file_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

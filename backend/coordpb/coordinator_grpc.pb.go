@@ -28,6 +28,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Coordinator_Join_FullMethodName    = "/mooncake.pg.v1.Coordinator/Join"
+	Coordinator_Ready_FullMethodName   = "/mooncake.pg.v1.Coordinator/Ready"
 	Coordinator_Sync_FullMethodName    = "/mooncake.pg.v1.Coordinator/Sync"
 	Coordinator_Watch_FullMethodName   = "/mooncake.pg.v1.Coordinator/Watch"
 	Coordinator_Confirm_FullMethodName = "/mooncake.pg.v1.Coordinator/Confirm"
@@ -42,6 +43,9 @@ type CoordinatorClient interface {
 	// Join founds the group with the other founders (blocking until all
 	// joined) or, with extension, attaches to it.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// Ready reports a founder's set-up after Join and answers when every
+	// founder succeeded or one failed (group creation is all or nothing).
+	Ready(ctx context.Context, in *ReadyRequest, opts ...grpc.CallOption) (*ReadyResponse, error)
 	// Sync joins (or opens) the group's reconciliation window and answers
 	// when it closes (spec/pg.md §3.6; backend/membership.go).
 	Sync(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*SyncResponse, error)
@@ -67,6 +71,16 @@ func (c *coordinatorClient) Join(ctx context.Context, in *JoinRequest, opts ...g
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(JoinResponse)
 	err := c.cc.Invoke(ctx, Coordinator_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Ready(ctx context.Context, in *ReadyRequest, opts ...grpc.CallOption) (*ReadyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadyResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Ready_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +144,9 @@ type CoordinatorServer interface {
 	// Join founds the group with the other founders (blocking until all
 	// joined) or, with extension, attaches to it.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// Ready reports a founder's set-up after Join and answers when every
+	// founder succeeded or one failed (group creation is all or nothing).
+	Ready(context.Context, *ReadyRequest) (*ReadyResponse, error)
 	// Sync joins (or opens) the group's reconciliation window and answers
 	// when it closes (spec/pg.md §3.6; backend/membership.go).
 	Sync(context.Context, *SyncRequest) (*SyncResponse, error)
@@ -153,6 +170,9 @@ type UnimplementedCoordinatorServer struct{}
 
 func (UnimplementedCoordinatorServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedCoordinatorServer) Ready(context.Context, *ReadyRequest) (*ReadyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Ready not implemented")
 }
 func (UnimplementedCoordinatorServer) Sync(context.Context, *SyncRequest) (*SyncResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Sync not implemented")
@@ -204,6 +224,24 @@ func _Coordinator_Join_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).Join(ctx, req.(*JoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Ready_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Ready(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Ready_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Ready(ctx, req.(*ReadyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -308,6 +346,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Coordinator_Join_Handler,
+		},
+		{
+			MethodName: "Ready",
+			Handler:    _Coordinator_Ready_Handler,
 		},
 		{
 			MethodName: "Sync",

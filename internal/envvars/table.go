@@ -61,6 +61,8 @@ var (
 	StoreHotMaxAgeMs = &Var{Name: "MC_STORE_LOCAL_HOT_MAX_AGE_MS", Kind: Int, Min: 0, Default: "5000",
 		ReadBy: "kvstore/hotcache", Doc: "hot cache entries older than this are not served (bounds staleness for writes made elsewhere); 0 no bound"}
 
+	PGHostIP = &Var{Name: "MC_PG_HOST_IP", Kind: IP, Default: "local address of the route to MASTER_ADDR, 127.0.0.1 without MASTER_ADDR",
+		ReadBy: "backend", Doc: "address a rank's engine and the coordinator it starts listen on and publish to the other ranks (mooncake.pg.set_host_ip overrides)"}
 	PGInitTimeout = &Var{Name: "MC_PG_INIT_TIMEOUT", Kind: Seconds, Min: 0.001, Default: "300",
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
 	PGCoordinator = &Var{Name: "MC_PG_COORDINATOR", Kind: Text, Default: "process if mooncake_pg_coordinator is installed beside libmooncake.so, else inprocess",
@@ -126,7 +128,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreTwoPhasePut, StoreChecksum, StoreTenantToken,
 	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGAllToAllAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
+	PGHostIP, PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGAllToAllAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,
@@ -134,8 +136,8 @@ var All = []*Var{
 
 	{Name: "MOONCAKE_LIB", Kind: File, Default: "the installed libmooncake.so",
 		ReadBy: "python", Doc: "path of the libmooncake.so the Python package loads"},
-	{Name: "MOONCAKE_EP_LOCAL_HOSTNAME", Kind: Text, Default: "127.0.0.1",
-		ReadBy: "python", Doc: "address peers reach an EP Buffer's engine at"},
+	{Name: "MOONCAKE_EP_LOCAL_HOSTNAME", Kind: Text, Default: "local address of the route to MASTER_ADDR, 127.0.0.1 without MASTER_ADDR",
+		ReadBy: "python, ep", Doc: "address peers reach an EP Buffer's engine at (loopback or wildcard with a non-loopback MASTER_ADDR is refused)"},
 	{Name: "MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", Kind: Enum, Values: []string{"0", "1"}, Default: "1",
 		ReadBy: "torch_plugin", Doc: "0 turns off excluding failed ranks automatically (any other value turns it on)"},
 	{Name: "MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", Kind: Enum, Values: []string{"0", "1"}, Default: "1",

@@ -276,7 +276,8 @@ class Buffer:
         self.group_size = dist.get_world_size(group)
         self.num_ep_buffer_bytes = int(num_ep_buffer_bytes)
         self.disable_p2p = bool(disable_p2p)
-        host = os.environ.get("MOONCAKE_EP_LOCAL_HOSTNAME", "127.0.0.1")
+        # "" lets the runtime choose the address of the route to MASTER_ADDR.
+        host = os.environ.get("MOONCAKE_EP_LOCAL_HOSTNAME", "").strip()
         err = ctypes.c_void_p()
         self._h = _lib_ep().mc_ep_buffer_create(
             self.rank,

@@ -1,0 +1,106 @@
+"""One rank of a collectives run across the rig's hosts (test_cluster_pg.py).
+
+Run on a host with only what torchrun gives a rank: MASTER_ADDR,
+MASTER_PORT, RANK, WORLD_SIZE. ``pg_node.py CASE`` initialises the default
+group with backend "mooncake" through env://, runs the case, destroys the
+group and exits 0; a case fails by raising. Cases:
+
+* ``ops``: every collective and send/recv once, each checked exactly, and
+  checked to have succeeded on this rank with no rank failed.
+* ``init``: initialise only; print the error and exit 3 if it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def _done(w) -> None:
+    """Wait for w; it must have succeeded here with no rank failed."""
+    from mooncake import pg
+
+    w.wait()
+    hint = pg.get_failed_ranks_hint(w).tolist()
+    assert pg.get_local_success(w) and not any(hint), hint
+
+
+def case_ops(rank: int, world: int) -> None:
+    from mooncake import pg
+
+    n = 1000  # not a multiple of the world size: uneven chunks where there are any
+    x = torch.arange(n, dtype=torch.float64) + rank * n
+    _done(dist.all_reduce(x, async_op=True))
+    want = sum(torch.arange(n, dtype=torch.float64) + r * n for r in range(world))
+    assert torch.equal(x, want), "all_reduce"
+
+    outs = [torch.full((n,), -1, dtype=torch.int64) for _ in range(world)]
+    _done(dist.all_gather(outs, torch.arange(n, dtype=torch.int64) * (rank + 1), async_op=True))
+    for r, t in enumerate(outs):
+        assert torch.equal(t, torch.arange(n, dtype=torch.int64) * (r + 1)), f"all_gather from {r}"
+
+    for src in range(world):
+        b = torch.full((n,), float(rank)) if rank != src else torch.arange(n, dtype=torch.float32)
+        _done(dist.broadcast(b, src=src, async_op=True))
+        assert torch.equal(b, torch.arange(n, dtype=torch.float32)), f"broadcast from {src}"
+
+    chunk = 257
+    ins = [torch.full((chunk,), float(10 * rank + j)) for j in range(world)]
+    out = torch.full((chunk,), -1.0)
+    _done(dist.reduce_scatter(out, ins, async_op=True))
+    want_rs = float(sum(10 * r + rank for r in range(world)))
+    assert torch.equal(out, torch.full((chunk,), want_rs)), "reduce_scatter"
+
+    send = [torch.full((chunk + j,), float(100 * rank + j)) for j in range(world)]
+    recv = [torch.full((chunk + rank,), -1.0) for _ in range(world)]
+    _done(dist.all_to_all(recv, send, async_op=True))
+    for r, t in enumerate(recv):
+        assert torch.equal(t, torch.full((chunk + rank,), float(100 * r + rank))), f"all_to_all {r}"
+
+    # send/recv around the ring, 1 MiB + 3 bytes so a message spans slots
+    m = (1 << 20) + 3
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+
+    def pattern(r: int) -> torch.Tensor:
+        return ((torch.arange(m) * 7 + r) % 251).to(torch.uint8)
+
+    got = torch.zeros(m, dtype=torch.uint8)
+    if rank % 2 == 0:
+        _done(dist.isend(pattern(rank), nxt))
+        _done(dist.irecv(got, prv))
+    else:
+        _done(dist.irecv(got, prv))
+        _done(dist.isend(pattern(rank), nxt))
+    assert torch.equal(got, pattern(prv)), "send/recv"
+
+    _done(dist.barrier(async_op=True))
+    assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1] * world
+
+
+def main() -> int:
+    case = sys.argv[1]
+    from mooncake import pg  # noqa: F401  (registers the backend)
+
+    try:
+        dist.init_process_group(backend="mooncake", init_method="env://")
+    except Exception as e:  # noqa: BLE001
+        if case == "init":
+            print(f"INIT FAILED: {e}", flush=True)
+            return 3
+        raise
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        assert rank == int(os.environ["RANK"])
+        if case == "ops":
+            case_ops(rank, world)
+        print(f"rank {rank} ok", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The Transfer Engine across the rig's hosts: a target on one host, an
+initiator on another, P2P metadata (each names itself by its host's
+address); writes and reads land byte for byte, and the peers cannot have
+used shared memory (their hosts differ)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import rig
+
+from te_peer import Peer, pattern
+
+# Odd sizes at odd offsets, across the TCP slice size (4 MiB).
+SIZES = [1, 4099, (1 << 20) + 7, (5 << 20) + 3]
+BUF = 8 << 20
+WRITE, READ = 1, 0
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with rig.Cluster(2) as c:
+        yield c
+
+
+def sha(b: bytes | bytearray) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def test_write_and_read_between_hosts(cluster):
+    a, b = cluster[0], cluster[1]
+    target = Peer("P2PHANDSHAKE", hostname=a.addr, size=BUF, seed=11, popen=a.popen)
+    init = Peer("P2PHANDSHAKE", hostname=b.addr, size=BUF, seed=22, popen=b.popen)
+    try:
+        assert target.segment.startswith(a.addr + ":") and init.segment.startswith(b.addr + ":")
+        mem_t, mem_i = bytearray(pattern(11, BUF)), bytearray(pattern(22, BUF))
+        off_i, off_t = 5, 11
+        for n in SIZES:
+            # write init[off_i:+n] -> target[off_t:+n]
+            assert init.call("transfer_sync_write", target.segment, init.base + off_i,
+                             target.base + off_t, n) == 0, n
+            mem_t[off_t:off_t + n] = mem_i[off_i:off_i + n]
+            off_i, off_t = off_i + n + 13, off_t + n + 17
+        # a read back from elsewhere in the target
+        n = SIZES[-1]
+        src, dst = 3, BUF - n - 9
+        assert init.call("transfer_sync_read", target.segment, init.base + dst,
+                         target.base + src, n) == 0
+        mem_i[dst:dst + n] = mem_t[src:src + n]
+        assert target.sha256(0, BUF) == sha(mem_t), "target memory after the writes"
+        assert init.sha256(0, BUF) == sha(mem_i), "initiator memory after the read"
+    finally:
+        init.close()
+        target.close()
