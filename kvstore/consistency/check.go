@@ -21,6 +21,10 @@ type KeyResult struct {
 	Result porcupine.CheckResult
 	// Torn lists the reads of the key whose bytes were no write's.
 	Torn []porcupine.Operation
+	// BesidesTorn is the verdict on the history with the torn reads
+	// taken as reads that tell nothing: Illegal when something else is
+	// wrong too (porcupine stops at the first failure).
+	BesidesTorn porcupine.CheckResult
 	// Explanation shows where the history fails: the longest order of
 	// operations the model accepts, then the operations none of those
 	// orders could place next (Illegal only).
@@ -36,15 +40,15 @@ type Report struct {
 	Keys []KeyResult
 }
 
-// Anomalies counts the keys whose history is not linearizable, plus the
-// torn reads (each an anomaly by itself).
+// Anomalies counts the torn reads (each an anomaly by itself) and the
+// keys whose history is not linearizable for another reason.
 func (r Report) Anomalies() int {
 	n := 0
 	for _, k := range r.Keys {
-		if k.Result == porcupine.Illegal {
+		n += len(k.Torn)
+		if k.BesidesTorn == porcupine.Illegal {
 			n++
 		}
-		n += len(k.Torn)
 	}
 	return n
 }
@@ -69,7 +73,11 @@ func (r Report) String() string {
 		if k.Result == porcupine.Ok && len(k.Torn) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "key %q: %s over %d operations\n", k.Key, k.Result, k.Ops)
+		fmt.Fprintf(&b, "key %q: %s over %d operations", k.Key, k.Result, k.Ops)
+		if len(k.Torn) > 0 {
+			fmt.Fprintf(&b, "; %d torn reads; without them: %s", len(k.Torn), k.BesidesTorn)
+		}
+		b.WriteString("\n")
 		for _, op := range k.Torn {
 			fmt.Fprintf(&b, "  torn read: %s [%v]\n", Model.DescribeOperation(op.Input, op.Output), op.Metadata)
 		}
@@ -101,6 +109,10 @@ func Check(records []Record, timeout time.Duration) (Report, error) {
 		}
 		var info porcupine.LinearizationInfo
 		k.Result, info = porcupine.CheckOperationsVerbose(Model, part, timeout)
+		k.BesidesTorn = k.Result
+		if len(k.Torn) > 0 && k.Result == porcupine.Illegal {
+			k.BesidesTorn = porcupine.CheckOperationsTimeout(Model, withoutTorn(part), timeout)
+		}
 		if k.Result == porcupine.Illegal {
 			k.Explanation = explain(part, info)
 			f, err := os.CreateTemp("", "mooncake-consistency-*.html")
@@ -117,6 +129,19 @@ func Check(records []Record, timeout time.Duration) (Report, error) {
 	}
 	sort.Slice(rep.Keys, func(i, j int) bool { return rep.Keys[i].Key < rep.Keys[j].Key })
 	return rep, nil
+}
+
+// withoutTorn is part with its torn reads turned into reads that tell
+// nothing.
+func withoutTorn(part []porcupine.Operation) []porcupine.Operation {
+	out := make([]porcupine.Operation, len(part))
+	for i, op := range part {
+		if o := op.Output.(Output); o.Torn != "" {
+			op.Output = Output{Unknown: true, Code: o.Code}
+		}
+		out[i] = op
+	}
+	return out
 }
 
 // explainTail is how many linearized operations the explanation shows

@@ -14,7 +14,8 @@
 // The model (Model) is what the store promises for one key: put stores a
 // value only where the key is absent (a put of an existing key succeeds and
 // changes nothing), upsert replaces it, remove deletes it, get returns the
-// current value and exist says whether there is one; batch operations are
+// current value and exist answering 1 says there is one (0 says nothing:
+// the store answers 0 while a write of the key is open); batch operations are
 // one operation per key. Outcomes the store documents as uncertain are part
 // of the model, not dropped from the history: a write that failed may or
 // may not have taken effect (it stays open until the end of the history, as

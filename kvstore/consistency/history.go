@@ -78,6 +78,8 @@ const (
 	codeOK                 = 0
 	codeObjectNotFound     = -704
 	codeObjectAlreadyThere = -705
+	codeObjectHasLease     = -706
+	codeReplicaNotReady    = -703
 )
 
 // Now is the CLOCK_MONOTONIC time in ns: one clock for all processes of
@@ -204,7 +206,11 @@ func uncertain(k OpKind, res Result) bool {
 	case Upsert:
 		return res.Code != codeOK
 	case Remove:
-		return res.Code != codeOK && res.Code != codeObjectNotFound
+		switch res.Code {
+		case codeOK, codeObjectNotFound, codeObjectHasLease, codeReplicaNotReady:
+			return false // the master answered: done, or refused
+		}
+		return true
 	case Get:
 		return res.Torn == "" && res.Code != codeOK && res.Code != codeObjectNotFound
 	case Exist:

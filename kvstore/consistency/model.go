@@ -50,10 +50,14 @@ func step(cur ValueID, in Input, out Output) (bool, ValueID) {
 		if out.Unknown {
 			return true, ValueID{}
 		}
-		if out.Code == codeObjectNotFound {
+		switch out.Code {
+		case codeObjectNotFound:
 			return cur.IsZero(), cur
+		case codeOK:
+			return !cur.IsZero(), ValueID{}
 		}
-		return !cur.IsZero(), ValueID{}
+		// OBJECT_HAS_LEASE, REPLICA_IS_NOT_READY: refused, nothing changed.
+		return true, cur
 	case Get:
 		switch {
 		case out.Unknown:
@@ -70,7 +74,9 @@ func step(cur ValueID, in Input, out Output) (bool, ValueID) {
 		case out.Code == 1:
 			return !cur.IsZero(), cur
 		default:
-			return cur.IsZero(), cur
+			// 0 is "absent, or a write of the key is open": an
+			// upsert hides the value it replaces until it ends.
+			return true, cur
 		}
 	}
 	return false, cur

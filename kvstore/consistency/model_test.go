@@ -72,6 +72,7 @@ func TestModelAcceptsLinearizableHistories(t *testing.T) {
 			h.do(1, 4, Remove, "a", ValueID{}, ok)
 			h.do(2, 5, Get, "a", ValueID{}, notFound)
 			h.do(2, 6, Exist, "a", ValueID{}, Result{Code: 0})
+			h.do(1, 6, Remove, "a", ValueID{}, Result{Code: codeObjectHasLease})
 			h.do(1, 5, Remove, "a", ValueID{}, notFound)
 		},
 		"concurrent upsert: either order": func(h *history) {
@@ -100,6 +101,7 @@ func TestModelAcceptsLinearizableHistories(t *testing.T) {
 			h.do(2, 1, Get, "a", ValueID{}, Result{Code: -707}) // LEASE_EXPIRED
 			h.do(2, 2, Get, "a", ValueID{}, Result{Code: -703}) // REPLICA_IS_NOT_READY
 			h.do(2, 3, Exist, "a", ValueID{}, rpcFail)
+			h.do(2, 4, Exist, "a", ValueID{}, Result{Code: 0}) // a write may be open
 		},
 		"batch: one operation per key": func(h *history) {
 			h.call(1, 1, BatchPut, []string{"a", "b"}, v(1, 1), v(1, 2))
@@ -147,6 +149,11 @@ func TestModelFlagsAnomalies(t *testing.T) {
 			h.do(1, 1, Upsert, "a", v(1, 1), ok)
 			h.do(2, 1, Get, "a", ValueID{}, Result{Torn: "checksum mismatch"})
 		},
+		"torn read and a lost write": func(h *history) {
+			h.do(1, 1, Upsert, "a", v(1, 1), ok)
+			h.do(2, 1, Get, "a", ValueID{}, Result{Torn: "checksum mismatch"})
+			h.do(2, 2, Get, "a", ValueID{}, notFound)
+		},
 		"batch key lost": func(h *history) {
 			h.call(1, 1, BatchPut, []string{"a", "b"}, v(1, 1), v(1, 2))
 			h.ret(1, 1, ok, ok)
@@ -166,6 +173,12 @@ func TestModelFlagsAnomalies(t *testing.T) {
 				t.Fatalf("report lacks the failing point or the visualization:\n%s", s)
 			}
 			for _, k := range rep.Keys {
+				if name == "torn read" && (k.BesidesTorn != porcupine.Ok || len(k.Torn) != 1 || rep.Anomalies() != 1) {
+					t.Fatalf("torn read alone: %d torn, besides them %s, %d anomalies", len(k.Torn), k.BesidesTorn, rep.Anomalies())
+				}
+				if name == "torn read and a lost write" && (k.BesidesTorn != porcupine.Illegal || rep.Anomalies() != 2) {
+					t.Fatalf("torn read and a lost write: besides the torn read %s, %d anomalies", k.BesidesTorn, rep.Anomalies())
+				}
 				if k.Result == porcupine.Illegal {
 					if st, err := os.Stat(k.Visualization); err != nil || st.Size() == 0 {
 						t.Fatalf("visualization %q: %v", k.Visualization, err)
