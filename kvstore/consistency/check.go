@@ -19,12 +19,12 @@ type KeyResult struct {
 	// Result is porcupine's: Ok, Illegal (not linearizable) or Unknown
 	// (the check ran out of time).
 	Result porcupine.CheckResult
-	// Torn lists the reads of the key whose bytes were no write's.
+	// Torn lists the reads of the key whose bytes were no write's (each
+	// an anomaly; Result is the verdict on the rest).
 	Torn []porcupine.Operation
-	// BesidesTorn is the verdict on the history with the torn reads
-	// taken as reads that tell nothing: Illegal when something else is
-	// wrong too (porcupine stops at the first failure).
-	BesidesTorn porcupine.CheckResult
+	// TornContext shows, for each torn read, the operations on the key
+	// that overlapped it.
+	TornContext []string
 	// Explanation shows where the history fails: the longest order of
 	// operations the model accepts, then the operations none of those
 	// orders could place next (Illegal only).
@@ -41,12 +41,12 @@ type Report struct {
 }
 
 // Anomalies counts the torn reads (each an anomaly by itself) and the
-// keys whose history is not linearizable for another reason.
+// keys whose history is not linearizable.
 func (r Report) Anomalies() int {
 	n := 0
 	for _, k := range r.Keys {
 		n += len(k.Torn)
-		if k.BesidesTorn == porcupine.Illegal {
+		if k.Result == porcupine.Illegal {
 			n++
 		}
 	}
@@ -73,13 +73,9 @@ func (r Report) String() string {
 		if k.Result == porcupine.Ok && len(k.Torn) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "key %q: %s over %d operations", k.Key, k.Result, k.Ops)
-		if len(k.Torn) > 0 {
-			fmt.Fprintf(&b, "; %d torn reads; without them: %s", len(k.Torn), k.BesidesTorn)
-		}
-		b.WriteString("\n")
-		for _, op := range k.Torn {
-			fmt.Fprintf(&b, "  torn read: %s [%v]\n", Model.DescribeOperation(op.Input, op.Output), op.Metadata)
+		fmt.Fprintf(&b, "key %q: %s over %d operations, %d torn reads\n", k.Key, k.Result, k.Ops, len(k.Torn))
+		for _, c := range k.TornContext {
+			b.WriteString(c)
 		}
 		if k.Explanation != "" {
 			b.WriteString(k.Explanation)
@@ -107,14 +103,15 @@ func Check(records []Record, timeout time.Duration) (Report, error) {
 				k.Torn = append(k.Torn, op)
 			}
 		}
+		for _, op := range k.Torn {
+			k.TornContext = append(k.TornContext, tornContext(part, op))
+		}
 		var info porcupine.LinearizationInfo
 		k.Result, info = porcupine.CheckOperationsVerbose(Model, part, timeout)
-		k.BesidesTorn = k.Result
-		if len(k.Torn) > 0 && k.Result == porcupine.Illegal {
-			k.BesidesTorn = porcupine.CheckOperationsTimeout(Model, withoutTorn(part), timeout)
-		}
 		if k.Result == porcupine.Illegal {
 			k.Explanation = explain(part, info)
+		}
+		if k.Result == porcupine.Illegal || (k.Result == porcupine.Ok && len(k.Torn) > 0) {
 			f, err := os.CreateTemp("", "mooncake-consistency-*.html")
 			if err != nil {
 				return rep, err
@@ -131,18 +128,23 @@ func Check(records []Record, timeout time.Duration) (Report, error) {
 	return rep, nil
 }
 
-// withoutTorn is part with its torn reads turned into reads that tell
-// nothing.
-func withoutTorn(part []porcupine.Operation) []porcupine.Operation {
-	out := make([]porcupine.Operation, len(part))
-	for i, op := range part {
-		if o := op.Output.(Output); o.Torn != "" {
-			op.Output = Output{Unknown: true, Code: o.Code}
+// tornContext describes a torn read and the operations on its key that
+// overlapped it or returned shortly (tornWindow) before it was called.
+func tornContext(part []porcupine.Operation, torn porcupine.Operation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  torn read: %s  [%s %s]\n", Model.DescribeOperation(torn.Input, torn.Output), torn.Metadata, span(torn))
+	b.WriteString("    beside it:\n")
+	for _, op := range part {
+		if op.Metadata != torn.Metadata && op.Call <= torn.Return && op.Return >= torn.Call-tornWindow {
+			fmt.Fprintf(&b, "      %s  [%s %s]\n", Model.DescribeOperation(op.Input, op.Output), op.Metadata, span(op))
 		}
-		out[i] = op
 	}
-	return out
+	return b.String()
 }
+
+// tornWindow is how long before a torn read the operations that returned
+// are still shown beside it.
+const tornWindow = int64(5 * time.Millisecond)
 
 // explainTail is how many linearized operations the explanation shows
 // before the point where the history fails.

@@ -148,7 +148,7 @@ func startCluster(t *testing.T, masters, storage int) *cluster {
 			"--enable_metric_reporting=false",
 			// Short read leases, so that removes are not refused most
 			// of the time (a remove is not forced).
-			"--default_kv_lease_ttl=200"}}
+			"--default_kv_lease_ttl=50"}}
 		c.masters = append(c.masters, p)
 		c.addrs = append(c.addrs, addr)
 		p.start(t, false)

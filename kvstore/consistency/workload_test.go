@@ -104,14 +104,18 @@ func runStorage() int {
 // worker runs random operations and writes every call and return as a
 // Record line on stdout.
 type worker struct {
-	id    int
-	c     *client.Client
-	rng   *rand.Rand
-	out   *bufio.Writer
-	op    uint64
-	seq   uint32
-	wbufs [maxBatch][]byte
-	rbufs [maxBatch][]byte
+	id int
+	// cautious is set by a write that failed: until the master answers
+	// again, the worker only reads, so that an outage leaves one open
+	// write per worker in the history, not one per attempt.
+	cautious bool
+	c        *client.Client
+	rng      *rand.Rand
+	out      *bufio.Writer
+	op       uint64
+	seq      uint32
+	wbufs    [maxBatch][]byte
+	rbufs    [maxBatch][]byte
 }
 
 func runWorker() int {
@@ -150,6 +154,11 @@ func runWorker() int {
 // step runs one random operation; it reports whether the master answered
 // it.
 func (w *worker) step() bool {
+	if w.cautious {
+		answered := w.get(Get, w.keys(1))
+		w.cautious = !answered
+		return answered
+	}
 	r := w.rng.Float64()
 	switch {
 	case r < 0.12:
@@ -240,7 +249,9 @@ func (w *worker) write(kind OpKind, ks []keySpec) bool {
 	for i, err := range errs {
 		res[i].Code = int(kvstore.CodeOf(err))
 	}
-	return w.ret(op, res)
+	answered := w.ret(op, res)
+	w.cautious = !answered
+	return answered
 }
 
 // get reads each key and decodes what it read (kind Get or BatchGet).
