@@ -24,8 +24,17 @@ const (
 	summaryEnv = "CONSISTENCY_SUMMARY"
 )
 
-// workers is how many worker processes run operations.
-const workers = 3
+// workload is what the worker processes run: how many there are, and
+// environment that narrows their keys or operations (workload_test.go).
+type workload struct {
+	workers int
+	env     []string
+	// run is how long a history without faults runs (at least 3 s).
+	run time.Duration
+}
+
+// fullWorkload is three workers running every operation on every key.
+var fullWorkload = workload{workers: 3}
 
 // quiet is how long the workload runs between faults.
 const quiet = 1500 * time.Millisecond
@@ -88,12 +97,23 @@ func killEtcd(c *cluster, _ *rand.Rand) string {
 	return fmt.Sprintf("kill -9 etcd, restarted on its data after 2 s; master%d leads", l)
 }
 
-func TestConsistencyNoFault(t *testing.T)         { checkUnder(t, "none", nil) }
-func TestConsistencyKillLeader(t *testing.T)      { checkUnder(t, "kill-leader", killLeader) }
-func TestConsistencyStopLeader(t *testing.T)      { checkUnder(t, "stop-leader", stopLeader) }
-func TestConsistencyKillStandby(t *testing.T)     { checkUnder(t, "kill-standby", killStandby) }
-func TestConsistencyStopStorage(t *testing.T)     { checkUnder(t, "stop-storage", stopStorage) }
-func TestConsistencyKillRestartEtcd(t *testing.T) { checkUnder(t, "kill-etcd", killEtcd) }
+// TestConsistencySameSizeUpsert is a no-fault workload of upserts and
+// gets on one key whose values always have the same size (256 KiB), so
+// that gets often meet an upsert in place.
+func TestConsistencySameSizeUpsert(t *testing.T) {
+	checkUnder(t, "same-size", nil, workload{workers: 5, env: []string{envKeys + "=same-256k", envOps + "=upsert,get,get"}, run: 8 * time.Second})
+}
+
+func TestConsistencyNoFault(t *testing.T)    { checkUnder(t, "none", nil, fullWorkload) }
+func TestConsistencyKillLeader(t *testing.T) { checkUnder(t, "kill-leader", killLeader, fullWorkload) }
+func TestConsistencyStopLeader(t *testing.T) { checkUnder(t, "stop-leader", stopLeader, fullWorkload) }
+func TestConsistencyKillStandby(t *testing.T) {
+	checkUnder(t, "kill-standby", killStandby, fullWorkload)
+}
+func TestConsistencyStopStorage(t *testing.T) {
+	checkUnder(t, "stop-storage", stopStorage, fullWorkload)
+}
+func TestConsistencyKillRestartEtcd(t *testing.T) { checkUnder(t, "kill-etcd", killEtcd, fullWorkload) }
 
 // runningWorker is a worker process and the history it streams.
 type runningWorker struct {
@@ -105,7 +125,7 @@ type runningWorker struct {
 // checkUnder runs the workload on a fresh cluster while nem injects its
 // fault (once, or for longEnv seconds again and again), then checks the
 // history key by key.
-func checkUnder(t *testing.T, name string, nem nemesis) {
+func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 	long := time.Duration(0)
 	if s := os.Getenv(longEnv); s != "" {
 		n, err := strconv.Atoi(s)
@@ -119,11 +139,11 @@ func checkUnder(t *testing.T, name string, nem nemesis) {
 	t.Logf("nemesis %s, workload seed %d", name, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	ws := make([]*runningWorker, workers)
+	ws := make([]*runningWorker, wl.workers)
 	for i := range ws {
 		w := &runningWorker{done: make(chan struct{})}
 		w.p = c.clientProc(fmt.Sprintf("worker%d", i+1), "worker",
-			[]string{envWorker + "=" + strconv.Itoa(i+1), envSeed + "=" + strconv.FormatUint(seed, 10)})
+			append([]string{envWorker + "=" + strconv.Itoa(i+1), envSeed + "=" + strconv.FormatUint(seed, 10)}, wl.env...))
 		w.p.start(t, true)
 		out := bufio.NewReaderSize(w.p.stdout, 1<<16)
 		c.waitReady(w.p, out)
@@ -143,7 +163,7 @@ func checkUnder(t *testing.T, name string, nem nemesis) {
 		}
 	}
 	if nem == nil {
-		time.Sleep(max(long, 3*time.Second))
+		time.Sleep(max(long, wl.run, 3*time.Second))
 	}
 	for _, w := range ws {
 		w.p.stdin.Close()

@@ -7,7 +7,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,8 @@ const (
 	envMeta   = "MC_CONSISTENCY_METADATA" // the TE metadata server
 	envWorker = "MC_CONSISTENCY_WORKER"   // worker number, from 1
 	envSeed   = "MC_CONSISTENCY_SEED"
+	envKeys   = "MC_CONSISTENCY_KEYS" // names from workloadKeys, comma-separated; all when unset
+	envOps    = "MC_CONSISTENCY_OPS"  // OpKinds drawn uniformly, comma-separated; opMix when unset
 )
 
 // keySpec is one key of the workload and the sizes its values take: a key
@@ -109,6 +113,8 @@ type worker struct {
 	// again, the worker only reads, so that an outage leaves one open
 	// write per worker in the history, not one per attempt.
 	cautious bool
+	keySet   []keySpec // the keys it uses
+	ops      []OpKind  // set from envOps
 	c        *client.Client
 	rng      *rand.Rand
 	out      *bufio.Writer
@@ -128,7 +134,24 @@ func runWorker() int {
 		return 1
 	}
 	defer c.Close()
-	w := &worker{id: id, c: c, rng: rand.New(rand.NewPCG(seed, uint64(id))), out: bufio.NewWriter(os.Stdout)}
+	w := &worker{id: id, c: c, rng: rand.New(rand.NewPCG(seed, uint64(id))), out: bufio.NewWriter(os.Stdout), keySet: workloadKeys}
+	if names := os.Getenv(envKeys); names != "" {
+		w.keySet = nil
+		for _, k := range workloadKeys {
+			if slices.Contains(strings.Split(names, ","), k.name) {
+				w.keySet = append(w.keySet, k)
+			}
+		}
+		if len(w.keySet) == 0 {
+			fmt.Fprintf(os.Stderr, "%s=%q names no key\n", envKeys, names)
+			return 1
+		}
+	}
+	if kinds := os.Getenv(envOps); kinds != "" {
+		for _, k := range strings.Split(kinds, ",") {
+			w.ops = append(w.ops, OpKind(k))
+		}
+	}
 	for i := range maxBatch {
 		// mmap'd, not Go heap: the transfer engine writes into it.
 		if w.wbufs[i], err = unix.Mmap(-1, 0, maxValue, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE); err != nil {
@@ -159,31 +182,51 @@ func (w *worker) step() bool {
 		w.cautious = !answered
 		return answered
 	}
-	r := w.rng.Float64()
-	switch {
-	case r < 0.12:
-		return w.write(Put, w.keys(1))
-	case r < 0.42:
-		return w.write(Upsert, w.keys(1))
-	case r < 0.70:
+	kind := w.pick()
+	switch kind {
+	case Put, Upsert:
+		return w.write(kind, w.keys(1))
+	case Get:
 		return w.get(Get, w.keys(1))
-	case r < 0.78:
+	case Remove:
 		return w.remove(w.keys(1)[0])
-	case r < 0.86:
+	case Exist:
 		return w.exist(w.keys(1)[0])
-	case r < 0.93:
+	case BatchPut:
 		return w.write(BatchPut, w.keys(2+w.rng.IntN(maxBatch-1)))
 	default:
 		return w.get(BatchGet, w.keys(2+w.rng.IntN(maxBatch-1)))
 	}
 }
 
-// keys picks n distinct keys.
+// opMix is how often each operation is drawn, in percent.
+var opMix = []struct {
+	kind    OpKind
+	percent int
+}{{Put, 12}, {Upsert, 30}, {Get, 28}, {Remove, 8}, {Exist, 8}, {BatchPut, 7}, {BatchGet, 7}}
+
+// pick draws the next operation: from opMix, or uniformly from the kinds
+// envOps names.
+func (w *worker) pick() OpKind {
+	if len(w.ops) > 0 {
+		return w.ops[w.rng.IntN(len(w.ops))]
+	}
+	r := w.rng.IntN(100)
+	for _, m := range opMix {
+		if r < m.percent {
+			return m.kind
+		}
+		r -= m.percent
+	}
+	return opMix[len(opMix)-1].kind
+}
+
+// keys picks n distinct keys (fewer when the key set is smaller).
 func (w *worker) keys(n int) []keySpec {
-	perm := w.rng.Perm(len(workloadKeys))
-	out := make([]keySpec, n)
+	perm := w.rng.Perm(len(w.keySet))
+	out := make([]keySpec, min(n, len(perm)))
 	for i := range out {
-		out[i] = workloadKeys[perm[i]]
+		out[i] = w.keySet[perm[i]]
 	}
 	return out
 }
