@@ -129,22 +129,25 @@ func Check(records []Record, timeout time.Duration) (Report, error) {
 }
 
 // tornContext describes a torn read and the operations on its key that
-// overlapped it or returned shortly (tornWindow) before it was called.
+// overlapped it or returned shortly (tornWindow) before it was called,
+// leaving out those called long (tornWindow) before it and still open
+// (writes that failed long ago).
 func tornContext(part []porcupine.Operation, torn porcupine.Operation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  torn read: %s  [%s %s]\n", Model.DescribeOperation(torn.Input, torn.Output), torn.Metadata, span(torn))
 	b.WriteString("    beside it:\n")
 	for _, op := range part {
-		if op.Metadata != torn.Metadata && op.Call <= torn.Return && op.Return >= torn.Call-tornWindow {
+		if op.Metadata != torn.Metadata && op.Call <= torn.Return && op.Return >= torn.Call-tornWindow &&
+			(op.Return != math.MaxInt64 || op.Call >= torn.Call-tornWindow) {
 			fmt.Fprintf(&b, "      %s  [%s %s]\n", Model.DescribeOperation(op.Input, op.Output), op.Metadata, span(op))
 		}
 	}
 	return b.String()
 }
 
-// tornWindow is how long before a torn read the operations that returned
-// are still shown beside it.
-const tornWindow = int64(5 * time.Millisecond)
+// tornWindow is how long before a torn read the operations that returned,
+// or were called without returning, are still shown beside it.
+const tornWindow = int64(10 * time.Millisecond)
 
 // explainTail is how many linearized operations the explanation shows
 // before the point where the history fails.

@@ -3,11 +3,13 @@ package consistency
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -118,8 +120,53 @@ func TestConsistencyKillRestartEtcd(t *testing.T) { checkUnder(t, "kill-etcd", k
 // runningWorker is a worker process and the history it streams.
 type runningWorker struct {
 	p       *proc
-	history bytes.Buffer
+	history bytes.Buffer // written by copyHistory until done
 	done    chan struct{}
+}
+
+// copyHistory keeps the worker's output and counts in progress the
+// operations that succeeded on every key.
+func (w *runningWorker) copyHistory(out io.Reader, progress *atomic.Int64) {
+	defer close(w.done)
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		w.history.Write(sc.Bytes())
+		w.history.WriteByte('\n')
+		var r Record
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Type == "ret" && succeeded(r) {
+			progress.Add(1)
+		}
+	}
+}
+
+// succeeded reports whether every key of a return succeeded.
+func succeeded(r Record) bool {
+	for _, res := range r.Results {
+		if (res.Code != 0 && res.Code != 1) || res.Torn != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// recovered is how many operations must succeed after a fault before the
+// workload's quiet time starts: a fault's effect shows only in operations
+// that the recovered cluster answers.
+const recovered = 30
+
+// waitRecovered waits until recovered more operations succeeded (the
+// cluster serves again); a cluster that does not recover fails the test.
+func waitRecovered(t *testing.T, progress *atomic.Int64, name string) {
+	t.Helper()
+	from := progress.Load()
+	deadline := time.Now().Add(90 * time.Second)
+	for progress.Load() < from+recovered {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not serve again within 90 s of the fault (%s)", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // checkUnder runs the workload on a fresh cluster while nem injects its
@@ -139,6 +186,7 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 	t.Logf("nemesis %s, workload seed %d", name, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
+	var progress atomic.Int64
 	ws := make([]*runningWorker, wl.workers)
 	for i := range ws {
 		w := &runningWorker{done: make(chan struct{})}
@@ -147,7 +195,7 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 		w.p.start(t, true)
 		out := bufio.NewReaderSize(w.p.stdout, 1<<16)
 		c.waitReady(w.p, out)
-		go func() { io.Copy(&w.history, out); close(w.done) }()
+		go w.copyHistory(out, &progress)
 		ws[i] = w
 	}
 
@@ -157,6 +205,7 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 	for nem != nil {
 		faults = append(faults, nem(c, rng))
 		t.Logf("%6.1f s: %s", time.Since(start).Seconds(), faults[len(faults)-1])
+		waitRecovered(t, &progress, faults[len(faults)-1])
 		time.Sleep(quiet)
 		if time.Since(start) >= long {
 			break
