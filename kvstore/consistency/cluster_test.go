@@ -99,12 +99,19 @@ func (p *proc) start(t *testing.T, pipeOut bool) {
 	go func() { cmd.Wait(); close(exited) }()
 }
 
-// signal sends sig; kill waits for the process to be gone.
-func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
+// signal sends sig; kill waits for the process to be gone. Both do
+// nothing to a process that never started.
+func (p *proc) signal(sig syscall.Signal) {
+	if p.exited != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
 
 func (p *proc) kill() {
-	p.signal(syscall.SIGKILL)
-	<-p.exited
+	if p.exited != nil {
+		p.signal(syscall.SIGKILL)
+		<-p.exited
+	}
 }
 
 func (p *proc) running() bool {
@@ -126,6 +133,7 @@ type cluster struct {
 	masters  []*proc
 	addrs    []string // the masters' RPC addresses
 	storage  []*proc
+	workers  []*proc // started by the test, stopped here too
 }
 
 // startCluster starts etcd, masters HA masters with the oplog (the first
@@ -136,7 +144,9 @@ func startCluster(t *testing.T, masters, storage int) *cluster {
 	}
 	bin := buildMaster(t)
 	c := &cluster{t: t, id: fmt.Sprintf("consistency-%d-%d", os.Getpid(), time.Now().UnixNano())}
-	c.startEtcd()
+	etcdData := t.TempDir() // removed after c.stop has run
+	t.Cleanup(c.stop)
+	c.startEtcd(etcdData)
 	c.startMetadata()
 	for i := range masters {
 		ports := testutil.FreePorts(t, 2)
@@ -164,7 +174,6 @@ func startCluster(t *testing.T, masters, storage int) *cluster {
 		c.waitReady(p, out)
 		go io.Copy(p.log, out)
 	}
-	t.Cleanup(c.stop)
 	return c
 }
 
@@ -194,13 +203,13 @@ func (c *cluster) waitReady(p *proc, out *bufio.Reader) {
 	}
 }
 
-func (c *cluster) startEtcd() {
+func (c *cluster) startEtcd(dataDir string) {
 	ports := testutil.FreePorts(c.t, 2)
 	c.etcdAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
 	client, peer := "http://"+c.etcdAddr, "http://127.0.0.1:"+strconv.Itoa(ports[1])
 	bin, _ := exec.LookPath("etcd")
 	c.etcd = &proc{name: "etcd", log: &testutil.SyncBuffer{}, args: []string{bin,
-		"--name", "consistency", "--data-dir", c.t.TempDir(),
+		"--name", "consistency", "--data-dir", dataDir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "consistency=" + peer, "--log-level", "error"}}
@@ -286,9 +295,14 @@ func (c *cluster) standby() int {
 	return -1
 }
 
-// stop ends every process; a failed test gets their logs' tails.
+// stop ends every process it started; a failed test gets their logs'
+// tails. Storage clients are asked to close first (they unmount).
 func (c *cluster) stop() {
-	all := append(append([]*proc{c.etcd}, c.masters...), c.storage...)
+	var all []*proc
+	if c.etcd != nil {
+		all = append(all, c.etcd)
+	}
+	all = append(append(append(all, c.masters...), c.storage...), c.workers...)
 	for _, p := range c.storage {
 		p.signal(syscall.SIGCONT)
 		p.stdin.Close()
@@ -297,14 +311,15 @@ func (c *cluster) stop() {
 		select {
 		case <-p.exited:
 		case <-time.After(10 * time.Second):
-			p.kill()
 		}
 	}
 	for _, p := range all {
 		p.signal(syscall.SIGCONT)
 		p.kill()
 	}
-	c.etcdCli.Close()
+	if c.etcdCli != nil {
+		c.etcdCli.Close()
+	}
 	if c.t.Failed() {
 		for _, p := range all {
 			c.t.Logf("--- %s log (tail):\n%s", p.name, tail(p.log.String(), 3000))

@@ -133,7 +133,7 @@ type Output struct {
 // one porcupine operation per key. An operation without a return, or
 // with an outcome that leaves its effect unknown (a failed write), gets
 // the return time math.MaxInt64: it may take effect at any point after
-// its call. The porcupine client id is the worker.
+// its call. The porcupine client id is the worker's number less one.
 func Operations(records []Record) ([]porcupine.Operation, error) {
 	type key struct {
 		w  int
@@ -179,7 +179,7 @@ func Operations(records []Record) ([]porcupine.Operation, error) {
 					end = ret.Time
 				}
 			}
-			ops = append(ops, porcupine.Operation{ClientId: k.w, Input: in, Call: c.Time, Output: out, Return: end,
+			ops = append(ops, porcupine.Operation{ClientId: max(k.w-1, 0), Input: in, Call: c.Time, Output: out, Return: end,
 				Metadata: fmt.Sprintf("w%d op%d", k.w, k.op)})
 		}
 	}

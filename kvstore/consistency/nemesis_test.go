@@ -193,6 +193,7 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 		w.p = c.clientProc(fmt.Sprintf("worker%d", i+1), "worker",
 			append([]string{envWorker + "=" + strconv.Itoa(i+1), envSeed + "=" + strconv.FormatUint(seed, 10)}, wl.env...))
 		w.p.start(t, true)
+		c.workers = append(c.workers, w.p)
 		out := bufio.NewReaderSize(w.p.stdout, 1<<16)
 		c.waitReady(w.p, out)
 		go w.copyHistory(out, &progress)
