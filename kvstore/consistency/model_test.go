@@ -191,3 +191,29 @@ func TestModelFlagsAnomalies(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedWritesNobodyReadStillCount: the checker first leaves out the
+// failed writes whose value nobody read; where that rest has no
+// linearization, the whole history is searched, and a failed write that
+// explains what readers saw makes it linearizable.
+func TestFailedWritesNobodyReadStillCount(t *testing.T) {
+	h := &history{}
+	h.do(1, 1, Upsert, "a", v(1, 1), rpcFail) // landed: the key exists
+	h.do(2, 1, Exist, "a", ValueID{}, Result{Code: 1})
+	h.do(2, 2, Remove, "a", ValueID{}, ok)
+	if rep := check(t, h); rep.Anomalies() != 0 || rep.Keys[0].Result != porcupine.Ok {
+		t.Fatalf("flagged a linearizable history:\n%s", rep)
+	}
+	if n := len(withoutUnreadFailedWrites(mustOps(t, h))); n != 2 {
+		t.Fatalf("%d operations left, want the exist and the remove", n)
+	}
+}
+
+func mustOps(t *testing.T, h *history) []porcupine.Operation {
+	t.Helper()
+	ops, err := Operations(h.recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}

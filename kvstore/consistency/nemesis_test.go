@@ -99,11 +99,11 @@ func killEtcd(c *cluster, _ *rand.Rand) string {
 	return fmt.Sprintf("kill -9 etcd, restarted on its data after 2 s; master%d leads", l)
 }
 
-// TestConsistencySameSizeUpsert is a no-fault workload of upserts and
-// gets on one key whose values always have the same size (256 KiB), so
-// that gets often meet an upsert in place.
+// TestConsistencySameSizeUpsert is a no-fault workload of six workers
+// running upserts and gets (twice as many) of one key whose values always
+// have the same size (1 MiB), so that gets often meet an upsert in place.
 func TestConsistencySameSizeUpsert(t *testing.T) {
-	checkUnder(t, "same-size", nil, workload{workers: 5, env: []string{envKeys + "=same-256k", envOps + "=upsert,get,get"}, run: 8 * time.Second})
+	checkUnder(t, "same-size", nil, workload{workers: 6, env: []string{envKeys + "=same-1m", envOps + "=upsert,get,get"}, run: 8 * time.Second})
 }
 
 func TestConsistencyNoFault(t *testing.T)    { checkUnder(t, "none", nil, fullWorkload) }
