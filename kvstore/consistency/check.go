@@ -110,16 +110,23 @@ func Check(records []Record, timeout time.Duration) (Report, error) {
 		// linearization, so has the whole (they go at its end, where
 		// any failed write may take effect). Only when it has none is
 		// the whole searched, open writes and all.
-		var info porcupine.LinearizationInfo
+		var info, leanInfo porcupine.LinearizationInfo
 		k.Result = porcupine.Illegal
-		if lean := withoutUnreadFailedWrites(part); len(lean) < len(part) {
-			k.Result, info = porcupine.CheckOperationsVerbose(Model, lean, timeout)
+		leanResult := porcupine.Unknown
+		lean := withoutUnreadFailedWrites(part)
+		if len(lean) < len(part) {
+			leanResult, leanInfo = porcupine.CheckOperationsVerbose(Model, lean, timeout)
+			k.Result, info = leanResult, leanInfo
 		}
 		if k.Result != porcupine.Ok {
 			k.Result, info = porcupine.CheckOperationsVerbose(Model, part, timeout)
 		}
-		if k.Result == porcupine.Illegal {
+		switch {
+		case k.Result == porcupine.Illegal:
 			k.Explanation = explain(part, info)
+		case k.Result == porcupine.Unknown && leanResult == porcupine.Illegal:
+			k.Explanation = "  the search of the whole history ran out of time; without the failed writes nobody read it fails here:\n" +
+				explain(lean, leanInfo)
 		}
 		if k.Result == porcupine.Illegal || (k.Result == porcupine.Ok && len(k.Torn) > 0) {
 			f, err := os.CreateTemp("", "mooncake-consistency-*.html")

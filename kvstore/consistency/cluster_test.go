@@ -158,7 +158,13 @@ func startCluster(t *testing.T, masters, storage int) *cluster {
 			"--enable_metric_reporting=false",
 			// Short read leases, so that removes are not refused most
 			// of the time (a remove is not forced).
-			"--default_kv_lease_ttl=50"}}
+			"--default_kv_lease_ttl=50",
+			// A preempted upsert's buffers are quarantined this long
+			// (600 s by default): with the default, writers that keep
+			// preempting each other fill the pool in seconds, the master
+			// evicts the live objects, and the history shows writes lost
+			// to eviction rather than what it is meant to check.
+			"--put_start_release_timeout_sec=5"}}
 		c.masters = append(c.masters, p)
 		c.addrs = append(c.addrs, addr)
 		p.start(t, false)
@@ -282,6 +288,16 @@ func (c *cluster) waitLeader(not int) int {
 	}
 	c.t.Fatalf("no new leader (not master%d) after 60 s", not)
 	return -1
+}
+
+// evictions counts the eviction passes the masters logged that evicted
+// objects (eviction drops objects by design; the model has none).
+func (c *cluster) evictions() int {
+	n := 0
+	for _, m := range c.masters {
+		n += strings.Count(m.log.String(), `msg="evicted objects"`)
+	}
+	return n
 }
 
 // standby returns a running master that is not the leader, or -1.

@@ -248,8 +248,8 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	summary := fmt.Sprintf("%-13s %6d operations checked (%d calls), %3d faults injected, %3d anomalies, %d keys unchecked; %.0f s run, %.1f s check",
-		name, rep.Ops, calls(records), len(faults), rep.Anomalies(), rep.Unknown(),
+	summary := fmt.Sprintf("%-13s %6d operations checked (%d calls), %3d faults injected, %3d anomalies, %d keys unchecked, %d eviction passes; %.0f s run, %.1f s check",
+		name, rep.Ops, calls(records), len(faults), rep.Anomalies(), rep.Unknown(), c.evictions(),
 		checked.Sub(start).Seconds(), time.Since(checked).Seconds())
 	t.Log(summary)
 	if path := os.Getenv(summaryEnv); path != "" {
