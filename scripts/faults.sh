@@ -14,6 +14,12 @@
 # must pass; the script prints one line per suite with its pass count and
 # exits non-zero if any run failed, keeping the failing runs' output under
 # $FAULT_LOGS (default build/faults/).
+#
+# The consistency suites (kvstore/consistency) run their checked histories
+# for $CONSISTENCY_LONG_SECONDS (default 60) each, injecting their fault
+# again and again; every run's line (operations checked, faults injected,
+# anomalies) is collected in $FAULT_LOGS/consistency-summary.txt and
+# printed at the end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -28,7 +34,7 @@ while getopts "n:l:p:h" opt; do
 	l) load=$OPTARG ;;
 	p) pattern=$OPTARG ;;
 	h)
-		sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) exit 2 ;;
@@ -59,7 +65,17 @@ suites=(
 	"store-ha|py:tests/test_store_ha.py"
 	"store-ha-failover|py:tests/test_store_ha_failover.py"
 	"store-dummy|py:tests/test_store_dummy.py"
+	"consistency-none|go:./kvstore/consistency|TestConsistencyNoFault$"
+	"consistency-same-size|go:./kvstore/consistency|TestConsistencySameSizeUpsert$"
+	"consistency-kill-leader|go:./kvstore/consistency|TestConsistencyKillLeader$"
+	"consistency-stop-leader|go:./kvstore/consistency|TestConsistencyStopLeader$"
+	"consistency-kill-standby|go:./kvstore/consistency|TestConsistencyKillStandby$"
+	"consistency-stop-storage|go:./kvstore/consistency|TestConsistencyStopStorage$"
+	"consistency-kill-etcd|go:./kvstore/consistency|TestConsistencyKillRestartEtcd$"
 )
+export CONSISTENCY_LONG_SECONDS="${CONSISTENCY_LONG_SECONDS:-60}"
+export CONSISTENCY_SUMMARY="$logs/consistency-summary.txt"
+rm -f "$CONSISTENCY_SUMMARY"
 
 loaders=()
 stop_load() {
@@ -114,4 +130,8 @@ for s in "${suites[@]}"; do
 	done
 	printf '%-20s %6d %6d\n' "$name" "$passed" "$runs"
 done
+if [[ -s $CONSISTENCY_SUMMARY ]]; then
+	echo "consistency histories (one line per run):"
+	cat "$CONSISTENCY_SUMMARY"
+fi
 exit $failed
