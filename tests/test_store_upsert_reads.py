@@ -15,8 +15,6 @@ import time
 
 import pytest
 
-from conftest import LOOPBACK
-
 WRITER = textwrap.dedent(
     """
     import sys, time
