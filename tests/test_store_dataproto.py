@@ -634,6 +634,48 @@ def test_codec_helpers(monkeypatch):
     assert sos._has_tensor_codec_helpers() is True
 
 
+def test_decode_typed_ragged_values_as_upstream_calls_it():
+    import mooncake.structured_object_store as sos
+
+    rows = [np.arange(3, dtype=np.float32), None, np.arange(2, dtype=np.float32)]
+    payload, meta = sos._encode_typed_ragged_values(rows)
+    plain = dict(payload, data=np.concatenate([rows[0], rows[2]]))
+    # upstream's tests call it with (payload, rows): the default dtype, float64
+    got = sos._decode_typed_ragged_values(dict(plain, data=plain["data"].astype(np.float64)), 3)
+    assert got[0].dtype == np.float64 and got[1] is None and got[2].tolist() == [0, 1]
+    assert got[0].tolist() == [0, 1, 2]
+    # the data may also be bytes or a CPU tensor
+    for data in (plain["data"].tobytes(), torch.from_numpy(plain["data"])):
+        got = sos._decode_typed_ragged_values(dict(plain, data=data), 3, meta)
+        assert got[0].dtype == np.float32 and got[2].tolist() == [0, 1]
+    ints = dict(plain, data=np.array([5, 6, 7, 8, 9], dtype=np.int64))
+    got = sos._decode_typed_ragged_values(ints, 3, {"dtype": "int64", "row_format": "list"})
+    assert got == [[5, 6, 7], None, [8, 9]]
+
+
+def test_typed_ragged_takes_bytes_char_and_text_rows(store_master, stores):
+    # upstream's typed_ragged takes every dtype that is not object
+    t = MooncakeBundleTransfer(stores(store_master))
+    cases = {
+        "b": objects(np.array([b"ab", b"c"]), None, np.array([b"xyz"])),
+        "c": objects(np.array([b"a", b"b"], dtype="c"), np.array([b"z"], dtype="c"), None),
+        "u": objects(np.array(["ab", "c"]), np.array(["\u4e09"]), None),
+    }
+    schemas = {
+        f: FieldSchema("typed_ragged", metadata={"section": "non_tensor_batch"}) for f in cases
+    }
+    ref = t.put(DataProto(non_tensor_batch=cases), field_schemas=schemas)
+    got = t.get_dataproto(ref)["non_tensor_batch"]
+    for f, rows in cases.items():
+        assert ref.encoded_non_tensor[f]["codec"] == "typed_ragged", f
+        for g, w in zip(got[f], rows, strict=True):
+            assert (g is None) if w is None else (g.tolist() == w.tolist()), (f, g, w)
+    import mooncake.structured_object_store as sos
+
+    with pytest.raises(ValueError, match="non-object dtype"):
+        sos._encode_typed_ragged_values([np.array([object()])], dtype_hint=object)
+
+
 def test_imported_refs_and_ungrouped_appends(store_master, stores):
     s = stores(store_master)
     t = MooncakeBundleTransfer(s)

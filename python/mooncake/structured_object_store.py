@@ -98,6 +98,7 @@ from mooncake._dataproto_codecs import (  # noqa: E402
     FieldSchema,
     _choose_leaf_codec,
     _CodecDecision,
+    _decode_typed_ragged_values,  # noqa: F401  (upstream's tests call it from this module)
     _encode_msgpack_ragged_values,
     _encode_typed_ragged_regular_ndarray_rows,
     _encode_typed_ragged_values,
