@@ -622,11 +622,13 @@ def test_codec_helpers(monkeypatch):
     payload, meta = sos._encode_typed_ragged_values(ragged)
     assert isinstance(payload["data"], sos._DirectCopyPayload)
     assert payload["nulls"].tolist() == [False, True, False] and meta["row_format"] == "ndarray"
+    assert meta["physical_layout"] == "contiguous_flat"  # ragged ndarray rows too, as upstream's
     monkeypatch.setattr(sos, "_concat_arrays_into", None)
     payload, _ = sos._encode_typed_ragged_values(ragged)
     assert isinstance(payload["data"], sos._MultiBufferPayload)
     payload, meta = sos._encode_typed_ragged_values([[1, 2], [3]], dtype_hint=np.int16)
     assert meta["dtype"] == "int16" and meta["row_format"] == "list"
+    assert "physical_layout" not in meta  # list rows are not marked
     payload, meta = sos._encode_msgpack_ragged_values("f", [{"a": 1}, None])
     assert payload["offsets"].tolist()[0] == 0 and payload["nulls"].tolist() == [False, True]
     with pytest.raises(ValueError, match="unsupported structured non-tensor field f"):

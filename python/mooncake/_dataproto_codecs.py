@@ -243,7 +243,11 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
         "ndims": ndims,
         "nulls": _nulls(values),
     }
-    return payload, _typed_meta(dtype, max_ndim, row_format, ndarray_rows)
+    meta = _typed_meta(dtype, max_ndim, row_format, ndarray_rows)
+    if row_format == "ndarray" and n:
+        # ndarray rows (None rows too) are one flat run of elements, as upstream marks them
+        meta["physical_layout"] = "contiguous_flat"
+    return payload, meta
 
 
 def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict | None = None) -> list:
