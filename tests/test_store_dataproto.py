@@ -678,6 +678,24 @@ def test_typed_ragged_takes_bytes_char_and_text_rows(store_master, stores):
         sos._encode_typed_ragged_values([np.array([object()])], dtype_hint=object)
 
 
+def test_rows_of_a_nested_tensor_field(store_master, stores):
+    # a jagged tensor has no tensor indexing (aten.index.Tensor): rows are picked one by one
+    t = MooncakeBundleTransfer(stores(store_master))
+    x = torch.nested.nested_tensor(
+        [torch.arange(float(i + 1)) for i in range(5)], layout=torch.jagged
+    )
+    ref = t.put(DataProto({"x": x, "ids": torch.arange(5)}))
+
+    def lengths(rows):
+        return [len(r) for r in t.get_dataproto(ref, rows=rows)["batch"]["x"].unbind()]
+
+    assert lengths([4, 0, 4]) == [5, 1, 5]
+    assert lengths(slice(1, 3)) == [2, 3]
+    assert lengths(slice(0, 5, 2)) == [1, 3, 5]
+    with pytest.raises(ValueError, match="no rows"):
+        t.get_dataproto(ref, fields=["x"], rows=[])
+
+
 def test_imported_refs_and_ungrouped_appends(store_master, stores):
     s = stores(store_master)
     t = MooncakeBundleTransfer(s)
