@@ -696,6 +696,23 @@ def test_rows_of_a_nested_tensor_field(store_master, stores):
         t.get_dataproto(ref, fields=["x"], rows=[])
 
 
+def test_typed_ragged_rows_without_elements(store_master, stores):
+    import mooncake.structured_object_store as sos
+
+    t = MooncakeBundleTransfer(stores(store_master))
+    schema = FieldSchema("typed_ragged", metadata={"section": "non_tensor_batch"})
+    for rows in ([None, None], [np.zeros(0), np.zeros((0, 3))], [[], None]):
+        # no elements at all: the data is an empty multi-buffer payload, as upstream's
+        payload, _ = sos._encode_typed_ragged_values(rows)
+        assert isinstance(payload["data"], sos._MultiBufferPayload) and payload["data"].nbytes == 0
+        ref = t.put(DataProto(non_tensor_batch={"f": objects(*rows)}), field_schemas={"f": schema})
+        assert ref.encoded_non_tensor["f"]["codec"] == "typed_ragged"
+        for picks in (slice(None), [1, 0]):
+            got = t.get_dataproto(ref, rows=picks)["non_tensor_batch"]["f"]
+            for g, w in zip(got, objects(*rows)[picks], strict=True):
+                assert g is None if w is None else np.shape(g) == np.shape(w)
+
+
 def test_imported_refs_and_ungrouped_appends(store_master, stores):
     s = stores(store_master)
     t = MooncakeBundleTransfer(s)

@@ -222,8 +222,11 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
     flat = [a.reshape(-1) for a in arrays if a.size]
     total = int(offsets[-1])
     concat = _fast_concat()
-    if not flat:
-        data: Any = np.zeros(0, dtype=dtype)
+    if not flat:  # no elements: an empty multi-buffer payload, as upstream's
+        empty = np.zeros(0, dtype=dtype)
+        data: Any = _MultiBufferPayload(
+            buffers=(_array_view(empty),), owners=(empty,), dtype=dtype.str, shape=(0,)
+        )
     elif len(flat) > 1 and concat is not None:
         data = _DirectCopyPayload.from_flat_arrays(flat, dtype, total)
     else:
