@@ -622,16 +622,95 @@ def test_codec_helpers(monkeypatch):
     payload, meta = sos._encode_typed_ragged_values(ragged)
     assert isinstance(payload["data"], sos._DirectCopyPayload)
     assert payload["nulls"].tolist() == [False, True, False] and meta["row_format"] == "ndarray"
+    assert meta["physical_layout"] == "contiguous_flat"  # ragged ndarray rows too, as upstream's
     monkeypatch.setattr(sos, "_concat_arrays_into", None)
     payload, _ = sos._encode_typed_ragged_values(ragged)
     assert isinstance(payload["data"], sos._MultiBufferPayload)
     payload, meta = sos._encode_typed_ragged_values([[1, 2], [3]], dtype_hint=np.int16)
     assert meta["dtype"] == "int16" and meta["row_format"] == "list"
+    assert "physical_layout" not in meta  # list rows are not marked
     payload, meta = sos._encode_msgpack_ragged_values("f", [{"a": 1}, None])
     assert payload["offsets"].tolist()[0] == 0 and payload["nulls"].tolist() == [False, True]
     with pytest.raises(ValueError, match="unsupported structured non-tensor field f"):
         sos._encode_msgpack_ragged_values("f", [object()])
     assert sos._has_tensor_codec_helpers() is True
+
+
+def test_decode_typed_ragged_values_as_upstream_calls_it():
+    import mooncake.structured_object_store as sos
+
+    rows = [np.arange(3, dtype=np.float32), None, np.arange(2, dtype=np.float32)]
+    payload, meta = sos._encode_typed_ragged_values(rows)
+    plain = dict(payload, data=np.concatenate([rows[0], rows[2]]))
+    # upstream's tests call it with (payload, rows): the default dtype, float64
+    got = sos._decode_typed_ragged_values(dict(plain, data=plain["data"].astype(np.float64)), 3)
+    assert got[0].dtype == np.float64 and got[1] is None and got[2].tolist() == [0, 1]
+    assert got[0].tolist() == [0, 1, 2]
+    # the data may also be bytes or a CPU tensor
+    for data in (plain["data"].tobytes(), torch.from_numpy(plain["data"])):
+        got = sos._decode_typed_ragged_values(dict(plain, data=data), 3, meta)
+        assert got[0].dtype == np.float32 and got[2].tolist() == [0, 1]
+    ints = dict(plain, data=np.array([5, 6, 7, 8, 9], dtype=np.int64))
+    got = sos._decode_typed_ragged_values(ints, 3, {"dtype": "int64", "row_format": "list"})
+    assert got == [[5, 6, 7], None, [8, 9]]
+
+
+def test_typed_ragged_takes_bytes_char_and_text_rows(store_master, stores):
+    # upstream's typed_ragged takes every dtype that is not object
+    t = MooncakeBundleTransfer(stores(store_master))
+    cases = {
+        "b": objects(np.array([b"ab", b"c"]), None, np.array([b"xyz"])),
+        "c": objects(np.array([b"a", b"b"], dtype="c"), np.array([b"z"], dtype="c"), None),
+        "u": objects(np.array(["ab", "c"]), np.array(["\u4e09"]), None),
+    }
+    schemas = {
+        f: FieldSchema("typed_ragged", metadata={"section": "non_tensor_batch"}) for f in cases
+    }
+    ref = t.put(DataProto(non_tensor_batch=cases), field_schemas=schemas)
+    got = t.get_dataproto(ref)["non_tensor_batch"]
+    for f, rows in cases.items():
+        assert ref.encoded_non_tensor[f]["codec"] == "typed_ragged", f
+        for g, w in zip(got[f], rows, strict=True):
+            assert (g is None) if w is None else (g.tolist() == w.tolist()), (f, g, w)
+    import mooncake.structured_object_store as sos
+
+    with pytest.raises(ValueError, match="non-object dtype"):
+        sos._encode_typed_ragged_values([np.array([object()])], dtype_hint=object)
+
+
+def test_rows_of_a_nested_tensor_field(store_master, stores):
+    # a jagged tensor has no tensor indexing (aten.index.Tensor): rows are picked one by one
+    t = MooncakeBundleTransfer(stores(store_master))
+    x = torch.nested.nested_tensor(
+        [torch.arange(float(i + 1)) for i in range(5)], layout=torch.jagged
+    )
+    ref = t.put(DataProto({"x": x, "ids": torch.arange(5)}))
+
+    def lengths(rows):
+        return [len(r) for r in t.get_dataproto(ref, rows=rows)["batch"]["x"].unbind()]
+
+    assert lengths([4, 0, 4]) == [5, 1, 5]
+    assert lengths(slice(1, 3)) == [2, 3]
+    assert lengths(slice(0, 5, 2)) == [1, 3, 5]
+    with pytest.raises(ValueError, match="no rows"):
+        t.get_dataproto(ref, fields=["x"], rows=[])
+
+
+def test_typed_ragged_rows_without_elements(store_master, stores):
+    import mooncake.structured_object_store as sos
+
+    t = MooncakeBundleTransfer(stores(store_master))
+    schema = FieldSchema("typed_ragged", metadata={"section": "non_tensor_batch"})
+    for rows in ([None, None], [np.zeros(0), np.zeros((0, 3))], [[], None]):
+        # no elements at all: the data is an empty multi-buffer payload, as upstream's
+        payload, _ = sos._encode_typed_ragged_values(rows)
+        assert isinstance(payload["data"], sos._MultiBufferPayload) and payload["data"].nbytes == 0
+        ref = t.put(DataProto(non_tensor_batch={"f": objects(*rows)}), field_schemas={"f": schema})
+        assert ref.encoded_non_tensor["f"]["codec"] == "typed_ragged"
+        for picks in (slice(None), [1, 0]):
+            got = t.get_dataproto(ref, rows=picks)["non_tensor_batch"]["f"]
+            for g, w in zip(got, objects(*rows)[picks], strict=True):
+                assert g is None if w is None else np.shape(g) == np.shape(w)
 
 
 def test_imported_refs_and_ungrouped_appends(store_master, stores):

@@ -1,27 +1,41 @@
-"""`mooncake.store.EngramStore` / `EngramStoreConfig` (spec store_ext.md §11).
+"""`mooncake.store.EngramStore` / `EngramStoreConfig` (upstream's multi-layer,
+byte-row form: ``EngramStore({layer_id: config}, store=None)``).
 
 One real `mooncake_master` per module and one client contributing 64 MiB.
-Tables are random float32 arrays; what the store holds is compared byte for
+Tables are random uint8 arrays; what the store holds is compared byte for
 byte with the NumPy arrays, and lookups with NumPy fancy indexing of them.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import subprocess
 import sys
 import uuid
+import weakref
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
-from mooncake.store import EngramStore, EngramStoreConfig, MooncakeDistributedStore
+from mooncake.store import (
+    EngramStore,
+    EngramStoreConfig,
+    MooncakeDistributedStore,
+    ReplicateConfig,
+)
 
-NOT_FOUND = -704
 SIZES = [17, 19, 23, 29]
-DIM = 8
-OK_SIZES = [4]  # the valid table_vocab_sizes of the embedding_dim cases below
+ROW = 24
 _layers = itertools.count(uuid.uuid4().int & 0xFFFFFF)
+
+
+def config(sizes=SIZES, row_bytes=ROW) -> EngramStoreConfig:
+    cfg = EngramStoreConfig()
+    cfg.table_vocab_sizes = list(sizes)
+    cfg.row_bytes = row_bytes
+    return cfg
 
 
 @pytest.fixture(scope="module")
@@ -37,117 +51,89 @@ def store(store_master):
 
 @pytest.fixture
 def layer(store):
-    """A fresh layer id; its keys are removed after the test."""
-    made: list[EngramStore] = []
+    """make(sizes, row_bytes) -> (EngramStore, layer id); keys removed after the test."""
+    made: list[tuple[EngramStore, int]] = []
 
-    def make(sizes=SIZES, dim=DIM) -> EngramStore:
-        es = EngramStore(next(_layers), EngramStoreConfig(sizes, dim), store)
-        made.append(es)
-        return es
+    def make(sizes=SIZES, row_bytes=ROW) -> tuple[EngramStore, int]:
+        lid = next(_layers)
+        es = EngramStore({lid: config(sizes, row_bytes)}, store)
+        made.append((es, lid))
+        return es, lid
 
     yield make
-    for es in made:
-        store.batch_remove(es.get_store_keys(), True)
+    for es, lid in made:
+        es.remove_from_store(lid, force=True)
 
 
-def tables_for(es: EngramStore, seed: int = 0) -> list[np.ndarray]:
+def tables_for(es: EngramStore, lid: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
+    rb = es.get_row_bytes(lid)
     return [
-        rng.standard_normal((n, es.get_embedding_dim())).astype(np.float32)
-        for n in es.get_table_vocab_sizes()
+        rng.integers(0, 256, size=(n, rb), dtype=np.uint8) for n in es.get_table_vocab_sizes(lid)
     ]
 
 
-def reference(tables: list[np.ndarray], ids: np.ndarray) -> np.ndarray:
-    """[B, L, H, D]: row ids[b, l, h] of tables[h]."""
-    return np.stack([tables[h][ids[:, :, h]] for h in range(len(tables))], axis=2)
+@contextmanager
+def registered(store, shape, row_bytes):
+    out = np.empty((*shape, row_bytes), dtype=np.uint8)
+    assert store.register_buffer(out.ctypes.data, out.nbytes) == 0
+    try:
+        yield out
+    finally:
+        assert store.unregister_buffer(out.ctypes.data) == 0
 
 
-# -- config ---------------------------------------------------------------------
+def expected_rows(tables, ids):
+    return np.stack([tables[h][ids[..., h]] for h in range(len(tables))], axis=-2)
 
 
-def test_config_fields_constructor_and_assignment():
-    cfg = EngramStoreConfig([3, 5], 4)
-    assert cfg.table_vocab_sizes == [3, 5] and cfg.embedding_dim == 4
-    # upstream's form: an empty config whose fields are assigned
+# -- configuration and metadata -------------------------------------------------
+
+
+def test_config_is_assigned_field_by_field():
     cfg = EngramStoreConfig()
-    assert cfg.table_vocab_sizes == [] and cfg.embedding_dim == 0
-    cfg.table_vocab_sizes = (np.int64(7), 9)
-    cfg.embedding_dim = np.int32(16)
-    assert cfg.table_vocab_sizes == [7, 9] and cfg.embedding_dim == 16
-    assert all(type(v) is int for v in cfg.table_vocab_sizes)
-    cfg.table_vocab_sizes.append(11)  # a copy
-    assert cfg.table_vocab_sizes == [7, 9]
+    assert cfg.table_vocab_sizes == [] and cfg.row_bytes == 0
+    cfg.table_vocab_sizes = [3, 4]
+    cfg.row_bytes = 0  # invalid values are checked by EngramStore, not on assignment
+    assert "row_bytes=0" in repr(cfg)
 
 
 @pytest.mark.parametrize(
-    "sizes, dim, exc",
+    "layers",
     [
-        ([], 8, ValueError),
-        ([4, 0], 8, ValueError),
-        ([-1], 8, ValueError),
-        ([4.0], 8, TypeError),
-        ([True], 8, TypeError),
-        ("17", 8, TypeError),
-        (17, 8, TypeError),
-        (OK_SIZES, 0, ValueError),
-        (OK_SIZES, -3, ValueError),
-        (OK_SIZES, 2.5, TypeError),
-        (OK_SIZES, "8", TypeError),
-        (OK_SIZES, False, TypeError),
+        {},
+        {-1: config()},
+        {1: config(row_bytes=0)},
+        {1: config(row_bytes=-1)},
+        {1: config(sizes=[])},
+        {1: config(sizes=[3, 0])},
+        {1: config(sizes=[2**63 - 1], row_bytes=264)},  # size overflows 64 bits
+        {1: "not a config"},
     ],
 )
-def test_config_rejects_invalid_values(sizes, dim, exc):
-    with pytest.raises(exc):
-        EngramStoreConfig(sizes, dim)
-    cfg = EngramStoreConfig([2], 2)
-    field, value = ("embedding_dim", dim) if sizes is OK_SIZES else ("table_vocab_sizes", sizes)
-    with pytest.raises(exc):
-        setattr(cfg, field, value)
-    assert cfg.table_vocab_sizes == [2] and cfg.embedding_dim == 2  # left as it was
-
-
-def test_engram_store_rejects_bad_arguments(store):
-    good = EngramStoreConfig([4], 2)
-    with pytest.raises(ValueError, match="table_vocab_sizes"):
-        EngramStore(1, EngramStoreConfig())
-    unset_dim = EngramStoreConfig()
-    unset_dim.table_vocab_sizes = [4]
-    with pytest.raises(ValueError, match="embedding_dim"):
-        EngramStore(1, unset_dim)
-    with pytest.raises(TypeError):
-        EngramStore(1, {"table_vocab_sizes": [4], "embedding_dim": 2})
+def test_invalid_layers_raise_value_error(layers):
     with pytest.raises(ValueError):
-        EngramStore(-1, good)
-    with pytest.raises(TypeError):
-        EngramStore("1", good)
-    with pytest.raises(TypeError):
-        EngramStore(True, good)
-    with pytest.raises(TypeError, match="MooncakeDistributedStore"):
-        EngramStore(1, good, store=object())
+        EngramStore(layers)
 
 
-# -- metadata ---------------------------------------------------------------------
-
-
-def test_metadata_only_getters_work_and_data_calls_raise(store_master):
-    cfg = EngramStoreConfig(SIZES, DIM)
-    es = EngramStore(layer_id=42, config=cfg)
-    cfg.table_vocab_sizes = [1]  # the store took a copy
-    cfg.embedding_dim = 1
-    assert es.get_table_vocab_sizes() == SIZES
-    assert es.get_num_heads() == len(SIZES)
-    assert es.get_embedding_dim() == DIM
-    assert es.get_store_keys() == [f"engram:l42:h{h}" for h in range(len(SIZES))]
-    tables = [np.zeros((n, DIM), np.float32) for n in SIZES]
-    for call in (
-        lambda: es.populate(tables),
-        lambda: es.lookup([[[0, 0, 0, 0]]]),
-        lambda: es.remove_from_store(force=True),
-    ):
-        with pytest.raises(RuntimeError, match="store=None"):
-            call()
-    assert not [k for k in store_master.keys() if k.startswith("engram:l42:")]
+def test_metadata_of_several_layers_without_store():
+    cfg = config()
+    es = EngramStore({14: config([7, 11], 264), 3: cfg})
+    cfg.row_bytes = 1  # later changes to the config do not reach the store object
+    assert es.get_layer_ids() == [3, 14]
+    assert es.get_num_heads(3) == 4 and es.get_num_heads(14) == 2
+    assert es.get_row_bytes(3) == ROW and es.get_row_bytes(14) == 264
+    assert es.get_table_vocab_sizes(14) == [7, 11]
+    assert es.get_store_keys(14) == ["engram:l14:h0", "engram:l14:h1"]
+    for op in (es.get_store_keys, es.get_row_bytes, es.get_num_heads, es.remove_from_store):
+        with pytest.raises(ValueError, match="Unknown Engram layer"):
+            op(15)
+    with pytest.raises(ValueError, match="Unknown Engram layer"):
+        es.populate(15, [])
+    with pytest.raises(RuntimeError, match="no store"):
+        es.populate(3, [np.zeros((n, ROW), np.uint8) for n in SIZES])
+    with pytest.raises(RuntimeError, match="no store"):
+        es.remove_from_store(3)
 
 
 def test_exported_by_store_module_without_import_cycle():
@@ -156,206 +142,199 @@ def test_exported_by_store_module_without_import_cycle():
 
     assert store_module.EngramStore is engram.EngramStore
     assert store_module.EngramStoreConfig is engram.EngramStoreConfig
-    # the module loads on its own and does not pull mooncake.store in
     code = (
         "import sys, mooncake._engram as e; "
-        "assert 'mooncake.store' not in sys.modules, sorted(sys.modules); "
-        "e.EngramStore(0, e.EngramStoreConfig([2], 2)); "
-        "assert 'mooncake.store' not in sys.modules"
+        "c = e.EngramStoreConfig(); c.table_vocab_sizes = [2]; c.row_bytes = 2; "
+        "e.EngramStore({0: c}); "
+        "assert 'mooncake.store' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-# -- populate -------------------------------------------------------------------
+# -- local tables -----------------------------------------------------------------
 
 
-def test_populate_stores_row_major_float32_tables(store, layer):
-    es = layer()
-    tables = tables_for(es)
-    assert es.populate(tables) is None
-    for key, table in zip(es.get_store_keys(), tables, strict=True):
-        assert store.get_size(key) == table.nbytes
+def test_bind_local_serves_lookups_and_keeps_tables_alive():
+    cfg = config(row_bytes=264)
+    es = EngramStore({1: cfg, 14: cfg})
+    arrays = [np.arange(n * 264, dtype=np.uint32).astype(np.uint8).reshape(n, 264) for n in SIZES]
+    last = np.stack([a[-1].copy() for a in arrays])
+    refs = [weakref.ref(a) for a in arrays]
+    for a in arrays:
+        a.flags.writeable = False  # read-only tables are fine
+    es.bind_local(1, arrays)
+    del arrays, a
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    ids = (np.array(SIZES, dtype=np.int64) - 1)[None, None]
+    out = np.empty((1, 1, len(SIZES), 264), dtype=np.uint8)
+    assert es.lookup_into(1, ids, out) is None
+    np.testing.assert_array_equal(out[0, 0], last)
+    with pytest.raises(RuntimeError, match="no tables"):
+        es.lookup_into(14, ids, out)  # not bound, no store
+    ids[0, 0, 0] += 1
+    with pytest.raises(RuntimeError, match="outside"):
+        es.lookup_into(1, ids, out)
+    assert not out.any()  # a failed lookup zeroes the output
+    del es
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_bind_local_rejects_tables_it_would_have_to_convert():
+    es = EngramStore({1: config()})
+    good = [np.zeros((n, ROW), np.uint8) for n in SIZES]
+    for bad in (
+        good[:-1],
+        [good[0].astype(np.float32)] + good[1:],
+        [np.zeros((SIZES[0], 2 * ROW), np.uint8)[:, ::2]] + good[1:],
+        [good[0][:-1]] + good[1:],
+    ):
+        with pytest.raises(RuntimeError):
+            es.bind_local(1, bad)
+
+
+# -- populate ---------------------------------------------------------------------
+
+
+def test_populate_stores_row_major_tables_with_replicate_config(store, store_master, layer):
+    es, lid = layer()
+    tables = tables_for(es, lid)
+    cfg = ReplicateConfig()
+    cfg.with_hard_pin = True
+    assert es.populate(lid, tables, cfg) is None
+    for key, table in zip(es.get_store_keys(lid), tables, strict=True):
         assert store.get(key) == table.tobytes()
-
-
-def test_populate_noncontiguous_tables_are_stored_row_major(store, layer):
-    es = layer(sizes=[6, 5], dim=3)
-    ref = tables_for(es, seed=3)
-    fortran = np.asfortranarray(ref[0])
-    strided = np.repeat(ref[1], 2, axis=1)[:, ::2]  # a view with column stride 8 bytes
-    assert not fortran.flags.c_contiguous and not strided.flags.c_contiguous
-    es.populate([fortran, strided])
-    for key, table in zip(es.get_store_keys(), ref, strict=True):
-        assert store.get(key) == table.tobytes()
+    assert es.remove_from_store(lid, force=True) == len(SIZES)
+    assert es.remove_from_store(lid, force=True) == 0
+    assert [store.is_exist(k) for k in es.get_store_keys(lid)] == [0] * len(SIZES)
 
 
 def test_populate_is_create_only(store, layer):
-    es = layer()
-    first = tables_for(es, seed=1)
-    es.populate(first)
+    es, lid = layer()
+    first = tables_for(es, lid, seed=1)
+    es.populate(lid, first)
     with pytest.raises(RuntimeError, match="already exist"):
-        es.populate(tables_for(es, seed=2))
-    for key, table in zip(es.get_store_keys(), first, strict=True):
+        es.populate(lid, tables_for(es, lid, seed=2))
+    for key, table in zip(es.get_store_keys(lid), first, strict=True):
         assert store.get(key) == table.tobytes()
 
 
-def test_populate_with_one_head_present_writes_nothing(store, layer):
-    es = layer()
-    keys = es.get_store_keys()
-    assert store.put(keys[2], b"someone else's") == 0
-    with pytest.raises(RuntimeError, match=keys[2]):
-        es.populate(tables_for(es))
-    assert [store.is_exist(k) for k in keys] == [0, 0, 1, 0]
-    assert store.get(keys[2]) == b"someone else's"
-
-
-def test_populate_argument_errors_write_nothing(store, layer):
-    es = layer()
-    good = tables_for(es)
-    cases = [
-        (good[:-1], ValueError),
-        (good + [good[0]], ValueError),
-        ([good[0][:-1]] + good[1:], ValueError),
-        ([good[0].reshape(-1)] + good[1:], ValueError),
-        ([good[0].astype(np.float64)] + good[1:], TypeError),
-        ([good[0].astype(">f4")] + good[1:], TypeError),
-        ([good[0].tolist()] + good[1:], TypeError),
-        (np.stack([good[0], good[0]]), TypeError),
-        ({"h0": good[0]}, TypeError),
-    ]
-    for tables, exc in cases:
-        with pytest.raises(exc):
-            es.populate(tables)
-        assert [store.is_exist(k) for k in es.get_store_keys()] == [0] * len(SIZES)
-    es.populate(tuple(good))  # a tuple is accepted
-    assert store.get(es.get_store_keys()[0]) == good[0].tobytes()
-
-
-def test_populate_releases_its_registrations_and_keeps_the_callers(store, layer):
-    es = layer()
-    tables = tables_for(es)
-    # the caller registered head 0's table itself: populate must still write
-    # it and must leave that registration in place
-    assert store.register_buffer(tables[0].ctypes.data, tables[0].nbytes) == 0
-    es.populate(tables)
-    assert store.unregister_buffer(tables[0].ctypes.data) == 0
-    # the others were registered by populate and are released again
-    for t in tables[1:]:
-        assert store.unregister_buffer(t.ctypes.data) != 0
-        assert store.register_buffer(t.ctypes.data, t.nbytes) == 0
-        assert store.unregister_buffer(t.ctypes.data) == 0
-    for key, table in zip(es.get_store_keys(), tables, strict=True):
-        assert store.get(key) == table.tobytes()
+def test_populate_does_not_cast_and_writes_nothing_on_bad_tables(store, layer):
+    es, lid = layer()
+    good = tables_for(es, lid)
+    for bad in (
+        [t.astype(np.float32) for t in good],
+        [np.repeat(t, 2, axis=1)[:, ::2] for t in good],  # strided views
+        [good[0][:-1]] + good[1:],
+        good[:-1],
+    ):
+        with pytest.raises(RuntimeError):
+            es.populate(lid, bad)
+        assert [store.is_exist(k) for k in es.get_store_keys(lid)] == [0] * len(SIZES)
 
 
 def test_populate_partial_failure_removes_written_heads(store, layer):
     # head 1 (96 MiB) cannot fit the 64 MiB pool, head 0 fits
-    es = layer(sizes=[16, 96 << 9], dim=512)
-    tables = [np.ones((n, 512), np.float32) for n in es.get_table_vocab_sizes()]
+    es, lid = layer(sizes=[16, 96 << 11], row_bytes=512)
+    tables = [np.ones((n, 512), np.uint8) for n in es.get_table_vocab_sizes(lid)]
     with pytest.raises(RuntimeError, match=r"h1 \(-") as info:
-        es.populate(tables)
+        es.populate(lid, tables)
     assert "written heads were removed" in str(info.value)
-    assert [store.is_exist(k) for k in es.get_store_keys()] == [0, 0]
+    assert [store.is_exist(k) for k in es.get_store_keys(lid)] == [0, 0]
 
 
-# -- lookup ---------------------------------------------------------------------
+# -- lookup_into ------------------------------------------------------------------
 
 
-def test_lookup_matches_numpy_reference(store, layer):
-    es = layer()
-    tables = tables_for(es, seed=5)
-    es.populate(tables)
+def test_lookup_into_matches_numpy_reference(store, layer):
+    es, lid = layer()
+    tables = tables_for(es, lid, seed=5)
+    es.populate(lid, tables)
     rng = np.random.default_rng(9)
     ids = np.stack([rng.integers(0, n, size=(3, 7)) for n in SIZES], axis=2).astype(np.int64)
-    ids[0, 0] = 0  # first and last row of every head
-    ids[0, 1] = [n - 1 for n in SIZES]
-    out = es.lookup(ids)
-    assert out.dtype == np.float32 and out.shape == (3, 7, len(SIZES), DIM)
-    assert out.flags.c_contiguous
-    assert out.tobytes() == reference(tables, ids).tobytes()
-    # nested lists, other integer dtypes and non-contiguous arrays: the same rows
-    assert es.lookup(ids.tolist()).tobytes() == out.tobytes()
-    assert es.lookup(ids.astype(np.int32)).tobytes() == out.tobytes()
-    assert es.lookup(ids.astype(np.uint16)).tobytes() == out.tobytes()
-    transposed = np.ascontiguousarray(ids.transpose(1, 0, 2)).transpose(1, 0, 2)
-    assert not transposed.flags.c_contiguous
-    assert es.lookup(transposed).tobytes() == out.tobytes()
+    ids[0, 0] = [n - 1 for n in SIZES]
+    ids[0, 1] = ids[0, 0]  # repeated rows
+    with registered(store, ids.shape, ROW) as out:
+        for _ in range(2):
+            out.fill(99)
+            assert es.lookup_into(lid, ids, out) is None
+            np.testing.assert_array_equal(out, expected_rows(tables, ids))
 
 
-def test_lookup_single_row_and_repeated_ids(store, layer):
-    es = layer(sizes=[3], dim=5)
-    tables = tables_for(es, seed=11)
-    es.populate(tables)
-    np.testing.assert_array_equal(es.lookup([[[2]]])[0, 0, 0], tables[0][2])
-    ids = np.full((2, 4, 1), 1, dtype=np.int64)
-    assert es.lookup(ids).tobytes() == np.broadcast_to(tables[0][1], (2, 4, 1, 5)).tobytes()
+def test_lookup_into_errors(store, layer):
+    es, lid = layer()
+    tables = tables_for(es, lid)
+    es.populate(lid, tables)
+    ids = np.zeros((1, 2, len(SIZES)), dtype=np.int64)
+    with registered(store, ids.shape, ROW) as out:
+        for bad_ids in (ids.tolist(), ids.astype(np.int32), ids[..., ::-1]):
+            with pytest.raises(TypeError):
+                es.lookup_into(lid, bad_ids, out)
+        with pytest.raises(RuntimeError):
+            es.lookup_into(lid, np.zeros((1, 1, len(SIZES) - 1), np.int64), out)
+        es.lookup_into(lid, ids, out)
+        for bad_out in (out[..., ::-1], out.astype(np.float32), out[..., :-1]):
+            with pytest.raises(RuntimeError):
+                es.lookup_into(lid, ids, bad_out)
+        with pytest.raises(ValueError, match="Unknown Engram layer"):
+            es.lookup_into(lid + 1, ids, out)
+        np.testing.assert_array_equal(out, expected_rows(tables, ids))  # untouched
+        bad = ids.copy()
+        bad[0, 0, 0] = -1
+        with pytest.raises(RuntimeError, match="outside"):
+            es.lookup_into(lid, bad, out)
+        assert not out.any()
+        es.lookup_into(lid, ids, out)  # the caller's registration still works
+        np.testing.assert_array_equal(out, expected_rows(tables, ids))
+        out.setflags(write=False)
+        with pytest.raises(RuntimeError, match="read-only"):
+            es.lookup_into(lid, ids, out)
+        out.setflags(write=True)
 
 
-@pytest.mark.parametrize(
-    "ids, exc",
-    [
-        ([[[-1, 0, 0, 0]]], IndexError),
-        ([[[17, 0, 0, 0]]], IndexError),  # N_0 = 17
-        ([[[0, 0, 0, 29]]], IndexError),  # N_3 = 29
-        ([[[16, 18, 22, 28]], [[0, 19, 0, 0]]], IndexError),  # N_1 = 19, in the 2nd batch
-        (np.array([[[0, 0, 0, 1 << 40]]]), IndexError),
-        (np.array([[[0, 0, 0, (1 << 64) - 1]]], dtype=np.uint64), IndexError),
-        ([], ValueError),
-        ([[[]]], ValueError),
-        (np.zeros((0, 3, 4), np.int64), ValueError),
-        (np.zeros((1, 1, 3), np.int64), ValueError),  # one head short
-        (np.zeros((1, 1, 5), np.int64), ValueError),
-        ([[0, 1, 2, 3]], ValueError),  # 2-D
-        ([[[0, 1, 2, 3]], [[0, 1, 2]]], ValueError),  # ragged
-        ([[[0.0, 1.0, 2.0, 3.0]]], TypeError),
-        ([[[True, False, True, False]]], TypeError),
-        ([[[0, 1, 2, 1 << 70]]], TypeError),
-        ([[["0", "1", "2", "3"]]], TypeError),
-    ],
-)
-def test_lookup_rejects_bad_row_ids(store, layer, ids, exc):
-    es = layer()
-    es.populate(tables_for(es))
-    with pytest.raises(exc):
-        es.lookup(ids)
+def test_lookup_of_unpopulated_layer_raises_and_zeroes(store, layer):
+    es, lid = layer()
+    ids = np.zeros((1, 1, len(SIZES)), dtype=np.int64)
+    with registered(store, ids.shape, ROW) as out:
+        out.fill(7)
+        with pytest.raises(RuntimeError, match="reading failed"):
+            es.lookup_into(lid, ids, out)
+        assert not out.any()
 
 
-def test_lookup_of_unpopulated_layer_raises(layer):
-    es = layer()
-    with pytest.raises(RuntimeError, match=str(NOT_FOUND)):
-        es.lookup([[[0, 1, 2, 3]]])
+def test_empty_batch_is_a_no_op(layer):
+    es, lid = layer()  # not populated, output not registered
+    ids = np.zeros((1, 0, len(SIZES)), dtype=np.int64)
+    assert es.lookup_into(lid, ids, np.empty((1, 0, len(SIZES), ROW), np.uint8)) is None
 
 
-def test_lookup_after_one_head_removed_raises(store, layer):
-    es = layer()
-    es.populate(tables_for(es))
-    assert store.remove(es.get_store_keys()[1], True) == 0
-    with pytest.raises(RuntimeError, match=rf"h1 \({NOT_FOUND}\)"):
-        es.lookup([[[0, 1, 2, 3]]])
-
-
-# -- remove ---------------------------------------------------------------------
-
-
-def test_remove_from_store_counts_removed_heads(store, layer):
-    es = layer()
-    es.populate(tables_for(es))
-    keys = es.get_store_keys()
-    assert store.remove(keys[0], True) == 0
-    assert es.remove_from_store(force=True) == len(SIZES) - 1
-    assert [store.is_exist(k) for k in keys] == [0] * len(SIZES)
-    assert es.remove_from_store(force=True) == 0
-    # the layer can be populated again afterwards
-    tables = tables_for(es, seed=4)
-    es.populate(tables)
-    assert store.get(keys[3]) == tables[3].tobytes()
-    assert es.remove_from_store(True) == len(SIZES)
-
-
-def test_remove_from_store_leaves_other_layers(store, layer):
-    a, b = layer(), layer()
-    tb = tables_for(b, seed=8)
-    a.populate(tables_for(a))
-    b.populate(tb)
-    assert a.remove_from_store(force=True) == len(SIZES)
-    assert [store.get(k) for k in b.get_store_keys()] == [t.tobytes() for t in tb]
+def test_layers_share_the_backend_and_are_isolated(store):
+    first, second = next(_layers), next(_layers)
+    configs = {first: config(), second: config([7, 11], 264)}
+    es = EngramStore(configs, store)
+    try:
+        for lid, cfg in configs.items():
+            fill = [
+                np.full((n, cfg.row_bytes), h + 31 + (lid - first) * 50, np.uint8)
+                for h, n in enumerate(cfg.table_vocab_sizes)
+            ]
+            es.populate(lid, fill)
+        peer = EngramStore(configs, store)  # reads the same keys, populates nothing
+        for lid, cfg in configs.items():
+            assert es.get_store_keys(lid) == peer.get_store_keys(lid)
+            ids = np.zeros((1, 2, len(cfg.table_vocab_sizes)), dtype=np.int64)
+            with registered(store, ids.shape, cfg.row_bytes) as out:
+                for reader in (es, peer):
+                    out.fill(0)
+                    reader.lookup_into(lid, ids, out)
+                    for h in range(ids.shape[-1]):
+                        assert np.all(out[..., h, :] == h + 31 + (lid - first) * 50)
+        assert es.remove_from_store(first, force=True) == len(SIZES)
+        ids = np.zeros((1, 1, 2), dtype=np.int64)
+        with registered(store, ids.shape, 264) as out:
+            peer.lookup_into(second, ids, out)
+            assert np.all(out[..., 0, :] == 81)
+    finally:
+        for lid in configs:
+            es.remove_from_store(lid, force=True)

@@ -238,7 +238,7 @@ def test_put_errors_and_rollback(store_master, stores):
         t.put_structured_object(StructuredObjectPayload({STRUCTURED_FIELD_SPECS_KEY: 1}, {}))
     with pytest.raises(TypeError, match="JSON-serializable"):
         t.put_structured_object(StructuredObjectPayload({"x": object()}, {"a": b"1"}))
-    with pytest.raises(RuntimeError, match="zero-copy put requires"):
+    with pytest.raises(RuntimeError, match="zero-copy put requested"):
         t.put_bundle(b"{}", {"a": b"1"}, policy=BundleTransferPolicy(copy_mode="zero_copy"))
     # A write that fails midway (the second member is too large for the
     # pool) removes what it wrote.
@@ -487,7 +487,7 @@ def test_direct_copy_payload_groups_whole_arrays(store_master, stores):
     got = t.materialize(t.read_spec(ref))
     np.testing.assert_array_equal(got.objects["d"], np.concatenate(arrays))
     t.release_result(got)
-    with pytest.raises(RuntimeError, match="zero-copy put requires"):
+    with pytest.raises(RuntimeError, match="zero-copy put requested"):
         t.put_structured_object(
             StructuredObjectPayload(buffers={"d": payload}),
             policy=BundleTransferPolicy(copy_mode="zero_copy"),
@@ -772,3 +772,55 @@ def test_upstream_error_texts(store_master, stores):
         t.materialize_into(t.read_spec(ref), {"w": np.zeros((3, 2))})
     with pytest.raises(ValueError, match="destination dtype mismatch"):
         t.materialize_into(t.read_spec(ref), {"w": np.zeros((4, 2), np.float32)})
+
+
+def test_pre_registered_members_are_written_from_their_own_memory(store_master, stores):
+    s = Recorder(stores(store_master))
+    t = MooncakeBundleTransfer(s)
+    weights = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    ptr = weights.ctypes.data
+    assert s.register_buffer(ptr, weights.nbytes) == 0
+    try:
+        s.calls.clear()
+        ref = t.put_structured_object(
+            StructuredObjectPayload(buffers={"w": weights, "empty": bytearray()}),
+            chunk_bytes=24,
+            pre_registered_buffers={"w": True, "empty": True},
+        )
+        # three chunks of w, each put from w's own memory; nothing (un)registered here
+        puts = s.named("batch_put_from")
+        assert [(a[1], a[2]) for a in puts] == [
+            ([ptr], [24]),
+            ([ptr + 24], [24]),
+            ([ptr + 48], [16]),
+        ]
+        assert not s.named("register_buffer") and not s.named("unregister_buffer")
+        assert ref.manifest["buffers"]["empty"]["chunks"] == []
+        got = t.materialize(t.read_spec(ref)).objects
+        assert np.array_equal(got["w"], weights) and bytes(got["empty"]) == b""
+        # a zero-copy policy writes them the same way
+        ref = t.put_structured_object(
+            StructuredObjectPayload(buffers={"w": weights}),
+            policy=BundleTransferPolicy(copy_mode="zero_copy"),
+            pre_registered_buffers={"w": True},
+        )
+        assert np.array_equal(t.materialize(t.read_spec(ref)).objects["w"], weights)
+    finally:
+        assert s.unregister_buffer(ptr) == 0
+    for bad in (np.arange(64, dtype=np.uint8).reshape(8, 8).T, b"readonly", [1, 2, 3]):
+        with pytest.raises(ValueError, match="pre-registered structured buffer 'w'"):
+            t.put_structured_object(
+                StructuredObjectPayload(buffers={"w": bad}), pre_registered_buffers={"w": True}
+            )
+    with pytest.raises(ValueError, match="unknown pre-registered structured buffer"):
+        t.put_structured_object(
+            StructuredObjectPayload(buffers={"w": bytearray(b"x")}),
+            pre_registered_buffers={"v": True},
+        )
+    # copy mode copies everything and checks nothing
+    ref = t.put_structured_object(
+        StructuredObjectPayload(buffers={"w": b"readonly"}),
+        policy=BundleTransferPolicy(copy_mode="copy"),
+        pre_registered_buffers={"w": True},
+    )
+    assert bytes(t.materialize(t.read_spec(ref)).objects["w"]) == b"readonly"

@@ -91,6 +91,42 @@ def test_a_put_without_config_is_placed_as_one_with_the_default_config(store_mas
     assert [len(i.get("replicas", [])) for i in infos] == [len(infos[1].get("replicas", []))] * 3
 
 
+# The public names of upstream's `store` module (a pybind11 module, so a star
+# import takes every one of them); upstream's scripts/test_engram_store.py
+# imports the module's names this way.
+UPSTREAM_STORE_NAMES = (
+    "ObjectDataType SoftPinAction ReplicateConfig ReplicaStatus MemoryDescriptor "
+    "DiskDescriptor ReplicaDescriptor Descriptor TaskType TaskStatus QueryTaskResponse "
+    "BufferHandle BufferLeaseView BufferLease BufferPool RegisteredBufferPool "
+    "RegisteredBufferLease RegisteredBufferLeaseView MooncakeHostMemAllocator "
+    "MooncakeDistributedStore EngramStoreConfig EngramStore bind_to_numa_node "
+    "get_alloc_func_addr get_free_func_addr"
+).split()
+
+
+def test_star_import_brings_upstream_public_names():
+    names: dict = {}
+    exec("from mooncake.store import *", names)  # noqa: S102
+    missing = [n for n in UPSTREAM_STORE_NAMES if n not in names]
+    assert missing == []
+    assert names["RegisteredBufferPool"] is names["BufferPool"]
+    assert callable(names["get_alloc_func_addr"]) and callable(names["get_free_func_addr"])
+
+
+def test_star_import_brings_enum_members_as_upstream():
+    names: dict = {}
+    exec("from mooncake.store import *", names)  # noqa: S102
+    odt, rs = names["ObjectDataType"], names["ReplicaStatus"]
+    tt, ts = names["TaskType"], names["TaskStatus"]
+    for enum_type in (odt, rs, tt, ts):
+        for member in enum_type:
+            if member.name not in ("PROCESSING", "FAILED"):
+                assert names[member.name] is member
+    # in both ReplicaStatus and TaskStatus: upstream exports TaskStatus last
+    assert names["PROCESSING"] is ts.PROCESSING
+    assert names["FAILED"] is ts.FAILED
+
+
 def test_soft_pin_ttl_validation():
     cfg = ReplicateConfig()
     cfg.soft_pin_ttl_ms = 0

@@ -38,20 +38,45 @@ const (
 	defaultDrainTimeout    = 120 * time.Second
 	maxRunningDrainJobs    = 64
 	maxFinishedDrainJobs   = 256
+	maxDrainConcurrency    = 1 << 20
+	upstreamDrainMoves     = 4 // upstream's max_concurrency default
 	drainJobPassInterval   = 250 * time.Millisecond
 	drainJobStateRunning   = "RUNNING"
 	drainJobStateSucceeded = "SUCCEEDED"
 	drainJobStateFailed    = "FAILED"
 )
 
-// drainJobRequest is the body of POST /api/v1/drain_jobs, the fields of
-// the Python drain_segment call: segment_ids (segment ids), or
+// drainJobRequest is the body of POST /api/v1/drain_jobs: the fields of
+// the Python drain_segment call, segment_ids (segment ids), or
 // segment_names (every segment mounted under that name, as
-// /get_all_segments lists them), and timeout_seconds (default 120).
+// /get_all_segments lists them), and timeout_seconds (default 120); and
+// upstream's fields: segments (segment names, as segment_names),
+// target_segments (names of the segments the moved replicas may go to;
+// absent: any ACTIVE segment) and max_concurrency (at most that many of
+// the job's moves in flight at once; absent: 4 when the request uses
+// segments, as upstream's default, else no limit).
 type drainJobRequest struct {
 	SegmentIDs     []string `json:"segment_ids"`
 	SegmentNames   []string `json:"segment_names"`
+	Segments       []string `json:"segments"`
+	TargetSegments []string `json:"target_segments"`
+	MaxConcurrency *int64   `json:"max_concurrency"`
 	TimeoutSeconds *float64 `json:"timeout_seconds"`
+}
+
+// names returns every segment name the request drains (segment_names and
+// upstream's segments).
+func (r drainJobRequest) names() []string { return slices.Concat(r.SegmentNames, r.Segments) }
+
+// maxMoves returns the job's limit on moves in flight; 0 means none.
+func (r drainJobRequest) maxMoves() int {
+	switch {
+	case r.MaxConcurrency != nil:
+		return int(*r.MaxConcurrency)
+	case len(r.Segments) > 0:
+		return upstreamDrainMoves
+	}
+	return 0
 }
 
 // errDrainBodyTooLarge is decodeDrainJobRequest's error for a body over
@@ -60,9 +85,10 @@ var errDrainBodyTooLarge = errors.New("request body too large")
 
 // decodeDrainJobRequest reads and validates a drain job request: one JSON
 // object, no unknown fields, nothing after it, 1..maxDrainSegments
-// non-empty segment ids and names of at most maxDrainSegmentIDLen bytes,
-// and a timeout in (0, 24h]. It returns the request with the timeout
-// filled in.
+// non-empty segment ids and names (and at most as many target names) of
+// at most maxDrainSegmentIDLen bytes, max_concurrency in
+// [1, maxDrainConcurrency], and a timeout in (0, 24h]. It returns the
+// request and the timeout.
 func decodeDrainJobRequest(r io.Reader) (drainJobRequest, time.Duration, error) {
 	var req drainJobRequest
 	body, err := io.ReadAll(io.LimitReader(r, maxDrainBodyBytes+1))
@@ -87,14 +113,21 @@ func decodeDrainJobRequest(r io.Reader) (drainJobRequest, time.Duration, error) 
 	if _, err := dec.Token(); err != io.EOF {
 		return req, 0, errors.New("invalid JSON body: data after the object")
 	}
-	n := len(req.SegmentIDs) + len(req.SegmentNames)
+	n := len(req.SegmentIDs) + len(req.names())
 	if n == 0 {
-		return req, 0, errors.New("segment_ids or segment_names must name at least one segment")
+		return req, 0, errors.New("segment_ids, segment_names or segments must name at least one segment")
 	}
-	if n > maxDrainSegments {
-		return req, 0, fmt.Errorf("at most %d segments per job, got %d", maxDrainSegments, n)
+	if n > maxDrainSegments || len(req.TargetSegments) > maxDrainSegments {
+		return req, 0, fmt.Errorf("at most %d segments and %d target segments per job, got %d and %d",
+			maxDrainSegments, maxDrainSegments, n, len(req.TargetSegments))
 	}
-	for _, id := range slices.Concat(req.SegmentIDs, req.SegmentNames) {
+	if req.TargetSegments != nil && len(req.TargetSegments) == 0 {
+		return req, 0, errors.New("target_segments, when given, must name at least one segment")
+	}
+	if m := req.MaxConcurrency; m != nil && (*m < 1 || *m > maxDrainConcurrency) {
+		return req, 0, fmt.Errorf("max_concurrency must be in [1, %d], got %d", maxDrainConcurrency, *m)
+	}
+	for _, id := range slices.Concat(req.SegmentIDs, req.names(), req.TargetSegments) {
 		if id == "" || len(id) > maxDrainSegmentIDLen {
 			return req, 0, fmt.Errorf("segment ids and names must be 1..%d bytes, got %d", maxDrainSegmentIDLen, len(id))
 		}
@@ -118,6 +151,8 @@ type DrainJobStatus struct {
 	ID             string   `json:"id"`
 	State          string   `json:"state"` // RUNNING, SUCCEEDED or FAILED
 	SegmentIDs     []string `json:"segment_ids"`
+	TargetIDs      []string `json:"target_segment_ids,omitempty"` // where moves may go; absent: any ACTIVE segment
+	MaxConcurrency int      `json:"max_concurrency"`              // moves in flight at most; 0: no limit
 	TimeoutSeconds float64  `json:"timeout_seconds"`
 	Moves          int      `json:"moves"`
 	Dropped        int      `json:"dropped"`
@@ -130,6 +165,14 @@ type DrainJobStatus struct {
 	Error          string   `json:"error"`
 	CreatedAtMs    int64    `json:"created_at_ms"`
 	UpdatedAtMs    int64    `json:"updated_at_ms"`
+}
+
+// createdDrainJob is the body of a created job: its status plus the two
+// fields upstream's response has, success (true) and job_id (= id).
+type createdDrainJob struct {
+	DrainJobStatus
+	Success bool   `json:"success"`
+	JobID   string `json:"job_id"`
 }
 
 // drainJobs is the job table of one admin handler.
@@ -180,14 +223,14 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var (
-		ids    []string
-		status = http.StatusCreated
-		msg    string
+		ids, targets []string
+		status       = http.StatusCreated
+		msg          string
 	)
 	err = d.s.do(func(st *State, now time.Time) {
 		owners := map[string]string{}
 		for _, sg := range st.Segments() {
-			if slices.Contains(req.SegmentIDs, sg.ID) || slices.Contains(req.SegmentNames, sg.Name) {
+			if slices.Contains(req.SegmentIDs, sg.ID) || slices.Contains(req.names(), sg.Name) {
 				if _, dup := owners[sg.ID]; !dup {
 					ids = append(ids, sg.ID)
 				}
@@ -204,11 +247,21 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		for _, name := range req.SegmentNames {
+		for _, name := range slices.Concat(req.names(), req.TargetSegments) {
 			if !slices.ContainsFunc(st.Segments(), func(sg SegmentInfo) bool { return sg.Name == name }) {
 				status, msg = http.StatusNotFound, fmt.Sprintf("no segment is mounted as %q", name)
 				return
 			}
+		}
+		for _, sg := range st.Segments() {
+			if !slices.Contains(req.TargetSegments, sg.Name) {
+				continue
+			}
+			if _, drained := owners[sg.ID]; drained {
+				status, msg = http.StatusBadRequest, fmt.Sprintf("segment %s is both drained and a target", sg.ID)
+				return
+			}
+			targets = append(targets, sg.ID)
 		}
 		for _, j := range d.jobs {
 			if j.State != drainJobStateRunning {
@@ -245,10 +298,10 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 	d.next++
 	now := d.s.clock().UnixMilli()
 	job := &DrainJobStatus{ID: strconv.FormatUint(d.next, 10), State: drainJobStateRunning, SegmentIDs: ids,
-		TimeoutSeconds: timeout.Seconds(), CreatedAtMs: now, UpdatedAtMs: now}
+		TargetIDs: targets, MaxConcurrency: req.maxMoves(), TimeoutSeconds: timeout.Seconds(), CreatedAtMs: now, UpdatedAtMs: now}
 	d.jobs[job.ID] = job
 	d.running++
-	created := *job // what the job is now; run updates it from here on
+	created := createdDrainJob{DrainJobStatus: *job, Success: true, JobID: job.ID} // run updates job from here on
 	go d.run(job, timeout)
 	writeJSON(w, http.StatusCreated, created)
 }
@@ -280,13 +333,32 @@ func (d *drainJobs) pass(job *DrainJobStatus, late bool) bool {
 		failedOn string
 	)
 	err := d.s.do(func(st *State, now time.Time) {
+		lim := EvacuationLimits{MaxStarts: -1}
+		if job.TargetIDs != nil {
+			lim.Targets = map[string]bool{}
+			for _, id := range job.TargetIDs {
+				lim.Targets[id] = true
+			}
+		}
+		if job.MaxConcurrency > 0 {
+			lim.MaxStarts = job.MaxConcurrency
+			for _, id := range job.SegmentIDs {
+				if sg, ok := st.segments[id]; ok {
+					lim.MaxStarts -= len(st.movingFrom(sg))
+				}
+			}
+			lim.MaxStarts = max(lim.MaxStarts, 0)
+		}
 		for _, id := range job.SegmentIDs {
 			sg, ok := st.segments[id]
 			if !ok {
 				code, failedOn = kvstore.SegmentNotFound, id
 				return
 			}
-			ev, c := st.EvacuateSegment(sg.client, id, now)
+			ev, c := st.EvacuateSegmentLimited(sg.client, id, now, lim)
+			if lim.MaxStarts > 0 {
+				lim.MaxStarts -= ev.Started
+			}
 			if c != kvstore.OK {
 				code, failedOn = c, id
 				return
@@ -341,13 +413,17 @@ func (d *drainJobs) finish(job *DrainJobStatus, code int, msg string) {
 	}
 }
 
-// query answers GET /api/v1/drain_jobs/query?id=N: 200 with the job, 400
-// without a numeric id, 404 for an unknown (or forgotten) one.
+// query answers GET /api/v1/drain_jobs/query?id=N (or upstream's
+// ?job_id=N): 200 with the job, 400 without a numeric id, 404 for an
+// unknown (or forgotten) one.
 func (d *drainJobs) query(w http.ResponseWriter, r *http.Request) {
 	if !d.s.authorizeAdmin(w, r, "") {
 		return
 	}
 	id := r.URL.Query().Get("id")
+	if id == "" {
+		id = r.URL.Query().Get("job_id")
+	}
 	if _, err := strconv.ParseUint(id, 10, 64); err != nil {
 		http.Error(w, "id must be a drain job id (a decimal number)", http.StatusBadRequest)
 		return

@@ -216,3 +216,103 @@ func TestAdminDrainJobNeedsAdminTokenWithTenantTokens(t *testing.T) {
 		}
 	}
 }
+
+// Upstream's request fields: segments (names), target_segments (where
+// moves may go) and max_concurrency (moves of the job in flight at once).
+// No client executes the move tasks here, so the ones started stay in
+// flight and the limit is what the passes can start.
+func TestAdminDrainJobTakesUpstreamFields(t *testing.T) {
+	srv := newTestServer(t, nil)
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	c := ctx(t)
+	for _, m := range []struct{ client, id string }{{"c1", "s1"}, {"c2", "s2"}, {"c3", "s3"}} {
+		if r, err := srv.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: m.client, Segment: seg(m.id, 1<<20)}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("mount %s: %v %v", m.id, r, err)
+		}
+	}
+	for _, k := range []string{"k0", "k1", "k2"} {
+		cfg := &masterpb.ReplicateConfig{ReplicaNum: 1, PreferredSegments: []string{"host-s1"}}
+		if ps, err := srv.PutStart(c, &masterpb.PutStartRequest{ClientId: "c1", Key: k, Size: 100, Config: cfg}); err != nil || ps.ErrorCode != 0 {
+			t.Fatalf("put start %s: %v %v", k, ps, err)
+		}
+		if r, err := srv.PutEnd(c, &masterpb.PutEndRequest{ClientId: "c1", Key: k}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("put end %s: %v %v", k, r, err)
+		}
+	}
+	code, body := adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", `{"segments":["host-s1"],"target_segments":["host-s3"],"max_concurrency":1}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var created createdDrainJob
+	if err := json.Unmarshal([]byte(body), &created); err != nil || !created.Success || created.JobID != created.ID ||
+		created.MaxConcurrency != 1 || len(created.TargetIDs) != 1 || created.TargetIDs[0] != "s3" {
+		t.Fatalf("create body %s (%v)", body, err)
+	}
+	var st DrainJobStatus
+	for deadline := time.Now().Add(10 * time.Second); st.Passes < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job ran %d passes in 10 s", st.Passes)
+		}
+		code, body = adminDo(t, h.URL, "GET", "/api/v1/drain_jobs/query?job_id="+created.ID, "")
+		if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+			t.Fatalf("query = %d %s", code, body)
+		}
+	}
+	if st.Moving != 1 || st.Moves != 1 || st.Remaining != 3 {
+		t.Fatalf("job after %d passes = %+v, want one move in flight (max_concurrency 1) and the 3 replicas on s1", st.Passes, st)
+	}
+	srv.WithState(func(s *State, _ time.Time) {
+		n := 0
+		for _, tk := range s.tasks {
+			if tk.final() {
+				continue
+			}
+			n++
+			for _, r := range tk.targets {
+				if r.seg.info.ID != "s3" {
+					t.Errorf("task %v moves %s to %s, want only the target segment s3", tk.id, tk.key, r.seg.info.ID)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d unfinished move tasks, want 1", n)
+		}
+	})
+	// upstream's default concurrency applies to its request form
+	code, body = adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", `{"segments":["host-s2"]}`)
+	var second createdDrainJob
+	if err := json.Unmarshal([]byte(body), &second); code != http.StatusCreated || err != nil || second.MaxConcurrency != 4 || second.TargetIDs != nil {
+		t.Fatalf("create without max_concurrency = %d %s, want max_concurrency 4 and no targets", code, body)
+	}
+}
+
+func TestAdminDrainJobRejectsBadUpstreamFields(t *testing.T) {
+	srv := newTestServer(t, nil)
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	for _, m := range []struct{ client, id string }{{"c1", "s1"}, {"c2", "s2"}} {
+		if r, err := srv.MountSegment(ctx(t), &masterpb.MountSegmentRequest{ClientId: m.client, Segment: seg(m.id, 1<<20)}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("mount %s: %v %v", m.id, r, err)
+		}
+	}
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"segments":["host-s1"],"max_concurrency":0}`, 400},
+		{`{"segments":["host-s1"],"max_concurrency":-1}`, 400},
+		{`{"segments":["host-s1"],"max_concurrency":1.5}`, 400},
+		{`{"segments":["host-s1"],"target_segments":[]}`, 400},
+		{`{"segments":["host-s1"],"target_segments":[""]}`, 400},
+		{`{"segments":["host-s1"],"target_segments":["host-s1"]}`, 400}, // drained and target
+		{`{"segments":["host-s1"],"target_segments":["nope"]}`, 404},
+		{`{"segments":["nope"]}`, 404},
+	} {
+		if code, body := adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", tc.body); code != tc.want {
+			t.Errorf("POST %s = %d %s, want %d", tc.body, code, body, tc.want)
+		}
+	}
+}

@@ -110,11 +110,28 @@ func (e Evacuation) Done() bool { return e.Remaining == 0 && e.Moving == 0 && e.
 // again picks up what earlier passes could not place and replicas whose
 // writes completed since; the drain is over when Done.
 func (s *State) EvacuateSegment(clientID, segID string, now time.Time) (Evacuation, kvstore.ErrorCode) {
-	ev, code := s.evacuateSegment(clientID, segID, now)
+	return s.EvacuateSegmentLimited(clientID, segID, now, EvacuationLimits{MaxStarts: -1})
+}
+
+// EvacuationLimits bounds one evacuation pass (a drain job's
+// max_concurrency and target_segments).
+type EvacuationLimits struct {
+	// MaxStarts is how many move tasks the pass may start; below zero, no
+	// limit. Replicas beyond it are left for a later pass, neither moved
+	// nor dropped.
+	MaxStarts int
+	// Targets, when not nil, is the set of segment ids copies may go to;
+	// the other ACTIVE segments are not used.
+	Targets map[string]bool
+}
+
+// EvacuateSegmentLimited is EvacuateSegment within lim.
+func (s *State) EvacuateSegmentLimited(clientID, segID string, now time.Time, lim EvacuationLimits) (Evacuation, kvstore.ErrorCode) {
+	ev, code := s.evacuateSegment(clientID, segID, now, lim)
 	return ev, s.m.result("evacuate_segment", code)
 }
 
-func (s *State) evacuateSegment(clientID, segID string, now time.Time) (Evacuation, kvstore.ErrorCode) {
+func (s *State) evacuateSegment(clientID, segID string, now time.Time, lim EvacuationLimits) (Evacuation, kvstore.ErrorCode) {
 	sg := s.ownSegment(clientID, segID)
 	if sg == nil {
 		return Evacuation{}, kvstore.SegmentNotFound
@@ -134,7 +151,14 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time) (Evacuati
 			if r.seg != sg || r.status != ReplicaComplete || moving[r] {
 				continue
 			}
-			if _, code := s.newTask(TaskReplicaMove, o, r, [][]*segment{s.copyTargets(o)}, now); code == kvstore.OK {
+			if lim.MaxStarts >= 0 && ev.Started >= lim.MaxStarts {
+				continue // at the job's concurrency limit: a later pass moves it
+			}
+			targets := s.copyTargets(o)
+			if lim.Targets != nil {
+				targets = slices.DeleteFunc(targets, func(t *segment) bool { return !lim.Targets[t.info.ID] })
+			}
+			if _, code := s.newTask(TaskReplicaMove, o, r, [][]*segment{targets}, now); code == kvstore.OK {
 				ev.Started++
 				continue
 			}

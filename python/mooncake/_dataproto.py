@@ -276,14 +276,29 @@ def _take(value: Any, picks: list[int] | None) -> Any:
     if _is_tensor(value):
         import torch
 
+        if getattr(value, "is_nested", False):  # jagged tensors cannot be indexed by a tensor
+            return _nested_rows(value, picks)
         return value[torch.tensor(picks, dtype=torch.long)]
     return value[np.asarray(picks, dtype=np.int64)]
+
+
+def _nested_rows(value: Any, picks: list[int]) -> Any:
+    """Rows `picks` of a nested tensor, as a nested tensor of the same layout."""
+    import torch
+
+    if not picks:
+        raise ValueError("a nested tensor field cannot be read with no rows selected")
+    rows = value.unbind()
+    return torch.nested.as_nested_tensor([rows[i] for i in picks], layout=value.layout)
 
 
 def _plain_rows(value: Any, cover: slice, picks: list[int] | None, is_tensor: bool) -> Any:
     """Rows of a field read by its covering slice (tensor slices are step 1)."""
     if is_tensor and cover.step != 1:
-        value = value[:: cover.step]
+        if getattr(value, "is_nested", False):
+            value = _nested_rows(value, list(range(0, value.size(0), cover.step)))
+        else:
+            value = value[:: cover.step]
     return _take(value, picks)
 
 

@@ -6,7 +6,8 @@ keeps, per encoded field, ``{"codec", "rows", "metadata", "payload_members":
 {payload: member}}``. Codec names and payload layouts are upstream's:
 
 * ``ndarray``: numeric scalars; ``data`` (one element per row), ``nulls``.
-* ``typed_ragged``: numeric lists or ndarrays; ``data`` (every element, in
+* ``typed_ragged``: lists or ndarrays of any non-object dtype (numbers, bytes,
+  text); ``data`` (every element, in
   row order), ``offsets`` (int64, rows+1, in elements), ``shapes`` (int64,
   rows x max(max_ndim, 1)), ``ndims`` (int16), ``nulls``; metadata
   ``dtype``, ``max_ndim``, ``row_format`` (ndarray | list | mixed).
@@ -197,8 +198,8 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
         dtype = np.result_type(*present) if present else np.dtype(TYPED_RAGGED_DEFAULT_DTYPE)
     else:
         dtype = np.dtype(dtype_hint)
-    if dtype.hasobject or dtype.kind not in "biufc":
-        raise ValueError("typed_ragged codec requires a numeric dtype")
+    if dtype.hasobject:  # any fixed-size dtype: numbers, bools, bytes (S, c), text (U)
+        raise ValueError("typed_ragged codec requires non-object dtype")
     regular = _encode_typed_ragged_regular_ndarray_rows(values, dtype)
     if regular is not None:
         return regular
@@ -221,8 +222,11 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
     flat = [a.reshape(-1) for a in arrays if a.size]
     total = int(offsets[-1])
     concat = _fast_concat()
-    if not flat:
-        data: Any = np.zeros(0, dtype=dtype)
+    if not flat:  # no elements: an empty multi-buffer payload, as upstream's
+        empty = np.zeros(0, dtype=dtype)
+        data: Any = _MultiBufferPayload(
+            buffers=(_array_view(empty),), owners=(empty,), dtype=dtype.str, shape=(0,)
+        )
     elif len(flat) > 1 and concat is not None:
         data = _DirectCopyPayload.from_flat_arrays(flat, dtype, total)
     else:
@@ -242,12 +246,20 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
         "ndims": ndims,
         "nulls": _nulls(values),
     }
-    return payload, _typed_meta(dtype, max_ndim, row_format, ndarray_rows)
+    meta = _typed_meta(dtype, max_ndim, row_format, ndarray_rows)
+    if row_format == "ndarray" and n:
+        # ndarray rows (None rows too) are one flat run of elements, as upstream marks them
+        meta["physical_layout"] = "contiguous_flat"
+    return payload, meta
 
 
-def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict) -> list:
+def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict | None = None) -> list:
+    """The `n` rows of a typed_ragged payload. `payload["data"]` may be an
+    ndarray, bytes-like or a CPU torch tensor; without `metadata` the rows
+    are float32 ndarrays (the codec's default dtype)."""
+    metadata = metadata or {}
     dtype = np.dtype(metadata.get("dtype", TYPED_RAGGED_DEFAULT_DTYPE))
-    data = _as_array(payload["data"], dtype)
+    data = _as_array(_tensor_to_numpy(payload["data"]), dtype)
     offsets, shapes, ndims, nulls = (payload[k] for k in ("offsets", "shapes", "ndims", "nulls"))
     row_format = metadata.get("row_format", "ndarray")
     as_array = metadata.get("ndarray_rows") or []
@@ -263,9 +275,19 @@ def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict) -> list:
     return rows
 
 
+def _tensor_to_numpy(raw: Any) -> Any:
+    """A torch tensor's CPU ndarray (without importing torch); anything else as is."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(raw, torch.Tensor):
+        return raw.detach().cpu().contiguous().numpy()
+    return raw
+
+
 def _as_array(raw: Any, dtype: np.dtype) -> np.ndarray:
-    if isinstance(raw, np.ndarray) and raw.dtype == dtype:
-        return raw
+    if isinstance(raw, np.ndarray):
+        if raw.dtype == dtype:
+            return raw
+        raw = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
     return np.frombuffer(memoryview(raw).cast("B"), dtype=dtype)
 
 

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from mooncake import _lib
 from mooncake._buffers import address_of
-from mooncake._engram import EngramStore, EngramStoreConfig  # noqa: F401  (re-exports)
+from mooncake._engram import EngramStore, EngramStoreConfig
 from mooncake._hugepages import page_shift
 from mooncake._lib import I64, INT, PTR, STR, U64, P
 from mooncake._numa import bind_to_numa_node
@@ -67,26 +67,88 @@ from mooncake._store_types import (
 )
 from mooncake._tensor import deserialize_tensor, serialize_tensor, tensor_metadata_size
 
+# Every public name of upstream's `store` module (its pybind11 module has no
+# `__all__`, so `from store import *` takes them all), plus our own additions.
+# RangedReadSnapshot and MooncakeDistributedNoFRegister are not implemented.
 __all__ = [
     "StoreOperationError",
     "init_tracing",
     "BufferHandle",
+    "BufferLease",
+    "BufferLeaseView",
+    "BufferPool",
     "Descriptor",
     "DiskDescriptor",
+    "EngramStore",
+    "EngramStoreConfig",
     "ErrorCode",
     "MemoryDescriptor",
     "MooncakeDistributedStore",
+    "MooncakeHostMemAllocator",
     "ObjectDataType",
     "ParallelAxis",
+    "QueryTaskResponse",
     "ReadTarget",
+    "RegisteredBufferLease",
+    "RegisteredBufferLeaseView",
+    "RegisteredBufferPool",
     "ReplicaDescriptor",
     "ReplicaStatus",
     "ReplicateConfig",
     "SoftPinAction",
+    "TaskStatus",
+    "TaskType",
     "TensorParallelism",
     "bind_to_numa_node",
+    "get_alloc_func_addr",
+    "get_free_func_addr",
     "parse_size",
+    # enum members upstream exports at module level (its `export_values()`)
+    "UNKNOWN",
+    "KVCACHE",
+    "TENSOR",
+    "WEIGHT",
+    "SAMPLE",
+    "ACTIVATION",
+    "GRADIENT",
+    "OPTIMIZER_STATE",
+    "METADATA",
+    "GENERAL",
+    "UNDEFINED",
+    "INITIALIZED",
+    "COMPLETE",
+    "REMOVED",
+    "REPLICA_COPY",
+    "REPLICA_MOVE",
+    "PENDING",
+    "PROCESSING",
+    "SUCCESS",
+    "FAILED",
 ]
+
+# Upstream exports ObjectDataType's, ReplicaStatus's, TaskType's and
+# TaskStatus's members in that order; PROCESSING and FAILED are in both
+# ReplicaStatus and TaskStatus, and TaskStatus's, exported last, win.
+UNKNOWN = ObjectDataType.UNKNOWN
+KVCACHE = ObjectDataType.KVCACHE
+TENSOR = ObjectDataType.TENSOR
+WEIGHT = ObjectDataType.WEIGHT
+SAMPLE = ObjectDataType.SAMPLE
+ACTIVATION = ObjectDataType.ACTIVATION
+GRADIENT = ObjectDataType.GRADIENT
+OPTIMIZER_STATE = ObjectDataType.OPTIMIZER_STATE
+METADATA = ObjectDataType.METADATA
+GENERAL = ObjectDataType.GENERAL
+UNDEFINED = ReplicaStatus.UNDEFINED
+INITIALIZED = ReplicaStatus.INITIALIZED
+COMPLETE = ReplicaStatus.COMPLETE
+REMOVED = ReplicaStatus.REMOVED
+REPLICA_COPY = TaskType.REPLICA_COPY
+REPLICA_MOVE = TaskType.REPLICA_MOVE
+PENDING = TaskStatus.PENDING
+PROCESSING = TaskStatus.PROCESSING
+SUCCESS = TaskStatus.SUCCESS
+FAILED = TaskStatus.FAILED
 
 
 class StoreSetupArgs(ctypes.Structure):
@@ -1023,7 +1085,8 @@ def _new_capsule(handle: int) -> Any:
     return _capsule_new(handle, CAPSULE_NAME, None)
 
 
-from mooncake.buffer_pool import (  # noqa: E402, F401  (re-exports; buffer_pool does not import this module)
+from mooncake.allocator import get_alloc_func_addr, get_free_func_addr  # noqa: E402
+from mooncake.buffer_pool import (  # noqa: E402  (re-exports; buffer_pool does not import this module)
     BufferLease,
     BufferLeaseView,
     BufferPool,

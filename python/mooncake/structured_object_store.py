@@ -98,6 +98,7 @@ from mooncake._dataproto_codecs import (  # noqa: E402
     FieldSchema,
     _choose_leaf_codec,
     _CodecDecision,
+    _decode_typed_ragged_values,  # noqa: F401  (upstream's tests call it from this module)
     _encode_msgpack_ragged_values,
     _encode_typed_ragged_regular_ndarray_rows,
     _encode_typed_ragged_values,
@@ -236,8 +237,16 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         policy: BundleTransferPolicy | None = None,
         max_inflight_put: int | None = None,
         config: Any = None,
+        pre_registered_buffers: Mapping[str, bool] | None = None,
     ) -> RemoteBundleRef:
-        """Write a structured object (metadata + bytes/ndarray/tensor members); its ref."""
+        """Write a structured object (metadata + bytes/ndarray/tensor members); its ref.
+
+        `pre_registered_buffers` names members whose memory the caller registered with
+        the store: they are written with `batch_put_from` straight from that memory
+        (no copy, no registration here) and must be writable C-contiguous buffers
+        (ValueError otherwise, and for a name that is not a member). With
+        ``copy_mode="copy"`` it is ignored: every member is copied.
+        """
         metadata = payload.metadata
         if not isinstance(metadata, Mapping):
             raise TypeError("structured object metadata must be a mapping")
@@ -245,11 +254,14 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             raise ValueError(f"metadata key {STRUCTURED_FIELD_SPECS_KEY!r} is reserved")
         if "layout" in metadata and not isinstance(metadata["layout"], str):
             raise TypeError("structured object metadata 'layout' must be a string")
+        registered = self._pre_registered(payload, pre_registered_buffers, policy)
         members, specs = {}, {}
         for name, value in payload.buffers.items():
             if not _valid_name(name):
                 raise ValueError(f"invalid bundle buffer name: {name!r}")
             kind, data, spec = self._encode_member(name, value)
+            if name in registered:
+                kind = "registered"
             members[name] = (kind, data, {})
             specs[name] = spec
         doc = {"layout": "structured", **metadata}
@@ -262,6 +274,30 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         return self._write(
             memoryview(meta), members, partition, chunk_bytes, policy, max_inflight_put, config
         )
+
+    @staticmethod
+    def _pre_registered(payload, names: Mapping[str, bool] | None, policy) -> set[str]:
+        """The members to write from the caller's registered memory (checked)."""
+        if not names:
+            return set()
+        unknown = sorted(n for n in names if n not in payload.buffers)
+        if unknown:
+            raise ValueError(f"unknown pre-registered structured buffer(s): {unknown}")
+        if policy is not None and policy.copy_mode == "copy":
+            return set()
+        chosen = {n for n, flag in names.items() if flag}
+        for name in chosen:
+            value = payload.buffers[name]
+            try:
+                m = memoryview(value)
+            except TypeError:
+                m = None
+            if m is None or m.readonly or not m.c_contiguous:
+                raise ValueError(
+                    f"pre-registered structured buffer {name!r} must be a writable "
+                    "C-contiguous buffer (it is written from its own memory)"
+                )
+        return chosen
 
     def _encode_member(self, name: str, value: Any) -> tuple[str, Any, dict]:
         if isinstance(value, np.ndarray):
@@ -344,6 +380,8 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                     spec = self._put_tensor_buffer(key, data, config, written)
                 elif kind == "direct":
                     spec = self._put_direct(key, data, chunk, policy, config, written)
+                elif kind == "registered":
+                    spec = self._put_registered(key, data[0], chunk, policy, config, written)
                 else:
                     spec = self._put_payload(key, data, chunk, policy, config, written)
                 specs[name] = {**spec, **extra}
@@ -464,7 +502,11 @@ class MooncakeBundleTransfer(_DataProtoMixin):
     def _write_pool(self, policy: BundleTransferPolicy) -> Any:
         """The pool chunk writes go through (None: plain put)."""
         if policy.copy_mode == "zero_copy":
-            raise RuntimeError("zero-copy put requires tensor-object buffers")
+            raise RuntimeError(
+                "zero-copy put requested for a member that is neither a tensor-object "
+                "buffer nor pre-registered (pre_registered_buffers); use copy_mode "
+                "'auto' or 'copy'"
+            )
         pool = None if policy.copy_mode == "copy" else self._buffer_pool()
         if pool is not None and self._fn["batch_put_from"] is None:
             raise RuntimeError("batch_put_from is unavailable")
@@ -494,6 +536,34 @@ class MooncakeBundleTransfer(_DataProtoMixin):
 
         parallel = self._transport._resolve_buffer_group_put_mode(groups, policy) == "parallel"
         self._run_puts(list(zip(keys, groups, strict=True)), put_one, parallel, policy, written)
+        return spec
+
+    def _put_registered(self, key, view: memoryview, chunk, policy, config, written) -> dict:
+        """Write a member the caller registered with the store, chunk by chunk, with
+        `batch_put_from` from its own memory."""
+        view = view.cast("B")
+        sizes = [min(chunk, view.nbytes - off) for off in range(0, view.nbytes, chunk)]
+        keys = self._chunk_keys(key, len(sizes)) if sizes else []
+        spec = self._payload_spec(key, keys, sizes)
+        if not sizes:
+            return spec
+        if self._fn["batch_put_from"] is None:
+            raise RuntimeError(
+                "zero-copy put requested for a pre-registered buffer, "
+                "but the store has no batch_put_from"
+            )
+        base = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        offsets = [i * chunk for i in range(len(sizes))]
+
+        def put_one(k: str, item: tuple[int, int]) -> None:
+            off, size = item
+            rc = self._call("batch_put_from", config, 1, [k], [base + off], [size])
+            self._check("batch_put_from", k, rc)
+
+        groups = [[view[o : o + z]] for o, z in zip(offsets, sizes, strict=True)]
+        parallel = self._transport._resolve_buffer_group_put_mode(groups, policy) == "parallel"
+        items = list(zip(keys, zip(offsets, sizes, strict=True), strict=True))
+        self._run_puts(items, put_one, parallel, policy, written)
         return spec
 
     def _put_direct(self, key, arrays: list, chunk, policy, config, written) -> dict:
