@@ -219,7 +219,7 @@ def _master_host(master: str) -> str:
     "etcd://h1:p1;h2:p2" (the first endpoint's host)."""
     addr = master.strip()
     if addr.startswith("etcd://"):
-        eps = [e for e in addr[len("etcd://"):].replace(",", ";").split(";") if e]
+        eps = [e for e in addr[len("etcd://") :].replace(",", ";").split(";") if e]
         addr = eps[0] if eps else ""
         for scheme in ("http://", "https://"):
             addr = addr.removeprefix(scheme)
