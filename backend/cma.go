@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/nodeid"
 	"golang.org/x/sys/unix"
 )
 
@@ -109,14 +110,12 @@ func ptraceScope() string {
 	return strings.TrimSpace(string(b))
 }
 
-// hostIdentity names the kernel and pid namespace this process runs in:
-// two ranks may read each other by pid only when both match.
+// hostIdentity hashes this process's node id (internal/nodeid: the kernel
+// and pid namespace it runs in): two ranks may read each other by pid only
+// when both match.
 func hostIdentity() uint64 {
 	h := fnv.New64a()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	ns, _ := os.Readlink("/proc/self/ns/pid")
-	h.Write(boot)
-	h.Write([]byte(ns))
+	h.Write([]byte(nodeid.ID()))
 	return h.Sum64()
 }
 

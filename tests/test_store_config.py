@@ -219,6 +219,44 @@ def test_env_defaults(clean_env):
     assert (c.enable_client_http_server, c.client_http_port) == (False, 9300)
 
 
+def _own_ipv4() -> str | None:
+    """One of this host's global IPv4 addresses (iproute2), or None."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("ip"):
+        return None
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+                         capture_output=True, text=True).stdout  # fmt: skip
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            return fields[fields.index("inet") + 1].split("/")[0]
+    return None
+
+
+def test_env_default_hostname_routable_with_remote_master(clean_env):
+    """Without MOONCAKE_LOCAL_HOSTNAME and with a master on another address,
+    the client names itself by the local address of the route to the master
+    (was "localhost", which no other host reaches)."""
+    own = _own_ipv4()
+    if own is None:
+        pytest.skip("no global IPv4 address")
+    clean_env.setenv("MOONCAKE_MASTER", f"{own}:50051")
+    assert MooncakeConfig.load_from_env().local_hostname == own
+    clean_env.setenv("MOONCAKE_MASTER", f"etcd://{own}:2379;10.9.9.9:2379")
+    assert MooncakeConfig.load_from_env().local_hostname == own
+    clean_env.setenv("MOONCAKE_MASTER", "localhost:50051")
+    assert MooncakeConfig.load_from_env().local_hostname == "localhost"
+
+
+def test_master_host():
+    assert mc._master_host("10.0.0.1:50051") == "10.0.0.1"
+    assert mc._master_host("[fd00::1]:50051") == "fd00::1"
+    assert mc._master_host("etcd://http://10.0.0.2:2379,10.0.0.3:2379") == "10.0.0.2"
+    assert mc._master_host("master") == "master"
+
+
 def test_env_values(clean_env):
     for k, v in {
         "MOONCAKE_MASTER": "10.0.0.1:1",

@@ -16,6 +16,7 @@ import (
 	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
+	"github.com/mooncake-go/mooncake/internal/netaddr"
 	"github.com/mooncake-go/mooncake/transfer/handshake"
 	"github.com/mooncake-go/mooncake/transfer/hugepage"
 	"github.com/mooncake-go/mooncake/transfer/metadata"
@@ -99,6 +100,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if host == "" {
 		return nil, errorf(CodeInvalidArgument, nil, "empty local hostname")
+	}
+	if err := netaddr.Unreachable(host, conn.Host(), "local_hostname"); err != nil {
+		return nil, errorf(CodeInvalidArgument, nil, "metadata server %s: %v", cfg.MetadataServer, err)
 	}
 	e := &Engine{
 		cfg:          cfg,

@@ -72,7 +72,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mooncake_client", flag.ContinueOnError)
 	fs.SetOutput(out)
 	o.globalSegmentSize = 4 << 30
-	fs.StringVar(&o.host, "host", "0.0.0.0", "local hostname of the store client (a port is picked in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT] when none is given); also the host of the HTTP server")
+	fs.StringVar(&o.host, "host", "", "local hostname of the store client, published as its segment's name (a port is picked in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT] when none is given); also the host of the HTTP server. Default: the local address of the route to the master (127.0.0.1 with a loopback master); a loopback or wildcard address is refused when the master is on another host")
 	fs.StringVar(&o.metadataServer, "metadata_server", "http://127.0.0.1:8080/metadata", "Transfer Engine metadata server (http://..., etcd://..., P2PHANDSHAKE)")
 	fs.StringVar(&o.deviceNames, "device_names", "", "RDMA devices, comma-separated (empty: auto)")
 	fs.StringVar(&o.masterAddress, "master_server_address", "127.0.0.1:50051", "master host:port, or etcd://h1:p1;h2:p2 to follow an HA leader")

@@ -29,7 +29,7 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.port != 50052 || o.httpPort != 9300 || o.globalSegmentSize != 4<<30 || o.localBufferSize != 0 ||
-		o.host != "0.0.0.0" || o.masterAddress != "127.0.0.1:50051" || o.protocol != "tcp" || o.tenantID != "default" {
+		o.host != "" || o.masterAddress != "127.0.0.1:50051" || o.protocol != "tcp" || o.tenantID != "default" {
 		t.Fatalf("defaults %+v", o)
 	}
 }

@@ -63,8 +63,12 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		return err
 	}
 	log := slog.Default()
+	name, err := localName(o.host, o.masterAddress)
+	if err != nil {
+		return fmt.Errorf("store client setup: %w", err)
+	}
 	c, err := setupClient(client.Config{
-		LocalHostname: o.host, MetadataServer: o.metadataServer, GlobalSegmentSize: o.globalSegmentSize,
+		LocalHostname: name, MetadataServer: o.metadataServer, GlobalSegmentSize: o.globalSegmentSize,
 		LocalBufferSize: o.localBufferSize, Protocol: o.protocol, DeviceName: o.deviceNames,
 		MasterServerAddr: o.masterAddress, TenantID: o.tenantID,
 	}, time.Duration(o.setupTimeout)*time.Second, stop, log)
@@ -88,9 +92,9 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	defer srv.Close()
 	var httpSrv *http.Server
 	if o.enableHTTPServer {
-		host, _, err := net.SplitHostPort(c.Hostname())
-		if err != nil {
-			host = o.host
+		host := "" // without --host, every address, as before the default became routable
+		if o.host != "" {
+			host, _, _ = net.SplitHostPort(c.Hostname())
 		}
 		addr := net.JoinHostPort(host, strconv.Itoa(o.httpPort))
 		ln, err := net.Listen("tcp", addr)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/mooncake-go/mooncake/gpu"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/lifecycle"
+	"github.com/mooncake-go/mooncake/internal/nodeid"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer"
@@ -84,7 +84,10 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Fleet.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{id: newID(), stop: make(chan struct{}), hostID: hostID(), temps: map[uintptr]*tempReg{}, mounts: map[string]*mount{},
+	if err := checkLocalName(cfg); err != nil {
+		return nil, err
+	}
+	c := &Client{id: newID(), stop: make(chan struct{}), hostID: nodeid.ID(), temps: map[uintptr]*tempReg{}, mounts: map[string]*mount{},
 		fleet: cfg.Fleet}
 	var err error
 	if c.hostname, err = effectiveHostname(cfg.LocalHostname); err != nil {
@@ -334,14 +337,6 @@ func newID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// hostID identifies this machine for prefer_alloc_in_same_node.
-func hostID() string {
-	if h, err := os.Hostname(); err == nil {
-		return h
-	}
-	return "unknown"
 }
 
 // startEngine starts the client's own Transfer Engine as c.hostname. A

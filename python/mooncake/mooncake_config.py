@@ -10,9 +10,11 @@ Sizes may be integers or strings such as ``"3.125GB"`` or ``"512 mb"``
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +179,8 @@ class MooncakeConfig:
         """The file named by MOONCAKE_CONFIG_PATH, else the MOONCAKE_* variables.
 
         Without MOONCAKE_CONFIG_PATH, MOONCAKE_MASTER must be set and non-empty.
+        MOONCAKE_LOCAL_HOSTNAME defaults to `default_local_hostname` of the
+        master.
         """
         path = os.getenv("MOONCAKE_CONFIG_PATH")
         if path is not None:
@@ -189,7 +193,7 @@ class MooncakeConfig:
             )
         env = os.getenv
         return MooncakeConfig(
-            local_hostname=env("MOONCAKE_LOCAL_HOSTNAME", "localhost"),
+            local_hostname=env("MOONCAKE_LOCAL_HOSTNAME") or default_local_hostname(master),
             metadata_server=env("MOONCAKE_TE_META_DATA_SERVER", "P2PHANDSHAKE"),
             global_segment_size=_parse_segment_size(
                 env("MOONCAKE_GLOBAL_SEGMENT_SIZE", DEFAULT_GLOBAL_SEGMENT_SIZE)
@@ -208,3 +212,48 @@ class MooncakeConfig:
             ),
             client_http_port=int(env("MOONCAKE_CLIENT_HTTP_PORT", "9300")),
         )
+
+
+def _master_host(master: str) -> str:
+    """The host (no port) of a master address: "host:port", "[v6]:port", or
+    "etcd://h1:p1;h2:p2" (the first endpoint's host)."""
+    addr = master.strip()
+    if addr.startswith("etcd://"):
+        eps = [e for e in addr[len("etcd://") :].replace(",", ";").split(";") if e]
+        addr = eps[0] if eps else ""
+        for scheme in ("http://", "https://"):
+            addr = addr.removeprefix(scheme)
+    if addr.startswith("["):
+        return addr[1:].split("]", 1)[0]
+    if addr.count(":") == 1:
+        return addr.split(":", 1)[0]
+    return addr
+
+
+def _is_local(host: str) -> bool:
+    if host in ("", "localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+def default_local_hostname(master: str) -> str:
+    """The store client's name when MOONCAKE_LOCAL_HOSTNAME is unset:
+    "localhost" with a loopback master (a one-host run), else the local
+    address of the route to the master, which the master's other clients
+    reach (found without sending a packet). When no route is found it is
+    "localhost", which setup then refuses, naming MOONCAKE_LOCAL_HOSTNAME."""
+    host = _master_host(master)
+    if _is_local(host):
+        return "localhost"
+    try:
+        family = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family[0], socket.SOCK_DGRAM) as s:
+            s.connect(family[4])
+            return s.getsockname()[0]
+    except OSError as e:
+        logger.warning("no route to the master %s (%s): MOONCAKE_LOCAL_HOSTNAME is needed", host, e)
+        return "localhost"

@@ -121,7 +121,8 @@ class Host:
     and a pid, UTS (hostname `name`) and mount namespace (with a /proc of
     its pid namespace) that every process started on it shares."""
 
-    def __init__(self, cluster: Cluster, index: int, ns: str, addr: str) -> None:
+    def __init__(self, cluster: Cluster, index: int, ns: str, addr: str,
+                 hostname: str | None = None) -> None:
         from conftest import _die_with_parent
 
         self.cluster = cluster
@@ -129,11 +130,12 @@ class Host:
         self.ns = ns
         self.addr = addr
         self.name = f"host{index}"
+        self.hostname = hostname or self.name  # what gethostname() says on it
         # unshare dies with the test process (PDEATHSIG), and the host's
         # pid 1 with unshare (--kill-child), and everything on the host with it.
         self._init = subprocess.Popen(
             ["ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--kill-child", "--uts",
-             "--mount-proc", sys.executable, "-c", _HOST_INIT, self.name],
+             "--mount-proc", sys.executable, "-c", _HOST_INIT, self.hostname],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
             preexec_fn=_die_with_parent)  # fmt: skip
         cluster._procs.append(self._init)
@@ -183,11 +185,13 @@ class Host:
 
 
 class Cluster:
-    """`n` hosts joined by a bridge (see the module docstring)."""
+    """`n` hosts joined by a bridge (see the module docstring). Host i
+    (from 1) is named "host<i>" unless `hostnames` maps i to another name
+    (several hosts may share one, as containers left at a default do)."""
 
     TABLE = "mcrig"
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, hostnames: dict[int, str] | None = None) -> None:
         require_tools()
         remove_stale()
         self._procs: list[subprocess.Popen] = []
@@ -204,7 +208,7 @@ class Cluster:
             _sh(["ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge"])
             _sh(["ip", "-n", self.bridge_ns, "link", "set", "br0", "up"])
             for i in range(1, n + 1):
-                self._add_host(tag, i)
+                self._add_host(tag, i, (hostnames or {}).get(i))
         except BaseException:
             self.close()
             raise
@@ -214,7 +218,7 @@ class Cluster:
         self._namespaces.append(ns)
         _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
 
-    def _add_host(self, tag: str, i: int) -> None:
+    def _add_host(self, tag: str, i: int, hostname: str | None) -> None:
         ns = f"{tag}-h{i}"
         addr = f"10.231.{self.subnet}.{i}"
         self._make_ns(ns)
@@ -225,7 +229,7 @@ class Cluster:
         _sh(["ip", "-n", self.bridge_ns, "link", "set", port, "master", "br0", "up"])
         _sh(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0"])
         _sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        self.hosts.append(Host(self, i, ns, addr))
+        self.hosts.append(Host(self, i, ns, addr, hostname))
 
     def __getitem__(self, i: int) -> Host:
         return self.hosts[i]

@@ -8,6 +8,9 @@ then answers each stdin line ``[method, args]`` with one line
 
     ["put", [key, base64 value, replicas]]  -> return code
     ["get", [key]]                          -> base64 of the value
+    ["put_same_node", [key, base64 value]]  -> return code of a zero-copy
+                                               put with prefer_alloc_in_same_node
+    ["where", [key]]                        -> transport endpoints of its replicas
 
 EOF on stdin closes the store and exits.
 """
@@ -15,6 +18,7 @@ EOF on stdin closes the store and exits.
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import sys
 
@@ -39,6 +43,22 @@ def main(argv: list[str]) -> int:
                 result = store.put(args[0], base64.b64decode(args[1]), cfg)
             elif method == "get":
                 result = base64.b64encode(store.get(args[0])).decode()
+            elif method == "put_same_node":
+                data = base64.b64decode(args[1])
+                buf = ctypes.create_string_buffer(data, len(data))
+                ptr = ctypes.addressof(buf)
+                if store.register_buffer(ptr, len(data)) != 0:
+                    raise RuntimeError("register_buffer failed")
+                cfg = ReplicateConfig()
+                cfg.prefer_alloc_in_same_node = True
+                result = store.put_from(args[0], ptr, len(data), cfg)
+                store.unregister_buffer(ptr)
+            elif method == "where":
+                result = [
+                    r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                    for r in store.get_replica_desc(args[0])
+                    if r.is_memory_replica()
+                ]
             else:
                 raise ValueError(f"unknown method {method!r}")
             reply = {"result": result}

@@ -1,6 +1,8 @@
 package metadata
 
 import (
+	"net"
+	"net/url"
 	"strings"
 
 	"github.com/mooncake-go/mooncake/transfer/errcode"
@@ -44,4 +46,27 @@ func ParseConn(s string) (Conn, error) {
 	default:
 		return Conn{}, errcode.Errorf(errcode.NotImplemented, nil, "metadata protocol %q is not supported (etcd, http, P2PHANDSHAKE)", proto)
 	}
+}
+
+// Host returns the host (without port) of the metadata server that c
+// names: the first endpoint's for etcd, the URL's for http; "" for p2p,
+// which has no server.
+func (c Conn) Host() string {
+	switch c.Kind {
+	case "http":
+		if u, err := url.Parse(c.Target); err == nil {
+			return u.Hostname()
+		}
+	case "etcd":
+		first, _, _ := strings.Cut(c.Target, ",")
+		first = strings.TrimSpace(first)
+		if u, err := url.Parse(first); err == nil && u.Host != "" {
+			return u.Hostname()
+		}
+		if h, _, err := net.SplitHostPort(first); err == nil {
+			return h
+		}
+		return first
+	}
+	return ""
 }

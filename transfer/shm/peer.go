@@ -3,7 +3,6 @@ package shm
 import (
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,22 +10,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/internal/nodeid"
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
-// HostID identifies this host and PID namespace: two engines with the
-// same ID can open each other's memfds through /proc.
-var HostID = sync.OnceValue(func() string {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	ns, err := os.Readlink("/proc/self/ns/pid")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(boot)) + "/" + ns
-})
+// HostID identifies this node (internal/nodeid: boot id and PID
+// namespace): two engines with the same ID can open each other's memfds
+// through /proc.
+var HostID = nodeid.ID
 
 // mapPeerFile maps length bytes of a peer's memfd, checking that the file
 // is still the one the descriptor named.
