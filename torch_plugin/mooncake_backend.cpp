@@ -281,6 +281,19 @@ MooncakeBackend::MooncakeBackend(
                   options_->autoDeactivateOnFailure_,
               "Mooncake backend: auto_sync_on_failure requires "
               "auto_deactivate_on_failure");
+  // Upstream's (True, False) lets a failed op complete before the failure
+  // is reconciled, and the coordinator deactivates the rank later, at an
+  // arbitrary point of the survivors' op streams. Here every failed op is
+  // reconciled before it completes (one outcome per op on every rank), so
+  // that mode cannot be had: refused rather than silently run as (True, True).
+  TORCH_CHECK(options_->autoSyncOnFailure_ ||
+                  !options_->autoDeactivateOnFailure_,
+              "Mooncake backend: auto_sync_on_failure=False with "
+              "auto_deactivate_on_failure=True is not supported (every failed "
+              "op is reconciled before it completes); use both True (the "
+              "default) or both False (manual mode); without pg_options the "
+              "flags come from MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE and "
+              "MOONCAKE_PG_AUTO_SYNC_ON_FAILURE");
   auto& active = options_->activeRanks_;
   if (active.defined()) {
     TORCH_CHECK(active.scalar_type() == at::kInt,
