@@ -26,25 +26,31 @@ type coordinatorServer struct {
 	groups map[string]*groupMembers
 	srv    *grpc.Server
 	ln     net.Listener
+	// secret is the job secret every call must carry ("": none;
+	// coordinator_admit.go).
+	secret string
 }
 
-// startCoordinator listens on host:0 and serves until stop.
-func startCoordinator(host string) (*coordinatorServer, error) {
+// startCoordinator listens on host:0 and serves, admitting calls that
+// carry secret, until stop.
+func startCoordinator(host, secret string) (*coordinatorServer, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator listen: %w", err)
 	}
-	return serveCoordinator(ln, nil), nil
+	return serveCoordinator(ln, nil, secret), nil
 }
 
-// serveCoordinator serves the coordinator on ln; conns, if not nil, is told
-// of every client connection that opens and closes.
-func serveCoordinator(ln net.Listener, conns ConnWatcher) *coordinatorServer {
-	var opts []grpc.ServerOption
+// serveCoordinator serves the coordinator on ln, admitting only calls that
+// carry secret ("": every call); conns, if not nil, is told of every client
+// connection that opens and closes.
+func serveCoordinator(ln net.Listener, conns ConnWatcher, secret string) *coordinatorServer {
+	c := &coordinatorServer{ln: ln, groups: map[string]*groupMembers{}, secret: secret}
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(c.admit)}
 	if conns != nil {
 		opts = append(opts, grpc.StatsHandler(connStats{conns}))
 	}
-	c := &coordinatorServer{srv: grpc.NewServer(opts...), ln: ln, groups: map[string]*groupMembers{}}
+	c.srv = grpc.NewServer(opts...)
 	c.table.formed = c.formed
 	coordpb.RegisterCoordinatorServer(c.srv, c)
 	go c.srv.Serve(ln)
@@ -82,10 +88,11 @@ func (s connStats) HandleConn(_ context.Context, st stats.ConnStats) {
 // started it is survived like any other rank's.
 type Coordinator struct{ c *coordinatorServer }
 
-// ServeCoordinator serves the membership coordinator on ln until Stop;
-// conns (may be nil) follows its client connections.
-func ServeCoordinator(ln net.Listener, conns ConnWatcher) *Coordinator {
-	return &Coordinator{serveCoordinator(ln, conns)}
+// ServeCoordinator serves the membership coordinator on ln until Stop,
+// admitting only calls that carry secret ("": every call); conns (may be
+// nil) follows its client connections.
+func ServeCoordinator(ln net.Listener, conns ConnWatcher, secret string) *Coordinator {
+	return &Coordinator{serveCoordinator(ln, conns, secret)}
 }
 
 // Addr is the address clients dial.
@@ -124,12 +131,13 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 	}
 }
 
-// dialCoordinator opens a client connection (lazily connected). The
-// channel never goes idle: a coordinator process exits once no client is
-// connected, so a rank keeps its connection for as long as it lives.
-func dialCoordinator(addr string) (*grpc.ClientConn, coordpb.CoordinatorClient, error) {
+// dialCoordinator opens a client connection (lazily connected) whose
+// calls carry secret. The channel never goes idle: a coordinator process
+// exits once no client is connected, so a rank keeps its connection for as
+// long as it lives.
+func dialCoordinator(addr, secret string) (*grpc.ClientConn, coordpb.CoordinatorClient, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithIdleTimeout(0))
+		grpc.WithIdleTimeout(0), grpc.WithUnaryInterceptor(withSecret(secret)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}

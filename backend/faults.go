@@ -421,7 +421,11 @@ func (g *Group) syncFailure(base, op uint64, failed []int, clean bool, from sync
 	if err != nil {
 		return SyncReply{}, err
 	}
-	return syncReply(resp)
+	rep, err := syncReply(resp)
+	if err == nil {
+		g.fenceOut(rep) // before anyone applies the view or completes the op (fence.go)
+	}
+	return rep, err
 }
 
 // watch follows the group's views at the coordinator: it applies each new

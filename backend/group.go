@@ -385,6 +385,12 @@ func (g *Group) runOp(q *fifo, fn func() error, w *Work) {
 	} else {
 		err = fn()
 	}
+	if err == nil && q == g.coll && !g.collIso && g.fenced() {
+		// The survivors excluded this rank while it was stopped and went
+		// on without it: it must not report success for an op they failed
+		// it in (fence.go).
+		err = errLeftOut
+	}
 	switch {
 	case err == nil || errors.Is(err, ErrClosed):
 	case g.closed.Load(): // the close cut it short (peers may be closing too)

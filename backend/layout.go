@@ -43,6 +43,9 @@ const (
 //	        followed by this rank's count of waiters blocked on it, and the
 //	        outgoing words ready/ack are written from (TE sources must be
 //	        registered memory)
+//	fence:  one cache line: the base of the newest view in which a peer saw
+//	        this rank excluded by a failure reconciliation (written by the
+//	        peers; fence.go)
 //	recv:   [channel][peer][nSlots] slots the peer writes into
 //	stage:  [channel][peer] one slot each: data on its way to that peer
 //	        over transfers (TCP)
@@ -51,6 +54,7 @@ type layout struct {
 	n        int
 	slot     [numChannels]int
 	flagBase [4]int // ready, ack, outReady, outAck
+	fenceOff int
 	recvBase [numChannels]int
 	stgBase  [numChannels]int
 	pullBase int
@@ -73,6 +77,8 @@ func newLayout(n, collSlot, p2pSlot int) layout {
 		l.flagBase[f] = off
 		off += numChannels * n * cacheLine
 	}
+	l.fenceOff = off
+	off += cacheLine
 	off = alignUp(off, pageSize)
 	for ch := range numChannels {
 		l.recvBase[ch] = off
@@ -110,7 +116,7 @@ func (l layout) pull(i int) int { return l.pullBase + i%nSlots*l.slot[chColl] }
 
 // key is what every rank of a group must agree on.
 func (l layout) key() string {
-	return fmt.Sprintf("v3 slots=%d coll=%d p2p=%d", nSlots, l.slot[chColl], l.slot[chP2P])
+	return fmt.Sprintf("v4 slots=%d coll=%d p2p=%d", nSlots, l.slot[chColl], l.slot[chP2P])
 }
 
 // slotSizes returns the collective and p2p slot sizes for a group of n.

@@ -226,10 +226,21 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 	if err != nil {
 		return nil, err
 	}
-	addr := place.Addr
+	addr, secret := place.Addr, ""
+	if addr != "" {
+		secret = operatorSecret()
+	}
 	if addr == "" && serve {
-		if addr, err = rt.startCoordinator(place); err != nil {
+		if secret, err = newSecret(); err != nil {
 			return nil, err
+		}
+		if addr, err = rt.startCoordinator(place, secret); err != nil {
+			return nil, err
+		}
+		// The secret goes first: a rank that finds the address finds it.
+		if err := store.Set(SecretKey, []byte(secret)); err != nil {
+			rt.stopCoordinator()
+			return nil, fmt.Errorf("publish coordinator secret: %w", err)
 		}
 		if err := store.Set(CoordinatorKey, []byte(addr)); err != nil {
 			rt.stopCoordinator()
@@ -242,8 +253,12 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 			return nil, fmt.Errorf("read coordinator address: %w", err)
 		}
 		addr = string(b)
+		if b, err = store.Get(SecretKey, initTimeout()); err != nil {
+			return nil, fmt.Errorf("read coordinator secret: %w", err)
+		}
+		secret = string(b)
 	}
-	conn, client, err := dialCoordinator(addr)
+	conn, client, err := dialCoordinator(addr, secret)
 	if err != nil {
 		return nil, err
 	}
@@ -251,13 +266,13 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 	return client, nil
 }
 
-// startCoordinator starts the coordinator where place says and returns its
-// address.
-func (rt *Runtime) startCoordinator(place CoordinatorPlace) (string, error) {
+// startCoordinator starts the coordinator where place says, admitting
+// calls that carry secret, and returns its address.
+func (rt *Runtime) startCoordinator(place CoordinatorPlace, secret string) (string, error) {
 	if place.Process {
-		return spawnCoordinator(rt.coordBin, rt.hostIP, initTimeout())
+		return spawnCoordinator(rt.coordBin, rt.hostIP, initTimeout(), secret)
 	}
-	c, err := startCoordinator(rt.hostIP)
+	c, err := startCoordinator(rt.hostIP, secret)
 	if err != nil {
 		return "", err
 	}

@@ -48,7 +48,7 @@ PY=.venv/bin/python
 # name | command. Go suites are built once (-c) and the binary rerun, so a
 # run measures the scenario, not the compiler.
 suites=(
-	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank|CMAFailedRead"
+	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank|CMAFailedRead|ExcludedRank"
 	"transfer-faults|go:./transfer|PeerExit|Close|DeadPeer|InjectLinkFailure"
 	"pg-faults|py:tests/test_pg_faults.py"
 	"pg-elastic|py:tests/test_pg_elastic.py"
@@ -60,6 +60,7 @@ suites=(
 	"pg-rank0-death|py:tests/test_pg_any_rank.py::test_rank0_death_and_slot0_replacement"
 	"pg-rank0-sigstop|py:tests/test_pg_any_rank.py::test_stopped_rank0_is_failed_and_rejoins"
 	"pg-sigstop-in-op|py:tests/test_pg_any_rank.py::test_rank_stopped_inside_an_op_is_failed_and_rejoins"
+	"pg-woken-rank|py:tests/test_pg_any_rank.py::test_woken_rank_does_not_succeed_in_the_op_it_was_failed_in"
 	"pg-livelock|py:tests/test_pg_any_rank.py::test_livelocked_rank_is_failed_by_the_hang_timeout"
 	"ep-faults|py:tests/test_ep_faults.py"
 	"store-ha|py:tests/test_store_ha.py"

@@ -391,15 +391,13 @@ def case_hang(rank: int, world: int, port: int, timeouts=None, victim: int = 2,
                 else:
                     assert not pg.get_local_success(w)
             # Awake: the group went on without it. Its next op completes
-            # as left out, or is refused; the one after is refused. Known
-            # gap (docs/collectives.md, "When a left-out rank runs
-            # again"): a rank stopped between ops may run its next op
-            # before its watch delivers the view that left it out, on the
-            # messages the survivors had written into its buffer for that
-            # op before they failed it: it then completes "successfully"
-            # with everyone's data (the sum of all four), a result of its
-            # own that the survivors do not share. Nothing of theirs is
-            # touched; its next op is refused.
+            # as left out, or is refused; the one after is refused. A rank
+            # stopped between ops may run its next op before its watch
+            # delivers the view that left it out, on the messages the
+            # survivors had written into its buffer for that op before
+            # they failed it: the fence they raised keeps it from
+            # reporting success (docs/collectives.md, "When a left-out
+            # rank runs again").
             if w is None:
                 t = torch.full((4,), float(rank + 1))
                 try:
@@ -408,11 +406,8 @@ def case_hang(rank: int, world: int, port: int, timeouts=None, victim: int = 2,
                 except RuntimeError as e:
                     assert "not active" in str(e), e
                 else:
-                    if pg.get_local_success(w):
-                        assert mode == "stop" and t.tolist() == [10.0] * 4, (mode, t)
-                        print("WOKEN_STALE_SUCCESS", flush=True)
-                    else:
-                        assert pg.get_failed_ranks_hint(w).tolist()[victim] == 1
+                    assert not pg.get_local_success(w), (mode, t)
+                    assert pg.get_failed_ranks_hint(w).tolist()[victim] == 1
             assert _mask()[victim] == 0, _mask()
             _expect_not_active(lambda: dist.all_reduce(torch.ones(1)))
             open_gate("woken_tried")
@@ -467,3 +462,70 @@ def test_stopped_rank0_is_failed_and_rejoins() -> None:
 def test_rank_stopped_inside_an_op_is_failed_and_rejoins() -> None:
     _print_times(launch(4, "test_pg_any_rank", "case_hang", timeout=90, init="none", env=SLOTS,
                         timeouts=SHORT, victim=1, mode="stop_in_op"))
+
+
+WOKEN_TRIALS = 10
+
+
+def case_woken_rank(rank: int, world: int, port: int, trials: int) -> None:
+    """Issue 46, item 2: 3 ranks (timeouts 1 s, window 5 s); rank 2 stops
+    itself (SIGSTOP) between two all_reduces; ranks 0 and 1 fail it in the
+    second and return (the survivors' sum, hint [0,0,1]); rank 0 then
+    continues it. The woken rank must not report success for that op,
+    although the survivors' messages of it sit in its slots: its op raises
+    "not active" or completes with local success False and its own bit in
+    the hint. Its next all_gather, sized for the 3-slot group, is refused as
+    "not active" (not "one tensor per rank (2), got 3"). It rejoins, rank 0
+    recovers it, and the next trial starts from a full group."""
+    from mooncake import pg
+
+    del port
+    _setup({"collective_us": 1_000_000, "p2p_us": 1_000_000, "window_us": 5_000_000})
+    _init_file(rank, world, pg.MooncakeBackendOptions(3))
+    victim, full = 2, [1, 1, 1]
+    try:
+        world_pg = _pg()
+        _store().set(f"pid{rank}", str(os.getpid()))
+        for trial in range(trials):
+            _check_ok(_all_reduce_over([0, 1, 2], scale=trial + 1))
+            t = torch.full((4,), float(rank + 1))
+            if rank == victim:
+                os.kill(os.getpid(), signal.SIGSTOP)
+                try:
+                    w = dist.all_reduce(t, async_op=True)
+                    w.wait()
+                except RuntimeError as e:
+                    assert "not active" in str(e), e
+                    outcome = f"refused ({e})"
+                else:
+                    hint = pg.get_failed_ranks_hint(w).tolist()
+                    assert not pg.get_local_success(w), (
+                        f"trial {trial}: the woken rank reported success for the op the "
+                        f"survivors failed it in (result {t.tolist()}, hint {hint})")
+                    assert hint[victim] == 1, hint
+                    outcome = "left_out"
+                print(f"WOKEN trial={trial} outcome={outcome}", flush=True)
+                outs = [torch.zeros(4) for _ in range(3)]
+                _expect_not_active(lambda: dist.all_gather(outs, t))
+                pg.join_group(world_pg)
+            else:
+                w = dist.all_reduce(t, async_op=True)
+                check_op_past_failure(w, victim, 3)
+                assert t.tolist() == [3.0] * 4, t
+                if rank == 0:
+                    os.kill(int(_store().get(f"pid{victim}").decode()), signal.SIGCONT)
+                _wait_peers_ready([victim])
+                if rank == 0:
+                    _check_applied(pg.recover_ranks(world_pg, [victim]), f"recover_ranks([{victim}])")
+            _wait_mask(full)
+        _check_ok(_all_reduce_over([0, 1, 2], scale=100))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_woken_rank_does_not_succeed_in_the_op_it_was_failed_in() -> None:
+    # A 2 s transfer timeout bounds the probe of the stopped rank (5 s by
+    # default), so a trial takes about 3 s.
+    outs = launch(3, "test_pg_any_rank", "case_woken_rank", timeout=300, init="none",
+                  env={"MC_TRANSFER_TIMEOUT": "2"}, trials=WOKEN_TRIALS)
+    print("\n".join(line for line in outs[2].splitlines() if line.startswith("WOKEN")))

@@ -88,6 +88,10 @@ def case_registration_and_options(rank: int, world: int, port: int) -> None:
         (Opts(torch.zeros(8, dtype=torch.int64)), "int32"),
         (Opts(torch.zeros(max(world - 1, 0), dtype=torch.int32)), "active_ranks"),
         (Opts(8, False, False, True), "auto_sync_on_failure"),
+        # Upstream's "complete now, reconcile later" has no equivalent here
+        # (every failed op is reconciled before it completes): refused, not
+        # run as (True, True).
+        (Opts(8, False, True, False), "auto_sync_on_failure=False"),
     ]
     for i, (opts, needle) in enumerate(bad):
         expect_error(lambda opts=opts, i=i: init(f"bad{i}", pg_options=opts), needle)

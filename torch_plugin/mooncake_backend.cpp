@@ -281,6 +281,19 @@ MooncakeBackend::MooncakeBackend(
                   options_->autoDeactivateOnFailure_,
               "Mooncake backend: auto_sync_on_failure requires "
               "auto_deactivate_on_failure");
+  // Upstream's (True, False) lets a failed op complete before the failure
+  // is reconciled, and the coordinator deactivates the rank later, at an
+  // arbitrary point of the survivors' op streams. Here every failed op is
+  // reconciled before it completes (one outcome per op on every rank), so
+  // that mode cannot be had: refused rather than silently run as (True, True).
+  TORCH_CHECK(options_->autoSyncOnFailure_ ||
+                  !options_->autoDeactivateOnFailure_,
+              "Mooncake backend: auto_sync_on_failure=False with "
+              "auto_deactivate_on_failure=True is not supported (every failed "
+              "op is reconciled before it completes); use both True (the "
+              "default) or both False (manual mode); without pg_options the "
+              "flags come from MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE and "
+              "MOONCAKE_PG_AUTO_SYNC_ON_FAILURE");
   auto& active = options_->activeRanks_;
   if (active.defined()) {
     TORCH_CHECK(active.scalar_type() == at::kInt,
@@ -335,6 +348,18 @@ MooncakeBackend::MooncakeBackend(
 int MooncakeBackend::worldSize() const {
   const int n = mc_pg_group_world_size(group_);
   return n > 0 ? n : size_;  // -1: the handle is gone (destroyed)
+}
+
+void MooncakeBackend::refuseIfLeftOut(const char* op) const {
+  int32_t active[kMaxGroupSize] = {};
+  if (maxSize_ > kMaxGroupSize ||
+      mc_pg_group_view(group_, active, maxSize_, nullptr) <= rank_) {
+    return;  // destroyed: the op reports that itself
+  }
+  TORCH_CHECK(active[rank_] != 0, op,
+              " failed: rank is not active in this group: rank ", rank_,
+              " (the group went on without it after a failure; it comes "
+              "back with join_group)");
 }
 
 void MooncakeBackend::refreshMirror(uint64_t epoch) {
@@ -491,6 +516,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   checkSingle("broadcast", tensors);
   TORCH_CHECK(opts.rootTensor == 0, "broadcast: rootTensor must be 0");
+  if (opts.rootRank >= worldSize()) {
+    refuseIfLeftOut("broadcast");
+  }
   checkRank("broadcast", "root", opts.rootRank, worldSize());
   Op op;
   op.type = c10d::OpType::BROADCAST;
@@ -521,6 +549,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   checkSingle("reduce", tensors);
   TORCH_CHECK(opts.rootTensor == 0, "reduce: rootTensor must be 0");
+  if (opts.rootRank >= worldSize()) {
+    refuseIfLeftOut("reduce");
+  }
   checkRank("reduce", "root", opts.rootRank, worldSize());
   Op op;
   op.type = c10d::OpType::REDUCE;
@@ -544,9 +575,13 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
   auto& outs = outputTensors[0];
   const auto& input = inputTensors[0];
   const int n = worldSize();
+  if (static_cast<int>(outs.size()) != n) {
+    refuseIfLeftOut("allgather");
+  }
   TORCH_CHECK(static_cast<int>(outs.size()) == n,
-              "allgather: output list must have one tensor per rank (", n,
-              "), got ", outs.size());
+              "allgather: output list must have one tensor per rank of the "
+              "world size (", n, ": highest active slot + 1), got ",
+              outs.size());
   for (const auto& o : outs) {
     checkSame("allgather", input, o);
     TORCH_CHECK(o.numel() == input.numel(),
@@ -581,6 +616,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
   checkTensor("all_gather_into_tensor", inputBuffer);
   checkSame("all_gather_into_tensor", inputBuffer, outputBuffer);
   const int n = worldSize();
+  if (!fitsBlocks(outputBuffer.numel(), inputBuffer.numel(), n)) {
+    refuseIfLeftOut("all_gather_into_tensor");
+  }
   TORCH_CHECK(fitsBlocks(outputBuffer.numel(), inputBuffer.numel(), n),
               "all_gather_into_tensor: output numel (", outputBuffer.numel(),
               ") must be world size (", n, ") x input numel (",
@@ -602,6 +640,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
     std::vector<at::Tensor>& inputTensors, const c10d::GatherOptions& opts) {
   checkSingle("gather", inputTensors);
   const int n = worldSize();
+  if (opts.rootRank >= n) {
+    refuseIfLeftOut("gather");
+  }
   checkRank("gather", "root", opts.rootRank, n);
   const auto& input = inputTensors[0];
   Op op;
@@ -609,6 +650,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
   auto in = op.in(input);
   at::Tensor packed;
   if (rank_ == opts.rootRank) {
+    if (outputTensors.size() != 1 ||
+        static_cast<int>(outputTensors[0].size()) != n) {
+      refuseIfLeftOut("gather");
+    }
     TORCH_CHECK(outputTensors.size() == 1 &&
                     static_cast<int>(outputTensors[0].size()) == n,
                 "gather: the root needs one output list of ", n,
@@ -649,12 +694,19 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
     const c10d::ScatterOptions& opts) {
   checkSingle("scatter", outputTensors);
   const int n = worldSize();
+  if (opts.rootRank >= n) {
+    refuseIfLeftOut("scatter");
+  }
   checkRank("scatter", "root", opts.rootRank, n);
   const auto& output = outputTensors[0];
   Op op;
   op.type = c10d::OpType::SCATTER;
   at::Tensor packed;
   if (rank_ == opts.rootRank) {
+    if (inputTensors.size() != 1 ||
+        static_cast<int>(inputTensors[0].size()) != n) {
+      refuseIfLeftOut("scatter");
+    }
     TORCH_CHECK(inputTensors.size() == 1 &&
                     static_cast<int>(inputTensors[0].size()) == n,
                 "scatter: the root needs one input list of ", n,
@@ -688,6 +740,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   checkSingle("reduce_scatter", outputTensors);
   const int n = worldSize();
+  if (inputTensors.size() != 1 ||
+      static_cast<int>(inputTensors[0].size()) != n) {
+    refuseIfLeftOut("reduce_scatter");
+  }
   TORCH_CHECK(inputTensors.size() == 1 &&
                   static_cast<int>(inputTensors[0].size()) == n,
               "reduce_scatter: needs one input list of ", n,
@@ -722,6 +778,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
   checkTensor("reduce_scatter_tensor", outputBuffer);
   checkSame("reduce_scatter_tensor", outputBuffer, inputBuffer);
   const int n = worldSize();
+  if (!fitsBlocks(inputBuffer.numel(), outputBuffer.numel(), n)) {
+    refuseIfLeftOut("reduce_scatter_tensor");
+  }
   TORCH_CHECK(fitsBlocks(inputBuffer.numel(), outputBuffer.numel(), n),
               "reduce_scatter_tensor: input numel (", inputBuffer.numel(),
               ") must be world size (", n, ") x output numel (",
@@ -808,6 +867,10 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors, const c10d::AllToAllOptions& opts) {
   const int n = worldSize();
+  if (static_cast<int>(inputTensors.size()) != n ||
+      static_cast<int>(outputTensors.size()) != n) {
+    refuseIfLeftOut("all_to_all");
+  }
   TORCH_CHECK(static_cast<int>(inputTensors.size()) == n &&
                   static_cast<int>(outputTensors.size()) == n,
               "all_to_all: input and output lists must have one tensor per "

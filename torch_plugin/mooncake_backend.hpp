@@ -117,6 +117,11 @@ class MooncakeBackend : public c10d::Backend {
   // dist.get_world_size() returns and what list lengths and buffer sizes
   // are checked against.
   int worldSize() const;
+  // Called where op's lists or buffers do not fit worldSize(): when this
+  // rank itself is not active (a failure reconciliation left it out), the
+  // world size is the survivors' and the mismatch is only a symptom, so
+  // it raises "rank is not active", as the runtime refuses such an op.
+  void refuseIfLeftOut(const char* op) const;
   // Whether slot i is active in the view last applied (host-side copy).
   bool slotActive(int i) const { return (activeMask_.load() >> i) & 1; }
 

@@ -373,6 +373,22 @@ func (s *remoteSegment) usableLocked(usable []routeConn) (*SegmentDesc, []routeC
 	return s.desc, usable, stale, nil
 }
 
+// mapped returns the connections usable now, from the descriptor held
+// (none before the first fetch), without fetching it again even when it is
+// stale.
+func (s *remoteSegment) mapped(buf []routeConn) []routeConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.desc == nil {
+		return nil
+	}
+	_, usable, _, err := s.usableLocked(buf)
+	if err != nil {
+		return nil
+	}
+	return usable
+}
+
 // peerGone reports whether a connection knows the peer's process is gone.
 func (s *remoteSegment) peerGone() bool {
 	s.mu.Lock()

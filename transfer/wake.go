@@ -114,3 +114,35 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 	}
 	return false, nil
 }
+
+// AccessMapped is AccessRemote without reaching out to the peer: it runs
+// fn on a direct view that the engine already holds of h's memory, also
+// while the segment's descriptor is due to be fetched again (a handshake
+// with the peer, a probe say, failed), and never waits for the peer. It
+// reports false when the engine holds no such view (a TCP peer, a segment
+// not fetched yet, a peer whose process is gone). For writing into a peer
+// that may be stopped: AccessRemote would first fetch its descriptor, and
+// a stopped peer answers no handshake.
+func (e *Engine) AccessMapped(h SegmentHandle, addr, length uint64, fn func(mem []byte)) (bool, error) {
+	if err := e.enter("access remote memory"); err != nil {
+		return false, err
+	}
+	defer e.life.Exit()
+	s, err := e.segment(h)
+	if err != nil {
+		return false, err
+	}
+	if err := e.linkBroken(s.name); err != nil {
+		return false, err
+	}
+	if s.name == e.name {
+		return false, nil
+	}
+	var buf [4]routeConn // one per transport: no allocation per access
+	for _, c := range s.mapped(buf[:0]) {
+		if v, ok := c.conn.(transport.DirectView); ok && transport.View(v, addr, length, fn) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

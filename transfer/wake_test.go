@@ -226,3 +226,41 @@ func TestInjectLinkFailure(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Once a handshake with a same-host peer has failed (the probe of a
+// stopped process, whose port accepts and never answers), the segment is
+// due for a new descriptor fetch, which AccessRemote waits for (the
+// handshake's timeout: a minute here). AccessMapped writes through the
+// view the engine holds at once (the collectives' fence for a stopped
+// rank, backend/fence.go).
+func TestAccessMappedDoesNotWaitForAStoppedPeer(t *testing.T) {
+	target, e, remote, _ := enginePair(t, false)
+	dir := &gatedDir{Directory: e.dir}
+	e.dir = dir
+	seg, err := e.OpenSegment(target.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	addr := uint64(gpu.AddrOf(remote))
+	if ok, err := e.AccessMapped(seg.Handle(), addr, 5, func(m []byte) { copy(m, "first") }); !ok || err != nil {
+		t.Fatalf("AccessMapped of a live peer = %v, %v", ok, err)
+	}
+	if string(remote[:5]) != "first" {
+		t.Fatalf("peer buffer holds %q", remote[:5])
+	}
+	silent, _ := silentListener(t)
+	dir.silent.Store(&silent)
+	s, err := e.segment(seg.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.invalidate() // what a failed probe does
+	ok, err := e.AccessMapped(seg.Handle(), addr, 6, func(m []byte) { copy(m, "second") })
+	if !ok || err != nil {
+		t.Fatalf("AccessMapped after the failed handshake = %v, %v; want the view held", ok, err)
+	}
+	if string(remote[:6]) != "second" {
+		t.Fatalf("peer buffer holds %q", remote[:6])
+	}
+}

@@ -8,6 +8,11 @@
 // the other ranks through the rendezvous store. An operator can also run
 // it by hand and point every rank at it with MC_PG_COORDINATOR=host:port.
 //
+// It admits only calls that carry the job secret it finds in
+// MC_PG_COORDINATOR_SECRET (rank 0 sets it to a random value, which the
+// ranks share through the rendezvous store; an operator sets the same value
+// for it and every rank); unset, it admits every client.
+//
 // Usage:
 //
 //	mooncake_pg_coordinator [--host 127.0.0.1] [--port 0] [--idle_exit_seconds 0]
@@ -30,6 +35,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/backend"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/envvars"
 )
 
 func main() {
@@ -82,7 +88,8 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	w := newIdleWatch(seconds(*idle), seconds(*first))
-	c := backend.ServeCoordinator(ln, w)
+	secret, _ := envvars.PGCoordinatorSecret.Lookup()
+	c := backend.ServeCoordinator(ln, w, secret)
 	defer c.Stop()
 	logger := slog.New(slog.NewTextHandler(log, nil))
 	logger.Info("mooncake_pg_coordinator serving", "addr", c.Addr(), "pid", os.Getpid())

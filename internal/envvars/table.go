@@ -67,6 +67,8 @@ var (
 		ReadBy: "backend", Doc: "rendezvous deadline of a process group, seconds"}
 	PGCoordinator = &Var{Name: "MC_PG_COORDINATOR", Kind: Text, Default: "process if mooncake_pg_coordinator is installed beside libmooncake.so, else inprocess",
 		ReadBy: "backend", Doc: "where the process-group coordinator runs: process (a mooncake_pg_coordinator process that rank 0 starts and that outlives it), inprocess (inside rank 0: its death is not survived), or host:port of a running mooncake_pg_coordinator"}
+	PGCoordinatorSecret = &Var{Name: "MC_PG_COORDINATOR_SECRET", Kind: Text, Default: "none (a coordinator rank 0 starts gets a random one, shared through the rendezvous store)",
+		ReadBy: "backend, mooncake_pg_coordinator", Doc: "job secret of a coordinator an operator runs (MC_PG_COORDINATOR=host:port): set the same value for the coordinator and every rank; the coordinator refuses calls without it (unset on the coordinator: it admits every client)"}
 	PGHangTimeoutMs = &Var{Name: "MC_PG_HANG_TIMEOUT_MS", Kind: Int, Min: 0, Default: "0",
 		ReadBy: "backend", Doc: "a collective that waits this long for a rank that answers probes but has not entered the collective fails that rank, milliseconds (0: never; a live rank is then waited for without end)"}
 	PGDirectMax = &Var{Name: "MC_PG_DIRECT_MAX", Kind: Int, Min: 1, Default: "65536",
@@ -128,7 +130,7 @@ var All = []*Var{
 	HandshakeMaxLength, MetadataClusterID, FaultInjection,
 	StoreClusterID, StoreClientMinPort, StoreClientMaxPort, StoreClientSetupRetries, RPCTimeoutMs, StoreMasterRPC, StoreMasterSpinUs, StoreMasterYieldUs, StoreTwoPhasePut, StoreChecksum, StoreTenantToken,
 	StoreDaemonUID, StoreHotCacheSize, StoreHotBlockSize, StoreHotCacheUseShm, StoreHotMaxAgeMs,
-	PGHostIP, PGInitTimeout, PGCoordinator, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGAllToAllAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
+	PGHostIP, PGInitTimeout, PGCoordinator, PGCoordinatorSecret, PGHangTimeoutMs, PGDirectMax, PGAllReduceAlgo, PGAllGatherAlgo, PGAllToAllAlgo, PGCMA, PGSpinUs, PGYieldUs, PGSlotBytes, PGP2PSlotBytes,
 	MetadataServer,
 	OffloadFileStoragePath, OffloadBackend, OffloadLocalBufferSize, OffloadTotalKeysLimit, OffloadTotalSizeLimit,
 	OffloadHeartbeatInterval, OffloadBufferGCInterval, OffloadBufferGCTTLMs, OffloadEnableEviction,

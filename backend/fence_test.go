@@ -1,0 +1,64 @@
+package backend
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A rank that is excluded while it sees no view (its watch is stopped, as
+// a SIGSTOPped process's is) and then runs the collective the survivors
+// failed it in finds their messages of that collective in its slots; the
+// fence they raised in its buffer keeps it from completing the op as a
+// success (issue 46, item 2: it returned everyone's sum with local success
+// true while the survivors returned theirs with it marked).
+func TestExcludedRankDoesNotCompleteTheOpItWasFailedIn(t *testing.T) {
+	const late = 2
+	newRT := func() *Runtime {
+		rt := shortTimeoutRuntime()
+		_ = rt.SetFaultReconciliationWindow(time.Second)
+		return rt
+	}
+	rts, gs := startRanks(t, 3, newRT, GroupConfig{GroupID: "fence", Store: NewMemStore()})
+	defer func() {
+		for r := range gs {
+			gs[r].Close()
+			rts[r].Close()
+		}
+	}()
+	survived := make(chan struct{})
+	var done atomic.Int32
+	runAll(t, gs, 60*time.Second, func(t *testing.T, r int, g *Group) {
+		w, buf, err := allReduceRank(t, g)
+		if err != nil || !w.LocalSuccess() || !bytes.Equal(buf, f32bytes(6)) {
+			t.Errorf("rank %d: first all_reduce: %v %v %v", r, err, w.LocalSuccess(), buf)
+			return
+		}
+		if r == late {
+			g.stopWatch() // it sees no view from here on, as a stopped process
+			<-survived
+			w, buf, err := allReduceRank(t, g)
+			if err == nil && w.LocalSuccess() {
+				t.Errorf("rank %d: completed the op the survivors failed it in as a success (result %v)", r, buf)
+			}
+			if err == nil && !w.Lost() {
+				t.Errorf("rank %d: its op does not say it was left out", r)
+			}
+			return
+		}
+		// Its engine answers probes (it is only blind, not stopped): the
+		// hang timeout fails it, and the window closes without it.
+		_ = rts[r].SetHangTimeout(time.Second)
+		w, buf, err = allReduceRank(t, g)
+		if err != nil || w.LocalSuccess() || !bytes.Equal(buf, f32bytes(3)) {
+			t.Errorf("rank %d: op without rank %d: err %v, local success %v, result %v", r, late, err, w.LocalSuccess(), buf)
+		}
+		if f := w.FailedRanks(); len(f) != 1 || f[0] != late {
+			t.Errorf("rank %d: failed ranks %v, want [%d]", r, f, late)
+		}
+		if done.Add(1) == 2 {
+			close(survived)
+		}
+	})
+}
