@@ -72,6 +72,10 @@ suites=(
 	"consistency-kill-standby|go:./kvstore/consistency|TestConsistencyKillStandby$"
 	"consistency-stop-storage|go:./kvstore/consistency|TestConsistencyStopStorage$"
 	"consistency-kill-etcd|go:./kvstore/consistency|TestConsistencyKillRestartEtcd$"
+	"consistency-part-leader-etcd|go:./kvstore/consistency|TestConsistencyPartitionLeaderEtcd$"
+	"consistency-part-storage|go:./kvstore/consistency|TestConsistencyPartitionStorage$"
+	"consistency-part-worker|go:./kvstore/consistency|TestConsistencyPartitionWorker$"
+	"consistency-kill-leader-part-storage|go:./kvstore/consistency|TestConsistencyKillLeaderPartitionStorage$"
 )
 export CONSISTENCY_LONG_SECONDS="${CONSISTENCY_LONG_SECONDS:-60}"
 export CONSISTENCY_SUMMARY="$logs/consistency-summary.txt"

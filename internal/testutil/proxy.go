@@ -14,7 +14,7 @@ import (
 // would (without the refusals that would send a client into a long
 // reconnect backoff). It is closed in t.Cleanup.
 type Partition struct {
-	target string
+	target func() string // the address a new connection goes to
 	ln     net.Listener
 
 	mu     sync.Mutex
@@ -28,11 +28,20 @@ type Partition struct {
 // or an http:// URL as StartEtcd returns).
 func StartPartition(t testing.TB, target string) *Partition {
 	t.Helper()
+	addr := strings.TrimPrefix(target, "http://")
+	return StartPartitionTo(t, func() string { return addr })
+}
+
+// StartPartitionTo is StartPartition in front of whatever address target
+// returns when a connection comes in (the current leader of a group, say);
+// a connection for which it returns "" is closed.
+func StartPartitionTo(t testing.TB, target func() string) *Partition {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Partition{target: strings.TrimPrefix(target, "http://"), ln: ln, healed: make(chan struct{}),
+	p := &Partition{target: target, ln: ln, healed: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
 	close(p.healed)
 	go p.accept()
@@ -45,7 +54,10 @@ func StartPartition(t testing.TB, target string) *Partition {
 }
 
 // URL is the forwarder's address as an http:// URL.
-func (p *Partition) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Partition) URL() string { return "http://" + p.Addr() }
+
+// Addr is the forwarder's address, host:port.
+func (p *Partition) Addr() string { return p.ln.Addr().String() }
 
 // Cut closes every forwarded connection and holds new ones until Heal.
 func (p *Partition) Cut() {
@@ -112,7 +124,12 @@ func (p *Partition) forward(c net.Conn) {
 	if !p.track(c, healed) {
 		return
 	}
-	up, err := net.Dial("tcp", p.target)
+	target := p.target()
+	if target == "" {
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", target)
 	if err != nil {
 		c.Close()
 		return
