@@ -98,7 +98,7 @@ for ((i = 0; i < load; i++)); do
 done
 
 failed=0
-printf '%-20s %6s %6s\n' suite passed runs
+printf '%-38s %6s %6s\n' suite passed runs
 for s in "${suites[@]}"; do
 	name=${s%%|*}
 	spec=${s#*|}
@@ -132,7 +132,7 @@ for s in "${suites[@]}"; do
 			echo "faults: $name run $r failed; output in $out" >&2
 		fi
 	done
-	printf '%-20s %6d %6d\n' "$name" "$passed" "$runs"
+	printf '%-38s %6d %6d\n' "$name" "$passed" "$runs"
 done
 if [[ -s $CONSISTENCY_SUMMARY ]]; then
 	echo "consistency histories (one line per run):"

@@ -28,12 +28,13 @@ var partitionSetup = setup{masterFlags: []string{"--client_ttl=2", "--client_dea
 func partitionLeaderEtcd(c *cluster, _ *rand.Rand) string {
 	l := c.waitLeader(-1)
 	start := time.Now()
-	c.etcdParts[l].Cut()
+	conns := c.etcdParts[l].Cut()
 	n := c.waitLeader(l)
 	took := time.Since(start)
 	time.Sleep(time.Second)
 	c.etcdParts[l].Heal()
-	return fmt.Sprintf("cut master%d (leader) from etcd; master%d took over after %.1f s; healed 1 s later", l, n, took.Seconds())
+	return fmt.Sprintf("cut master%d (leader) from etcd (%d connections); master%d took over after %.1f s; healed 1 s later",
+		l, conns, n, took.Seconds())
 }
 
 // partitionStorage cuts a storage client off from the master (its
@@ -44,14 +45,14 @@ func partitionLeaderEtcd(c *cluster, _ *rand.Rand) string {
 func partitionStorage(c *cluster, rng *rand.Rand) string {
 	i := rng.IntN(len(c.storageParts))
 	start := time.Now()
-	c.storageParts[i].Cut()
+	conns := c.storageParts[i].Cut()
 	suspect := waitSuspectSegments(c, func(n int) bool { return n >= 1 })
 	time.Sleep(time.Second)
 	c.storageParts[i].Heal()
 	healed := time.Now()
 	waitSuspectSegments(c, func(n int) bool { return n == 0 })
-	return fmt.Sprintf("cut storage%d from the master; suspect after %.1f s; healed 1 s later; heard from %.1f s after",
-		i, suspect.Sub(start).Seconds(), time.Since(healed).Seconds())
+	return fmt.Sprintf("cut storage%d from the master (%d connections); suspect after %.1f s; healed 1 s later; heard from %.1f s after",
+		i, conns, suspect.Sub(start).Seconds(), time.Since(healed).Seconds())
 }
 
 // waitSuspectSegments waits until the leader's count of suspect segments
@@ -74,10 +75,10 @@ func waitSuspectSegments(c *cluster, ok func(int) bool) time.Time {
 // fail or wait (writes that failed stay open), the others go on.
 func partitionWorker(c *cluster, rng *rand.Rand) string {
 	i := rng.IntN(len(c.workerParts))
-	c.workerParts[i].Cut()
+	conns := c.workerParts[i].Cut()
 	time.Sleep(3 * time.Second)
 	c.workerParts[i].Heal()
-	return fmt.Sprintf("cut worker%d from the master for 3 s", i+1)
+	return fmt.Sprintf("cut worker%d from the master for 3 s (%d connections)", i+1, conns)
 }
 
 // killLeaderPartitionStorage is killLeader, then partitionStorage against
