@@ -227,12 +227,13 @@ func (c *cluster) clientProc(name, role, master string, env []string) *proc {
 }
 
 // leaderProxy starts a forwarder that sends each new connection to the
-// master elected at that moment (none while there is no leader): a client
+// master elected at that moment (none while there is no leader; a killed
+// leader's address until its lease expires, which refuses): a client
 // given its address as a fixed master address follows failovers as its
 // connections fail, and a nemesis can cut it off.
 func (c *cluster) leaderProxy() *testutil.Partition {
 	return testutil.StartPartitionTo(c.t, func() string {
-		if l := c.leader(); l >= 0 {
+		if l := c.elected(); l >= 0 {
 			return c.addrs[l]
 		}
 		return ""
@@ -330,8 +331,19 @@ func (c *cluster) startMetadata() {
 	c.meta = "http://" + ln.Addr().String() + "/metadata"
 }
 
-// leader returns the index of the master the election key names, or -1.
+// leader returns the index of the running master the election key
+// names, or -1.
 func (c *cluster) leader() int {
+	if i := c.elected(); i >= 0 && c.masters[i].running() {
+		return i
+	}
+	return -1
+}
+
+// elected returns the index of the master the election key names, or -1,
+// whether it still runs or not. It reads no process state: the leader
+// proxies call it from their own goroutines.
+func (c *cluster) elected() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	resp, err := c.etcdCli.Get(ctx, "mooncake-store/"+c.id+"/master_view")
@@ -339,7 +351,7 @@ func (c *cluster) leader() int {
 		return -1
 	}
 	for i, a := range c.addrs {
-		if a == string(resp.Kvs[0].Value) && c.masters[i].running() {
+		if a == string(resp.Kvs[0].Value) {
 			return i
 		}
 	}
