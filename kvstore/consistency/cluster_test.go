@@ -165,14 +165,23 @@ func startCluster(t *testing.T, masters, storage int, su setup) *cluster {
 	}
 	bin := buildMaster(t)
 	c := &cluster{t: t, id: fmt.Sprintf("consistency-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	etcdPorts := testutil.FreePorts(t, 2)
+	c.etcdAddr = "127.0.0.1:" + strconv.Itoa(etcdPorts[0])
+	// The masters' ways to etcd are set up before c.stop is registered,
+	// so that they are closed after it has run (cleanups run last
+	// first): the storage clients unmount at the end, which the leader
+	// logs in etcd; without its way there they wait out their timeout.
+	for range masters {
+		c.etcdParts = append(c.etcdParts, testutil.StartPartition(t, c.etcdAddr))
+	}
 	etcdData := t.TempDir() // removed after c.stop has run
 	t.Cleanup(c.stop)
-	c.startEtcd(etcdData)
+	c.startEtcd(etcdData, etcdPorts[1])
 	c.startMetadata()
 	for i := range masters {
 		ports := testutil.FreePorts(t, 2)
 		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-		ep := testutil.StartPartition(t, c.etcdAddr)
+		ep := c.etcdParts[i]
 		p := &proc{name: fmt.Sprintf("master%d", i), log: &testutil.SyncBuffer{}, args: []string{bin,
 			"--enable_ha", "--etcd_endpoints=" + ep.Addr(), "--enable_oplog", "--cluster_id=" + c.id,
 			"--rpc_address=127.0.0.1", "--rpc_port=" + strconv.Itoa(ports[0]),
@@ -191,7 +200,6 @@ func startCluster(t *testing.T, masters, storage int, su setup) *cluster {
 		c.masters = append(c.masters, p)
 		c.addrs = append(c.addrs, addr)
 		c.admin = append(c.admin, "127.0.0.1:"+strconv.Itoa(ports[1]))
-		c.etcdParts = append(c.etcdParts, ep)
 		p.start(t, false)
 		if i == 0 {
 			c.waitLeader(-1)
@@ -281,10 +289,10 @@ func (c *cluster) waitReady(p *proc, out *bufio.Reader) {
 	}
 }
 
-func (c *cluster) startEtcd(dataDir string) {
-	ports := testutil.FreePorts(c.t, 2)
-	c.etcdAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	client, peer := "http://"+c.etcdAddr, "http://127.0.0.1:"+strconv.Itoa(ports[1])
+// startEtcd starts etcd serving clients on c.etcdAddr and its peer
+// protocol on peerPort.
+func (c *cluster) startEtcd(dataDir string, peerPort int) {
+	client, peer := "http://"+c.etcdAddr, "http://127.0.0.1:"+strconv.Itoa(peerPort)
 	bin, _ := exec.LookPath("etcd")
 	c.etcd = &proc{name: "etcd", log: &testutil.SyncBuffer{}, args: []string{bin,
 		"--name", "consistency", "--data-dir", dataDir,
