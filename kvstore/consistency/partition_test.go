@@ -19,6 +19,16 @@ import (
 // (its segments take no new replicas) but forgotten only after 60 s.
 var partitionSetup = setup{masterFlags: []string{"--client_ttl=2", "--client_dead_ttl=60"}, partitionable: true}
 
+// readMostly is the workload of the storage partitions: one write in
+// sixteen operations, so that objects stay where they were placed for
+// seconds. Under fullWorkload every key is written many times a second:
+// once its segment is suspect, new writes empty it before the partition
+// could cost it anything, and a storage client forgotten in a partition
+// (--client_dead_ttl as short as --client_ttl) went unseen in the
+// history; under this one it shows as gets of acknowledged keys answering
+// -704.
+var readMostly = workload{workers: 3, env: []string{envOps + "=put,upsert,get,get,get,get,get,get,get,get,get,get,get,get,batch_get,exist"}}
+
 // partitionLeaderEtcd cuts the elected master off from etcd (its election
 // lease, its oplog appends and its watches) until a standby has taken
 // over, which takes the 5 s lease, and for a second after; then it heals.
@@ -92,7 +102,7 @@ func TestConsistencyPartitionLeaderEtcd(t *testing.T) {
 }
 
 func TestConsistencyPartitionStorage(t *testing.T) {
-	checkUnder(t, "part-storage", partitionStorage, fullWorkload, partitionSetup)
+	checkUnder(t, "part-storage", partitionStorage, readMostly, partitionSetup)
 }
 
 func TestConsistencyPartitionWorker(t *testing.T) {
@@ -105,5 +115,5 @@ func TestConsistencyKillLeaderPartitionStorage(t *testing.T) {
 	if os.Getenv(longEnv) == "" {
 		t.Skipf("a long run only (%s)", longEnv)
 	}
-	checkUnder(t, "kill-leader+part-storage", killLeaderPartitionStorage, fullWorkload, partitionSetup)
+	checkUnder(t, "kill-leader+part-storage", killLeaderPartitionStorage, readMostly, partitionSetup)
 }
