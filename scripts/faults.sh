@@ -73,6 +73,10 @@ suites=(
 	"consistency-kill-standby|go:./kvstore/consistency|TestConsistencyKillStandby$"
 	"consistency-stop-storage|go:./kvstore/consistency|TestConsistencyStopStorage$"
 	"consistency-kill-etcd|go:./kvstore/consistency|TestConsistencyKillRestartEtcd$"
+	"consistency-part-leader-etcd|go:./kvstore/consistency|TestConsistencyPartitionLeaderEtcd$"
+	"consistency-part-storage|go:./kvstore/consistency|TestConsistencyPartitionStorage$"
+	"consistency-part-worker|go:./kvstore/consistency|TestConsistencyPartitionWorker$"
+	"consistency-kill-leader-part-storage|go:./kvstore/consistency|TestConsistencyKillLeaderPartitionStorage$"
 )
 export CONSISTENCY_LONG_SECONDS="${CONSISTENCY_LONG_SECONDS:-60}"
 export CONSISTENCY_SUMMARY="$logs/consistency-summary.txt"
@@ -95,7 +99,7 @@ for ((i = 0; i < load; i++)); do
 done
 
 failed=0
-printf '%-20s %6s %6s\n' suite passed runs
+printf '%-38s %6s %6s\n' suite passed runs
 for s in "${suites[@]}"; do
 	name=${s%%|*}
 	spec=${s#*|}
@@ -129,7 +133,7 @@ for s in "${suites[@]}"; do
 			echo "faults: $name run $r failed; output in $out" >&2
 		fi
 	done
-	printf '%-20s %6d %6d\n' "$name" "$passed" "$runs"
+	printf '%-38s %6d %6d\n' "$name" "$passed" "$runs"
 done
 if [[ -s $CONSISTENCY_SUMMARY ]]; then
 	echo "consistency histories (one line per run):"

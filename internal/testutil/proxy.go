@@ -14,26 +14,35 @@ import (
 // would (without the refusals that would send a client into a long
 // reconnect backoff). It is closed in t.Cleanup.
 type Partition struct {
-	target string
+	target func() string // the address a new connection goes to
 	ln     net.Listener
 
 	mu     sync.Mutex
 	cut    bool
-	healed chan struct{} // closed by Heal; a new one at each Cut
-	conns  map[net.Conn]struct{}
-	closed chan struct{} // closed at cleanup
+	healed chan struct{}     // closed by Heal; a new one at each Cut
+	conns  map[net.Conn]bool // true: the connection a client made to the forwarder
+	closed chan struct{}     // closed at cleanup
 }
 
 // StartPartition forwards a free loopback port to target ("host:port",
 // or an http:// URL as StartEtcd returns).
 func StartPartition(t testing.TB, target string) *Partition {
 	t.Helper()
+	addr := strings.TrimPrefix(target, "http://")
+	return StartPartitionTo(t, func() string { return addr })
+}
+
+// StartPartitionTo is StartPartition in front of whatever address target
+// returns when a connection comes in (the current leader of a group, say);
+// a connection for which it returns "" is closed.
+func StartPartitionTo(t testing.TB, target func() string) *Partition {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Partition{target: strings.TrimPrefix(target, "http://"), ln: ln, healed: make(chan struct{}),
-		conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
+	p := &Partition{target: target, ln: ln, healed: make(chan struct{}),
+		conns: map[net.Conn]bool{}, closed: make(chan struct{})}
 	close(p.healed)
 	go p.accept()
 	t.Cleanup(func() {
@@ -45,17 +54,22 @@ func StartPartition(t testing.TB, target string) *Partition {
 }
 
 // URL is the forwarder's address as an http:// URL.
-func (p *Partition) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Partition) URL() string { return "http://" + p.Addr() }
 
-// Cut closes every forwarded connection and holds new ones until Heal.
-func (p *Partition) Cut() {
+// Addr is the forwarder's address, host:port.
+func (p *Partition) Addr() string { return p.ln.Addr().String() }
+
+// Cut closes every forwarded connection and holds new ones until Heal;
+// it returns how many connections it closed (each counted once, not with
+// its upstream side).
+func (p *Partition) Cut() int {
 	p.mu.Lock()
 	if !p.cut {
 		p.cut = true
 		p.healed = make(chan struct{})
 	}
 	p.mu.Unlock()
-	p.closeAll()
+	return p.closeAll()
 }
 
 // Heal forwards again, the connections held since Cut included.
@@ -68,26 +82,31 @@ func (p *Partition) Heal() {
 	p.mu.Unlock()
 }
 
-func (p *Partition) closeAll() {
+func (p *Partition) closeAll() int {
 	p.mu.Lock()
 	conns := p.conns
-	p.conns = map[net.Conn]struct{}{}
+	p.conns = map[net.Conn]bool{}
 	p.mu.Unlock()
-	for c := range conns {
+	n := 0
+	for c, accepted := range conns {
 		c.Close()
+		if accepted {
+			n++
+		}
 	}
+	return n
 }
 
 // track adds c to the connections Cut closes; false (and c closed) when
 // a Cut came since healed was read.
-func (p *Partition) track(c net.Conn, healed chan struct{}) bool {
+func (p *Partition) track(c net.Conn, accepted bool, healed chan struct{}) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.healed != healed || p.cut {
 		c.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = accepted
 	return true
 }
 
@@ -109,15 +128,20 @@ func (p *Partition) forward(c net.Conn) {
 		c.Close()
 		return
 	}
-	if !p.track(c, healed) {
+	if !p.track(c, true, healed) {
 		return
 	}
-	up, err := net.Dial("tcp", p.target)
+	target := p.target()
+	if target == "" {
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", target)
 	if err != nil {
 		c.Close()
 		return
 	}
-	if !p.track(up, healed) {
+	if !p.track(up, false, healed) {
 		c.Close()
 		return
 	}

@@ -3,6 +3,7 @@ package consistency
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -132,27 +133,57 @@ type cluster struct {
 	meta     string
 	masters  []*proc
 	addrs    []string // the masters' RPC addresses
-	storage  []*proc
-	workers  []*proc // started by the test, stopped here too
+	admin    []string // their admin (metrics port) addresses
+	// etcdParts are the masters' ways to etcd, one forwarder each.
+	etcdParts []*testutil.Partition
+	storage   []*proc
+	// storageParts are the storage clients' ways to the leader when the
+	// setup asks for them (setup.partitionable), else nil.
+	storageParts []*testutil.Partition
+	workers      []*proc // started by the test, stopped here too
+	// workerParts are the workers' ways to the leader (partitionable).
+	workerParts []*testutil.Partition
+}
+
+// setup is how a checked cluster differs from the default one.
+type setup struct {
+	// masterFlags are added to every mooncake_master's command line.
+	masterFlags []string
+	// partitionable: storage clients and workers reach the master
+	// through a forwarder each that follows the leader
+	// (cluster.leaderProxy), which a nemesis can cut, instead of
+	// following the leader themselves (etcd://).
+	partitionable bool
 }
 
 // startCluster starts etcd, masters HA masters with the oplog (the first
-// one elected), and storage storage clients.
-func startCluster(t *testing.T, masters, storage int) *cluster {
+// one elected; each reaches etcd through its own forwarder), and storage
+// storage clients.
+func startCluster(t *testing.T, masters, storage int, su setup) *cluster {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("etcd not found on PATH; install it (Debian: apt-get install etcd-server) to run this test")
 	}
 	bin := buildMaster(t)
 	c := &cluster{t: t, id: fmt.Sprintf("consistency-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	etcdPorts := testutil.FreePorts(t, 2)
+	c.etcdAddr = "127.0.0.1:" + strconv.Itoa(etcdPorts[0])
+	// The masters' ways to etcd are set up before c.stop is registered,
+	// so that they are closed after it has run (cleanups run last
+	// first): the storage clients unmount at the end, which the leader
+	// logs in etcd; without its way there they wait out their timeout.
+	for range masters {
+		c.etcdParts = append(c.etcdParts, testutil.StartPartition(t, c.etcdAddr))
+	}
 	etcdData := t.TempDir() // removed after c.stop has run
 	t.Cleanup(c.stop)
-	c.startEtcd(etcdData)
+	c.startEtcd(etcdData, etcdPorts[1])
 	c.startMetadata()
 	for i := range masters {
 		ports := testutil.FreePorts(t, 2)
 		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+		ep := c.etcdParts[i]
 		p := &proc{name: fmt.Sprintf("master%d", i), log: &testutil.SyncBuffer{}, args: []string{bin,
-			"--enable_ha", "--etcd_endpoints=" + c.etcdAddr, "--enable_oplog", "--cluster_id=" + c.id,
+			"--enable_ha", "--etcd_endpoints=" + ep.Addr(), "--enable_oplog", "--cluster_id=" + c.id,
 			"--rpc_address=127.0.0.1", "--rpc_port=" + strconv.Itoa(ports[0]),
 			"--metrics_host=127.0.0.1", "--metrics_port=" + strconv.Itoa(ports[1]),
 			"--enable_metric_reporting=false",
@@ -165,15 +196,23 @@ func startCluster(t *testing.T, masters, storage int) *cluster {
 			// evicts the live objects, and the history shows writes lost
 			// to eviction rather than what it is meant to check.
 			"--put_start_release_timeout_sec=5"}}
+		p.args = append(p.args, su.masterFlags...)
 		c.masters = append(c.masters, p)
 		c.addrs = append(c.addrs, addr)
+		c.admin = append(c.admin, "127.0.0.1:"+strconv.Itoa(ports[1]))
 		p.start(t, false)
 		if i == 0 {
 			c.waitLeader(-1)
 		}
 	}
 	for i := range storage {
-		p := c.clientProc(fmt.Sprintf("storage%d", i), "storage", nil)
+		master := ""
+		if su.partitionable {
+			part := c.leaderProxy()
+			c.storageParts = append(c.storageParts, part)
+			master = part.Addr()
+		}
+		p := c.clientProc(fmt.Sprintf("storage%d", i), "storage", master, nil)
 		p.start(t, true)
 		c.storage = append(c.storage, p)
 		out := bufio.NewReader(p.stdout)
@@ -183,11 +222,52 @@ func startCluster(t *testing.T, masters, storage int) *cluster {
 	return c
 }
 
-// clientProc describes a re-execution of the test binary as role.
-func (c *cluster) clientProc(name, role string, env []string) *proc {
+// clientProc describes a re-execution of the test binary as role; it
+// reaches the master at master (host:port), or follows the leader through
+// etcd when master is "".
+func (c *cluster) clientProc(name, role, master string, env []string) *proc {
+	if master == "" {
+		master = "etcd://" + c.etcdAddr
+	}
 	return &proc{name: name, log: &testutil.SyncBuffer{}, args: []string{os.Args[0], "-test.run=^$"},
 		env: append([]string{roleEnv + "=" + role, "MC_STORE_CLUSTER_ID=" + c.id,
-			envMaster + "=etcd://" + c.etcdAddr, envMeta + "=" + c.meta}, env...)}
+			envMaster + "=" + master, envMeta + "=" + c.meta}, env...)}
+}
+
+// leaderProxy starts a forwarder that sends each new connection to the
+// master elected at that moment (none while there is no leader; a killed
+// leader's address until its lease expires, which refuses): a client
+// given its address as a fixed master address follows failovers as its
+// connections fail, and a nemesis can cut it off.
+func (c *cluster) leaderProxy() *testutil.Partition {
+	return testutil.StartPartitionTo(c.t, func() string {
+		if l := c.elected(); l >= 0 {
+			return c.addrs[l]
+		}
+		return ""
+	})
+}
+
+// suspectSegments is the leader's count of segments whose clients are
+// silent past --client_ttl (GET /status), or -1 when it cannot be read.
+func (c *cluster) suspectSegments() int {
+	l := c.leader()
+	if l < 0 {
+		return -1
+	}
+	hc := &http.Client{Timeout: time.Second}
+	resp, err := hc.Get("http://" + c.admin[l] + "/status")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var st struct {
+		SuspectSegments int `json:"suspect_segments"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return -1
+	}
+	return st.SuspectSegments
 }
 
 // waitReady waits for the READY line a client process prints on out (its
@@ -209,10 +289,10 @@ func (c *cluster) waitReady(p *proc, out *bufio.Reader) {
 	}
 }
 
-func (c *cluster) startEtcd(dataDir string) {
-	ports := testutil.FreePorts(c.t, 2)
-	c.etcdAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	client, peer := "http://"+c.etcdAddr, "http://127.0.0.1:"+strconv.Itoa(ports[1])
+// startEtcd starts etcd serving clients on c.etcdAddr and its peer
+// protocol on peerPort.
+func (c *cluster) startEtcd(dataDir string, peerPort int) {
+	client, peer := "http://"+c.etcdAddr, "http://127.0.0.1:"+strconv.Itoa(peerPort)
 	bin, _ := exec.LookPath("etcd")
 	c.etcd = &proc{name: "etcd", log: &testutil.SyncBuffer{}, args: []string{bin,
 		"--name", "consistency", "--data-dir", dataDir,
@@ -259,8 +339,19 @@ func (c *cluster) startMetadata() {
 	c.meta = "http://" + ln.Addr().String() + "/metadata"
 }
 
-// leader returns the index of the master the election key names, or -1.
+// leader returns the index of the running master the election key
+// names, or -1.
 func (c *cluster) leader() int {
+	if i := c.elected(); i >= 0 && c.masters[i].running() {
+		return i
+	}
+	return -1
+}
+
+// elected returns the index of the master the election key names, or -1,
+// whether it still runs or not. It reads no process state: the leader
+// proxies call it from their own goroutines.
+func (c *cluster) elected() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	resp, err := c.etcdCli.Get(ctx, "mooncake-store/"+c.id+"/master_view")
@@ -268,7 +359,7 @@ func (c *cluster) leader() int {
 		return -1
 	}
 	for i, a := range c.addrs {
-		if a == string(resp.Kvs[0].Value) && c.masters[i].running() {
+		if a == string(resp.Kvs[0].Value) {
 			return i
 		}
 	}

@@ -103,19 +103,25 @@ func killEtcd(c *cluster, _ *rand.Rand) string {
 // running upserts and gets (twice as many) of one key whose values always
 // have the same size (1 MiB), so that gets often meet an upsert in place.
 func TestConsistencySameSizeUpsert(t *testing.T) {
-	checkUnder(t, "same-size", nil, workload{workers: 6, env: []string{envKeys + "=same-1m", envOps + "=upsert,get,get"}, run: 8 * time.Second})
+	checkUnder(t, "same-size", nil, workload{workers: 6, env: []string{envKeys + "=same-1m", envOps + "=upsert,get,get"}, run: 8 * time.Second}, setup{})
 }
 
-func TestConsistencyNoFault(t *testing.T)    { checkUnder(t, "none", nil, fullWorkload) }
-func TestConsistencyKillLeader(t *testing.T) { checkUnder(t, "kill-leader", killLeader, fullWorkload) }
-func TestConsistencyStopLeader(t *testing.T) { checkUnder(t, "stop-leader", stopLeader, fullWorkload) }
+func TestConsistencyNoFault(t *testing.T) { checkUnder(t, "none", nil, fullWorkload, setup{}) }
+func TestConsistencyKillLeader(t *testing.T) {
+	checkUnder(t, "kill-leader", killLeader, fullWorkload, setup{})
+}
+func TestConsistencyStopLeader(t *testing.T) {
+	checkUnder(t, "stop-leader", stopLeader, fullWorkload, setup{})
+}
 func TestConsistencyKillStandby(t *testing.T) {
-	checkUnder(t, "kill-standby", killStandby, fullWorkload)
+	checkUnder(t, "kill-standby", killStandby, fullWorkload, setup{})
 }
 func TestConsistencyStopStorage(t *testing.T) {
-	checkUnder(t, "stop-storage", stopStorage, fullWorkload)
+	checkUnder(t, "stop-storage", stopStorage, fullWorkload, setup{})
 }
-func TestConsistencyKillRestartEtcd(t *testing.T) { checkUnder(t, "kill-etcd", killEtcd, fullWorkload) }
+func TestConsistencyKillRestartEtcd(t *testing.T) {
+	checkUnder(t, "kill-etcd", killEtcd, fullWorkload, setup{})
+}
 
 // runningWorker is a worker process and the history it streams.
 type runningWorker struct {
@@ -172,7 +178,7 @@ func waitRecovered(t *testing.T, progress *atomic.Int64, name string) {
 // checkUnder runs the workload on a fresh cluster while nem injects its
 // fault (once, or for longEnv seconds again and again), then checks the
 // history key by key.
-func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
+func checkUnder(t *testing.T, name string, nem nemesis, wl workload, su setup) {
 	long := time.Duration(0)
 	if s := os.Getenv(longEnv); s != "" {
 		n, err := strconv.Atoi(s)
@@ -181,7 +187,7 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 		}
 		long = time.Duration(n) * time.Second
 	}
-	c := startCluster(t, 2, 2)
+	c := startCluster(t, 2, 2, su)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("nemesis %s, workload seed %d", name, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -190,7 +196,13 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 	ws := make([]*runningWorker, wl.workers)
 	for i := range ws {
 		w := &runningWorker{done: make(chan struct{})}
-		w.p = c.clientProc(fmt.Sprintf("worker%d", i+1), "worker",
+		master := ""
+		if su.partitionable {
+			part := c.leaderProxy()
+			c.workerParts = append(c.workerParts, part)
+			master = part.Addr()
+		}
+		w.p = c.clientProc(fmt.Sprintf("worker%d", i+1), "worker", master,
 			append([]string{envWorker + "=" + strconv.Itoa(i+1), envSeed + "=" + strconv.FormatUint(seed, 10)}, wl.env...))
 		w.p.start(t, true)
 		c.workers = append(c.workers, w.p)
@@ -248,7 +260,7 @@ func checkUnder(t *testing.T, name string, nem nemesis, wl workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	summary := fmt.Sprintf("%-13s %6d operations checked (%d calls), %3d faults injected, %3d anomalies, %d keys unchecked, %d eviction passes; %.0f s run, %.1f s check",
+	summary := fmt.Sprintf("%-24s %6d operations checked (%d calls), %3d faults injected, %3d anomalies, %d keys unchecked, %d eviction passes; %.0f s run, %.1f s check",
 		name, rep.Ops, calls(records), len(faults), rep.Anomalies(), rep.Unknown(), c.evictions(),
 		checked.Sub(start).Seconds(), time.Since(checked).Seconds())
 	t.Log(summary)
