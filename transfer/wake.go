@@ -83,11 +83,8 @@ func (e *Engine) AccessRemote(h SegmentHandle, addr, length uint64, fn func(mem 
 		return false, err
 	}
 	defer e.life.Exit()
-	s, err := e.segment(h)
+	s, err := e.reachableSegment(h)
 	if err != nil {
-		return false, err
-	}
-	if err := e.linkBroken(s.name); err != nil {
 		return false, err
 	}
 	if s.name == e.name {
@@ -128,11 +125,8 @@ func (e *Engine) AccessMapped(h SegmentHandle, addr, length uint64, fn func(mem 
 		return false, err
 	}
 	defer e.life.Exit()
-	s, err := e.segment(h)
+	s, err := e.reachableSegment(h)
 	if err != nil {
-		return false, err
-	}
-	if err := e.linkBroken(s.name); err != nil {
 		return false, err
 	}
 	if s.name == e.name {
@@ -145,4 +139,17 @@ func (e *Engine) AccessMapped(h SegmentHandle, addr, length uint64, fn func(mem 
 		}
 	}
 	return false, nil
+}
+
+// reachableSegment is segment h, or an error when it is unknown or an
+// injected link failure cuts this engine off from it.
+func (e *Engine) reachableSegment(h SegmentHandle) (*remoteSegment, error) {
+	s, err := e.segment(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.linkBroken(s.name); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
