@@ -1,6 +1,8 @@
 # Mooncake-Go developer entry points. See docs/build.md.
 #
 #   make demo    set up, then run demo/demo.py
+#   make demo-cluster  set up, then run the main demo job across two hosts
+#                (network namespaces; needs root): demo/demo_cluster.py
 #   make test    set up, then go vet, go test -race, the fuzzers briefly, pytest
 #   make faults  the fault tests repeated under load (scripts/faults.sh)
 #   make fuzz    every Go fuzz target for longer (FUZZTIME, default 60s)
@@ -21,7 +23,7 @@ GO ?= go
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all setup build lint test faults fuzz demo bench proto clean
+.PHONY: all setup build lint test faults fuzz demo demo-cluster bench proto clean
 
 all: build
 
@@ -56,6 +58,9 @@ fuzz:
 
 demo: setup
 	$(PY) demo/demo.py
+
+demo-cluster: setup
+	$(PY) demo/demo_cluster.py
 
 bench: setup
 	@if [ -f benchmarks/run_all.sh ]; then bash benchmarks/run_all.sh; \

@@ -19,8 +19,12 @@ backend="mooncake" (rendezvous through a TCPStore), then:
    `join_group`; rank 0 takes it back with `recover_ranks`, and the full
    group computes again.
 
-Rank 0 prints what it got; every rank checks the results.
-`run(world)` does the same from Python and returns the exit status.
+Rank 0 prints what it got and which host each rank runs on; every rank
+checks the results. The rendezvous is at MASTER_ADDR (default 127.0.0.1);
+the store client names itself MOONCAKE_LOCAL_HOSTNAME (default 127.0.0.1).
+`run(world)` does the same from Python and returns the exit status;
+`run(world, port, start)` starts each process with `start` instead
+(demo/demo_cluster.py starts them on the hosts of a cluster).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+
+RENDEZVOUS = os.environ.get("MASTER_ADDR", "127.0.0.1")
 
 
 def worker(rank: int, world: int, port: int) -> None:
@@ -43,7 +50,7 @@ def worker(rank: int, world: int, port: int) -> None:
     active = torch.zeros(world, dtype=torch.int32)
     dist.init_process_group(
         "mooncake",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"tcp://{RENDEZVOUS}:{port}",
         rank=rank,
         world_size=world,
         pg_options=pg.MooncakeBackendOptions(active),
@@ -54,6 +61,9 @@ def worker(rank: int, world: int, port: int) -> None:
             print(*a, flush=True)
 
     say(f"{world} ranks on backend={dist.get_backend()!r}, active_ranks={active.tolist()}")
+    hosts: list = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    say(f"hosts of the ranks: {hosts}")
     x = torch.arange(4, dtype=torch.float32) + 10 * rank
     dist.all_reduce(x)
     want = torch.arange(4, dtype=torch.float32) * world + 10 * sum(range(world))
@@ -153,7 +163,7 @@ def replacement(rank: int, world: int, port: int) -> None:
     pg.set_collective_timeout_us(1_000_000)
     dist.init_process_group(
         "mooncake",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"tcp://{RENDEZVOUS}:{port}",
         rank=rank,
         world_size=world,
         pg_options=pg.MooncakeBackendOptions(world, True),
@@ -221,7 +231,8 @@ def checkpoint(rank: int, world: int, model, say) -> None:
     from mooncake.store import MooncakeDistributedStore
 
     store = MooncakeDistributedStore()
-    assert store.setup("127.0.0.1", metadata, "64MB", "16MB", "tcp", "", master) == 0
+    local = os.environ.get("MOONCAKE_LOCAL_HOSTNAME", "127.0.0.1")
+    assert store.setup(local, metadata, "64MB", "16MB", "tcp", "", master) == 0
     params = {name: p.detach() for name, p in model.named_parameters()}
     key = f"demo/ckpt/{dist.get_world_size()}"
     if rank == 0:
@@ -247,22 +258,27 @@ def checkpoint(rank: int, world: int, model, say) -> None:
     store.close()
 
 
-def run(world: int = 4) -> int:
-    """Run the demo job with `world` processes; return 0 on success."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(world), str(port)])
-        for r in range(world)
-    ]
+def run(world: int = 4, port: int | None = None,
+        start: Callable[[list[str]], subprocess.Popen] | None = None) -> int:
+    """Run the demo job with `world` processes, the rendezvous at `port`
+    (default: a free one) of MASTER_ADDR; `start(args)` starts one process
+    running this file with args (default: here). Returns 0 on success."""
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    if start is None:
+        def start(args: list[str]) -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, __file__, *args])
+
+    procs = [start(["--rank", str(r), str(world), str(port)]) for r in range(world)]
     rc = 0
     try:
         if world > 2:  # step 5: once the last rank has died, start its replacement
             victim = world - 1
             rc = procs[victim].wait(timeout=180)
             args = ["--replace", str(victim), str(world), str(port)]
-            procs.append(subprocess.Popen([sys.executable, __file__, *args]))
+            procs.append(start(args))
         for p in procs:
             rc = p.wait(timeout=180) or rc
     except subprocess.TimeoutExpired:

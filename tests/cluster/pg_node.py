@@ -1,4 +1,5 @@
-"""One rank of a collectives run across the rig's hosts (test_cluster_pg.py).
+"""One rank of a torch job across the rig's hosts (test_cluster_pg.py,
+test_cluster_ep.py).
 
 Run on a host with only what torchrun gives a rank: MASTER_ADDR,
 MASTER_PORT, RANK, WORLD_SIZE. ``pg_node.py CASE`` initialises the default
@@ -7,6 +8,9 @@ group and exits 0; a case fails by raising. Cases:
 
 * ``ops``: every collective and send/recv once, each checked exactly, and
   checked to have succeeded on this rank with no rank failed.
+* ``ep``: expert-parallel dispatch then combine
+  (`mooncake.mooncake_ep_buffer.Buffer` on the default group), both buffer
+  halves, each checked exactly, with no rank marked inactive.
 * ``init``: initialise only; print the error and exit 3 if it fails.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -80,6 +85,39 @@ def case_ops(rank: int, world: int) -> None:
     assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1] * world
 
 
+def case_ep(rank: int, world: int) -> None:
+    """Dispatch: every row arrives where its experts are, from the rank it
+    came from (ep_cases.check_dispatch, exact). Combine with identity experts
+    and weights that are powers of two: each term and partial sum is exact
+    in float32, so the result is bf16(x * sum of weights) exactly."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
+    from ep_cases import check_dispatch, structured_inputs
+    from mooncake.mooncake_ep_buffer import Buffer
+
+    n, h, e, k = 32, 256, 4 * world, 4
+    buf = Buffer(dist.group.WORLD, Buffer.get_ep_buffer_size_hint(n, h, world, e))
+    t = n - rank % 3  # ranks send different numbers of tokens
+    x, topk_idx, _ = structured_inputs(rank, t, n, h, e, k)
+    g = torch.Generator().manual_seed(2000 + rank)
+    topk_w = 2.0 ** torch.randint(-2, 2, (t, k), generator=g).float()  # 0.25 .. 2
+    all_topk: list = [None] * world
+    dist.all_gather_object(all_topk, topk_idx)
+    active = torch.ones(world, dtype=torch.int32)
+    want = (x.float() * (topk_w * (topk_idx >= 0)).sum(1, keepdim=True)).to(torch.bfloat16)
+    for half in range(2):  # both halves of the double buffer
+        recv_x, recv_count, handle, _, _ = buf.dispatch(
+            x, topk_idx, active, n, e, 20_000_000, use_fp8=False)
+        assert active.tolist() == [1] * world, f"dispatch {half}: active {active.tolist()}"
+        check_dispatch(rank, world, recv_x, recv_count, handle, all_topk, [True] * world)
+        got = sum(int(c) for c in recv_count)
+        out, _, _ = buf.combine(recv_x, topk_idx, topk_w, active, 20_000_000, handle)
+        assert active.tolist() == [1] * world, f"combine {half}: active {active.tolist()}"
+        assert torch.equal(out, want), f"combine {half}: {int((out != want).sum())} values differ"
+        print(f"rank {rank}: round {half}: received {got} rows, combined {t} tokens", flush=True)
+    buf.destroy()
+    _done(dist.barrier(async_op=True))
+
+
 def main() -> int:
     case = sys.argv[1]
     from mooncake import pg  # noqa: F401  (registers the backend)
@@ -96,6 +134,8 @@ def main() -> int:
         assert rank == int(os.environ["RANK"])
         if case == "ops":
             case_ops(rank, world)
+        elif case == "ep":
+            case_ep(rank, world)
         print(f"rank {rank} ok", flush=True)
     finally:
         dist.destroy_process_group()
