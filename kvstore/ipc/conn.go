@@ -96,24 +96,26 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// fail ends the connection once, with err; it says whether this call
-// ended it.
-func (c *Conn) fail(err error) bool {
+// fail ends the connection once, with err (later calls do nothing).
+func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return false
+		return
 	}
 	c.err = err
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()
+	// Counted before Done is closed, so whoever sees the end sees it counted.
+	if errors.Is(err, ErrReplyTimeout) && c.limits.Shared != nil {
+		c.limits.Shared.replyTimeouts.Add(1)
+	}
 	c.uc.Close()
 	for _, ch := range pending {
 		close(ch)
 	}
 	close(c.done)
-	return true
 }
 
 // Call sends a request and waits for its reply until ctx ends. The
@@ -227,7 +229,11 @@ func (c *Conn) readLoop() {
 				closeFDs(f.fds)
 				return // the connection ended while it waited
 			}
-			c.serving.Add(1)
+			if !c.startServing() {
+				c.release(int64(len(f.body)))
+				closeFDs(f.fds)
+				return
+			}
 			go c.serve(f)
 		}
 	}
@@ -254,6 +260,19 @@ func (c *Conn) admit(size int64) bool {
 	return true
 }
 
+// startServing counts a request in c.serving unless the connection has
+// ended. fail ends it under mu before Close waits for the count, so no
+// request is counted after Close began to wait.
+func (c *Conn) startServing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.serving.Add(1)
+	return true
+}
+
 // release gives back what admit took for a request of size body bytes.
 func (c *Conn) release(size int64) {
 	if sh := c.limits.Shared; sh != nil {
@@ -268,9 +287,7 @@ func (c *Conn) serve(f *frame) {
 	reply := c.handler(Message{Body: f.body, FDs: f.fds, Conn: c})
 	defer closeFDs(reply.FDs)
 	if err := c.send(&frame{id: f.id, kind: kindResponse, body: reply.Body, fds: reply.FDs}, c.limits.ReplyTimeout); err != nil {
-		if c.fail(err) && errors.Is(err, ErrReplyTimeout) && c.limits.Shared != nil {
-			c.limits.Shared.replyTimeouts.Add(1)
-		}
+		c.fail(err)
 	}
 }
 
