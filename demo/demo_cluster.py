@@ -32,20 +32,6 @@ RPC_PORT, META_PORT = 50051, 8080  # host 1 has its own network namespace
 RENDEZVOUS_PORT = 29500
 WORLD = 4
 
-# Waits (on a host) until every port of argv[3:] at argv[2] accepts connections.
-WAIT_PORTS = """
-import socket, sys, time
-deadline = time.monotonic() + float(sys.argv[1])
-for port in sys.argv[3:]:
-    while True:
-        try:
-            socket.create_connection((sys.argv[2], int(port)), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                sys.exit(1)
-            time.sleep(0.05)
-"""
 
 
 def main() -> int:
@@ -67,8 +53,7 @@ def main() -> int:
                  f"--http_metadata_server_port={META_PORT}",
                  f"--metrics_host={m.addr}", "--enable_metric_reporting=false"],
                 stderr=subprocess.DEVNULL)  # fmt: skip
-        res = m.run([sys.executable, "-c", WAIT_PORTS, "30", m.addr, str(RPC_PORT),
-                     str(META_PORT)])  # fmt: skip
+        res = m.wait_ports(m.addr, [RPC_PORT, META_PORT])
         if res.returncode != 0:
             sys.exit("demo-cluster: mooncake_master did not start")
         metadata = f"http://{m.addr}:{META_PORT}/metadata"

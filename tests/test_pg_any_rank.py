@@ -506,7 +506,7 @@ def case_woken_rank(rank: int, world: int, port: int, trials: int) -> None:
                     outcome = "left_out"
                 print(f"WOKEN trial={trial} outcome={outcome}", flush=True)
                 outs = [torch.zeros(4) for _ in range(3)]
-                _expect_not_active(lambda: dist.all_gather(outs, t))
+                _expect_not_active(lambda outs=outs, t=t: dist.all_gather(outs, t))
                 pg.join_group(world_pg)
             else:
                 w = dist.all_reduce(t, async_op=True)
@@ -516,7 +516,8 @@ def case_woken_rank(rank: int, world: int, port: int, trials: int) -> None:
                     os.kill(int(_store().get(f"pid{victim}").decode()), signal.SIGCONT)
                 _wait_peers_ready([victim])
                 if rank == 0:
-                    _check_applied(pg.recover_ranks(world_pg, [victim]), f"recover_ranks([{victim}])")
+                    applied = pg.recover_ranks(world_pg, [victim])
+                    _check_applied(applied, f"recover_ranks([{victim}])")
             _wait_mask(full)
         _check_ok(_all_reduce_over([0, 1, 2], scale=100))
     finally:

@@ -116,6 +116,22 @@ while True:
 """
 
 
+
+# Run by Host.wait_ports: argv is seconds, address, ports.
+_WAIT_PORTS = """
+import socket, sys, time
+deadline = time.monotonic() + float(sys.argv[1])
+for port in sys.argv[3:]:
+    while True:
+        try:
+            socket.create_connection((sys.argv[2], int(port)), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit(1)
+            time.sleep(0.05)
+"""
+
 class Host:
     """One host of a `Cluster`: a network namespace with address `addr`,
     and a pid, UTS (hostname `name`) and mount namespace (with a /proc of
@@ -172,6 +188,13 @@ class Host:
         kwargs.setdefault("text", True)
         return subprocess.run(self.command(argv, kwargs.pop("cwd", None)), timeout=timeout,
                               stdin=subprocess.DEVNULL, **kwargs)
+
+    def wait_ports(self, addr: str, ports: Sequence[int], timeout: float = 30.0
+                   ) -> subprocess.CompletedProcess:
+        """Wait, on this host, until every port of `ports` at `addr` accepts
+        connections; returncode 1 when `timeout` seconds pass first."""
+        argv = [sys.executable, "-c", _WAIT_PORTS, str(timeout), addr, *map(str, ports)]
+        return self.run(argv, timeout=timeout + 30)
 
     def nft(self, script: str) -> None:
         """Apply an nftables script in this host's namespace."""

@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 import rig
-from test_cluster_store import HERE, META_PORT, RPC_PORT, WAIT_PORTS, Node
+from test_cluster_store import HERE, META_PORT, RPC_PORT, Node
 
 from conftest import go_binary
 
@@ -54,7 +54,7 @@ def _start_master(c: rig.Cluster, go_bin_dir) -> tuple[str, str]:
              f"--http_metadata_server_host={m.addr}", f"--http_metadata_server_port={META_PORT}",
              "--enable_metric_reporting=false"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    res = m.run([sys.executable, "-c", WAIT_PORTS, "30", m.addr, str(RPC_PORT), str(META_PORT)])
+    res = m.wait_ports(m.addr, [RPC_PORT, META_PORT])
     assert res.returncode == 0, f"mooncake_master did not start: {res.stderr}"
     return f"http://{m.addr}:{META_PORT}/metadata", f"{m.addr}:{RPC_PORT}"
 
@@ -81,7 +81,7 @@ def test_daemon_without_host_publishes_its_routable_address(go_bin_dir, tmp_path
                      f"--master_server_address={master}", "--global_segment_size=32MB",
                      f"--port={DAEMON_PORT}"],
                     stdout=f, stderr=subprocess.STDOUT, env=_env())  # fmt: skip
-        res = d.run([sys.executable, "-c", WAIT_PORTS, "30", "127.0.0.1", str(DAEMON_PORT)])
+        res = d.wait_ports("127.0.0.1", [DAEMON_PORT])
         assert res.returncode == 0, f"mooncake_client did not become ready:\n{log.read_text()}"
         pure = Node(c[2], metadata, master, "0")
         rnd = random.Random(453)

@@ -21,20 +21,6 @@ from conftest import go_binary
 HERE = Path(__file__).resolve().parent
 RPC_PORT, META_PORT, ADMIN_PORT = 50051, 8080, 9003  # host 1 has its own network namespace
 
-# Waits (on the master's host) until the master's three ports accept connections.
-WAIT_PORTS = """
-import socket, sys, time
-deadline = time.monotonic() + float(sys.argv[1])
-for port in sys.argv[3:]:
-    while True:
-        try:
-            socket.create_connection((sys.argv[2], int(port)), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                sys.exit(1)
-            time.sleep(0.05)
-"""
 
 
 class Node:
@@ -78,8 +64,7 @@ def store_cluster(go_bin_dir):
                     f"--metrics_host={m.addr}", f"--metrics_port={ADMIN_PORT}",
                     "--enable_metric_reporting=false"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        res = m.run([sys.executable, "-c", WAIT_PORTS, "30", m.addr,
-                     str(RPC_PORT), str(META_PORT), str(ADMIN_PORT)])  # fmt: skip
+        res = m.wait_ports(m.addr, [RPC_PORT, META_PORT, ADMIN_PORT])
         assert res.returncode == 0, f"mooncake_master did not start: {res.stderr}"
         metadata, master = f"http://{m.addr}:{META_PORT}/metadata", f"{m.addr}:{RPC_PORT}"
         nodes = [Node(c[1], metadata, master, "32MB"), Node(c[2], metadata, master, "32MB"),
