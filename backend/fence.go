@@ -40,7 +40,7 @@ import (
 // What the fence cannot undo: an op the excluded rank completed before the
 // survivors excluded it (it ran again between their decision and the
 // window's close, a few milliseconds), as in any reconciliation where a
-// rank completed the op its peers failed (docs/collectives.md, "Limits").
+// rank completed the op its peers failed (docs/collectives-faults.md, "Limits").
 
 // fenceOut raises the fence of every rank that rep (a reconciliation this
 // rank took part in) excluded and its view deactivated.

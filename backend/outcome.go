@@ -11,7 +11,7 @@ import "slices"
 // it completes at once, without running, its buffers untouched). The ranks that were in the collective when it
 // failed mark the same on their Work when they reconcile (recover), so
 // every survivor completes the op with the same failed ranks and local
-// success (docs/collectives.md, "One outcome per collective"). Owned by
+// success (docs/collectives-faults.md, "One outcome per collective"). Owned by
 // the collective FIFO.
 type outcome struct {
 	base, op uint64 // the collective it belongs to; op 0: none pending

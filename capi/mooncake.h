@@ -644,7 +644,7 @@ typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf,
  * failed has bit r set for each in-group rank r that failed during the op
  * (the caller's own bit: it was itself left out of the group): a peer's
  * death does not fail the op (status 0); the op completed without it
- * (docs/collectives.md, "Fault tolerance"). epoch is the group's view
+ * (docs/collectives-faults.md, "Fault tolerance"). epoch is the group's view
  * epoch (mc_pg_group_view) as the op completed: a caller that mirrors the
  * view reads it again only when the epoch moved. */
 typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message,

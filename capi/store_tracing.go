@@ -11,7 +11,7 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore/client"
 )
 
-// The store's tracing and metrics calls (docs/store-operations.md#tracing).
+// The store's tracing and metrics calls (docs/store-operations.md#tracing-and-the-metrics-server).
 
 //export mc_store_init_tracing
 func mc_store_init_tracing(settingsJSON *C.mc_cchar, statusOut, errOut **C.char) (ret C.int) {

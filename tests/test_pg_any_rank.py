@@ -396,7 +396,7 @@ def case_hang(rank: int, world: int, port: int, timeouts=None, victim: int = 2,
             # delivers the view that left it out, on the messages the
             # survivors had written into its buffer for that op before
             # they failed it: the fence they raised keeps it from
-            # reporting success (docs/collectives.md, "When a left-out
+            # reporting success (docs/collectives-faults.md, "When a left-out
             # rank runs again").
             if w is None:
                 t = torch.full((4,), float(rank + 1))

@@ -2,7 +2,7 @@
 
 CMake's find_package(Torch) refuses to configure against PyPI's CUDA builds
 of torch on a machine without the CUDA toolkit, while a CPU-only
-CppExtension needs none (see docs/collectives.md), so CMakeLists.txt runs
+CppExtension needs none (see docs/build.md, "The torch plugin"), so CMakeLists.txt runs
 this script:
 
     python torch_plugin/build_ext.py --lib-dir <dir with libmooncake.so>

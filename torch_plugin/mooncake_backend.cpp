@@ -432,7 +432,7 @@ void* ptr(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
 // 1 <= k <= world: all_gather_into_tensor's output and
 // reduce_scatter_tensor's input may be sized for fewer ranks than the
 // world size, right after a rank died; the runtime then waits for the
-// group to shrink to k (docs/collectives.md, "Buffers sized for the
+// group to shrink to k (docs/collectives-faults.md, "Buffers sized for the
 // survivors").
 bool fitsBlocks(int64_t total, int64_t block, int world) {
   if (block == 0) {

@@ -252,7 +252,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("work"));
 
-  // ---- membership (upstream's names; docs/collectives.md) ----
+  // ---- membership (upstream's names; docs/collectives-faults.md) ----
   auto proposalStatus =
       py::enum_<ProposalStatus>(m, "ProposalStatus")
           .value("Rejected", ProposalStatus::Rejected)

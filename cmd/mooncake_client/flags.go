@@ -99,7 +99,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 			"serves dummy clients (MooncakeDistributedStore.setup_dummy) on a Unix socket of this\n"+
 			"host, and unmounts on SIGTERM or SIGINT. Hot cache: MC_STORE_LOCAL_HOT_CACHE_SIZE,\n"+
 			"MC_STORE_LOCAL_HOT_BLOCK_SIZE, MC_STORE_LOCAL_HOT_CACHE_USE_SHM=1,\n"+
-			"MC_STORE_LOCAL_HOT_MAX_AGE_MS (see docs/store.md). Only processes of the daemon's own\n"+
+			"MC_STORE_LOCAL_HOT_MAX_AGE_MS (see docs/store-deployment.md). Only processes of the daemon's own\n"+
 			"uid, and those --allowed_uids and --allowed_gids name, may connect; the kernel's\n"+
 			"record of the peer (SO_PEERCRED) decides, and others are refused at once.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()

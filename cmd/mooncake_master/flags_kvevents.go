@@ -42,7 +42,7 @@ func declareKVEventsFlags(fs *flag.FlagSet, o *options) {
 	k := &o.kvEvents
 	c := &k.cfg
 	c.QueueCapacity, c.ReplayBufferSteps = 65536, 10000
-	fs.BoolVar(&k.enable, "enable_kv_events", false, "publish KV cache events (objects stored in / removed from the cpu and disk tiers) on a ZMQ PUB socket, as vLLM and SGLang do (docs/store-master.md)")
+	fs.BoolVar(&k.enable, "enable_kv_events", false, "publish KV cache events (objects stored in / removed from the cpu and disk tiers) on a ZMQ PUB socket, as vLLM and SGLang do (docs/kv-events.md)")
 	fs.StringVar(&c.Endpoint, "kv_events_bind_endpoint", "", "ZMQ PUB endpoint the event publisher binds, e.g. tcp://0.0.0.0:5557 (required with --enable_kv_events)")
 	fs.StringVar(&c.BackendID, "kv_events_backend_id", "", "backend_id written into every event: the cache owner's name (required with --enable_kv_events)")
 	fs.BoolVar(&c.EmitLegacyCompat, "kv_events_emit_legacy_compat", true, "also write the legacy fields (type, block_hashes, parent_block_hash, token_ids, lora_id) vLLM's decoder needs")

@@ -10,7 +10,7 @@ import (
 )
 
 // snapshotOptions are upstream's metadata snapshot flags
-// (docs/store-master.md, "Snapshots").
+// (docs/store-ha.md, "Snapshots").
 type snapshotOptions struct {
 	enable    bool
 	interval  int

@@ -172,7 +172,7 @@ func (m *masterConn) reconnect() (changed bool, err error) {
 // idle (waking it would cost tens of µs on a VM) while handing it to the
 // master or another client that shares it. A pure spin kept those off the
 // CPU: it doubled one client's calls/s but cut four clients' by a fifth.
-// See docs/store-master.md, "Client transport".
+// See docs/design/master-transport.md, "Client transport".
 func masterBusy() pollread.Busy {
 	return pollread.Busy{
 		Spin:  time.Duration(envvars.StoreMasterSpinUs.Int(0)) * time.Microsecond,

@@ -13,7 +13,7 @@ import (
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
-// The one-round-trip put (docs/store-master.md, "Reserved space"): the
+// The one-round-trip put (docs/design/master-transport.md, "Reserved space"): the
 // client reserves a block of a segment from the master, writes each small
 // object of a default-placed put into the next unused part of it, and
 // records the object with one BatchPutCommit call instead of put start and

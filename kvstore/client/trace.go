@@ -20,7 +20,7 @@ import (
 	"github.com/mooncake-go/mooncake/transfer"
 )
 
-// Tracing (docs/store-operations.md#tracing): every API call of a client
+// Tracing (docs/store-operations.md#tracing-and-the-metrics-server): every API call of a client
 // and every phase of one (a master RPC, a transfer, a task's copy) is a
 // span. Spans always feed the client's breakdown (count, errors, time,
 // bytes per name); the process-wide sinks also write them out: log lines

@@ -12,5 +12,5 @@
 // encodes batches of up to 64 events, sends them and keeps the recent
 // ones in a ring, which a ROUTER socket serves to subscribers that
 // missed some (see replay.go for the protocol). The ZMQ wire itself is
-// internal/zmtp. docs/store-master.md describes the format for users.
+// internal/zmtp. docs/kv-events.md describes the format for users.
 package kvevents

@@ -10,7 +10,7 @@ import (
 )
 
 // This file holds the operation log's format and key layout
-// (docs/store-master.md, "Operation log"). The leader turns every call
+// (docs/design/oplog.md, "Key layout and format"). The leader turns every call
 // that touches the state machine into an entry; entries go to etcd in
 // numbered batches, one key per batch:
 //

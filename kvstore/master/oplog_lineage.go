@@ -9,7 +9,7 @@ import (
 )
 
 // This file keeps the operation log from outliving a leadership that did
-// not write it (docs/store-master.md, "Masters with and without the
+// not write it (docs/store-ha.md, "Masters with and without the
 // log"). A leader without --enable_oplog serves from an empty state and
 // its clients reuse the memory of every object the log describes, so the
 // log stops being the cluster's history the moment such a leader serves.

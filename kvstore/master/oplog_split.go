@@ -11,7 +11,7 @@ import (
 )
 
 // This file cuts a batch call too large for one oplog entry into parts
-// (docs/store-master.md, "Large calls"). Each batch method handles its
+// (docs/design/oplog.md, "Large calls"). Each batch method handles its
 // items one by one, so running the parts in order, each as an entry of
 // its own, changes the state exactly as the whole call would (apart from
 // the batch request counter, counted per part), and a replica replays

@@ -7,7 +7,7 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore"
 )
 
-// This file is the one-round-trip put (docs/store-master.md, "Reserved
+// This file is the one-round-trip put (docs/design/master-transport.md, "Reserved
 // space"). A client reserves a block of one segment ahead of its puts
 // (Reserve), writes each small object into the next unused part of the
 // block, and records it with one call (PutCommit) instead of PutStart and

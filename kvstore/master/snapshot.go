@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// This file is the oplog's snapshots (docs/store-master.md, "Snapshots"):
+// This file is the oplog's snapshots (docs/design/oplog.md, "Taking a snapshot"):
 // the leader periodically writes the whole State at a batch boundary to
 // the snapshot store, records the newest snapshot's batch in etcd and
 // deletes the batches no retained snapshot needs; a standby or restarted

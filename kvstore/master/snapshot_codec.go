@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// This file is the metadata snapshot's format (docs/store-master.md,
-// "Snapshots"): the whole State at a point of the operation log, written
+// This file is the metadata snapshot's format (docs/design/oplog.md,
+// "Snapshot format"): the whole State at a point of the operation log, written
 // by encodeSnapshot and read back by decodeSnapshot. A file is
 //
 //	"MCSN" version(1 byte) uvarint(seq) uvarint(next entry) body crc32c(4 bytes, big endian)

@@ -78,7 +78,7 @@ type MasterClient interface {
 	BatchPutStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
 	BatchPutEnd(ctx context.Context, in *BatchPutEndRequest, opts ...grpc.CallOption) (*BatchStatusResponse, error)
 	BatchPutRevoke(ctx context.Context, in *BatchPutRevokeRequest, opts ...grpc.CallOption) (*BatchStatusResponse, error)
-	// One-round-trip write (docs/store-master.md, "Reserved space"): a
+	// One-round-trip write (docs/design/master-transport.md, "Reserved space"): a
 	// client reserves a block of a segment ahead, writes small objects into
 	// it, and records each with a commit.
 	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error)
@@ -482,7 +482,7 @@ type MasterServer interface {
 	BatchPutStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
 	BatchPutEnd(context.Context, *BatchPutEndRequest) (*BatchStatusResponse, error)
 	BatchPutRevoke(context.Context, *BatchPutRevokeRequest) (*BatchStatusResponse, error)
-	// One-round-trip write (docs/store-master.md, "Reserved space"): a
+	// One-round-trip write (docs/design/master-transport.md, "Reserved space"): a
 	// client reserves a block of a segment ahead, writes small objects into
 	// it, and records each with a commit.
 	Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error)

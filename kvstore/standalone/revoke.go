@@ -10,7 +10,7 @@ import (
 )
 
 // The daemon's side of the rule that no dummy call returns while the
-// daemon may still write into its memory (docs/store.md, "Calls that give
+// daemon may still write into its memory (docs/store-deployment.md, "Calls that give
 // up").
 //
 // A call the dummy gives up on (its deadline, or its connection broke) may

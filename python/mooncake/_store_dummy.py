@@ -4,7 +4,7 @@
 The daemon is the real client (its segment, its place in the cluster); a
 dummy forwards every store call to it over a Unix socket, and bulk data
 moves through shared memory: the dummy's local buffer and the buffers it
-registers are memfd regions the daemon maps. See docs/store.md
+registers are memfd regions the daemon maps. See docs/store-deployment.md
 ("Deployment").
 """
 

@@ -6,7 +6,7 @@ inherits; it expects the store's ``_handle`` and ``health_check``. With
 keeps copies of objects in bucket files under DIR (or
 MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else /data/file_storage), the master
 records them as LOCAL_DISK replicas, and reads of objects no longer in
-memory are served from those files (docs/store-master.md, "Disk tier").
+memory are served from those files (docs/store-disk-tiers.md, "Disk tier").
 """
 
 from __future__ import annotations

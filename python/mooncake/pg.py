@@ -144,7 +144,7 @@ sync_after_failure = _ext.sync_after_failure
 get_peer_state = _ext.get_peer_state
 get_num_synced_ranks = _ext.get_num_synced_ranks
 extend_group_size_to = _ext.extend_group_size_to
-# Test only: needs MC_TE_FAULT_INJECTION=1 (docs/collectives.md).
+# Test only: needs MC_TE_FAULT_INJECTION=1 (docs/collectives-faults.md).
 _inject_link_failure = _ext._inject_link_failure
 
 
