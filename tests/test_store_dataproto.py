@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from memory_store import MemoryStore
 from mooncake.structured_object_store import (
     DATAPROTO_REF_HANDLE_TYPE,
     MISSING,
@@ -211,7 +212,9 @@ def test_envelopes_dicts_and_errors(store_master, stores):
             DataProto(non_tensor_batch={"r": objects([1], None)}),
             field_schemas={"r": FieldSchema("typed_ragged", nullable=False)},
         )
-    with pytest.raises(ValueError, match="unknown non-tensor codec"):
+    with pytest.raises(
+        ValueError, match="'r' with FieldSchema codec 'x': unsupported schema codec"
+    ):
         t.put(DataProto(non_tensor_batch={"r": objects(1)}), field_schemas={"r": FieldSchema("x")})
     # A flat dict: row-aligned arrays are batch, equal-length sequences non-tensor, the rest
     # meta_info; a schema's section overrides.
@@ -576,13 +579,21 @@ def test_infer_structure_accumulators():
 
 def test_schema_fallbacks_and_section_checks(store_master, stores):
     t = MooncakeBundleTransfer(stores(store_master))
-    # a schema codec that cannot take the rows falls back to inference
+    # a schema codec that cannot take the rows fails (no fallback to inference), with the
+    # codec's own error type and the field and codec named
+    with pytest.raises(AttributeError, match="field 'n' with FieldSchema codec 'utf8_ragged'"):
+        t.put(
+            DataProto(non_tensor_batch={"n": objects(1, 2, None)}),
+            field_schemas={"n": FieldSchema("utf8_ragged")},
+        )
+    # codec "auto", and "ndarray" without a dtype, infer it
     ref = t.put(
-        DataProto(non_tensor_batch={"n": objects(1, 2, None)}),
-        field_schemas={"n": FieldSchema("utf8_ragged")},
+        DataProto(non_tensor_batch={"n": objects(1, 2, None), "m": objects(1.5, 1.5, None)}),
+        field_schemas={"n": FieldSchema("auto"), "m": FieldSchema("ndarray")},
     )
-    assert ref.encoded_non_tensor["n"]["codec"] == "ndarray"
-    assert list(t.get_dataproto(ref)["non_tensor_batch"]["n"]) == [1, 2, None]
+    assert ref.encoded_non_tensor["n"]["codec"] == ref.encoded_non_tensor["m"]["codec"] == "ndarray"
+    got = t.get_dataproto(ref)["non_tensor_batch"]
+    assert list(got["n"]) == [1, 2, None] and list(got["m"]) == [1.5, 1.5, None]
     # dicts of tensors whose keys differ by row
     rows = objects({"a": torch.ones(2)}, {"b": torch.zeros(1, dtype=torch.float32)}, None)
     ref = t.put(
@@ -613,7 +624,9 @@ def test_codec_helpers(monkeypatch):
 
     regular = [np.arange(3, dtype=np.int32), np.arange(3, 6, dtype=np.int32)]
     payload, meta = sos._encode_typed_ragged_regular_ndarray_rows(regular, np.int32)
-    assert payload["data"].tolist() == [0, 1, 2, 3, 4, 5]
+    # the rows are not concatenated here: they are copied into the pool lease at put time
+    assert isinstance(payload["data"], sos._DirectCopyPayload)
+    assert np.concatenate(payload["data"].arrays).tolist() == [0, 1, 2, 3, 4, 5]
     assert payload["offsets"].tolist() == [0, 3, 6] and payload["shapes"].tolist() == [[3], [3]]
     assert meta["physical_layout"] == "contiguous_flat" and meta["row_format"] == "ndarray"
     for irregular in ([regular[0]], [regular[0], np.arange(2, dtype=np.int32)], [[1], [2]]):
@@ -692,8 +705,9 @@ def test_rows_of_a_nested_tensor_field(store_master, stores):
     assert lengths([4, 0, 4]) == [5, 1, 5]
     assert lengths(slice(1, 3)) == [2, 3]
     assert lengths(slice(0, 5, 2)) == [1, 3, 5]
-    with pytest.raises(ValueError, match="no rows"):
-        t.get_dataproto(ref, fields=["x"], rows=[])
+    for no_rows in ([], slice(2, 2)):  # an empty jagged tensor, as upstream's
+        got = t.get_dataproto(ref, fields=["x"], rows=no_rows)["batch"]["x"]
+        assert got.is_nested and got.layout == torch.jagged and len(got) == 0
 
 
 def test_typed_ragged_rows_without_elements(store_master, stores):
@@ -719,14 +733,16 @@ def test_imported_refs_and_ungrouped_appends(store_master, stores):
     ref = t.put(DataProto({"x": torch.ones(2)}), config=group_config("g"))
     handle = export_dataproto_ref(ref)
     assert import_dataproto_ref(handle).stage_refs["default"].manifest == {}
-    # a v1 handle of a writer without storage groups: appends keep the caller's grouping
+    # a v1 handle of a writer without storage groups: appends write with the caller's
+    # config as given, and the ref stays without a group (as upstream's)
     legacy = {k: v for k, v in handle.items() if k != "storage_group_id"}
     plain = t.append_dataproto_fields(legacy, DataProto({"y": torch.ones(2)}), stage="s")
     assert plain._storage_group_id is None
     grouped = t.append_dataproto_fields(
         legacy, DataProto({"z": torch.ones(2)}), stage="s", config=group_config(["h"])
     )
-    assert grouped._storage_group_id == "h"
+    assert grouped._storage_group_id is None
+    assert torch.equal(t.get_dataproto(grouped)["batch"]["z"], torch.ones(2))
     # an explicitly ungrouped DataProto stays ungrouped across appends
     ungrouped = t.put(DataProto({"x": torch.ones(2)}), config=group_config([""]))
     more = t.append_dataproto_fields(ungrouped, DataProto({"y": torch.ones(2)}), stage="s")
@@ -817,3 +833,188 @@ def test_flat_dict_helpers():
     assert t.get_dict(ref)["words"] == ["a", "b", "c"] and t.get_dict(ref)["lr"] == 0.5
     t.remove_legacy_dict(ref)
     assert t.store.objects == {}
+
+
+# -- field schemas, codecs and storage groups against an in-memory store -----------------
+
+
+def schema_data(field, rows):
+    return {"batch": {"ids": np.arange(len(rows))}, "non_tensor_batch": {field: rows}}
+
+
+def test_a_field_schema_codec_is_used_as_given():
+    t = MooncakeBundleTransfer(MemoryStore())
+    ref = t.put_dataproto(
+        schema_data("tok", objects(np.array([1, 2], dtype=np.int32), None, np.array([3]))),
+        field_schemas={"tok": FieldSchema("typed_ragged", metadata={"dtype": "int32"})},
+    )
+    got = t.get_dataproto(ref)["non_tensor_batch"]["tok"]
+    assert got[0].tolist() == [1, 2] and got[1] is None and got[2].dtype == np.int32
+    # rows the codec cannot take fail with its own error type, naming field and codec
+    with pytest.raises(AttributeError, match="field 'text' with FieldSchema codec 'utf8_ragged'"):
+        t.put_dataproto(
+            schema_data("text", objects(object())),
+            field_schemas={"text": FieldSchema("utf8_ragged")},
+        )
+    # "auto" infers the codec, but a schema that is not nullable still refuses None rows
+    with pytest.raises(ValueError, match="'text'.*not nullable"):
+        t.put_dataproto(
+            schema_data("text", objects("ok", None)),
+            field_schemas={"text": FieldSchema("auto", nullable=False)},
+        )
+    # upstream's names for the two helpers: schema encoding, msgpack decoding
+    import mooncake.structured_object_store as sos
+
+    with pytest.raises(ValueError, match="unable to infer a safe codec"):
+        sos._encode_with_schema("f", objects(object(), None), FieldSchema("auto"))
+    payload, _ = sos._encode_msgpack_ragged_values("f", [{"a": 1}, None, [2]])
+    assert sos._decode_msgpack_ragged_values(payload, 3) == [{"a": 1}, None, [2]]
+    with pytest.raises(ValueError, match="offsets length"):
+        sos._decode_msgpack_ragged_values(payload, 2)
+
+
+def test_ragged_tensor_dict_schema_checks_keys_and_keeps_empty_rows():
+    t = MooncakeBundleTransfer(MemoryStore())
+    free = {"mm": FieldSchema("ragged_tensor_dict")}
+    for key in ("image.data", "", "image/data", "image\\data"):
+        with pytest.raises(ValueError, match="keys must not"):
+            t.put_dataproto(schema_data("mm", objects({key: torch.ones(1)})), field_schemas=free)
+    declared = {"mm": FieldSchema("ragged_tensor_dict", metadata={"keys": ["image"]})}
+    with pytest.raises(ValueError, match="keys not declared"):
+        t.put_dataproto(
+            schema_data("mm", objects({"image": torch.ones(1), "audio": torch.ones(1)})),
+            field_schemas=declared,
+        )
+    with pytest.raises(TypeError, match="explicit None"):
+        t.put_dataproto(schema_data("mm", objects({"image": None})), field_schemas=declared)
+    rows = objects({"image": torch.ones(2, 2)}, None, {}, {"image": torch.arange(2.0)})
+    by_mapping = {"mm": FieldSchema("ragged_tensor_dict", metadata={"keys": {"image": None}})}
+    ref = t.put_dataproto(schema_data("mm", rows), field_schemas=by_mapping)
+    assert ref.encoded_non_tensor["mm"]["codec"] == "ragged_tensor_dict"
+    got = t.get_dataproto(ref)["non_tensor_batch"]["mm"]
+    assert torch.equal(got[0]["image"], torch.ones(2, 2)) and got[1] is None and got[2] == {}
+    picked = t.get_dataproto(ref, rows=[3, 2])["non_tensor_batch"]["mm"]
+    assert torch.equal(picked[0]["image"], torch.arange(2.0)) and picked[1] == {}
+    # declared keys name their payloads even when every row is None
+    ref = t.put_dataproto(schema_data("mm", objects(None, None)), field_schemas=declared)
+    assert "image.data" in ref.encoded_non_tensor["mm"]["payload_members"]
+    assert list(t.get_dataproto(ref, rows=slice(0, 2))["non_tensor_batch"]["mm"]) == [None, None]
+
+
+def test_a_schema_applies_to_its_declared_section_only():
+    t = MooncakeBundleTransfer(MemoryStore())
+    data = {
+        "batch": {"ids": np.arange(2)},
+        "non_tensor_batch": {"label": objects({"k": 1}, {"k": 2})},
+        "meta_info": {"label": "meta"},
+    }
+    # the non-tensor label is not encoded by the meta_info label's schema
+    ref = t.put_dataproto(
+        data, field_schemas={"label": FieldSchema("utf8_ragged", metadata={"section": "meta_info"})}
+    )
+    got = t.get_dataproto(ref)
+    assert list(got["non_tensor_batch"]["label"]) == [{"k": 1}, {"k": 2}]
+    assert got["meta_info"]["label"] == "meta"
+    data["non_tensor_batch"]["label"] = objects("a", "b")
+    section = {"section": "non_tensor_batch"}
+    ref = t.put_dataproto(
+        data, field_schemas={"label": FieldSchema("utf8_ragged", metadata=section)}
+    )
+    assert ref.encoded_non_tensor["label"]["codec"] == "utf8_ragged"
+    assert t.get_dataproto(ref)["meta_info"]["label"] == "meta"
+    with pytest.raises(ValueError, match="declares section 'non_tensor_batch'.*in 'batch'"):
+        t.put_dataproto(
+            {"batch": {"ids": np.arange(2)}},
+            field_schemas={"ids": FieldSchema("ndarray", metadata=section)},
+        )
+
+
+def test_typed_ragged_rows_are_views_of_one_flat_run():
+    import mooncake.structured_object_store as sos
+
+    def flat(payload, dtype):
+        data = payload["data"]
+        parts = data.arrays if hasattr(data, "arrays") else data.buffers
+        return np.concatenate([np.frombuffer(memoryview(p).cast("B"), dtype=dtype) for p in parts])
+
+    for rows in (
+        [np.arange(6, dtype=np.int32).reshape(2, 3) + 10 * i for i in range(3)],  # one shape
+        [np.arange(6, dtype=np.int32).reshape(2, 3)],  # one row
+        [np.arange(4, dtype=np.int32), None, np.arange(2, dtype=np.int32)],  # ragged, a None
+    ):
+        payload, meta = sos._encode_typed_ragged_values(rows, np.int32)
+        assert meta["physical_layout"] == "contiguous_flat"
+        data = flat(payload, np.int32)
+        got = sos._decode_typed_ragged_values({**payload, "data": data}, len(rows), meta)
+        for g, r in zip(got, rows, strict=True):
+            assert (
+                (g is None)
+                if r is None
+                else (np.shares_memory(g, data) and g.tolist() == r.tolist())
+            )
+    # a 0-dim row stays 0-dim, through the store and a row gather
+    t = MooncakeBundleTransfer(MemoryStore())
+    rows = [
+        np.int32(7),
+        np.arange(3, dtype=np.int32),
+        None,
+        np.arange(4, dtype=np.int32).reshape(2, 2),
+    ]
+    ref = t.put(
+        {"v": [np.asarray(r) if r is not None else None for r in rows]},
+        type="dict",
+        field_schemas={"v": FieldSchema("typed_ragged", metadata={"section": "non_tensor_batch"})},
+    )
+    got = t.get(ref, type="dict")["v"]
+    assert got[0].shape == () and got[0] == 7 and got[3].shape == (2, 2)
+    assert t.get_dataproto(ref, rows=[3, 0])["non_tensor_batch"]["v"][1].shape == ()
+    # the manifest view gives each payload's own spec
+    spec = t.dataproto_manifest_view(ref)["non_tensor_fields"]["v"]["spec"]
+    assert spec["encoding"] == "structured_non_tensor" and spec["codec"] == "typed_ragged"
+    assert spec["payload_specs"]["data"] == {"encoding": "ndarray", "dtype": "<i4", "shape": [8]}
+
+
+def test_rows_of_a_torch_save_field(monkeypatch):
+    import mooncake.structured_object_store as sos
+
+    monkeypatch.setattr(sos, "_has_tensor_codec_helpers", lambda: False)
+    t = MooncakeBundleTransfer(DictStore())  # no put_tensor: tensors go by torch.save
+    x = torch.arange(24.0).reshape(6, 4)
+    ref = t.put_dataproto(DataProto({"x": x}))
+    assert ref.stage_refs["default"].manifest["buffers"]["batch.x"]["format"] == "torch_save"
+    for rows in (slice(1, 6, 2), [4, 1, 4], [], [-1, 0]):
+        assert torch.equal(t.get_dataproto(ref, rows=rows)["batch"]["x"], x[rows])
+    with pytest.raises(ValueError, match="does not support destinations"):
+        t.get_dataproto(ref, rows=[1], destinations={"x": object()})
+
+
+def test_explicitly_ungrouped_writes_pass_the_callers_config():
+    from types import SimpleNamespace
+
+    store = MemoryStore()
+    t = MooncakeBundleTransfer(store)
+    config = SimpleNamespace(group_ids=[""], replica_num=2)
+    ref = t.put({"x": np.arange(4)}, type="dict", config=config)
+    assert store.configs and all(c is config for c in store.configs)
+    assert ref._storage_group_id is None and "storage_group_id" not in export_dataproto_ref(ref)
+
+
+def test_a_legacy_handle_appends_with_the_callers_group():
+    from types import SimpleNamespace
+
+    store = MemoryStore()
+    t = MooncakeBundleTransfer(store)
+    ref = t.put_dataproto(DataProto({"x": np.arange(4)}), config=SimpleNamespace(group_ids="old"))
+    legacy = {k: v for k, v in export_dataproto_ref(ref).items() if k != "storage_group_id"}
+    store.configs.clear()
+    appended = t.append_dataproto_fields(
+        legacy,
+        DataProto({"y": np.ones(4)}),
+        stage="s",
+        config=SimpleNamespace(group_ids=["caller"]),
+    )
+    assert store.configs and all(c.group_ids == ["caller"] for c in store.configs)
+    assert appended._storage_group_id is None  # a legacy ref stays without a group
+    assert t.get_dataproto(appended)["batch"]["y"].tolist() == [1, 1, 1, 1]
+    t.cleanup_dataproto(appended)
+    assert store.objects == {}

@@ -138,7 +138,12 @@ def test_put_bad_requests(served):
     missing = (400, {"error": "Missing key or value"})
     assert served.json("PUT", "/api/put", {"key": "", "value": "v"}) == missing
     assert served.json("PUT", "/api/put", {"value": "v"}) == missing
-    assert served.json("PUT", "/api/put", {"key": "k", "value": None}) == missing
+    # a missing value is the server's error, as upstream answers it
+    assert served.json("PUT", "/api/put", {"key": "k", "value": None}) == (
+        500,
+        {"error": "value must be a string"},
+    )
+    assert served.json("PUT", "/api/put", {"key": "k"})[0] == 500
     status, body = served.json("PUT", "/api/put", {"key": "k", "value": 5})
     assert status == 500 and "error" in body
     assert served.json("PUT", "/api/put", raw=b"not json") == (
@@ -769,3 +774,94 @@ def test_console_script_sigterm_exits_0_even_when_started_with_it_blocked(
     err = proc.stderr.read().decode()
     assert rc == 0, err
     assert "received SIGTERM, shutting down" in err
+
+
+class PathStore:
+    """A store stand-in shaped as upstream's tests make it: mount_segment records the
+    path it is handed (no file needs to exist), unmount_segment(ids, grace=0)."""
+
+    def __init__(self, fail_mount=False, unmount_failures=(), new_ids=("new-1",)):
+        self.fail_mount, self.unmount_failures = fail_mount, set(unmount_failures)
+        self.new_ids = list(new_ids)
+        self.mount_calls, self.unmount_calls = [], []
+
+    def mount_segment(self, path, size, offset, protocol, location):
+        self.mount_calls.append((path, size, offset, protocol, location))
+        if self.fail_mount:
+            return {"ret": -1, "segment_ids": []}
+        return {"ret": 0, "segment_ids": list(self.new_ids)}
+
+    def unmount_segment(self, ids, grace_period_seconds=0):
+        self.unmount_calls.append((list(ids), grace_period_seconds))
+        return -1 if self.unmount_failures & set(ids) else 0
+
+
+def test_a_stand_in_store_is_handed_the_checked_path(shm_link):
+    """Issue 50: upstream's calls name files that need not exist (its store is a
+    stand-in); inside /dev/shm they succeed with the path itself, outside they are
+    refused as before."""
+    store = PathStore()
+    svc = bare_service(store)
+    name = f"mc-rest-absent-{uuid.uuid4().hex}"
+    req = JsonOnlyRequest({"name": name, "size": 2048})
+    assert answer(asyncio.run(svc.handle_mount_shm(req))) == (
+        200,
+        {"status": "success", "segment_ids": ["new-1"]},
+    )
+    assert store.mount_calls == [(f"/dev/shm/{name}", 2048, 0, "tcp", "")]
+    for bad in ("../foo", os.path.basename(shm_link)):  # a path, a symlink in /dev/shm
+        status, body = answer(
+            asyncio.run(svc.handle_mount_shm(JsonOnlyRequest({"name": bad, "size": 1})))
+        )
+        assert status == 400, (bad, body)
+    status, body = answer(
+        asyncio.run(
+            svc.handle_reconfigure(
+                JsonOnlyRequest({"mode": "decode", "path": "/etc/passwd", "size": 1})
+            )
+        )
+    )
+    assert status == 400 and body["error"].startswith("Refused path")
+    assert len(store.mount_calls) == 1
+    store.fail_mount = True
+    assert answer(asyncio.run(svc.handle_mount_shm(req)))[0] == 500
+
+
+def test_reconfigure_with_a_stand_in_store(tmp_path):
+    """Upstream's decode cases, on paths that exist nowhere: a failed first mount
+    rolls back to prefill; a failed remount keeps the serving segments; a remount
+    mounts the new segment before it unmounts the old ones, one by one, keeping
+    only those it could not unmount."""
+    path = f"/dev/shm/mc-rest-absent-{uuid.uuid4().hex}"
+    store = PathStore(fail_mount=True)
+    svc = bare_service(store)
+    decode = JsonOnlyRequest({"mode": "decode", "path": path, "size": 4096})
+    status, body = answer(asyncio.run(svc.handle_reconfigure(decode)))
+    assert (status, body["mode"]) == (500, "prefill") and "rolled back to prefill" in body["error"]
+    assert store.unmount_calls == [] and svc.current_mode == "prefill"
+    svc.current_mode, svc.mounted_segment_ids = "decode", ["old-1", "old-2"]
+    svc.last_mount_info = {"path": "/dev/shm/old"}
+    status, body = answer(asyncio.run(svc.handle_reconfigure(decode)))
+    assert (status, body["mode"]) == (500, "decode") and "keeping previous" in body["error"]
+    assert store.unmount_calls == [] and svc.mounted_segment_ids == ["old-1", "old-2"]
+    assert svc.last_mount_info == {"path": "/dev/shm/old"}
+    store.fail_mount, store.unmount_failures = False, {"old-2"}
+    status, body = answer(asyncio.run(svc.handle_reconfigure(decode)))
+    assert (status, body["segment_ids"]) == (200, ["new-1"])
+    assert store.mount_calls[-1] == (path, 4096, 0, "tcp", "")
+    assert store.unmount_calls == [(["old-1"], 0), (["old-2"], 0)]
+    assert svc.mounted_segment_ids == ["new-1", "old-2"] and svc.current_mode == "decode"
+
+
+def test_mounting_a_missing_file_fails_as_a_mount(served):
+    """With the real store a name that exists nowhere is a failed mount (500, as
+    the store answers a file it cannot open), no longer a refused name."""
+    name = f"mc-rest-absent-{uuid.uuid4().hex}"
+    assert served.json("POST", "/api/mount_shm", {"name": name, "size": 4096}) == (
+        500,
+        {"error": "Mount failed, ret=-1"},
+    )
+    status, body = served.json(
+        "POST", "/api/reconfigure", {"mode": "decode", "path": f"/dev/shm/{name}", "size": 4096}
+    )
+    assert (status, body["mode"]) == (500, "prefill")

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from memory_store import CtypesPool, MemoryStore
 from mooncake.structured_object_store import (
     STRUCTURED_FIELD_SPECS_KEY,
     BundleTransferPolicy,
@@ -824,3 +825,85 @@ def test_pre_registered_members_are_written_from_their_own_memory(store_master, 
         pre_registered_buffers={"w": True},
     )
     assert bytes(t.materialize(t.read_spec(ref)).objects["w"]) == b"readonly"
+
+
+# -- against an in-memory store and a pool of ctypes leases (as upstream's tests drive it) --
+
+
+def _three_parts():
+    parts = [bytearray(b"ab"), bytearray(b"cd"), bytearray(b"ef")]
+    return _MultiBufferPayload(tuple(memoryview(p) for p in parts), tuple(parts))
+
+
+def test_chunks_are_copied_into_leases_of_any_byte_format():
+    store, pool = MemoryStore(), CtypesPool()
+    t = MooncakeBundleTransfer(store, buffer_pool=pool)
+    ref = t.put_structured_object(
+        StructuredObjectPayload(buffers={"m": _three_parts()}), chunk_bytes=4
+    )
+    assert [c["bytes"] for c in ref.manifest["buffers"]["m"]["chunks"]] == [4, 2]
+    assert pool.acquired == pool.released == 2 and store.batch_calls == 2
+    assert (
+        b"".join(store.get(c["key"]) for c in ref.manifest["buffers"]["m"]["chunks"]) == b"abcdef"
+    )
+
+
+def test_a_failed_chunk_put_removes_every_chunk_of_the_object():
+    store, pool = MemoryStore(fail_call=2), CtypesPool()
+    t = MooncakeBundleTransfer(store, buffer_pool=pool)
+    with pytest.raises(RuntimeError, match="batch_put_from failed"):
+        t.put_structured_object(
+            StructuredObjectPayload(buffers={"m": _three_parts()}), chunk_bytes=2
+        )
+    assert store.objects == {}  # the meta and the first chunk are gone too
+    assert pool.acquired == pool.released == 2  # the third chunk was never staged
+
+
+def test_direct_copy_payload_rolls_back_all_chunks_on_a_late_failure():
+    store, pool = MemoryStore(fail_call=2), CtypesPool()
+    t = MooncakeBundleTransfer(store, buffer_pool=pool)
+    arrays = [np.array([2 * i, 2 * i + 1], dtype=np.int32) for i in range(3)]  # 8 bytes each
+    payload = _DirectCopyPayload.from_flat_arrays(arrays, np.int32, 6)
+    with pytest.raises(RuntimeError, match="batch_put_from"):
+        t._bundle_store._put_direct_copy_payload(
+            "p", payload, chunk_bytes=8, transfer_policy=BundleTransferPolicy()
+        )
+    assert store.objects == {} and pool.acquired == pool.released == 2
+    ok = MooncakeBundleTransfer(MemoryStore(), buffer_pool=CtypesPool())
+    spec, keys = ok._bundle_store._put_direct_copy_payload(
+        "p", payload, chunk_bytes=16, transfer_policy=BundleTransferPolicy()
+    )
+    assert keys == ["p/chunk/0", "p/chunk/1"] and [c["bytes"] for c in spec["chunks"]] == [16, 8]
+    assert ok.store.objects["p/chunk/1"] == arrays[2].tobytes()
+
+
+def test_put_mode_sizes_chunk_groups_by_their_length():
+    class Sized:  # upstream sizes a chunk group's buffers with len()
+        def __len__(self):
+            return 1 << 20
+
+    mode = MooncakeBundleTransfer(MemoryStore())._transport._resolve_buffer_group_put_mode
+    groups = [[Sized()] for _ in range(128)]  # 128 MiB in 128 chunks
+    assert mode(groups, BundleTransferPolicy(max_inflight_put=8)) == "parallel"
+    assert mode(groups[:32], BundleTransferPolicy(max_inflight_put=8)) == "batch"  # 32 MiB
+
+
+@pytest.mark.parametrize("group_ids", [["g"], "g"])
+@pytest.mark.parametrize("put_mode", ["batch", "parallel"])
+def test_every_chunk_write_carries_the_one_group_id(group_ids, put_mode):
+    from types import SimpleNamespace
+
+    store = MemoryStore()
+    t = MooncakeBundleTransfer(store, buffer_pool=CtypesPool())
+    config = SimpleNamespace(group_ids=group_ids, replica_num=2)
+    policy = BundleTransferPolicy(max_inflight_put=4, put_mode=put_mode)
+    t.put_structured_object(
+        StructuredObjectPayload(buffers={"p": bytes(range(64)), "m": _three_parts()}),
+        chunk_bytes=8,
+        policy=policy,
+        config=config,
+    )
+    assert store.batch_calls == 9  # 8 chunks of p, 1 of m (the meta and manifest: put)
+    assert len(store.configs) > store.batch_calls
+    assert all(c.group_ids == ["g"] and c.replica_num == 2 for c in store.configs)
+    assert config.group_ids == group_ids  # the caller's config is not changed

@@ -21,7 +21,8 @@ import (
 //
 //	POST /api/v1/drain_jobs          start a drain job (drainJobRequest body)
 //	GET  /api/v1/drain_jobs/query    ?id=N: one job's status (DrainJobStatus)
-//	GET  /api/v1/segments/status     [?segment=ID or name]: segments and modes
+//	GET  /api/v1/segments/status     segments and modes; ?segment=ID or name:
+//	                                 those, in upstream's object form
 //
 // A drain job is the master-side form of the client's drain_segment: the
 // segments go DRAINING (no new replicas) and the master runs evacuation
@@ -44,6 +45,30 @@ const (
 	drainJobStateRunning   = "RUNNING"
 	drainJobStateSucceeded = "SUCCEEDED"
 	drainJobStateFailed    = "FAILED"
+)
+
+// Upstream's numbering of a job (its JobType and JobStatus enums) and of a
+// segment (SegmentStatus), which its responses carry beside the names.
+const (
+	upstreamJobTypeDrain     = 0
+	upstreamJobTypeDrainName = "DRAIN"
+)
+
+var (
+	upstreamJobStatus = map[string]int{
+		"CREATED": 0, "PLANNING": 1, drainJobStateRunning: 2,
+		drainJobStateSucceeded: 3, drainJobStateFailed: 4, "CANCELED": 5,
+	}
+	upstreamSegmentStatusNames = [...]string{"UNDEFINED", "OK", "DRAINING", "DRAINED", "GRACEFULLY_UNMOUNTING", "UNMOUNTING"}
+)
+
+// Upstream's segment statuses this master reports (indexes into
+// upstreamSegmentStatusNames).
+const (
+	upstreamSegmentUndefined = 0
+	upstreamSegmentOK        = 1
+	upstreamSegmentDraining  = 2
+	upstreamSegmentDrained   = 3
 )
 
 // drainJobRequest is the body of POST /api/v1/drain_jobs: the fields of
@@ -165,14 +190,50 @@ type DrainJobStatus struct {
 	Error          string   `json:"error"`
 	CreatedAtMs    int64    `json:"created_at_ms"`
 	UpdatedAtMs    int64    `json:"updated_at_ms"`
+
+	// Upstream's fields (its drain job query response), beside ours. A unit
+	// is one move task the job started: it succeeded, failed (the replica
+	// stays and a later pass moves it again) or is in flight.
+	Success              bool     `json:"success"`     // always true in an answer
+	JobID                string   `json:"job_id"`      // = id
+	Type                 int      `json:"type"`        // 0: a drain
+	TypeName             string   `json:"type_name"`   // DRAIN
+	Status               int      `json:"status"`      // 2 RUNNING, 3 SUCCEEDED, 4 FAILED
+	StatusName           string   `json:"status_name"` // = state
+	Segments             []string `json:"segments"`    // the drained segments' names
+	SucceededUnits       int      `json:"succeeded_units"`
+	FailedUnits          int      `json:"failed_units"`
+	BlockedUnits         int      `json:"blocked_units"` // = unplaceable
+	ActiveUnits          int      `json:"active_units"`
+	MigratedBytes        uint64   `json:"migrated_bytes"` // the objects the succeeded units moved
+	Message              string   `json:"message"`        // = error
+	CreatedAtMsEpoch     int64    `json:"created_at_ms_epoch"`
+	LastUpdatedAtMsEpoch int64    `json:"last_updated_at_ms_epoch"`
+
+	// tasks are the job's move tasks not yet seen final (read by run's
+	// goroutine, written by it under drainJobs.mu).
+	tasks []TaskID
 }
 
-// createdDrainJob is the body of a created job: its status plus the two
-// fields upstream's response has, success (true) and job_id (= id).
+// answer returns a copy of j to send, upstream's fields filled in.
+func (j *DrainJobStatus) answer() DrainJobStatus {
+	out := *j
+	out.SegmentIDs = slices.Clone(j.SegmentIDs)
+	out.Segments = slices.Clone(j.Segments)
+	out.tasks = nil
+	out.Success, out.JobID = true, j.ID
+	out.Type, out.TypeName = upstreamJobTypeDrain, upstreamJobTypeDrainName
+	out.Status, out.StatusName = upstreamJobStatus[j.State], j.State
+	out.BlockedUnits, out.Message = j.Unplaceable, j.Error
+	out.CreatedAtMsEpoch, out.LastUpdatedAtMsEpoch = j.CreatedAtMs, j.UpdatedAtMs
+	return out
+}
+
+// createdDrainJob is the body of a created job: its status (with
+// upstream's success and job_id) and upstream's "status": "CREATED".
 type createdDrainJob struct {
 	DrainJobStatus
-	Success bool   `json:"success"`
-	JobID   string `json:"job_id"`
+	Status string `json:"status"`
 }
 
 // drainJobs is the job table of one admin handler.
@@ -190,7 +251,7 @@ func registerDrainRoutes(mux *http.ServeMux, s *Server) {
 	d := &drainJobs{s: s, jobs: map[string]*DrainJobStatus{}}
 	mux.HandleFunc("POST /api/v1/drain_jobs", d.create)
 	mux.HandleFunc("GET /api/v1/drain_jobs/query", d.query)
-	mux.HandleFunc("GET /api/v1/segments/status", s.segmentsStatus)
+	mux.HandleFunc("GET /api/v1/segments/status", d.segmentsStatus)
 }
 
 // create starts a job: 201 with its status; 400 for a bad body, 413 for a
@@ -223,9 +284,9 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var (
-		ids, targets []string
-		status       = http.StatusCreated
-		msg          string
+		ids, names, targets []string
+		status              = http.StatusCreated
+		msg                 string
 	)
 	err = d.s.do(func(st *State, now time.Time) {
 		owners := map[string]string{}
@@ -233,6 +294,7 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 			if slices.Contains(req.SegmentIDs, sg.ID) || slices.Contains(req.names(), sg.Name) {
 				if _, dup := owners[sg.ID]; !dup {
 					ids = append(ids, sg.ID)
+					names = append(names, sg.Name)
 				}
 				owners[sg.ID] = sg.ClientID
 				if sg.Mode == SegmentRetired {
@@ -297,11 +359,11 @@ func (d *drainJobs) create(w http.ResponseWriter, r *http.Request) {
 	}
 	d.next++
 	now := d.s.clock().UnixMilli()
-	job := &DrainJobStatus{ID: strconv.FormatUint(d.next, 10), State: drainJobStateRunning, SegmentIDs: ids,
+	job := &DrainJobStatus{ID: strconv.FormatUint(d.next, 10), State: drainJobStateRunning, SegmentIDs: ids, Segments: names,
 		TargetIDs: targets, MaxConcurrency: req.maxMoves(), TimeoutSeconds: timeout.Seconds(), CreatedAtMs: now, UpdatedAtMs: now}
 	d.jobs[job.ID] = job
 	d.running++
-	created := createdDrainJob{DrainJobStatus: *job, Success: true, JobID: job.ID} // run updates job from here on
+	created := createdDrainJob{DrainJobStatus: job.answer(), Status: "CREATED"} // run updates job from here on
 	go d.run(job, timeout)
 	writeJSON(w, http.StatusCreated, created)
 }
@@ -331,8 +393,10 @@ func (d *drainJobs) pass(job *DrainJobStatus, late bool) bool {
 		total    Evacuation
 		code     = kvstore.OK
 		failedOn string
+		units    unitCount
 	)
 	err := d.s.do(func(st *State, now time.Time) {
+		units = countUnits(st, job.tasks)
 		lim := EvacuationLimits{MaxStarts: -1}
 		if job.TargetIDs != nil {
 			lim.Targets = map[string]bool{}
@@ -369,9 +433,15 @@ func (d *drainJobs) pass(job *DrainJobStatus, late bool) bool {
 			total.Dropped += ev.Dropped
 			total.Unplaceable += ev.Unplaceable
 			total.Quarantined += ev.Quarantined
+			units.active = append(units.active, ev.Tasks...)
 		}
 	})
-	d.mu.Lock()
+	d.mu.Lock() // answer copies the job under d.mu: tasks is written under it too
+	job.tasks = units.active
+	job.SucceededUnits += units.succeeded
+	job.FailedUnits += units.failed
+	job.MigratedBytes += units.bytes
+	job.ActiveUnits = len(units.active)
 	job.Passes++
 	job.Moves += total.Started
 	job.Dropped += total.Dropped
@@ -392,6 +462,33 @@ func (d *drainJobs) pass(job *DrainJobStatus, late bool) bool {
 		return false
 	}
 	return true
+}
+
+// unitCount is what became of a job's move tasks since the last pass.
+type unitCount struct {
+	succeeded, failed int
+	bytes             uint64   // moved by the succeeded ones
+	active            []TaskID // still in flight
+}
+
+// countUnits sorts a job's move tasks not yet seen final by their state in
+// st. A task st no longer knows (its object was removed) counts as none.
+func countUnits(st *State, tasks []TaskID) unitCount {
+	var u unitCount
+	for _, id := range tasks {
+		t, ok := st.tasks[id]
+		switch {
+		case !ok:
+		case t.status == TaskSuccess:
+			u.succeeded++
+			u.bytes += t.size
+		case t.status == TaskFailed:
+			u.failed++
+		default:
+			u.active = append(u.active, id)
+		}
+	}
+	return u
 }
 
 // finish ends job with code (0: success) and msg, and forgets the oldest
@@ -432,8 +529,7 @@ func (d *drainJobs) query(w http.ResponseWriter, r *http.Request) {
 	job, ok := d.jobs[id]
 	var out DrainJobStatus
 	if ok {
-		out = *job
-		out.SegmentIDs = slices.Clone(job.SegmentIDs)
+		out = job.answer()
 	}
 	d.mu.Unlock()
 	if !ok {
@@ -460,27 +556,94 @@ type SegmentStatus struct {
 	// new replicas and keeps those it holds.
 	Suspect     bool   `json:"suspect"`
 	Incarnation uint64 `json:"incarnation"` // 0: not told by the client
+	// StatusName is upstream's SegmentStatus: OK (ACTIVE), DRAINING
+	// (DRAINING or RETIRED, while a drain job runs on it or it holds
+	// data), DRAINED (the same, empty, no job running on it), UNDEFINED
+	// (STANDBY, which upstream lacks).
+	StatusName string `json:"status_name"`
+	status     int    // StatusName's number
+}
+
+// oneSegmentStatus is GET /api/v1/segments/status?segment=X: upstream's
+// object (success, the segment asked for, status and status_name) and the
+// segments that name or id matches in our form. Of several, the status is
+// the most available one (OK before DRAINING before DRAINED ...): a name
+// is DRAINED once every segment under it is.
+type oneSegmentStatus struct {
+	Success    bool            `json:"success"`
+	Segment    string          `json:"segment"`
+	Status     int             `json:"status"`
+	StatusName string          `json:"status_name"`
+	Segments   []SegmentStatus `json:"segments"`
+}
+
+// upstreamSegmentStatus returns upstream's status of sg; draining tells
+// whether a running drain job covers it.
+func upstreamSegmentStatus(sg SegmentInfo, draining bool) int {
+	switch sg.Mode {
+	case SegmentActive:
+		return upstreamSegmentOK
+	case SegmentDraining, SegmentRetired:
+		if draining || sg.Allocated != 0 {
+			return upstreamSegmentDraining
+		}
+		return upstreamSegmentDrained
+	}
+	return upstreamSegmentUndefined
 }
 
 // segmentsStatus answers GET /api/v1/segments/status: every mounted
-// segment, or with ?segment= those whose id or name it is (404 if none).
-func (s *Server) segmentsStatus(w http.ResponseWriter, r *http.Request) {
+// segment (a list), or with ?segment= those whose id or name it is in
+// upstream's object form (404 if none).
+func (d *drainJobs) segmentsStatus(w http.ResponseWriter, r *http.Request) {
 	want, filter := r.URL.Query().Get("segment"), r.URL.Query().Has("segment")
+	running := map[string]bool{}
+	d.mu.Lock()
+	for _, j := range d.jobs {
+		if j.State == drainJobStateRunning {
+			for _, id := range j.SegmentIDs {
+				running[id] = true
+			}
+		}
+	}
+	d.mu.Unlock()
 	out := []SegmentStatus{}
-	s.WithState(func(st *State, _ time.Time) {
+	d.s.WithState(func(st *State, _ time.Time) {
 		for _, sg := range st.Segments() {
 			if filter && sg.ID != want && sg.Name != want {
 				continue
 			}
+			up := upstreamSegmentStatus(sg, running[sg.ID])
 			out = append(out, SegmentStatus{sg.ID, sg.Name, sg.ClientID, sg.Base, sg.Size, sg.Allocated,
-				sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String(), sg.Suspect, sg.Incarnation})
+				sg.TEEndpoint, sg.Protocol, sg.HostID, sg.Draining, sg.Mode.String(), sg.Suspect, sg.Incarnation,
+				upstreamSegmentStatusNames[up], up})
 		}
 	})
-	if filter && len(out) == 0 {
+	if !filter {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if len(out) == 0 {
 		http.Error(w, fmt.Sprintf("no segment %q is mounted", want), http.StatusNotFound)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	one := oneSegmentStatus{Success: true, Segment: want, Status: out[0].status, Segments: out}
+	for _, sg := range out[1:] {
+		if segmentAvailability(sg.status) < segmentAvailability(one.Status) {
+			one.Status = sg.status
+		}
+	}
+	one.StatusName = upstreamSegmentStatusNames[one.Status]
+	writeJSON(w, http.StatusOK, one)
+}
+
+// segmentAvailability ranks upstream's segment statuses, most available
+// (OK) first, UNDEFINED last, as upstream orders them.
+func segmentAvailability(status int) int {
+	if status == upstreamSegmentUndefined {
+		return len(upstreamSegmentStatusNames)
+	}
+	return status
 }
 
 // handleAllSegments answers GET /get_all_segments as upstream does: plain

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/kvstore"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -95,7 +96,7 @@ func TestAdminDrainJobEmptiesSegment(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create = %d %s", code, body)
 	}
-	var created DrainJobStatus
+	var created createdDrainJob
 	if err := json.Unmarshal([]byte(body), &created); err != nil || created.ID == "" || len(created.SegmentIDs) != 1 || created.SegmentIDs[0] != "s1" {
 		t.Fatalf("create body %s (%v)", body, err)
 	}
@@ -139,7 +140,7 @@ func TestAdminDrainJobTimesOutWithUnplaceableReplica(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create = %d %s", code, body)
 	}
-	var created DrainJobStatus
+	var created createdDrainJob
 	_ = json.Unmarshal([]byte(body), &created)
 	st := waitDrainJob(t, h.URL, created.ID)
 	if st.State != drainJobStateFailed || st.Unplaceable != 1 || st.Remaining != 1 || !strings.Contains(st.Error, "not finished") {
@@ -314,5 +315,102 @@ func TestAdminDrainJobRejectsBadUpstreamFields(t *testing.T) {
 		if code, body := adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", tc.body); code != tc.want {
 			t.Errorf("POST %s = %d %s, want %d", tc.body, code, body, tc.want)
 		}
+	}
+}
+
+// Upstream's drain script reads its own shapes: the create answer's
+// status CREATED, the query's status_name and units, and
+// /api/v1/segments/status?segment= as one object going DRAINING, then
+// DRAINED. The test plays the owning client: it fetches the move tasks,
+// fails the first one and completes the rest (the failed replica is moved
+// again by a later pass).
+func TestAdminDrainJobAnswersInUpstreamShapes(t *testing.T) {
+	srv := newTestServer(t, func(o *Options) { o.Config.DefaultLeaseTTL = time.Millisecond })
+	srv.Start() // its client loop frees the moved buffers once their lease ends
+	defer srv.Close()
+	h := httptest.NewServer(srv.AdminHandler())
+	defer h.Close()
+	c := ctx(t)
+	for _, m := range []struct{ client, id string }{{"c1", "s1"}, {"c2", "s2"}} {
+		if r, err := srv.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: m.client, Segment: seg(m.id, 1<<20)}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("mount %s: %v %v", m.id, r, err)
+		}
+	}
+	for i, k := range []string{"k0", "k1", "k2"} {
+		cfg := &masterpb.ReplicateConfig{ReplicaNum: 1, PreferredSegments: []string{"host-s1"}}
+		if ps, err := srv.PutStart(c, &masterpb.PutStartRequest{ClientId: "c1", Key: k, Size: uint64(100 * (i + 1)), Config: cfg}); err != nil || ps.ErrorCode != 0 {
+			t.Fatalf("put start %s: %v %v", k, ps, err)
+		}
+		if r, err := srv.PutEnd(c, &masterpb.PutEndRequest{ClientId: "c1", Key: k}); err != nil || r.ErrorCode != 0 {
+			t.Fatalf("put end %s: %v %v", k, r, err)
+		}
+	}
+	code, body := adminDo(t, h.URL, "POST", "/api/v1/drain_jobs", `{"segments":["host-s1"],"target_segments":["host-s2"],"max_concurrency":1}`)
+	var created struct {
+		Success bool   `json:"success"`
+		JobID   string `json:"job_id"`
+		ID      string `json:"id"`
+		Status  string `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(body), &created); code != http.StatusCreated || err != nil ||
+		!created.Success || created.JobID != created.ID || created.Status != "CREATED" {
+		t.Fatalf("create = %d %s (%v)", code, body, err)
+	}
+	segStatus := func(name string) oneSegmentStatus {
+		t.Helper()
+		code, body := adminDo(t, h.URL, "GET", "/api/v1/segments/status?segment="+name, "")
+		var one oneSegmentStatus
+		if err := json.Unmarshal([]byte(body), &one); code != 200 || err != nil || !one.Success || one.Segment != name {
+			t.Fatalf("segments/status?segment=%s = %d %s (%v)", name, code, body, err)
+		}
+		return one
+	}
+	if one := segStatus("host-s1"); one.Status != 2 || one.StatusName != "DRAINING" || len(one.Segments) != 1 || one.Segments[0].Mode != "DRAINING" {
+		t.Fatalf("host-s1 while draining: %+v, want upstream's DRAINING (2)", one)
+	}
+	var job DrainJobStatus
+	failed := false
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not finish in 10 s: %+v", job)
+		}
+		srv.WithState(func(st *State, now time.Time) {
+			for _, task := range st.FetchTasks("c1", now) {
+				if code := st.CompleteTask("c1", task.ID, failed, "", now); code != kvstore.OK {
+					t.Errorf("complete task %v: %v", task.ID, code)
+				}
+				failed = true // only the first one fails
+			}
+		})
+		code, body := adminDo(t, h.URL, "GET", "/api/v1/drain_jobs/query?job_id="+created.JobID, "")
+		if err := json.Unmarshal([]byte(body), &job); code != 200 || err != nil {
+			t.Fatalf("query = %d %s (%v)", code, body, err)
+		}
+		if !job.Success || job.JobID != created.JobID || job.StatusName != job.State || job.Type != 0 || job.TypeName != "DRAIN" {
+			t.Fatalf("query answer %s lacks upstream's fields", body)
+		}
+		if job.State != drainJobStateRunning {
+			break
+		}
+		if job.Status != 2 || job.ActiveUnits > 1 {
+			t.Fatalf("running job %s: want status 2 and at most one unit in flight (max_concurrency 1)", body)
+		}
+	}
+	if job.StatusName != "SUCCEEDED" || job.Status != 3 || job.ActiveUnits != 0 || job.SucceededUnits != 3 ||
+		job.FailedUnits != 1 || job.BlockedUnits != 0 || job.MigratedBytes != 600 || job.Message != "" ||
+		len(job.Segments) != 1 || job.Segments[0] != "host-s1" || job.CreatedAtMsEpoch != job.CreatedAtMs {
+		t.Fatalf("finished job %+v, want SUCCEEDED: 3 moves of 600 bytes, one failed try, none active", job)
+	}
+	if one := segStatus("host-s1"); one.Status != 3 || one.StatusName != "DRAINED" {
+		t.Fatalf("host-s1 after the job: %+v, want DRAINED (3)", one)
+	}
+	if one := segStatus("s2"); one.Status != 1 || one.StatusName != "OK" {
+		t.Fatalf("s2: %+v, want OK (1)", one)
+	}
+	code, body = adminDo(t, h.URL, "GET", "/api/v1/segments/status", "")
+	var all []SegmentStatus
+	if err := json.Unmarshal([]byte(body), &all); code != 200 || err != nil || len(all) != 2 ||
+		all[0].StatusName != "DRAINED" || all[1].StatusName != "OK" {
+		t.Fatalf("segments/status = %d %s (%v): the list, each with its upstream status", code, body, err)
 	}
 }

@@ -89,6 +89,8 @@ type Evacuation struct {
 	Dropped     int // replicas dropped: no room for a copy, but one outlives the client
 	Unplaceable int // objects whose only replica is here and fits nowhere else
 	Quarantined int // moved or dropped buffers readers may still hold
+	// Tasks are the move tasks this pass started (Started of them).
+	Tasks []TaskID
 }
 
 // Done reports whether the segment is empty and no reader can still
@@ -158,8 +160,9 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time, lim Evacu
 			if lim.Targets != nil {
 				targets = slices.DeleteFunc(targets, func(t *segment) bool { return !lim.Targets[t.info.ID] })
 			}
-			if _, code := s.newTask(TaskReplicaMove, o, r, [][]*segment{targets}, now); code == kvstore.OK {
+			if id, code := s.newTask(TaskReplicaMove, o, r, [][]*segment{targets}, now); code == kvstore.OK {
 				ev.Started++
+				ev.Tasks = append(ev.Tasks, id)
 				continue
 			}
 			if s.survivesDeparture(o, r) {

@@ -26,6 +26,7 @@ from mooncake._dataproto_codecs import (
     SECTIONS,
     FieldSchema,
     _is_tensor,
+    check_nullable,
     decode_column,
     encode_column,
     object_array,
@@ -229,16 +230,17 @@ def _batch_size(batch: dict, non_tensor: dict) -> int:
 
 
 def _check_schema_sections(sections: tuple[dict, dict, dict], schemas: Mapping) -> None:
-    """Every field a schema declares a section for must be in that section."""
-    for section, fields in zip(SECTIONS, sections, strict=True):
-        for name in fields:
-            schema = schemas.get(name)
-            declared = None if schema is None else schema_section(name, schema)
-            if declared is not None and declared != section:
-                raise ValueError(
-                    f"FieldSchema for {name!r} declares section {declared!r}, "
-                    f"but data contains it in {section!r}"
-                )
+    """A field a schema declares a section for must be in that section when the data
+    has it at all (a same-named field may also be in another section: the schema then
+    applies to the declared one only)."""
+    for name, schema in schemas.items():
+        declared = schema_section(name, schema)
+        found = [sec for sec, fields in zip(SECTIONS, sections, strict=True) if name in fields]
+        if declared is not None and found and declared not in found:
+            raise ValueError(
+                f"FieldSchema for {name!r} declares section {declared!r}, "
+                f"but data contains it in {', '.join(repr(f) for f in found)}"
+            )
 
 
 def _rows(rows: Any, n: int) -> tuple[slice, list[int] | None] | None:
@@ -277,29 +279,56 @@ def _take(value: Any, picks: list[int] | None) -> Any:
         import torch
 
         if getattr(value, "is_nested", False):  # jagged tensors cannot be indexed by a tensor
-            return _nested_rows(value, picks)
+            return _st._nested_rows(value, picks)
         return value[torch.tensor(picks, dtype=torch.long)]
     return value[np.asarray(picks, dtype=np.int64)]
-
-
-def _nested_rows(value: Any, picks: list[int]) -> Any:
-    """Rows `picks` of a nested tensor, as a nested tensor of the same layout."""
-    import torch
-
-    if not picks:
-        raise ValueError("a nested tensor field cannot be read with no rows selected")
-    rows = value.unbind()
-    return torch.nested.as_nested_tensor([rows[i] for i in picks], layout=value.layout)
 
 
 def _plain_rows(value: Any, cover: slice, picks: list[int] | None, is_tensor: bool) -> Any:
     """Rows of a field read by its covering slice (tensor slices are step 1)."""
     if is_tensor and cover.step != 1:
         if getattr(value, "is_nested", False):
-            value = _nested_rows(value, list(range(0, value.size(0), cover.step)))
+            value = _st._nested_rows(value, list(range(0, value.size(0), cover.step)))
         else:
             value = value[:: cover.step]
     return _take(value, picks)
+
+
+_SCHEMA_ERRORS = (TypeError, ValueError, RuntimeError, AttributeError)
+
+
+def _encode_non_tensor(name: str, path: str, values: list, schema: Any) -> Any:
+    """Column `name` encoded by its schema, or by inference without one (or for codec
+    ``auto``). An error of the schema's codec keeps its type and says which field and
+    codec failed."""
+    if schema is None:
+        return encode_column(path, values, None)
+    try:
+        check_nullable(path, values, schema)
+        if schema.codec != "auto":
+            return encode_column(path, values, schema)
+    except _SCHEMA_ERRORS as e:
+        text = (
+            f"failed to encode non_tensor_batch field {name!r} "
+            f"with FieldSchema codec {schema.codec!r}: {e}"
+        )
+        try:
+            wrapped = type(e)(text)
+        except Exception:  # an exception type that takes other arguments
+            wrapped = ValueError(text)
+        raise wrapped from e
+    return encode_column(path, values, None)
+
+
+def _off_pool(value: Any) -> Any:
+    """`value`, copied into memory of its own when it lives in a BufferPool lease
+    (the lease is on the array or on one of the arrays it views)."""
+    base = value
+    while isinstance(base, np.ndarray):
+        if getattr(base, "_mooncake_pool_owner", None) is not None:
+            return np.array(value)
+        base = base.base
+    return value
 
 
 class _DataProtoMixin:
@@ -308,35 +337,48 @@ class _DataProtoMixin:
     # -- storage groups -------------------------------------------------------------
 
     @staticmethod
-    def _storage_group(config: Any, current: str | None, appending: bool) -> str | None:
-        """The storage group of a write: the ref's, the config's one id, a new opaque
-        one for a new DataProto without an id, and none for an append to a ref stored
-        ungrouped (explicitly, or by a writer that predates groups)."""
+    def _config_group(config: Any) -> str | None:
+        """The one storage group `config.group_ids` names: None when it names none
+        (no config, None, an empty list), "" when it names the explicit no-group."""
         ids = None if config is None else getattr(config, "group_ids", None)
         if ids is None or (not isinstance(ids, str) and len(ids) == 0):
-            if current is not None or appending:
-                return current
-            return f"structured-{uuid.uuid4().hex}"
+            return None
         if not isinstance(ids, str):
             if len(ids) > 1:
                 raise ValueError("DataProto config.group_ids must hold at most one group id")
             ids = ids[0]
         if not isinstance(ids, str):
             raise ValueError("DataProto config.group_ids must contain strings")
-        gid = ids or None
-        if current is not None and gid is not None and gid != current:
+        return ids
+
+    @classmethod
+    def _new_storage_group(cls, config: Any) -> str | None:
+        """The storage group of a new DataProto: the config's one id, a new opaque one
+        when the config names none, and none for an explicit ``group_ids=[""]``."""
+        named = cls._config_group(config)
+        if named is None:
+            return f"structured-{uuid.uuid4().hex}"
+        return named or None
+
+    @classmethod
+    def _check_append_group(cls, config: Any, current: str | None) -> None:
+        """An append writes in the ref's group; a config naming another one is an
+        error. A ref without a group (stored ungrouped, or by a writer that predates
+        groups) takes the caller's config as given and stays without one."""
+        named = cls._config_group(config)
+        if current is not None and named and named != current:
             raise ValueError(
-                f"DataProto storage group {gid!r} conflicts with the ref's group {current!r}"
+                f"DataProto storage group {named!r} conflicts with the ref's group {current!r}"
             )
-        return gid if gid is not None else current
 
     def _group_config(self, config: Any, gid: str | None) -> Any:
         """The config every write of a DataProto in group `gid` passes: a copy of the
         caller's with ``group_ids=[gid]``, or a new ReplicateConfig when the caller gave
         none, unless the store's ``put`` takes no config (a duck-typed store: the group
-        stays on the ref only)."""
+        stays on the ref only). An ungrouped write passes the caller's config as given,
+        so an explicit ``group_ids=[""]`` reaches the store as upstream's does."""
         if gid is None:
-            return None if config is None else _st._copy_config(config, None)
+            return config
         if config is None:
             if not _takes_config(self._fn["put"]):
                 return None
@@ -369,7 +411,7 @@ class _DataProtoMixin:
             raise ValueError(f"unknown put type {type!r}: use 'dataproto' or 'dict'")
         n = _batch_size(batch, non_tensor)
         _check_schema_sections((batch, non_tensor, meta_info), field_schemas or {})
-        gid = self._storage_group(config, None, appending=False)
+        gid = self._new_storage_group(config)
         ref = MooncakeDataProtoRef(n, {}, {}, dict(meta_info), namespace, partition, None, {}, gid)
         if not batch and not non_tensor:
             return ref
@@ -440,7 +482,8 @@ class _DataProtoMixin:
                     f"DataProto overwrite for stage {stage!r} must include existing fields: "
                     f"{sorted(dangling)}"
                 )
-        gid = self._storage_group(config, ref._storage_group_id, appending=bool(ref.stage_refs))
+        gid = ref._storage_group_id
+        self._check_append_group(config, gid)
         write_config = self._group_config(config, gid)
         schemas = schemas or {}
         buffers, index, encoded = {}, {}, {}
@@ -458,6 +501,11 @@ class _DataProtoMixin:
             member = f"non_tensor_batch.{name}"
             index[name] = StructuredFieldLocation(stage, member, "non_tensor_batch")
             schema = schemas.get(name)
+            if schema is not None and schema_section(name, schema) not in (
+                None,
+                "non_tensor_batch",
+            ):
+                schema = None  # a schema for a same-named meta_info (or batch) field
             if not isinstance(value, np.ndarray) and not _is_tensor(value):
                 if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
                     raise TypeError(
@@ -471,7 +519,7 @@ class _DataProtoMixin:
             if dense and (schema is None or schema.codec in ("auto", "ndarray")):
                 buffers[member] = value
                 continue
-            enc = encode_column(member, list(value), schema)
+            enc = _encode_non_tensor(name, member, list(value), schema)
             payload_members = {p: f"{member}.{p}" for p in enc.payload}
             buffers.update({payload_members[p]: a for p, a in enc.payload.items()})
             encoded[name] = {
@@ -664,6 +712,10 @@ class _DataProtoMixin:
             if entry is None:
                 raise KeyError(f"unknown bundle buffers: {[member]}")
             kinds[name] = entry.get("kind") == "tensor" or entry.get("metadata_bytes") is not None
+            if entry.get("format") == "torch_save" and name in dests:
+                raise ValueError(
+                    f"torch.save tensor member {member!r} does not support destinations"
+                )
             if sel is not None:
                 cover = sel[0]  # tensors are sliced with step 1, then stepped here
                 step = 1 if kinds[name] else cover.step
@@ -687,8 +739,11 @@ class _DataProtoMixin:
                 continue
             desc = ref.encoded_non_tensor[name]
             payloads = {p: result.objects[m] for p, m in desc["payload_members"].items()}
-            column = decode_column(desc, payloads, ref.batch_size)
+            # decoded rows may be views of their payload: pool-backed payloads are
+            # copied out first, so the leases can go back now
+            owned = {p: _off_pool(v) for p, v in payloads.items()}
             self.release_result(payloads)
+            column = decode_column(desc, owned, ref.batch_size)
             if sel is not None:
                 cover, picks = sel
                 column = column[cover]
@@ -717,7 +772,20 @@ class _DataProtoMixin:
             "stages": stages,
         }
         for name, loc in ref.field_index.items():
-            spec = ref.encoded_non_tensor.get(name) or specs[loc.stage].get(loc.member)
+            stage_specs = specs[loc.stage]
+            spec = stage_specs.get(loc.member, {"encoding": "bytes"})
+            desc = ref.encoded_non_tensor.get(name)
+            if desc is not None:  # an encoded column: its codec, and the spec of each payload
+                members = dict(desc["payload_members"])
+                spec = {
+                    "encoding": "structured_non_tensor",
+                    "codec": desc["codec"],
+                    "metadata": desc.get("metadata"),
+                    "payload_members": members,
+                    "payload_specs": {
+                        p: stage_specs.get(m, {"encoding": "bytes"}) for p, m in members.items()
+                    },
+                }
             entry = {"section": loc.section, "stage": loc.stage, "member": loc.member, "spec": spec}
             view["batch_fields" if loc.section == "batch" else "non_tensor_fields"][name] = entry
         return view

@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,8 +180,22 @@ def _encode_typed_ragged_regular_ndarray_rows(values: list, dtype: Any) -> tuple
     shapes = np.zeros((n, max(ndim, 1)), dtype=np.int64)
     if ndim:
         shapes[:] = first.shape
+    flat = [v.reshape(-1) for v in values]
+    total = n * first.size
+    data: Any
+    if not first.size:
+        data = np.zeros(0, dtype=dt)
+    elif _fast_concat() is not None:  # copied straight into the pool lease at put time
+        data = _DirectCopyPayload.from_flat_arrays(flat, dt, total)
+    else:
+        data = _MultiBufferPayload(
+            buffers=tuple(_array_view(a) for a in flat),
+            owners=tuple(flat),
+            dtype=dt.str,
+            shape=(total,),
+        )
     payload = {
-        "data": np.concatenate([v.reshape(-1) for v in values]),
+        "data": data,
         "offsets": np.arange(n + 1, dtype=np.int64) * first.size,
         "shapes": shapes,
         "ndims": np.full(n, ndim, dtype=np.int16),
@@ -189,6 +204,13 @@ def _encode_typed_ragged_regular_ndarray_rows(values: list, dtype: Any) -> tuple
     meta = _typed_meta(dt, ndim, "ndarray")
     meta["physical_layout"] = "contiguous_flat"
     return payload, meta
+
+
+def _contiguous_keep_ndim(value: Any, dtype: np.dtype) -> np.ndarray:
+    """`value` as a C-contiguous array of `dtype`, a 0-dim one staying 0-dim
+    (np.ascontiguousarray makes scalars 1-dim)."""
+    arr = np.asarray(value, dtype=dtype)
+    return arr if arr.flags.c_contiguous else np.array(arr, order="C")
 
 
 def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[dict, dict]:
@@ -204,8 +226,7 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
     if regular is not None:
         return regular
     arrays = [
-        np.zeros(0, dtype=dtype) if _is_null(v) else np.ascontiguousarray(v, dtype=dtype)
-        for v in values
+        np.zeros(0, dtype=dtype) if _is_null(v) else _contiguous_keep_ndim(v, dtype) for v in values
     ]
     n = len(values)
     max_ndim = max(
@@ -256,7 +277,8 @@ def _encode_typed_ragged_values(values: list, dtype_hint: Any = None) -> tuple[d
 def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict | None = None) -> list:
     """The `n` rows of a typed_ragged payload. `payload["data"]` may be an
     ndarray, bytes-like or a CPU torch tensor; without `metadata` the rows
-    are float32 ndarrays (the codec's default dtype)."""
+    are float32 ndarrays (the codec's default dtype). ndarray rows are views
+    of the data (no copy), so the data must outlive them."""
     metadata = metadata or {}
     dtype = np.dtype(metadata.get("dtype", TYPED_RAGGED_DEFAULT_DTYPE))
     data = _as_array(_tensor_to_numpy(payload["data"]), dtype)
@@ -269,7 +291,7 @@ def _decode_typed_ragged_values(payload: dict, n: int, metadata: dict | None = N
             rows.append(None)
             continue
         shape = tuple(int(d) for d in shapes[i, : int(ndims[i])])
-        row = np.array(data[int(offsets[i]) : int(offsets[i + 1])]).reshape(shape)
+        row = data[int(offsets[i]) : int(offsets[i + 1])].reshape(shape)  # a view
         keep = row_format == "ndarray" or (row_format == "mixed" and as_array[i])
         rows.append(row if keep else row.tolist())
     return rows
@@ -339,35 +361,81 @@ def _decode_ragged_tensor_values(payload: dict, n: int, metadata: dict) -> list:
     return [None if a is None else torch.from_numpy(a) for a in arrays]
 
 
-def _encode_ragged_tensor_dict_values(values: list, keys: list | None = None) -> tuple[dict, dict]:
-    present = [v for v in values if not _is_null(v)]
-    if not all(isinstance(v, dict) for v in present):
-        raise TypeError("ragged_tensor_dict codec takes dicts of tensors")
-    if not keys:
-        keys = sorted({k for v in present for k in v})
+def _ragged_tensor_dict_keys(keys: Any) -> list[str]:
+    """`keys` (a sequence, or a mapping's keys) checked as ragged_tensor_dict keys: each
+    a non-empty string without '.', '/' or a backslash (each key names its payloads)."""
+    out: list[str] = []
+    for k in keys.keys() if isinstance(keys, Mapping) else keys:
+        if not isinstance(k, str):
+            raise TypeError(f"ragged_tensor_dict keys must be strings, not {type(k).__name__}")
+        if not k:
+            raise ValueError("ragged_tensor_dict keys must not be empty")
+        if any(c in k for c in "./\\"):
+            raise ValueError(
+                f"ragged_tensor_dict keys must not contain '.', '/' or a backslash: {k!r}"
+            )
+        if k in out:
+            raise ValueError(f"ragged_tensor_dict key {k!r} appears twice")
+        out.append(k)
+    return out
+
+
+def _encode_ragged_tensor_dict_values(values: list, keys: Any = None) -> tuple[dict, dict]:
+    """Rows that are dicts of tensors (or None), one ragged_tensor column per key.
+    `keys` (FieldSchema metadata['keys']) declares the keys; without it they are the
+    union of the rows' keys. A row holds a subset of the keys, never an explicit None."""
+    declared = None if keys is None else _ragged_tensor_dict_keys(keys)
+    seen: set[str] = set()
+    for i, v in enumerate(values):
+        if _is_null(v):
+            continue
+        if not isinstance(v, Mapping):
+            raise TypeError(
+                f"ragged_tensor_dict rows are mappings or None; row {i} is {type(v).__name__}"
+            )
+        nones = sorted(k for k, x in v.items() if x is None)
+        if nones:
+            raise TypeError(
+                f"ragged_tensor_dict row {i} holds an explicit None for {nones}; "
+                "leave the key out instead"
+            )
+        row_keys = _ragged_tensor_dict_keys(list(v))
+        if declared is not None:
+            extra = sorted(set(row_keys) - set(declared))
+            if extra:
+                raise ValueError(
+                    f"ragged_tensor_dict row {i} has keys not declared in "
+                    f"FieldSchema metadata['keys']: {extra}"
+                )
+        seen.update(row_keys)
+    names = declared if declared is not None else sorted(seen)
     payload: dict[str, Any] = {"null_mask": _nulls(values)}
     key_codecs = {}
-    for k in keys:
+    for k in names:
         column = [None if _is_null(v) else v.get(k) for v in values]
-        parts, meta = _encode_ragged_tensor_values(column)
-        payload.update({f"{_escape_key(k)}.{p}": a for p, a in parts.items()})
+        try:
+            parts, meta = _encode_ragged_tensor_values(column)
+        except _FALLBACK_ERRORS as e:
+            raise ValueError(f"ragged_tensor_dict key {k!r} cannot be encoded: {e}") from e
+        payload.update({f"{k}.{p}": a for p, a in parts.items()})
         key_codecs[k] = meta
-    return payload, {"keys": list(keys), "key_codecs": key_codecs}
+    return payload, {"keys": list(names), "key_codecs": key_codecs}
 
 
 def _decode_ragged_tensor_dict_values(payload: dict, n: int, metadata: dict) -> list:
+    """Rows of dicts of tensors: a row that is not None holds the keys it was stored
+    with (possibly none: an empty dict)."""
     columns = {}
     for k in metadata.get("keys", []):
-        prefix = f"{_escape_key(k)}."
+        prefix = f"{k}."
         parts = {p[len(prefix) :]: a for p, a in payload.items() if p.startswith(prefix)}
         columns[k] = _decode_ragged_tensor_values(parts, n, metadata["key_codecs"][k])
-    rows = []
+    rows: list = []
     for i in range(n):
         if payload["null_mask"][i]:
             rows.append(None)
-            continue
-        row = {k: c[i] for k, c in columns.items() if c[i] is not None}
-        rows.append(row or None)
+        else:
+            rows.append({k: c[i] for k, c in columns.items() if c[i] is not None})
     return rows
 
 
@@ -428,6 +496,20 @@ def _encode_msgpack_ragged_values(path: str, values: list) -> tuple[dict, dict]:
         ) from e
     data = bytearray().join(b for b in blobs if b is not None)
     return {"data": data, "offsets": _offsets(blobs), "nulls": _nulls(blobs)}, {}
+
+
+def _decode_msgpack_ragged_values(payload: dict, n: int) -> list:
+    """The `n` rows of a msgpack_ragged payload (None rows as None); ValueError when
+    its offsets or nulls do not hold `n` rows."""
+    offsets, nulls = payload["offsets"], payload["nulls"]
+    if len(offsets) != n + 1:
+        raise ValueError(f"msgpack_ragged offsets length {len(offsets)} does not fit {n} rows")
+    if len(nulls) != n:
+        raise ValueError(f"msgpack_ragged nulls length {len(nulls)} does not fit {n} rows")
+    return [
+        None if nulls[i] else _msgpack.unpackb(blob)
+        for i, blob in enumerate(_split_rows(payload, n))
+    ]
 
 
 def _split_rows(payload: dict, n: int, offsets_key: str = "offsets") -> list:
@@ -595,32 +677,33 @@ def _encode_inferred(
     )
 
 
+def check_nullable(path: str, values: list, schema: FieldSchema) -> None:
+    """ValueError when a schema that is not nullable meets None rows."""
+    if not schema.nullable and any(_is_null(v) for v in values):
+        raise ValueError(f"FieldSchema for {path!r} is not nullable, but rows are None")
+
+
 def encode_column(path: str, values: list, schema: FieldSchema | None) -> _EncodedStructuredLeaf:
-    """A non-tensor column encoded by `schema` (None: by inference). A schema codec that
-    cannot take the rows falls back to inference; ValueError if that fails too."""
+    """A non-tensor column encoded by `schema`'s codec as it stands, with no fallback:
+    rows that codec cannot take raise (TypeError, ValueError, AttributeError...).
+    Without a schema, with codec ``auto`` and with ``ndarray`` without a dtype the
+    codec is inferred (ValueError "unable to infer a safe codec" when nothing fits)."""
     values = list(values)
+    if schema is not None:
+        check_nullable(path, values, schema)
     if schema is None or schema.codec == "auto":
         return _encode_inferred(path, values)
     if schema.codec not in CODECS:
-        raise ValueError(f"unknown non-tensor codec {schema.codec!r} for field {path!r}")
-    if not schema.nullable and any(_is_null(v) for v in values):
-        raise ValueError(f"non-tensor field {path!r} is not nullable but has None rows")
+        raise ValueError(f"unsupported schema codec {schema.codec!r} for field {path!r}")
     meta = dict(schema.metadata)
     dtype = schema_dtype(path, schema)
     if dtype is not None:
         meta["dtype"] = str(dtype)
-    try:
-        if schema.codec == "structured_recursive":
-            return _encode_recursive(path, values, forced=True)  # type: ignore[return-value]
-        return _encode_codec(path, values, schema.codec, meta)
-    except _FALLBACK_ERRORS:
-        try:
-            return _encode_inferred(path, values)
-        except _FALLBACK_ERRORS as e:
-            raise ValueError(
-                f"unable to encode structured non-tensor field {path!r} with schema codec "
-                f"{schema.codec!r} or automatic fallback"
-            ) from e
+    elif schema.codec == "ndarray":
+        return _encode_inferred(path, values)
+    if schema.codec == "structured_recursive":
+        return _encode_recursive(path, values, forced=True)  # type: ignore[return-value]
+    return _encode_codec(path, values, schema.codec, meta)
 
 
 def decode_leaf(codec: str, payload: dict, n: int, metadata: dict) -> list:
@@ -636,13 +719,14 @@ def decode_leaf(codec: str, payload: dict, n: int, metadata: dict) -> list:
         return _decode_ragged_tensor_dict_values(payload, n, metadata)
     if codec == "media_list_ragged":
         return _decode_media_list_values(payload, n, metadata)
-    if codec in ("bytes_ragged", "utf8_ragged", "json_ragged", "msgpack_ragged", "media_bytes"):
+    if codec == "msgpack_ragged":
+        return _decode_msgpack_ragged_values(payload, n)
+    if codec in ("bytes_ragged", "utf8_ragged", "json_ragged", "media_bytes"):
         kinds = metadata.get("media_encodings") or []
         decode = {
             "bytes_ragged": bytes,
             "utf8_ragged": lambda b: b.decode("utf-8"),
             "json_ragged": lambda b: json.loads(b.decode("utf-8")),
-            "msgpack_ragged": _msgpack.unpackb,
             "media_bytes": bytes,
         }[codec]
         rows = []

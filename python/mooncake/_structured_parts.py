@@ -42,10 +42,16 @@ class _PayloadTransport:
         inflight = transfer_policy.max_inflight_put
         if inflight <= 1 or len(chunk_groups) < AUTO_PARALLEL_MIN_CHUNKS:
             return "batch"
-        total = sum(memoryview(b).nbytes for group in chunk_groups for b in group)
+        total = sum(_nbytes(b) for group in chunk_groups for b in group)
         if total < AUTO_PARALLEL_MIN_BYTES or min(inflight, len(chunk_groups)) < 2:
             return "batch"
         return "parallel"
+
+
+def _nbytes(buffer: Any) -> int:
+    """Bytes in one buffer of a chunk group: a memoryview's nbytes, else its len()
+    (upstream sizes groups by len(), so any sized object is a buffer here)."""
+    return buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
 
 
 class _BundleManifestStore:
@@ -73,6 +79,27 @@ class _BundleManifestStore:
     def remove_keys(self, keys: Sequence[str], *, strict: bool) -> None:
         """Remove `keys`; with `strict`, RuntimeError if some could not be removed."""
         self._transfer._cleanup(list(keys), strict=strict)
+
+    def _put_direct_copy_payload(
+        self,
+        key: str,
+        value: Any,
+        chunk_bytes: int,
+        transfer_policy: BundleTransferPolicy,
+        config: Any = None,
+    ) -> tuple[dict, list[str]]:
+        """Write one `_DirectCopyPayload` under `key` (arrays grouped whole into
+        chunks of at most `chunk_bytes`); its payload spec and the keys written.
+        A failure removes every chunk key of the payload, written or not."""
+        written: list[str] = []
+        try:
+            spec = self._transfer._put_direct(
+                key, list(value.arrays), chunk_bytes, transfer_policy, config, written
+            )
+        except BaseException:
+            self._transfer._cleanup(written, strict=False)
+            raise
+        return spec, written
 
     def put_bundle_manifest(
         self,

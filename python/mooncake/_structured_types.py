@@ -244,6 +244,19 @@ def _copy_config(config: Any, group_ids: list | None) -> Any:
     return out
 
 
+def _nested_rows(value: Any, picks: list[int]) -> Any:
+    """Rows `picks` of a jagged nested tensor, as a nested tensor of the same layout;
+    no rows give an empty nested tensor (len 0)."""
+    import torch
+
+    if picks:
+        rows = value.unbind()
+        return torch.nested.as_nested_tensor([rows[i] for i in picks], layout=value.layout)
+    offsets = value.offsets()
+    empty = torch.zeros(1, dtype=offsets.dtype, device=offsets.device)
+    return torch.nested.nested_tensor_from_jagged(value.values()[:0], offsets=empty)
+
+
 def _check_ndarray_destination(name: str, dest: Any, dt: np.dtype, shape: list) -> np.ndarray:
     """`dest` when it can take an ndarray member's rows (TypeError/ValueError if not)."""
     if not isinstance(dest, np.ndarray):

@@ -23,7 +23,10 @@ Every file a request names (``mount_shm``'s name, ``reconfigure``'s path)
 must be a regular file directly inside ``--segment_dir`` (default
 /dev/shm), owned by the service's user; it is opened with O_NOFOLLOW
 relative to that directory and mounted through its descriptor, so no
-symlink or ``..`` leads out of it.
+symlink or ``..`` leads out of it (a name that exists nowhere is a failed
+mount, ret -1). A store object other than `MooncakeDistributedStore` (a
+stand-in, as upstream's tests use) is handed the checked path
+``<segment_dir>/<name>`` instead.
 
 SIGINT and SIGTERM (unblocked at start, in case the parent left them blocked)
 set the shutdown event: the service stops listening, closes the store and
@@ -99,16 +102,14 @@ class PathRefused(ValueError):
     """A file named by a request lies outside the segment directory, or is no plain file."""
 
 
-def open_confined(directory: str, path: Any) -> tuple[int, str]:
-    """Open `path` read-write if it names a regular file directly inside `directory`.
+class FileMissing(PathRefused):
+    """A file named by a request, inside the segment directory, does not exist."""
 
-    `path` is a plain name or a path whose parent, after lexical normalisation,
-    is `directory` (as given or resolved). The file is opened relative to the
-    directory with O_NOFOLLOW, so a symlink is refused however it got there,
-    and must be a regular file owned by this process's user. Returns the
-    descriptor (the caller closes it) and the resolved path; raises
-    `PathRefused` otherwise, with nothing opened.
-    """
+
+def _confined_name(directory: str, path: Any) -> tuple[str, str]:
+    """(resolved directory, file name) of `path` when it names an entry directly
+    inside `directory`: a plain name, or a path whose parent after lexical
+    normalisation is `directory` (as given or resolved). PathRefused otherwise."""
     if not isinstance(path, str) or not path or "\0" in path:
         raise PathRefused("path must be a non-empty string")
     real_dir = os.path.realpath(directory)
@@ -117,19 +118,59 @@ def open_confined(directory: str, path: Any) -> tuple[int, str]:
     allowed = (real_dir, os.path.normpath(os.path.abspath(directory)))
     if parent not in allowed or name in ("", ".", ".."):
         raise PathRefused(f"path must name a file directly inside {directory}")
+    return real_dir, name
+
+
+def _check_owned_file(st: os.stat_result, name: str, directory: str) -> None:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        raise PathRefused(f"{name!r} in {directory} is not a regular file owned by this user")
+
+
+def open_confined(directory: str, path: Any) -> tuple[int, str]:
+    """Open `path` read-write if it names a regular file directly inside `directory`.
+
+    The file is opened relative to the directory with O_NOFOLLOW, so a symlink
+    is refused however it got there, and must be a regular file owned by this
+    process's user. Returns the descriptor (the caller closes it) and the
+    resolved path; raises `FileMissing` when no such file exists, `PathRefused`
+    for anything else refused, with nothing opened.
+    """
+    real_dir, name = _confined_name(directory, path)
     dfd = os.open(real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
             fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dfd)
+        except FileNotFoundError:
+            raise FileMissing(f"no file {name!r} in {directory}") from None
         except OSError as e:
             raise PathRefused(f"cannot open {name!r} in {directory}: {e.strerror}") from None
     finally:
         os.close(dfd)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+    try:
+        _check_owned_file(os.fstat(fd), name, directory)
+    except PathRefused:
         os.close(fd)
-        raise PathRefused(f"{name!r} in {directory} is not a regular file owned by this user")
+        raise
     return fd, os.path.join(real_dir, name)
+
+
+def confined_path(directory: str, path: Any) -> str:
+    """``<directory>/<name>`` for a `path` naming an entry directly inside
+    `directory` (as `open_confined` checks it) that, when it exists, is a regular
+    file owned by this user and not a symlink; PathRefused otherwise. Unlike
+    `open_confined` this opens nothing: whoever opens the path later opens what
+    is there then."""
+    real_dir, name = _confined_name(directory, path)
+    dfd = os.open(real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    finally:
+        os.close(dfd)
+    if st is not None:
+        _check_owned_file(st, name, directory)
+    return os.path.join(os.path.normpath(os.path.abspath(directory)), name)
 
 
 class BadRequest(ValueError):
@@ -405,9 +446,9 @@ class MooncakeStoreService:
     async def handle_put(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
         key, value = body.get("key"), body.get("value")
-        if not key or value is None:
+        if not key:
             return _error("Missing key or value", 400)
-        if not isinstance(value, str):
+        if not isinstance(value, str):  # a missing value too: 500, as upstream answers it
             return _error("value must be a string", 500)
         if await asyncio.to_thread(self.store.put, key, value.encode()) != 0:
             return _error("PUT operation failed", 500)
@@ -458,11 +499,26 @@ class MooncakeStoreService:
     # -- segments --------------------------------------------------------------
 
     async def _mount(self, path: Any, size: int, offset: int, protocol: str, location: str):
-        """Mount `path` (confined to the segment directory) through its descriptor.
+        """Mount `path`, which must name a file directly inside the segment directory.
 
-        Raises `PathRefused` before touching the store when the path is refused.
+        Our own store mounts it through a descriptor opened here (O_NOFOLLOW, so
+        the file checked is the file mounted); a file that does not exist is a
+        failed mount (ret -1), as the store answers for a file it cannot open.
+        Any other store object (one that cannot take a descriptor path) gets
+        the checked ``<segment_dir>/<name>`` itself, as upstream's service passes
+        it. Raises `PathRefused` before touching the store when the path is
+        refused (outside the directory, a symlink, not a regular file of ours).
         """
-        fd, _ = open_confined(self.segment_dir, path)
+        if not isinstance(self.store, MooncakeDistributedStore):
+            plain = confined_path(self.segment_dir, path)
+            return await asyncio.to_thread(
+                self.store.mount_segment, plain, size, offset, protocol, location
+            )
+        try:
+            fd, _ = open_confined(self.segment_dir, path)
+        except FileMissing as e:
+            logger.warning("mount_segment: %s", e)
+            return {"ret": -1, "segment_ids": []}
         try:
             return await asyncio.to_thread(
                 self.store.mount_segment, f"/proc/self/fd/{fd}", size, offset, protocol, location

@@ -62,6 +62,7 @@ from mooncake._structured_types import (  # the value types; names re-exported h
     _decode_manifest,
     _DirectCopyPayload,
     _MultiBufferPayload,
+    _nested_rows,
     _RawDestinationBuffer,
     _TensorObjectBufferPayload,
     _typed_spec,
@@ -98,12 +99,16 @@ from mooncake._dataproto_codecs import (  # noqa: E402
     FieldSchema,
     _choose_leaf_codec,
     _CodecDecision,
-    _decode_typed_ragged_values,  # noqa: F401  (upstream's tests call it from this module)
+    _decode_msgpack_ragged_values,  # noqa: F401  (upstream's tests call these from here)
+    _decode_typed_ragged_values,  # noqa: F401
     _encode_msgpack_ragged_values,
     _encode_typed_ragged_regular_ndarray_rows,
     _encode_typed_ragged_values,
     _escape_key,
     _Missing,
+)
+from mooncake._dataproto_codecs import (  # noqa: E402,F401  (upstream's name)
+    encode_column as _encode_with_schema,
 )
 from mooncake._dataproto_structure import _InferredLeaf, _InferredNode, infer_structure  # noqa: E402
 from mooncake._structured_parts import _BundleManifestStore, _PayloadTransport  # noqa: E402
@@ -1030,15 +1035,20 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 raise ValueError(f"nested tensor member {name!r} does not support destinations")
             return self._read_nested(name, payload, fspec, sl)
         if payload.get("format") == "torch_save":
-            if sl is not None or dest is not None:
-                raise ValueError(
-                    f"torch.save tensor member {name!r} does not support slicing or destinations"
-                )
+            if dest is not None:
+                raise ValueError(f"torch.save tensor member {name!r} does not support destinations")
             import io
 
             import torch
 
-            return torch.load(io.BytesIO(bytes(self._read_payload(payload))), weights_only=True)
+            value = torch.load(io.BytesIO(bytes(self._read_payload(payload))), weights_only=True)
+            if sl is None:
+                return value
+            if sl.axis != 0 or value.dim() == 0:
+                raise ValueError(f"tensor member {name!r}: slicing supports axis=0 only")
+            if sl.step <= 0:
+                raise ValueError(f"tensor member {name!r}: slice step must be positive")
+            return value[slice(sl.start, sl.end, sl.step)]  # read whole: no ranged reads
         if dest is not None and not isinstance(
             dest, (_TensorObjectBufferPayload, _RawDestinationBuffer)
         ):
@@ -1150,11 +1160,8 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             raise ValueError(f"nested tensor member {name!r}: slicing supports axis=0 only")
         if sl.step <= 0:
             raise ValueError(f"nested tensor member {name!r}: slice step must be positive")
-        rows = nested.unbind()
-        picked = [rows[i] for i in range(*slice(sl.start, sl.end, sl.step).indices(len(rows)))]
-        if not picked:
-            raise ValueError(f"nested tensor member {name!r}: the slice selects no rows")
-        return torch.nested.as_nested_tensor(picked, layout=torch.jagged)
+        picks = list(range(*slice(sl.start, sl.end, sl.step).indices(nested.size(0))))
+        return _nested_rows(nested, picks)
 
     @staticmethod
     def release_result(obj: Any) -> None:
@@ -1278,12 +1285,14 @@ def _copy_into_lease(lease: Any, parts: list[memoryview]) -> None:
         copy(parts)
         return
     view = lease.buffer
+    dest = view.cast("B")  # a ctypes-backed lease's view has format "<c"
     try:
         off = 0
         for p in parts:
-            view[off : off + p.nbytes] = p.cast("B") if p.format != "B" else p
+            dest[off : off + p.nbytes] = p.cast("B") if p.format != "B" else p
             off += p.nbytes
     finally:
+        dest.release()
         view.release()
 
 
