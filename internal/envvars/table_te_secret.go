@@ -7,7 +7,8 @@ var (
 	TESecretFile = &Var{Name: "MC_TE_SECRET_FILE", Kind: File, Default: "none",
 		ReadBy: "transfer", Doc: "file holding the TE cluster secret (at least 16 bytes, blanks around it trimmed; not readable by other users): TCP data connections run an HMAC-SHA256 challenge-response both ways and serve only peers holding it. Wins over MC_TE_SECRET"}
 	TESecret = &Var{Name: "MC_TE_SECRET", Kind: Text, Default: "none (peers are not authenticated, as upstream)",
-		ReadBy: "transfer", Doc: "the TE cluster secret itself, when MC_TE_SECRET_FILE is not set (visible in /proc/PID/environ to the same user)"}
+		ReadBy: "transfer", Doc: "the TE cluster secret itself, when MC_TE_SECRET_FILE is not set (visible in /proc/PID/environ to the same user)",
+		Secret: true}
 )
 
 func init() { All = append(All, TESecretFile, TESecret) }
