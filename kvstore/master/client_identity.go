@@ -53,9 +53,11 @@ func (s *Server) caller(ctx context.Context) caller {
 	c := caller{require: s.opts.RequireClientSecret || s.opts.TenantTokens != nil}
 	if isReplay(ctx) {
 		if v := metadata.ValueFromIncomingContext(ctx, clientKeyMetadataKey); len(v) > 0 {
-			b, err := hex.DecodeString(v[0])
-			c.bad = err != nil || len(b) != len(c.key)
-			c.has = copy(c.key[:], b) == len(c.key) && !c.bad
+			if b, err := hex.DecodeString(v[0]); err == nil && len(b) == len(c.key) {
+				c.has = copy(c.key[:], b) > 0
+			} else {
+				c.bad = true // badClientKey: the leader refused a short secret
+			}
 		}
 		return c
 	}

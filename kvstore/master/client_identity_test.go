@@ -221,6 +221,11 @@ func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 	if r, err := ca.ReMountSegment(asA, &masterpb.ReMountSegmentRequest{ClientId: "a", Segments: []*masterpb.Segment{seg("a1", 1<<20)}}); err != nil || r.ErrorCode != 0 {
 		t.Fatalf("remount: %v %v", r, err)
 	}
+	// Refused on the leader, so refused on the replay too: the log marks
+	// a short secret rather than leaving it out.
+	if r, err := ca.MountSegment(withSecret(bg, "short"), &masterpb.MountSegmentRequest{ClientId: "x", Segment: seg("x1", 1<<20)}); err != nil || kvstore.ErrorCode(r.ErrorCode) != kvstore.IllegalClient {
+		t.Fatalf("mount with a short secret: %v %v, want ILLEGAL_CLIENT", r, err)
+	}
 	testutil.WaitUntil(t, 20*time.Second, "the standby to apply the log", func() bool { return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq() })
 	log, err := cli.Get(bg, OplogPrefix("ident"), clientv3.WithPrefix())
 	if err != nil {
@@ -231,6 +236,11 @@ func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 			t.Fatalf("the client secret is in the log at %s", kv.Key)
 		}
 	}
+	b.Server.WithState(func(st *State, _ time.Time) {
+		if segs := st.Segments(); len(segs) != 1 || segs[0].ID != "a1" {
+			t.Fatalf("the standby's segments: %+v, want a1 alone", segs)
+		}
+	})
 	a.Close()
 	testutil.WaitUntil(t, 20*time.Second, "b to lead", b.Server.IsLeader)
 	cb := dial(b)

@@ -761,7 +761,8 @@ func (d *snapshotDecoder) clientKeys(st *State) {
 		case 0:
 		case len(clientKey{}):
 			c := st.clients[id]
-			c.keyed = copy(c.key[:], k) == len(c.key)
+			copy(c.key[:], k)
+			c.keyed = true
 		default:
 			d.err = errBadSnapshot
 			return
