@@ -13,11 +13,15 @@ engine is judged against:
 * tcp rows: raw Go TCP loopback streaming of the same block size over as
   many connections as the engine opens to one peer (MC_TCP_LANES_PER_PEER,
   default 4).
+* tcp+secret rows (with --secret): the tcp cases again, interleaved with
+  them, with a cluster secret (MC_TE_SECRET) on both sides, so that every
+  connection is authenticated first (docs/security.md, "Authenticated TE
+  peers"); same socket baseline.
 
 It prints a table, and writes ``bench-out/te_bench.csv`` and
 ``bench-out/te_bench.png`` (when matplotlib is importable).
 
-Usage: .venv/bin/python benchmarks/te_bench.py [--duration 3] [--bench-bin PATH]
+Usage: .venv/bin/python benchmarks/te_bench.py [--duration 3] [--bench-bin PATH] [--secret]
 """
 
 from __future__ import annotations
@@ -133,9 +137,11 @@ class Procs:
             self.stop(p)
 
 
-def run_json(procs: Procs, args: list[str], timeout: float) -> dict[str, Any]:
-    """Runs args, returns the last JSON line of its stdout."""
-    p = procs.start(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def run_json(
+    procs: Procs, args: list[str], timeout: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Runs args (with env, default ours), returns the last JSON line of its stdout."""
+    p = procs.start(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -155,13 +161,22 @@ def run_json(procs: Procs, args: list[str], timeout: float) -> dict[str, Any]:
 class Target:
     """A running transfer_engine_bench target."""
 
-    def __init__(self, procs: Procs, bench: str, protocol: str, buffer_size: int, log: Path):
+    def __init__(
+        self,
+        procs: Procs,
+        bench: str,
+        protocol: str,
+        buffer_size: int,
+        log: Path,
+        env: dict[str, str] | None = None,
+    ):
         self.procs = procs
         self.log = log.open("w")
         self.proc = procs.start(
             [bench, "--mode", "target", "--protocol", protocol, "--buffer_size", str(buffer_size)],
             stdout=subprocess.PIPE,
             stderr=self.log,
+            env=env,
         )
         self.segment, self.size = self._await_line(timeout=60)
 
@@ -252,8 +267,14 @@ def main(argv: list[str] | None = None) -> int:
         default=int(os.environ.get("MC_TCP_LANES_PER_PEER", "4") or 4),
         help="TCP connections for the socket baseline (engine lanes per peer)",
     )
+    ap.add_argument(
+        "--secret",
+        action="store_true",
+        help="also run the tcp cases with a cluster secret on both sides (tcp+secret rows)",
+    )
     ap.add_argument("--out-dir", default=str(REPO / "bench-out"))
     args = ap.parse_args(argv)
+    args.te_secret = os.urandom(24).hex()  # the tcp+secret processes' one secret
     if args.rounds < 1 or args.duration <= 0 or args.threads < 1 or args.batch_size < 1:
         ap.error("--rounds, --duration, --threads and --batch-size must be positive")
     if args.warmup_batches < 0:
@@ -283,6 +304,15 @@ def main(argv: list[str] | None = None) -> int:
                 targets[proto] = Target(
                     procs, bench, proto, args.buffer_size, out_dir / f"te_bench_target_{proto}.log"
                 )
+            if args.secret and "tcp" in protocols:
+                targets[SECRET_PROTO] = Target(
+                    procs,
+                    bench,
+                    "tcp",
+                    args.buffer_size,
+                    out_dir / "te_bench_target_tcp_secret.log",
+                    env=secret_env(args.te_secret),
+                )
             for block in blocks:
                 rows += run_block(args, procs, bench, baselines, targets, block, ops, protocols)
         finally:
@@ -302,6 +332,17 @@ def main(argv: list[str] | None = None) -> int:
     for r in failed:
         print(f"FAILED: {r.name}: {r.ours.get('error', '')}", file=sys.stderr)
     return 1 if failed else 0
+
+
+# SECRET_PROTO names the tcp cases run with a cluster secret.
+SECRET_PROTO = "tcp+secret"
+
+
+def secret_env(secret: str) -> dict[str, str]:
+    """The environment of a bench process that holds the cluster secret."""
+    env = {k: v for k, v in os.environ.items() if k != "MC_TE_SECRET_FILE"}
+    env["MC_TE_SECRET"] = secret
+    return env
 
 
 def median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -350,12 +391,15 @@ def run_block(
         return lambda: run_json(procs, cmd, timeout)
 
     def case(proto: str, op: str) -> Callable[[], dict[str, Any]]:
+        secret = proto == SECRET_PROTO
         cmd = [bench, "--mode", "initiator", "--segment_id", targets[proto].segment]
-        cmd += ["--protocol", proto, "--operation", op, "--block_size", str(block)]
+        cmd += ["--protocol", "tcp" if secret else proto, "--operation", op]
+        cmd += ["--block_size", str(block)]
         cmd += ["--batch_size", str(batch), "--threads", str(threads), "--duration", dur]
         cmd += ["--buffer_size", str(footprint), "--report", "json"]
         cmd += ["--warmup_batches", str(args.warmup_batches)]
-        return lambda: run_json(procs, cmd, timeout)
+        env = secret_env(args.te_secret) if secret else None
+        return lambda: run_json(procs, cmd, timeout, env)
 
     # Baselines run right before the cases they judge.
     plan: list[tuple[str, Callable[[], dict[str, Any]]]] = []
@@ -366,6 +410,8 @@ def run_block(
     if "tcp" in protocols:
         plan.append(("socket", baseline("socket", "--streams", str(args.streams))))
         plan += [(f"tcp {op}", case("tcp", op)) for op in ops]
+        if SECRET_PROTO in targets:
+            plan += [(f"{SECRET_PROTO} {op}", case(SECRET_PROTO, op)) for op in ops]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in plan}
     for rnd in range(args.rounds):
         print(
@@ -379,7 +425,7 @@ def run_block(
     res = {name: median_result(r) for name, r in runs.items()}
 
     rows: list[Row] = []
-    for proto in protocols:
+    for proto in protocols + ([SECRET_PROTO] if SECRET_PROTO in targets else []):
         for op in ops:
             if proto == "shm":
                 base, base_kind = res["memcpy1"], "memcpy 1 thread"
@@ -498,7 +544,7 @@ def plot(rows: list[Row], path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed; no plot (pip install matplotlib)", file=sys.stderr)
         return False
-    protocols = sorted({r.protocol for r in rows}, key=["shm", "tcp"].index)
+    protocols = sorted({r.protocol for r in rows}, key=["shm", "tcp", SECRET_PROTO].index)
     fig, axes = plt.subplots(1, len(protocols), figsize=(6.5 * len(protocols), 4.5), squeeze=False)
     for ax, proto in zip(axes[0], protocols, strict=True):
         pr = [r for r in rows if r.protocol == proto]

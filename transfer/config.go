@@ -46,6 +46,11 @@ type Config struct {
 	// Memory tells device memory from host memory and moves device
 	// memory; nil means gpu.System() (the CUDA driver when present).
 	Memory *gpu.Memory
+	// Secret is the cluster secret TCP peers must prove they hold
+	// (docs/security.md, "Authenticated TE peers"); nil means
+	// MC_TE_SECRET_FILE or MC_TE_SECRET, else none (upstream: peers are
+	// not authenticated).
+	Secret []byte
 }
 
 // withEnv fills zero fields from the environment and defaults.

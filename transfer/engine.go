@@ -90,6 +90,13 @@ func New(cfg Config) (*Engine, error) {
 		slog.Warn("transfer: " + warning)
 	}
 	cfg.Protocol = proto
+	if cfg.Secret == nil {
+		if cfg.Secret, err = tcp.LoadSecret(); err != nil {
+			return nil, errorf(CodeInvalidArgument, err, "TE cluster secret")
+		}
+	} else if len(cfg.Secret) < tcp.MinSecretLen {
+		return nil, errorf(CodeInvalidArgument, nil, "TE cluster secret of %d bytes: want at least %d", len(cfg.Secret), tcp.MinSecretLen)
+	}
 	conn, err := metadata.ParseConn(cfg.MetadataServer)
 	if err != nil {
 		return nil, err
@@ -127,7 +134,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errorf(CodeSocket, err, "listen data port")
 	}
 	e.rpcSrv = handshake.NewServer(e.rpcLn, e.handshakeMax, e.descriptorJSON, e.queueNotify)
-	e.tcpSrv = tcp.NewServer(e.dataLn, &e.reg, e.mem, cfg.TransferTimeout)
+	e.tcpSrv = tcp.NewServer(e.dataLn, &e.reg, e.mem, cfg.TransferTimeout, cfg.Secret)
 	if _, _, err := net.SplitHostPort(cfg.LocalHostname); err != nil || e.p2p {
 		// P2P names are host:rpc_port by definition; a bare host gets the
 		// same so that engines sharing a host never share a name.
@@ -140,7 +147,7 @@ func New(cfg Config) (*Engine, error) {
 			e.transports = append(e.transports, shm.NewTransport(e.mem))
 		}
 	}
-	e.transports = append(e.transports, tcp.NewTransport(cfg.LanesPerPeer, e.mem))
+	e.transports = append(e.transports, tcp.NewTransport(cfg.LanesPerPeer, e.mem, cfg.Secret))
 	if e.dir, err = openDirectory(conn, e.handshakeTimeout(), e.handshakeMax); err != nil {
 		e.stopServing()
 		if e.ctl != nil {

@@ -42,6 +42,7 @@ func main() {
 type options struct {
 	tenantTokensFile            string
 	adminAllowRemote            bool
+	requireClientSecret         bool
 	rpcPort, port               int
 	rpcAddress                  string
 	metricsPort                 int
@@ -125,6 +126,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	declareOffloadFlags(fs, o)
 	declareKVEventsFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
+	fs.BoolVar(&o.requireClientSecret, "require_client_secret", false, "refuse every call that names a client id without a client secret (mooncake-client-secret metadata, which our clients send); on with --tenant_tokens_file. Off: a client that sends a secret is still protected once registered, and clients that send none work as upstream's")
 	fs.BoolVar(&o.adminAllowRemote, "admin_allow_remote", false, "without --tenant_tokens_file, let admin requests that change state (tenant quotas, drain jobs) come from other hosts; by default only loopback callers may make them")
 	fs.StringVar(&o.tenantTokensFile, "tenant_tokens_file", "", "with --enable_multi_tenants: file of \"tenant_id token\" lines (\"_admin token\" for the admin API); each client must present its tenant's token (MC_TENANT_TOKEN), the admin endpoints a Bearer token. Empty: any client may name any tenant (upstream)")
 	// glog's flags, which upstream's launch scripts pass.
@@ -243,6 +245,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
 			Logger: log, ClusterID: o.clusterID, AdminAllowRemote: o.adminAllowRemote,
+			RequireClientSecret: o.requireClientSecret,
 		},
 		Logger: log,
 	}

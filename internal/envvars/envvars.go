@@ -61,6 +61,8 @@ type Var struct {
 	ReadBy string
 	// Doc says what it does.
 	Doc string
+	// Secret marks a value that tools must not show (a token, a key).
+	Secret bool
 }
 
 // Upstream reports whether the variable is one of upstream Mooncake's that

@@ -47,7 +47,8 @@ var (
 	StoreChecksum = &Var{Name: "MOONCAKE_STORE_CHECKSUM", Kind: Bool, Default: "false",
 		ReadBy: "kvstore/client", Doc: "CRC-64 of whole objects, checked on get"}
 	StoreTenantToken = &Var{Name: "MC_TENANT_TOKEN", Kind: Text, Default: "none",
-		ReadBy: "kvstore/client", Doc: "secret sent with every master call as the tenant's token; a master with --tenant_tokens_file refuses a tenant's calls without it (ILLEGAL_CLIENT)"}
+		ReadBy: "kvstore/client", Doc: "secret sent with every master call as the tenant's token; a master with --tenant_tokens_file refuses a tenant's calls without it (ILLEGAL_CLIENT)",
+		Secret: true}
 
 	StoreDaemonUID = &Var{Name: "MC_STORE_DAEMON_UID", Kind: Int, Min: 1, Max: 4294967294, Default: "none (the dummy's own euid, or root)",
 		ReadBy: "kvstore/standalone", Doc: "a dummy client also accepts a mooncake_client running as this uid (any other owner of the socket is refused before a byte is sent)"}
@@ -68,7 +69,8 @@ var (
 	PGCoordinator = &Var{Name: "MC_PG_COORDINATOR", Kind: Text, Default: "process if mooncake_pg_coordinator is installed beside libmooncake.so, else inprocess",
 		ReadBy: "backend", Doc: "where the process-group coordinator runs: process (a mooncake_pg_coordinator process that rank 0 starts and that outlives it), inprocess (inside rank 0: its death is not survived), or host:port of a running mooncake_pg_coordinator"}
 	PGCoordinatorSecret = &Var{Name: "MC_PG_COORDINATOR_SECRET", Kind: Text, Default: "none (a coordinator rank 0 starts gets a random one, shared through the rendezvous store)",
-		ReadBy: "backend, mooncake_pg_coordinator", Doc: "job secret of a coordinator an operator runs (MC_PG_COORDINATOR=host:port): set the same value for the coordinator and every rank; the coordinator refuses calls without it (unset on the coordinator: it admits every client)"}
+		ReadBy: "backend, mooncake_pg_coordinator", Doc: "job secret of a coordinator an operator runs (MC_PG_COORDINATOR=host:port): set the same value for the coordinator and every rank; the coordinator refuses calls without it (unset on the coordinator: it admits every client)",
+		Secret: true}
 	PGHangTimeoutMs = &Var{Name: "MC_PG_HANG_TIMEOUT_MS", Kind: Int, Min: 0, Default: "0",
 		ReadBy: "backend", Doc: "a collective that waits this long for a rank that answers probes but has not entered the collective fails that rank, milliseconds (0: never; a live rank is then waited for without end)"}
 	PGDirectMax = &Var{Name: "MC_PG_DIRECT_MAX", Kind: Int, Min: 1, Default: "65536",

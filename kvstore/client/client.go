@@ -135,7 +135,7 @@ func (c *Client) setup(cfg Config) error {
 	c.arena = newArena(c.local)
 	c.staging = newStagingPool(c.arena, c.engine)
 	var err error
-	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, cfg.Fleet.Namespace, c.trace); err != nil {
+	if c.master, err = dialMaster(cfg.MasterServerAddr, cfg.TenantID, newSecret(), cfg.Fleet.Namespace, c.trace); err != nil {
 		return fmt.Errorf("%w: %w", kvstore.RPCFail, err)
 	}
 	if err := c.setupFS(); err != nil {
@@ -335,6 +335,14 @@ func newIncarnation() uint64 {
 
 func newID() string {
 	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newSecret draws a client secret: 32 random bytes in hex. It is drawn
+// with the client id and never leaves the process but to the master.
+func newSecret() string {
+	var b [32]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

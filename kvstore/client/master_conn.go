@@ -32,9 +32,12 @@ import (
 // master serves on its RPC port beside gRPC; MC_STORE_MASTER_RPC=grpc, or
 // a master that does not answer the framed hello, selects gRPC.
 type masterConn struct {
-	addr   string  // as configured
-	tenant string  // sent with every RPC unless it is the default
-	ns     string  // the namespace (kvstore.Namespace.Encode), sent unless ""
+	addr   string // as configured
+	tenant string // sent with every RPC unless it is the default
+	ns     string // the namespace (kvstore.Namespace.Encode), sent unless ""
+	// secret is the client's secret, sent with every call: the master
+	// binds it to the client id at registration (kvstore.ClientSecretMetadataKey).
+	secret string
 	trace  *tracer // every call is a "master.<Method>" phase span
 	etcd   *clientv3.Client
 	key    string
@@ -66,8 +69,8 @@ func masterViewKey() string {
 	return "mooncake-store/" + id + "/master_view"
 }
 
-func dialMaster(addr, tenant string, ns kvstore.Namespace, trace *tracer) (*masterConn, error) {
-	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), trace: trace}
+func dialMaster(addr, tenant, secret string, ns kvstore.Namespace, trace *tracer) (*masterConn, error) {
+	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), secret: secret, trace: trace}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
 		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -182,8 +185,9 @@ func masterBusy() pollread.Busy {
 
 // metadata is what every call carries: the tenant id unless it is the
 // default, the tenant token of MC_TENANT_TOKEN when set, the namespace
-// unless it is empty (read by the master as kvstore.TenantMetadataKey,
-// kvstore.TenantTokenMetadataKey and kvstore.NamespaceMetadataKey).
+// unless it is empty, the client secret (read by the master as
+// kvstore.TenantMetadataKey, kvstore.TenantTokenMetadataKey,
+// kvstore.NamespaceMetadataKey and kvstore.ClientSecretMetadataKey).
 func (m *masterConn) metadata() map[string]string {
 	md := map[string]string{}
 	if m.tenant != "" && m.tenant != kvstore.DefaultTenant {
@@ -194,6 +198,9 @@ func (m *masterConn) metadata() map[string]string {
 	}
 	if m.ns != "" {
 		md[kvstore.NamespaceMetadataKey] = m.ns
+	}
+	if m.secret != "" {
+		md[kvstore.ClientSecretMetadataKey] = m.secret
 	}
 	return md
 }

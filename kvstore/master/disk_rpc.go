@@ -19,13 +19,14 @@ type diskServer struct {
 }
 
 // MountLocalDiskSegment implements masterpb.DiskTierServer.
-func (d diskServer) MountLocalDiskSegment(_ context.Context, req *masterpb.MountLocalDiskSegmentRequest) (*masterpb.MountLocalDiskSegmentResponse, error) {
+func (d diskServer) MountLocalDiskSegment(ctx context.Context, req *masterpb.MountLocalDiskSegmentRequest) (*masterpb.MountLocalDiskSegmentResponse, error) {
 	objs := make([]DiskObject, len(req.GetObjects()))
 	for i, o := range req.GetObjects() {
 		objs[i] = DiskObject{Key: o.GetKey(), Size: o.GetSize()}
 	}
 	resp := &masterpb.MountLocalDiskSegmentResponse{}
-	err := d.s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) { resp.ErrorCode = code32(c) }
+	err := d.s.doAs(d.s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		rejected, code := st.MountLocalDisk(req.GetClientId(), req.GetEndpoint(), req.GetCapacityBytes(), objs, now)
 		resp.ErrorCode = code32(code)
 		for _, i := range rejected {
@@ -36,16 +37,19 @@ func (d diskServer) MountLocalDiskSegment(_ context.Context, req *masterpb.Mount
 }
 
 // UnmountLocalDiskSegment implements masterpb.DiskTierServer.
-func (d diskServer) UnmountLocalDiskSegment(_ context.Context, req *masterpb.UnmountLocalDiskSegmentRequest) (*masterpb.StatusResponse, error) {
+func (d diskServer) UnmountLocalDiskSegment(ctx context.Context, req *masterpb.UnmountLocalDiskSegmentRequest) (*masterpb.StatusResponse, error) {
 	var code kvstore.ErrorCode
-	err := d.s.do(func(st *State, now time.Time) { code = st.UnmountLocalDisk(req.GetClientId(), now) })
+	err := d.s.doAs(d.s.caller(ctx), req.GetClientId(), func(c kvstore.ErrorCode) { code = c }, func(st *State, now time.Time) {
+		code = st.UnmountLocalDisk(req.GetClientId(), now)
+	})
 	return &masterpb.StatusResponse{ErrorCode: code32(code)}, err
 }
 
 // OffloadHeartbeat implements masterpb.DiskTierServer.
-func (d diskServer) OffloadHeartbeat(_ context.Context, req *masterpb.OffloadHeartbeatRequest) (*masterpb.OffloadHeartbeatResponse, error) {
+func (d diskServer) OffloadHeartbeat(ctx context.Context, req *masterpb.OffloadHeartbeatRequest) (*masterpb.OffloadHeartbeatResponse, error) {
 	resp := &masterpb.OffloadHeartbeatResponse{}
-	err := d.s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) { resp.ErrorCode = code32(c) }
+	err := d.s.doAs(d.s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		w, code := st.OffloadHeartbeat(req.GetClientId(), req.GetDropped(), now)
 		resp.ErrorCode = code32(code)
 		for _, o := range w.Offloads {
@@ -60,9 +64,14 @@ func (d diskServer) OffloadHeartbeat(_ context.Context, req *masterpb.OffloadHea
 }
 
 // NotifyOffloadResult implements masterpb.DiskTierServer.
-func (d diskServer) NotifyOffloadResult(_ context.Context, req *masterpb.NotifyOffloadResultRequest) (*masterpb.BatchStatusResponse, error) {
+func (d diskServer) NotifyOffloadResult(ctx context.Context, req *masterpb.NotifyOffloadResultRequest) (*masterpb.BatchStatusResponse, error) {
 	resp := &masterpb.BatchStatusResponse{}
-	err := d.s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) {
+		for range req.GetResults() {
+			resp.ErrorCodes = append(resp.ErrorCodes, code32(c))
+		}
+	}
+	err := d.s.doAs(d.s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		for _, r := range req.GetResults() {
 			resp.ErrorCodes = append(resp.ErrorCodes, code32(st.NotifyOffload(req.GetClientId(), r.GetKey(), r.GetSuccess(), now)))
 		}
@@ -71,9 +80,9 @@ func (d diskServer) NotifyOffloadResult(_ context.Context, req *masterpb.NotifyO
 }
 
 // NotifyPromotionResult implements masterpb.DiskTierServer.
-func (d diskServer) NotifyPromotionResult(_ context.Context, req *masterpb.NotifyPromotionResultRequest) (*masterpb.StatusResponse, error) {
+func (d diskServer) NotifyPromotionResult(ctx context.Context, req *masterpb.NotifyPromotionResultRequest) (*masterpb.StatusResponse, error) {
 	var code kvstore.ErrorCode
-	err := d.s.do(func(st *State, now time.Time) {
+	err := d.s.doAs(d.s.caller(ctx), req.GetClientId(), func(c kvstore.ErrorCode) { code = c }, func(st *State, now time.Time) {
 		code = st.NotifyPromotion(req.GetClientId(), req.GetKey(), req.GetReplicaId(), req.GetSuccess(), now)
 	})
 	return &masterpb.StatusResponse{ErrorCode: code32(code)}, err

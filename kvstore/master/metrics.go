@@ -25,6 +25,9 @@ type counters struct {
 	suspectedClients uint64
 	restoredClients  uint64
 	replacedSegments uint64
+	// identityRefused counts calls refused because they named a client id
+	// without that client's secret (client_identity.go).
+	identityRefused uint64
 }
 
 // Ops names every operation State counts, so that their counters are
@@ -86,6 +89,7 @@ type Stats struct {
 	SuspectedClients uint64 // clients made suspect
 	RestoredClients  uint64 // suspect clients heard from again
 	ReplacedSegments uint64 // segments dropped for re-created memory
+	IdentityRefused  uint64 // calls that named a client id without its secret
 	Tenants          []TenantInfo
 	Disk             DiskStats
 }
@@ -102,7 +106,7 @@ func (s *State) Stats() Stats {
 		EvictedKeys: s.m.evictedKeys, EvictedBytes: s.m.evictedBytes, EvictionRuns: s.m.evictionRuns,
 		PreemptedWrites: s.m.preempted, PartialAllocs: s.m.partialAllocs, ExpiredClients: s.m.expiredClients,
 		SuspectedClients: s.m.suspectedClients, RestoredClients: s.m.restoredClients, ReplacedSegments: s.m.replacedSegments,
-		Tenants: s.Tenants(), Disk: s.diskStats(),
+		IdentityRefused: s.m.identityRefused, Tenants: s.Tenants(), Disk: s.diskStats(),
 	}
 	for _, sg := range s.segOrder {
 		st.CapacityBytes += sg.alloc.Size()
@@ -158,6 +162,7 @@ func (st Stats) WritePrometheus(w io.Writer) error {
 		{"master_suspected_clients_total", "counter", "Clients made suspect for silence (client_ttl).", float64(st.SuspectedClients)},
 		{"master_restored_clients_total", "counter", "Suspect clients heard from again, their replicas kept.", float64(st.RestoredClients)},
 		{"master_replaced_segments_total", "counter", "Segments dropped because their memory was re-created (another incarnation).", float64(st.ReplacedSegments)},
+		{"master_client_identity_refused_total", "counter", "Calls refused because they named a client id without that client's secret.", float64(st.IdentityRefused)},
 		{"master_local_disks", "gauge", "Storage clients' disks mounted (disk tier).", float64(st.Disk.Disks)},
 		{"master_disk_only_key_count", "gauge", "Objects readable from disk replicas only.", float64(st.Disk.DiskOnlyKeys)},
 		{"master_offloads_pending", "gauge", "Offloads queued or in flight.", float64(st.Disk.PendingOffloads)},

@@ -35,7 +35,8 @@ type entryKind byte
 const (
 	// entryRPC is a Master or DiskTier call: name is the full method
 	// ("/mooncake.master.Master/PutStart"), md the tenant and namespace
-	// metadata, payload the request in protobuf.
+	// metadata and the client key (client_identity.go), payload the
+	// request in protobuf.
 	entryRPC entryKind = 1
 	// entryEvictTick is one eviction run at the entry's time.
 	entryEvictTick entryKind = 2

@@ -42,7 +42,8 @@ type replayKey struct{}
 func isReplay(ctx context.Context) bool { return ctx.Value(replayKey{}) != nil }
 
 // replicatedMetadata are the incoming metadata keys a replayed call needs
-// (scope); the tenant token is not among them: it never goes to etcd.
+// (scope); the tenant token is not among them: it never goes to etcd, and
+// neither does the client secret (intercept logs its key instead).
 var replicatedMetadata = []string{kvstore.TenantMetadataKey, kvstore.NamespaceMetadataKey}
 
 // loggedHandler is one method a log entry can name.
@@ -180,6 +181,14 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 			}
 			md[k] = v[0]
 		}
+	}
+	// The client secret stays out of the log; its key goes in, so that a
+	// replayed call binds and checks what the leader did.
+	if v := metadata.ValueFromIncomingContext(ctx, kvstore.ClientSecretMetadataKey); len(v) > 0 {
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[clientKeyMetadataKey] = loggedClientKey(v[0])
 	}
 	// A call its tenant token refuses changes nothing: it is answered
 	// but not logged (a replay skips the token check).

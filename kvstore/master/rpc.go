@@ -104,6 +104,11 @@ func toSegment(p *masterpb.Segment) Segment {
 
 func code32(c kvstore.ErrorCode) int32 { return int32(c) }
 
+// refuseStatus sets *resp to a StatusResponse carrying a refusal.
+func refuseStatus(resp **masterpb.StatusResponse) func(kvstore.ErrorCode) {
+	return func(c kvstore.ErrorCode) { *resp = &masterpb.StatusResponse{ErrorCode: code32(c)} }
+}
+
 func putStartResp(rs []Replica, code kvstore.ErrorCode) *masterpb.PutStartResponse {
 	return &masterpb.PutStartResponse{ErrorCode: code32(code), Replicas: toPBReplicas(rs)}
 }
@@ -125,7 +130,7 @@ func (s *Server) PutStart(ctx context.Context, req *masterpb.PutStartRequest) (*
 		return putStartResp(nil, sc.code), nil
 	}
 	var resp *masterpb.PutStartResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), func(c kvstore.ErrorCode) { resp = putStartResp(nil, c) }, func(st *State, now time.Time) {
 		resp = putStartResp(st.PutStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req), now))
 	})
 	return resp, err
@@ -138,7 +143,7 @@ func (s *Server) UpsertStart(ctx context.Context, req *masterpb.PutStartRequest)
 		return putStartResp(nil, sc.code), nil
 	}
 	var resp *masterpb.PutStartResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), func(c kvstore.ErrorCode) { resp = putStartResp(nil, c) }, func(st *State, now time.Time) {
 		resp = putStartResp(st.UpsertStart(req.GetClientId(), sc.key(req.GetKey()), req.GetSize(), toConfig(req), now))
 	})
 	return resp, err
@@ -151,7 +156,7 @@ func (s *Server) PutEnd(ctx context.Context, req *masterpb.PutEndRequest) (*mast
 		return &masterpb.StatusResponse{ErrorCode: code32(sc.code)}, nil
 	}
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(endWrite(st, req, sc.key(req.GetKey()), now))}
 	})
 	return resp, err
@@ -164,7 +169,7 @@ func (s *Server) PutRevoke(ctx context.Context, req *masterpb.PutRevokeRequest) 
 		return &masterpb.StatusResponse{ErrorCode: code32(sc.code)}, nil
 	}
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(revokeWrite(st, req, sc.key(req.GetKey()), now))}
 	})
 	return resp, err
@@ -173,12 +178,12 @@ func (s *Server) PutRevoke(ctx context.Context, req *masterpb.PutRevokeRequest) 
 // BatchPutStart implements masterpb.MasterServer: PutStart per item.
 func (s *Server) BatchPutStart(ctx context.Context, req *masterpb.BatchPutStartRequest) (*masterpb.BatchPutStartResponse, error) {
 	resp := &masterpb.BatchPutStartResponse{}
-	sc := s.scope(ctx)
+	sc, who := s.scope(ctx), s.caller(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_start")
 		for _, it := range req.GetItems() {
-			if sc.code != kvstore.OK {
-				resp.Items = append(resp.Items, putStartResp(nil, sc.code))
+			if code := sc.or(func() kvstore.ErrorCode { return st.admit(it.GetClientId(), who) }); code != kvstore.OK {
+				resp.Items = append(resp.Items, putStartResp(nil, code))
 				continue
 			}
 			resp.Items = append(resp.Items, putStartResp(st.PutStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it), now)))
@@ -190,12 +195,12 @@ func (s *Server) BatchPutStart(ctx context.Context, req *masterpb.BatchPutStartR
 // BatchUpsertStart implements masterpb.MasterServer: UpsertStart per item.
 func (s *Server) BatchUpsertStart(ctx context.Context, req *masterpb.BatchPutStartRequest) (*masterpb.BatchPutStartResponse, error) {
 	resp := &masterpb.BatchPutStartResponse{}
-	sc := s.scope(ctx)
+	sc, who := s.scope(ctx), s.caller(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_upsert_start")
 		for _, it := range req.GetItems() {
-			if sc.code != kvstore.OK {
-				resp.Items = append(resp.Items, putStartResp(nil, sc.code))
+			if code := sc.or(func() kvstore.ErrorCode { return st.admit(it.GetClientId(), who) }); code != kvstore.OK {
+				resp.Items = append(resp.Items, putStartResp(nil, code))
 				continue
 			}
 			resp.Items = append(resp.Items, putStartResp(st.UpsertStart(it.GetClientId(), sc.key(it.GetKey()), it.GetSize(), toConfig(it), now)))
@@ -207,11 +212,14 @@ func (s *Server) BatchUpsertStart(ctx context.Context, req *masterpb.BatchPutSta
 // BatchPutEnd implements masterpb.MasterServer: PutEnd per item.
 func (s *Server) BatchPutEnd(ctx context.Context, req *masterpb.BatchPutEndRequest) (*masterpb.BatchStatusResponse, error) {
 	resp := &masterpb.BatchStatusResponse{}
-	sc := s.scope(ctx)
+	sc, who := s.scope(ctx), s.caller(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_end")
 		for _, it := range req.GetItems() {
 			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode {
+				if code := st.admit(it.GetClientId(), who); code != kvstore.OK {
+					return code
+				}
 				return endWrite(st, it, sc.key(it.GetKey()), now)
 			})))
 		}
@@ -222,11 +230,14 @@ func (s *Server) BatchPutEnd(ctx context.Context, req *masterpb.BatchPutEndReque
 // BatchPutRevoke implements masterpb.MasterServer: PutRevoke per item.
 func (s *Server) BatchPutRevoke(ctx context.Context, req *masterpb.BatchPutRevokeRequest) (*masterpb.BatchStatusResponse, error) {
 	resp := &masterpb.BatchStatusResponse{}
-	sc := s.scope(ctx)
+	sc, who := s.scope(ctx), s.caller(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_revoke")
 		for _, it := range req.GetItems() {
 			resp.ErrorCodes = append(resp.ErrorCodes, code32(sc.or(func() kvstore.ErrorCode {
+				if code := st.admit(it.GetClientId(), who); code != kvstore.OK {
+					return code
+				}
 				return revokeWrite(st, it, sc.key(it.GetKey()), now)
 			})))
 		}
@@ -241,7 +252,8 @@ func (s *Server) Reserve(ctx context.Context, req *masterpb.ReserveRequest) (*ma
 		return &masterpb.ReserveResponse{ErrorCode: code32(sc.code)}, nil
 	}
 	var resp *masterpb.ReserveResponse
-	err := s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) { resp = &masterpb.ReserveResponse{ErrorCode: code32(c)} }
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		r, code := st.Reserve(req.GetClientId(), sc.tenant, req.GetSize(), req.GetRelease(), now)
 		resp = &masterpb.ReserveResponse{ErrorCode: code32(code)}
 		if code == kvstore.OK && r.ID != 0 {
@@ -255,11 +267,14 @@ func (s *Server) Reserve(ctx context.Context, req *masterpb.ReserveRequest) (*ma
 // BatchPutCommit implements masterpb.MasterServer: PutCommit per item.
 func (s *Server) BatchPutCommit(ctx context.Context, req *masterpb.BatchPutCommitRequest) (*masterpb.BatchPutCommitResponse, error) {
 	resp := &masterpb.BatchPutCommitResponse{}
-	sc := s.scope(ctx)
+	sc, who := s.scope(ctx), s.caller(ctx)
 	err := s.do(func(st *State, now time.Time) {
 		st.CountRequest("batch_put_commit")
 		for _, it := range req.GetItems() {
 			code, gone := sc.code, false
+			if code == kvstore.OK {
+				code = st.admit(it.GetPut().GetClientId(), who)
+			}
 			if p := it.GetPut(); code == kvstore.OK {
 				code, gone = st.PutCommit(p.GetClientId(), sc.key(p.GetKey()), p.GetSize(),
 					it.GetReservationId(), it.GetOffset(), it.Checksum, toConfig(p), now)
@@ -425,7 +440,7 @@ func (s *Server) RemoveAll(ctx context.Context, req *masterpb.RemoveAllRequest) 
 // MountSegment implements masterpb.MasterServer.
 func (s *Server) MountSegment(ctx context.Context, req *masterpb.MountSegmentRequest) (*masterpb.StatusResponse, error) {
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(st.MountSegment(req.GetClientId(), toSegment(req.GetSegment()), now))}
 	})
 	return resp, err
@@ -438,7 +453,7 @@ func (s *Server) ReMountSegment(ctx context.Context, req *masterpb.ReMountSegmen
 		segs[i] = toSegment(p)
 	}
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(st.ReMountSegment(req.GetClientId(), segs, now))}
 	})
 	return resp, err
@@ -447,7 +462,7 @@ func (s *Server) ReMountSegment(ctx context.Context, req *masterpb.ReMountSegmen
 // UnmountSegment implements masterpb.MasterServer.
 func (s *Server) UnmountSegment(ctx context.Context, req *masterpb.UnmountSegmentRequest) (*masterpb.StatusResponse, error) {
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(st.UnmountSegment(req.GetClientId(), req.GetSegmentId(), now))}
 	})
 	return resp, err
@@ -456,7 +471,7 @@ func (s *Server) UnmountSegment(ctx context.Context, req *masterpb.UnmountSegmen
 // DrainSegment implements masterpb.MasterServer.
 func (s *Server) DrainSegment(ctx context.Context, req *masterpb.UnmountSegmentRequest) (*masterpb.StatusResponse, error) {
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(st.DrainSegment(req.GetClientId(), req.GetSegmentId(), now))}
 	})
 	return resp, err
@@ -466,7 +481,10 @@ func (s *Server) DrainSegment(ctx context.Context, req *masterpb.UnmountSegmentR
 // move tasks newly assigned to the client.
 func (s *Server) Ping(ctx context.Context, req *masterpb.PingRequest) (*masterpb.PingResponse, error) {
 	var resp *masterpb.PingResponse
-	err := s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) {
+		resp = &masterpb.PingResponse{ErrorCode: code32(c), ViewVersion: s.view.Load()}
+	}
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		cs, code := st.Ping(req.GetClientId(), req.GetIncarnation(), now)
 		resp = &masterpb.PingResponse{ErrorCode: code32(code), ViewVersion: s.view.Load(), ClientStatus: masterpb.ClientStatus(cs)}
 		if code == kvstore.OK {

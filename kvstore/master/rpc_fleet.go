@@ -24,7 +24,7 @@ func (sc scope) userKey(st *State, objectKey string) (string, bool) {
 // SetSegmentMode implements masterpb.MasterServer.
 func (s *Server) SetSegmentMode(ctx context.Context, req *masterpb.SetSegmentModeRequest) (*masterpb.StatusResponse, error) {
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		code := st.SetSegmentMode(req.GetClientId(), req.GetSegmentId(), SegmentMode(req.GetMode()), now)
 		resp = &masterpb.StatusResponse{ErrorCode: code32(code)}
 	})
@@ -34,7 +34,8 @@ func (s *Server) SetSegmentMode(ctx context.Context, req *masterpb.SetSegmentMod
 // EvacuateSegment implements masterpb.MasterServer.
 func (s *Server) EvacuateSegment(ctx context.Context, req *masterpb.UnmountSegmentRequest) (*masterpb.EvacuateSegmentResponse, error) {
 	var resp *masterpb.EvacuateSegmentResponse
-	err := s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) { resp = &masterpb.EvacuateSegmentResponse{ErrorCode: code32(c)} }
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		ev, code := st.EvacuateSegment(req.GetClientId(), req.GetSegmentId(), now)
 		resp = &masterpb.EvacuateSegmentResponse{
 			ErrorCode: code32(code), Remaining: uint32(ev.Remaining), Moving: uint32(ev.Moving),
@@ -53,7 +54,8 @@ func (s *Server) PlanHandoff(ctx context.Context, req *masterpb.PlanHandoffReque
 		return &masterpb.PlanHandoffResponse{ErrorCode: code32(sc.code)}, nil
 	}
 	var resp *masterpb.PlanHandoffResponse
-	err := s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) { resp = &masterpb.PlanHandoffResponse{ErrorCode: code32(c)} }
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		items, code := st.PlanHandoff(req.GetClientId(), req.GetSegmentIds())
 		resp = &masterpb.PlanHandoffResponse{ErrorCode: code32(code)}
 		seen := map[string]bool{}

@@ -41,7 +41,8 @@ func (s *Server) BatchReplicaClear(ctx context.Context, req *masterpb.BatchRepli
 		}
 	}
 	resp := &masterpb.BatchReplicaClearResponse{}
-	err := s.do(func(st *State, now time.Time) {
+	refuse := func(c kvstore.ErrorCode) { resp.ErrorCode = code32(c) }
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuse, func(st *State, now time.Time) {
 		for _, i := range st.BatchReplicaClear(req.GetClientId(), keys, req.GetSegmentName(), now) {
 			resp.Cleared = append(resp.Cleared, uint32(i))
 		}
@@ -101,7 +102,7 @@ func (s *Server) QueryTask(ctx context.Context, req *masterpb.QueryTaskRequest) 
 // MarkTaskComplete implements masterpb.MasterServer.
 func (s *Server) MarkTaskComplete(ctx context.Context, req *masterpb.MarkTaskCompleteRequest) (*masterpb.StatusResponse, error) {
 	var resp *masterpb.StatusResponse
-	err := s.do(func(st *State, now time.Time) {
+	err := s.doAs(s.caller(ctx), req.GetClientId(), refuseStatus(&resp), func(st *State, now time.Time) {
 		resp = &masterpb.StatusResponse{ErrorCode: code32(st.CompleteTask(req.GetClientId(), fromPBTaskID(req.GetId()), req.GetSuccess(), req.GetMessage(), now))}
 	})
 	return resp, err

@@ -46,6 +46,10 @@ type client struct {
 	// heard from it again restores it.
 	suspect  bool
 	segments []string
+	// key is the SHA-256 of the secret the client registered with, when
+	// keyed (client_identity.go).
+	key   clientKey
+	keyed bool
 }
 
 // Suspect clients. A client silent for longer than ClientTTL may only be

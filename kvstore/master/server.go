@@ -56,6 +56,11 @@ type Options struct {
 	// token (--tenant_tokens_file; TenantTokens). It needs
 	// Config.MultiTenant.
 	TenantTokens *TenantTokens
+	// RequireClientSecret refuses every call that names a client id
+	// without a client secret (--require_client_secret), so that no id is
+	// left unbound (client_identity.go). With TenantTokens it is on
+	// whatever this says.
+	RequireClientSecret bool
 	// AdminAllowRemote lets admin requests that change state (tenant
 	// quotas, drain jobs) come from other hosts when no TenantTokens are
 	// configured (--admin_allow_remote); see authorizeChange.

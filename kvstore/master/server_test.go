@@ -25,6 +25,13 @@ import (
 // startBufconn serves srv over an in-memory listener and returns a client.
 func startBufconn(t *testing.T, srv *Server) masterpb.MasterClient {
 	t.Helper()
+	return masterpb.NewMasterClient(bufconnConn(t, srv))
+}
+
+// bufconnConn serves srv over an in-memory listener and returns a
+// connection to it (for the Master and DiskTier clients).
+func bufconnConn(t *testing.T, srv *Server) *grpc.ClientConn {
+	t.Helper()
 	ln := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
 	srv.Register(g)
@@ -41,7 +48,7 @@ func startBufconn(t *testing.T, srv *Server) masterpb.MasterClient {
 		g.Stop()
 		srv.Close()
 	})
-	return masterpb.NewMasterClient(conn)
+	return conn
 }
 
 func newTestServer(t *testing.T, mut func(*Options)) *Server {

@@ -27,10 +27,12 @@ import (
 const (
 	snapshotMagic = "MCSN"
 	// snapshotVersion 2 added the reservations, 3 the task salt, 4 the
-	// segments' incarnations and the suspect clients; older files still
-	// load (a state without a salt draws one with its next task; segments
-	// of incarnation 0 match any, and no client is suspect).
-	snapshotVersion = 4
+	// segments' incarnations and the suspect clients, 5 the clients' keys
+	// (client_identity.go); older files still load (a state without a
+	// salt draws one with its next task; segments of incarnation 0 match
+	// any, no client is suspect, and a client without a key binds one
+	// with its next call).
+	snapshotVersion = 5
 )
 
 var (
@@ -389,6 +391,17 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 	for _, v := range []uint64{st.m.suspectedClients, st.m.restoredClients, st.m.replacedSegments} {
 		e.uvarint(v)
 	}
+
+	// The clients' keys, in client order (empty: none), and the identity
+	// refusals (version 5).
+	for _, id := range clients {
+		if c := st.clients[id]; c.keyed {
+			e.str(string(c.key[:]))
+		} else {
+			e.str("")
+		}
+	}
+	e.uvarint(st.m.identityRefused)
 	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
 }
 
@@ -728,6 +741,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if version >= 4 {
 		d.suspects(st)
 	}
+	if version >= 5 {
+		d.clientKeys(st)
+	}
 	if d.err != nil {
 		return nil, h, errBadSnapshot
 	}
@@ -735,6 +751,24 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 		return nil, h, errBadSnapshot
 	}
 	return st, h, nil
+}
+
+// clientKeys reads the version 5 tail: each client's key, in client id
+// order, and the identity refusals.
+func (d *snapshotDecoder) clientKeys(st *State) {
+	for _, id := range sortedMapKeys(st.clients) {
+		switch k := d.bytes(); len(k) {
+		case 0:
+		case len(clientKey{}):
+			c := st.clients[id]
+			copy(c.key[:], k)
+			c.keyed = true
+		default:
+			d.err = errBadSnapshot
+			return
+		}
+	}
+	st.m.identityRefused = d.uvarint()
 }
 
 // suspects reads the version 4 tail: the segments' incarnations, the

@@ -97,7 +97,7 @@ func TestTenantTokensKeepOtherClientsOut(t *testing.T) {
 		o.TenantTokens = testTokens(t)
 	})
 	cl := startBufconn(t, srv)
-	c := ctx(t)
+	c := withSecret(ctx(t), secretA) // tenant tokens require client secrets
 	if r, err := cl.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "c1", Segment: seg("s1", 1<<20)}); err != nil || r.ErrorCode != 0 {
 		t.Fatalf("mount: %v %v", r, err)
 	}
@@ -260,8 +260,10 @@ func TestTenantTokensOverFramedCalls(t *testing.T) {
 		t.Cleanup(func() { fc.Close() })
 		return masterpb.NewMasterClient(fc)
 	}
-	owner := dial(map[string]string{kvstore.TenantMetadataKey: "a", kvstore.TenantTokenMetadataKey: tokA})
-	other := dial(map[string]string{kvstore.TenantMetadataKey: "a", kvstore.TenantTokenMetadataKey: tokB})
+	// Tenant tokens require client secrets; both send the same one, so
+	// that only the tenant token tells them apart.
+	owner := dial(map[string]string{kvstore.TenantMetadataKey: "a", kvstore.TenantTokenMetadataKey: tokA, kvstore.ClientSecretMetadataKey: secretA})
+	other := dial(map[string]string{kvstore.TenantMetadataKey: "a", kvstore.TenantTokenMetadataKey: tokB, kvstore.ClientSecretMetadataKey: secretA})
 	c := ctx(t)
 	if r, err := owner.MountSegment(c, &masterpb.MountSegmentRequest{ClientId: "c", Segment: seg("s", 1<<20)}); err != nil || r.ErrorCode != 0 {
 		t.Fatalf("mount: %v %v", r, err)

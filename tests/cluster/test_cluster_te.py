@@ -53,3 +53,28 @@ def test_write_and_read_between_hosts(cluster):
     finally:
         init.close()
         target.close()
+
+
+def test_cluster_secret_between_hosts(cluster):
+    """A target with a cluster secret on one host serves an initiator with
+    the secret on another, and refuses one without it: its WRITE leaves the
+    target's memory as it was and its READ brings nothing back."""
+    a, b = cluster[0], cluster[1]
+    secret = {"MC_TE_SECRET": "rig-cluster-secret-0123456789abcdef"}
+    n = (5 << 20) + 3
+    target = Peer("P2PHANDSHAKE", hostname=a.addr, size=BUF, seed=31, env=secret, popen=a.popen)
+    good = Peer("P2PHANDSHAKE", hostname=b.addr, size=BUF, seed=32, env=secret, popen=b.popen)
+    bad = Peer("P2PHANDSHAKE", hostname=b.addr, size=BUF, seed=33, popen=b.popen)
+    try:
+        assert good.call("transfer_sync_write", target.segment, good.base, target.base, n) == 0
+        mem_t = bytearray(pattern(31, BUF))
+        mem_t[:n] = pattern(32, BUF)[:n]
+        assert target.sha256(0, BUF) == sha(mem_t), "target memory after the write"
+        for method in ("transfer_sync_write", "transfer_sync_read"):
+            assert bad.call(method, target.segment, bad.base, target.base, n) == -1, method
+        assert target.sha256(0, BUF) == sha(mem_t), "target memory after the refused peer"
+        assert bad.sha256(0, BUF) == sha(pattern(33, BUF)), "refused peer's memory after its read"
+    finally:
+        bad.close()
+        good.close()
+        target.close()

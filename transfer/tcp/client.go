@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -30,6 +31,7 @@ type peer struct {
 	addr     string
 	maxLanes int
 	mem      *gpu.Memory // stages device memory
+	secret   []byte      // the cluster secret, nil for none (auth.go)
 	// onFailure runs after a slice fails for a reason other than the
 	// peer rejecting it (the peer may be gone or have moved).
 	onFailure func()
@@ -55,8 +57,8 @@ type peer struct {
 	directClosed bool
 }
 
-func newPeer(addr string, lanes int, mem *gpu.Memory, onFailure func()) *peer {
-	return &peer{addr: addr, maxLanes: lanes, mem: mem, onFailure: onFailure, queue: make(chan *slice, 4096), closed: make(chan struct{})}
+func newPeer(addr string, lanes int, mem *gpu.Memory, secret []byte, onFailure func()) *peer {
+	return &peer{addr: addr, maxLanes: lanes, mem: mem, secret: secret, onFailure: onFailure, queue: make(chan *slice, 4096), closed: make(chan struct{})}
 }
 
 // Carries is true for every range: the target checks it.
@@ -182,6 +184,13 @@ func (p *peer) dial(deadline time.Time, direct bool) (*wireConn, transport.Statu
 		r = c.pr
 	}
 	c.r = bufio.NewReaderSize(r, frameReadBuffer)
+	if p.secret != nil {
+		if err := c.authenticate(deadline, p.secret); err != nil {
+			slog.Warn("tcp: peer failed the cluster secret exchange", "peer", p.addr, "err", err)
+			p.conns.Remove(conn)
+			return nil, transport.StatusFailed
+		}
+	}
 	return c, transport.StatusCompleted
 }
 
@@ -221,6 +230,16 @@ type wireConn struct {
 	r   *bufio.Reader
 	pr  *pollread.Reader // under r on a direct connection, else nil
 	mem *gpu.Memory
+}
+
+// authenticate runs the initiator's side of the secret exchange before
+// deadline (auth.go).
+func (c *wireConn) authenticate(deadline time.Time, secret []byte) error {
+	c.SetDeadline(deadline)
+	if c.pr != nil {
+		c.pr.SetDeadline(deadline)
+	}
+	return authInitiator(c.r, c.Conn, secret)
 }
 
 // do runs one slice as a v2 request.

@@ -92,7 +92,7 @@ func TestRunSyncReusesOneConnection(t *testing.T) {
 	mem := make([]byte, 8192)
 	var mu sync.Mutex
 	var accepts atomic.Int32
-	p := newPeer(fakeTarget(t, base, mem, &mu, &accepts), 4, gpu.System(), func() {})
+	p := newPeer(fakeTarget(t, base, mem, &mu, &accepts), 4, gpu.System(), nil, func() {})
 	memAt := func(off, n int) []byte {
 		mu.Lock()
 		defer mu.Unlock()
@@ -139,7 +139,7 @@ func TestRunSyncReusesOneConnection(t *testing.T) {
 func TestRunSyncDeclinesWhileAllDirectConnectionsAreBusy(t *testing.T) {
 	var mu sync.Mutex
 	var accepts atomic.Int32
-	p := newPeer(fakeTarget(t, 1<<30, make([]byte, 4096), &mu, &accepts), 1, gpu.System(), func() {})
+	p := newPeer(fakeTarget(t, 1<<30, make([]byte, 4096), &mu, &accepts), 1, gpu.System(), nil, func() {})
 	defer p.Close()
 	buf := make([]byte, 64)
 	job := func() *transport.Job {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/gpu"
@@ -24,14 +25,27 @@ type Server struct {
 	memory  transport.Exposed
 	mem     *gpu.Memory   // stages registered device memory
 	timeout time.Duration // bounds the data phase of one request
+	// secret, when not nil, is the cluster secret every connection must
+	// prove it holds before its first request (auth.go); refused counts
+	// the connections that did not.
+	secret  []byte
+	refused atomic.Uint64
 }
 
 // NewServer returns a server for ln that serves requests into memory, each
-// data phase bounded by timeout, device memory staged through mem. Serve
-// starts it.
-func NewServer(ln net.Listener, memory transport.Exposed, mem *gpu.Memory, timeout time.Duration) *Server {
-	return &Server{Listener: conns.NewListener(ln), memory: memory, mem: mem, timeout: timeout}
+// data phase bounded by timeout, device memory staged through mem. With a
+// secret (LoadSecret), a connection is served only once its peer proved
+// it holds it. Serve starts it.
+func NewServer(ln net.Listener, memory transport.Exposed, mem *gpu.Memory, timeout time.Duration, secret []byte) *Server {
+	return &Server{Listener: conns.NewListener(ln), memory: memory, mem: mem, timeout: timeout, secret: secret}
 }
+
+// Refused counts the connections closed because their peer did not prove
+// it holds the cluster secret.
+func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// authTimeout bounds the exchange that authenticates a connection.
+const authTimeout = 10 * time.Second
 
 // Serve accepts and serves connections until Close.
 func (s *Server) Serve() { s.Listener.Serve(s.serveConn) }
@@ -44,6 +58,15 @@ func (s *Server) serveConn(conn net.Conn) {
 	}
 	rw := pollread.NewRawIO(conn)
 	p := &servedConn{conn: conn, w: rw, r: bufio.NewReaderSize(rw, frameReadBuffer)}
+	if s.secret != nil {
+		conn.SetDeadline(time.Now().Add(authTimeout))
+		if err := authTarget(p.r, p.w, s.secret); err != nil {
+			s.refused.Add(1)
+			slog.Debug("tcp: peer refused", "peer", conn.RemoteAddr(), "err", err)
+			return
+		}
+		conn.SetDeadline(time.Time{})
+	}
 	var hb [tcpHeaderSize]byte
 	for {
 		conn.SetReadDeadline(time.Time{}) // idle between requests

@@ -14,14 +14,17 @@ import (
 
 // Transport reaches any peer that publishes a TCP data port.
 type Transport struct {
-	lanes int         // connections per peer
-	mem   *gpu.Memory // stages device memory
+	lanes  int         // connections per peer
+	mem    *gpu.Memory // stages device memory
+	secret []byte      // the cluster secret, nil for none (auth.go)
 }
 
 // NewTransport returns a transport that opens up to lanes connections per
-// peer and moves device memory through mem's pinned host chunks.
-func NewTransport(lanes int, mem *gpu.Memory) *Transport {
-	return &Transport{lanes: max(lanes, 1), mem: mem}
+// peer and moves device memory through mem's pinned host chunks. With a
+// secret (LoadSecret), every connection first proves it holds the secret
+// and checks that the peer does.
+func NewTransport(lanes int, mem *gpu.Memory, secret []byte) *Transport {
+	return &Transport{lanes: max(lanes, 1), mem: mem, secret: secret}
 }
 
 // Name is "tcp".
@@ -33,7 +36,7 @@ func (*Transport) Reaches(p transport.Peer) bool { return p.Desc.TCPDataPort > 0
 // Connect returns the peer's connection pool; connections are dialled on
 // first use.
 func (t *Transport) Connect(p transport.Peer) (transport.Conn, error) {
-	return newPeer(dataAddr(p), t.lanes, t.mem, p.Invalidate), nil
+	return newPeer(dataAddr(p), t.lanes, t.mem, t.secret, p.Invalidate), nil
 }
 
 func dataAddr(p transport.Peer) string {

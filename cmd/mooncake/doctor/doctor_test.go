@@ -164,6 +164,22 @@ func TestEnvCheck(t *testing.T) {
 	}
 }
 
+// The doctor says a secret variable is set, never what it holds.
+func TestEnvCheckHidesSecrets(t *testing.T) {
+	const value = "the-secret-value-0123456789"
+	for _, name := range []string{"MC_TE_SECRET", "MC_TENANT_TOKEN", "MC_PG_COORDINATOR_SECRET"} {
+		rs := checkEnv(environ{name: value})
+		if len(rs) != 1 || rs[0].Status != OK || !strings.Contains(rs[0].Message, name+" (set; a secret, not shown)") {
+			t.Errorf("%s: %+v", name, rs)
+		}
+		for _, r := range rs {
+			if strings.Contains(r.Message+r.Fix, value) {
+				t.Errorf("%s: the doctor shows the secret: %+v", name, r)
+			}
+		}
+	}
+}
+
 func TestPortRangeExhausted(t *testing.T) {
 	listening := map[int]string{15000: "1", 15001: "2"}
 	env := environ{"MC_MIN_RPC_PORT": "15000", "MC_MAX_RPC_PORT": "15001"}

@@ -62,6 +62,8 @@ func checkEnv(e environ) []Result {
 				"unset it, or see docs/doctor.md for what Mooncake-Go offers instead"))
 		case value == "":
 			good = append(good, name+" (empty: default)")
+		case v.Secret && v.Validate(value) == nil:
+			good = append(good, name+" (set; a secret, not shown)")
 		default:
 			if err := v.Validate(value); err != nil {
 				fix := "set it to a valid value or unset it"
