@@ -221,7 +221,7 @@ func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAC
 		return err
 	}
 	r.mu.Lock()
-	r.w = newOplogWriter(cli, prefix, viewKey, viewRev, r.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogRetryTimeout,
+	r.w = newOplogWriter(cli, prefix, viewKey, viewRev, r.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogPipelineDepth, cfg.OplogRetryTimeout,
 		func(err error) {
 			r.s.leader.Store(false)
 			onFail(err)
