@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -291,6 +292,9 @@ func TestOplogStandbyRestoredWhileTheLeaderWrites(t *testing.T) {
 	})
 	if r, err := cli.Get(ctx, oplogKey(OplogPrefix(cluster), 1)); err != nil || len(r.Kvs) != 0 {
 		t.Fatalf("batch 1 still in etcd (%v %v): the standby need not have started from the snapshot", r, err)
+	}
+	if m, want := adminGet(t, b.Server, "/metrics"), fmt.Sprintf("\nmaster_oplog_applied_batch %d\n", a.Server.rep.appliedSeq()); !strings.Contains(m, want) {
+		t.Fatalf("/metrics of the standby lacks %q", want)
 	}
 	if want, got := dumpState(a.Server), dumpState(b.Server); !reflect.DeepEqual(got, want) {
 		t.Fatalf("standby state differs from the leader's:\nleader  %+v\nstandby %+v", want, got)
