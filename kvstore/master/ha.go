@@ -70,6 +70,8 @@ type HAConfig struct {
 	OplogBatchMaxEntries int
 	// OplogPipelineDepth is how many batches the leader writes to etcd at
 	// once (--oplog_pipeline_depth); DefaultOplogPipelineDepth when zero.
+	// More than one hides etcd's latency when it, not etcd's CPU, is the
+	// limit (docs/store-durability.md).
 	OplogPipelineDepth int
 	// OplogRetryTimeout is how long a batch write retries etcd errors
 	// before the leader gives up its leadership
@@ -86,7 +88,7 @@ type HAConfig struct {
 // Defaults of the oplog settings (upstream's flag defaults).
 const (
 	DefaultOplogBatchMaxEntries = 1000
-	DefaultOplogPipelineDepth   = 8
+	DefaultOplogPipelineDepth   = 1
 	DefaultOplogRetryTimeout    = 10 * time.Second
 	DefaultOplogPollInterval    = time.Second
 )

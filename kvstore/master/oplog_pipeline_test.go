@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,72 +21,113 @@ import (
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
-// TestOplogBatchNeverLandsBeforeItsPredecessor: with several batches in
-// flight etcd may take them in any order; a batch whose predecessor is
-// not in etcd yet is refused, waits for it and lands after it, and fails
-// if the predecessor fails, so the log never has a gap.
-func TestOplogBatchNeverLandsBeforeItsPredecessor(t *testing.T) {
-	cli := etcdClient(t, testutil.StartEtcd(t))
+// TestOplogOrphansAfterAGapAreNeverApplied: a leader with several batches
+// in flight can die with a later batch in etcd and an earlier one not (a
+// gap). A replica applies the log up to the gap only, whether it reads
+// it or watches it; the next leader's first batch fills the gap and
+// deletes the orphans after it, and the replica goes on with the new
+// batches, never the orphans.
+func TestOplogOrphansAfterAGapAreNeverApplied(t *testing.T) {
+	ep := testutil.StartEtcd(t)
+	cli := etcdClient(t, ep)
 	ctx := context.Background()
-	view, err := cli.Put(ctx, "view", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &oplogWriter{cli: cli, prefix: "log/", headKey: HeadKey("log/"), viewKey: "view",
-		viewRev: view.Header.Revision, retry: 5 * time.Second}
-	exists := func(seq uint64) bool {
+	const prefix = "log/"
+	put := func(seq uint64, ns ...uint64) {
 		t.Helper()
-		r, err := cli.Get(ctx, oplogKey("log/", seq))
+		var enc []byte
+		for _, n := range ns {
+			enc = appendEntry(enc, &entry{kind: entryEvictTick, n: n, now: time.Now()})
+		}
+		if _, err := cli.Put(ctx, oplogKey(prefix, seq), string(encodeBatch(seq, len(ns), enc))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The dead leader's log: batches 1 and 2 acknowledged, 3 lost, 4 and
+	// 5 orphans.
+	put(1, 0, 1)
+	put(2, 2)
+	put(4, 10)
+	put(5, 11)
+	replica := func() *replication {
+		s, err := NewServer(Options{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(r.Kvs) > 0
+		s.EnableOplog()
+		return s.rep
 	}
-	val := func(seq uint64) []byte { return encodeBatch(seq, 0, nil) }
+	position := func(r *replication) (uint64, uint64) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.lastSeq, r.nextN
+	}
+	// A replica that reads the log (a promotion does) stops at the gap.
+	next := replica()
+	if _, err := next.catchUp(ctx, cli, prefix); err != nil {
+		t.Fatalf("catch up over a gap: %v", err)
+	}
+	if seq, n := position(next); seq != 2 || n != 3 {
+		t.Fatalf("after reading the log: batch %d, entry %d; want 2, 3 (nothing past the gap)", seq, n)
+	}
+	if next.resets.Load() != 0 {
+		t.Fatal("a gap was taken for the log's compaction")
+	}
+	// A standby that follows the log stops there too.
+	standby := replica()
+	stop := standby.startTail(cli, prefix, time.Hour)
+	defer stop()
+	testutil.WaitUntil(t, 10*time.Second, "the standby to apply batch 2", func() bool {
+		seq, _ := position(standby)
+		return seq == 2
+	})
 
-	// Batch 2 goes first; batch 1 is still on its way.
-	prev := &commitTicket{done: make(chan struct{})}
-	second := make(chan error, 1)
-	go func() { second <- w.commit(2, val(2), prev) }()
-	time.Sleep(100 * time.Millisecond) // let batch 2's transaction reach etcd first
-	if exists(2) {
-		t.Fatal("batch 2 landed before batch 1")
+	// The next leader writes at the gap; the orphans go.
+	view, err := cli.Put(ctx, "view", "next")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := w.commit(1, val(1), nil); err != nil {
-		t.Fatalf("batch 1: %v", err)
+	w := newOplogWriter(cli, prefix, "view", view.Header.Revision, 2, 100, 4, 5*time.Second, func(error) {})
+	defer w.close()
+	for n := uint64(3); n < 6; n++ {
+		if err := w.append(&entry{kind: entryEvictTick, n: n, now: time.Now()}).wait(ctx); err != nil {
+			t.Fatalf("entry %d: %v", n, err)
+		}
 	}
-	close(prev.done)
-	if err := <-second; err != nil {
-		t.Fatalf("batch 2 after batch 1 landed: %v", err)
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !exists(1) || !exists(2) {
-		t.Fatal("batches 1 and 2 are not both in etcd")
+	for i, kv := range resp.Kvs {
+		b, err := decodeBatch(kv.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range b.entries {
+			if e.n >= 10 {
+				t.Fatalf("orphan entry %d still in batch %s", e.n, kv.Key)
+			}
+		}
+		if seq, _ := oplogSeq(prefix, string(kv.Key)); seq != uint64(i+1) {
+			t.Fatalf("batch %d at position %d", seq, i)
+		}
 	}
-	if r, err := cli.Get(ctx, HeadKey("log/")); err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "2" {
-		t.Fatalf("head key: %v %v, want 2", r, err)
-	}
-
-	// Batch 4 goes while batch 3 fails: batch 4 fails too, and is not in
-	// etcd.
-	prev = &commitTicket{done: make(chan struct{})}
-	fourth := make(chan error, 1)
-	go func() { fourth <- w.commit(4, val(4), prev) }()
-	prev.err = errFenced
-	close(prev.done)
-	if err := <-fourth; !errors.Is(err, errFenced) {
-		t.Fatalf("batch 4 after batch 3 failed: %v, want errFenced", err)
-	}
-	if exists(4) {
-		t.Fatal("batch 4 landed though batch 3 never did")
+	wantSeq := w.appliedSeqForTest()
+	testutil.WaitUntil(t, 10*time.Second, "the standby to apply the new leader's batches", func() bool {
+		seq, _ := position(standby)
+		return seq == wantSeq
+	})
+	if _, n := position(standby); n != 6 {
+		t.Fatalf("standby at entry %d, want 6: it applied an orphan or missed a batch", n)
 	}
 }
 
 // TestOplogPipelinedWriterFencedMidStream runs many appenders against a
 // writer with batches in flight and takes the election key away in the
 // middle, as a successor does after the leader's kill -9: the log in
-// etcd has no gap, holds every entry at most once and in order, holds
-// every acknowledged entry, and the acknowledged entries are a prefix
-// of the log whose onDurable ran in log order.
+// etcd up to its first gap holds every entry at most once and in order
+// and every acknowledged entry; the acknowledged entries are a prefix of
+// it whose onDurable ran in log order; and the successor's first batch
+// removes the orphans after the gap.
 func TestOplogPipelinedWriterFencedMidStream(t *testing.T) {
 	cli := etcdClient(t, testutil.StartEtcd(t))
 	ctx := context.Background()
@@ -142,16 +182,19 @@ func TestOplogPipelinedWriterFencedMidStream(t *testing.T) {
 		t.Fatalf("onFail: %v", err)
 	}
 
+	// What a successor applies: the log up to its first gap.
 	resp, err := cli.Get(ctx, "log/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logged []uint64
+	var prefixEnd uint64
 	for i, kv := range resp.Kvs {
 		seq, ok := oplogSeq("log/", string(kv.Key))
 		if !ok || seq != uint64(i+1) {
-			t.Fatalf("key %q at position %d: the log has a gap", kv.Key, i)
+			break // a gap: the batches after it are orphans
 		}
+		prefixEnd = seq
 		b, err := decodeBatch(kv.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +213,7 @@ func TestOplogPipelinedWriterFencedMidStream(t *testing.T) {
 		if acked[n].Load() {
 			nAcked++
 			if n >= len(logged) {
-				t.Fatalf("entry %d was acknowledged but is not in the log (%d entries)", n, len(logged))
+				t.Fatalf("entry %d was acknowledged but is not in the log up to its first gap (%d entries)", n, len(logged))
 			}
 		}
 	}
@@ -182,11 +225,27 @@ func TestOplogPipelinedWriterFencedMidStream(t *testing.T) {
 	if nAcked == 0 || nAcked == appenders*each {
 		t.Fatalf("%d of %d entries acknowledged: the key never changed hands mid-stream", nAcked, appenders*each)
 	}
-	if want := logged[:nAcked]; !reflect.DeepEqual(durable, want) && !(len(durable) == 0 && len(want) == 0) {
+	durableMu.Lock()
+	defer durableMu.Unlock()
+	if want := logged[:nAcked]; !reflect.DeepEqual(durable, want) {
 		t.Fatalf("onDurable ran for %v, want the acknowledged entries %v in order", durable, want)
 	}
-	if r, err := cli.Get(ctx, HeadKey("log/")); err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != strconv.Itoa(len(resp.Kvs)) {
-		t.Fatalf("head key %v %v, want %d", r, err, len(resp.Kvs))
+	// The successor's first batch lands at the gap and clears the rest.
+	view2, err := cli.Get(ctx, "view")
+	if err != nil || len(view2.Kvs) != 1 {
+		t.Fatalf("view key: %v %v", view2, err)
+	}
+	w2 := newOplogWriter(cli, "log/", "view", view2.Kvs[0].CreateRevision, prefixEnd, 10, 8, 5*time.Second, func(error) {})
+	defer w2.close()
+	if err := w2.append(&entry{kind: entryClientTick, n: uint64(len(logged)), now: time.Now()}).wait(ctx); err != nil {
+		t.Fatalf("the successor's first batch: %v", err)
+	}
+	after, err := cli.Get(ctx, "log/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := uint64(len(after.Kvs)); got != prefixEnd+1 {
+		t.Fatalf("%d batches after the successor's first, want %d: orphans left", got, prefixEnd+1)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +16,18 @@ import (
 // be written under its leadership: another master took over, or etcd
 // stayed unreachable past the retry timeout. Nothing is written after it.
 var errFenced = errors.New("oplog: leadership lost before the change was durable")
+
+// orphanRange is the key range of the batches after seq: [from, to).
+func orphanRange(prefix string, seq uint64) (from, to string) {
+	return oplogKey(prefix, seq+1), clientv3.GetPrefixRangeEnd(prefix)
+}
+
+// errEtcdFull is why a batch failed when etcd refused it for want of
+// space: its database reached --quota-backend-bytes and it raised the
+// NOSPACE alarm. Retrying cannot help until an operator frees space.
+var errEtcdFull = errors.New("etcd is out of space (its database reached --quota-backend-bytes; NOSPACE alarm): " +
+	"compact and defragment etcd, then disarm the alarm (etcdctl compact, defrag, alarm disarm); " +
+	"the masters elect a leader again by themselves")
 
 // commitTicket is shared by the entries of one batch: done closes when the
 // batch is durable in etcd (err nil) or will never be (err set).
@@ -56,20 +66,20 @@ type pendingBatch struct {
 // strictly in log order.
 //
 // Each batch is put with a transaction that succeeds only while the
-// election key still has the revision this leader created it at, only
-// if the batch's key is new, and, after the first batch of the writer,
-// only if the log's head key (headKey) names the batch before it; the
-// transaction moves the head to the batch. So a deposed leader cannot
-// append, no batch is ever overwritten, and a batch never lands before
-// its predecessor: the log in etcd has no gaps, whatever order etcd
-// applies the transactions in flight. A batch that etcd took before its
-// predecessor is refused and written again once the predecessor landed.
-// The first batch that fails fails every later one (errFenced), even one
-// that landed, and calls onFail once.
+// election key still has the revision this leader created it at, and only
+// if the batch's key is new: a deposed leader cannot append, and no batch
+// is ever overwritten. etcd may apply the transactions in flight in any
+// order, so a batch can land while one before it never does (the leader
+// is fenced or etcd fails in between): the log then has a gap, and the
+// batches after it are orphans. No orphan was acknowledged (settlement
+// is in order and stops at the first failure), no reader applies past a
+// gap (applyBatch), and the next leader's first batch, written at the
+// gap, deletes the orphans in the same transaction (orphanRange). The
+// first batch that fails fails every later one, even one that landed,
+// and calls onFail once.
 type oplogWriter struct {
 	cli        *clientv3.Client
 	prefix     string
-	headKey    string
 	viewKey    string
 	viewRev    int64
 	maxEntries int
@@ -93,17 +103,12 @@ type oplogWriter struct {
 	closed  bool
 }
 
-// HeadKey is the etcd key naming the last batch of the oplog under
-// prefix (OplogPrefix): "mooncake-store/<cluster_id>/oplog_head". It is
-// outside the prefix, so that readers of the log never see it.
-func HeadKey(prefix string) string { return strings.TrimSuffix(prefix, "/") + "_head" }
-
 // newOplogWriter starts a writer that continues the log after batch seq
 // with up to depth batches in flight.
 func newOplogWriter(cli *clientv3.Client, prefix, viewKey string, viewRev int64, seq uint64,
 	maxEntries, depth int, retry time.Duration, onFail func(error)) *oplogWriter {
 	w := &oplogWriter{
-		cli: cli, prefix: prefix, headKey: HeadKey(prefix), viewKey: viewKey, viewRev: viewRev,
+		cli: cli, prefix: prefix, viewKey: viewKey, viewRev: viewRev,
 		seq: seq, first: seq + 1, next: seq,
 		maxEntries: max(maxEntries, 1), depth: max(depth, 1), retry: retry, onFail: onFail,
 		stopped: make(chan struct{}),
@@ -168,13 +173,15 @@ func (w *oplogWriter) close() {
 }
 
 // run hands the oldest queued batch to a flight whenever fewer than depth
-// are in flight. Once the writer is closed or failed it waits for the
+// are in flight, and the writer's first batch has landed. Once the writer is closed or failed it waits for the
 // flights to settle and fails what is still queued.
 func (w *oplogWriter) run() {
 	defer close(w.stopped)
 	w.mu.Lock()
 	for {
-		for !w.closed && w.failed == nil && (len(w.queue) == 0 || w.flying >= w.depth) {
+		// The first batch flies alone: it deletes every batch after it.
+		for !w.closed && w.failed == nil &&
+			(len(w.queue) == 0 || w.flying >= w.depth || (w.flying > 0 && w.seq < w.first)) {
 			w.cond.Wait()
 		}
 		if w.closed || w.failed != nil {
@@ -194,18 +201,19 @@ func (w *oplogWriter) run() {
 		}
 		w.last = b.ticket
 		w.flying++
-		go w.fly(w.next, b, prev)
+		go w.fly(w.next, b, prev, w.next == w.first)
 	}
 }
 
 // fly writes batch seq and settles it once its predecessor (prev's
-// batch, nil for the writer's first) has settled.
-func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *commitTicket) {
-	err := w.commit(seq, encodeBatch(seq, b.count, b.entries), prev)
+// batch, nil for the writer's first) has settled. The writer's first
+// batch also deletes the orphans a deposed leader left after it.
+func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *commitTicket, first bool) {
+	err := w.commit(seq, encodeBatch(seq, b.count, b.entries), first)
 	if prev != nil {
 		<-prev.done
-		if prev.err != nil && err == nil {
-			err = fmt.Errorf("%w: batch %d follows one that failed", errFenced, seq)
+		if prev.err != nil {
+			err = prev.err // the first failure's cause, for every later batch
 		}
 	}
 	w.mu.Lock()
@@ -253,8 +261,8 @@ func (w *oplogWriter) cut() (uint64, *commitTicket, error) {
 	return w.seq, nil, nil
 }
 
-// failAll settles every queued batch with errFenced and marks the writer
-// failed with err.
+// failAll marks the writer failed with err, unless it failed already,
+// and settles every queued batch with the failure.
 func (w *oplogWriter) failAll(err error) {
 	w.mu.Lock()
 	q := w.queue
@@ -262,60 +270,47 @@ func (w *oplogWriter) failAll(err error) {
 	if w.failed == nil {
 		w.failed = err
 	}
+	err = w.failed
 	w.mu.Unlock()
 	for _, b := range q {
-		b.ticket.err = errFenced
+		b.ticket.err = err
 		close(b.ticket.done)
 	}
 }
 
 // commit writes batch seq under the leadership condition, retrying etcd
 // errors until the retry timeout. A retry whose earlier attempt did land
-// finds its own bytes at the key and counts as success. A batch after
-// the writer's first (prev not nil) also needs the head key to name its
-// predecessor; refused for that alone, it waits for the predecessor to
-// settle and is written again, or fails with it.
-func (w *oplogWriter) commit(seq uint64, val []byte, prev *commitTicket) error {
+// finds its own bytes at the key and counts as success. The writer's
+// first batch (first) deletes every batch after it in the same
+// transaction: those are orphans of a deposed leader, never acknowledged.
+func (w *oplogWriter) commit(seq uint64, val []byte, first bool) error {
 	key := oplogKey(w.prefix, seq)
-	conds := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(w.viewKey), "=", w.viewRev),
-		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-	}
-	if prev != nil {
-		conds = append(conds, clientv3.Compare(clientv3.Value(w.headKey), "=", strconv.FormatUint(seq-1, 10)))
+	ops := []clientv3.Op{clientv3.OpPut(key, string(val))}
+	if first {
+		from, to := orphanRange(w.prefix, seq)
+		ops = append(ops, clientv3.OpDelete(from, clientv3.WithRange(to)))
 	}
 	deadline := time.Now().Add(w.retry)
-	waited := false
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		resp, err := w.cli.Txn(ctx).
-			If(conds...).
-			Then(clientv3.OpPut(key, string(val)), clientv3.OpPut(w.headKey, strconv.FormatUint(seq, 10))).
-			Else(clientv3.OpGet(key), clientv3.OpGet(w.viewKey, clientv3.WithKeysOnly())).
+			If(clientv3.Compare(clientv3.CreateRevision(w.viewKey), "=", w.viewRev),
+				clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(ops...).
+			Else(clientv3.OpGet(key)).
 			Commit()
 		cancel()
 		if err == nil {
 			if resp.Succeeded {
 				return nil
 			}
-			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-				if bytes.Equal(kvs[0].Value, val) {
-					return nil
-				}
-				return fmt.Errorf("%w: batch %d refused (another master wrote it)", errFenced, seq)
+			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && bytes.Equal(kvs[0].Value, val) {
+				return nil
 			}
-			view := resp.Responses[1].GetResponseRange().GetKvs()
-			if len(view) == 0 || view[0].CreateRevision != w.viewRev || prev == nil || waited {
-				return fmt.Errorf("%w: batch %d refused (the election key is no longer ours)", errFenced, seq)
-			}
-			// Only the head differs: etcd took this batch before the one
-			// before it.
-			<-prev.done
-			if prev.err != nil {
-				return fmt.Errorf("%w: batch %d follows one that failed", errFenced, seq)
-			}
-			waited = true
-			continue
+			return fmt.Errorf("%w: batch %d refused (the election key is no longer ours)", errFenced, seq)
+		}
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			return fmt.Errorf("%w: batch %d: %w", errFenced, seq, errEtcdFull)
 		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// Retrying cannot help: the batch is in the leader's state
