@@ -374,6 +374,7 @@ class System:
         self.tmp = tmp
         self.master = master
         self.oplog = False  # ours-oplog: HA masters with --enable_oplog on an etcd of their own
+        self.oplog_flags: list[str] = []  # more flags for those masters (--oplog-flags)
         self.events = False  # ours-events: --enable_kv_events and a subscriber
 
     def start_store(self, rpc: int, meta: int, admin: int) -> None:
@@ -382,7 +383,7 @@ class System:
         master_addr = f"{LOOPBACK}:{rpc}"
         if self.oplog:
             etcd = self.start_etcd()
-            ha = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"]
+            ha = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}", *self.oplog_flags]
             master_addr = f"etcd://{etcd}"
         pub, rep = free_port(), free_port()
         if self.events:
@@ -650,6 +651,12 @@ def main() -> None:
         default=1,
         help="run every system this many times, interleaved (rows named SYSTEM#ROUND)",
     )
+    ap.add_argument(
+        "--oplog-flags",
+        default="",
+        help="more mooncake_master flags for ours-oplog, space-separated "
+        "(e.g. --oplog_pipeline_depth=4)",
+    )
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
     ap.add_argument("--load-test", action="store_true", help="run the mixed master load test")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "bench-out"))
@@ -739,6 +746,8 @@ def main() -> None:
                 label = f"{name}#{rnd}" if a.rounds > 1 else name
                 s = System(label, py, master, env, procs, tmp)
                 s.oplog = name in ("ours-oplog", "upstream-oplog")
+                if name == "ours-oplog":
+                    s.oplog_flags = a.oplog_flags.split()
                 s.events = name == "ours-events"
                 if master:
                     s.start_store(free_port(), free_port(), free_port())
