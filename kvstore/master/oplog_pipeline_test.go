@@ -368,3 +368,33 @@ func TestOplogStandbyRestoredWhileTheLeaderWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestOplogStandbyClosesAGapWhoseBatchesLandedOutOfOrder: a standby that
+// starts while batch 2 is missing and batch 4 landed before batch 3
+// applies 2, 3 and 4 once 2 lands, without waiting for its periodic read
+// of the log.
+func TestOplogStandbyClosesAGapWhoseBatchesLandedOutOfOrder(t *testing.T) {
+	cli := etcdClient(t, testutil.StartEtcd(t))
+	ctx := context.Background()
+	const prefix = "log/"
+	put := func(seq uint64) {
+		t.Helper()
+		enc := appendEntry(nil, &entry{kind: entryEvictTick, n: seq - 1, now: time.Now()})
+		if _, err := cli.Put(ctx, oplogKey(prefix, seq), string(encodeBatch(seq, 1, enc))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1)
+	put(4)
+	put(3)
+	s, err := NewServer(Options{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnableOplog()
+	stop := s.rep.startTail(cli, prefix, time.Hour)
+	defer stop()
+	testutil.WaitUntil(t, 10*time.Second, "the standby to apply batch 1", func() bool { return s.rep.appliedSeq() == 1 })
+	put(2)
+	testutil.WaitUntil(t, 10*time.Second, "the standby to apply batches 2 to 4", func() bool { return s.rep.appliedSeq() == 4 })
+}

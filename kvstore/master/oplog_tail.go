@@ -125,11 +125,16 @@ func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix
 			r.resets.Add(1)
 			continue
 		}
-		for _, kv := range batches.GetKvs() {
+		kvs := batches.GetKvs()
+		for i, kv := range kvs {
 			if err := r.applyBatch(prefix, kv.Key, kv.Value); errors.Is(err, errLogGap) {
-				// Applied up to the gap. The watch from the revision of the
-				// batch after it delivers it again once the gap closes.
-				return kv.ModRevision - 1, nil
+				// Applied up to the gap. The watch from the oldest revision
+				// among the batches after it delivers them again.
+				rev := kv.ModRevision
+				for _, later := range kvs[i:] {
+					rev = min(rev, later.ModRevision)
+				}
+				return rev - 1, nil
 			} else if err != nil {
 				return 0, err
 			}
