@@ -173,8 +173,9 @@ func (w *oplogWriter) close() {
 }
 
 // run hands the oldest queued batch to a flight whenever fewer than depth
-// are in flight, and the writer's first batch has landed. Once the writer is closed or failed it waits for the
-// flights to settle and fails what is still queued.
+// are in flight and the writer's first batch has landed. Once the writer
+// is closed or failed it waits for the flights to settle and fails what
+// is still queued.
 func (w *oplogWriter) run() {
 	defer close(w.stopped)
 	w.mu.Lock()
