@@ -18,6 +18,9 @@ Systems, each measured with the same worker code and the same processes:
   call waits for its batch to be durable in etcd. Compare it with ``ours``
   on ``put:4K`` and ``remove:4K`` (``--systems ours,ours-oplog --cases
   put:4K,remove:4K --clients 1,4``).
+* ``upstream-oplog``: upstream's ``mooncake_master`` from ``--upstream-venv`` the
+  same way (``--enable_ha --enable_oplog``, a leader and a standby on an etcd of
+  their own, clients following ``etcd://``).
 * ``ours-events``: ours with the KV cache event publisher on
   (``--enable_kv_events`` with a replay endpoint) and one pyzmq subscriber
   draining it; compare it with ``ours`` on ``put:4K`` and ``remove:4K``
@@ -77,6 +80,12 @@ PRELOAD = {4 * KIB: 1024, 64 * KIB: 256, MIB: 32, 16 * MIB: 4}
 SMALL_CASES = ["exist", "batch_exist", "get:4K", "put:4K", "get:64K", "put:64K"]
 BATCH_CASES = ["get_batch:4K", "put_batch:4K", "put_from:64B"]
 LARGE_CASES = ["get:1M", "put:1M", "get:16M", "put:16M"]
+# Ratios of calls/s the report adds as columns, when both systems ran.
+RATIOS = [
+    ("ours", "upstream"),
+    ("ours-oplog", "ours"),
+    ("ours-oplog", "upstream-oplog"),
+]
 SIZES = {"64B": 64, "4K": 4 * KIB, "64K": 64 * KIB, "1M": MIB, "16M": 16 * MIB}
 PUT_CAP = 384 * MIB  # bytes one put case may write, over all workers
 LEASED = -706  # OBJECT_HAS_LEASE: a remove while a read lease is held
@@ -365,6 +374,7 @@ class System:
         self.tmp = tmp
         self.master = master
         self.oplog = False  # ours-oplog: HA masters with --enable_oplog on an etcd of their own
+        self.oplog_flags: list[str] = []  # more flags for those masters (--oplog-flags)
         self.events = False  # ours-events: --enable_kv_events and a subscriber
 
     def start_store(self, rpc: int, meta: int, admin: int) -> None:
@@ -373,7 +383,7 @@ class System:
         master_addr = f"{LOOPBACK}:{rpc}"
         if self.oplog:
             etcd = self.start_etcd()
-            ha = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"]
+            ha = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}", *self.oplog_flags]
             master_addr = f"etcd://{etcd}"
         pub, rep = free_port(), free_port()
         if self.events:
@@ -551,8 +561,9 @@ def report(rows: list[dict], out: Path, load: bool) -> None:
     head = f"{'clients':>7} {'case':<12}" + "".join(
         f" {s + ' calls/s':>18} {'p50 us':>8} {'p99 us':>8}" for s in systems
     )
-    if "upstream" in systems:
-        head += f" {'ours/upstream':>13}"
+    ratios = [(x, y) for x, y in RATIOS if x in systems and y in systems]
+    for x, y in ratios:
+        head += f" {x + '/' + y:>{max(13, len(x) + len(y) + 1)}}"
     print("\n" + head)
     for n, case in keys:
         line = f"{n:>7} {case:<12}"
@@ -563,12 +574,12 @@ def report(rows: list[dict], out: Path, load: bool) -> None:
                 if r
                 else f" {'-':>18} {'-':>8} {'-':>8}"
             )
-        if (
-            "upstream" in systems
-            and (u := by.get(("upstream", n, case)))
-            and (o := by.get(("ours", n, case)))
-        ):
-            line += f" {o['calls_s'] / max(1e-9, u['calls_s']):>13.2f}"
+        for x, y in ratios:
+            width = max(13, len(x) + len(y) + 1)
+            if (o := by.get((x, n, case))) and (u := by.get((y, n, case))):
+                line += f" {o['calls_s'] / max(1e-9, u['calls_s']):>{width}.2f}"
+            else:
+                line += f" {'-':>{width}}"
         print(line)
     print(
         f"\n{'system':<10} {'clients':>7} {'case':<12} {'server us/call':>14} {'switches':>8} "
@@ -640,6 +651,12 @@ def main() -> None:
         default=1,
         help="run every system this many times, interleaved (rows named SYSTEM#ROUND)",
     )
+    ap.add_argument(
+        "--oplog-flags",
+        default="",
+        help="more mooncake_master flags for ours-oplog, space-separated "
+        "(e.g. --oplog_pipeline_depth=4)",
+    )
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
     ap.add_argument("--load-test", action="store_true", help="run the mixed master load test")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "bench-out"))
@@ -692,14 +709,16 @@ def main() -> None:
         for v in a.variant:
             systems.append(("ours-" + variant_name(v), ours_py, ours_master, variant_env(v)))
         up = Path(a.upstream_venv) if a.upstream_venv else None
-        if "upstream" in wanted:
+        for name in ("upstream", "upstream-oplog"):
+            if name not in wanted:
+                continue
             if up and (up / "bin" / "mooncake_master").exists():
                 env = {
                     k: v for k, v in os.environ.items() if not k.startswith(("MOONCAKE_", "MC_"))
                 }
                 systems.append(
                     (
-                        "upstream",
+                        name,
                         str(up / "bin" / "python"),
                         str(up / "bin" / "mooncake_master"),
                         env,
@@ -707,7 +726,7 @@ def main() -> None:
                 )
             else:
                 print(
-                    "master_bench: no --upstream-venv with mooncake_master; upstream skipped",
+                    f"master_bench: no --upstream-venv with mooncake_master; {name} skipped",
                     flush=True,
                 )
         if "redis" in wanted and not a.load_test:
@@ -726,7 +745,9 @@ def main() -> None:
             for name, py, master, env in systems:
                 label = f"{name}#{rnd}" if a.rounds > 1 else name
                 s = System(label, py, master, env, procs, tmp)
-                s.oplog = name == "ours-oplog"
+                s.oplog = name in ("ours-oplog", "upstream-oplog")
+                if name == "ours-oplog":
+                    s.oplog_flags = a.oplog_flags.split()
                 s.events = name == "ours-events"
                 if master:
                     s.start_store(free_port(), free_port(), free_port())

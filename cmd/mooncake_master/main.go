@@ -61,6 +61,7 @@ type options struct {
 	clusterID                   string
 	enableOplog                 bool
 	oplogPollMs, oplogBatchMax  int
+	oplogPipelineDepth, haLease int
 	oplogRetrySec               int
 	snapshot                    snapshotOptions
 	snapshotConfig              *master.SnapshotConfig
@@ -115,6 +116,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.enableOplog, "enable_oplog", false, "with --enable_ha: replicate the metadata through an operation log in etcd; standbys apply it and a promoted one serves the same objects")
 	fs.IntVar(&o.oplogPollMs, "oplog_poll_interval_ms", int(master.DefaultOplogPollInterval/time.Millisecond), "how often a standby re-reads the oplog besides watching it, ms")
 	fs.IntVar(&o.oplogBatchMax, "oplog_batch_max_entries", master.DefaultOplogBatchMaxEntries, "most entries one oplog batch (one etcd transaction) carries")
+	fs.IntVar(&o.oplogPipelineDepth, "oplog_pipeline_depth", master.DefaultOplogPipelineDepth, "most oplog batches the leader writes to etcd at once (acknowledged in order)")
+	fs.IntVar(&o.haLease, "master_view_lease_ttl_sec", master.MasterViewLeaseTTL, "etcd lease of the master view key, seconds: a dead leader's key outlives it by up to this long, so it bounds failover (etcd grants no lease shorter than 1.5 election timeouts: 1.5 s with its defaults)")
 	fs.IntVar(&o.oplogRetrySec, "batch_oplog_retry_timeout_sec", int(master.DefaultOplogRetryTimeout/time.Second), "seconds an oplog batch write retries etcd errors before the leader steps down")
 	declareSnapshotFlags(fs, &o.snapshot)
 	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
@@ -207,8 +210,8 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.enableOplog && !o.enableHA {
 		return fail("--enable_oplog needs --enable_ha (the oplog lives in the HA backend, etcd)")
 	}
-	if o.oplogPollMs <= 0 || o.oplogBatchMax <= 0 || o.oplogRetrySec <= 0 {
-		return fail("--oplog_poll_interval_ms, --oplog_batch_max_entries and --batch_oplog_retry_timeout_sec must be positive")
+	if o.oplogPollMs <= 0 || o.oplogBatchMax <= 0 || o.oplogRetrySec <= 0 || o.oplogPipelineDepth <= 0 || o.haLease <= 0 {
+		return fail("--oplog_poll_interval_ms, --oplog_batch_max_entries, --oplog_pipeline_depth, --batch_oplog_retry_timeout_sec and --master_view_lease_ttl_sec must be positive")
 	}
 	if o.enableHA {
 		if o.haBackendType != "etcd" {
@@ -264,8 +267,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	if o.enableHA {
 		sc.HA = &master.HAConfig{
 			Endpoints: master.ParseEndpoints(o.haConnString), ClusterID: o.clusterID,
-			Advertise: rpcAddr, Grace: -1,
-			Oplog: o.enableOplog, OplogBatchMaxEntries: o.oplogBatchMax,
+			Advertise: rpcAddr, Grace: -1, LeaseTTL: o.haLease,
+			Oplog: o.enableOplog, OplogBatchMaxEntries: o.oplogBatchMax, OplogPipelineDepth: o.oplogPipelineDepth,
 			OplogRetryTimeout: time.Duration(o.oplogRetrySec) * time.Second,
 			OplogPollInterval: time.Duration(o.oplogPollMs) * time.Millisecond,
 			Snapshot:          o.snapshotConfig,

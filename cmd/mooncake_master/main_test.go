@@ -25,6 +25,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
@@ -79,6 +80,8 @@ func TestBadArguments(t *testing.T) {
 		{"--enable_ha", "--etcd_endpoints=x:1", "--ha_backend_type=redis"},
 		{"--enable_oplog"},
 		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--oplog_batch_max_entries=0"},
+		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--oplog_pipeline_depth=0"},
+		{"--enable_ha", "--etcd_endpoints=x:1", "--master_view_lease_ttl_sec=0"},
 		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot"}, // no MOONCAKE_SNAPSHOT_LOCAL_PATH
 		{"--enable_ha", "--etcd_endpoints=x:1", "--enable_snapshot_restore"},           // no oplog
 		{"--snapshot_object_store_type=s3"},
@@ -135,7 +138,13 @@ func TestParseForms(t *testing.T) {
 			"--oplog_batch_max_entries=10", "--batch_oplog_retry_timeout_sec=3"}, func(o *options) bool {
 			return o.enableOplog && o.oplogPollMs == 50 && o.oplogBatchMax == 10 && o.oplogRetrySec == 3
 		}},
-		{nil, func(o *options) bool { return !o.enableOplog }},
+		{nil, func(o *options) bool {
+			return !o.enableOplog && o.haLease == master.MasterViewLeaseTTL && o.oplogPipelineDepth == master.DefaultOplogPipelineDepth
+		}},
+		{[]string{"--enable_ha", "--ha_backend_connstring=h:1", "--enable_oplog", "--oplog_pipeline_depth=2",
+			"--master_view_lease_ttl_sec=1"}, func(o *options) bool {
+			return o.oplogPipelineDepth == 2 && o.haLease == 1
+		}},
 		{[]string{"--enable_multi_tenants=true"}, func(o *options) bool { return o.cfg.MultiTenant }},
 		{nil, func(o *options) bool {
 			return !o.cfg.FS.Enabled() && o.cfg.FS.GlobalFileSegmentSize == math.MaxInt64 && o.cfg.FS.ClusterID == "from_env"

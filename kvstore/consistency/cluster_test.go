@@ -187,6 +187,9 @@ func startCluster(t *testing.T, masters, storage int, su setup) *cluster {
 			"--rpc_address=127.0.0.1", "--rpc_port=" + strconv.Itoa(ports[0]),
 			"--metrics_host=127.0.0.1", "--metrics_port=" + strconv.Itoa(ports[1]),
 			"--enable_metric_reporting=false",
+			// Several oplog batches in flight: the history is checked
+			// over the pipelined log, gaps and orphans included.
+			"--oplog_pipeline_depth=8",
 			// Short read leases, so that removes are not refused most
 			// of the time (a remove is not forced).
 			"--default_kv_lease_ttl=50",

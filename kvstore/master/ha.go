@@ -68,6 +68,11 @@ type HAConfig struct {
 	// OplogBatchMaxEntries caps the entries of one batch
 	// (--oplog_batch_max_entries).
 	OplogBatchMaxEntries int
+	// OplogPipelineDepth is how many batches the leader writes to etcd at
+	// once (--oplog_pipeline_depth); DefaultOplogPipelineDepth when zero.
+	// More than one hides etcd's latency when it, not etcd's CPU, is the
+	// limit (docs/store-durability.md).
+	OplogPipelineDepth int
 	// OplogRetryTimeout is how long a batch write retries etcd errors
 	// before the leader gives up its leadership
 	// (--batch_oplog_retry_timeout_sec).
@@ -83,6 +88,7 @@ type HAConfig struct {
 // Defaults of the oplog settings (upstream's flag defaults).
 const (
 	DefaultOplogBatchMaxEntries = 1000
+	DefaultOplogPipelineDepth   = 1
 	DefaultOplogRetryTimeout    = 10 * time.Second
 	DefaultOplogPollInterval    = time.Second
 )
@@ -125,6 +131,9 @@ func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logge
 	if srv.rep != nil {
 		if cfg.OplogBatchMaxEntries <= 0 {
 			e.cfg.OplogBatchMaxEntries = DefaultOplogBatchMaxEntries
+		}
+		if cfg.OplogPipelineDepth <= 0 {
+			e.cfg.OplogPipelineDepth = DefaultOplogPipelineDepth
 		}
 		if cfg.OplogRetryTimeout <= 0 {
 			e.cfg.OplogRetryTimeout = DefaultOplogRetryTimeout

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,15 @@ import (
 // leadership (or etcd) before the change was durable. The client's
 // library reports RPC_FAIL; a retry reaches the new leader.
 var errNotDurable = status.Error(codes.Unavailable, "mooncake_master: leadership lost before the change was durable; retry")
+
+// notDurable is the answer to a call whose batch failed with err: the
+// cause when an operator must act (etcd full), else errNotDurable.
+func notDurable(err error) error {
+	if errors.Is(err, errEtcdFull) {
+		return status.Error(codes.Unavailable, "mooncake_master: the change is not durable: "+errEtcdFull.Error())
+	}
+	return errNotDurable
+}
 
 // replayKey marks the context of a call replayed from the log.
 type replayKey struct{}
@@ -237,7 +247,7 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	}
 	r.mu.Unlock()
 	if err := t.wait(ctx); err != nil {
-		return nil, errNotDurable
+		return nil, notDurable(err)
 	}
 	return resp, herr
 }

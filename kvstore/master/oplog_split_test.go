@@ -89,7 +89,7 @@ func TestLargeEntryGoesInPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 5*time.Second, func(error) {})
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 4, 5*time.Second, func(error) {})
 	defer w.close()
 	var durable atomic.Int32
 	small := &entry{kind: entryClientTick, n: 0, now: time.Unix(1, 0)}
@@ -435,7 +435,7 @@ func TestWriterDoesNotRetryABatchEtcdRefusesAsTooLarge(t *testing.T) {
 	failed := make(chan error, 1)
 	// Retried, the batch would keep failing for a minute and a half, well
 	// past ctx (close waits for it).
-	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 90*time.Second, func(err error) { failed <- err })
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 4, 90*time.Second, func(err error) { failed <- err })
 	defer w.close()
 	err = w.append(&entry{kind: entryRPC, n: 0, now: time.Now(), name: "/m/M", payload: make([]byte, 100_000)}).wait(ctx)
 	if !errors.Is(err, errFenced) || !strings.Contains(err.Error(), "larger than etcd accepts") {

@@ -57,4 +57,6 @@ func (s *Server) writeOplogMetrics(w io.Writer) {
 		"# TYPE master_oplog_stale gauge\nmaster_oplog_stale %d\n", stale)
 	fmt.Fprintf(w, "# HELP master_oplog_snapshot_resets_total Times this standby fell behind the oplog's compaction and started again from a snapshot.\n"+
 		"# TYPE master_oplog_snapshot_resets_total counter\nmaster_oplog_snapshot_resets_total %d\n", s.rep.resets.Load())
+	fmt.Fprintf(w, "# HELP master_oplog_applied_batch The last oplog batch this master applied (standby) or had durable in etcd (leader); a standby's lag is the leader's value minus its own.\n"+
+		"# TYPE master_oplog_applied_batch gauge\nmaster_oplog_applied_batch %d\n", s.rep.appliedSeq())
 }

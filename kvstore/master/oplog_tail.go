@@ -15,7 +15,10 @@ import (
 // with a periodic read as a safety net), and turns a standby into the
 // leader once it has applied the whole log.
 
-// errLogGap means a batch arrived whose predecessor was not applied.
+// errLogGap means a batch arrived whose predecessor was not applied. The
+// leader writes several batches at once, so a later one may land first
+// (the gap closes) or, if the leader died, be an orphan the next leader
+// deletes (oplogWriter): either way a replica applies nothing past it.
 var errLogGap = errors.New("oplog: gap in the log")
 
 // applyBatch applies the batch stored at key, if it is the next one.
@@ -107,10 +110,12 @@ func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix
 		if err != nil {
 			return 0, err
 		}
-		// Batch next is gone while later ones, or a snapshot past it, exist:
-		// compaction deleted it before this replica applied it.
+		// Batch next is missing and a snapshot covers it: compaction
+		// deleted it before this replica applied it. (Missing with no
+		// snapshot past it, it is a gap: not written yet, or never, and
+		// what follows it is not applied.)
 		first, found := firstBatch(prefix, batches.GetKvs())
-		if (found && first > next) || (!found && recorded >= next) {
+		if recorded >= next && (!found || first > next) {
 			r.s.log.Warn("oplog: this standby fell behind the log's compaction; starting again from the newest snapshot",
 				"next_batch", next, "first_batch_in_etcd", first, "newest_snapshot", recorded)
 			r.mu.Lock()
@@ -120,8 +125,17 @@ func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix
 			r.resets.Add(1)
 			continue
 		}
-		for _, kv := range batches.GetKvs() {
-			if err := r.applyBatch(prefix, kv.Key, kv.Value); err != nil {
+		kvs := batches.GetKvs()
+		for i, kv := range kvs {
+			if err := r.applyBatch(prefix, kv.Key, kv.Value); errors.Is(err, errLogGap) {
+				// Applied up to the gap. The watch from the oldest revision
+				// among the batches after it delivers them again.
+				rev := kv.ModRevision
+				for _, later := range kvs[i:] {
+					rev = min(rev, later.ModRevision)
+				}
+				return rev - 1, nil
+			} else if err != nil {
 				return 0, err
 			}
 		}
@@ -157,14 +171,17 @@ func (r *replication) tail(ctx context.Context, cli *clientv3.Client, prefix str
 }
 
 // follow applies the batches a watch from rev delivers, re-reading the
-// log every poll; it returns to have tail catch up again after a gap or
-// a broken watch.
+// log every poll; it returns to have tail catch up again after a broken
+// watch or a batch that cannot be applied. A batch that arrives before
+// its predecessor waits in pending until the gap closes; an orphan's
+// deletion drops it.
 func (r *replication) follow(ctx context.Context, cli *clientv3.Client, prefix string, rev int64, poll time.Duration) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	pending := map[string][]byte{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,19 +194,54 @@ func (r *replication) follow(ctx context.Context, cli *clientv3.Client, prefix s
 			if !ok || wr.Err() != nil {
 				return
 			}
+			// The whole response first: a new leader's first batch and
+			// its deletion of the orphans come in one.
 			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut {
-					continue
+				if ev.Type == clientv3.EventTypePut {
+					pending[string(ev.Kv.Key)] = ev.Kv.Value
+				} else {
+					delete(pending, string(ev.Kv.Key))
 				}
-				if err := r.applyBatch(prefix, ev.Kv.Key, ev.Kv.Value); err != nil {
-					if !errors.Is(err, errLogGap) {
-						r.s.log.Warn("oplog: standby cannot apply a batch", "err", err)
-					}
-					return
-				}
+			}
+			if err := r.applyPending(prefix, pending); err != nil {
+				r.s.log.Warn("oplog: standby cannot apply a batch", "err", err)
+				return
+			}
+			if len(pending) > maxPendingBatches {
+				return // a gap that does not close: read the log again
 			}
 		}
 	}
+}
+
+// maxPendingBatches bounds the batches a standby holds while waiting for
+// a gap to close; past it, it reads the log again (catchUp).
+const maxPendingBatches = 256
+
+// applyPending applies the pending batches that now follow the last one
+// applied, in order, and drops those already applied (and keys that are
+// not batches).
+func (r *replication) applyPending(prefix string, pending map[string][]byte) error {
+	for len(pending) > 0 {
+		r.mu.Lock()
+		next := r.lastSeq + 1
+		r.mu.Unlock()
+		for k := range pending {
+			if seq, ok := oplogSeq(prefix, k); !ok || seq < next {
+				delete(pending, k)
+			}
+		}
+		key := oplogKey(prefix, next)
+		val, ok := pending[key]
+		if !ok {
+			return nil
+		}
+		delete(pending, key)
+		if err := r.applyBatch(prefix, []byte(key), val); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startTail runs tail in the background; the returned function stops it
@@ -221,7 +273,7 @@ func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAC
 		return err
 	}
 	r.mu.Lock()
-	r.w = newOplogWriter(cli, prefix, viewKey, viewRev, r.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogRetryTimeout,
+	r.w = newOplogWriter(cli, prefix, viewKey, viewRev, r.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogPipelineDepth, cfg.OplogRetryTimeout,
 		func(err error) {
 			r.s.leader.Store(false)
 			onFail(err)

@@ -91,7 +91,7 @@ func TestOplogWriterIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := make(chan error, 1)
-	w := newOplogWriter(cli, "log/", "view", put.Header.Revision, 0, 10, time.Second, func(err error) { failed <- err })
+	w := newOplogWriter(cli, "log/", "view", put.Header.Revision, 0, 10, 4, time.Second, func(err error) { failed <- err })
 	defer w.close()
 	// onDurable runs once a batch is in etcd, never for a fenced one (the
 	// KV events of a change hang on it).

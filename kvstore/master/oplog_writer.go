@@ -17,6 +17,18 @@ import (
 // stayed unreachable past the retry timeout. Nothing is written after it.
 var errFenced = errors.New("oplog: leadership lost before the change was durable")
 
+// orphanRange is the key range of the batches after seq: [from, to).
+func orphanRange(prefix string, seq uint64) (from, to string) {
+	return oplogKey(prefix, seq+1), clientv3.GetPrefixRangeEnd(prefix)
+}
+
+// errEtcdFull is why a batch failed when etcd refused it for want of
+// space: its database reached --quota-backend-bytes and it raised the
+// NOSPACE alarm. Retrying cannot help until an operator frees space.
+var errEtcdFull = errors.New("etcd is out of space (its database reached --quota-backend-bytes; NOSPACE alarm): " +
+	"compact and defragment etcd, then disarm the alarm (etcdctl compact, defrag, alarm disarm); " +
+	"the masters elect a leader again by themselves")
+
 // commitTicket is shared by the entries of one batch: done closes when the
 // batch is durable in etcd (err nil) or will never be (err set).
 type commitTicket struct {
@@ -46,41 +58,62 @@ type pendingBatch struct {
 }
 
 // oplogWriter is a leader's group committer. Entries are appended in log
-// order (under the replication order lock); one goroutine writes the
-// oldest pending batch while later entries pile up in the next one, so
-// concurrent changes share an etcd transaction. Each batch is put with
-// a transaction that succeeds only while the election key still has the
-// revision this leader created it at, and only if the batch's key is
-// new: a deposed leader cannot append, and no batch is ever overwritten.
-// The first batch that fails fails every later one (errFenced) and calls
-// onFail once.
+// order (under the replication order lock) to the open batch; up to depth
+// batches are written to etcd at once, each by a goroutine of its own,
+// while later entries pile up in the open batch, so that a batch grows
+// with the load: one entry when etcd keeps up, up to maxEntries when it
+// does not. Batches are settled (their tickets closed, onDurable run)
+// strictly in log order.
+//
+// Each batch is put with a transaction that succeeds only while the
+// election key still has the revision this leader created it at, and only
+// if the batch's key is new: a deposed leader cannot append, and no batch
+// is ever overwritten. etcd may apply the transactions in flight in any
+// order, so a batch can land while one before it never does (the leader
+// is fenced or etcd fails in between): the log then has a gap, and the
+// batches after it are orphans. No orphan was acknowledged (settlement
+// is in order and stops at the first failure), no reader applies past a
+// gap (applyBatch), and the next leader's first batch, written at the
+// gap, deletes the orphans in the same transaction (orphanRange). The
+// first batch that fails fails every later one, even one that landed,
+// and calls onFail once.
 type oplogWriter struct {
 	cli        *clientv3.Client
 	prefix     string
 	viewKey    string
 	viewRev    int64
 	maxEntries int
+	depth      int
 	retry      time.Duration
 	onFail     func(error)
 
-	mu      sync.Mutex
-	wake    chan struct{}
-	queue   []*pendingBatch
-	writing *commitTicket // the batch being written, nil when none
-	seq     uint64        // last batch durable
-	failed  error
+	mu    sync.Mutex
+	cond  *sync.Cond // signalled when the queue, flying, closed or failed change
+	queue []*pendingBatch
+	// first is the writer's first batch; next the last one handed to a
+	// flight, last its ticket; flying counts the flights not settled.
+	first  uint64
+	next   uint64
+	last   *commitTicket
+	flying int
+	seq    uint64 // last batch durable
+	failed error
+	// stopped closes when run has returned: no flight is left.
 	stopped chan struct{}
 	closed  bool
 }
 
-// newOplogWriter starts a writer that continues the log after batch seq.
+// newOplogWriter starts a writer that continues the log after batch seq
+// with up to depth batches in flight.
 func newOplogWriter(cli *clientv3.Client, prefix, viewKey string, viewRev int64, seq uint64,
-	maxEntries int, retry time.Duration, onFail func(error)) *oplogWriter {
+	maxEntries, depth int, retry time.Duration, onFail func(error)) *oplogWriter {
 	w := &oplogWriter{
-		cli: cli, prefix: prefix, viewKey: viewKey, viewRev: viewRev, seq: seq,
-		maxEntries: max(maxEntries, 1), retry: retry, onFail: onFail,
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		cli: cli, prefix: prefix, viewKey: viewKey, viewRev: viewRev,
+		seq: seq, first: seq + 1, next: seq,
+		maxEntries: max(maxEntries, 1), depth: max(depth, 1), retry: retry, onFail: onFail,
+		stopped: make(chan struct{}),
 	}
+	w.cond = sync.NewCond(&w.mu)
 	go w.run()
 	return w
 }
@@ -109,10 +142,7 @@ func (w *oplogWriter) append(e *entry) *commitTicket {
 	if e.onDurable != nil {
 		b.onDurable = append(b.onDurable, e.onDurable)
 	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.cond.Signal()
 	return b.ticket
 }
 
@@ -132,91 +162,108 @@ func (w *oplogWriter) queueEntry(enc []byte) *pendingBatch {
 	return b
 }
 
-// close stops the writer: batches not yet durable fail with errFenced.
-// It waits for the batch in flight.
+// close stops the writer: batches not yet handed to a flight fail with
+// errFenced. It waits for the batches in flight to settle.
 func (w *oplogWriter) close() {
 	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.wake)
-	}
+	w.closed = true
+	w.cond.Broadcast()
 	w.mu.Unlock()
 	<-w.stopped
 }
 
+// run hands the oldest queued batch to a flight whenever fewer than depth
+// are in flight and the writer's first batch has landed. Once the writer
+// is closed or failed it waits for the flights to settle and fails what
+// is still queued.
 func (w *oplogWriter) run() {
 	defer close(w.stopped)
+	w.mu.Lock()
 	for {
-		w.mu.Lock()
-		var b *pendingBatch
-		if len(w.queue) > 0 && w.failed == nil && !w.closed {
-			b = w.queue[0]
-			w.queue = w.queue[1:]
-			w.writing = b.ticket
+		// The first batch flies alone: it deletes every batch after it.
+		for !w.closed && w.failed == nil &&
+			(len(w.queue) == 0 || w.flying >= w.depth || (w.flying > 0 && w.seq < w.first)) {
+			w.cond.Wait()
 		}
-		closed := w.closed
-		seq := w.seq + 1
-		w.mu.Unlock()
-		if closed {
+		if w.closed || w.failed != nil {
+			for w.flying > 0 {
+				w.cond.Wait()
+			}
+			w.mu.Unlock()
 			w.failAll(errFenced)
 			return
 		}
-		if b == nil {
-			if _, ok := <-w.wake; !ok {
-				w.failAll(errFenced)
-				return
-			}
-			continue
+		b := w.queue[0]
+		w.queue = w.queue[1:]
+		w.next++
+		prev := w.last
+		if w.next == w.first {
+			prev = nil
 		}
-		err := w.commit(seq, encodeBatch(seq, b.count, b.entries))
-		w.mu.Lock()
-		w.writing = nil
-		if err == nil {
-			w.seq = seq
-		} else if w.failed == nil {
-			w.failed = err
+		w.last = b.ticket
+		w.flying++
+		go w.fly(w.next, b, prev, w.next == w.first)
+	}
+}
+
+// fly writes batch seq and settles it once its predecessor (prev's
+// batch, nil for the writer's first) has settled. The writer's first
+// batch also deletes the orphans a deposed leader left after it.
+func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *commitTicket, first bool) {
+	err := w.commit(seq, encodeBatch(seq, b.count, b.entries), first)
+	if prev != nil {
+		<-prev.done
+		if prev.err != nil {
+			err = prev.err // the first failure's cause, for every later batch
 		}
-		w.mu.Unlock()
-		if err == nil {
-			for _, f := range b.onDurable {
-				f()
-			}
+	}
+	w.mu.Lock()
+	w.flying--
+	firstFailure := false
+	if err == nil {
+		w.seq = seq
+	} else if w.failed == nil {
+		w.failed, firstFailure = err, true
+	}
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	if err == nil {
+		for _, f := range b.onDurable {
+			f()
 		}
-		b.ticket.err = err
-		close(b.ticket.done)
-		if err != nil {
-			w.failAll(err)
-			w.onFail(err)
-			return
-		}
+	}
+	b.ticket.err = err
+	close(b.ticket.done)
+	if firstFailure {
+		w.failAll(err)
+		w.onFail(err)
 	}
 }
 
 // cut ends the batch being filled, so that the next entry starts a new
 // one, and returns the number the last batch holding entries appended so
 // far gets once durable, with its ticket (nil when all are durable).
-// Batches are written in order and a failure fails every later one, so
-// the number is certain if the ticket succeeds. After a failure it
-// returns errFenced: the state then holds changes that never became
-// durable.
+// Batches settle in order and a failure fails every later one, so the
+// number is certain if the ticket succeeds. After a failure it returns
+// errFenced: the state then holds changes that never became durable.
 func (w *oplogWriter) cut() (uint64, *commitTicket, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil || w.closed {
 		return 0, nil, errFenced
 	}
-	inFlight := uint64(0)
-	if w.writing != nil {
-		inFlight = 1
-	}
 	if n := len(w.queue); n > 0 {
 		w.queue[n-1].sealed = true
-		return w.seq + inFlight + uint64(n), w.queue[n-1].ticket, nil
+		return w.next + uint64(n), w.queue[n-1].ticket, nil
 	}
-	return w.seq + inFlight, w.writing, nil
+	if w.flying > 0 {
+		return w.next, w.last, nil
+	}
+	return w.seq, nil, nil
 }
 
-// failAll settles every queued batch with err.
+// failAll marks the writer failed with err, unless it failed already,
+// and settles every queued batch with the failure.
 func (w *oplogWriter) failAll(err error) {
 	w.mu.Lock()
 	q := w.queue
@@ -224,25 +271,33 @@ func (w *oplogWriter) failAll(err error) {
 	if w.failed == nil {
 		w.failed = err
 	}
+	err = w.failed
 	w.mu.Unlock()
 	for _, b := range q {
-		b.ticket.err = errFenced
+		b.ticket.err = err
 		close(b.ticket.done)
 	}
 }
 
 // commit writes batch seq under the leadership condition, retrying etcd
 // errors until the retry timeout. A retry whose earlier attempt did land
-// finds its own bytes at the key and counts as success.
-func (w *oplogWriter) commit(seq uint64, val []byte) error {
+// finds its own bytes at the key and counts as success. The writer's
+// first batch (first) deletes every batch after it in the same
+// transaction: those are orphans of a deposed leader, never acknowledged.
+func (w *oplogWriter) commit(seq uint64, val []byte, first bool) error {
 	key := oplogKey(w.prefix, seq)
+	ops := []clientv3.Op{clientv3.OpPut(key, string(val))}
+	if first {
+		from, to := orphanRange(w.prefix, seq)
+		ops = append(ops, clientv3.OpDelete(from, clientv3.WithRange(to)))
+	}
 	deadline := time.Now().Add(w.retry)
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		resp, err := w.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.viewKey), "=", w.viewRev),
 				clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val))).
+			Then(ops...).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		cancel()
@@ -254,6 +309,9 @@ func (w *oplogWriter) commit(seq uint64, val []byte) error {
 				return nil
 			}
 			return fmt.Errorf("%w: batch %d refused (the election key is no longer ours)", errFenced, seq)
+		}
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			return fmt.Errorf("%w: batch %d: %w", errFenced, seq, errEtcdFull)
 		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// Retrying cannot help: the batch is in the leader's state

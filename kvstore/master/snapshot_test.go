@@ -374,7 +374,7 @@ func TestWriterCutEndsTheBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, time.Second, func(error) {})
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 4, time.Second, func(error) {})
 	defer w.close()
 	first := w.append(&entry{kind: entryClientTick, n: 0, now: time.Now()})
 	seq, ticket, err := w.cut()
