@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +15,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/internal/pollread"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -32,10 +33,11 @@ import (
 // master serves on its RPC port beside gRPC; MC_STORE_MASTER_RPC=grpc, or
 // a master that does not answer the framed hello, selects gRPC.
 type masterConn struct {
-	addr   string  // as configured
-	tenant string  // sent with every RPC unless it is the default
-	ns     string  // the namespace (kvstore.Namespace.Encode), sent unless ""
-	trace  *tracer // every call is a "master.<Method>" phase span
+	addr   string      // as configured
+	tenant string      // sent with every RPC unless it is the default
+	ns     string      // the namespace (kvstore.Namespace.Encode), sent unless ""
+	trace  *tracer     // every call is a "master.<Method>" phase span
+	tls    *tls.Config // MC_TLS_*: nil for plain TCP
 	etcd   *clientv3.Client
 	key    string
 	// stopWatch ends the watch on the master view key (etcd only).
@@ -67,10 +69,14 @@ func masterViewKey() string {
 }
 
 func dialMaster(addr, tenant string, ns kvstore.Namespace, trace *tracer) (*masterConn, error) {
-	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), trace: trace}
+	cfg, err := tlsconf.FromEnv().Client()
+	if err != nil {
+		return nil, err
+	}
+	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), trace: trace, tls: cfg}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
-		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsconf.ForEtcd(cfg, eps), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return nil, fmt.Errorf("etcd %v: %w", eps, err)
 		}
@@ -204,7 +210,7 @@ func (m *masterConn) dial(addr string) (io.Closer, grpc.ClientConnInterface, err
 	if envvars.StoreMasterRPC.Value() != "grpc" {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout())
 		defer cancel()
-		fc, err := framedrpc.Dial(ctx, addr, framedrpc.Options{Metadata: md, Busy: masterBusy()})
+		fc, err := framedrpc.Dial(ctx, addr, framedrpc.Options{Metadata: md, Busy: masterBusy(), TLS: m.tls})
 		if err == nil {
 			return fc, fc, nil
 		}
@@ -213,7 +219,7 @@ func (m *masterConn) dial(addr string) (io.Closer, grpc.ClientConnInterface, err
 		}
 		slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := []grpc.DialOption{tlsconf.DialOption(m.tls)}
 	if len(md) > 0 {
 		opts = append(opts, grpc.WithUnaryInterceptor(withMetadata(md)))
 	}
