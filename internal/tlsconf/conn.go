@@ -67,7 +67,7 @@ func State(c net.Conn) (tls.ConnectionState, bool) {
 // present its certificate.
 func ForEtcd(cfg *tls.Config, endpoints []string) *tls.Config {
 	for _, e := range endpoints {
-		if strings.HasPrefix(e, "https://") {
+		if strings.HasPrefix(strings.TrimSpace(e), "https://") {
 			if cfg == nil {
 				return &tls.Config{MinVersion: tls.VersionTLS12}
 			}
