@@ -180,6 +180,9 @@ class RpcInterface:
         if self._client:
             self._lib.mc_rpc_client_close(self._client)
         self._client = self._lib.mc_rpc_client_create(self._pool_size, self._timeout_ms)
+        if not self._client:  # MC_TLS_* name half a key pair or a file that does not load
+            _log.error("rpc client: %s", _lib.last_error())
+            return False
         return True
 
     def initialize_client(self, pool_size: int = 10, timeout_seconds: int = 30) -> bool:
