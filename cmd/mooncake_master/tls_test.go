@@ -136,3 +136,30 @@ func waitTLS(t *testing.T, p *proc, pki *testutil.PKI, addr string) {
 	}
 	t.Fatalf("https://%s/health never answered", addr)
 }
+
+// An HA master with --tls_* and https:// etcd endpoints reaches an etcd
+// that requires client certificates, is elected and serves (that etcd
+// refuses clients without them: transfer/metadata's
+// TestEtcdStoreOverMutualTLS).
+func TestBinaryHAOverMutualTLSEtcd(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	etcd := testutil.StartEtcdTLS(t, pki)
+	ports := testutil.FreePorts(t, 2)
+	rpc := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p := startMaster(t, "--enable_ha", "--etcd_endpoints", etcd, "--cluster_id=tls_test",
+		fmt.Sprintf("--rpc_port=%d", ports[0]), "--rpc_address=127.0.0.1",
+		fmt.Sprintf("--metrics_port=%d", ports[1]), "--metrics_host=127.0.0.1",
+		"--tls_cert_file="+pki.ServerCert, "--tls_key_file="+pki.ServerKey, "--tls_ca_file="+pki.CA)
+	waitTLS(t, p, pki, fmt.Sprintf("127.0.0.1:%d", ports[1]))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		g, _ := pingWith(t, pki.Client(), rpc)
+		if g == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the master was never elected through the TLS etcd: %v\n%s", g, p.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
