@@ -128,3 +128,19 @@ func loadPool(path string) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// Export sets this process's MC_TLS_* to f (an empty name unsets its
+// variable), so that everything configured by the environment (FromEnv)
+// uses f from now on.
+func (f Files) Export() {
+	for _, v := range []struct {
+		v   *envvars.Var
+		val string
+	}{{envvars.TLSCertFile, f.CertFile}, {envvars.TLSKeyFile, f.KeyFile}, {envvars.TLSCAFile, f.CAFile}} {
+		if v.val != "" {
+			_ = os.Setenv(v.v.Name, v.val)
+		} else {
+			_ = os.Unsetenv(v.v.Name)
+		}
+	}
+}
