@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import LOOPBACK, free_ports, go_binary, port_open
-from mooncake.engine import create_rpc_client, create_rpc_server
+from mooncake.engine import TransferEngine, create_rpc_client, create_rpc_server
 from mooncake.store import MooncakeDistributedStore
 
 TLS_VARS = ("MC_TLS_CERT_FILE", "MC_TLS_KEY_FILE", "MC_TLS_CA_FILE")
@@ -215,6 +215,22 @@ def test_store_takes_mc_tls_set_after_the_library_loaded(tls_master, pki, tls_en
         assert s.put("env-key", b"v") == 0 and s.get("env-key") == b"v"
     finally:
         s.close()
+
+
+def test_engine_publishes_to_an_https_metadata_server_with_mc_tls(tls_master, pki, tls_env):
+    _, meta = tls_master
+    tls_env(pki["client"], pki["client-key"], pki["ca"])
+    e = TransferEngine()
+    try:
+        assert e.initialize(LOOPBACK, meta, "tcp", "") == 0, e.last_error()
+    finally:
+        e.close()
+    tls_env(pki["stranger"], pki["stranger-key"], pki["ca"])
+    e = TransferEngine()
+    try:
+        assert e.initialize(LOOPBACK, meta, "tcp", "") != 0
+    finally:
+        e.close()
 
 
 def test_engine_rpc_interface_over_mutual_tls(pki, tls_env):
