@@ -217,7 +217,11 @@ func (m *masterConn) dial(addr string) (io.Closer, grpc.ClientConnInterface, err
 		if !errors.Is(err, framedrpc.ErrNotFramed) {
 			return nil, nil, fmt.Errorf("master %s: %w", addr, err)
 		}
-		slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
+		if m.tls == nil {
+			slog.Warn("the master does not serve framed RPC, or serves TLS (then set MC_TLS_*); using gRPC", "master", addr)
+		} else {
+			slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
+		}
 	}
 	opts := []grpc.DialOption{tlsconf.DialOption(m.tls)}
 	if len(md) > 0 {
