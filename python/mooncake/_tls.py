@@ -22,15 +22,17 @@ def apply(
     cert_file: str | None = None, key_file: str | None = None, ca_file: str | None = None
 ) -> None:
     """Hand the library the TLS files: each one given, else the
-    environment's (unset or empty: none). Nothing is loaded here; a bad
-    or half configuration fails the connection or listener that uses it."""
+    environment's (unset or empty: none). A file given is also put into
+    ``os.environ``, so that later calls (and child processes) keep it.
+    Nothing is loaded here; a bad or half configuration fails the
+    connection or listener that uses it."""
     cdll = _lib.lib()
     fn = cdll.mc_set_tls_files
     fn.argtypes = [_lib.STR, _lib.STR, _lib.STR]
     fn.restype = _lib.INT
     given = (cert_file, key_file, ca_file)
-    values = [
-        str(v) if v is not None else os.environ.get(n, "")
-        for v, n in zip(given, NAMES, strict=True)
-    ]
+    for v, n in zip(given, NAMES, strict=True):
+        if v is not None:
+            os.environ[n] = str(v)
+    values = [os.environ.get(n, "") for n in NAMES]
     fn(*(v.strip().encode() for v in values))
