@@ -2,17 +2,18 @@ package backend
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/backend/coordpb"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 )
 
 // coordinatorServer serves group rendezvous and membership over gRPC.
@@ -32,21 +33,26 @@ type coordinatorServer struct {
 }
 
 // startCoordinator listens on host:0 and serves, admitting calls that
-// carry secret, until stop.
+// carry secret, until stop; with MC_TLS_* set it serves TLS.
 func startCoordinator(host, secret string) (*coordinatorServer, error) {
+	cfg, err := tlsconf.FromEnv().Server()
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator listen: %w", err)
 	}
-	return serveCoordinator(ln, nil, secret), nil
+	return serveCoordinator(ln, nil, secret, cfg), nil
 }
 
 // serveCoordinator serves the coordinator on ln, admitting only calls that
-// carry secret ("": every call); conns, if not nil, is told of every client
-// connection that opens and closes.
-func serveCoordinator(ln net.Listener, conns ConnWatcher, secret string) *coordinatorServer {
+// carry secret ("": every call), over TLS with cfg when it is not nil;
+// conns, if not nil, is told of every client connection that opens and
+// closes.
+func serveCoordinator(ln net.Listener, conns ConnWatcher, secret string, cfg *tls.Config) *coordinatorServer {
 	c := &coordinatorServer{ln: ln, groups: map[string]*groupMembers{}, secret: secret}
-	opts := []grpc.ServerOption{grpc.UnaryInterceptor(c.admit)}
+	opts := append([]grpc.ServerOption{grpc.UnaryInterceptor(c.admit)}, tlsconf.ServerOptions(cfg)...)
 	if conns != nil {
 		opts = append(opts, grpc.StatsHandler(connStats{conns}))
 	}
@@ -89,10 +95,11 @@ func (s connStats) HandleConn(_ context.Context, st stats.ConnStats) {
 type Coordinator struct{ c *coordinatorServer }
 
 // ServeCoordinator serves the membership coordinator on ln until Stop,
-// admitting only calls that carry secret ("": every call); conns (may be
-// nil) follows its client connections.
-func ServeCoordinator(ln net.Listener, conns ConnWatcher, secret string) *Coordinator {
-	return &Coordinator{serveCoordinator(ln, conns, secret)}
+// admitting only calls that carry secret ("": every call), over TLS with
+// cfg when it is not nil (mutual when cfg requires client certificates);
+// conns (may be nil) follows its client connections.
+func ServeCoordinator(ln net.Listener, conns ConnWatcher, secret string, cfg *tls.Config) *Coordinator {
+	return &Coordinator{serveCoordinator(ln, conns, secret, cfg)}
 }
 
 // Addr is the address clients dial.
@@ -134,9 +141,13 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 // dialCoordinator opens a client connection (lazily connected) whose
 // calls carry secret. The channel never goes idle: a coordinator process
 // exits once no client is connected, so a rank keeps its connection for as
-// long as it lives.
+// long as it lives. With MC_TLS_* set it dials TLS.
 func dialCoordinator(addr, secret string) (*grpc.ClientConn, coordpb.CoordinatorClient, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cfg, err := tlsconf.FromEnv().Client()
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator %s: %w", addr, err)
+	}
+	conn, err := grpc.NewClient(addr, tlsconf.DialOption(cfg),
 		grpc.WithIdleTimeout(0), grpc.WithUnaryInterceptor(withSecret(secret)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", addr, err)

@@ -33,7 +33,7 @@ func TestJoinBeyondGroupLimitsIsRefusedWithoutAllocating(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := serveCoordinator(ln, nil, "")
+	c := serveCoordinator(ln, nil, "", nil)
 	defer c.stop()
 	client := dialTest(t, c.addr(), "")
 	join := func(r *coordpb.JoinRequest) error {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 )
 
 // Where the coordinator runs (MC_PG_COORDINATOR).
@@ -91,7 +92,8 @@ const coordinatorStartTimeout = 30 * time.Second
 // spawnCoordinator starts bin serving on host in a session of its own,
 // admitting calls that carry secret (passed in its environment, which only
 // its user can read, not on its command line), and returns the address it
-// listens on, which it prints as its first line.
+// listens on, which it prints as its first line. It serves TLS with this
+// process's MC_TLS_* files, given as its --tls_* flags.
 // The process exits by itself unless a rank connects within firstClient
 // (so one whose address could not be published goes away on its own). It
 // is reaped here while this process lives, and outlives it otherwise.
@@ -99,6 +101,9 @@ func spawnCoordinator(bin, host string, firstClient time.Duration, secret string
 	cmd := exec.Command(bin, "--host", host, "--port", "0",
 		"--idle_exit_seconds", fmt.Sprint(coordinatorIdleExit.Seconds()),
 		"--first_client_timeout_seconds", fmt.Sprint(firstClient.Seconds()), "--announce")
+	if f := tlsconf.FromEnv(); f.Enabled() {
+		cmd.Args = append(cmd.Args, "--tls_cert_file", f.CertFile, "--tls_key_file", f.KeyFile, "--tls_ca_file", f.CAFile)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = append(os.Environ(), envvars.PGCoordinatorSecret.Name+"="+secret)
 	out, err := cmd.StdoutPipe()

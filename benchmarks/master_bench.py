@@ -21,6 +21,12 @@ Systems, each measured with the same worker code and the same processes:
 * ``upstream-oplog``: upstream's ``mooncake_master`` from ``--upstream-venv`` the
   same way (``--enable_ha --enable_oplog``, a leader and a standby on an etcd of
   their own, clients following ``etcd://``).
+* ``ours-tls`` and ``ours-grpc-tls``: ``ours`` and ``ours-grpc`` with the
+  master serving mutual TLS (``--tls_cert_file``, ``--tls_key_file``,
+  ``--tls_ca_file``, an ECDSA P-256 CA made with openssl for the run) and
+  every client presenting its certificate (``MC_TLS_*``); compare them with
+  ``ours`` and ``ours-grpc`` for the cost of TLS on master calls
+  (``--systems ours,ours-tls,ours-grpc,ours-grpc-tls --cases exist,get:4K,put:4K``).
 * ``ours-events``: ours with the KV cache event publisher on
   (``--enable_kv_events`` with a replay endpoint) and one pyzmq subscriber
   draining it; compare it with ``ours`` on ``put:4K`` and ``remove:4K``
@@ -376,6 +382,7 @@ class System:
         self.oplog = False  # ours-oplog: HA masters with --enable_oplog on an etcd of their own
         self.oplog_flags: list[str] = []  # more flags for those masters (--oplog-flags)
         self.events = False  # ours-events: --enable_kv_events and a subscriber
+        self.tls: dict[str, str] | None = None  # ours-*tls: the run's certificate files
 
     def start_store(self, rpc: int, meta: int, admin: int) -> None:
         assert self.master
@@ -390,6 +397,14 @@ class System:
             ha += ["--enable_kv_events", f"--kv_events_bind_endpoint=tcp://{LOOPBACK}:{pub}",
                    f"--kv_events_replay_endpoint=tcp://{LOOPBACK}:{rep}",
                    "--kv_events_backend_id=bench"]  # fmt: skip
+        scheme = "http"
+        if self.tls:
+            t = self.tls
+            ha += [f"--tls_cert_file={t['server']}", f"--tls_key_file={t['server-key']}",
+                   f"--tls_ca_file={t['ca']}"]  # fmt: skip
+            self.env = dict(self.env, MC_TLS_CERT_FILE=t["client"], MC_TLS_KEY_FILE=t["client-key"],
+                            MC_TLS_CA_FILE=t["ca"])  # fmt: skip
+            scheme = "https"
         log = open(self.tmp / f"{self.name}-master.log", "wb")
         p = self.procs.start(
             [
@@ -425,7 +440,7 @@ class System:
         self.server_pid = p.pid
         self.args = [
             "--metadata",
-            f"http://{LOOPBACK}:{meta}/metadata",
+            f"{scheme}://{LOOPBACK}:{meta}/metadata",
             "--master",
             master_addr,
         ]
@@ -468,6 +483,32 @@ class System:
             stdout=subprocess.PIPE,
             text=True,
         )
+
+
+def make_pki(d: Path) -> dict[str, str]:
+    """A CA, a server pair for loopback and a client pair, made with openssl
+    for this run (ECDSA P-256): file paths by name."""
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    def key(name: str) -> None:
+        ssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}-key.pem")
+
+    key("ca")
+    ssl("req", "-x509", "-new", "-key", "ca-key.pem", "-subj", "/CN=bench CA", "-days", "1",
+        "-out", "ca.pem")  # fmt: skip
+    for name, ext in (
+        ("server", "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ):
+        key(name)
+        ssl("req", "-new", "-key", f"{name}-key.pem", "-subj", f"/CN={name}", "-out", f"{name}.csr")
+        (d / f"{name}.ext").write_text(ext)
+        ssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+            "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext",
+            "-out", f"{name}.pem")  # fmt: skip
+    return {p.stem: str(p) for p in d.glob("*.pem")}
 
 
 def http_text(url: str) -> str:
@@ -693,6 +734,12 @@ def main() -> None:
             systems.append(
                 ("ours-grpc", ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC="grpc"))
             )
+        for name, rpc in (("ours-tls", "framed"), ("ours-grpc-tls", "grpc")):
+            if name in wanted:
+                systems.append(
+                    (name, ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC=rpc))
+                )
+        pki = make_pki(tmp) if any(n.endswith("-tls") for n, *_ in systems) else None
         if "ours-oplog" in wanted:
             systems.append(
                 ("ours-oplog", ours_py, ours_master, dict(os.environ, MC_STORE_MASTER_RPC="framed"))
@@ -749,6 +796,7 @@ def main() -> None:
                 if name == "ours-oplog":
                     s.oplog_flags = a.oplog_flags.split()
                 s.events = name == "ours-events"
+                s.tls = pki if name.endswith("-tls") else None
                 if master:
                     s.start_store(free_port(), free_port(), free_port())
                 else:

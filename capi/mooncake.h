@@ -104,6 +104,13 @@ int mc_split_keys(const char *packed, size_t size, int n, const char **out);
  * "Errors". Free with mc_free. */
 char *mc_last_error(void);
 
+/* Set this process's control-plane TLS files (MC_TLS_CERT_FILE,
+ * MC_TLS_KEY_FILE, MC_TLS_CA_FILE; NULL or "" unsets one): what the store
+ * client, the metadata clients, the engine's RPC interface and the
+ * collectives read when they next connect or listen. Files are loaded
+ * then, not here. Always 0. */
+int mc_set_tls_files(const char *cert_file, const char *key_file, const char *ca_file);
+
 /* ---- Transfer Engine ------------------------------------------------- */
 
 /* Create an engine handle; it does nothing until mc_engine_initialize. */

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/rpcmsg"
 )
@@ -24,7 +25,11 @@ var (
 //export mc_rpc_server_start
 func mc_rpc_server_start(listenAddress *C.mc_cchar, queueLen C.int, maxMessage C.uint64_t, addrOut, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
-	s, err := rpcmsg.Listen(C.GoString(listenAddress), int(queueLen), uint64(maxMessage))
+	cfg, err := tlsconf.FromEnv().Server()
+	if err != nil {
+		return failedOut(C.uint64_t(0), err, errOut)
+	}
+	s, err := rpcmsg.ListenConfig(C.GoString(listenAddress), rpcmsg.Config{QueueLen: int(queueLen), MaxMessage: uint64(maxMessage), TLS: cfg})
 	if err != nil {
 		return failedOut(C.uint64_t(0), err, errOut)
 	}
@@ -68,7 +73,11 @@ func mc_rpc_server_stop(h C.uint64_t) (ret C.int) {
 //export mc_rpc_client_create
 func mc_rpc_client_create(poolSize, timeoutMs C.int) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)
-	return C.uint64_t(rpcClients.put(rpcmsg.NewClient(int(poolSize), time.Duration(timeoutMs)*time.Millisecond)))
+	cfg, err := tlsconf.FromEnv().Client()
+	if err != nil {
+		return failed(C.uint64_t(0), err)
+	}
+	return C.uint64_t(rpcClients.put(rpcmsg.NewClientTLS(int(poolSize), time.Duration(timeoutMs)*time.Millisecond, cfg)))
 }
 
 //export mc_rpc_client_send

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore/ipc"
 )
 
@@ -29,6 +30,7 @@ type options struct {
 	maxRequestsPerDummy               int
 	maxRequestsInFlight               int
 	dummyReplyTimeout                 int // seconds
+	tls                               tlsconf.Files
 }
 
 // size is a flag holding a byte count written as upstream accepts it:
@@ -104,6 +106,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 			"record of the peer (SO_PEERCRED) decides, and others are refused at once.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
+	o.tls.AddFlags(fs)
 	return fs
 }
 

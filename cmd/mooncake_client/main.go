@@ -63,6 +63,14 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		return err
 	}
 	log := slog.Default()
+	if o.tls.Enabled() {
+		// The flags stand for MC_TLS_*, which the store client reads when
+		// it dials the master and the metadata server.
+		if _, err := o.tls.Client(); err != nil {
+			return err
+		}
+		o.tls.Export()
+	}
 	name, err := localName(o.host, o.masterAddress)
 	if err != nil {
 		return fmt.Errorf("store client setup: %w", err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -46,6 +47,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	port := fs.Int("port", 8080, "TCP port to listen on")
 	host := fs.String("host", "0.0.0.0", "address to bind")
 	maxKeys := fs.Int("max_keys", metaserver.DefaultMaxKeys, "keys the store holds at most; a PUT of a new key beyond is answered 507 (0: no limit)")
+	var tlsFiles tlsconf.Files
+	tlsFiles.AddFlags(fs)
 	maxBytes := fs.Int64("max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [--host HOST] [--port PORT] [--max_keys N] [--max_bytes N]\n\n"+
@@ -72,12 +75,18 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		return cli.UsageError{Err: err}
 	}
 
+	tlsCfg, err := tlsFiles.Server()
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(out, nil))
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	bound := ln.Addr().String()
+	ln = tlsconf.Listen(ln, tlsCfg)
 	srv := &http.Server{
 		Handler:           metaserver.NewLimited(metaserver.Limits{MaxKeys: *maxKeys, MaxBytes: *maxBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -85,7 +94,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 	}
 	// Logged before serving (the listener already accepts): whoever sees
 	// the server answer has the line.
-	log.Info("HTTP metadata server started", "addr", ln.Addr().String(), "max_keys", *maxKeys, "max_bytes", *maxBytes)
+	log.Info("HTTP metadata server started", "addr", bound, "max_keys", *maxKeys, "max_bytes", *maxBytes,
+		"tls", tlsCfg != nil, "mutual_tls", tlsFiles.CAFile != "")
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

@@ -26,6 +26,7 @@ import (
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
@@ -40,6 +41,7 @@ func main() {
 
 // options are the parsed flags.
 type options struct {
+	tls                         tlsconf.Files
 	tenantTokensFile            string
 	adminAllowRemote            bool
 	requireClientSecret         bool
@@ -132,6 +134,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.requireClientSecret, "require_client_secret", false, "refuse every call that names a client id without a client secret (mooncake-client-secret metadata, which our clients send); on with --tenant_tokens_file. Off: a client that sends a secret is still protected once registered, and clients that send none work as upstream's")
 	fs.BoolVar(&o.adminAllowRemote, "admin_allow_remote", false, "without --tenant_tokens_file, let admin requests that change state (tenant quotas, drain jobs) come from other hosts; by default only loopback callers may make them")
 	fs.StringVar(&o.tenantTokensFile, "tenant_tokens_file", "", "with --enable_multi_tenants: file of \"tenant_id token\" lines (\"_admin token\" for the admin API); each client must present its tenant's token (MC_TENANT_TOKEN), the admin endpoints a Bearer token. Empty: any client may name any tenant (upstream)")
+	o.tls.AddFlags(fs)
 	// glog's flags, which upstream's launch scripts pass.
 	fs.IntVar(&o.minLogLevel, "minloglevel", 0, "glog compatibility: 0 info, 1 warning, 2 error (overrides MC_LOG_LEVEL)")
 	fs.IntVar(&o.verbosity, "v", 0, "glog compatibility: above 0 adds debug messages (overrides MC_LOG_LEVEL)")
@@ -252,6 +255,9 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		},
 		Logger: log,
 	}
+	if sc.TLS, err = o.tls.Server(); err != nil {
+		return err
+	}
 	if o.tenantTokensFile != "" {
 		tt, err := master.LoadTenantTokens(o.tenantTokensFile)
 		if err != nil {
@@ -273,6 +279,11 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 			OplogPollInterval: time.Duration(o.oplogPollMs) * time.Millisecond,
 			Snapshot:          o.snapshotConfig,
 		}
+		etcdTLS, err := o.tls.Client()
+		if err != nil {
+			return err
+		}
+		sc.HA.TLS = tlsconf.ForEtcd(etcdTLS, sc.HA.Endpoints)
 		if ip := net.ParseIP(o.rpcAddress); ip != nil && ip.IsUnspecified() {
 			log.Warn("HA: --rpc_address is unspecified; clients on other hosts cannot reach the advertised leader address", "advertise", rpcAddr)
 		}

@@ -36,6 +36,7 @@ import (
 	"github.com/mooncake-go/mooncake/backend"
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 )
 
 func main() {
@@ -57,6 +58,8 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 	port := fs.Int("port", 0, "TCP port to listen on (0: any free port)")
 	idle := fs.Float64("idle_exit_seconds", 0, "exit once no rank has been connected for this long, after the first connected (0: never)")
 	first := fs.Float64("first_client_timeout_seconds", 0, "exit if no rank connects within this long (0: wait for ever)")
+	var tlsFiles tlsconf.Files
+	tlsFiles.AddFlags(fs)
 	announce := fs.Bool("announce", false, `print "listening on HOST:PORT" as the first line of standard output once serving`)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
@@ -83,16 +86,21 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 		fmt.Fprintln(log, err)
 		return cli.UsageError{Err: err}
 	}
+	tlsCfg, err := tlsFiles.Server()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	w := newIdleWatch(seconds(*idle), seconds(*first))
 	secret, _ := envvars.PGCoordinatorSecret.Lookup()
-	c := backend.ServeCoordinator(ln, w, secret)
+	c := backend.ServeCoordinator(ln, w, secret, tlsCfg)
 	defer c.Stop()
 	logger := slog.New(slog.NewTextHandler(log, nil))
-	logger.Info("mooncake_pg_coordinator serving", "addr", c.Addr(), "pid", os.Getpid())
+	logger.Info("mooncake_pg_coordinator serving", "addr", c.Addr(), "pid", os.Getpid(),
+		"tls", tlsCfg != nil, "mutual_tls", tlsFiles.CAFile != "")
 	if *announce {
 		if _, err := fmt.Fprintf(out, "listening on %s\n", c.Addr()); err != nil {
 			return fmt.Errorf("announce: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mooncake-go/mooncake/internal/pollread"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"golang.org/x/sys/unix"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -35,6 +37,7 @@ type Client struct {
 	addr  string
 	hello []byte
 	busy  pollread.Busy
+	tls   *tls.Config
 
 	mu     sync.Mutex
 	idle   []*clientConn
@@ -45,6 +48,7 @@ type Client struct {
 // clientConn is one framed connection.
 type clientConn struct {
 	s    *pollread.Conn
+	w    io.Writer // s, or TLS over s
 	fr   *frameReader
 	out  []byte
 	dead atomic.Bool // aborted because a call's context ended
@@ -57,6 +61,9 @@ type Options struct {
 	Metadata map[string]string
 	// Busy is how a call waits for its reply before sleeping in poll(2).
 	Busy pollread.Busy
+	// TLS, when not nil, runs every connection over TLS with it; the
+	// server's name is the address's host unless it names one.
+	TLS *tls.Config
 }
 
 // Dial connects to addr. The first connection is opened now, so a server
@@ -67,7 +74,7 @@ func Dial(ctx context.Context, addr string, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addr: addr, hello: hello, busy: o.Busy, inUse: map[*clientConn]struct{}{}}
+	c := &Client{addr: addr, hello: hello, busy: o.Busy, tls: tlsconf.ForAddr(o.TLS, addr), inUse: map[*clientConn]struct{}{}}
 	cc, err := c.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -82,14 +89,22 @@ func (c *Client) dial(ctx context.Context) (*clientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clientConn{s: sc, fr: newFrameReader(sc)}
+	cc := &clientConn{s: sc, w: sc, fr: newFrameReader(sc)}
 	sc.SetBusy(c.busy)
 	sc.SetContext(ctx)
 	defer sc.SetContext(context.Background())
 	stop := context.AfterFunc(ctx, sc.Abort)
 	defer stop()
+	if c.tls != nil {
+		tc := tls.Client(socketConn{sc}, c.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			sc.Release()
+			return nil, fmt.Errorf("framedrpc: TLS with %s: %w", c.addr, err)
+		}
+		cc.w, cc.fr = tc, newFrameReader(tc)
+	}
 	ack := make([]byte, len(Magic))
-	if _, err = sc.Write(c.hello); err == nil {
+	if _, err = cc.w.Write(c.hello); err == nil {
 		_, err = io.ReadFull(cc.fr.r, ack)
 	}
 	switch {
@@ -203,7 +218,7 @@ func (c *Client) call(ctx context.Context, cc *clientConn, method string, args, 
 	if cap(out) <= keepBuffer {
 		cc.out = out
 	}
-	if _, err = cc.s.Write(out); err != nil {
+	if _, err = cc.w.Write(out); err != nil {
 		return false, err
 	}
 	f, err := cc.fr.next()

@@ -16,8 +16,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -34,6 +36,12 @@ func (e *echo) handle(ctx context.Context, in *wrapperspb.StringValue) (*wrapper
 		return nil, status.Error(codes.NotFound, "no such thing")
 	case "block":
 		<-e.release
+	case "whoami": // the TLS client certificate's name, as a peer check would read it
+		p, _ := peer.FromContext(ctx)
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			return wrapperspb.String(ti.State.PeerCertificates[0].Subject.CommonName), nil
+		}
+		return wrapperspb.String("anonymous"), nil
 	}
 	tenant := ""
 	if v := metadata.ValueFromIncomingContext(ctx, "tenant"); len(v) > 0 {

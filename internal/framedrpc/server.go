@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/pollread"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -127,7 +128,11 @@ func (s *Server) serve(c net.Conn) error {
 	if _, err := rw.Write([]byte(Magic)); err != nil {
 		return err
 	}
-	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()})
+	p := &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}
+	if st, ok := tlsconf.State(c); ok {
+		p.AuthInfo = tlsconf.AuthInfo(st)
+	}
+	ctx := peer.NewContext(context.Background(), p)
 	if len(md) > 0 {
 		ctx = metadata.NewIncomingContext(ctx, metadata.New(md))
 	}
@@ -289,6 +294,10 @@ type prefixedConn struct {
 	net.Conn
 	prefix []byte
 }
+
+// NetConn returns the connection it wraps (as *tls.Conn's NetConn does),
+// so its TLS state can be found (tlsconf.State).
+func (c *prefixedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *prefixedConn) Read(p []byte) (int, error) {
 	if len(c.prefix) > 0 {

@@ -26,12 +26,30 @@ const etcdReadyTimeout = 10 * time.Second
 // command line (such as "--max-request-bytes=65536").
 func StartEtcd(t testing.TB, flags ...string) string {
 	t.Helper()
+	return startEtcd(t, "http", &http.Client{Timeout: time.Second}, flags)
+}
+
+// StartEtcdTLS is StartEtcd serving clients mutual TLS with p's server
+// pair and CA; it returns "https://127.0.0.1:PORT".
+func StartEtcdTLS(t testing.TB, p *PKI, flags ...string) string {
+	t.Helper()
+	cfg, err := p.Client().Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	return startEtcd(t, "https", hc, append([]string{"--cert-file", p.ServerCert, "--key-file", p.ServerKey,
+		"--trusted-ca-file", p.CA, "--client-cert-auth"}, flags...))
+}
+
+func startEtcd(t testing.TB, scheme string, hc *http.Client, flags []string) string {
+	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		t.Skip("etcd not found on PATH; install it (Debian: apt-get install etcd-server) to run this test")
 	}
 	ports := FreePorts(t, 2)
-	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0])
 	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	dataDir := t.TempDir()
 
@@ -65,7 +83,7 @@ func StartEtcd(t testing.TB, flags ...string) string {
 		<-exited
 	})
 
-	if err := waitEtcdHealthy(client, exited); err != nil {
+	if err := waitEtcdHealthy(hc, client, exited); err != nil {
 		t.Fatalf("etcd at %s: %v\netcd output:\n%s", client, err, out.tail(4096))
 	}
 	return client
@@ -73,8 +91,7 @@ func StartEtcd(t testing.TB, flags ...string) string {
 
 // waitEtcdHealthy polls etcd's /health until it reports a leader, the
 // process exits, or etcdReadyTimeout passes.
-func waitEtcdHealthy(client string, exited <-chan struct{}) error {
-	hc := &http.Client{Timeout: time.Second}
+func waitEtcdHealthy(hc *http.Client, client string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(etcdReadyTimeout)
 	var last error
 	for time.Now().Before(deadline) {

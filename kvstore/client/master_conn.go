@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +15,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/internal/pollread"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
@@ -38,7 +39,8 @@ type masterConn struct {
 	// secret is the client's secret, sent with every call: the master
 	// binds it to the client id at registration (kvstore.ClientSecretMetadataKey).
 	secret string
-	trace  *tracer // every call is a "master.<Method>" phase span
+	trace  *tracer     // every call is a "master.<Method>" phase span
+	tls    *tls.Config // MC_TLS_*: nil for plain TCP
 	etcd   *clientv3.Client
 	key    string
 	// stopWatch ends the watch on the master view key (etcd only).
@@ -70,10 +72,14 @@ func masterViewKey() string {
 }
 
 func dialMaster(addr, tenant, secret string, ns kvstore.Namespace, trace *tracer) (*masterConn, error) {
-	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), secret: secret, trace: trace}
+	cfg, err := tlsconf.FromEnv().Client()
+	if err != nil {
+		return nil, err
+	}
+	m := &masterConn{addr: addr, tenant: tenant, ns: ns.Encode(), secret: secret, trace: trace, tls: cfg}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
-		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsconf.ForEtcd(cfg, eps), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return nil, fmt.Errorf("etcd %v: %w", eps, err)
 		}
@@ -211,16 +217,20 @@ func (m *masterConn) dial(addr string) (io.Closer, grpc.ClientConnInterface, err
 	if envvars.StoreMasterRPC.Value() != "grpc" {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout())
 		defer cancel()
-		fc, err := framedrpc.Dial(ctx, addr, framedrpc.Options{Metadata: md, Busy: masterBusy()})
+		fc, err := framedrpc.Dial(ctx, addr, framedrpc.Options{Metadata: md, Busy: masterBusy(), TLS: m.tls})
 		if err == nil {
 			return fc, fc, nil
 		}
 		if !errors.Is(err, framedrpc.ErrNotFramed) {
 			return nil, nil, fmt.Errorf("master %s: %w", addr, err)
 		}
-		slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
+		if m.tls == nil {
+			slog.Warn("the master does not serve framed RPC, or serves TLS (then set MC_TLS_*); using gRPC", "master", addr)
+		} else {
+			slog.Warn("the master does not serve framed RPC; using gRPC", "master", addr)
+		}
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := []grpc.DialOption{tlsconf.DialOption(m.tls)}
 	if len(md) > 0 {
 		opts = append(opts, grpc.WithUnaryInterceptor(withMetadata(md)))
 	}

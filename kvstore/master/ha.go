@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,9 @@ func ParseEndpoints(s string) []string {
 type HAConfig struct {
 	// Endpoints are the etcd client URLs.
 	Endpoints []string
+	// TLS, when not nil, is the etcd client's TLS configuration (used
+	// with https:// endpoints; see tlsconf.ForEtcd).
+	TLS *tls.Config
 	// ClusterID selects the master view key.
 	ClusterID string
 	// Advertise is the address written into the master view key: the
@@ -121,7 +125,7 @@ func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logge
 		return fmt.Errorf("HA: no etcd endpoints")
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Endpoints: cfg.Endpoints, TLS: cfg.TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return fmt.Errorf("HA: etcd client: %w", err)

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/mooncake-go/mooncake/internal/framedrpc"
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -45,6 +47,11 @@ type ServiceConfig struct {
 	// RPCNagle leaves Nagle's algorithm on for RPC connections
 	// (--rpc_enable_tcp_no_delay=false); by default they set TCP_NODELAY.
 	RPCNagle bool
+	// TLS, when not nil, makes every listener serve TLS with it: the RPC
+	// port (gRPC and framed calls alike), the admin HTTP endpoint and the
+	// embedded metadata store. A config that requires client certificates
+	// (tlsconf.Files.Server with a CA) makes it mutual TLS on all of them.
+	TLS *tls.Config
 	// Server configures the object table and background loops.
 	Server Options
 	// HA, when not nil, runs leader election; the server stands by until
@@ -150,6 +157,10 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 	if cfg.RPCNagle {
 		rpcConns = nagleListener{s.rpcLn}
 	}
+	// TLS ends before the framed and gRPC connections part: both arrive
+	// through the one listener, and gRPC takes the connections as they
+	// are (tlsconf.Terminated), with their TLS state for its peers.
+	rpcConns = tlsconf.Listen(rpcConns, tlsconf.WithH2(cfg.TLS))
 	type httpSvc struct {
 		name, addr string
 		h          http.Handler
@@ -167,10 +178,11 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 			return nil, err
 		}
 		s.httpAddr[h.name] = httpLns[i].Addr().String()
+		httpLns[i] = tlsconf.Listen(httpLns[i], cfg.TLS)
 	}
 
 	// Everything is bound: start serving.
-	s.grpc = grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		// Serve RPCs on a pool of long-lived goroutines instead of one new
 		// goroutine per call: about 20-40% less latency per RPC between
@@ -182,7 +194,11 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// MaxConnectionIdle 0 is gRPC's default: never.
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: max(cfg.RPCIdleTimeout, 0)}),
-	)
+	}
+	if cfg.TLS != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(tlsconf.Terminated()))
+	}
+	s.grpc = grpc.NewServer(grpcOpts...)
 	srv.Register(s.grpc)
 	// The same service over framed connections on the same port: the
 	// clients' transport (internal/framedrpc); gRPC stays for every other
@@ -226,7 +242,8 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		}()
 	}
 	log.Info("mooncake_master serving", "rpc", s.RPCAddr(), "metrics", s.httpAddr["metrics"],
-		"http_metadata", s.httpAddr["metadata"], "ha", cfg.HA != nil)
+		"http_metadata", s.httpAddr["metadata"], "ha", cfg.HA != nil, "tls", cfg.TLS != nil,
+		"mutual_tls", cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert)
 	return s, nil
 }
 

@@ -205,7 +205,7 @@ func CheckSnapshotRestore(ctx context.Context, ha HAConfig, srv *Server) error {
 	if srv.rep == nil {
 		return nil
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: ha.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: ha.Endpoints, TLS: ha.TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("HA: etcd client: %w", err)
 	}

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mooncake import _lib
+from mooncake import _lib, _tls
 from mooncake._buffers import address_of
 from mooncake._lib import INT, PTR, STR, U64, P
 
@@ -179,7 +179,11 @@ class RpcInterface:
         self._pool_size = int(pool_size)
         if self._client:
             self._lib.mc_rpc_client_close(self._client)
+        _tls.apply()
         self._client = self._lib.mc_rpc_client_create(self._pool_size, self._timeout_ms)
+        if not self._client:  # MC_TLS_* name half a key pair or a file that does not load
+            _log.error("rpc client: %s", _lib.last_error())
+            return False
         return True
 
     def initialize_client(self, pool_size: int = 10, timeout_seconds: int = 30) -> bool:
@@ -201,6 +205,7 @@ class RpcInterface:
         if self._server or not self._listen:
             return False
         addr, err = PTR(), PTR()
+        _tls.apply()
         handle = self._lib.mc_rpc_server_start(
             self._listen.encode(), _QUEUE_LEN, 0, ctypes.byref(addr), ctypes.byref(err)
         )
@@ -321,7 +326,10 @@ def create_rpc_client(pool_size: int = 10, timeout_seconds: int = 30) -> RpcInte
     """An interface that sends (`initialize_client`)."""
     rpc = RpcInterface()
     if not rpc.initialize_client(pool_size, timeout_seconds):
-        raise ValueError(f"invalid pool_size={pool_size} or timeout_seconds={timeout_seconds}")
+        raise ValueError(
+            f"invalid pool_size={pool_size} or timeout_seconds={timeout_seconds},"
+            f" or TLS settings (MC_TLS_*): {_lib.last_error()}"
+        )
     return rpc
 
 

@@ -21,7 +21,7 @@ import enum
 import json
 from collections.abc import Sequence
 
-from mooncake import _lib
+from mooncake import _lib, _tls
 from mooncake._engine_rpc import (  # noqa: F401  (re-exported: the RPC interface)
     CoroRPCInterface,
     ReceivedData,
@@ -143,7 +143,10 @@ class TransferEngine:
     def initialize(
         self, local_hostname: str, metadata_server: str, protocol: str, device_name: str
     ) -> int:
-        """Start the engine. Returns 0, or -1 on failure (see `last_error`)."""
+        """Start the engine. Returns 0, or -1 on failure (see `last_error`).
+        An https:// metadata server, or etcd at https:// endpoints, is
+        reached with MC_TLS_* (docs/security.md, "TLS")."""
+        _tls.apply()
         rc = self._lib.mc_engine_initialize(
             self._handle,
             _encode(local_hostname),

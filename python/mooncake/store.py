@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from mooncake import _lib
+from mooncake import _lib, _tls
 from mooncake._buffers import address_of
 from mooncake._engram import EngramStore, EngramStoreConfig
 from mooncake._hugepages import page_shift
@@ -255,6 +255,7 @@ class _SetupParams(NamedTuple):
     enable_ssd_offload: bool = False
     ssd_offload_path: str = ""  # "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH
     client_http_port: int = 0  # 0: no client metrics server
+    tls: tuple[str | None, str | None, str | None] = (None, None, None)  # None: MC_TLS_*
 
 
 _SETUP_NAMES = (
@@ -282,7 +283,7 @@ def _truthy(value: Any) -> bool:
 
 # Keyword-only setup options (not in upstream's positional signature), as
 # MooncakeHostMemAllocator takes them.
-_SETUP_KEYWORDS = ("use_hugepage", "hugepage_size")
+_SETUP_KEYWORDS = ("use_hugepage", "hugepage_size", "tls_cert_file", "tls_key_file", "tls_ca_file")
 
 
 def _setup_params(args: Sequence[Any], kwargs: dict[str, Any]) -> _SetupParams:
@@ -364,6 +365,7 @@ def _validated(values: dict[str, Any]) -> _SetupParams:
         enable_ssd_offload=_truthy(values.get("enable_ssd_offload", False)),
         ssd_offload_path=str(values.get("ssd_offload_path") or ""),
         client_http_port=int(port) if _truthy(values.get("enable_client_http_server")) else 0,
+        tls=(values.get("tls_cert_file"), values.get("tls_key_file"), values.get("tls_ca_file")),
     )
 
 
@@ -426,7 +428,12 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
         Keyword-only ``use_hugepage=False, hugepage_size="2MB"`` (defaults:
         MC_STORE_USE_HUGEPAGE, MC_STORE_HUGEPAGE_SIZE) put the segment and
         the local buffer on huge pages, which the kernel must have reserved
-        (-600 otherwise; the log says how many are missing). The Store-RS
+        (-600 otherwise; the log says how many are missing). Keyword-only
+        ``tls_cert_file``, ``tls_key_file``, ``tls_ca_file`` (defaults:
+        MC_TLS_CERT_FILE, MC_TLS_KEY_FILE, MC_TLS_CA_FILE) make the master,
+        metadata and etcd connections TLS, for the whole process
+        (docs/security.md, "TLS"); a half or unloadable configuration
+        fails setup. The Store-RS
         keywords (``keyspace``, ``tenant``, ``domain``, ``object_set``,
         ``routed_writes``, ``replica_count``, ``route_topk``,
         ``eviction_high_watermark_percent``, ``eviction_low_watermark_percent``)
@@ -470,6 +477,7 @@ class MooncakeDistributedStore(_TensorAPI, _SessionsAndTasks, _DiskTier, _FleetO
             tenant_id=params.tenant_id.encode(),
             hugepage_size=params.hugepage_bytes,
         )
+        _tls.apply(*params.tls)
         rc = self._lib.mc_store_setup(self._handle, ctypes.byref(args))
         if rc == 0 and params.enable_ssd_offload:
             rc = self._enable_offload(params.ssd_offload_path)

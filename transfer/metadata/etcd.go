@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"sync"
@@ -36,7 +37,11 @@ type EtcdStore struct {
 // the cluster: an unreachable one makes each call fail once its deadline
 // passes. The client's own logging is silenced; failures are reported
 // through the returned errors.
-func NewEtcdStore(endpoints []string) (*EtcdStore, error) {
+func NewEtcdStore(endpoints []string) (*EtcdStore, error) { return NewEtcdStoreTLS(endpoints, nil) }
+
+// NewEtcdStoreTLS is NewEtcdStore whose client runs TLS with cfg (nil:
+// TLS only for https:// endpoints, verified with the system's roots).
+func NewEtcdStoreTLS(endpoints []string, cfg *tls.Config) (*EtcdStore, error) {
 	eps := make([]string, 0, len(endpoints))
 	for _, ep := range endpoints {
 		if ep = strings.TrimSpace(ep); ep != "" {
@@ -48,6 +53,7 @@ func NewEtcdStore(endpoints []string) (*EtcdStore, error) {
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
+		TLS:         cfg,
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
 	})

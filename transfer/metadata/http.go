@@ -3,6 +3,7 @@ package metadata
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -39,8 +40,13 @@ type HTTPStore struct {
 // NewHTTPStore returns a store talking to the metadata server at url, the
 // full endpoint such as "http://host:8080/metadata". It does not contact the
 // server.
-func NewHTTPStore(url string) *HTTPStore {
+func NewHTTPStore(url string) *HTTPStore { return NewHTTPStoreTLS(url, nil) }
+
+// NewHTTPStoreTLS is NewHTTPStore whose https:// requests use cfg (nil:
+// the system's roots and no client certificate).
+func NewHTTPStoreTLS(url string, cfg *tls.Config) *HTTPStore {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = cfg
 	t.DialContext = (&net.Dialer{
 		Timeout:   httpMetadataConnectTimeout,
 		KeepAlive: 30 * time.Second,

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
+	"github.com/mooncake-go/mooncake/transfer/errcode"
 )
 
 // ErrNotFound is returned by a Store for a missing key.
@@ -19,13 +22,22 @@ type Store interface {
 	Close() error
 }
 
-// Open connects the store of a non-P2P connection.
+// Open connects the store of a non-P2P connection. TLS settings come from
+// MC_TLS_CERT_FILE, MC_TLS_KEY_FILE and MC_TLS_CA_FILE: an https:// server
+// is verified with the CA (else the system's roots) and shown the
+// certificate; etcd gets them when its endpoints are https:// URLs
+// ("etcd://https://host:2379").
 func Open(c Conn) (Store, error) {
+	cfg, err := tlsconf.FromEnv().Client()
+	if err != nil {
+		return nil, errcode.Errorf(errcode.InvalidArgument, err, "metadata store TLS settings")
+	}
 	switch c.Kind {
 	case "etcd":
-		return NewEtcdStore(strings.Split(c.Target, ","))
+		eps := strings.Split(c.Target, ",")
+		return NewEtcdStoreTLS(eps, tlsconf.ForEtcd(cfg, eps))
 	case "http":
-		return NewHTTPStore(c.Target), nil
+		return NewHTTPStoreTLS(c.Target, cfg), nil
 	default:
 		return nil, fmt.Errorf("no metadata store for %q", c.Kind)
 	}

@@ -14,6 +14,7 @@
 package rpcmsg
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/internal/tlsconf"
 )
 
 // DefaultMaxMessage bounds one message's payload unless Config.MaxMessage
@@ -68,6 +71,9 @@ type Config struct {
 	// in all and from one IP address; one beyond is closed as soon as it
 	// is accepted (DefaultMaxConns, DefaultMaxConnsPerHost).
 	MaxConns, MaxConnsPerHost int
+	// TLS, when not nil, serves TLS with it (mutual when it requires
+	// client certificates); the handshake falls under IdleTimeout.
+	TLS *tls.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -129,7 +135,7 @@ func ListenConfig(addr string, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("rpcmsg: listen on %s: %w", addr, err)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{ln: ln, cfg: cfg, queue: make(chan Message, cfg.QueueLen),
+	s := &Server{ln: tlsconf.Listen(ln, cfg.TLS), cfg: cfg, queue: make(chan Message, cfg.QueueLen),
 		stop: make(chan struct{}), conns: map[net.Conn]bool{}, perHost: map[string]int{}}
 	s.wg.Add(1)
 	go s.accept()
@@ -290,6 +296,7 @@ func (s *Server) Close() {
 type Client struct {
 	timeout  time.Duration
 	poolSize int
+	tls      *tls.Config
 	mu       sync.Mutex
 	idle     map[string][]net.Conn
 }
@@ -297,7 +304,13 @@ type Client struct {
 // NewClient returns a client whose every send (connect, write, wait for
 // the acknowledgement) is bounded by timeout.
 func NewClient(poolSize int, timeout time.Duration) *Client {
-	return &Client{timeout: timeout, poolSize: max(poolSize, 1), idle: map[string][]net.Conn{}}
+	return NewClientTLS(poolSize, timeout, nil)
+}
+
+// NewClientTLS is NewClient whose connections run TLS with cfg (nil:
+// plain TCP); a server's name is its target's host.
+func NewClientTLS(poolSize int, timeout time.Duration, cfg *tls.Config) *Client {
+	return &Client{timeout: timeout, poolSize: max(poolSize, 1), tls: cfg, idle: map[string][]net.Conn{}}
 }
 
 // Send delivers one message to the server at target and waits until the
@@ -340,12 +353,16 @@ func (c *Client) conn(target string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rpcmsg: connect to %s: %w", target, err)
 	}
-	return conn, nil
+	return tlsconf.Client(conn, c.tls, target), nil
 }
 
 // open says whether the server has not closed an idle pooled connection:
-// nothing is waiting to be read on it, not even the end of the stream.
+// nothing is waiting to be read on it, not even the end of the stream (or,
+// under TLS, the server's close_notify).
 func open(conn net.Conn) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return true
