@@ -12,6 +12,12 @@ group and exits 0; a case fails by raising. Cases:
   (`mooncake.mooncake_ep_buffer.Buffer` on the default group), both buffer
   halves, each checked exactly, with no rank marked inactive.
 * ``init``: initialise only; print the error and exit 3 if it fails.
+* ``stream``: ``STREAM_OPS`` all_reduces of ``STREAM_ELEMS`` float64s, one
+  after the other, with the collective timeout ``STREAM_TIMEOUT_S``
+  (test_cluster_partition.py). Each prints a line ``OP {json}``: op k, wall
+  clock start and end, local success, the failed-ranks hint, and, when no
+  rank failed in it, whether the sum over the ranks still in the group is
+  exact. A rank that finds itself left out stops there.
 """
 
 from __future__ import annotations
@@ -118,9 +124,39 @@ def case_ep(rank: int, world: int) -> None:
     _done(dist.barrier(async_op=True))
 
 
+def case_stream(rank: int, world: int) -> None:
+    import json
+    import time
+
+    from mooncake import pg
+
+    ops, n = int(os.environ["STREAM_OPS"]), int(os.environ["STREAM_ELEMS"])
+    members = set(range(world))
+    base = torch.arange(n, dtype=torch.float64) % 1009
+    for k in range(ops):
+        x = base + 10_000 * (rank + 1) + k
+        t0 = time.time()
+        w = dist.all_reduce(x, async_op=True)
+        w.wait()
+        rec = {"rank": rank, "k": k, "t0": t0, "t1": time.time(),
+               "ok": bool(pg.get_local_success(w)), "hint": pg.get_failed_ranks_hint(w).tolist()}
+        if any(rec["hint"]):  # the buffers of a failed op are unspecified
+            members -= {r for r, h in enumerate(rec["hint"]) if h}
+        else:
+            want = len(members) * (base + k) + 10_000 * sum(r + 1 for r in members)
+            rec["right"] = torch.equal(x, want)
+        print("OP " + json.dumps(rec), flush=True)
+        if rank not in members:
+            print(f"rank {rank} left out at op {k}", flush=True)
+            return
+
+
 def main() -> int:
     case = sys.argv[1]
     from mooncake import pg  # noqa: F401  (registers the backend)
+
+    if case == "stream":
+        pg.set_collective_timeout_us(int(float(os.environ["STREAM_TIMEOUT_S"]) * 1e6))
 
     try:
         dist.init_process_group(backend="mooncake", init_method="env://")
@@ -136,6 +172,8 @@ def main() -> int:
             case_ops(rank, world)
         elif case == "ep":
             case_ep(rank, world)
+        elif case == "stream":
+            case_stream(rank, world)
         print(f"rank {rank} ok", flush=True)
     finally:
         dist.destroy_process_group()

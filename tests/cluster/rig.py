@@ -261,16 +261,18 @@ class Cluster:
         return len(self.hosts)
 
     def partition(self, a: Host, b: Host) -> None:
-        """Drop every packet between hosts a and b, both ways, until `heal`."""
+        """Drop every packet between hosts a and b, both ways, until `heal`:
+        each host drops what arrives from the other, as a broken link or
+        switch would (packets leave and are lost: a connect or a
+        retransmission times out; nothing fails at once with EPERM, as a
+        drop on output would make it)."""
         self._partitions.add((a.index, b.index))
         for me, other in ((a, b), (b, a)):
             me.nft(f"""
 table inet {self.TABLE} {{
   chain input {{ type filter hook input priority 0; policy accept; }}
-  chain output {{ type filter hook output priority 0; policy accept; }}
 }}
 add rule inet {self.TABLE} input ip saddr {other.addr} drop
-add rule inet {self.TABLE} output ip daddr {other.addr} drop
 """)
 
     def refuse(self, src: Host, dst: Host, ports: tuple[int, int]) -> None:

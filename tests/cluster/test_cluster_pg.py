@@ -32,9 +32,11 @@ def cluster():
 
 def launch(placement: list[rig.Host], case: str, env: dict[str, str] | None = None,
            rank_env: dict[int, dict[str, str]] | None = None,
-           timeout: float = 120) -> tuple[list[str], list[str], list[int]]:
+           timeout: float = 120, stop=None) -> tuple[list[str], list[str], list[int]]:
     """Run pg_node.py CASE as rank r on host placement[r], rank 0's host
-    being MASTER_ADDR; returns (outputs, failures, exit codes)."""
+    being MASTER_ADDR; returns (outputs, failures, exit codes). `stop` is
+    conftest.supervise's: called with each rank's output so far and the
+    time, while they run."""
     base = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     base.update(OMP_NUM_THREADS="1", MC_PG_INIT_TIMEOUT="60", MASTER_ADDR=placement[0].addr,
                 MASTER_PORT=str(MASTER_PORT), WORLD_SIZE=str(len(placement)))
@@ -52,7 +54,12 @@ def launch(placement: list[rig.Host], case: str, env: dict[str, str] | None = No
         for p in procs:
             p.kill()
         raise
-    outs, failed = supervise(procs, names, logs, time.monotonic() + timeout)
+    def so_far(now: float) -> str | None:
+        return stop([os.pread(log.fileno(), 1 << 24, 0).decode(errors="replace") for log in logs],
+                    now)
+
+    outs, failed = supervise(procs, names, logs, time.monotonic() + timeout,
+                             stop=so_far if stop else None)
     return outs, failed, [p.returncode for p in procs]
 
 
