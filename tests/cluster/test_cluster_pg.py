@@ -63,8 +63,8 @@ def launch(placement: list[rig.Host], case: str, env: dict[str, str] | None = No
     return outs, failed, [p.returncode for p in procs]
 
 
-def check_ok(placement: list[rig.Host]) -> None:
-    outs, failed, _ = launch(placement, "ops")
+def check_ok(placement: list[rig.Host], case: str = "ops") -> None:
+    outs, failed, _ = launch(placement, case)
     detail = "\n".join(f"----- rank {r} -----\n{o[-4000:]}" for r, o in enumerate(outs))
     assert not failed, f"{failed}\n{detail}"
     for r, o in enumerate(outs):
