@@ -86,11 +86,21 @@ def test_collectives_four_ranks_on_two_hosts(cluster):
 
 def test_loopback_address_refused_with_a_remote_master(cluster):
     """A rank told to publish 127.0.0.1 while MASTER_ADDR is another host's
-    fails its init, naming the setting to change."""
-    outs, _, codes = launch([cluster[0], cluster[1]], "init", env={"MC_PG_INIT_TIMEOUT": "5"},
-                            rank_env={1: {"MC_PG_HOST_IP": "127.0.0.1"}}, timeout=60)
-    assert codes[1] == 3, outs[1][-4000:]
-    assert "INIT FAILED" in outs[1] and "MC_PG_HOST_IP" in outs[1], outs[1][-4000:]
+    fails its init, naming the setting to change, and so does every other
+    rank, with the same error, at once: not after MC_PG_INIT_TIMEOUT (here
+    120 s, past the launch's 60 s), as rank 0 did while it waited for rank
+    1 to join (issue 45.5)."""
+    for bad in (1, 0):
+        outs, _, codes = launch([cluster[0], cluster[1]], "init",
+                                env={"MC_PG_INIT_TIMEOUT": "120"},
+                                rank_env={bad: {"MC_PG_HOST_IP": "127.0.0.1"}}, timeout=60)
+        detail = "\n".join(f"----- rank {r} -----\n{o[-4000:]}" for r, o in enumerate(outs))
+        assert codes == [3, 3], detail
+        errors = [next(line for line in o.splitlines() if line.startswith("INIT FAILED"))
+                  for o in outs]
+        assert errors[0] == errors[1], detail
+        assert f"rank {bad} failed to set it up" in errors[0] and "MC_PG_HOST_IP" in errors[0], \
+            detail
 
 
 def test_group_creation_is_all_or_nothing(cluster):
