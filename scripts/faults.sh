@@ -23,7 +23,7 @@
 #
 # The cluster suites (tests/cluster, root: network namespaces) cut links
 # between hosts mid-op and heal them, and slow a host's link down; the
-# timings each run prints (lines starting TE, HEAL, CUT, SLOW, DELAY) are
+# timings each run prints (lines starting TE, HEAL, CUT, SLOW, DELAY, DEATH) are
 # collected in $FAULT_LOGS/cluster-timings.txt and printed at the end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -87,6 +87,7 @@ suites=(
 	"cluster-partition-held|py:tests/cluster/test_cluster_partition.py::test_partition_fails_the_peer_within_the_collective_timeout"
 	"cluster-slow-link|py:tests/cluster/test_cluster_partition.py::test_collectives_across_a_slow_link"
 	"cluster-delay|py:tests/cluster/test_cluster_rig.py::test_delay_adds_to_every_round_trip_through_the_host"
+	"cluster-rank-replaced|py:tests/cluster/test_cluster_ddp.py::test_rank_killed_and_replaced_on_another_host"
 )
 export CONSISTENCY_LONG_SECONDS="${CONSISTENCY_LONG_SECONDS:-60}"
 export CONSISTENCY_SUMMARY="$logs/consistency-summary.txt"
@@ -142,7 +143,7 @@ for s in "${suites[@]}"; do
 		out="$logs/$name.$r.log"
 		ok=0
 		(cd "$workdir" && "${cmd[@]}") >"$out" 2>&1 || ok=$?
-		grep -E '^(TE|HEAL|CUT|SLOW|DELAY) ' "$out" | sed "s/^/$name run $r: /" >>"$timings" || true
+		grep -E '^(TE|HEAL|CUT|SLOW|DELAY|DEATH)[: ]' "$out" | sed "s/^/$name run $r: /" >>"$timings" || true
 		if ((ok == 0)); then
 			passed=$((passed + 1))
 			rm -f "$out"
