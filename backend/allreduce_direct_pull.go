@@ -58,7 +58,7 @@ func (g *Group) viewPulls(s, n int, srcs [][]byte, i int, own []byte, fn func() 
 	})
 	if err == nil && !ok {
 		st := g.stage(chColl, p)[:n]
-		if err = channel.Get(g.engine, ep, uint64(g.lay.pull(s)), st, st); err == nil {
+		if err = channel.GetWithin(g.engine, ep, uint64(g.lay.pull(s)), st, st, g.patience(chColl)); err == nil {
 			srcs[i] = st
 			return g.viewPulls(s, n, srcs, i+1, own, fn)
 		}

@@ -169,21 +169,14 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	e, err := rt.Engine()
 	if err != nil {
-		return nil, err
+		return nil, rt.failFounding(cfg, slots, err)
 	}
-	client, err := rt.coordinator(cfg.Store, cfg.Rank == 0 && !cfg.Extension)
+	client, err := rt.coordinator(cfg.Store, cfg.Rank, cfg.Rank == 0 && !cfg.Extension)
 	if err != nil {
 		return nil, err
 	}
-	coll, p2p := slotSizes(slots)
-	if cfg.CollSlot > 0 {
-		coll = alignUp(cfg.CollSlot, slotGranularity)
-	}
-	if cfg.P2PSlot > 0 {
-		p2p = alignUp(cfg.P2PSlot, slotGranularity)
-	}
 	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: slots, declared: cfg.Size, id: cfg.GroupID,
-		lay: newLayout(slots, coll, p2p), client: client, manual: cfg.Manual, life: newLifecycle()}
+		lay: groupLayout(cfg, slots), client: client, manual: cfg.Manual, life: newLifecycle()}
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
@@ -206,7 +199,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	g.peers = make([]atomic.Pointer[peer], slots)
 	err = g.openPeers(v)
 	if !cfg.Extension { // a founder: the group exists once every founder set it up
-		err = rt.ready(client, cfg.GroupID, cfg.Rank, err)
+		err = rt.awaitFounders(client, cfg.GroupID, cfg.Rank, err, g.silentFounder)
 	}
 	if err != nil {
 		g.closePeers()
@@ -243,6 +236,18 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	g.startMembership(v)
 	rt.liveGroups.Add(1)
 	return g, nil
+}
+
+// groupLayout is the layout of the buffer of a group of slots slots.
+func groupLayout(cfg GroupConfig, slots int) layout {
+	coll, p2p := slotSizes(slots)
+	if cfg.CollSlot > 0 {
+		coll = alignUp(cfg.CollSlot, slotGranularity)
+	}
+	if cfg.P2PSlot > 0 {
+		p2p = alignUp(cfg.P2PSlot, slotGranularity)
+	}
+	return newLayout(slots, coll, p2p)
 }
 
 // firstView is the view a group starts from: the coordinator's, or for a

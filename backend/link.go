@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/transfer"
 	"github.com/mooncake-go/mooncake/transfer/channel"
 )
 
@@ -53,6 +54,30 @@ func (g *Group) timeout(ch int) time.Duration {
 		return g.p2pTimeout()
 	}
 	return g.collTimeout()
+}
+
+// patience bounds the transfers of channel ch as its waits are bounded
+// (wait.go): a transfer not done within the channel's timeout goes on
+// only while its peer answers the liveness probe. A peer cut off by a
+// partition thus fails an op after the timeout plus the probe's deadline,
+// whether the op waits for it or writes to it, not after the engine's
+// transfer timeout (MC_TRANSFER_TIMEOUT, which still bounds a transfer to
+// a live peer in all).
+func (g *Group) patience(ch int) channel.Patience {
+	return channel.Patience{Timeout: g.timeout(ch), Alive: g.alive}
+}
+
+// alive probes the peer whose segment is seg.
+func (g *Group) alive(seg transfer.SegmentHandle) error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	for r := range g.size {
+		if p := g.peer(r); p != nil && r != g.rank && p.seg == seg {
+			return g.probe(r)
+		}
+	}
+	return nil
 }
 
 // flagMessage is the message to peer that sets word kind (fReady or fAck)
@@ -103,7 +128,7 @@ func (g *Group) send(ch int, msgs []out) error {
 		}
 		put = append(put, msg)
 	}
-	if err := g.putError(msgs, channel.Put(g.engine, put, channel.AllMessages)); err != nil {
+	if err := g.putError(msgs, channel.PutWithin(g.engine, put, channel.AllMessages, g.patience(ch))); err != nil {
 		return err
 	}
 	for _, m := range msgs {
@@ -154,7 +179,7 @@ func (g *Group) release(ch int, peers ...int) {
 		g.rcvd[ch][pr]++
 		acks = append(acks, g.flagMessage(ch, fAck, fOutAck, pr, g.rcvd[ch][pr]))
 	}
-	channel.Put(g.engine, acks, channel.EachMessage)
+	channel.PutWithin(g.engine, acks, channel.EachMessage, g.patience(ch))
 }
 
 func (g *Group) describe(peers []int) string {

@@ -74,7 +74,7 @@ func (g *Group) pullFrom(peer, s int, dst []byte) error {
 	if _, err := g.recv(chColl, peer); err != nil {
 		return err
 	}
-	if err := channel.Get(g.engine, g.endpoint(peer), uint64(g.lay.pull(s)), dst, g.stage(chColl, peer)); err != nil {
+	if err := channel.GetWithin(g.engine, g.endpoint(peer), uint64(g.lay.pull(s)), dst, g.stage(chColl, peer), g.patience(chColl)); err != nil {
 		return peerFailure(peer, "read from %s: %v", g.describe([]int{peer}), err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,12 +212,13 @@ func (rt *Runtime) SetCoordinatorBinary(path string) {
 	rt.coordBin = path
 }
 
-// coordinator returns the coordinator client, bootstrapping on first use:
+// coordinator returns the coordinator client of this runtime's rank in
+// the group being created, bootstrapping on first use:
 // with MC_PG_COORDINATOR an address, every rank dials it; otherwise the
 // founding rank 0 (serve) starts the coordinator (its own process or
 // inside this one, coordinator_process.go) and publishes its address in
 // store, where every other rank reads it.
-func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClient, error) {
+func (rt *Runtime) coordinator(store Store, rank int, serve bool) (coordpb.CoordinatorClient, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.client != nil {
@@ -251,6 +253,10 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 		b, err := store.Get(CoordinatorKey, initTimeout())
 		if err != nil {
 			return nil, fmt.Errorf("read coordinator address: %w", err)
+		}
+		if failure, ok := strings.CutPrefix(string(b), failedMark); ok {
+			store.Set(seenKey(rank), nil) // rank 0 may go (founding.go)
+			return nil, fmt.Errorf("%w: %s", ErrPeer, failure)
 		}
 		addr = string(b)
 		if b, err = store.Get(SecretKey, initTimeout()); err != nil {
@@ -323,7 +329,12 @@ func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest
 // else the error every founder gets: group creation is all or nothing
 // (coordinator_ready.go).
 func (rt *Runtime) ready(client coordpb.CoordinatorClient, groupID string, rank int, setup error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), initTimeout())
+	return rt.readyCtx(context.Background(), client, groupID, rank, setup)
+}
+
+// readyCtx is ready, given up when ctx ends (the report is withdrawn).
+func (rt *Runtime) readyCtx(parent context.Context, client coordpb.CoordinatorClient, groupID string, rank int, setup error) error {
+	ctx, cancel := context.WithTimeout(parent, initTimeout())
 	defer cancel()
 	r := &coordpb.ReadyRequest{GroupId: groupID, Rank: int32(rank)}
 	if setup != nil {
@@ -331,6 +342,8 @@ func (rt *Runtime) ready(client coordpb.CoordinatorClient, groupID string, rank 
 	}
 	resp, err := client.Ready(ctx, r)
 	switch {
+	case err != nil && parent.Err() != nil:
+		return errWithdrawn
 	case err != nil && setup != nil:
 		return fmt.Errorf("%w: group %q was not created: %w (telling the other founders failed: %v)", ErrPeer, groupID, setup, err)
 	case err != nil:

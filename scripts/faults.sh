@@ -20,6 +20,11 @@
 # again and again; every run's line (operations checked, faults injected,
 # anomalies) is collected in $FAULT_LOGS/consistency-summary.txt and
 # printed at the end.
+#
+# The cluster suites (tests/cluster, root: network namespaces) cut links
+# between hosts mid-op and heal them, and slow a host's link down; the
+# timings each run prints (lines starting TE, HEAL, CUT, SLOW, DELAY, DEATH) are
+# collected in $FAULT_LOGS/cluster-timings.txt and printed at the end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -77,10 +82,18 @@ suites=(
 	"consistency-part-storage|go:./kvstore/consistency|TestConsistencyPartitionStorage$"
 	"consistency-part-worker|go:./kvstore/consistency|TestConsistencyPartitionWorker$"
 	"consistency-kill-leader-part-storage|go:./kvstore/consistency|TestConsistencyKillLeaderPartitionStorage$"
+	"cluster-partition-te|py:tests/cluster/test_cluster_partition.py::test_transfer_resumes_after_a_partition_heals"
+	"cluster-partition-healed|py:tests/cluster/test_cluster_partition.py::test_partition_healed_before_the_timeout_delivers_every_op"
+	"cluster-partition-held|py:tests/cluster/test_cluster_partition.py::test_partition_fails_the_peer_within_the_collective_timeout"
+	"cluster-slow-link|py:tests/cluster/test_cluster_partition.py::test_collectives_across_a_slow_link"
+	"cluster-delay|py:tests/cluster/test_cluster_rig.py::test_delay_adds_to_every_round_trip_through_the_host"
+	"cluster-rank-replaced|py:tests/cluster/test_cluster_ddp.py::test_rank_killed_and_replaced_on_another_host"
 )
 export CONSISTENCY_LONG_SECONDS="${CONSISTENCY_LONG_SECONDS:-60}"
 export CONSISTENCY_SUMMARY="$logs/consistency-summary.txt"
 rm -f "$CONSISTENCY_SUMMARY"
+timings="$logs/cluster-timings.txt"
+rm -f "$timings"
 
 loaders=()
 stop_load() {
@@ -119,13 +132,19 @@ for s in "${suites[@]}"; do
 	py:*)
 		# $PY is a link into .venv: resolving it would leave the venv.
 		cmd=("$PWD/$PY" -m pytest -q -x -p no:cacheprovider "${spec#py:}")
+		if [[ $name == cluster-* ]]; then
+			cmd+=(-s) # their timings go to $timings
+		fi
 		workdir=.
 		;;
 	esac
 	passed=0
 	for ((r = 1; r <= runs; r++)); do
 		out="$logs/$name.$r.log"
-		if (cd "$workdir" && "${cmd[@]}") >"$out" 2>&1; then
+		ok=0
+		(cd "$workdir" && "${cmd[@]}") >"$out" 2>&1 || ok=$?
+		grep -E '^(TE|HEAL|CUT|SLOW|DELAY|DEATH)[: ]' "$out" | sed "s/^/$name run $r: /" >>"$timings" || true
+		if ((ok == 0)); then
 			passed=$((passed + 1))
 			rm -f "$out"
 		else
@@ -135,6 +154,10 @@ for s in "${suites[@]}"; do
 	done
 	printf '%-38s %6d %6d\n' "$name" "$passed" "$runs"
 done
+if [[ -s $timings ]]; then
+	echo "cluster timings (one line per rank or transfer and run):"
+	cat "$timings"
+fi
 if [[ -s $CONSISTENCY_SUMMARY ]]; then
 	echo "consistency histories (one line per run):"
 	cat "$CONSISTENCY_SUMMARY"

@@ -1,5 +1,7 @@
 package transfer
 
+import "time"
+
 // RunBatch submits reqs as one batch, waits until every request is final,
 // and returns each request's final state (states[i] is reqs[i]'s). It is
 // the synchronous form of AllocateBatch, SubmitTransfer, WaitBatch and
@@ -9,6 +11,15 @@ package transfer
 // waiting. An error means the batch could not be run at all (a closed
 // engine, an invalid request: nothing was submitted).
 func (e *Engine) RunBatch(reqs []Request) ([]Status, error) {
+	return e.RunBatchWithin(reqs, e.cfg.TransferTimeout)
+}
+
+// RunBatchWithin is RunBatch with its requests bounded by timeout instead
+// of the engine's transfer timeout (MC_TRANSFER_TIMEOUT): a request not
+// done by then ends TIMEOUT. Callers that bound their own waits (the
+// collectives: their timeout, then a probe of the peer) bound their
+// transfers the same way.
+func (e *Engine) RunBatchWithin(reqs []Request, timeout time.Duration) ([]Status, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -17,7 +28,7 @@ func (e *Engine) RunBatch(reqs []Request) ([]Status, error) {
 		return nil, err
 	}
 	defer e.FreeBatch(id)
-	if err := e.submit(id, reqs, true); err != nil {
+	if err := e.submit(id, reqs, true, timeout); err != nil {
 		return nil, err
 	}
 	b, err := e.batch(id)

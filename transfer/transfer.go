@@ -53,7 +53,7 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // segment, registered local memory, valid opcode); if any is invalid
 // nothing is submitted. Zero-length requests complete at once.
 func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
-	return e.submit(id, reqs, false)
+	return e.submit(id, reqs, false, e.cfg.TransferTimeout)
 }
 
 // submit is SubmitTransfer; with inline (RunBatch, which waits anyway,
@@ -61,7 +61,7 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 // direct view of the peer's memory is copied on the caller's thread, and
 // so is a batch of one request that a connection can run itself
 // (transport.SyncRunner: tcp, one slice), before submit returns.
-func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
+func (e *Engine) submit(id BatchID, reqs []Request, inline bool, timeout time.Duration) error {
 	if err := e.enter("submit"); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, inline bool) error {
 			return err
 		}
 	}
-	deadline := time.Now().Add(e.cfg.TransferTimeout)
+	deadline := time.Now().Add(timeout)
 	tasks, err := b.add(reqs, deadline)
 	if err != nil {
 		return err

@@ -15,6 +15,8 @@ var (
 		ReadBy: "transfer", Doc: "TCP connections per peer"}
 	TCPSyncSpinUs = &Var{Name: "MC_TCP_SYNC_SPIN_US", Kind: Int, Min: 0, Default: "60",
 		ReadBy: "transfer", Doc: "a synchronous one-slice TCP transfer polls for its reply this long before sleeping in poll(2), microseconds (0: sleep right after the spin)"}
+	TCPStallTimeoutMs = &Var{Name: "MC_TCP_STALL_TIMEOUT_MS", Kind: Int, Min: 1, Default: "1000",
+		ReadBy: "transfer", Doc: "a TCP data connection whose sent data stays unacknowledged this long (or whose peer stops answering keepalives) is abandoned and the request goes again on a fresh one, milliseconds"}
 	MinRPCPort = &Var{Name: "MC_MIN_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "15000",
 		ReadBy: "transfer", Doc: "lowest handshake port the engine binds"}
 	MaxRPCPort = &Var{Name: "MC_MAX_RPC_PORT", Kind: Int, Min: 1, Max: 65535, Default: "17000",

@@ -12,6 +12,24 @@ group and exits 0; a case fails by raising. Cases:
   (`mooncake.mooncake_ep_buffer.Buffer` on the default group), both buffer
   halves, each checked exactly, with no rank marked inactive.
 * ``init``: initialise only; print the error and exit 3 if it fails.
+* ``ddp``: five DistributedDataParallel steps of a small float64 model, each
+  rank on its own data; the parameters must be identical on every rank and
+  match five plain SGD steps on the mean of every rank's gradient, computed
+  here alone (test_cluster_ddp.py).
+* ``replace``: the founders' side of a rank killed and replaced
+  (test_cluster_ddp.py): an exact all_reduce; then the last rank exits
+  (``os._exit``); the others' all_reduce (collective timeout 2 s) completes without it, exact, with
+  it alone in the hint; rank 0 takes the replacement back (``recover_ranks``)
+  once it has joined, and all run an exact all_reduce over the full group.
+* ``replacement``: the new process in the last rank's slot: joins the
+  running group (``MooncakeBackendOptions(world, True)``, ``join_group``) and
+  runs that last all_reduce.
+* ``stream``: ``STREAM_OPS`` all_reduces of ``STREAM_ELEMS`` float64s, one
+  after the other, with the collective timeout ``STREAM_TIMEOUT_S``
+  (test_cluster_partition.py). Each prints a line ``OP {json}``: op k, wall
+  clock start and end, local success, the failed-ranks hint, and, when no
+  rank failed in it, whether the sum over the ranks still in the group is
+  exact. A rank that finds itself left out stops there.
 """
 
 from __future__ import annotations
@@ -118,9 +136,125 @@ def case_ep(rank: int, world: int) -> None:
     _done(dist.barrier(async_op=True))
 
 
+def case_ddp(rank: int, world: int) -> None:
+    def data(r: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(1000 * r + step)
+        return (torch.randn(16, 8, generator=g, dtype=torch.float64),
+                torch.randn(16, 1, generator=g, dtype=torch.float64))
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                   torch.nn.Linear(16, 1)).double()
+
+    net = model()
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    ref = model()  # every rank's data through one replica, the gradients averaged
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for step in range(5):
+        opt.zero_grad()
+        inp, tgt = data(rank, step)
+        torch.nn.functional.mse_loss(ddp(inp), tgt).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        for r in range(world):
+            inp, tgt = data(r, step)
+            (torch.nn.functional.mse_loss(ref(inp), tgt) / world).backward()
+        ref_opt.step()
+    flat = torch.cat([p.detach().flatten() for p in net.parameters()])
+    every = [torch.empty_like(flat) for _ in range(world)]
+    _done(dist.all_gather(every, flat, async_op=True))
+    assert all(torch.equal(e, flat) for e in every), "parameters differ across ranks"
+    want = torch.cat([p.detach().flatten() for p in ref.parameters()])
+    # The same sums in another order: equal to float64 rounding.
+    assert torch.allclose(flat, want, rtol=1e-12, atol=1e-12), float((flat - want).abs().max())
+
+
+def _full_sum(world: int) -> None:
+    x = torch.full((1000,), float(dist.get_rank() + 1), dtype=torch.float64)
+    _done(dist.all_reduce(x, async_op=True))
+    assert torch.equal(x, torch.full((1000,), world * (world + 1) / 2, dtype=torch.float64)), x
+
+
+def case_replace(rank: int, world: int) -> None:
+    import time
+
+    from mooncake import pg
+
+    victim = world - 1
+    _full_sum(world)
+    _done(dist.barrier(async_op=True))
+    if rank == victim:
+        print(f"rank {rank} exits", flush=True)
+        os._exit(0)
+    t0 = time.monotonic()
+    x = torch.ones(1000, dtype=torch.float64)
+    w = dist.all_reduce(x, async_op=True)
+    w.wait()
+    took = time.monotonic() - t0
+    assert pg.get_failed_ranks_hint(w).tolist() == [int(r == victim) for r in range(world)]
+    assert not pg.get_local_success(w)
+    assert torch.equal(x, torch.full((1000,), float(world - 1), dtype=torch.float64)), x
+    print(f"DEATH rank {rank}: all_reduce without rank {victim} done {took:.3f} s after "
+          "its start", flush=True)
+    deadline = time.monotonic() + 60
+    if rank == 0:
+        while not pg.get_peer_state(dist.group.WORLD, [victim])[0]:
+            assert time.monotonic() < deadline, "the replacement did not join within 60 s"
+            time.sleep(0.01)
+        resp = pg.recover_ranks(dist.group.WORLD, [victim])
+        assert resp.status == pg.ProposalStatus.Applied, (resp.status, resp.reject_reason)
+    while pg.get_active_ranks(dist.group.WORLD).tolist() != [1] * world:
+        assert time.monotonic() < deadline, pg.get_active_ranks(dist.group.WORLD).tolist()
+        time.sleep(0.01)
+    _full_sum(world)
+
+
+def case_stream(rank: int, world: int) -> None:
+    import json
+    import time
+
+    from mooncake import pg
+
+    ops, n = int(os.environ["STREAM_OPS"]), int(os.environ["STREAM_ELEMS"])
+    members = set(range(world))
+    base = torch.arange(n, dtype=torch.float64) % 1009
+    for k in range(ops):
+        x = base + 10_000 * (rank + 1) + k
+        t0 = time.time()
+        w = dist.all_reduce(x, async_op=True)
+        w.wait()
+        rec = {"rank": rank, "k": k, "t0": t0, "t1": time.time(),
+               "ok": bool(pg.get_local_success(w)), "hint": pg.get_failed_ranks_hint(w).tolist()}
+        if any(rec["hint"]):  # the buffers of a failed op are unspecified
+            members -= {r for r, h in enumerate(rec["hint"]) if h}
+        else:
+            want = len(members) * (base + k) + 10_000 * sum(r + 1 for r in members)
+            rec["right"] = torch.equal(x, want)
+        print("OP " + json.dumps(rec), flush=True)
+        if rank not in members:
+            print(f"rank {rank} left out at op {k}", flush=True)
+            return
+
+
 def main() -> int:
     case = sys.argv[1]
     from mooncake import pg  # noqa: F401  (registers the backend)
+
+    if case == "stream":
+        pg.set_collective_timeout_us(int(float(os.environ["STREAM_TIMEOUT_S"]) * 1e6))
+    if case == "replace":  # a silent peer is probed after 2 s
+        pg.set_collective_timeout_us(2_000_000)
+    if case == "replacement":
+        world = int(os.environ["WORLD_SIZE"])
+        dist.init_process_group(backend="mooncake", init_method="env://",
+                                pg_options=pg.MooncakeBackendOptions(world, True))
+        pg.join_group(dist.group.WORLD)
+        _full_sum(world)
+        print(f"rank {dist.get_rank()} replacement ok", flush=True)
+        dist.destroy_process_group()
+        return 0
 
     try:
         dist.init_process_group(backend="mooncake", init_method="env://")
@@ -136,6 +270,12 @@ def main() -> int:
             case_ops(rank, world)
         elif case == "ep":
             case_ep(rank, world)
+        elif case == "stream":
+            case_stream(rank, world)
+        elif case == "ddp":
+            case_ddp(rank, world)
+        elif case == "replace":
+            case_replace(rank, world)
         print(f"rank {rank} ok", flush=True)
     finally:
         dist.destroy_process_group()

@@ -15,6 +15,14 @@ process in all of them.
 both hosts' namespaces); ``refuse(a, b, ports)`` resets a's connections to
 some of b's ports; ``heal()`` removes every such rule.
 
+``Cluster(n, delays={i: seconds})`` puts a delay on host i's link (this
+kernel has no netem): its ``eth0`` is joined to the bridge through a
+namespace of its own in which a forwarder process (``_DELAY``) copies every
+frame between the two sides, each one `seconds` after it arrived, in both
+directions. Every packet to or from the host, of any protocol and port,
+takes that much longer each way: a round trip between it and another host
+gains twice the delay (four times between two delayed hosts).
+
 Cleanup: `close()` kills every process started on a host and deletes every
 namespace (which deletes its links); it runs from the fixture's finalizer,
 from an atexit hook should the fixture not get to it, and, for namespaces of
@@ -132,6 +140,52 @@ for port in sys.argv[3:]:
             time.sleep(0.05)
 """
 
+# Run in a host's delay namespace by Cluster: argv is the two interfaces
+# and the delay in seconds. Each frame arriving on one side is sent out the
+# other `delay` seconds later, in order. The sockets carry the kernel's
+# virtio-net header (PACKET_VNET_HDR), so a TCP segment of up to 64 KiB the
+# host's stack hands over whole (GSO) is passed on whole, with its
+# checksum still to be completed, and is split for the wire by the other
+# side, as the veth would have.
+_DELAY = """
+import collections, socket, sys, threading, time
+ETH_P_ALL, SOL_PACKET, PACKET_VNET_HDR, PACKET_OUTGOING = 3, 263, 15, 4
+delay = float(sys.argv[3])
+
+def opened(ifname):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+    s.bind((ifname, 0))
+    return s
+
+def pump(src, dst):
+    queue, cv = collections.deque(), threading.Condition()
+    def send():
+        while True:
+            with cv:
+                while not queue:
+                    cv.wait()
+                due, frame = queue.popleft()
+            time.sleep(max(0.0, due - time.monotonic()))
+            try:
+                dst.send(frame)
+            except OSError:
+                pass
+    threading.Thread(target=send, daemon=True).start()
+    while True:
+        frame, addr = src.recvfrom(1 << 17)
+        if addr[2] != PACKET_OUTGOING:  # not what the other pump sent out here
+            with cv:
+                queue.append((time.monotonic() + delay, frame))
+                cv.notify()
+
+a, b = opened(sys.argv[1]), opened(sys.argv[2])
+threading.Thread(target=pump, args=(b, a), daemon=True).start()
+print("up", flush=True)
+pump(a, b)
+"""
+
+
 class Host:
     """One host of a `Cluster`: a network namespace with address `addr`,
     and a pid, UTS (hostname `name`) and mount namespace (with a /proc of
@@ -214,7 +268,8 @@ class Cluster:
 
     TABLE = "mcrig"
 
-    def __init__(self, n: int, hostnames: dict[int, str] | None = None) -> None:
+    def __init__(self, n: int, hostnames: dict[int, str] | None = None,
+                 delays: dict[int, float] | None = None) -> None:
         require_tools()
         remove_stale()
         self._procs: list[subprocess.Popen] = []
@@ -231,7 +286,7 @@ class Cluster:
             _sh(["ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge"])
             _sh(["ip", "-n", self.bridge_ns, "link", "set", "br0", "up"])
             for i in range(1, n + 1):
-                self._add_host(tag, i, (hostnames or {}).get(i))
+                self._add_host(tag, i, (hostnames or {}).get(i), (delays or {}).get(i))
         except BaseException:
             self.close()
             raise
@@ -241,14 +296,33 @@ class Cluster:
         self._namespaces.append(ns)
         _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
 
-    def _add_host(self, tag: str, i: int, hostname: str | None) -> None:
+    def _add_host(self, tag: str, i: int, hostname: str | None, delay: float | None) -> None:
         ns = f"{tag}-h{i}"
         addr = f"10.231.{self.subnet}.{i}"
         self._make_ns(ns)
         port = f"p{i}"
         # Made inside the rig's namespaces: no link is ever in the machine's own.
-        _sh(["ip", "-n", self.bridge_ns, "link", "add", port, "type", "veth",
-             "peer", "name", "eth0", "netns", ns])  # fmt: skip
+        if delay is None:
+            _sh(["ip", "-n", self.bridge_ns, "link", "add", port, "type", "veth",
+                 "peer", "name", "eth0", "netns", ns])  # fmt: skip
+        else:  # eth0 <-> host side | forwarder | bridge side <-> port
+            dns = f"{tag}-d{i}"
+            self._make_ns(dns)
+            _sh(["ip", "-n", dns, "link", "add", "host", "type", "veth",
+                 "peer", "name", "eth0", "netns", ns])  # fmt: skip
+            _sh(["ip", "-n", dns, "link", "add", "bridge", "type", "veth",
+                 "peer", "name", port, "netns", self.bridge_ns])  # fmt: skip
+            for side in ("host", "bridge"):
+                _sh(["ip", "-n", dns, "link", "set", side, "promisc", "on", "up"])
+            from conftest import _die_with_parent
+
+            fwd = subprocess.Popen(["ip", "netns", "exec", dns, sys.executable, "-c", _DELAY,
+                                    "host", "bridge", str(delay)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                                   preexec_fn=_die_with_parent)  # fmt: skip
+            self._procs.append(fwd)
+            if fwd.stdout.readline().strip() != "up":
+                raise RuntimeError(f"host{i}: the delay forwarder did not start")
         _sh(["ip", "-n", self.bridge_ns, "link", "set", port, "master", "br0", "up"])
         _sh(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0"])
         _sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
@@ -261,16 +335,18 @@ class Cluster:
         return len(self.hosts)
 
     def partition(self, a: Host, b: Host) -> None:
-        """Drop every packet between hosts a and b, both ways, until `heal`."""
+        """Drop every packet between hosts a and b, both ways, until `heal`:
+        each host drops what arrives from the other, as a broken link or
+        switch would (packets leave and are lost: a connect or a
+        retransmission times out; nothing fails at once with EPERM, as a
+        drop on output would make it)."""
         self._partitions.add((a.index, b.index))
         for me, other in ((a, b), (b, a)):
             me.nft(f"""
 table inet {self.TABLE} {{
   chain input {{ type filter hook input priority 0; policy accept; }}
-  chain output {{ type filter hook output priority 0; policy accept; }}
 }}
 add rule inet {self.TABLE} input ip saddr {other.addr} drop
-add rule inet {self.TABLE} output ip daddr {other.addr} drop
 """)
 
     def refuse(self, src: Host, dst: Host, ports: tuple[int, int]) -> None:

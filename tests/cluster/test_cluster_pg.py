@@ -32,9 +32,11 @@ def cluster():
 
 def launch(placement: list[rig.Host], case: str, env: dict[str, str] | None = None,
            rank_env: dict[int, dict[str, str]] | None = None,
-           timeout: float = 120) -> tuple[list[str], list[str], list[int]]:
+           timeout: float = 120, stop=None) -> tuple[list[str], list[str], list[int]]:
     """Run pg_node.py CASE as rank r on host placement[r], rank 0's host
-    being MASTER_ADDR; returns (outputs, failures, exit codes)."""
+    being MASTER_ADDR; returns (outputs, failures, exit codes). `stop` is
+    conftest.supervise's: called with each rank's output so far and the
+    time, while they run."""
     base = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     base.update(OMP_NUM_THREADS="1", MC_PG_INIT_TIMEOUT="60", MASTER_ADDR=placement[0].addr,
                 MASTER_PORT=str(MASTER_PORT), WORLD_SIZE=str(len(placement)))
@@ -52,12 +54,17 @@ def launch(placement: list[rig.Host], case: str, env: dict[str, str] | None = No
         for p in procs:
             p.kill()
         raise
-    outs, failed = supervise(procs, names, logs, time.monotonic() + timeout)
+    def so_far(now: float) -> str | None:
+        return stop([os.pread(log.fileno(), 1 << 24, 0).decode(errors="replace") for log in logs],
+                    now)
+
+    outs, failed = supervise(procs, names, logs, time.monotonic() + timeout,
+                             stop=so_far if stop else None)
     return outs, failed, [p.returncode for p in procs]
 
 
-def check_ok(placement: list[rig.Host]) -> None:
-    outs, failed, _ = launch(placement, "ops")
+def check_ok(placement: list[rig.Host], case: str = "ops") -> None:
+    outs, failed, _ = launch(placement, case)
     detail = "\n".join(f"----- rank {r} -----\n{o[-4000:]}" for r, o in enumerate(outs))
     assert not failed, f"{failed}\n{detail}"
     for r, o in enumerate(outs):
@@ -79,11 +86,21 @@ def test_collectives_four_ranks_on_two_hosts(cluster):
 
 def test_loopback_address_refused_with_a_remote_master(cluster):
     """A rank told to publish 127.0.0.1 while MASTER_ADDR is another host's
-    fails its init, naming the setting to change."""
-    outs, _, codes = launch([cluster[0], cluster[1]], "init", env={"MC_PG_INIT_TIMEOUT": "5"},
-                            rank_env={1: {"MC_PG_HOST_IP": "127.0.0.1"}}, timeout=60)
-    assert codes[1] == 3, outs[1][-4000:]
-    assert "INIT FAILED" in outs[1] and "MC_PG_HOST_IP" in outs[1], outs[1][-4000:]
+    fails its init, naming the setting to change, and so does every other
+    rank, with the same error, at once: not after MC_PG_INIT_TIMEOUT (here
+    120 s, past the launch's 60 s), as rank 0 did while it waited for rank
+    1 to join (issue 45.5)."""
+    for bad in (1, 0):
+        outs, _, codes = launch([cluster[0], cluster[1]], "init",
+                                env={"MC_PG_INIT_TIMEOUT": "120"},
+                                rank_env={bad: {"MC_PG_HOST_IP": "127.0.0.1"}}, timeout=60)
+        detail = "\n".join(f"----- rank {r} -----\n{o[-4000:]}" for r, o in enumerate(outs))
+        assert codes == [3, 3], detail
+        errors = [next(line for line in o.splitlines() if line.startswith("INIT FAILED"))
+                  for o in outs]
+        assert errors[0] == errors[1], detail
+        assert f"rank {bad} failed to set it up" in errors[0] and "MC_PG_HOST_IP" in errors[0], \
+            detail
 
 
 def test_group_creation_is_all_or_nothing(cluster):

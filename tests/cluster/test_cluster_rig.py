@@ -162,3 +162,82 @@ def test_namespaces_of_a_killed_run_are_removed_by_the_next():
             assert stale not in listed
     finally:
         subprocess.run(["ip", "netns", "del", stale], capture_output=True)
+
+
+# Serves one connection on HOST:PORT: echoes each byte, then, at EOF, sends
+# the sha256 of everything it received.
+ECHO = """
+import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen()
+print("ready", flush=True)
+c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+h = hashlib.sha256()
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    if len(b) == 1:
+        c.sendall(b)
+    else:
+        h.update(b)
+c.sendall(h.hexdigest().encode())
+c.close()
+"""
+
+# Connects to HOST:PORT, times ROUNDS one-byte round trips, then sends
+# BULK pseudo-random bytes; prints the median round trip in seconds and
+# whether the server's digest of the bulk matches.
+PING = """
+import hashlib, random, socket, statistics, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+rtts = []
+for _ in range(int(sys.argv[3])):
+    t0 = time.monotonic()
+    c.sendall(b"x")
+    assert c.recv(1) == b"x"
+    rtts.append(time.monotonic() - t0)
+time.sleep(0.5)  # the bulk must not arrive in 1-byte reads mistaken for pings
+bulk = random.Random(7).randbytes(int(sys.argv[4]))
+c.sendall(bulk)
+c.shutdown(socket.SHUT_WR)
+digest = b""
+while chunk := c.recv(100):
+    digest += chunk
+print(statistics.median(rtts), digest.decode() == hashlib.sha256(bulk).hexdigest())
+"""
+
+DELAY = 0.025  # seconds each way on host 1's link
+
+
+def round_trip(src: rig.Host, dst: rig.Host, port: int) -> tuple[float, bool]:
+    srv = dst.popen([sys.executable, "-c", ECHO, dst.addr, str(port)], stdout=subprocess.PIPE,
+                    text=True)
+    assert srv.stdout.readline().strip() == "ready"
+    res = src.run([sys.executable, "-c", PING, dst.addr, str(port), "20", str(16 << 20)],
+                  timeout=120)
+    srv.wait(30)
+    assert res.returncode == 0, res.stderr
+    rtt, intact = res.stdout.split()
+    return float(rtt), intact == "True"
+
+
+def test_delay_adds_to_every_round_trip_through_the_host():
+    """Host 1's link delays every frame DELAY each way: a round trip to or
+    from it takes at least 2 * DELAY (the forwarder cannot deliver early),
+    one between the other two hosts does not pass through it, and 16 MiB
+    cross it intact both ways (TCP segments larger than the MTU included)."""
+    with rig.Cluster(3, delays={1: DELAY}) as c:
+        delayed, b, third = c.hosts
+        rtt_to, intact_to = round_trip(b, delayed, 7101)
+        rtt_from, intact_from = round_trip(delayed, third, 7102)
+        rtt_other, intact_other = round_trip(b, third, 7103)
+    print(f"DELAY {DELAY * 1e3:.0f} ms each way: median round trip to the delayed host "
+          f"{rtt_to * 1e3:.1f} ms, from it {rtt_from * 1e3:.1f} ms, between the others "
+          f"{rtt_other * 1e3:.2f} ms", flush=True)
+    assert intact_to and intact_from and intact_other
+    assert rtt_to >= 2 * DELAY and rtt_from >= 2 * DELAY

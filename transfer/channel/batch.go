@@ -2,6 +2,7 @@ package channel
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/mooncake-go/mooncake/transfer"
 )
@@ -18,13 +19,13 @@ func (r *transferRound) add(owner int, req transfer.Request) {
 	r.owner = append(r.owner, owner)
 }
 
-// run runs the round and records, for each message whose request failed,
-// the failure in errs (keeping an earlier error).
-func (r *transferRound) run(eng *transfer.Engine, errs *failures) {
+// run runs the round, bounded by p, and records, for each message whose
+// request failed, the failure in errs (keeping an earlier error).
+func (r *transferRound) run(eng *transfer.Engine, errs *failures, p Patience) {
 	if len(r.reqs) == 0 {
 		return
 	}
-	for k, err := range Run(eng, r.reqs) {
+	for k, err := range RunWithin(eng, r.reqs, p) {
 		if err != nil {
 			errs.set(r.owner[k], err)
 		}
@@ -36,13 +37,22 @@ func (r *transferRound) run(eng *transfer.Engine, errs *failures) {
 // engine's READs and WRITEs are idempotent), so that a failure that a fresh
 // connection cures fails nobody and the rest name the requests that
 // really failed. A request that timed out is not run again: it already
-// waited the engine's whole transfer timeout for an unresponsive peer.
+// waited the engine's whole transfer timeout for an unresponsive peer
+// (RunWithin's Patience runs it again while the peer answers).
 func Run(eng *transfer.Engine, reqs []transfer.Request) []error {
+	return RunWithin(eng, reqs, Patience{})
+}
+
+// RunWithin is Run bounded by p: a request that timed out runs again
+// while its peer answers p.Alive (Patience).
+func RunWithin(eng *transfer.Engine, reqs []transfer.Request, p Patience) []error {
 	errs := make([]error, len(reqs))
 	if len(reqs) == 0 {
 		return errs
 	}
-	states, err := eng.RunBatch(reqs)
+	start := time.Now()
+	var gone map[transfer.SegmentHandle]error // peers that did not answer p.Alive
+	states, err := p.run(eng, reqs)
 	if err != nil {
 		for k := range errs {
 			errs[k] = err
@@ -54,7 +64,9 @@ func Run(eng *transfer.Engine, reqs []transfer.Request) []error {
 			continue
 		}
 		if st == transfer.StatusTimeout {
-			errs[k] = fmt.Errorf("transfer %v", st)
+			if errs[k] = gone[reqs[k].Target]; errs[k] == nil {
+				errs[k] = p.outlast(eng, reqs[k], start, &gone)
+			}
 			continue
 		}
 		again, err := eng.RunBatch(reqs[k : k+1])

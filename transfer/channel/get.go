@@ -10,6 +10,11 @@ import (
 // through a direct view when there is one, else with a READ into stage
 // (this side's registered memory, at least len(dst) bytes) and a copy.
 func Get(eng *transfer.Engine, from Endpoint, off uint64, dst, stage []byte) error {
+	return GetWithin(eng, from, off, dst, stage, Patience{})
+}
+
+// GetWithin is Get with its transfer bounded by p (Patience).
+func GetWithin(eng *transfer.Engine, from Endpoint, off uint64, dst, stage []byte, p Patience) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -19,7 +24,7 @@ func Get(eng *transfer.Engine, from Endpoint, off uint64, dst, stage []byte) err
 	}
 	req := transfer.Request{Opcode: transfer.OpRead, Source: gpu.AddrOf(stage), Target: from.Seg,
 		TargetOffset: from.Base + off, Length: uint64(len(dst))}
-	if err := Run(eng, []transfer.Request{req})[0]; err != nil {
+	if err := RunWithin(eng, []transfer.Request{req}, p)[0]; err != nil {
 		return err
 	}
 	copy(dst, stage[:len(dst)])

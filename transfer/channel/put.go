@@ -120,6 +120,11 @@ var ErrNotDelivered = errors.New("channel: withheld, another message of the put 
 // message's payload and flags arrived). Nothing of msgs is kept, and a
 // put through direct views allocates nothing.
 func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
+	return PutWithin(eng, msgs, d, Patience{})
+}
+
+// PutWithin is Put with its transfers bounded by p (Patience).
+func PutWithin(eng *transfer.Engine, msgs []Message, d Delivery, p Patience) []error {
 	errs := failures{n: len(msgs)}
 	var staged transferRound
 	for i := range msgs {
@@ -154,7 +159,7 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 			errs.set(i, fmt.Errorf("channel: no direct view of the peer and no staging for the payload"))
 		}
 	}
-	staged.run(eng, &errs)
+	staged.run(eng, &errs, p)
 	if d == AllMessages && errs.any() {
 		for i := range msgs {
 			errs.set(i, ErrNotDelivered)
@@ -169,7 +174,7 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 			}
 		}
 	}
-	flags.run(eng, &errs)
+	flags.run(eng, &errs, p)
 	return errs.errs
 }
 

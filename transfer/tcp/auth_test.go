@@ -240,8 +240,8 @@ func BenchmarkDial(b *testing.B) {
 				if _, err := c.Write(req); err != nil {
 					b.Fatal(err)
 				}
-				if st := c.readStatus(); st != transport.StatusCompleted {
-					b.Fatalf("status %v", st)
+				if st, err := c.readStatus(); st != transport.StatusCompleted {
+					b.Fatalf("status %v: %v", st, err)
 				}
 				p.conns.Remove(c.Conn)
 			}

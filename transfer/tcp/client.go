@@ -142,37 +142,52 @@ func (p *peer) lane() {
 				s.j.Tracker.FinishSlice(transport.StatusTimeout, 0)
 				continue
 			}
-			if c == nil {
-				var st transport.Status
-				if c, st = p.dial(s.j.Deadline, false); c == nil {
-					s.j.Tracker.FinishSlice(st, 0)
-					continue
-				}
-			}
-			st, keep := p.settle(c.do(s))
-			if !keep {
-				p.conns.Remove(c.Conn)
-				c = nil
-			}
+			var st transport.Status
+			st, c = p.runSlice(c, s)
 			s.j.Tracker.FinishSlice(st, s.length)
 		}
 	}
 }
 
-// dial opens a connection to the peer, tracked in p.conns; direct ones
+// runSlice runs s over c, dialling a connection when c is nil, and again
+// on a fresh one while the connection stalled or the peer was unreachable
+// and s's deadline allows (stall.go). It returns s's status and the
+// connection to keep (nil: none).
+func (p *peer) runSlice(c *wireConn, s *slice) (transport.Status, *wireConn) {
+	for {
+		if c == nil {
+			var st transport.Status
+			if c, st = p.dial(s.j.Deadline, false); c == nil {
+				return st, nil
+			}
+		}
+		st, err := c.do(s)
+		st, keep := p.settle(st)
+		if keep {
+			return st, c
+		}
+		p.conns.Remove(c.Conn)
+		c = nil
+		if !retryable(err, s.j.Deadline) {
+			return st, nil
+		}
+	}
+}
+
+// dial opens a connection to the peer (stall.go: dialled again while the
+// peer is unreachable, until deadline), tracked in p.conns; direct ones
 // read in poll(2) on the caller's thread (direct.go). On failure it
 // returns nil and the status to report.
 func (p *peer) dial(deadline time.Time, direct bool) (*wireConn, transport.Status) {
-	conn, err := net.DialTimeout("tcp", p.addr, time.Until(deadline))
+	tc, err := dialData(p.addr, deadline)
 	if err != nil {
 		p.onFailure()
 		return nil, failureStatus(err)
 	}
+	conn := net.Conn(tc)
 	if !p.conns.Add(conn) {
 		return nil, transport.StatusCanceled
 	}
-	tc := conn.(*net.TCPConn)
-	tc.SetNoDelay(true)
 	c := &wireConn{Conn: conn, mem: p.mem}
 	var r io.Reader = conn
 	if direct {
@@ -242,8 +257,9 @@ func (c *wireConn) authenticate(deadline time.Time, secret []byte) error {
 	return authInitiator(c.r, c.Conn, secret)
 }
 
-// do runs one slice as a v2 request.
-func (c *wireConn) do(s *slice) transport.Status {
+// do runs one slice as a v2 request; a failure of the connection comes
+// with its error.
+func (c *wireConn) do(s *slice) (transport.Status, error) {
 	c.SetDeadline(s.j.Deadline)
 	if c.pr != nil {
 		c.pr.SetDeadline(s.j.Deadline)
@@ -252,20 +268,20 @@ func (c *wireConn) do(s *slice) transport.Status {
 	tcpHeader{size: s.length, addr: s.remote, opcode: s.j.Op, v2: true}.encode(&hb)
 	if s.j.Op == transport.OpWrite {
 		if err := c.sendWrite(hb, s); err != nil {
-			return failureStatus(err)
+			return failureStatus(err), err
 		}
 		return c.readStatus()
 	}
 	if _, err := c.Write(hb[:]); err != nil {
-		return failureStatus(err)
+		return failureStatus(err), err
 	}
-	if st := c.readStatus(); st != transport.StatusCompleted {
-		return st
+	if st, err := c.readStatus(); st != transport.StatusCompleted {
+		return st, err
 	}
 	if err := c.receive(s); err != nil {
-		return failureStatus(err)
+		return failureStatus(err), err
 	}
-	return transport.StatusCompleted
+	return transport.StatusCompleted, nil
 }
 
 // sendWrite sends a WRITE's header and payload. A device payload travels
@@ -292,21 +308,21 @@ func (c *wireConn) receive(s *slice) error {
 	return err
 }
 
-func (c *wireConn) readStatus() transport.Status {
+func (c *wireConn) readStatus() (transport.Status, error) {
 	var b [8]byte
 	if _, err := io.ReadFull(c.r, b[:]); err != nil {
-		return failureStatus(err)
+		return failureStatus(err), err
 	}
 	code, err := decodeStatus(b[:])
 	switch {
 	case err != nil:
-		return transport.StatusFailed
+		return transport.StatusFailed, nil
 	case code == statusOK:
-		return transport.StatusCompleted
+		return transport.StatusCompleted, nil
 	case code == statusRejected:
-		return statusRejectedKeep
+		return statusRejectedKeep, nil
 	default:
-		return transport.StatusFailed
+		return transport.StatusFailed, nil
 	}
 }
 

@@ -37,14 +37,27 @@ func (p *peer) RunSync(j *transport.Job) bool {
 		return false
 	}
 	j.Tracker.Start(1)
-	if c == nil {
-		j.Tracker.FinishSlice(st, 0)
-		return true
+	for {
+		if c == nil {
+			j.Tracker.FinishSlice(st, 0)
+			return true
+		}
+		var err error
+		st, err = c.do(&slice{j: j, local: j.Local, remote: j.Remote, length: j.Length})
+		st, keep := p.settle(st)
+		p.putDirect(c, keep)
+		if keep || !retryable(err, j.Deadline) {
+			j.Tracker.FinishSlice(st, j.Length)
+			return true
+		}
+		// The connection stalled (stall.go): again on a fresh one, unless
+		// every direct connection is taken meanwhile.
+		var free bool
+		if c, st, free = p.takeDirect(j); !free {
+			j.Tracker.FinishSlice(st, 0)
+			return true
+		}
 	}
-	st, keep := p.settle(c.do(&slice{j: j, local: j.Local, remote: j.Remote, length: j.Length}))
-	p.putDirect(c, keep)
-	j.Tracker.FinishSlice(st, j.Length)
-	return true
 }
 
 // takeDirect returns an idle direct connection, or dials one while there
