@@ -107,10 +107,10 @@ func openMappings(d *transport.SegmentDesc) (*mappings, error) {
 	return m, nil
 }
 
-// alive reports whether the peer process still runs and has not begun
-// to exit. Its pidfd turns readable only once the kernel has torn the
-// process down (its memory unmapped first: hundreds of milliseconds for a
-// large one, seconds under load), so the exiting flag is read too.
+// alive reports whether the peer process still runs (its pidfd is not
+// readable). The access path asks this: a peer's memory stays mapped here
+// and readable after its death, and what it lent before dying is still
+// there, so accesses are refused only once the process is gone.
 func (p *mappings) alive() bool {
 	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
 	for {
@@ -118,11 +118,18 @@ func (p *mappings) alive() bool {
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || n != 0 {
-			return false
-		}
-		return !exiting(p.stat)
+		return err == nil && n == 0
 	}
+}
+
+// exited reports, looking now, whether the peer process is gone or has
+// begun to exit: its pidfd turns readable only once the kernel has torn
+// the process down (its memory unmapped first: hundreds of milliseconds
+// for a large process, seconds under load), so the exiting flag is read
+// too. For the questions whether the peer will ever act again (a wait for
+// it, a probe, a send's delivery).
+func (p *mappings) exited() bool {
+	return !p.alive() || exiting(p.stat)
 }
 
 // pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h),

@@ -91,7 +91,7 @@ func (c *conn) Exited() bool {
 		return true
 	}
 	defer c.m.unpin()
-	return !c.m.alive()
+	return c.m.exited()
 }
 
 // shared returns the peer buffer holding [addr, addr+n) if it is one the
