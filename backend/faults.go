@@ -308,6 +308,7 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 		g.dirty = false
 		g.collOps++ // the op runs again as the first of the new epoch
 		g.collSpun = false
+		w.setRan(g.act)
 		err = fn()
 		switch {
 		case err == nil || errors.Is(err, ErrInactive):
