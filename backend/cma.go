@@ -260,10 +260,11 @@ func (g *Group) cmaReadFrom(peer int, s, dst []byte) error {
 
 // awaitReaders waits until each of peers acknowledged this rank's last
 // message to it: the buffer it lent stays valid and unchanged until then.
+// It ends the op: a failure here finds the op done on this rank (tail).
 func (g *Group) awaitReaders(peers []int) error {
 	for _, p := range peers {
 		if err := g.waitAtLeast(chColl, fAck, p, g.sent[chColl][p], g.collTimeout()); err != nil {
-			return err
+			return tail(err)
 		}
 	}
 	return nil

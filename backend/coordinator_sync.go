@@ -140,7 +140,7 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 	rank := int(r.GetRank())
 	epoch, wasOpen := gm.m.epoch, gm.m.pending()
 	replies := gm.m.sync(time.Now(), syncRequest{rank: rank, base: r.GetEpoch(), op: r.GetOp(), clean: r.GetClean(),
-		idle: r.GetIdle(), stall: r.GetStall()}, failed)
+		idle: r.GetIdle(), stall: r.GetStall(), done: r.GetDone()}, failed)
 	ch := make(chan SyncReply, 1)
 	if rep, ok := replies[rank]; ok && rep.Status != SyncReconciled {
 		ch <- rep
@@ -226,7 +226,7 @@ func (c *coordinatorServer) unwatch(ctx context.Context, gm *groupMembers, rank 
 
 func syncResponse(r SyncReply) *coordpb.SyncResponse {
 	resp := &coordpb.SyncResponse{Status: int32(r.Status), View: viewToPB(r.View), Retry: r.Retry, Diverged: r.Diverged,
-		Behind: r.Behind}
+		Behind: r.Behind, Completed: r.Completed}
 	for _, x := range r.Excluded {
 		resp.Excluded = append(resp.Excluded, int32(x))
 	}
@@ -235,7 +235,7 @@ func syncResponse(r SyncReply) *coordpb.SyncResponse {
 
 func syncReply(r *coordpb.SyncResponse) (SyncReply, error) {
 	rep := SyncReply{Status: SyncStatus(r.GetStatus()), View: viewFromPB(r.GetView()), Retry: r.GetRetry(), Diverged: r.GetDiverged(),
-		Behind: r.GetBehind()}
+		Behind: r.GetBehind(), Completed: r.GetCompleted()}
 	for _, x := range r.GetExcluded() {
 		rep.Excluded = append(rep.Excluded, int(x))
 	}

@@ -48,6 +48,25 @@ func peerFailure(peer int, format string, args ...any) error {
 	return &peerError{ranks: []int{peer}, msg: fmt.Sprintf(format, args...)}
 }
 
+// doneError: a collective failed (a peer, or a pending window) only while
+// it waited for its readers' acknowledgements at its end: its result is
+// complete here (membership.go, syncRequest.done).
+type doneError struct{ err error }
+
+func (e *doneError) Error() string { return e.err.Error() }
+func (e *doneError) Unwrap() error { return e.err }
+
+// tail marks err, from the wait for readers' acknowledgements that ends a
+// collective, as the failure of a collective that is done here; a stall
+// (a live reader: it may still read) and a close stay as they are.
+func tail(err error) error {
+	var pe *peerError
+	if errors.As(err, &pe) || errors.Is(err, errAborted) {
+		return &doneError{err: err}
+	}
+	return err
+}
+
 func recoverable(err error) bool { return errors.Is(err, ErrPeer) }
 
 func failedPeers(err error) []int {
@@ -219,16 +238,35 @@ func (g *Group) signalView() {
 // collective re-runs fn among the survivors when everyone can.
 func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 	for attempt := 0; ; attempt++ {
-		w.markFailed(failedPeers(err))
+		// A collective done here reports its failed peers only if it does
+		// not complete (below).
+		done := coll && errors.As(err, new(*doneError))
+		if !done {
+			w.markFailed(failedPeers(err))
+		}
 		// A point-to-point op reports no collective position (op 0) and
 		// nothing that would prevent a retry.
 		base, op, clean := g.view.Load().Base, uint64(0), true
 		if coll {
 			base, op, clean = g.collBase, g.collOps, !g.dirty
 		}
-		rep, serr := g.syncFailure(base, op, failedPeers(err), clean, syncFrom{stall: errors.As(err, new(*stallError))})
+		rep, serr := g.syncFailure(base, op, failedPeers(err), clean, syncFrom{stall: errors.As(err, new(*stallError)), done: done})
 		if serr != nil {
+			w.markFailed(failedPeers(err))
 			return fmt.Errorf("%w (reconciling the failure: %v)", err, serr)
+		}
+		if rep.Completed {
+			// The others completed this collective too, or all have their
+			// results: it completes here as a success, and the next
+			// collective carries the reconciliation's outcome, as on a
+			// rank that took part from its idle queue.
+			g.reconciled.Store(true)
+			g.applyView(rep.View)
+			g.carryOutcome(rep)
+			return nil
+		}
+		if done {
+			w.markFailed(failedPeers(err))
 		}
 		var excl []int
 		for _, x := range rep.Excluded {
@@ -270,6 +308,7 @@ func (g *Group) recover(coll bool, fn func() error, w *Work, err error) error {
 		g.dirty = false
 		g.collOps++ // the op runs again as the first of the new epoch
 		g.collSpun = false
+		w.setRan(g.act)
 		err = fn()
 		switch {
 		case err == nil || errors.Is(err, ErrInactive):
@@ -317,16 +356,21 @@ func (g *Group) joinReconciliation(w pendingWindow) {
 	}
 	g.reconciled.Store(true)
 	g.applyView(rep.View)
+	g.carryOutcome(rep)
+}
+
+// carryOutcome moves the collective FIFO to rep's view, with rep's
+// outcome kept for this rank's next collective: the op the others failed
+// in (they run it again as the first of the new base, or complete it
+// without: then it is skipped here), which then completes with their
+// outcome, so every survivor reports the same one.
+func (g *Group) carryOutcome(rep SyncReply) {
 	others := excludedOthers(rep, g.rank)
 	var excl []int
 	if g.manual {
 		excl = others
 	}
 	g.setColl(rep.View, excl)
-	// This rank's next collective is the op the others failed in (they
-	// run it again as the first of the new base, or complete it without:
-	// then it is skipped here): it completes with their outcome, so every
-	// survivor reports the same one.
 	g.carry.set(rep.View.Base, g.collOps+1, others, !g.isActive(), !rep.Retry)
 }
 
@@ -400,9 +444,10 @@ func (g *Group) leaveOlderBase(ctx context.Context, base uint64) {
 }
 
 // syncFrom says where a sync comes from: the idle queue, before the
-// collective (idle), or an op that waited the hang timeout for a live peer
-// (stall).
-type syncFrom struct{ idle, stall bool }
+// collective (idle), an op that waited the hang timeout for a live peer
+// (stall), or a collective whose result is complete here, failed only in
+// its readers' acknowledgements (done).
+type syncFrom struct{ idle, stall, done bool }
 
 // syncFailure asks the coordinator to reconcile (bounded: the window plus
 // a margin; Close ends it). base is the view base the op ran in.
@@ -413,7 +458,7 @@ func (g *Group) syncFailure(base, op uint64, failed []int, clean bool, from sync
 	stop := context.AfterFunc(g.watchCtx, cancel)
 	defer stop()
 	req := &coordpb.SyncRequest{GroupId: g.id, Rank: int32(g.rank), Epoch: base, Op: op, Clean: clean, WindowUs: window.Microseconds(),
-		Idle: from.idle, Stall: from.stall}
+		Idle: from.idle, Stall: from.stall, Done: from.done}
 	for _, f := range failed {
 		req.Failed = append(req.Failed, int32(f))
 	}

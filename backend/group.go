@@ -388,6 +388,9 @@ func (g *Group) runOp(q *fifo, fn func() error, w *Work) {
 	if q == g.coll && !g.collIso && g.aborting() {
 		err = errAborted // a window is pending for this collective: sync before it runs
 	} else {
+		if q == g.coll {
+			w.setRan(g.act)
+		}
 		err = fn()
 	}
 	if err == nil && q == g.coll && !g.collIso && g.fenced() {

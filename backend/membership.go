@@ -242,8 +242,11 @@ func (s SyncStatus) String() string {
 
 // syncRequest is one rank's sync: the base and collective (op) its op ran
 // in, whether its buffers are untouched (clean), whether it takes part
-// from its idle queue before entering op (idle), and whether its op waited
-// the hang timeout for a live peer (stall).
+// from its idle queue before entering op (idle), whether its op waited
+// the hang timeout for a live peer (stall), and whether collective op has
+// its result here and only peers' acknowledgements of it failed (done:
+// the tail of a pulled or CMA op, whose readers' acknowledgements keep the
+// lent memory in place).
 type syncRequest struct {
 	rank  int
 	base  uint64
@@ -251,6 +254,7 @@ type syncRequest struct {
 	clean bool
 	idle  bool
 	stall bool
+	done  bool
 }
 
 // SyncReply answers one sync.
@@ -269,6 +273,14 @@ type SyncReply struct {
 	// whether the others run that next collective again (else it skips
 	// it).
 	Behind bool
+	// Completed: this rank's collective was done (it had its result; only
+	// acknowledgements of the excluded ranks failed) and stands as
+	// completed: the others completed it too, or all of them have their
+	// results. Its next collective is the first of the new base, which
+	// completes with the reconciliation's outcome (Retry: the others run
+	// it again; else it is skipped), as on a rank that took part from its
+	// idle queue.
+	Completed bool
 }
 
 type proposal struct {
@@ -382,8 +394,15 @@ func (m *membership) sync(now time.Time, req syncRequest, failed []int) map[int]
 	if m.state[rank] != MemberActive || req.base < m.base || (!m.open && len(failed) == 0 && !req.stall) {
 		return map[int]SyncReply{rank: {Status: SyncNoPending, View: m.view()}}
 	}
+	// A rank whose collective is done here (only acknowledgements failed)
+	// waits for nobody in it: for the window's collective it counts as at
+	// the next one, so that ranks still in its collective finish it.
+	at := req.op
+	if req.done && at != 0 {
+		at++
+	}
 	if !m.open {
-		m.open, m.openOp, m.closesAt, m.stall = true, req.op, now.Add(m.window), false
+		m.open, m.openOp, m.closesAt, m.stall = true, at, now.Add(m.window), false
 		m.synced, m.failed = map[int]syncRequest{}, map[int]bool{}
 	}
 	m.stall = m.stall || req.stall
@@ -392,12 +411,12 @@ func (m *membership) sync(now time.Time, req syncRequest, failed []int) map[int]
 	// A participant still at an earlier collective than the window's (it
 	// met a failure there: the ranks diverged) moves the window there, so
 	// the ranks waiting in that collective give it up too.
-	if req.op != 0 && req.op < m.openOp {
-		m.openOp = req.op
+	if req.op != 0 && at < m.openOp {
+		m.openOp = at
 	}
 	if prev, ok := m.synced[rank]; ok {
 		if req.op == 0 {
-			req.op = prev.op
+			req.op, req.done = prev.op, prev.done
 		}
 		req.clean = req.clean && prev.clean
 		req.idle = req.idle && prev.idle
@@ -461,22 +480,35 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 	// failed in (reading them while they failed to read it) and synced from
 	// its idle queue at the next one; counting it would make every survivor
 	// "behind" and carry the failure to the next collective.
+	// A rank whose collective k is done here (it has its result; only
+	// acknowledgements of the excluded failed) completes k when the
+	// others can stand by that: some survivor is past k (it completed k),
+	// or every survivor at k is done too. It then counts as at k+1, not
+	// yet in it (clean), as an idle rank. Otherwise it ends k as the
+	// others at k do.
+	completed := m.completedRanks(excluded)
+	at := func(rank int, r syncRequest) uint64 {
+		if completed[rank] {
+			return r.op + 1
+		}
+		return r.op
+	}
 	var lo, hi uint64
 	for rank, r := range m.synced {
 		if r.op == 0 || slices.Contains(excluded, rank) {
 			continue
 		}
-		if lo == 0 || r.op < lo {
-			lo = r.op
+		if op := at(rank, r); lo == 0 || op < lo {
+			lo = op
 		}
-		hi = max(hi, r.op)
+		hi = max(hi, at(rank, r))
 	}
 	diverged := hi > lo+1
-	behind := func(r syncRequest) bool { return hi == lo+1 && r.op == lo }
+	behind := func(rank int, r syncRequest) bool { return hi == lo+1 && r.op != 0 && at(rank, r) == lo }
 	retry := !diverged
 	for rank, r := range m.synced {
-		if !behind(r) && !slices.Contains(excluded, rank) {
-			retry = retry && r.clean
+		if !behind(rank, r) && !slices.Contains(excluded, rank) {
+			retry = retry && (r.clean || completed[rank])
 		}
 	}
 	for _, i := range excluded {
@@ -492,11 +524,39 @@ func (m *membership) close(now time.Time) map[int]SyncReply {
 	for rank := range m.synced {
 		r := m.synced[rank]
 		replies[rank] = SyncReply{Status: SyncReconciled, View: m.view(), Excluded: excluded,
-			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged, Behind: behind(r)}
+			Retry: retry && !slices.Contains(excluded, rank), Diverged: diverged, Behind: behind(rank, r),
+			Completed: completed[rank]}
 	}
 	m.open, m.openOp, m.stall, m.synced, m.failed = false, 0, false, nil, nil
 	m.advance(now) // a proposal may have waited for healthy ranks
 	return replies
+}
+
+// completedRanks returns the survivors (not excluded) whose done
+// collective completes (close): some survivor is past it, or no survivor
+// in it lacks its result.
+func (m *membership) completedRanks(excluded []int) map[int]bool {
+	var out map[int]bool
+	for rank, r := range m.synced {
+		if !r.done || r.op == 0 || slices.Contains(excluded, rank) {
+			continue
+		}
+		past, lacking := false, false
+		for other, s := range m.synced {
+			if s.op == 0 || slices.Contains(excluded, other) {
+				continue
+			}
+			past = past || s.op > r.op
+			lacking = lacking || s.op == r.op && !s.done
+		}
+		if past || !lacking {
+			if out == nil {
+				out = map[int]bool{}
+			}
+			out[rank] = true
+		}
+	}
+	return out
 }
 
 // register puts a new incarnation (a new rank, or the replacement of a

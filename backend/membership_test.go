@@ -18,7 +18,8 @@ import (
 // moves with "advance".
 //
 //	new size=N [max=M] window=MS [auto=0|1]   create the group
-//	sync rank=R epoch=E [op=K] [failed=a,b] [clean=0|1]   (op defaults to 1)
+//	sync rank=R epoch=E [op=K] [failed=a,b] [clean=0|1] [idle=1] [stall=1] [done=1]
+//	                                   (op defaults to 1)
 //	                                   prints the replies it releases, by
 //	                                   rank, or "waiting"
 //	advance MS                         move the clock
@@ -111,7 +112,7 @@ func runMembershipScript(t *testing.T, path string) {
 		case "sync":
 			failed := intList(args["failed"])
 			replies := m.sync(now, syncRequest{rank: num("rank", -1), base: uint64(num("epoch", 0)), op: uint64(num("op", 1)),
-				clean: num("clean", 1) == 1, idle: num("idle", 0) == 1, stall: num("stall", 0) == 1}, failed)
+				clean: num("clean", 1) == 1, idle: num("idle", 0) == 1, stall: num("stall", 0) == 1, done: num("done", 0) == 1}, failed)
 			if len(replies) == 0 {
 				got = append(got, "waiting")
 			}
@@ -211,6 +212,9 @@ func formatReply(r SyncReply) string {
 		}
 		if r.Behind {
 			s += " behind"
+		}
+		if r.Completed {
+			s += " completed"
 		}
 	}
 	return s

@@ -57,11 +57,12 @@ func (g *Group) offerPull(s int, c []byte, peers []int) error {
 // earlier ones were awaited before their slot was filled again). A rank
 // whose peers read from its memory must not finish the op while they
 // still do: it could exit next, taking that memory with it, and fail the
-// reads of a slower peer.
+// reads of a slower peer. It ends the op: a failure here finds the op
+// done on this rank (tail).
 func (g *Group) awaitPullReaders(rounds int) error {
 	for k := range min(rounds, nSlots) {
 		if _, err := g.claimPull(g.pullSlot(k)); err != nil {
-			return err
+			return tail(err)
 		}
 	}
 	return nil

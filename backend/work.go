@@ -22,6 +22,27 @@ type Work struct {
 	// set before completion (faults.go).
 	failed []int
 	lost   bool
+	// ran: bit r for each in-group rank (below 64) a collective ran over,
+	// as it last ran (set by the collective FIFO before it runs the op).
+	ran atomic.Uint64
+}
+
+// Ran is the mask of the in-group ranks (below 64) a collective ran over,
+// as it last ran (a re-run after a failure runs over the survivors); 0 for
+// a point-to-point op and a collective that did not run. A per-rank output
+// (all_gather, gather) holds the blocks of these ranks. Valid once
+// Completed.
+func (w *Work) Ran() uint64 { return w.ran.Load() }
+
+// setRan records that the op runs over ranks.
+func (w *Work) setRan(ranks []int) {
+	var m uint64
+	for _, r := range ranks {
+		if r < 64 {
+			m |= 1 << r
+		}
+	}
+	w.ran.Store(m)
 }
 
 // closedChan is the Done channel of every work that had completed when

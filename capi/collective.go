@@ -9,8 +9,8 @@ static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const 
 static int64_t mc_pg_call_get(mc_pg_store_get_fn f, void *ctx, const char *k, char *buf, uint64_t cap, int64_t ms) {
 	return f(ctx, k, buf, cap, ms);
 }
-static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg, uint64_t failed, uint64_t epoch) {
-	f(ctx, st, msg, failed, epoch);
+static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg, uint64_t failed, uint64_t epoch, uint64_t ran) {
+	f(ctx, st, msg, failed, epoch, ran);
 }
 */
 import "C"
@@ -374,8 +374,8 @@ func mc_pg_submit(group C.uint64_t, op *C.mc_cpg_op, done C.mc_pg_done_fn, ctx u
 }
 
 // reportDone calls done with w's outcome err, the mask of the ranks that
-// failed during it (this rank's own bit when it was left out) and the
-// group's epoch.
+// failed during it (this rank's own bit when it was left out), the
+// group's epoch and the mask of the ranks the op ran over.
 func reportDone(g *backend.Group, w *backend.Work, err error, done C.mc_pg_done_fn, ctx unsafe.Pointer) {
 	var failed uint64
 	for _, r := range w.FailedRanks() {
@@ -386,12 +386,12 @@ func reportDone(g *backend.Group, w *backend.Work, err error, done C.mc_pg_done_
 	if w.Lost() && g.Rank() < 64 { // this rank itself was left out
 		failed |= 1 << g.Rank()
 	}
-	epoch := C.uint64_t(g.Epoch())
+	epoch, ran := C.uint64_t(g.Epoch()), C.uint64_t(w.Ran())
 	if err == nil {
-		C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed), epoch)
+		C.mc_pg_call_done(done, ctx, pgOK, nil, C.uint64_t(failed), epoch, ran)
 		return
 	}
 	msg := C.CString(err.Error())
 	defer C.free(unsafe.Pointer(msg))
-	C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed), epoch)
+	C.mc_pg_call_done(done, ctx, pgStatus(err), msg, C.uint64_t(failed), epoch, ran)
 }

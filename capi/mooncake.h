@@ -653,9 +653,14 @@ typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf,
  * death does not fail the op (status 0); the op completed without it
  * (docs/collectives-faults.md, "Fault tolerance"). epoch is the group's view
  * epoch (mc_pg_group_view) as the op completed: a caller that mirrors the
- * view reads it again only when the epoch moved. */
+ * view reads it again only when the epoch moved. ran has bit r set for
+ * each in-group rank a collective ran over (as it last ran; 0 for a
+ * point-to-point op and a collective that did not run): the slots whose
+ * blocks of a per-rank output it wrote. The view as the op completes may
+ * already lack a rank whose block the op did write (the rank died at the
+ * op's end, after giving its data). */
 typedef void (*mc_pg_done_fn)(void *ctx, int status, const char *message,
-                              uint64_t failed, uint64_t epoch);
+                              uint64_t failed, uint64_t epoch, uint64_t ran);
 
 /* Op kinds (mc_pg_op.kind). */
 enum {

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pg_harness import check_op_past_failure, launch
+from pg_harness import check_op_past_failure, launch, open_gate, wait_gate
 
 DEAD = 2
 SURVIVORS_SUM = 1 + 2 + 4  # ranks 0, 1, 3 contribute rank + 1
@@ -150,6 +150,49 @@ def case_death_during_send(rank: int, world: int, timeouts=None) -> None:
     _survivors_continue()
 
 
+def _p2p_with_every_peer(rank: int, world: int) -> list[tuple[int, object]]:
+    """One isend and one irecv with every other rank (batch_isend_irecv),
+    waited for; returns (peer, work) per op."""
+    ops, peers = [], []
+    for p in range(world):
+        if p != rank:
+            ops += [dist.P2POp(dist.isend, torch.tensor([rank]), p),
+                    dist.P2POp(dist.irecv, torch.empty(1, dtype=torch.int64), p)]
+            peers += [p, p]
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.wait()
+    return list(zip(peers, works, strict=True))
+
+
+def case_p2p_to_a_rank_that_exited(rank: int, world: int, timeouts=None) -> None:
+    """Upstream's P2P fault detection, on whichever transport the launch
+    picks: a round of sends and receives with every peer succeeds; rank 1
+    opens a gate and exits at once (its process may still be tearing down
+    when the others send); in the next round every op with rank 1 — the
+    sends too, though their bytes may land in its memory — completes with
+    rank 1 in its hint and local success False, and every op between the
+    survivors with an empty hint."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    for _, w in _p2p_with_every_peer(rank, world):
+        assert pg.get_failed_ranks_hint(w).tolist() == [0] * world
+    if rank == 1:
+        open_gate("exited")
+        os._exit(0)
+    wait_gate("exited")
+    for peer, w in _p2p_with_every_peer(rank, world):
+        hint = pg.get_failed_ranks_hint(w).tolist()
+        if peer == 1:
+            assert hint == [0, 1, 0] and not pg.get_local_success(w), (rank, peer, hint)
+        else:
+            assert hint == [0] * world and pg.get_local_success(w), (rank, peer, hint)
+    t = torch.full((2,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [4.0, 4.0], t
+
+
 def case_manual_mode(rank: int, world: int, timeouts=None, port=None) -> None:
     """auto_deactivate_on_failure=False: the op that meets the death still
     leaves the dead rank out of its result and marks it, but the mask is
@@ -281,6 +324,13 @@ def test_death_between_all_reduces_default_timeouts() -> None:
     """Default timeouts (10 s collective timeout): still well under a minute."""
     _print_times(launch(4, "test_pg_faults", "case_death_between_all_reduces", timeout=55,
                         env=SLOTS))
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_p2p_to_a_rank_that_exited(transport: str) -> None:
+    env = {"MC_FORCE_TCP": "true"} if transport == "tcp" else {}
+    launch(3, "test_pg_faults", "case_p2p_to_a_rank_that_exited", timeout=60, env=env,
+           timeouts=SHORT)
 
 
 def test_manual_mode() -> None:

@@ -41,9 +41,9 @@ int64_t storeGet(void* ctx, const char* key, char* buf, uint64_t cap,
 // ---- completion --------------------------------------------------------
 
 void onDone(void* ctx, int status, const char* message, uint64_t failed,
-            uint64_t epoch) {
+            uint64_t epoch, uint64_t ran) {
   auto* work = static_cast<MooncakeWork*>(ctx);
-  work->complete(status, message, failed, epoch);
+  work->complete(status, message, failed, epoch, ran);
   c10::raw::intrusive_ptr::decref(work);  // the reference submit() gave us
 }
 
@@ -155,7 +155,7 @@ std::vector<c10::Stream> callerStreams(const std::vector<at::Tensor>& outputs) {
 MooncakeWork::MooncakeWork(int rank, c10d::OpType type,
                            std::vector<at::Tensor> outputs,
                            std::vector<at::Tensor> keepAlive,
-                           std::function<void()> post,
+                           std::function<void(uint64_t)> post,
                            MooncakeBackend* backend, int maxGroupSize)
     : Work(rank, type),
       outputs_(std::move(outputs)),
@@ -205,7 +205,7 @@ std::vector<at::Tensor> MooncakeWork::result() { return outputs_; }
 
 
 void MooncakeWork::complete(int status, const char* message,
-                            uint64_t failed, uint64_t epoch) {
+                            uint64_t failed, uint64_t epoch, uint64_t ran) {
   failed_.store(failed);
   ok_.store(status == 0);
   std::exception_ptr err;
@@ -221,7 +221,7 @@ void MooncakeWork::complete(int status, const char* message,
                 " failed: ", message ? message : "unknown error",
                 " (status ", status, ")");
     if (post_) {
-      post_();
+      post_(ran);
     }
     for (const auto& s : streams_) {
       s.synchronize();
@@ -381,12 +381,6 @@ void MooncakeBackend::refreshMirror() {
       0) {
     return;
   }
-  uint64_t mask = 0;
-  const auto* v = view.data_ptr<int32_t>();
-  for (int i = 0; i < maxSize_ && i < 64; i++) {
-    mask |= static_cast<uint64_t>(v[i] != 0) << i;
-  }
-  activeMask_.store(mask);
   options_->activeRanks_.flatten().narrow(0, 0, maxSize_).copy_(view);
   mirrorEpoch_.store(epoch);  // last: a reader that sees it sees the mirror
 }
@@ -448,7 +442,8 @@ struct MooncakeBackend::Op {
   c10d::OpType type = c10d::OpType::UNKNOWN;
   std::vector<at::Tensor> outputs;  // the Future's value
   std::vector<at::Tensor> keep;     // buffers Go reads or writes
-  std::vector<std::function<void()>> post;
+  // Run on success with the mask of the slots the op ran over.
+  std::vector<std::function<void(uint64_t)>> post;
   std::vector<uint64_t> sendBytes, recvBytes;
 
   // A contiguous host tensor with t's values (t itself when possible).
@@ -471,7 +466,7 @@ struct MooncakeBackend::Op {
     at::Tensor h = copyIn ? t.to(at::kCPU).contiguous()
                           : at::empty(t.sizes(), t.options().device(at::kCPU));
     keep.push_back(h);
-    post.emplace_back([t, h]() mutable { t.copy_(h); });
+    post.emplace_back([t, h](uint64_t) mutable { t.copy_(h); });
     return h;
   }
   // The host buffers the runtime reads from and writes into.
@@ -490,11 +485,11 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::submit(const char* name,
   // A caller that waits at once lets the op run on its thread.
   op.c.flags = async ? 0 : MC_PG_OP_SYNC;
   auto posts = std::move(op.post);
-  std::function<void()> post;
+  std::function<void(uint64_t)> post;
   if (!posts.empty()) {
-    post = [posts = std::move(posts)]() {
+    post = [posts = std::move(posts)](uint64_t ran) {
       for (const auto& p : posts) {
-        p();
+        p(ran);
       }
     };
   }
@@ -595,11 +590,13 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
                           input.options().device(at::kCPU));
   op.keep.push_back(packed);
   op.outputs = outs;
-  // Slots inactive when the op completes were not gathered: their outputs
-  // keep what the caller put there (upstream).
-  op.post.emplace_back([outs, packed, k = input.numel(), this]() mutable {
+  // Slots the op did not run over were not gathered: their outputs keep
+  // what the caller put there (upstream). Which slots it ran over comes
+  // with the completion: the mask then may already have dropped a rank
+  // whose data the op did gather (it died at the op's end).
+  op.post.emplace_back([outs, packed, k = input.numel()](uint64_t ran) mutable {
     for (size_t i = 0; i < outs.size(); i++) {
-      if (slotActive(static_cast<int>(i))) {
+      if (i < 64 && (ran >> i) & 1) {
         outs[i].copy_(packed.narrow(0, i * k, k).view(outs[i].sizes()));
       }
     }
@@ -668,10 +665,11 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
                        input.options().device(at::kCPU));
     op.keep.push_back(packed);
     op.outputs = outs;
-    // As all_gather: inactive slots' outputs keep their contents.
-    op.post.emplace_back([outs, packed, k = input.numel(), this]() mutable {
+    // As all_gather: the outputs of slots the op did not run over keep
+    // their contents.
+    op.post.emplace_back([outs, packed, k = input.numel()](uint64_t ran) mutable {
       for (size_t i = 0; i < outs.size(); i++) {
-        if (slotActive(static_cast<int>(i))) {
+        if (i < 64 && (ran >> i) & 1) {
           outs[i].copy_(packed.narrow(0, i * k, k).view(outs[i].sizes()));
         }
       }
@@ -894,7 +892,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
   auto packedOut = at::cat(flatOut).contiguous();
   op.keep = {packedIn, packedOut};
   op.outputs = outputTensors;
-  op.post.emplace_back([outs = outputTensors, packedOut]() mutable {
+  op.post.emplace_back([outs = outputTensors, packedOut](uint64_t) mutable {
     int64_t at = 0;
     for (auto& o : outs) {
       o.copy_(packedOut.narrow(0, at, o.numel()).view(o.sizes()));

@@ -50,7 +50,8 @@ class MooncakeBackend;
 class MooncakeWork : public c10d::Work {
  public:
   MooncakeWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-               std::vector<at::Tensor> keepAlive, std::function<void()> post,
+               std::vector<at::Tensor> keepAlive,
+               std::function<void(uint64_t)> post,
                MooncakeBackend* backend, int maxGroupSize);
   // The Future is made on the first call (most ops are only waited for):
   // completed already when the op is.
@@ -58,9 +59,10 @@ class MooncakeWork : public c10d::Work {
   std::vector<at::Tensor> result() override;
   // Called once, from libmooncake's completion callback. failed: bit r set
   // for each in-group rank that failed during the op; epoch: the group's
-  // view epoch then.
+  // view epoch then; ran: bit r set for each slot the op ran over (given
+  // to post, which unpacks per-slot outputs).
   void complete(int status, const char* message, uint64_t failed,
-                uint64_t epoch);
+                uint64_t epoch, uint64_t ran);
   // int32[max_group_size], in-group indexed: 1 for the ranks that failed
   // during the op (valid once completed).
   at::Tensor failedRanksHint() const;
@@ -70,7 +72,7 @@ class MooncakeWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;
-  std::function<void()> post_;
+  std::function<void(uint64_t)> post_;
   std::vector<c10::Stream> streams_;  // callers' streams of CUDA outputs
   std::mutex futureMu_;  // guards future_, done_, error_
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // null until asked for
@@ -123,7 +125,6 @@ class MooncakeBackend : public c10d::Backend {
   // it raises "rank is not active", as the runtime refuses such an op.
   void refuseIfLeftOut(const char* op) const;
   // Whether slot i is active in the view last applied (host-side copy).
-  bool slotActive(int i) const { return (activeMask_.load() >> i) & 1; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -184,7 +185,6 @@ class MooncakeBackend : public c10d::Backend {
   c10::intrusive_ptr<MooncakeBackendOptions> options_;
   std::mutex mirrorMu_;  // serialises the mirror's writers
   std::atomic<uint64_t> mirrorEpoch_{~0ull};  // none written yet
-  std::atomic<uint64_t> activeMask_{~0ull};
 };
 
 }  // namespace mooncake_pg

@@ -567,8 +567,17 @@ func (e *Engine) Probe(target string) error {
 	if err := e.linkBroken(target); err != nil {
 		return err
 	}
-	s, err := e.openSegment(target)
+	// A same-host peer that has begun to exit fails the probe at once,
+	// before a handshake: its port may still take the connection while its
+	// process is torn down, and nothing will answer there again.
+	s, err := e.acquire(target, true)
 	if err != nil {
+		return err
+	}
+	if s.peerGone() {
+		return errorf(CodeSocket, nil, "probe of %s: the peer's process exited", target)
+	}
+	if _, err := s.current(); err != nil {
 		return err
 	}
 	reply, err := s.call(handshake.FrameProbe, []byte("{}"))

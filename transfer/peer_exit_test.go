@@ -86,3 +86,47 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 		t.Fatal("the engine's own segment reported exited")
 	}
 }
+
+// TestPeerExitedLooksNow: PeerExited does not answer from the poll the
+// access path trusts for shm.AliveRecheck: a peer reported running a
+// moment ago and killed since is reported exited at the first look.
+func TestPeerExitedLooksNow(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), peerProcessEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.HasPrefix(line, "error:") {
+		t.Fatalf("peer process: %q, %v", line, err)
+	}
+	e := newTestEngine(t, false)
+	h, err := e.CachedSegment(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		// Reach it, so that the access path has just found it running.
+		if _, err := e.WakeWord(h, 0); err != nil {
+			t.Fatal(err)
+		}
+		if e.PeerExited(h) {
+			t.Fatal("a running peer reported exited")
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if !e.PeerExited(h) {
+		t.Fatal("a peer killed and reaped was reported running")
+	}
+	if err := e.Probe(strings.TrimSpace(line)); err == nil {
+		t.Fatal("a probe of a dead peer succeeded")
+	}
+}

@@ -389,15 +389,24 @@ func (s *remoteSegment) mapped(buf []routeConn) []routeConn {
 	return usable
 }
 
-// peerGone reports whether a connection knows the peer's process is gone.
+// peerGone reports whether a connection knows the peer's process is gone
+// or exiting, looking now where the connection can (transport.ExitWatch)
+// rather than trusting an earlier look.
 func (s *remoteSegment) peerGone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.conns {
-		if c != nil {
-			if _, err := c.Check(); err != nil {
+		if c == nil {
+			continue
+		}
+		if x, ok := c.(transport.ExitWatch); ok {
+			if x.Exited() {
 				return true
 			}
+			continue
+		}
+		if _, err := c.Check(); err != nil {
+			return true
 		}
 	}
 	return false

@@ -33,9 +33,11 @@ func WaitWord(addr uintptr, old uint32, d time.Duration) bool {
 
 // PeerExited reports whether the process behind segment h is known to
 // have exited: true only for a same-host peer (reached through shared
-// memory) whose process is gone, which the engine sees at once through a
-// pidfd; false while it runs, and for peers that only a probe can judge
-// (another host). It never blocks.
+// memory) whose process is gone or has begun to exit, which the engine
+// sees at once, looking now (its pidfd and the kernel's exiting flag of
+// the process; not the answer of an earlier look that the access path
+// trusts for shm.AliveRecheck); false while it runs, and for peers that
+// only a probe can judge (another host). It never blocks.
 func (e *Engine) PeerExited(h SegmentHandle) bool {
 	s, err := e.segment(h)
 	if err != nil || s.name == e.name {

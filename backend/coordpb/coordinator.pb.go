@@ -348,6 +348,7 @@ type SyncRequest struct {
 	Op            uint64                 `protobuf:"varint,7,opt,name=op,proto3" json:"op,omitempty"`                             // index (in the base) of the collective the rank completes next
 	Idle          bool                   `protobuf:"varint,8,opt,name=idle,proto3" json:"idle,omitempty"`                         // the rank is not inside collective op yet (it takes part from its idle queue)
 	Stall         bool                   `protobuf:"varint,9,opt,name=stall,proto3" json:"stall,omitempty"`                       // the op waited the hang timeout for a peer that still answers probes
+	Done          bool                   `protobuf:"varint,10,opt,name=done,proto3" json:"done,omitempty"`                        // collective op has its result here: only peers' acknowledgements failed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,14 +446,22 @@ func (x *SyncRequest) GetStall() bool {
 	return false
 }
 
+func (x *SyncRequest) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type SyncResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        int32                  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"` // 0 no pending, 1 reconciled, 2 rejected (backend.SyncStatus)
 	View          *View                  `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
 	Excluded      []int32                `protobuf:"varint,3,rep,packed,name=excluded,proto3" json:"excluded,omitempty"`
 	Retry         bool                   `protobuf:"varint,4,opt,name=retry,proto3" json:"retry,omitempty"`
-	Diverged      bool                   `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"` // the ranks were more than one collective apart: the group cannot go on
-	Behind        bool                   `protobuf:"varint,6,opt,name=behind,proto3" json:"behind,omitempty"`     // this rank was one collective behind the others: it ends it as failed and takes part in the next
+	Diverged      bool                   `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"`   // the ranks were more than one collective apart: the group cannot go on
+	Behind        bool                   `protobuf:"varint,6,opt,name=behind,proto3" json:"behind,omitempty"`       // this rank was one collective behind the others: it ends it as failed and takes part in the next
+	Completed     bool                   `protobuf:"varint,7,opt,name=completed,proto3" json:"completed,omitempty"` // this rank's done collective stands as completed: it takes part in the next
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -525,6 +534,13 @@ func (x *SyncResponse) GetDiverged() bool {
 func (x *SyncResponse) GetBehind() bool {
 	if x != nil {
 		return x.Behind
+	}
+	return false
+}
+
+func (x *SyncResponse) GetCompleted() bool {
+	if x != nil {
+		return x.Completed
 	}
 	return false
 }
@@ -1185,7 +1201,7 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x14\n" +
 	"\x05state\x18\x04 \x03(\x05R\x05state\x12\x18\n" +
 	"\ahealthy\x18\x05 \x03(\bR\ahealthy\x126\n" +
-	"\tendpoints\x18\x06 \x03(\v2\x18.mooncake.pg.v1.EndpointR\tendpoints\"\xd7\x01\n" +
+	"\tendpoints\x18\x06 \x03(\v2\x18.mooncake.pg.v1.EndpointR\tendpoints\"\xeb\x01\n" +
 	"\vSyncRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -1195,14 +1211,17 @@ const file_coordinator_proto_rawDesc = "" +
 	"\twindow_us\x18\x06 \x01(\x03R\bwindowUs\x12\x0e\n" +
 	"\x02op\x18\a \x01(\x04R\x02op\x12\x12\n" +
 	"\x04idle\x18\b \x01(\bR\x04idle\x12\x14\n" +
-	"\x05stall\x18\t \x01(\bR\x05stall\"\xb6\x01\n" +
+	"\x05stall\x18\t \x01(\bR\x05stall\x12\x12\n" +
+	"\x04done\x18\n" +
+	" \x01(\bR\x04done\"\xd4\x01\n" +
 	"\fSyncResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12(\n" +
 	"\x04view\x18\x02 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x1a\n" +
 	"\bexcluded\x18\x03 \x03(\x05R\bexcluded\x12\x14\n" +
 	"\x05retry\x18\x04 \x01(\bR\x05retry\x12\x1a\n" +
 	"\bdiverged\x18\x05 \x01(\bR\bdiverged\x12\x16\n" +
-	"\x06behind\x18\x06 \x01(\bR\x06behind\"\xa7\x01\n" +
+	"\x06behind\x18\x06 \x01(\bR\x06behind\x12\x1c\n" +
+	"\tcompleted\x18\a \x01(\bR\tcompleted\"\xa7\x01\n" +
 	"\fWatchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +

@@ -1,8 +1,10 @@
 package shm
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,7 @@ func mapPeerFile(pid, fd int, inode, length uint64) ([]byte, error) {
 type mappings struct {
 	pid   int
 	pidfd int
+	stat  int    // /proc/<pid>/stat, read for the exiting flag (exiting)
 	ctl   []byte // the peer's control page
 	// Every copy through a mapping pins the mappings; removing mappings
 	// first stops new pins (a view then reports false and the engine
@@ -86,17 +89,28 @@ func openMappings(d *transport.SegmentDesc) (*mappings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pidfd_open %d: %w", d.PID, err)
 	}
+	// Opened after the pidfd: the pid cannot name another process while
+	// the pidfd finds it running.
+	stat, err := unix.Open(fmt.Sprintf("/proc/%d/stat", d.PID), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, fmt.Errorf("open /proc/%d/stat: %w", d.PID, err)
+	}
 	ctl, err := mapPeerFile(d.PID, d.CtlFD, d.CtlInode, uint64(os.Getpagesize()))
 	if err != nil {
 		unix.Close(pidfd)
+		unix.Close(stat)
 		return nil, err
 	}
-	m := &mappings{pid: d.PID, pidfd: pidfd, ctl: ctl, maps: map[uint64][]byte{}}
+	m := &mappings{pid: d.PID, pidfd: pidfd, stat: stat, ctl: ctl, maps: map[uint64][]byte{}}
 	m.drained = sync.NewCond(&m.pinMu)
 	return m, nil
 }
 
-// alive reports whether the peer process still runs.
+// alive reports whether the peer process still runs (its pidfd is not
+// readable). The access path asks this: a peer's memory stays mapped here
+// and readable after its death, and what it lent before dying is still
+// there, so accesses are refused only once the process is gone.
 func (p *mappings) alive() bool {
 	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
 	for {
@@ -106,6 +120,49 @@ func (p *mappings) alive() bool {
 		}
 		return err == nil && n == 0
 	}
+}
+
+// exited reports, looking now, whether the peer process is gone or has
+// begun to exit: its pidfd turns readable only once the kernel has torn
+// the process down (its memory unmapped first: hundreds of milliseconds
+// for a large process, seconds under load), so the exiting flag is read
+// too. For the questions whether the peer will ever act again (a wait for
+// it, a probe, a send's delivery).
+func (p *mappings) exited() bool {
+	return !p.alive() || exiting(p.stat)
+}
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h),
+// set as a task begins to exit.
+const pfExiting = 0x4
+
+// exiting reports whether the process whose /proc/<pid>/stat is open as
+// fd has begun to exit (or is gone: the read fails once it is reaped).
+func exiting(fd int) bool {
+	var buf [512]byte
+	n, err := unix.Pread(fd, buf[:], 0)
+	if err != nil || n <= 0 {
+		return true
+	}
+	flags, ok := statFlags(buf[:n])
+	return !ok || flags&pfExiting != 0
+}
+
+// statFlags returns the flags field (the ninth) of a /proc/<pid>/stat
+// line. The command name (second field) is in parentheses and may hold
+// spaces and parentheses itself: fields are counted after its last ')'.
+func statFlags(line []byte) (uint64, bool) {
+	i := bytes.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, false
+	}
+	// After the name: state ppid pgrp session tty_nr tpgid flags.
+	f := bytes.Fields(line[i+1:])
+	if len(f) < 7 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(f[6]), 10, 64)
+	return v, err == nil
 }
 
 // aliveRecently is alive, polling at most once per AliveRecheck.
@@ -227,4 +284,5 @@ func (p *mappings) close() {
 	}
 	unix.Munmap(p.ctl)
 	unix.Close(p.pidfd)
+	unix.Close(p.stat)
 }

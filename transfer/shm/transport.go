@@ -84,6 +84,16 @@ func (c *conn) Check() (bool, error) {
 	return c.m.version() != c.desc.Load().Version, nil
 }
 
+// Exited looks at the peer's process now (transport.ExitWatch): true
+// once it is gone or has begun to exit.
+func (c *conn) Exited() bool {
+	if !c.m.pinOpen() {
+		return true
+	}
+	defer c.m.unpin()
+	return c.m.exited()
+}
+
 // shared returns the peer buffer holding [addr, addr+n) if it is one the
 // peer shares.
 func (c *conn) shared(addr, n uint64) (transport.BufferDesc, bool) {

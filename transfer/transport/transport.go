@@ -54,6 +54,16 @@ type Conn interface {
 	Close()
 }
 
+// ExitWatch is the optional capability of a Conn that can tell, without
+// a round trip, whether the peer's process is gone: Exited asks now (no
+// answer kept from an earlier look), and reports true from the moment the
+// process begins to exit, before the kernel has torn it down (a large
+// process takes hundreds of milliseconds to), since a process that has
+// begun to exit reads nothing more.
+type ExitWatch interface {
+	Exited() bool
+}
+
 // DirectView is the optional capability of a Conn that can expose the
 // peer's memory to this process (a same-host shared mapping).
 type DirectView interface {
