@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
-	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 )
 
 // TestHAFailover runs two masters against a real etcd: one is elected and
@@ -28,7 +28,7 @@ func TestHAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	key := master.MasterViewKey("ha_test")
+	key := replication.MasterViewKey("ha_test")
 
 	ports := testutil.FreePorts(t, 4)
 	addrs := []string{fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}

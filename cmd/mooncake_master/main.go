@@ -28,6 +28,7 @@ import (
 	"github.com/mooncake-go/mooncake/internal/logging"
 	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -66,7 +67,7 @@ type options struct {
 	oplogPipelineDepth, haLease int
 	oplogRetrySec               int
 	snapshot                    snapshotOptions
-	snapshotConfig              *master.SnapshotConfig
+	snapshotConfig              *replication.SnapshotConfig
 	memoryAllocator, allocStrat string
 	rpcThreads, maxThreads      int
 	rpcConnTimeout              int
@@ -110,17 +111,17 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend (only etcd is supported)")
 	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
 	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
-	clusterDefault := master.DefaultClusterID
+	clusterDefault := replication.DefaultClusterID
 	if v := envvars.StoreClusterID.Value(); v != "" {
 		clusterDefault = v
 	}
 	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")
 	fs.BoolVar(&o.enableOplog, "enable_oplog", false, "with --enable_ha: replicate the metadata through an operation log in etcd; standbys apply it and a promoted one serves the same objects")
-	fs.IntVar(&o.oplogPollMs, "oplog_poll_interval_ms", int(master.DefaultOplogPollInterval/time.Millisecond), "how often a standby re-reads the oplog besides watching it, ms")
-	fs.IntVar(&o.oplogBatchMax, "oplog_batch_max_entries", master.DefaultOplogBatchMaxEntries, "most entries one oplog batch (one etcd transaction) carries")
-	fs.IntVar(&o.oplogPipelineDepth, "oplog_pipeline_depth", master.DefaultOplogPipelineDepth, "most oplog batches the leader writes to etcd at once (acknowledged in order)")
-	fs.IntVar(&o.haLease, "master_view_lease_ttl_sec", master.MasterViewLeaseTTL, "etcd lease of the master view key, seconds: a dead leader's key outlives it by up to this long, so it bounds failover (etcd grants no lease shorter than 1.5 election timeouts: 1.5 s with its defaults)")
-	fs.IntVar(&o.oplogRetrySec, "batch_oplog_retry_timeout_sec", int(master.DefaultOplogRetryTimeout/time.Second), "seconds an oplog batch write retries etcd errors before the leader steps down")
+	fs.IntVar(&o.oplogPollMs, "oplog_poll_interval_ms", int(replication.DefaultOplogPollInterval/time.Millisecond), "how often a standby re-reads the oplog besides watching it, ms")
+	fs.IntVar(&o.oplogBatchMax, "oplog_batch_max_entries", replication.DefaultOplogBatchMaxEntries, "most entries one oplog batch (one etcd transaction) carries")
+	fs.IntVar(&o.oplogPipelineDepth, "oplog_pipeline_depth", replication.DefaultOplogPipelineDepth, "most oplog batches the leader writes to etcd at once (acknowledged in order)")
+	fs.IntVar(&o.haLease, "master_view_lease_ttl_sec", replication.MasterViewLeaseTTL, "etcd lease of the master view key, seconds: a dead leader's key outlives it by up to this long, so it bounds failover (etcd grants no lease shorter than 1.5 election timeouts: 1.5 s with its defaults)")
+	fs.IntVar(&o.oplogRetrySec, "batch_oplog_retry_timeout_sec", int(replication.DefaultOplogRetryTimeout/time.Second), "seconds an oplog batch write retries etcd errors before the leader steps down")
 	declareSnapshotFlags(fs, &o.snapshot)
 	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
 	fs.StringVar(&o.allocStrat, "allocation_strategy", "random", "replica placement strategy (only random)")
@@ -223,7 +224,7 @@ func parse(args []string, out io.Writer) (*options, error) {
 		if o.haConnString == "" {
 			o.haConnString = o.etcdEndpoints
 		}
-		if len(master.ParseEndpoints(o.haConnString)) == 0 {
+		if len(replication.ParseEndpoints(o.haConnString)) == 0 {
 			return fail("--enable_ha needs --ha_backend_connstring or --etcd_endpoints")
 		}
 	}
@@ -271,8 +272,8 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		sc.HTTPMetadataLimits = &metaserver.Limits{MaxKeys: o.httpMetadataMaxKeys, MaxBytes: o.httpMetadataMaxBytes}
 	}
 	if o.enableHA {
-		sc.HA = &master.HAConfig{
-			Endpoints: master.ParseEndpoints(o.haConnString), ClusterID: o.clusterID,
+		sc.HA = &replication.HAConfig{
+			Endpoints: replication.ParseEndpoints(o.haConnString), ClusterID: o.clusterID,
 			Advertise: rpcAddr, Grace: -1, LeaseTTL: o.haLease,
 			Oplog: o.enableOplog, OplogBatchMaxEntries: o.oplogBatchMax, OplogPipelineDepth: o.oplogPipelineDepth,
 			OplogRetryTimeout: time.Duration(o.oplogRetrySec) * time.Second,

@@ -25,7 +25,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/testutil"
-	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
@@ -139,7 +139,7 @@ func TestParseForms(t *testing.T) {
 			return o.enableOplog && o.oplogPollMs == 50 && o.oplogBatchMax == 10 && o.oplogRetrySec == 3
 		}},
 		{nil, func(o *options) bool {
-			return !o.enableOplog && o.haLease == master.MasterViewLeaseTTL && o.oplogPipelineDepth == master.DefaultOplogPipelineDepth
+			return !o.enableOplog && o.haLease == replication.MasterViewLeaseTTL && o.oplogPipelineDepth == replication.DefaultOplogPipelineDepth
 		}},
 		{[]string{"--enable_ha", "--ha_backend_connstring=h:1", "--enable_oplog", "--oplog_pipeline_depth=2",
 			"--master_view_lease_ttl_sec=1"}, func(o *options) bool {

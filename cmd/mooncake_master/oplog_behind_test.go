@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
-	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -97,7 +97,7 @@ func TestBinaryStandbyBehindCompactionTakesOver(t *testing.T) {
 	}
 	put(100)
 
-	prefix := master.OplogPrefix(cluster)
+	prefix := replication.OplogPrefix(cluster)
 	batchAt := func(opts ...clientv3.OpOption) (uint64, int64) {
 		t.Helper()
 		resp, err := cli.Get(ctx, prefix, append(opts, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())...)

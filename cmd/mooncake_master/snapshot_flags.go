@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/envvars"
-	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 )
 
 // snapshotOptions are upstream's metadata snapshot flags
@@ -22,15 +22,15 @@ type snapshotOptions struct {
 // declareSnapshotFlags declares the snapshot flags into o.
 func declareSnapshotFlags(fs *flag.FlagSet, o *snapshotOptions) {
 	fs.BoolVar(&o.enable, "enable_snapshot", false, "with --enable_oplog: the leader periodically writes the whole metadata to the snapshot store and compacts the oplog behind it")
-	fs.IntVar(&o.interval, "snapshot_interval_seconds", int(master.DefaultSnapshotInterval/time.Second), "seconds between metadata snapshots")
-	fs.IntVar(&o.retention, "snapshot_retention_count", master.DefaultSnapshotRetention, "snapshots kept; the oplog is compacted behind the oldest one kept")
+	fs.IntVar(&o.interval, "snapshot_interval_seconds", int(replication.DefaultSnapshotInterval/time.Second), "seconds between metadata snapshots")
+	fs.IntVar(&o.retention, "snapshot_retention_count", replication.DefaultSnapshotRetention, "snapshots kept; the oplog is compacted behind the oldest one kept")
 	fs.StringVar(&o.storeType, "snapshot_object_store_type", "", "snapshot store: local (empty means local: the directory MOONCAKE_SNAPSHOT_LOCAL_PATH); s3 is not supported")
 	fs.BoolVar(&o.restore, "enable_snapshot_restore", false, "a standby or restarted master starts from the newest snapshot and applies the oplog after it")
 }
 
 // config checks the flags and returns the snapshot configuration, nil
 // when neither snapshots nor restore is on.
-func (o *snapshotOptions) config(enableOplog bool) (*master.SnapshotConfig, error) {
+func (o *snapshotOptions) config(enableOplog bool) (*replication.SnapshotConfig, error) {
 	switch o.storeType {
 	case "", "local":
 	case "s3":
@@ -51,7 +51,7 @@ func (o *snapshotOptions) config(enableOplog bool) (*master.SnapshotConfig, erro
 	if dir == "" {
 		return nil, fmt.Errorf("--snapshot_object_store_type=local needs MOONCAKE_SNAPSHOT_LOCAL_PATH, the directory of the snapshot store")
 	}
-	return &master.SnapshotConfig{
+	return &replication.SnapshotConfig{
 		Enable: o.enable, Interval: time.Duration(o.interval) * time.Second, Retention: o.retention,
 		Restore: o.restore, Dir: dir,
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 )
 
 // tenantQuotaRequest is the body of PUT /api/v1/tenant_quotas.
@@ -118,7 +119,7 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 		}
 		var info TenantInfo
 		var code kvstore.ErrorCode
-		s.changeState(entryTenantQuotaSet, req.TenantID, binary.AppendUvarint(nil, *req.QuotaBytes), func(st *State) {
+		s.changeState(replication.KindTenantQuotaSet, req.TenantID, binary.AppendUvarint(nil, *req.QuotaBytes), func(st *State) {
 			if code = st.SetTenantQuota(req.TenantID, *req.QuotaBytes); code == kvstore.OK {
 				info, code = st.Tenant(req.TenantID)
 			}
@@ -135,7 +136,7 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var code kvstore.ErrorCode
-		s.changeState(entryTenantQuotaDelete, id, nil, func(st *State) { code = st.DeleteTenantQuota(id) }, &code)
+		s.changeState(replication.KindTenantQuotaDelete, id, nil, func(st *State) { code = st.DeleteTenantQuota(id) }, &code)
 		if code != kvstore.OK {
 			writeAdminError(w, code, "")
 			return

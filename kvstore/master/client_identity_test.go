@@ -15,6 +15,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -191,12 +192,12 @@ func TestSnapshotKeepsClientKeys(t *testing.T) {
 // The log carries the key, never the secret.
 func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 	ep := testutil.StartEtcd(t)
-	cli := etcdClient(t, ep)
+	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: DefaultConfig()}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "ident", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "ident", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -226,8 +227,8 @@ func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 	if r, err := ca.MountSegment(withSecret(bg, "short"), &masterpb.MountSegmentRequest{ClientId: "x", Segment: seg("x1", 1<<20)}); err != nil || kvstore.ErrorCode(r.ErrorCode) != kvstore.IllegalClient {
 		t.Fatalf("mount with a short secret: %v %v, want ILLEGAL_CLIENT", r, err)
 	}
-	testutil.WaitUntil(t, 20*time.Second, "the standby to apply the log", func() bool { return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq() })
-	log, err := cli.Get(bg, OplogPrefix("ident"), clientv3.WithPrefix())
+	testutil.WaitUntil(t, 20*time.Second, "the standby to apply the log", func() bool { return b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq() })
+	log, err := cli.Get(bg, replication.OplogPrefix("ident"), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

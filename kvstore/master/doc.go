@@ -14,7 +14,9 @@
 //     /query_key) and, optionally, the embedded HTTP metadata store.
 //   - HA: leader election through etcd (key
 //     mooncake-store/<cluster_id>/master_view); standbys refuse RPCs with
-//     gRPC Unavailable.
+//     gRPC Unavailable. The election, the replicated operation log and
+//     its snapshots are package replication; the Server is the state
+//     machine it replicates (oplog_server.go, oplog_state_machine.go).
 //
 // Domain errors are kvstore.ErrorCode values with upstream numbers; they
 // travel in each response's error_code field.

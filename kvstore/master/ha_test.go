@@ -15,16 +15,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
 func TestParseEndpointsAndKey(t *testing.T) {
-	got := ParseEndpoints("etcd://h1:2379;h2:2379, h3:2379")
+	got := replication.ParseEndpoints("etcd://h1:2379;h2:2379, h3:2379")
 	if len(got) != 3 || got[0] != "h1:2379" || got[2] != "h3:2379" {
-		t.Fatalf("ParseEndpoints = %q", got)
+		t.Fatalf("replication.ParseEndpoints = %q", got)
 	}
-	if MasterViewKey("") != "mooncake-store/mooncake_cluster/master_view" || MasterViewKey("x") != "mooncake-store/x/master_view" {
-		t.Fatal("MasterViewKey")
+	if replication.MasterViewKey("") != "mooncake-store/mooncake_cluster/master_view" || replication.MasterViewKey("x") != "mooncake-store/x/master_view" {
+		t.Fatal("replication.MasterViewKey")
 	}
 }
 
@@ -43,7 +44,7 @@ func TestServiceHAGracefulHandover(t *testing.T) {
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: DefaultConfig()}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{etcd}, ClusterID: "unit"},
+			HA: &replication.HAConfig{Endpoints: []string{etcd}, ClusterID: "unit"},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +53,7 @@ func TestServiceHAGracefulHandover(t *testing.T) {
 		return svc
 	}
 	view := func() string {
-		resp, err := cli.Get(context.Background(), MasterViewKey("unit"))
+		resp, err := cli.Get(context.Background(), replication.MasterViewKey("unit"))
 		if err != nil || len(resp.Kvs) == 0 {
 			return ""
 		}

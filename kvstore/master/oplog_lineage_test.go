@@ -15,6 +15,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -38,7 +39,7 @@ func (m *mixedCluster) start(addr string, oplog bool) *Service {
 	svc, err := StartService(ServiceConfig{
 		RPCAddress: addr, Server: Options{Config: DefaultConfig()},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		HA: &HAConfig{Endpoints: []string{m.ep}, ClusterID: "mixed", Oplog: oplog,
+		HA: &replication.HAConfig{Endpoints: []string{m.ep}, ClusterID: "mixed", Oplog: oplog,
 			OplogPollInterval: 200 * time.Millisecond},
 	})
 	if err != nil {
@@ -175,7 +176,7 @@ func TestOplogIsNotReplayedAfterALeaderWithoutIt(t *testing.T) {
 		// A standby with the oplog tails the log behind b: it holds the
 		// logged objects until it is promoted.
 		c := m.start("127.0.0.1:0", true)
-		testutil.WaitUntil(t, 30*time.Second, "the standby to apply the log", func() bool { return c.Server.rep.appliedSeq() > 0 })
+		testutil.WaitUntil(t, 30*time.Second, "the standby to apply the log", func() bool { return c.Server.rep.log.AppliedSeq() > 0 })
 		b.Close()
 
 		testutil.WaitUntil(t, 30*time.Second, "the standby to lead", c.Server.IsLeader)
@@ -190,7 +191,7 @@ func TestOplogIsNotReplayedAfterALeaderWithoutIt(t *testing.T) {
 		// ends in the same state.
 		d := m.start("127.0.0.1:0", true)
 		testutil.WaitUntil(t, 30*time.Second, "the new standby to apply the log", func() bool {
-			return d.Server.rep.appliedSeq() == c.Server.rep.appliedSeq()
+			return d.Server.rep.log.AppliedSeq() == c.Server.rep.log.AppliedSeq()
 		})
 		if got, want := dumpState(d.Server), dumpState(c.Server); !reflect.DeepEqual(got, want) {
 			t.Fatalf("a master replaying the log from its start differs from the leader:\nleader  %+v\nreplica %+v", want, got)

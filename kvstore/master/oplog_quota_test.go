@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -30,7 +31,7 @@ import (
 // takes new puts.
 func TestOplogEtcdFull(t *testing.T) {
 	ep := testutil.StartEtcd(t, "--quota-backend-bytes=16777216")
-	cli := etcdClient(t, ep)
+	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const cluster = "full"
 	cfg := DefaultConfig()
@@ -38,7 +39,7 @@ func TestOplogEtcdFull(t *testing.T) {
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true,
 				OplogPollInterval: 200 * time.Millisecond, OplogRetryTimeout: 30 * time.Second},
 		})
 		if err != nil {

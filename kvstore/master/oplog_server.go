@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 	temeta "github.com/mooncake-go/mooncake/transfer/metadata"
 )
@@ -38,8 +38,8 @@ var errNotDurable = status.Error(codes.Unavailable, "mooncake_master: leadership
 // notDurable is the answer to a call whose batch failed with err: the
 // cause when an operator must act (etcd full), else errNotDurable.
 func notDurable(err error) error {
-	if errors.Is(err, errEtcdFull) {
-		return status.Error(codes.Unavailable, "mooncake_master: the change is not durable: "+errEtcdFull.Error())
+	if errors.Is(err, replication.ErrEtcdFull) {
+		return status.Error(codes.Unavailable, "mooncake_master: the change is not durable: "+replication.ErrEtcdFull.Error())
 	}
 	return errNotDurable
 }
@@ -76,41 +76,30 @@ func (m *splitMix) Uint64() uint64 {
 func (m *splitMix) Int63() int64    { return int64(m.Uint64() >> 1) }
 func (m *splitMix) Seed(seed int64) { m.x = uint64(seed) }
 
-// replication is a Server's oplog side: the order lock, the entry
-// numbering, the batches applied and, while leader, the writer. The
-// elector (ha.go) runs the standby's tailer and the promotions.
-type replication struct {
+// replicator is a Server's oplog side: the state machine the log
+// (package replication) replicates, and the calls it logs. The log holds
+// the order lock, the entry numbering and the batches; the elector
+// (replication.RunElection) runs the standby's tailer and the
+// promotions.
+type replicator struct {
 	s        *Server
 	handlers map[string]loggedHandler
+	log      *replication.Log
 
-	// mu is the order lock: one entry is applied at a time, in log order.
-	// now and inOp describe the entry being applied.
-	mu      sync.Mutex
-	now     time.Time
-	inOp    atomic.Bool
-	src     splitMix
-	rng     *rand.Rand
-	nextN   uint64 // number of the next entry
-	lastSeq uint64 // last batch applied; a leader's writer counts its own (appliedSeq)
-	w       *oplogWriter
-	// snap takes and restores snapshots (snapshot.go); nil without them.
-	snap *snapshots
-	// stale is why the replica cannot be rebuilt, nil when it can
-	// (oplog_stale.go); resets counts its restarts from a snapshot after
-	// falling behind the log's compaction.
-	stale  atomic.Pointer[string]
-	resets atomic.Uint64
-	// pieces holds the pieces applied so far of entry piecesN, logged
-	// in pieces (entryPiece).
-	pieces  []byte
-	piecesN uint64
+	// now and inOp describe the entry being applied (under the log's
+	// order lock).
+	now  time.Time
+	inOp atomic.Bool
+	src  splitMix
+	rng  *rand.Rand
 }
 
 // EnableOplog makes the server log every state change and replay a
 // leader's log (runElection drives it). Call it before Register.
 func (s *Server) EnableOplog() {
-	r := &replication{s: s, handlers: map[string]loggedHandler{}}
+	r := &replicator{s: s, handlers: map[string]loggedHandler{}}
 	r.rng = rand.New(&r.src)
+	r.log = replication.New(r, s.opts.ClusterID, s.log, func() time.Time { return s.clock() })
 	s.rep = r
 	if s.kvGate != nil {
 		s.kvGate.hold = true
@@ -127,14 +116,14 @@ func (s *Server) now() time.Time {
 
 // register adds the Master and DiskTier services with every method
 // going through intercept.
-func (r *replication) register(g grpc.ServiceRegistrar) {
+func (r *replicator) register(g grpc.ServiceRegistrar) {
 	g.RegisterService(r.wrap(&masterpb.Master_ServiceDesc, r.s), r.s)
 	g.RegisterService(r.wrap(&masterpb.DiskTier_ServiceDesc, diskServer{s: r.s}), diskServer{s: r.s})
 }
 
 // wrap returns a copy of desc whose handlers run through intercept, and
 // records the originals for replay.
-func (r *replication) wrap(desc *grpc.ServiceDesc, impl any) *grpc.ServiceDesc {
+func (r *replicator) wrap(desc *grpc.ServiceDesc, impl any) *grpc.ServiceDesc {
 	d := *desc
 	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
 	for i, m := range d.Methods {
@@ -154,20 +143,20 @@ func (r *replication) wrap(desc *grpc.ServiceDesc, impl any) *grpc.ServiceDesc {
 	return &d
 }
 
-// begin starts applying entry e (r.mu held): the state sees e's time
+// begin starts applying entry e (the order lock held): the state sees e's time
 // and draws from e's number.
 // Times are wall clock only (Round(0)): a replica decodes no monotonic
 // reading, and the leader must compare the same times it logs.
-func (r *replication) begin(e *entry) {
-	r.now = e.now
+func (r *replicator) begin(e *replication.Entry) {
+	r.now = e.Now
 	r.inOp.Store(true)
-	r.src.Seed(int64(e.n))
+	r.src.Seed(int64(e.N))
 	r.s.st.rng = r.rng
 	r.s.st.ids = r.rng
 }
 
 // end finishes the entry begun last.
-func (r *replication) end() {
+func (r *replicator) end() {
 	r.inOp.Store(false)
 }
 
@@ -175,7 +164,7 @@ func (r *replication) end() {
 // once its batch is durable. A batch call too large for one entry runs
 // as several, one per part (callParts), back to back under the order
 // lock, and is answered once the last one is durable.
-func (r *replication) intercept(ctx context.Context, req any, method string, h grpc.UnaryHandler) (any, error) {
+func (r *replicator) intercept(ctx context.Context, req any, method string, h grpc.UnaryHandler) (any, error) {
 	if !r.s.leader.Load() {
 		return nil, errNotLeader
 	}
@@ -213,40 +202,40 @@ func (r *replication) intercept(ctx context.Context, req any, method string, h g
 	}
 	ping, isPing := req.(*masterpb.PingRequest)
 	known := isPing && r.s.knownClient(ping.GetClientId())
-	r.mu.Lock()
-	w := r.w
-	if w == nil || !r.s.leader.Load() {
-		r.mu.Unlock()
-		return nil, errNotLeader
-	}
-	now := r.s.clock().Round(0)
 	var resp any
 	var herr error
 	var whole proto.Message
-	var t *commitTicket
-	for _, p := range parts {
-		e := &entry{kind: entryRPC, n: r.nextN, now: now, name: method, md: md, payload: p.payload}
-		r.begin(e)
-		presp, perr := h(ctx, p.req)
-		r.end()
-		if refused || (known && heartbeatOnly(presp)) {
-			r.releaseEvents(nil)
-			r.mu.Unlock()
-			return presp, perr
+	var t *replication.Ticket
+	unlogged := false
+	leads := r.log.Do(func(tx replication.Tx) {
+		now := r.s.clock().Round(0)
+		for _, p := range parts {
+			e := &replication.Entry{Kind: replication.KindRPC, N: tx.Next(), Now: now, Name: method, MD: md, Payload: p.payload}
+			r.begin(e)
+			presp, perr := h(ctx, p.req)
+			r.end()
+			if refused || (known && heartbeatOnly(presp)) {
+				r.releaseEvents(nil)
+				resp, herr, unlogged = presp, perr, true
+				return
+			}
+			t = tx.Append(e)
+			if resp, herr = presp, perr; perr != nil {
+				break // the parts after it neither run nor are logged
+			}
+			if len(parts) > 1 {
+				whole = batchSplits[method].join(whole, presp.(proto.Message), p.offset)
+				resp = whole
+			}
 		}
-		r.nextN++
-		r.releaseEvents(e)
-		t = w.append(e)
-		if resp, herr = presp, perr; perr != nil {
-			break // the parts after it neither run nor are logged
-		}
-		if len(parts) > 1 {
-			whole = batchSplits[method].join(whole, presp.(proto.Message), p.offset)
-			resp = whole
-		}
+	})
+	if !leads {
+		return nil, errNotLeader
 	}
-	r.mu.Unlock()
-	if err := t.wait(ctx); err != nil {
+	if unlogged {
+		return resp, herr
+	}
+	if err := t.Wait(ctx); err != nil {
 		return nil, notDurable(err)
 	}
 	return resp, herr
@@ -272,46 +261,35 @@ func heartbeatOnly(resp any) bool {
 	return ok && p.GetErrorCode() == 0 && len(p.GetTasks()) == 0 && p.GetClientStatus() == masterpb.ClientStatus_CLIENT_OK
 }
 
-// logLocal applies a change the master makes on its own (a tick, a
-// promotion, an admin change) as a logged entry, when it is leader. It
-// returns the entry's ticket, nil when not leader.
-func (r *replication) logLocal(kind entryKind, name string, payload []byte, apply func(now time.Time)) *commitTicket {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.w == nil || !r.s.leader.Load() {
-		return nil
-	}
-	return r.logLocked(kind, name, payload, apply)
+// logLocal applies a change the master makes on its own (a tick, an
+// admin change) as a logged entry, when it is leader. It returns the
+// entry's ticket, nil when not leader.
+func (r *replicator) logLocal(kind replication.Kind, name string, payload []byte, apply func(now time.Time)) *replication.Ticket {
+	var t *replication.Ticket
+	r.log.Do(func(tx replication.Tx) {
+		t = r.logWith(tx, kind, name, func(now time.Time) []byte {
+			apply(now)
+			return payload
+		})
+	})
+	return t
 }
 
-// logLockedWith is logLocked for an entry whose payload is the outcome of
-// applying it.
-func (r *replication) logLockedWith(kind entryKind, name string, apply func(now time.Time) []byte) *commitTicket {
-	e := &entry{kind: kind, n: r.nextN, now: r.s.clock().Round(0), name: name}
+// logWith applies and appends an entry of the master's own whose
+// payload is the outcome of applying it (the order lock held as tx).
+func (r *replicator) logWith(tx replication.Tx, kind replication.Kind, name string, apply func(now time.Time) []byte) *replication.Ticket {
+	e := &replication.Entry{Kind: kind, N: tx.Next(), Now: r.s.clock().Round(0), Name: name}
 	r.begin(e)
-	e.payload = apply(e.now)
+	e.Payload = apply(e.Now)
 	r.end()
-	r.nextN++
-	r.releaseEvents(e)
-	return r.w.append(e)
-}
-
-// logLocked is logLocal with r.mu held and the writer set.
-func (r *replication) logLocked(kind entryKind, name string, payload []byte, apply func(now time.Time)) *commitTicket {
-	e := &entry{kind: kind, n: r.nextN, now: r.s.clock().Round(0), name: name, payload: payload}
-	r.begin(e)
-	apply(e.now)
-	r.end()
-	r.nextN++
-	r.releaseEvents(e)
-	return r.w.append(e)
+	return tx.Append(e)
 }
 
 // releaseEvents hands the KV events held since the last call to entry e,
-// to be published once e's batch is durable (r.mu held, before e is
-// appended). With e nil, for a call that changed nothing the log keeps,
+// to be published once e's batch is durable (the order lock held, before
+// e is appended). With e nil, for a call that changed nothing the log keeps,
 // they are published at once.
-func (r *replication) releaseEvents(e *entry) {
+func (r *replicator) releaseEvents(e *replication.Entry) {
 	g := r.s.kvGate
 	if g == nil {
 		return
@@ -324,55 +302,56 @@ func (r *replication) releaseEvents(e *entry) {
 		g.emit(evs...)
 		return
 	}
-	e.onDurable = func() { g.emit(evs...) }
+	e.OnDurable = func() { g.emit(evs...) }
 }
 
-// replay applies one entry from the log (r.mu held).
-func (r *replication) replay(e *entry) {
+// replay applies one entry from the log, or one the log appends on its
+// own (the order lock held).
+func (r *replicator) replay(e *replication.Entry) {
 	r.begin(e)
 	defer r.end()
 	s := r.s
-	switch e.kind {
-	case entryRPC:
-		h, ok := r.handlers[e.name]
+	switch e.Kind {
+	case replication.KindRPC:
+		h, ok := r.handlers[e.Name]
 		if !ok {
-			s.log.Error("oplog: entry names an unknown method; skipped", "method", e.name, "entry", e.n)
+			s.log.Error("oplog: entry names an unknown method; skipped", "method", e.Name, "entry", e.N)
 			return
 		}
 		ctx := context.WithValue(context.Background(), replayKey{}, true)
-		if len(e.md) > 0 {
-			ctx = metadata.NewIncomingContext(ctx, metadata.New(e.md))
+		if len(e.MD) > 0 {
+			ctx = metadata.NewIncomingContext(ctx, metadata.New(e.MD))
 		}
-		dec := func(v any) error { return proto.Unmarshal(e.payload, v.(proto.Message)) }
+		dec := func(v any) error { return proto.Unmarshal(e.Payload, v.(proto.Message)) }
 		if _, err := h.handler(h.impl, ctx, dec, nil); err != nil {
-			s.log.Warn("oplog: replayed call failed", "method", e.name, "entry", e.n, "err", err)
+			s.log.Warn("oplog: replayed call failed", "method", e.Name, "entry", e.N, "err", err)
 		}
-	case entryEvictTick:
+	case replication.KindEvictTick:
 		s.mu.Lock()
-		s.st.Evict(e.now)
+		s.st.Evict(e.Now)
 		s.mu.Unlock()
-	case entryClientTick:
+	case replication.KindClientTick:
 		s.mu.Lock()
-		s.st.expireExactly(decodeClientExpiry(e.payload), e.now)
-		s.clientPass(e.now)
+		s.st.expireExactly(decodeClientExpiry(e.Payload), e.Now)
+		s.clientPass(e.Now)
 		s.mu.Unlock()
-	case entryPromote:
+	case replication.KindPromote:
 		s.mu.Lock()
-		s.st.restartHeartbeats(e.now)
+		s.st.restartHeartbeats(e.Now)
 		s.mu.Unlock()
-	case entryTenantQuotaSet:
-		q, _ := binary.Uvarint(e.payload)
+	case replication.KindTenantQuotaSet:
+		q, _ := binary.Uvarint(e.Payload)
 		s.mu.Lock()
-		s.st.SetTenantQuota(e.name, q)
+		s.st.SetTenantQuota(e.Name, q)
 		s.mu.Unlock()
-	case entryTenantQuotaDelete:
+	case replication.KindTenantQuotaDelete:
 		s.mu.Lock()
-		s.st.DeleteTenantQuota(e.name)
+		s.st.DeleteTenantQuota(e.Name)
 		s.mu.Unlock()
-	case entryReset:
+	case replication.KindReset:
 		s.resetState()
 	default:
-		s.log.Error("oplog: entry of unknown kind; skipped", "kind", e.kind, "entry", e.n)
+		s.log.Error("oplog: entry of unknown kind; skipped", "kind", e.Kind, "entry", e.N)
 	}
 }
 
@@ -419,23 +398,23 @@ func (s *State) expireExactly(ex ClientExpiry, now time.Time) {
 func encodeClientExpiry(ex ClientExpiry) []byte {
 	var b []byte
 	for _, id := range ex.Dead {
-		b = appendString(b, id)
+		b = replication.AppendString(b, id)
 	}
 	if len(ex.Suspected) > 0 {
-		b = appendString(b, "")
+		b = replication.AppendString(b, "")
 		for _, id := range ex.Suspected {
-			b = appendString(b, id)
+			b = replication.AppendString(b, id)
 		}
 	}
 	return b
 }
 
 func decodeClientExpiry(b []byte) ClientExpiry {
-	d := &decoder{b: b}
+	d := &replication.Decoder{B: b}
 	var ex ClientExpiry
 	ids := &ex.Dead
-	for len(d.b) > 0 && d.err == nil {
-		if id := d.bytes(); d.err == nil {
+	for len(d.B) > 0 && d.Err == nil {
+		if id := d.Bytes(); d.Err == nil {
 			if len(id) == 0 {
 				ids = &ex.Suspected
 				continue
@@ -456,7 +435,7 @@ func (s *State) restartHeartbeats(now time.Time) {
 
 // evictTick is the eviction loop's turn with the oplog: it runs (and is
 // logged) only when there is something to do.
-func (r *replication) evictTick() {
+func (r *replicator) evictTick() {
 	s := r.s
 	s.mu.Lock()
 	due := s.st.NeedEviction() || s.st.AboveHighWatermark()
@@ -464,7 +443,7 @@ func (r *replication) evictTick() {
 	if !due {
 		return
 	}
-	r.logLocal(entryEvictTick, "", nil, func(now time.Time) {
+	r.logLocal(replication.KindEvictTick, "", nil, func(now time.Time) {
 		s.mu.Lock()
 		res := s.st.Evict(now)
 		s.mu.Unlock()
@@ -477,25 +456,21 @@ func (r *replication) evictTick() {
 
 // clientTick is the client loop's turn with the oplog. Files and TE
 // metadata of what it dropped are deleted only once the entry is durable.
-func (r *replication) clientTick() {
+func (r *replicator) clientTick() {
 	s := r.s
 	var expired ClientExpiry
 	var discarded int
 	var fsDeletes []string
-	t := func() *commitTicket {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.w == nil || !s.leader.Load() {
-			return nil
-		}
-		return r.logLockedWith(entryClientTick, "", func(now time.Time) []byte {
+	var t *replication.Ticket
+	r.log.Do(func(tx replication.Tx) {
+		t = r.logWith(tx, replication.KindClientTick, "", func(now time.Time) []byte {
 			s.mu.Lock()
 			expired, discarded, fsDeletes = s.clientPass(now)
 			s.mu.Unlock()
 			return encodeClientExpiry(expired)
 		})
-	}()
-	if t == nil || t.wait(context.Background()) != nil {
+	})
+	if t == nil || t.Wait(context.Background()) != nil {
 		return
 	}
 	s.clientSideEffects(expired, discarded, fsDeletes)
@@ -525,7 +500,7 @@ func (s *Server) clientSideEffects(expired ClientExpiry, discarded int, fsDelete
 // oplog, as a logged entry of kind (name, payload) with it. Without the
 // leadership, or when the entry is not durable, *code is set to
 // UNAVAILABLE_IN_CURRENT_STATUS or RPC_FAIL.
-func (s *Server) changeState(kind entryKind, name string, payload []byte, f func(st *State), code *kvstore.ErrorCode) {
+func (s *Server) changeState(kind replication.Kind, name string, payload []byte, f func(st *State), code *kvstore.ErrorCode) {
 	if s.rep == nil {
 		s.WithState(func(st *State, _ time.Time) { f(st) })
 		return
@@ -538,7 +513,7 @@ func (s *Server) changeState(kind entryKind, name string, payload []byte, f func
 	switch {
 	case t == nil:
 		*code = kvstore.UnavailableInCurrentStatus
-	case t.wait(context.Background()) != nil:
+	case t.Wait(context.Background()) != nil:
 		*code = kvstore.RPCFail
 	}
 }

@@ -1,12 +1,12 @@
 package master
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -16,7 +16,7 @@ import (
 // its own, changes the state exactly as the whole call would (apart from
 // the batch request counter, counted per part), and a replica replays
 // the very parts the leader ran. Other large entries are written in
-// pieces (oplog_writer.go).
+// pieces (replication/writer.go).
 
 // callPart is one entry's share of a call: the request the handler runs
 // and logs, and where its items start in the whole call's.
@@ -169,29 +169,16 @@ var batchSplits = map[string]batchSplit{
 	},
 }
 
-// entryOverhead is how many bytes an entry of method with metadata md
-// takes in a batch besides its payload's (appendEntry's layout, each
-// number at its longest).
-func entryOverhead(method string, md map[string]string) int {
-	n := 1 + 4*binary.MaxVarintLen64 + stringSize(method)
-	for k, v := range md {
-		n += stringSize(k) + stringSize(v)
-	}
-	return n
-}
-
-func stringSize(s string) int { return protowire.SizeVarint(uint64(len(s))) + len(s) }
-
 // callParts encodes a call's request as the calls it is logged as: one
-// when it fits maxEntryBytes or its method cannot be cut, else its parts.
-// (An entry still larger than maxEntryBytes, a part with one huge item
+// when it fits an entry (replication.PayloadRoom) or its method cannot be
+// cut, else its parts. (An entry still too large, a part with one huge item
 // or a call that cannot be cut, is written in pieces by the writer.)
 func callParts(method string, md map[string]string, req proto.Message) ([]callPart, error) {
 	payload, err := proto.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode the request: %w", err)
 	}
-	room := maxEntryBytes - entryOverhead(method, md)
+	room := replication.PayloadRoom(method, md)
 	sp, ok := batchSplits[method]
 	if len(payload) <= room || !ok {
 		return []callPart{{req: req, payload: payload}}, nil

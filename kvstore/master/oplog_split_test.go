@@ -3,14 +3,11 @@ package master
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -39,8 +37,8 @@ func TestCallPartsCutBatchCalls(t *testing.T) {
 	}
 	var got []string
 	for i, p := range parts {
-		if size := len(appendEntry(nil, &entry{kind: entryRPC, n: 1 << 40, now: time.Now(), name: method, md: md, payload: p.payload})); size > maxEntryBytes {
-			t.Fatalf("part %d: an entry of %d bytes, more than %d", i, size, maxEntryBytes)
+		if size := len(replication.AppendEntry(nil, &replication.Entry{Kind: replication.KindRPC, N: 1 << 40, Now: time.Now(), Name: method, MD: md, Payload: p.payload})); size > replication.MaxEntryBytes {
+			t.Fatalf("part %d: an entry of %d bytes, more than %d", i, size, replication.MaxEntryBytes)
 		}
 		r := p.req.(*masterpb.BatchReplicaClearRequest)
 		if r.ClientId != "c" || r.SegmentName != "seg" || p.offset != len(got) {
@@ -67,7 +65,7 @@ func TestCallPartsCutBatchCalls(t *testing.T) {
 		t.Fatalf("a small call: %d parts, %v", len(parts), err)
 	}
 	// What cannot be cut stays whole (the writer logs it in pieces).
-	huge := strings.Repeat("x", maxEntryBytes)
+	huge := strings.Repeat("x", replication.MaxEntryBytes)
 	if parts, err := callParts(masterpb.Master_RemoveByRegex_FullMethodName, nil, &masterpb.RemoveByRegexRequest{Pattern: huge}); err != nil ||
 		len(parts) != 1 {
 		t.Fatalf("an oversized call that cannot be cut: %d parts, %v", len(parts), err)
@@ -79,81 +77,6 @@ func TestCallPartsCutBatchCalls(t *testing.T) {
 	}
 }
 
-// TestLargeEntryGoesInPieces: an entry larger than maxEntryBytes is
-// written as pieces, no batch passes maxBatchBytes, and a replica
-// applying the batches joins them into the very entry.
-func TestLargeEntryGoesInPieces(t *testing.T) {
-	cli := etcdClient(t, testutil.StartEtcd(t))
-	ctx := context.Background()
-	view, err := cli.Put(ctx, "view", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 4, 5*time.Second, func(error) {})
-	defer w.close()
-	var durable atomic.Int32
-	small := &entry{kind: entryClientTick, n: 0, now: time.Unix(1, 0)}
-	big := &entry{kind: entryRPC, n: 1, now: time.Unix(2, 0), name: "/m/Big", md: map[string]string{"k": "v"},
-		payload: bytes.Repeat([]byte("0123456789"), 250_000), onDurable: func() { durable.Add(1) }}
-	after := &entry{kind: entryClientTick, n: 2, now: time.Unix(3, 0)}
-	w.append(small)
-	if err := w.append(big).wait(ctx); err != nil {
-		t.Fatalf("a 2.5 MB entry: %v", err)
-	}
-	if err := w.append(after).wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if durable.Load() != 1 {
-		t.Fatalf("onDurable of the entry in pieces ran %d times", durable.Load())
-	}
-	resp, err := cli.Get(ctx, "log/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Kvs) < 3 { // 2.5 MB in batches of at most 1 MiB
-		t.Fatalf("%d batches for 2.5 MB", len(resp.Kvs))
-	}
-	s, err := NewServer(Options{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.EnableOplog()
-	r := s.rep
-	var seen []entry
-	for _, kv := range resp.Kvs {
-		if len(kv.Value) > maxBatchBytes+64 {
-			t.Fatalf("batch %s of %d bytes", kv.Key, len(kv.Value))
-		}
-		b, err := decodeBatch(kv.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range b.entries {
-			if e.kind == entryRPC {
-				t.Fatal("the large entry was written whole")
-			}
-		}
-		if err := r.applyBatch("log/", kv.Key, kv.Value); err != nil {
-			t.Fatal(err)
-		}
-		seen = append(seen, b.entries...)
-	}
-	if r.nextN != 3 || r.pieces != nil {
-		t.Fatalf("after the log: next entry %d, %d bytes of pieces held; want 3 and none", r.nextN, len(r.pieces))
-	}
-	var joined []byte
-	for _, e := range seen {
-		if e.kind == entryPiece || e.kind == entryLastPiece {
-			joined = append(joined, e.payload...)
-		}
-	}
-	got, err := decodeEntry(joined)
-	if err != nil || got.kind != big.kind || got.n != big.n || !got.now.Equal(big.now) || got.name != big.name ||
-		got.md["k"] != "v" || !bytes.Equal(got.payload, big.payload) {
-		t.Fatalf("joined pieces: %v %+v", err, got.name)
-	}
-}
-
 // TestOplogLargeBatchCalls: with the oplog, batch puts, existence
 // checks, gets and removes of 12 000 keys of 64 characters (each request
 // far over one entry's 512 KiB) succeed for every key, and the standby,
@@ -161,7 +84,7 @@ func TestLargeEntryGoesInPieces(t *testing.T) {
 // a failover.
 func TestOplogLargeBatchCalls(t *testing.T) {
 	ep := testutil.StartEtcd(t)
-	cli := etcdClient(t, ep)
+	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := DefaultConfig()
 	cfg.ClientTTL = time.Hour // the writer never pings
@@ -169,7 +92,7 @@ func TestOplogLargeBatchCalls(t *testing.T) {
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true, OplogPollInterval: 200 * time.Millisecond},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -251,19 +174,19 @@ func TestOplogLargeBatchCalls(t *testing.T) {
 	})
 
 	// The log holds the calls in parts: several batches, none too large.
-	log, err := cli.Get(ctx, OplogPrefix(cluster), clientv3.WithPrefix())
+	log, err := cli.Get(ctx, replication.OplogPrefix(cluster), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, kv := range log.Kvs {
-		if len(kv.Value) > maxBatchBytes+64 {
+		if len(kv.Value) > replication.MaxBatchBytes+64 {
 			t.Fatalf("batch %s of %d bytes", kv.Key, len(kv.Value))
 		}
 	}
 	same := func(what string) {
 		t.Helper()
 		testutil.WaitUntil(t, 30*time.Second, "the standby to apply the log "+what, func() bool {
-			return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq() && reflect.DeepEqual(dumpState(a.Server), dumpState(b.Server))
+			return b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq() && reflect.DeepEqual(dumpState(a.Server), dumpState(b.Server))
 		})
 	}
 	same("after the puts and reads")
@@ -311,7 +234,7 @@ func TestOplogLargeCallThatCannotBeCut(t *testing.T) {
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "pieces", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "pieces", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -337,7 +260,7 @@ func TestOplogLargeCallThatCannotBeCut(t *testing.T) {
 		objs[i] = &masterpb.DiskObject{Key: keys[i], Size: uint64(1000 + i)}
 	}
 	req := &masterpb.MountLocalDiskSegmentRequest{ClientId: "storage", Endpoint: "127.0.0.1:1", CapacityBytes: 1 << 40, Objects: objs}
-	if size := proto.Size(req); size <= maxEntryBytes {
+	if size := proto.Size(req); size <= replication.MaxEntryBytes {
 		t.Fatalf("the mount takes %d bytes: not larger than one entry", size)
 	}
 	r, err := masterpb.NewDiskTierClient(conn).MountLocalDiskSegment(ctx, req)
@@ -346,7 +269,7 @@ func TestOplogLargeCallThatCannotBeCut(t *testing.T) {
 	}
 	var la, lb []byte
 	testutil.WaitUntil(t, 30*time.Second, "the standby to hold the leader's state", func() bool {
-		if b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq() {
+		if b.Server.rep.log.AppliedSeq() != a.Server.rep.log.AppliedSeq() {
 			return false
 		}
 		a.Server.WithState(func(st *State, _ time.Time) { la = encodeSnapshot(st, 0, 0) })
@@ -366,82 +289,5 @@ func TestOplogLargeCallThatCannotBeCut(t *testing.T) {
 		if c != 1 {
 			t.Fatalf("%s on the new leader: exist code %d", keys[i], c)
 		}
-	}
-}
-
-// TestPiecesOfAnEntryNeverFinishedAreDropped: a leader that died between
-// an entry's pieces left them without their last one; the next leader's
-// entries (numbered from that entry on) apply, and its own entry in
-// pieces joins without the orphans.
-func TestPiecesOfAnEntryNeverFinishedAreDropped(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.MultiTenant = true
-	s, err := NewServer(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.EnableOplog()
-	r := s.rep
-	now := time.Unix(10, 0)
-	quota := func(n uint64, tenant string, q uint64) *entry {
-		return &entry{kind: entryTenantQuotaSet, n: n, now: now, name: tenant, payload: binary.AppendUvarint(nil, q)}
-	}
-	orphan := pieces(quota(0, "lost", 1), bytes.Repeat([]byte{1}, 2*pieceBytes))
-	big := quota(1, strings.Repeat("t", 2*pieceBytes), 7)
-	var fromNext []*entry
-	fromNext = append(fromNext, &entry{kind: entryPromote, n: 0, now: now})
-	fromNext = append(fromNext, pieces(big, appendEntry(nil, big))...)
-	apply := func(seq uint64, es ...*entry) {
-		t.Helper()
-		var enc []byte
-		for _, e := range es {
-			enc = appendEntry(enc, e)
-		}
-		if err := r.applyBatch("log/", []byte(oplogKey("log/", seq)), encodeBatch(seq, len(es), enc)); err != nil {
-			t.Fatalf("batch %d: %v", seq, err)
-		}
-	}
-	apply(1, orphan[0]) // the old leader's last batch
-	apply(2, fromNext[0])
-	apply(3, fromNext[1:]...)
-	if r.nextN != 2 || r.pieces != nil {
-		t.Fatalf("next entry %d, %d bytes of pieces held; want 2 and none", r.nextN, len(r.pieces))
-	}
-	var q uint64
-	s.WithState(func(st *State, _ time.Time) {
-		for _, ti := range st.Stats().Tenants {
-			if ti.ID == big.name {
-				q = ti.QuotaBytes
-			}
-		}
-	})
-	if q != 7 {
-		t.Fatalf("quota of the tenant set by the entry in pieces: %d, want 7", q)
-	}
-}
-
-// TestWriterDoesNotRetryABatchEtcdRefusesAsTooLarge: with an etcd that
-// takes smaller requests than a batch, the batch fails at once with an
-// error naming the cause, instead of being retried until the retry
-// timeout.
-func TestWriterDoesNotRetryABatchEtcdRefusesAsTooLarge(t *testing.T) {
-	cli := etcdClient(t, testutil.StartEtcd(t, "--max-request-bytes=65536"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	view, err := cli.Put(ctx, "view", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed := make(chan error, 1)
-	// Retried, the batch would keep failing for a minute and a half, well
-	// past ctx (close waits for it).
-	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 4, 90*time.Second, func(err error) { failed <- err })
-	defer w.close()
-	err = w.append(&entry{kind: entryRPC, n: 0, now: time.Now(), name: "/m/M", payload: make([]byte, 100_000)}).wait(ctx)
-	if !errors.Is(err, errFenced) || !strings.Contains(err.Error(), "larger than etcd accepts") {
-		t.Fatalf("a batch over etcd's request limit: %v", err)
-	}
-	if err := <-failed; !strings.Contains(err.Error(), "larger than etcd accepts") {
-		t.Fatalf("onFail: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -39,17 +40,17 @@ type behindCompaction struct {
 // startBehindCompaction starts the leader (snapshots in dir, taken by
 // the test) and a standby with snapshot configuration standbySnap and
 // logger standbyLog, mounts a segment and puts 20 objects.
-func startBehindCompaction(t *testing.T, cluster, dir string, standbySnap *SnapshotConfig, standbyLog *slog.Logger) *behindCompaction {
+func startBehindCompaction(t *testing.T, cluster, dir string, standbySnap *replication.SnapshotConfig, standbyLog *slog.Logger) *behindCompaction {
 	ep := testutil.StartEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	t.Cleanup(cancel)
-	h := &behindCompaction{t: t, ctx: ctx, cli: etcdClient(t, ep), cluster: cluster, part: testutil.StartPartition(t, ep)}
+	h := &behindCompaction{t: t, ctx: ctx, cli: testutil.EtcdClient(t, ep), cluster: cluster, part: testutil.StartPartition(t, ep)}
 	cfg := DefaultConfig()
 	cfg.ClientTTL = time.Hour // the storage client never pings
-	start := func(endpoint string, snap *SnapshotConfig, log *slog.Logger) *Service {
+	start := func(endpoint string, snap *replication.SnapshotConfig, log *slog.Logger) *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: log,
-			HA: &HAConfig{Endpoints: []string{endpoint}, ClusterID: cluster, Oplog: true,
+			HA: &replication.HAConfig{Endpoints: []string{endpoint}, ClusterID: cluster, Oplog: true,
 				OplogPollInterval: 200 * time.Millisecond, Snapshot: snap},
 		})
 		if err != nil {
@@ -59,7 +60,7 @@ func startBehindCompaction(t *testing.T, cluster, dir string, standbySnap *Snaps
 		return svc
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h.leader = start(ep, &SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}, quiet)
+	h.leader = start(ep, &replication.SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}, quiet)
 	testutil.WaitUntil(t, 20*time.Second, "the leader to lead", h.leader.Server.IsLeader)
 	h.standby = start(h.part.URL(), standbySnap, standbyLog)
 	h.client = dialMaster(t, h.leader)
@@ -105,7 +106,7 @@ func (h *behindCompaction) waitSame() {
 	h.t.Helper()
 	a, b := h.leader.Server, h.standby.Server
 	testutil.WaitUntil(h.t, 30*time.Second, "the standby to hold the leader's state", func() bool {
-		return b.rep.appliedSeq() == a.rep.appliedSeq() && reflect.DeepEqual(dumpState(a), dumpState(b))
+		return b.rep.log.AppliedSeq() == a.rep.log.AppliedSeq() && reflect.DeepEqual(dumpState(a), dumpState(b))
 	})
 }
 
@@ -116,12 +117,12 @@ func (h *behindCompaction) waitSame() {
 // cannot resume its watch where it left off, and heals the partition.
 func (h *behindCompaction) fallBehind() {
 	h.t.Helper()
-	before := h.standby.Server.rep.appliedSeq()
+	before := h.standby.Server.rep.log.AppliedSeq()
 	h.part.Cut()
-	prefix := OplogPrefix(h.cluster)
+	prefix := replication.OplogPrefix(h.cluster)
 	for i := 0; i < 2; i++ {
 		h.put(20)
-		if seq, err := h.leader.Server.rep.takeSnapshot(h.ctx, h.cli, prefix); err != nil || seq == 0 {
+		if seq, err := h.leader.Server.rep.log.TakeSnapshot(h.ctx, h.cli, prefix); err != nil || seq == 0 {
 			h.t.Fatalf("snapshot: %d %v", seq, err)
 		}
 	}
@@ -130,7 +131,7 @@ func (h *behindCompaction) fallBehind() {
 	if err != nil || len(first.Kvs) == 0 {
 		h.t.Fatalf("log: %v %v", first, err)
 	}
-	if seq, _ := oplogSeq(prefix, string(first.Kvs[0].Key)); seq <= before+1 {
+	if seq, _ := replication.BatchSeq(prefix, string(first.Kvs[0].Key)); seq <= before+1 {
 		h.t.Fatalf("the log still starts at batch %d, the standby applied up to %d: it did not fall behind", seq, before)
 	}
 	if _, err := h.cli.Compact(h.ctx, first.Header.Revision); err != nil {
@@ -147,13 +148,13 @@ func TestOplogStandbyBehindCompactionRestartsFromSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := startBehindCompaction(t, "behind", dir,
-		&SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}, quiet)
+		&replication.SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}, quiet)
 	if _, err := h.client.Remove(h.ctx, &masterpb.RemoveRequest{Key: "k000", Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	h.fallBehind()
 	h.waitSame()
-	if n := h.standby.Server.rep.resets.Load(); n == 0 {
+	if n := h.standby.Server.rep.log.Resets(); n == 0 {
 		t.Fatal("the standby caught up without starting again from a snapshot: it never fell behind")
 	}
 	if role := adminGet(t, h.standby.Server, "/role"); role != "standby" {
@@ -182,7 +183,7 @@ func TestOplogStandbyBehindCompactionRestartsFromSnapshot(t *testing.T) {
 func TestOplogStaleStandbySaysSoAndDoesNotLead(t *testing.T) {
 	logs := &lockedLog{}
 	h := startBehindCompaction(t, "stale", t.TempDir(),
-		&SnapshotConfig{Restore: true, Dir: t.TempDir()}, slog.New(slog.NewTextHandler(logs, nil)))
+		&replication.SnapshotConfig{Restore: true, Dir: t.TempDir()}, slog.New(slog.NewTextHandler(logs, nil)))
 	h.fallBehind()
 	b := h.standby.Server
 	testutil.WaitUntil(t, 30*time.Second, "the standby to report itself stale", func() bool {
@@ -204,7 +205,7 @@ func TestOplogStaleStandbySaysSoAndDoesNotLead(t *testing.T) {
 	testutil.WaitUntil(t, 30*time.Second, "the stale standby to decline the free leadership", func() bool {
 		return strings.Count(logs.String(), refusal) > refusals
 	})
-	view, err := h.cli.Get(h.ctx, MasterViewKey(h.cluster))
+	view, err := h.cli.Get(h.ctx, replication.MasterViewKey(h.cluster))
 	if err != nil {
 		t.Fatal(err)
 	}

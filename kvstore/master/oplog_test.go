@@ -2,17 +2,13 @@ package master
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,117 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
-
-func TestOplogBatchRoundTrip(t *testing.T) {
-	es := []entry{
-		{kind: entryRPC, n: 7, now: time.Unix(0, 1234567), name: "/m/PutStart", md: map[string]string{"a": "b"}, payload: []byte{1, 2, 3}},
-		{kind: entryClientTick, n: 8, now: time.Unix(0, -5)},
-	}
-	var enc []byte
-	for i := range es {
-		enc = appendEntry(enc, &es[i])
-	}
-	b, err := decodeBatch(encodeBatch(42, len(es), enc))
-	if err != nil || b.seq != 42 || len(b.entries) != 2 {
-		t.Fatalf("decode: %+v %v", b, err)
-	}
-	for i := range es {
-		got, want := b.entries[i], es[i]
-		if got.kind != want.kind || got.n != want.n || !got.now.Equal(want.now) || got.name != want.name ||
-			string(got.payload) != string(want.payload) || len(got.md) != len(want.md) || got.md["a"] != want.md["a"] {
-			t.Fatalf("entry %d: got %+v want %+v", i, got, want)
-		}
-	}
-	if _, err := decodeBatch(encodeBatch(1, 3, enc)); err == nil {
-		t.Fatal("a batch claiming more entries than it holds decoded")
-	}
-	if seq, ok := oplogSeq("p/", oplogKey("p/", 9)); !ok || seq != 9 {
-		t.Fatal("oplogSeq(oplogKey(9))")
-	}
-}
-
-func FuzzDecodeBatch(f *testing.F) {
-	e := entry{kind: entryRPC, n: 1, now: time.Unix(5, 0), name: "x", md: map[string]string{"k": "v"}, payload: []byte("p")}
-	f.Add(encodeBatch(1, 1, appendEntry(nil, &e)))
-	f.Add([]byte("MCOL\x01\x01\x00"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeBatch(b)
-		if err != nil {
-			return
-		}
-		var enc []byte
-		for i := range got.entries {
-			enc = appendEntry(enc, &got.entries[i])
-		}
-		again, err := decodeBatch(encodeBatch(got.seq, len(got.entries), enc))
-		if err != nil || len(again.entries) != len(got.entries) {
-			t.Fatalf("re-encoded batch does not decode: %v", err)
-		}
-	})
-}
-
-func etcdClient(t *testing.T, ep string) *clientv3.Client {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-// TestOplogWriterIsFenced writes batches under an election key, then
-// replaces the key (another leader): the next batch is refused, and so is
-// every later one, and onFail runs.
-func TestOplogWriterIsFenced(t *testing.T) {
-	cli := etcdClient(t, testutil.StartEtcd(t))
-	ctx := context.Background()
-	put, err := cli.Put(ctx, "view", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed := make(chan error, 1)
-	w := newOplogWriter(cli, "log/", "view", put.Header.Revision, 0, 10, 4, time.Second, func(err error) { failed <- err })
-	defer w.close()
-	// onDurable runs once a batch is in etcd, never for a fenced one (the
-	// KV events of a change hang on it).
-	var durable atomic.Int32
-	for i := 0; i < 3; i++ {
-		e := &entry{kind: entryClientTick, n: uint64(i), now: time.Now(), onDurable: func() { durable.Add(1) }}
-		if err := w.append(e).wait(ctx); err != nil {
-			t.Fatalf("batch %d: %v", i, err)
-		}
-		if got := durable.Load(); got != int32(i+1) {
-			t.Fatalf("batch %d durable, %d onDurable ran", i, got)
-		}
-	}
-	if _, err := cli.Delete(ctx, "view"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, "view", "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.append(&entry{kind: entryClientTick, n: 3, now: time.Now(), onDurable: func() { durable.Add(1) }}).wait(ctx); !errors.Is(err, errFenced) {
-		t.Fatalf("batch after the key changed hands: %v, want errFenced", err)
-	}
-	if got := durable.Load(); got != 3 {
-		t.Fatalf("a fenced batch ran onDurable (%d calls, want 3)", got)
-	}
-	if err := <-failed; !errors.Is(err, errFenced) {
-		t.Fatalf("onFail: %v", err)
-	}
-	if err := w.append(&entry{kind: entryClientTick, n: 4, now: time.Now()}).wait(ctx); !errors.Is(err, errFenced) {
-		t.Fatalf("batch after the failure: %v", err)
-	}
-	resp, err := cli.Get(ctx, "log/", clientv3.WithPrefix())
-	if err != nil || len(resp.Kvs) == 0 {
-		t.Fatalf("log: %v", err)
-	}
-	if n := len(resp.Kvs); n > 3 {
-		t.Fatalf("%d batches in etcd, want at most 3 (a fenced writer appended)", n)
-	}
-}
 
 // stateDump is what the replicas must agree on.
 type stateDump struct {
@@ -165,12 +53,12 @@ func dumpState(s *Server) stateDump {
 // the new one and takes its report there.
 func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	ep := testutil.StartEtcd(t)
-	cli := etcdClient(t, ep)
+	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: DefaultConfig()}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "oplog", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "oplog", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -252,7 +140,7 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	if _, err := dial(b).Ping(ctx, &masterpb.PingRequest{ClientId: "storage"}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("standby answered a Ping: %v", err)
 	}
-	waitFor("the standby to apply the log", func() bool { return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq() })
+	waitFor("the standby to apply the log", func() bool { return b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq() })
 	want := dumpState(a.Server)
 	if got := dumpState(b.Server); !reflect.DeepEqual(got, want) {
 		t.Fatalf("standby state differs from the leader's:\nleader  %+v\nstandby %+v", want, got)
@@ -301,7 +189,7 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 			t.Fatalf("%s at %#x, outside the block %v", k, r.Replicas[0].BufferAddress, rv.Block)
 		}
 	}
-	view, err := cli.Get(ctx, MasterViewKey("oplog"))
+	view, err := cli.Get(ctx, replication.MasterViewKey("oplog"))
 	if err != nil || len(view.Kvs) == 0 || string(view.Kvs[0].Value) != b.RPCAddr() {
 		t.Fatalf("master view: %v %v", view, err)
 	}
@@ -320,7 +208,7 @@ func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 	start := func() *Service {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg, ClientCheckInterval: 100 * time.Millisecond}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "expiry", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "expiry", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -349,14 +237,14 @@ func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 	if r, err := c.ReMountSegment(ctx, &masterpb.ReMountSegmentRequest{ClientId: "soon-gone", Segments: []*masterpb.Segment{seg}}); err != nil || r.GetErrorCode() != 0 {
 		t.Fatalf("remount: %v %v", r, err)
 	}
-	before := a.Server.rep.appliedSeq()
+	before := a.Server.rep.log.AppliedSeq()
 	const pings = 50
 	for i := 0; i < pings; i++ {
 		if p, err := c.Ping(ctx, &masterpb.PingRequest{ClientId: "soon-gone"}); err != nil || p.ClientStatus != masterpb.ClientStatus_CLIENT_OK {
 			t.Fatalf("ping: %v %v", p, err)
 		}
 	}
-	if grew := a.Server.rep.appliedSeq() - before; grew >= pings {
+	if grew := a.Server.rep.log.AppliedSeq() - before; grew >= pings {
 		t.Fatalf("%d pings of a known client added %d batches: heartbeats are logged", pings, grew)
 	}
 	// The client falls silent: the leader makes it suspect, and so does the
@@ -368,7 +256,7 @@ func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) && !(done(dumpState(a.Server)) && done(dumpState(b.Server)) &&
-			b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq()) {
+			b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq()) {
 			each()
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -401,7 +289,7 @@ func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
 		cfg.KVEvents = sink
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: "oplog-events", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "oplog-events", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -439,7 +327,7 @@ func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
 	}
 	expectEvents(t, "remove acknowledged", leaderSink.take(), "removed cpu default/7")
 	testutil.WaitUntil(t, 20*time.Second, "the standby to apply the log", func() bool {
-		return b.Server.rep.appliedSeq() == a.Server.rep.appliedSeq()
+		return b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq()
 	})
 	expectEvents(t, "standby", standbySink.take())
 }

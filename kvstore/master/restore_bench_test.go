@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -42,16 +43,16 @@ func cpuTime(b *testing.B) time.Duration {
 
 // putLog is the log of a mount and n puts (start and end each) of 4 KiB
 // objects, as a leader writes it.
-func putLog(b *testing.B, n int) []entry {
+func putLog(b *testing.B, n int) []replication.Entry {
 	b.Helper()
-	rpc := func(i int, method string, m proto.Message) entry {
+	rpc := func(i int, method string, m proto.Message) replication.Entry {
 		p, err := proto.Marshal(m)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return entry{kind: entryRPC, n: uint64(i), now: time.Unix(1_800_000_000, int64(i)), name: method, payload: p}
+		return replication.Entry{Kind: replication.KindRPC, N: uint64(i), Now: time.Unix(1_800_000_000, int64(i)), Name: method, Payload: p}
 	}
-	log := []entry{rpc(0, masterpb.Master_MountSegment_FullMethodName, &masterpb.MountSegmentRequest{ClientId: "storage",
+	log := []replication.Entry{rpc(0, masterpb.Master_MountSegment_FullMethodName, &masterpb.MountSegmentRequest{ClientId: "storage",
 		Segment: &masterpb.Segment{Id: "id0", Name: "seg0", Base: 1 << 30, Size: 1 << 44, TeEndpoint: "seg0"}})}
 	for i := 0; i < n; i++ {
 		key := fmt.Sprintf("object-%09d", i)
@@ -63,7 +64,7 @@ func putLog(b *testing.B, n int) []entry {
 	return log
 }
 
-func benchReplica(b *testing.B) *replication {
+func benchReplica(b *testing.B) *replicator {
 	b.Helper()
 	cfg := DefaultConfig()
 	cfg.ClientTTL = 1000 * time.Hour
@@ -91,11 +92,9 @@ func BenchmarkOplogReplay(b *testing.B) {
 	for it := 0; it < b.N; it++ {
 		r := benchReplica(b)
 		start, cpu := time.Now(), cpuTime(b)
-		r.mu.Lock()
 		for i := range log {
 			r.replay(&log[i])
 		}
-		r.mu.Unlock()
 		el := time.Since(start)
 		b.ReportMetric((cpuTime(b) - cpu).Seconds(), "replay_cpu_s")
 		if keys := dumpState(r.s).Keys; keys != n {
@@ -111,11 +110,9 @@ func BenchmarkOplogReplay(b *testing.B) {
 func BenchmarkSnapshotRestore(b *testing.B) {
 	n := restoreObjects(b)
 	r := benchReplica(b)
-	r.mu.Lock()
 	for _, e := range putLog(b, n) {
 		r.replay(&e)
 	}
-	r.mu.Unlock()
 	data := encodeSnapshot(r.s.st, 1, uint64(2*n+1))
 	b.ResetTimer()
 	for it := 0; it < b.N; it++ {

@@ -3,8 +3,6 @@ package master
 import (
 	"context"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // This file is the role the admin endpoint reports (GET /role, /status).
@@ -20,18 +18,8 @@ import (
 // cannot answer either).
 const roleCheckTimeout = time.Second
 
-// leaderFence is a leadership as etcd records it: the election key and
-// the revision this master created it at. lost tells the elector that
-// the key is gone.
-type leaderFence struct {
-	cli  *clientv3.Client
-	key  string
-	rev  int64
-	lost func()
-}
-
 // role names what the server is for GET /role: "leader", "standby", or
-// "stale" for a master that cannot rebuild the metadata (oplog_stale.go).
+// "stale" for a master that cannot rebuild the metadata (replication/stale.go).
 // With HA it confirms the leadership in etcd first (see above).
 func (s *Server) role(ctx context.Context) string {
 	if !s.IsLeader() {
@@ -49,14 +37,14 @@ func (s *Server) role(ctx context.Context) string {
 	}
 	cctx, cancel := context.WithTimeout(ctx, roleCheckTimeout)
 	defer cancel()
-	resp, err := f.cli.Get(cctx, f.key)
+	held, err := f.Held(cctx)
 	if err != nil {
 		return "standby"
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != f.rev {
+	if !held {
 		if s.fence.CompareAndSwap(f, nil) {
 			s.leader.Store(false)
-			f.lost()
+			f.Lost()
 		}
 		return "standby"
 	}

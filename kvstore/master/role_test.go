@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 )
 
 // pausableProxy forwards TCP connections to target (an etcd client URL). While paused it
@@ -124,14 +125,14 @@ func TestRoleIsNeverLeaderOnceDeposed(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ep := testutil.StartEtcd(t)
-			cli := etcdClient(t, ep)
+			cli := testutil.EtcdClient(t, ep)
 			proxy := startPausableProxy(t, ep)
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			start := func(endpoint string, ttl int) *Service {
 				svc, err := StartService(ServiceConfig{
 					RPCAddress: "127.0.0.1:0", MetricsAddress: "127.0.0.1:0",
 					Server: Options{Config: DefaultConfig()}, Logger: quiet,
-					HA: &HAConfig{Endpoints: []string{endpoint}, ClusterID: "role", LeaseTTL: ttl, Oplog: oplog},
+					HA: &replication.HAConfig{Endpoints: []string{endpoint}, ClusterID: "role", LeaseTTL: ttl, Oplog: oplog},
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -156,7 +157,7 @@ func TestRoleIsNeverLeaderOnceDeposed(t *testing.T) {
 
 			proxy.pause()
 			ctx := context.Background()
-			view, err := cli.Get(ctx, MasterViewKey("role"))
+			view, err := cli.Get(ctx, replication.MasterViewKey("role"))
 			if err != nil || len(view.Kvs) != 1 {
 				t.Fatalf("master view: %v %v", view, err)
 			}

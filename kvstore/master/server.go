@@ -88,7 +88,7 @@ type Server struct {
 
 	// rep replicates the state through the oplog (oplog_server.go); nil
 	// without --enable_oplog.
-	rep *replication
+	rep *replicator
 	// kvGate gates the KV cache events (kv_events.go); nil without them.
 	kvGate *kvEventGate
 

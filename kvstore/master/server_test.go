@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
@@ -361,7 +362,7 @@ func TestServiceOverTCP(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
 		t.Fatalf("/status = %d %s: %v", code, body, err)
 	}
-	if st.Version == "" || st.Role != "leader" || st.HA || st.ClusterID != DefaultClusterID || st.Segments != 1 ||
+	if st.Version == "" || st.Role != "leader" || st.HA || st.ClusterID != replication.DefaultClusterID || st.Segments != 1 ||
 		st.LeaseTTLMs != DefaultConfig().DefaultLeaseTTL.Milliseconds() ||
 		st.TimeUnixNano < before.UnixNano() || st.TimeUnixNano > time.Now().UnixNano() {
 		t.Fatalf("/status = %+v", st)

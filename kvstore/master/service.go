@@ -17,6 +17,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/internal/tlsconf"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/transfer/metaserver"
 )
 
@@ -56,7 +57,7 @@ type ServiceConfig struct {
 	Server Options
 	// HA, when not nil, runs leader election; the server stands by until
 	// elected. HA.Advertise defaults to the RPC listener's address.
-	HA *HAConfig
+	HA *replication.HAConfig
 	// Logger for the service; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -124,7 +125,7 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		opts.ClusterID = cfg.HA.ClusterID
 	}
 	if opts.ClusterID == "" {
-		opts.ClusterID = DefaultClusterID
+		opts.ClusterID = replication.DefaultClusterID
 	}
 	srv, err := NewServer(opts)
 	if err != nil {
@@ -143,7 +144,7 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := CheckSnapshotRestore(ctx, *cfg.HA, srv)
 		cancel()
-		if errors.Is(err, ErrSnapshotNeeded) {
+		if errors.Is(err, replication.ErrSnapshotNeeded) {
 			return nil, err
 		} else if err != nil {
 			log.Warn("snapshot: cannot check the oplog's start in etcd yet", "err", err)

@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"sort"
 	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 )
 
 // This file is the metadata snapshot's format (docs/design/oplog.md,
@@ -51,7 +53,7 @@ type snapshotEncoder struct {
 
 func (e *snapshotEncoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *snapshotEncoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
-func (e *snapshotEncoder) str(s string)     { e.b = appendString(e.b, s) }
+func (e *snapshotEncoder) str(s string)     { e.b = replication.AppendString(e.b, s) }
 func (e *snapshotEncoder) boolean(v bool) {
 	if v {
 		e.b = append(e.b, 1)
@@ -407,17 +409,17 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 
 // snapshotDecoder reads a snapshot body; every failure is errBadSnapshot.
 type snapshotDecoder struct {
-	decoder
+	replication.Decoder
 	segs []*segment
 	reps []*replica
 	objs []*object
 }
 
-func (d *snapshotDecoder) str() string { return string(d.bytes()) }
+func (d *snapshotDecoder) str() string { return string(d.Bytes()) }
 func (d *snapshotDecoder) boolean() bool {
-	v := d.byte()
+	v := d.Byte()
 	if v > 1 {
-		d.err = errBadSnapshot
+		d.Err = errBadSnapshot
 	}
 	return v == 1
 }
@@ -425,17 +427,17 @@ func (d *snapshotDecoder) time() time.Time {
 	if !d.boolean() {
 		return time.Time{}
 	}
-	return time.Unix(0, d.varint())
+	return time.Unix(0, d.Varint())
 }
-func (d *snapshotDecoder) int() int { return int(d.varint()) }
+func (d *snapshotDecoder) int() int { return int(d.Varint()) }
 
 // count reads a length whose items each take at least least bytes.
 func (d *snapshotDecoder) count(least int) int {
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)/least) {
-		d.err = errBadSnapshot
+	n := d.Uvarint()
+	if d.Err == nil && n > uint64(len(d.B)/least) {
+		d.Err = errBadSnapshot
 	}
-	if d.err != nil {
+	if d.Err != nil {
 		return 0
 	}
 	return int(n)
@@ -455,9 +457,9 @@ func (d *snapshotDecoder) strs() []string {
 
 // ref reads a 1-based index into a table of size n; 0 is nil.
 func (d *snapshotDecoder) ref(n int) int {
-	i := d.uvarint()
+	i := d.Uvarint()
 	if i > uint64(n) {
-		d.err = errBadSnapshot
+		d.Err = errBadSnapshot
 		return 0
 	}
 	return int(i)
@@ -506,23 +508,23 @@ func (d *snapshotDecoder) reservations(st *State) {
 	for _, q := range st.discarded {
 		held[place{q.seg, q.off}] = true
 	}
-	st.nextReservation = d.uvarint()
+	st.nextReservation = d.Uvarint()
 	n := d.count(5)
 	if n > 0 {
 		st.reservations = make(map[uint64]*reservation, n)
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		r := &reservation{id: d.uvarint(), client: d.str(), seg: d.seg(), start: d.uvarint()}
-		for j, m := 0, d.count(2); j < m && d.err == nil; j++ {
-			p := extent{off: d.uvarint(), len: d.uvarint()}
+	for i := 0; i < n && d.Err == nil; i++ {
+		r := &reservation{id: d.Uvarint(), client: d.str(), seg: d.seg(), start: d.Uvarint()}
+		for j, m := 0, d.count(2); j < m && d.Err == nil; j++ {
+			p := extent{off: d.Uvarint(), len: d.Uvarint()}
 			if r.seg == nil || r.seg.alloc.used[p.off] != p.len || p.len == 0 || p.off < r.start || held[place{r.seg, p.off}] {
-				d.err = errBadSnapshot
+				d.Err = errBadSnapshot
 			}
 			held[place{r.seg, p.off}] = true
 			r.pieces = append(r.pieces, p)
 		}
 		if r.seg == nil || r.id == 0 || r.id > st.nextReservation || st.reservations[r.id] != nil || len(r.pieces) == 0 {
-			d.err = errBadSnapshot
+			d.Err = errBadSnapshot
 		}
 		st.reservations[r.id] = r
 	}
@@ -549,31 +551,31 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if err != nil {
 		return nil, h, err
 	}
-	d := &snapshotDecoder{decoder: decoder{b: body[len(snapshotMagic)+1:]}}
-	h.seq, h.nextN = d.uvarint(), d.uvarint()
+	d := &snapshotDecoder{Decoder: replication.Decoder{B: body[len(snapshotMagic)+1:]}}
+	h.seq, h.nextN = d.Uvarint(), d.Uvarint()
 
 	d.segs = make([]*segment, d.count(15))
 	for i := range d.segs {
 		sg := &segment{}
-		sg.info = Segment{ID: d.str(), Name: d.str(), Base: d.uvarint(), Size: d.uvarint(),
+		sg.info = Segment{ID: d.str(), Name: d.str(), Base: d.Uvarint(), Size: d.Uvarint(),
 			TEEndpoint: d.str(), Protocol: d.str(), HostID: d.str(), HighWatermark: d.int(), LowWatermark: d.int()}
 		sg.client = d.str()
 		sg.mode = SegmentMode(d.int())
-		a := &Allocator{size: d.uvarint(), allocated: d.uvarint(), used: map[uint64]uint64{}}
+		a := &Allocator{size: d.Uvarint(), allocated: d.Uvarint(), used: map[uint64]uint64{}}
 		if n := d.count(2); n > 0 {
 			a.free = make([]extent, n)
 			for j := range a.free {
-				a.free[j] = extent{off: d.uvarint(), len: d.uvarint()}
+				a.free[j] = extent{off: d.Uvarint(), len: d.Uvarint()}
 			}
 		}
 		var used uint64
 		for j, n := 0, d.count(2); j < n; j++ {
-			off, l := d.uvarint(), d.uvarint()
+			off, l := d.Uvarint(), d.Uvarint()
 			a.used[off] = l
 			used += l
 		}
-		if d.err == nil && used != a.allocated {
-			d.err = errBadSnapshot
+		if d.Err == nil && used != a.allocated {
+			d.Err = errBadSnapshot
 		}
 		sg.alloc = a
 		d.segs[i] = sg
@@ -582,23 +584,23 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 		if sg := d.seg(); sg != nil {
 			st.segments[sg.info.ID] = sg
 		} else {
-			d.err = errBadSnapshot
+			d.Err = errBadSnapshot
 		}
 	}
 	if n := d.count(1); n > 0 {
 		st.segOrder = make([]*segment, n)
 		for i := range st.segOrder {
 			if st.segOrder[i] = d.seg(); st.segOrder[i] == nil {
-				d.err = errBadSnapshot
+				d.Err = errBadSnapshot
 			}
 		}
 	}
 
 	d.reps = make([]*replica, d.count(5))
 	for i := range d.reps {
-		r := &replica{id: d.uvarint(), status: ReplicaStatus(d.int()), seg: d.seg(), off: d.uvarint(), size: d.uvarint()}
+		r := &replica{id: d.Uvarint(), status: ReplicaStatus(d.int()), seg: d.seg(), off: d.Uvarint(), size: d.Uvarint()}
 		if r.seg == nil {
-			d.err = errBadSnapshot
+			d.Err = errBadSnapshot
 		}
 		d.reps[i] = r
 	}
@@ -606,26 +608,26 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	d.objs = make([]*object, d.count(12))
 	for i := range d.objs {
 		inTable := d.boolean()
-		o := &object{key: d.str(), size: d.uvarint(), writer: d.str(), putStart: d.time(), writing: d.boolean(), rewrites: d.uvarint()}
+		o := &object{key: d.str(), size: d.Uvarint(), writer: d.str(), putStart: d.time(), writing: d.boolean(), rewrites: d.Uvarint()}
 		if n := d.count(1); n > 0 {
 			o.replicas = make([]*replica, n)
 			for j := range o.replicas {
 				if o.replicas[j] = d.rep(); o.replicas[j] == nil {
-					d.err = errBadSnapshot
+					d.Err = errBadSnapshot
 				}
 			}
 		}
 		o.lease = d.time()
-		o.softPinTTL = time.Duration(d.varint())
+		o.softPinTTL = time.Duration(d.Varint())
 		o.softPinUntil = d.time()
 		o.hardPin = d.boolean()
 		if d.boolean() {
-			v := d.uvarint()
+			v := d.Uvarint()
 			o.checksum = &v
 		}
 		o.dataType = d.int()
 		o.groupID = d.str()
-		o.charged = d.uvarint()
+		o.charged = d.Uvarint()
 		if n := d.count(1); n > 0 {
 			o.disk = make([]diskReplica, n)
 			for j := range o.disk {
@@ -652,40 +654,40 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if n := d.count(3); n > 0 {
 		st.discarded = make([]discarded, n)
 		for i := range st.discarded {
-			st.discarded[i] = discarded{seg: d.seg(), off: d.uvarint(), releaseAt: d.time()}
+			st.discarded[i] = discarded{seg: d.seg(), off: d.Uvarint(), releaseAt: d.time()}
 			if st.discarded[i].seg == nil {
-				d.err = errBadSnapshot
+				d.Err = errBadSnapshot
 			}
 		}
 	}
 	st.needEviction = d.boolean()
-	st.nextReplica = d.uvarint()
+	st.nextReplica = d.Uvarint()
 
 	st.tenants = map[string]*tenant{}
 	for i, n := 0, d.count(4); i < n; i++ {
 		name := d.str()
-		st.tenants[name] = &tenant{quota: d.uvarint(), used: d.uvarint(), objects: d.int()}
+		st.tenants[name] = &tenant{quota: d.Uvarint(), used: d.Uvarint(), objects: d.int()}
 	}
 
 	if n := d.count(14); n > 0 {
 		st.tasks = make(map[TaskID]*task, n)
 		for i := 0; i < n; i++ {
-			id := TaskID{Hi: d.uvarint(), Lo: d.uvarint()}
-			t := &task{id: id, typ: TaskType(d.int()), status: TaskStatus(d.int()), key: d.str(), size: d.uvarint(), source: d.rep()}
+			id := TaskID{Hi: d.Uvarint(), Lo: d.Uvarint()}
+			t := &task{id: id, typ: TaskType(d.int()), status: TaskStatus(d.int()), key: d.str(), size: d.Uvarint(), source: d.rep()}
 			if t.source == nil {
-				d.err = errBadSnapshot
+				d.Err = errBadSnapshot
 			}
 			if m := d.count(1); m > 0 {
 				t.targets = make([]*replica, m)
 				for j := range t.targets {
 					if t.targets[j] = d.rep(); t.targets[j] == nil {
-						d.err = errBadSnapshot
+						d.Err = errBadSnapshot
 					}
 				}
 			}
 			t.client, t.assignee = d.str(), d.str()
 			t.created, t.updated = d.time(), d.time()
-			t.version = d.uvarint()
+			t.version = d.Uvarint()
 			t.sent = d.time()
 			t.message = d.str()
 			st.tasks[id] = t
@@ -695,14 +697,14 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if n := d.count(5); n > 0 {
 		st.disk.disks = make(map[string]*localDisk, n)
 		for i := 0; i < n; i++ {
-			ld := &localDisk{client: d.str(), endpoint: d.str(), capacity: d.uvarint(),
+			ld := &localDisk{client: d.str(), endpoint: d.str(), capacity: d.Uvarint(),
 				offloads: map[string]*offloadJob{}, promotions: map[string]*promotionJob{}}
 			if m := d.count(3); m > 0 {
 				for j := 0; j < m; j++ {
 					k := d.str()
 					ld.offloads[k] = &offloadJob{obj: d.obj(), sent: d.time()}
 					if ld.offloads[k].obj == nil {
-						d.err = errBadSnapshot
+						d.Err = errBadSnapshot
 					}
 				}
 			}
@@ -711,7 +713,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 					k := d.str()
 					ld.promotions[k] = &promotionJob{obj: d.obj(), target: d.rep(), sent: d.time()}
 					if ld.promotions[k].obj == nil {
-						d.err = errBadSnapshot
+						d.Err = errBadSnapshot
 					}
 				}
 			}
@@ -726,17 +728,17 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	for _, m := range []map[string]uint64{st.m.requests, st.m.failures} {
 		for i, n := 0, d.count(2); i < n; i++ {
 			op := d.str()
-			m[op] = d.uvarint()
+			m[op] = d.Uvarint()
 		}
 	}
 	for _, p := range []*uint64{&st.m.evictedKeys, &st.m.evictedBytes, &st.m.evictionRuns, &st.m.preempted, &st.m.partialAllocs, &st.m.expiredClients} {
-		*p = d.uvarint()
+		*p = d.Uvarint()
 	}
 	if version >= 2 {
 		d.reservations(st)
 	}
 	if version >= 3 {
-		st.taskSalt = d.uvarint()
+		st.taskSalt = d.Uvarint()
 	}
 	if version >= 4 {
 		d.suspects(st)
@@ -744,10 +746,10 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if version >= 5 {
 		d.clientKeys(st)
 	}
-	if d.err != nil {
+	if d.Err != nil {
 		return nil, h, errBadSnapshot
 	}
-	if len(d.b) != 0 {
+	if len(d.B) != 0 {
 		return nil, h, errBadSnapshot
 	}
 	return st, h, nil
@@ -757,30 +759,30 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 // order, and the identity refusals.
 func (d *snapshotDecoder) clientKeys(st *State) {
 	for _, id := range sortedMapKeys(st.clients) {
-		switch k := d.bytes(); len(k) {
+		switch k := d.Bytes(); len(k) {
 		case 0:
 		case len(clientKey{}):
 			c := st.clients[id]
 			copy(c.key[:], k)
 			c.keyed = true
 		default:
-			d.err = errBadSnapshot
+			d.Err = errBadSnapshot
 			return
 		}
 	}
-	st.m.identityRefused = d.uvarint()
+	st.m.identityRefused = d.Uvarint()
 }
 
 // suspects reads the version 4 tail: the segments' incarnations, the
 // suspect clients (their segments suspect with them) and the counters.
 func (d *snapshotDecoder) suspects(st *State) {
 	for _, sg := range d.segs {
-		sg.info.Incarnation = d.uvarint()
+		sg.info.Incarnation = d.Uvarint()
 	}
 	for _, id := range d.strs() {
 		c, ok := st.clients[id]
 		if !ok {
-			d.err = errBadSnapshot
+			d.Err = errBadSnapshot
 			return
 		}
 		c.suspect = true
@@ -791,6 +793,6 @@ func (d *snapshotDecoder) suspects(st *State) {
 		}
 	}
 	for _, p := range []*uint64{&st.m.suspectedClients, &st.m.restoredClients, &st.m.replacedSegments} {
-		*p = d.uvarint()
+		*p = d.Uvarint()
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -139,37 +140,6 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	})
 }
 
-func TestLocalSnapshotStoreKeepsTheNewest(t *testing.T) {
-	root := t.TempDir()
-	l, err := openLocalSnapshotStore(root, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, seq := range []uint64{5, 9, 12} {
-		if err := l.save(seq, []byte(strconv.FormatUint(seq, 10))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	floor, err := l.prune(2)
-	if err != nil || floor != 9 {
-		t.Fatalf("prune: oldest kept %d, %v; want 9", floor, err)
-	}
-	seqs, err := l.list()
-	if err != nil || !reflect.DeepEqual(seqs, []uint64{12, 9}) {
-		t.Fatalf("list: %v %v", seqs, err)
-	}
-	fi, err := os.Stat(l.path(12))
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("snapshot file mode %v (%v), want 0600", fi.Mode(), err)
-	}
-	if di, err := os.Stat(l.dir); err != nil || di.Mode().Perm() != 0o700 {
-		t.Fatalf("store directory mode %v (%v), want 0700", di.Mode(), err)
-	}
-	if _, err := openLocalSnapshotStore("", "c"); err == nil {
-		t.Fatal("a store without a path opened")
-	}
-}
-
 // TestSnapshotRestoreAndCompaction: a leader's snapshot compacts the log
 // in etcd; a standby that starts later restores from it plus the log
 // after it and holds the leader's state byte for byte; a corrupt newest
@@ -178,19 +148,19 @@ func TestLocalSnapshotStoreKeepsTheNewest(t *testing.T) {
 // new one serves the objects from snapshot and log.
 func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	ep := testutil.StartEtcd(t)
-	cli := etcdClient(t, ep)
+	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
 	const cluster = "snap"
-	prefix := OplogPrefix(cluster)
+	prefix := replication.OplogPrefix(cluster)
 	// The storage client never pings: a slow run must not expire it
 	// (which would drop its objects) before the last check.
 	cfg := DefaultConfig()
 	cfg.ClientTTL = time.Hour
-	start := func(snap *SnapshotConfig) (*Service, error) {
+	start := func(snap *replication.SnapshotConfig) (*Service, error) {
 		svc, err := StartService(ServiceConfig{
 			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true, OplogPollInterval: 200 * time.Millisecond,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true, OplogPollInterval: 200 * time.Millisecond,
 				Snapshot: snap},
 		})
 		if err == nil {
@@ -198,7 +168,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 		}
 		return svc, err
 	}
-	mustStart := func(snap *SnapshotConfig) *Service {
+	mustStart := func(snap *replication.SnapshotConfig) *Service {
 		t.Helper()
 		svc, err := start(snap)
 		if err != nil {
@@ -226,7 +196,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 			t.Fatalf("%s: code %d err %v", what, code, err)
 		}
 	}
-	snapCfg := &SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}
+	snapCfg := &replication.SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}
 	a := mustStart(snapCfg)
 	waitFor("a to lead", a.Server.IsLeader)
 	ca := dial(a)
@@ -248,7 +218,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	}
 	snapshot := func() uint64 {
 		t.Helper()
-		seq, err := a.Server.rep.takeSnapshot(ctx, cli, prefix)
+		seq, err := a.Server.rep.log.TakeSnapshot(ctx, cli, prefix)
 		if err != nil || seq == 0 {
 			t.Fatalf("snapshot: %d %v", seq, err)
 		}
@@ -262,7 +232,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 		}
 		var out []uint64
 		for _, kv := range resp.Kvs {
-			seq, _ := oplogSeq(prefix, string(kv.Key))
+			seq, _ := replication.BatchSeq(prefix, string(kv.Key))
 			out = append(out, seq)
 		}
 		return out
@@ -285,7 +255,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	if got := batches(); len(got) == 0 || got[0] != s1+1 {
 		t.Fatalf("batches %v, want them to start right after the older kept snapshot %d", got, s1)
 	}
-	rec, err := cli.Get(ctx, SnapshotKey(cluster))
+	rec, err := cli.Get(ctx, replication.SnapshotKey(cluster))
 	if err != nil || len(rec.Kvs) == 0 || string(rec.Kvs[0].Value) != strconv.FormatUint(s2, 10) {
 		t.Fatalf("snapshot record: %v %v, want %d", rec, err, s2)
 	}
@@ -302,7 +272,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 		t.Helper()
 		var got, want stateDump
 		agree := func() bool {
-			if b.Server.rep.appliedSeq() != a.Server.rep.appliedSeq() {
+			if b.Server.rep.log.AppliedSeq() != a.Server.rep.log.AppliedSeq() {
 				return false
 			}
 			got, want = dumpState(b.Server), dumpState(a.Server)
@@ -339,10 +309,10 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	}
 
 	// Masters that cannot rebuild the state refuse to start.
-	if _, err := start(nil); !errors.Is(err, ErrSnapshotNeeded) {
+	if _, err := start(nil); !errors.Is(err, replication.ErrSnapshotNeeded) {
 		t.Fatalf("a master without snapshot restore started on a compacted log: %v", err)
 	}
-	if _, err := start(&SnapshotConfig{Restore: true, Dir: t.TempDir()}); !errors.Is(err, ErrSnapshotNeeded) {
+	if _, err := start(&replication.SnapshotConfig{Restore: true, Dir: t.TempDir()}); !errors.Is(err, replication.ErrSnapshotNeeded) {
 		t.Fatalf("a master with an empty snapshot store started on a compacted log: %v", err)
 	}
 
@@ -362,54 +332,4 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 			t.Fatalf("k%02d after a restart of every master: removed %v, ExistKey %v", i, removed, r.GetExists())
 		}
 	}
-}
-
-// TestWriterCutEndsTheBatch: cut names the batch the entries so far end
-// in, the next entry goes to a later batch, and a failed writer refuses
-// to cut (its state holds changes that never became durable).
-func TestWriterCutEndsTheBatch(t *testing.T) {
-	cli := etcdClient(t, testutil.StartEtcd(t))
-	ctx := context.Background()
-	view, err := cli.Put(ctx, "view", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 4, time.Second, func(error) {})
-	defer w.close()
-	first := w.append(&entry{kind: entryClientTick, n: 0, now: time.Now()})
-	seq, ticket, err := w.cut()
-	if err != nil || ticket == nil {
-		t.Fatalf("cut with an entry pending: %d %v %v", seq, ticket, err)
-	}
-	if err := ticket.wait(ctx); err != nil || first.wait(ctx) != nil {
-		t.Fatalf("batch: %v", err)
-	}
-	if got := w.appliedSeqForTest(); got != seq {
-		t.Fatalf("cut said batch %d, the writer made it %d", seq, got)
-	}
-	next := w.append(&entry{kind: entryClientTick, n: 1, now: time.Now()})
-	if next == ticket {
-		t.Fatal("an entry after the cut joined the cut batch")
-	}
-	if err := next.wait(ctx); err != nil || w.appliedSeqForTest() != seq+1 {
-		t.Fatalf("entry after the cut: %v, batch %d", err, w.appliedSeqForTest())
-	}
-	if s, tk, err := w.cut(); err != nil || tk != nil || s != seq+1 {
-		t.Fatalf("cut with everything durable: %d %v %v", s, tk, err)
-	}
-	if _, err := cli.Delete(ctx, "view"); err != nil {
-		t.Fatal(err)
-	}
-	if w.append(&entry{kind: entryClientTick, n: 2, now: time.Now()}).wait(ctx) == nil {
-		t.Fatal("a batch after the view key went was written")
-	}
-	if _, _, err := w.cut(); !errors.Is(err, errFenced) {
-		t.Fatalf("cut of a failed writer: %v, want errFenced", err)
-	}
-}
-
-func (w *oplogWriter) appliedSeqForTest() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.seq
 }

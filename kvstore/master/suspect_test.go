@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 )
 
 // The suspect phase itself is scripted in testdata/client_suspect.txt;
@@ -26,7 +27,7 @@ func TestClientExpiryEntryRoundTrip(t *testing.T) {
 	}
 	// An entry without suspects is the format of a master that knew
 	// none: the dead clients' ids, one after another.
-	if b := encodeClientExpiry(ClientExpiry{Dead: []string{"a", "b"}}); !bytes.Equal(b, appendString(appendString(nil, "a"), "b")) {
+	if b := encodeClientExpiry(ClientExpiry{Dead: []string{"a", "b"}}); !bytes.Equal(b, replication.AppendString(replication.AppendString(nil, "a"), "b")) {
 		t.Errorf("an entry without suspects is %q", b)
 	}
 }

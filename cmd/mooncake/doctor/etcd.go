@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
-	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
@@ -27,7 +27,7 @@ func etcdEndpoints(cfg Config) []string {
 		eps = append(eps, strings.Split(c.Target, ",")...)
 	}
 	if rest, ok := strings.CutPrefix(cfg.Master, "etcd://"); ok {
-		eps = append(eps, master.ParseEndpoints(rest)...)
+		eps = append(eps, replication.ParseEndpoints(rest)...)
 	}
 	var out []string
 	for _, ep := range eps {

@@ -18,6 +18,7 @@ import (
 	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
@@ -46,9 +47,9 @@ func checkMaster(ctx context.Context, cfg Config, env environ) masterFacts {
 		return f
 	}
 	addr := cfg.Master
-	clusterID := env.value(envvars.StoreClusterID, master.DefaultClusterID)
+	clusterID := env.value(envvars.StoreClusterID, replication.DefaultClusterID)
 	if rest, isEtcd := strings.CutPrefix(addr, "etcd://"); isEtcd {
-		leader, r := resolveLeader(ctx, cfg, master.ParseEndpoints(rest), clusterID)
+		leader, r := resolveLeader(ctx, cfg, replication.ParseEndpoints(rest), clusterID)
 		f.results = append(f.results, r)
 		if leader == "" {
 			return f
@@ -84,7 +85,7 @@ func checkMaster(ctx context.Context, cfg Config, env environ) masterFacts {
 
 // resolveLeader reads the elected leader from the master view key.
 func resolveLeader(ctx context.Context, cfg Config, endpoints []string, clusterID string) (string, Result) {
-	key := master.MasterViewKey(clusterID)
+	key := replication.MasterViewKey(clusterID)
 	cli, err := newEtcdClient(endpoints, cfg.Timeout)
 	if err != nil {
 		return "", problem("master.leader", Failure, troubleshoot.MetadataUnreachable, fmt.Sprintf("etcd %v: %v", endpoints, err))

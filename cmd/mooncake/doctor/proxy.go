@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/net/http/httpproxy"
 
-	"github.com/mooncake-go/mooncake/kvstore/master"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/transfer/metadata"
 )
 
@@ -63,7 +63,7 @@ type proxyTarget struct{ what, scheme, hostport string }
 func proxyTargets(cfg Config) []proxyTarget {
 	var ts []proxyTarget
 	if rest, ok := strings.CutPrefix(cfg.Master, "etcd://"); ok {
-		for _, ep := range master.ParseEndpoints(rest) {
+		for _, ep := range replication.ParseEndpoints(rest) {
 			ts = append(ts, proxyTarget{"HA etcd", "https", trimScheme(ep)})
 		}
 	} else if cfg.Master != "" {

@@ -1,4 +1,4 @@
-package master
+package replication
 
 import (
 	"context"
@@ -67,7 +67,7 @@ type HAConfig struct {
 	Grace time.Duration
 	// Oplog replicates the metadata through an operation log in etcd
 	// (--enable_oplog): standbys apply it and a promoted one serves the
-	// same objects. The Server must have EnableOplog called.
+	// same objects. RunElection then needs the master's Log.
 	Oplog bool
 	// OplogBatchMaxEntries caps the entries of one batch
 	// (--oplog_batch_max_entries).
@@ -97,10 +97,22 @@ const (
 	DefaultOplogPollInterval    = time.Second
 )
 
-// elector runs the election loop for one Server.
+// Node is what the election drives: the master that serves while it
+// leads. Without the oplog it serves from the moment it is elected; with
+// it, the Log's promotion starts the serving (StateMachine.Serve).
+type Node interface {
+	// SetLeader makes the node serve as the leader of view version, or
+	// stop serving (false, 0), from an empty state.
+	SetLeader(leader bool, version uint64)
+	// SetFence records the leadership GET /role confirms (nil: none).
+	SetFence(f *Fence)
+}
+
+// elector runs the election loop for one master.
 type elector struct {
 	cfg HAConfig
-	srv *Server
+	srv Node
+	rep *Log // nil without the oplog
 	log *slog.Logger
 	cli *clientv3.Client
 	key string
@@ -108,13 +120,14 @@ type elector struct {
 	stopTail func()
 }
 
-// runElection campaigns for the master view key until ctx ends, switching
-// srv between leader and standby. It follows upstream's protocol: create
+// RunElection campaigns for the master view key until ctx ends, switching
+// srv between leader and standby; with the oplog (rep not nil) it runs
+// rep's tailer while standing by and promotes rep when elected. It follows upstream's protocol: create
 // the key with a lease only if absent (a transaction); the winner keeps
 // the lease alive and serves; the others watch the key until it is
 // deleted and try again. On return the lease is revoked, so a leader
 // that stops hands over at once.
-func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logger) error {
+func RunElection(ctx context.Context, cfg HAConfig, srv Node, rep *Log, log *slog.Logger) error {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = MasterViewLeaseTTL
 	}
@@ -131,8 +144,8 @@ func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logge
 		return fmt.Errorf("HA: etcd client: %w", err)
 	}
 	defer cli.Close()
-	e := &elector{cfg: cfg, srv: srv, log: log, cli: cli, key: MasterViewKey(cfg.ClusterID)}
-	if srv.rep != nil {
+	e := &elector{cfg: cfg, srv: srv, rep: rep, log: log, cli: cli, key: MasterViewKey(cfg.ClusterID)}
+	if rep != nil {
 		if cfg.OplogBatchMaxEntries <= 0 {
 			e.cfg.OplogBatchMaxEntries = DefaultOplogBatchMaxEntries
 		}
@@ -163,8 +176,8 @@ func runElection(ctx context.Context, cfg HAConfig, srv *Server, log *slog.Logge
 // round is one attempt: win and serve until leadership is lost, or lose
 // and wait until the key is gone.
 func (e *elector) round(ctx context.Context) error {
-	if e.srv.rep != nil {
-		if err := e.srv.rep.mayLead(); err != nil {
+	if e.rep != nil {
+		if err := e.rep.mayLead(); err != nil {
 			return fmt.Errorf("not standing for election: %w", err)
 		}
 	}
@@ -198,7 +211,7 @@ func (e *elector) round(ctx context.Context) error {
 	}
 	version := uint64(resp.Header.Revision)
 	e.log.Info("HA: elected leader", "address", e.cfg.Advertise, "key", e.key, "view_version", version)
-	if e.srv.rep != nil {
+	if e.rep != nil {
 		return e.leadReplicated(ctx, sess, resp.Header.Revision)
 	}
 	if e.cfg.Grace > 0 {
@@ -212,27 +225,27 @@ func (e *elector) round(ctx context.Context) error {
 	}
 	// Before serving from an empty state, say so in etcd: a later leader
 	// with the oplog must not take the log as the state any more
-	// (oplog_lineage.go).
+	// (lineage.go).
 	if err := recordUnloggedLeadership(ctx, e.cli, e.cfg.ClusterID, e.key, resp.Header.Revision, e.cfg.Advertise); err != nil {
 		return err
 	}
 	lost := make(chan error, 1)
-	e.srv.fence.Store(e.fence(resp.Header.Revision, lost))
+	e.srv.SetFence(e.fence(resp.Header.Revision, lost))
 	e.srv.SetLeader(true, version)
 	e.log.Info("HA: serving as leader", "view_version", version)
 	defer func() {
 		e.srv.SetLeader(false, 0)
-		e.srv.fence.Store(nil)
+		e.srv.SetFence(nil)
 		e.log.Warn("HA: no longer leader")
 	}()
 	return e.holdLeadership(ctx, sess, resp.Header.Revision, lost)
 }
 
 // fence is the leadership of the key created at rev, for GET /role
-// (role.go): when /role finds the key gone it delivers to lost, which
-// holdLeadership reads.
-func (e *elector) fence(rev int64, lost chan<- error) *leaderFence {
-	return &leaderFence{cli: e.cli, key: e.key, rev: rev, lost: func() {
+// (the master's role.go): when /role finds the key gone it delivers to
+// lost, which holdLeadership reads.
+func (e *elector) fence(rev int64, lost chan<- error) *Fence {
+	return &Fence{cli: e.cli, key: e.key, rev: rev, lost: func() {
 		select {
 		case lost <- fmt.Errorf("%w (seen by GET /role)", errKeyTakenOver):
 		default:
@@ -293,7 +306,7 @@ func (e *elector) waitDeleted(ctx context.Context, rev int64) error {
 
 // startTail has the standby apply the oplog in the background.
 func (e *elector) startTail() {
-	e.stopTail = e.srv.rep.startTail(e.cli, OplogPrefix(e.cfg.ClusterID), e.cfg.OplogPollInterval)
+	e.stopTail = e.rep.StartTail(e.cli, OplogPrefix(e.cfg.ClusterID), e.cfg.OplogPollInterval)
 }
 
 // leadReplicated is a won round with the oplog: stop tailing, apply the
@@ -301,13 +314,13 @@ func (e *elector) startTail() {
 // with the state rebuilt from the log. No grace period: the writer's
 // fencing keeps a deposed leader from answering.
 func (e *elector) leadReplicated(ctx context.Context, sess *concurrency.Session, rev int64) error {
-	rep := e.srv.rep
+	rep := e.rep
 	e.stopTail()
 	defer e.startTail()
 	fenced := make(chan error, 1)
 	start := time.Now()
-	e.srv.fence.Store(e.fence(rev, fenced))
-	defer e.srv.fence.Store(nil)
+	e.srv.SetFence(e.fence(rev, fenced))
+	defer e.srv.SetFence(nil)
 	err := rep.promote(ctx, e.cli, e.cfg, e.key, rev, func(err error) {
 		select {
 		case fenced <- fmt.Errorf("oplog: %w", err):
@@ -318,7 +331,7 @@ func (e *elector) leadReplicated(ctx context.Context, sess *concurrency.Session,
 		return fmt.Errorf("promotion: %w", err)
 	}
 	e.log.Info("HA: serving as leader with the replicated metadata", "view_version", rev,
-		"batches_applied", rep.appliedSeq(), "catch_up", time.Since(start))
+		"batches_applied", rep.AppliedSeq(), "catch_up", time.Since(start))
 	defer func() {
 		rep.demote()
 		e.log.Warn("HA: no longer leader; rebuilding the metadata from the oplog")

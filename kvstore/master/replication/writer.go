@@ -1,4 +1,4 @@
-package master
+package replication
 
 import (
 	"bytes"
@@ -19,25 +19,26 @@ var errFenced = errors.New("oplog: leadership lost before the change was durable
 
 // orphanRange is the key range of the batches after seq: [from, to).
 func orphanRange(prefix string, seq uint64) (from, to string) {
-	return oplogKey(prefix, seq+1), clientv3.GetPrefixRangeEnd(prefix)
+	return BatchKey(prefix, seq+1), clientv3.GetPrefixRangeEnd(prefix)
 }
 
-// errEtcdFull is why a batch failed when etcd refused it for want of
+// ErrEtcdFull is why a batch failed when etcd refused it for want of
 // space: its database reached --quota-backend-bytes and it raised the
 // NOSPACE alarm. Retrying cannot help until an operator frees space.
-var errEtcdFull = errors.New("etcd is out of space (its database reached --quota-backend-bytes; NOSPACE alarm): " +
+var ErrEtcdFull = errors.New("etcd is out of space (its database reached --quota-backend-bytes; NOSPACE alarm): " +
 	"compact and defragment etcd, then disarm the alarm (etcdctl compact, defrag, alarm disarm); " +
 	"the masters elect a leader again by themselves")
 
-// commitTicket is shared by the entries of one batch: done closes when the
+// Ticket is shared by the entries of one batch: done closes when the
 // batch is durable in etcd (err nil) or will never be (err set).
-type commitTicket struct {
+type Ticket struct {
 	done chan struct{}
 	err  error
 }
 
-// wait blocks until the ticket's batch is settled or ctx ends.
-func (t *commitTicket) wait(ctx context.Context) error {
+// Wait blocks until the ticket's batch is settled or ctx ends: nil once
+// it is durable, its failure when it never will be.
+func (t *Ticket) Wait(ctx context.Context) error {
 	select {
 	case <-t.done:
 		return t.err
@@ -50,7 +51,7 @@ func (t *commitTicket) wait(ctx context.Context) error {
 type pendingBatch struct {
 	entries []byte
 	count   int
-	ticket  *commitTicket
+	ticket  *Ticket
 	// onDurable are the entries' onDurable, in log order.
 	onDurable []func()
 	// sealed batches take no more entries (cut).
@@ -94,7 +95,7 @@ type oplogWriter struct {
 	// flight, last its ticket; flying counts the flights not settled.
 	first  uint64
 	next   uint64
-	last   *commitTicket
+	last   *Ticket
 	flying int
 	seq    uint64 // last batch durable
 	failed error
@@ -119,42 +120,42 @@ func newOplogWriter(cli *clientv3.Client, prefix, viewKey string, viewRev int64,
 }
 
 // append queues an entry and returns the ticket of its batch. An entry
-// joins the open batch while their bytes stay within maxBatchBytes; one
-// larger than maxEntryBytes goes in pieces (entryPiece), over as many
+// joins the open batch while their bytes stay within MaxBatchBytes; one
+// larger than MaxEntryBytes goes in pieces (KindPiece), over as many
 // batches as they need, and its ticket is the last piece's.
-func (w *oplogWriter) append(e *entry) *commitTicket {
+func (w *oplogWriter) append(e *Entry) *Ticket {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil || w.closed {
-		t := &commitTicket{done: make(chan struct{}), err: errFenced}
+		t := &Ticket{done: make(chan struct{}), err: errFenced}
 		close(t.done)
 		return t
 	}
-	enc := appendEntry(nil, e)
+	enc := AppendEntry(nil, e)
 	var b *pendingBatch
-	if len(enc) <= maxEntryBytes {
+	if len(enc) <= MaxEntryBytes {
 		b = w.queueEntry(enc)
 	} else {
 		for _, p := range pieces(e, enc) {
-			b = w.queueEntry(appendEntry(nil, p))
+			b = w.queueEntry(AppendEntry(nil, p))
 		}
 	}
-	if e.onDurable != nil {
-		b.onDurable = append(b.onDurable, e.onDurable)
+	if e.OnDurable != nil {
+		b.onDurable = append(b.onDurable, e.OnDurable)
 	}
 	w.cond.Signal()
 	return b.ticket
 }
 
 // queueEntry adds an encoded entry to the open batch, or to a new one
-// when it would pass maxBatchBytes (w.mu held), and returns its batch.
+// when it would pass MaxBatchBytes (w.mu held), and returns its batch.
 func (w *oplogWriter) queueEntry(enc []byte) *pendingBatch {
 	var b *pendingBatch
 	if n := len(w.queue); n > 0 && !w.queue[n-1].sealed && w.queue[n-1].count < w.maxEntries &&
-		len(w.queue[n-1].entries)+len(enc) <= maxBatchBytes {
+		len(w.queue[n-1].entries)+len(enc) <= MaxBatchBytes {
 		b = w.queue[n-1]
 	} else {
-		b = &pendingBatch{ticket: &commitTicket{done: make(chan struct{})}}
+		b = &pendingBatch{ticket: &Ticket{done: make(chan struct{})}}
 		w.queue = append(w.queue, b)
 	}
 	b.entries = append(b.entries, enc...)
@@ -209,8 +210,8 @@ func (w *oplogWriter) run() {
 // fly writes batch seq and settles it once its predecessor (prev's
 // batch, nil for the writer's first) has settled. The writer's first
 // batch also deletes the orphans a deposed leader left after it.
-func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *commitTicket, first bool) {
-	err := w.commit(seq, encodeBatch(seq, b.count, b.entries), first)
+func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *Ticket, first bool) {
+	err := w.commit(seq, EncodeBatch(seq, b.count, b.entries), first)
 	if prev != nil {
 		<-prev.done
 		if prev.err != nil {
@@ -246,7 +247,7 @@ func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *commitTicket, first
 // Batches settle in order and a failure fails every later one, so the
 // number is certain if the ticket succeeds. After a failure it returns
 // errFenced: the state then holds changes that never became durable.
-func (w *oplogWriter) cut() (uint64, *commitTicket, error) {
+func (w *oplogWriter) cut() (uint64, *Ticket, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil || w.closed {
@@ -285,7 +286,7 @@ func (w *oplogWriter) failAll(err error) {
 // first batch (first) deletes every batch after it in the same
 // transaction: those are orphans of a deposed leader, never acknowledged.
 func (w *oplogWriter) commit(seq uint64, val []byte, first bool) error {
-	key := oplogKey(w.prefix, seq)
+	key := BatchKey(w.prefix, seq)
 	ops := []clientv3.Op{clientv3.OpPut(key, string(val))}
 	if first {
 		from, to := orphanRange(w.prefix, seq)
@@ -311,7 +312,7 @@ func (w *oplogWriter) commit(seq uint64, val []byte, first bool) error {
 			return fmt.Errorf("%w: batch %d refused (the election key is no longer ours)", errFenced, seq)
 		}
 		if errors.Is(err, rpctypes.ErrNoSpace) {
-			return fmt.Errorf("%w: batch %d: %w", errFenced, seq, errEtcdFull)
+			return fmt.Errorf("%w: batch %d: %w", errFenced, seq, ErrEtcdFull)
 		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// Retrying cannot help: the batch is in the leader's state

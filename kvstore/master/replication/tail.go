@@ -1,4 +1,4 @@
-package master
+package replication
 
 import (
 	"context"
@@ -22,18 +22,18 @@ import (
 var errLogGap = errors.New("oplog: gap in the log")
 
 // applyBatch applies the batch stored at key, if it is the next one.
-func (r *replication) applyBatch(prefix string, key, val []byte) error {
-	seq, ok := oplogSeq(prefix, string(key))
+func (l *Log) applyBatch(prefix string, key, val []byte) error {
+	seq, ok := BatchSeq(prefix, string(key))
 	if !ok {
 		return nil // not a batch key
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if seq <= r.lastSeq {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq <= l.lastSeq {
 		return nil
 	}
-	if seq != r.lastSeq+1 {
-		return fmt.Errorf("%w: batch %d after %d", errLogGap, seq, r.lastSeq)
+	if seq != l.lastSeq+1 {
+		return fmt.Errorf("%w: batch %d after %d", errLogGap, seq, l.lastSeq)
 	}
 	b, err := decodeBatch(val)
 	if err != nil {
@@ -44,30 +44,30 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 	}
 	for i := range b.entries {
 		e := &b.entries[i]
-		if e.n < r.nextN {
+		if e.N < l.nextN {
 			continue // in the snapshot the state started from
 		}
-		if (e.kind != entryPiece && e.kind != entryLastPiece) || (r.pieces != nil && r.piecesN != e.n) {
+		if (e.Kind != KindPiece && e.Kind != KindLastPiece) || (l.pieces != nil && l.piecesN != e.N) {
 			// Pieces of an entry that never got its last one (its leader
 			// died before writing it): the entry never happened.
-			r.pieces = nil
+			l.pieces = nil
 		}
-		switch e.kind {
-		case entryPiece:
-			r.pieces, r.piecesN = append(r.pieces, e.payload...), e.n
+		switch e.Kind {
+		case KindPiece:
+			l.pieces, l.piecesN = append(l.pieces, e.Payload...), e.N
 			continue
-		case entryLastPiece:
-			whole, err := decodeEntry(append(r.pieces, e.payload...))
-			r.pieces = nil
-			if err != nil || whole.n != e.n {
-				return fmt.Errorf("batch %d: entry %d in pieces does not decode: %w", seq, e.n, errBadBatch)
+		case KindLastPiece:
+			whole, err := decodeEntry(append(l.pieces, e.Payload...))
+			l.pieces = nil
+			if err != nil || whole.N != e.N {
+				return fmt.Errorf("batch %d: entry %d in pieces does not decode: %w", seq, e.N, errBadBatch)
 			}
 			e = &whole
 		}
-		r.replay(e)
-		r.nextN = e.n + 1
+		l.sm.Apply(e)
+		l.nextN = e.N + 1
 	}
-	r.lastSeq = seq
+	l.lastSeq = seq
 	return nil
 }
 
@@ -77,28 +77,28 @@ func (r *replication) applyBatch(prefix string, key, val []byte) error {
 // state and starts again from the newest snapshot, as at startup. One
 // that cannot (no usable snapshot covers the batches gone) fails with
 // ErrSnapshotNeeded and is stale until a later try succeeds.
-func (r *replication) catchUp(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
-	rev, err := r.applyLog(ctx, cli, prefix)
-	r.noteStale(err)
+func (l *Log) catchUp(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
+	rev, err := l.applyLog(ctx, cli, prefix)
+	l.noteStale(err)
 	return rev, err
 }
 
 // applyLog is catchUp without the stale verdict.
-func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
-	snapKey := SnapshotKey(r.s.opts.ClusterID)
+func (l *Log) applyLog(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
+	snapKey := SnapshotKey(l.clusterID)
 	for {
-		r.mu.Lock()
-		if r.lastSeq == 0 && r.nextN == 0 {
-			if err := r.startFresh(ctx, cli, prefix); err != nil {
-				r.mu.Unlock()
+		l.mu.Lock()
+		if l.lastSeq == 0 && l.nextN == 0 {
+			if err := l.startFresh(ctx, cli, prefix); err != nil {
+				l.mu.Unlock()
 				return 0, err
 			}
 		}
-		next := r.lastSeq + 1
-		r.mu.Unlock()
+		next := l.lastSeq + 1
+		l.mu.Unlock()
 		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := cli.Txn(gctx).Then(
-			clientv3.OpGet(oplogKey(prefix, next), clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(256)),
+			clientv3.OpGet(BatchKey(prefix, next), clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(256)),
 			clientv3.OpGet(snapKey),
 		).Commit()
 		cancel()
@@ -116,18 +116,18 @@ func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix
 		// what follows it is not applied.)
 		first, found := firstBatch(prefix, batches.GetKvs())
 		if recorded >= next && (!found || first > next) {
-			r.s.log.Warn("oplog: this standby fell behind the log's compaction; starting again from the newest snapshot",
+			l.log.Warn("oplog: this standby fell behind the log's compaction; starting again from the newest snapshot",
 				"next_batch", next, "first_batch_in_etcd", first, "newest_snapshot", recorded)
-			r.mu.Lock()
-			r.lastSeq, r.nextN = 0, 0
-			r.s.SetLeader(false, 0) // an empty state: startFresh fills it
-			r.mu.Unlock()
-			r.resets.Add(1)
+			l.mu.Lock()
+			l.lastSeq, l.nextN = 0, 0
+			l.sm.Clear() // an empty state: startFresh fills it
+			l.mu.Unlock()
+			l.resets.Add(1)
 			continue
 		}
 		kvs := batches.GetKvs()
 		for i, kv := range kvs {
-			if err := r.applyBatch(prefix, kv.Key, kv.Value); errors.Is(err, errLogGap) {
+			if err := l.applyBatch(prefix, kv.Key, kv.Value); errors.Is(err, errLogGap) {
 				// Applied up to the gap. The watch from the oldest revision
 				// among the batches after it delivers them again.
 				rev := kv.ModRevision
@@ -148,7 +148,7 @@ func (r *replication) applyLog(ctx context.Context, cli *clientv3.Client, prefix
 // firstBatch is the number of the first batch among kvs.
 func firstBatch(prefix string, kvs []*mvccpb.KeyValue) (uint64, bool) {
 	for _, kv := range kvs {
-		if seq, ok := oplogSeq(prefix, string(kv.Key)); ok {
+		if seq, ok := BatchSeq(prefix, string(kv.Key)); ok {
 			return seq, true
 		}
 	}
@@ -156,17 +156,17 @@ func firstBatch(prefix string, kvs []*mvccpb.KeyValue) (uint64, bool) {
 }
 
 // tail applies the log as it grows until ctx ends.
-func (r *replication) tail(ctx context.Context, cli *clientv3.Client, prefix string, poll time.Duration) {
+func (l *Log) tail(ctx context.Context, cli *clientv3.Client, prefix string, poll time.Duration) {
 	for ctx.Err() == nil {
-		rev, err := r.catchUp(ctx, cli, prefix)
+		rev, err := l.catchUp(ctx, cli, prefix)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.s.log.Warn("oplog: standby cannot apply the log; retrying", "err", err)
+				l.log.Warn("oplog: standby cannot apply the log; retrying", "err", err)
 				sleepCtx(ctx, time.Second)
 			}
 			continue
 		}
-		r.follow(ctx, cli, prefix, rev, poll)
+		l.follow(ctx, cli, prefix, rev, poll)
 	}
 }
 
@@ -175,7 +175,7 @@ func (r *replication) tail(ctx context.Context, cli *clientv3.Client, prefix str
 // watch or a batch that cannot be applied. A batch that arrives before
 // its predecessor waits in pending until the gap closes; an orphan's
 // deletion drops it.
-func (r *replication) follow(ctx context.Context, cli *clientv3.Client, prefix string, rev int64, poll time.Duration) {
+func (l *Log) follow(ctx context.Context, cli *clientv3.Client, prefix string, rev int64, poll time.Duration) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
@@ -187,7 +187,7 @@ func (r *replication) follow(ctx context.Context, cli *clientv3.Client, prefix s
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := r.catchUp(ctx, cli, prefix); err != nil {
+			if _, err := l.catchUp(ctx, cli, prefix); err != nil {
 				return
 			}
 		case wr, ok := <-wch:
@@ -203,8 +203,8 @@ func (r *replication) follow(ctx context.Context, cli *clientv3.Client, prefix s
 					delete(pending, string(ev.Kv.Key))
 				}
 			}
-			if err := r.applyPending(prefix, pending); err != nil {
-				r.s.log.Warn("oplog: standby cannot apply a batch", "err", err)
+			if err := l.applyPending(prefix, pending); err != nil {
+				l.log.Warn("oplog: standby cannot apply a batch", "err", err)
 				return
 			}
 			if len(pending) > maxPendingBatches {
@@ -221,37 +221,37 @@ const maxPendingBatches = 256
 // applyPending applies the pending batches that now follow the last one
 // applied, in order, and drops those already applied (and keys that are
 // not batches).
-func (r *replication) applyPending(prefix string, pending map[string][]byte) error {
+func (l *Log) applyPending(prefix string, pending map[string][]byte) error {
 	for len(pending) > 0 {
-		r.mu.Lock()
-		next := r.lastSeq + 1
-		r.mu.Unlock()
+		l.mu.Lock()
+		next := l.lastSeq + 1
+		l.mu.Unlock()
 		for k := range pending {
-			if seq, ok := oplogSeq(prefix, k); !ok || seq < next {
+			if seq, ok := BatchSeq(prefix, k); !ok || seq < next {
 				delete(pending, k)
 			}
 		}
-		key := oplogKey(prefix, next)
+		key := BatchKey(prefix, next)
 		val, ok := pending[key]
 		if !ok {
 			return nil
 		}
 		delete(pending, key)
-		if err := r.applyBatch(prefix, []byte(key), val); err != nil {
+		if err := l.applyBatch(prefix, []byte(key), val); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// startTail runs tail in the background; the returned function stops it
+// StartTail runs tail in the background; the returned function stops it
 // and waits.
-func (r *replication) startTail(cli *clientv3.Client, prefix string, poll time.Duration) (stop func()) {
+func (l *Log) StartTail(cli *clientv3.Client, prefix string, poll time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.tail(ctx, cli, prefix, poll)
+		l.tail(ctx, cli, prefix, poll)
 	}()
 	return func() { cancel(); <-done }
 }
@@ -260,54 +260,49 @@ func (r *replication) startTail(cli *clientv3.Client, prefix string, poll time.D
 // the rest of the log (the old leader can no longer add to it: its
 // batches need its election key), starts the writer fenced on the new
 // key's revision, logs the promotion (after a reset entry when a leader
-// without the log served since the log's last write, oplog_lineage.go)
+// without the log served since the log's last write, lineage.go)
 // and waits until that is durable. Only then does the server answer
 // calls. onFail runs if a later batch cannot be written.
-func (r *replication) promote(ctx context.Context, cli *clientv3.Client, cfg HAConfig, viewKey string, viewRev int64, onFail func(error)) error {
+func (l *Log) promote(ctx context.Context, cli *clientv3.Client, cfg HAConfig, viewKey string, viewRev int64, onFail func(error)) error {
 	prefix := OplogPrefix(cfg.ClusterID)
-	if _, err := r.catchUp(ctx, cli, prefix); err != nil {
+	if _, err := l.catchUp(ctx, cli, prefix); err != nil {
 		return err
 	}
 	superseded, unlogged, err := logSuperseded(ctx, cli, cfg.ClusterID)
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	r.w = newOplogWriter(cli, prefix, viewKey, viewRev, r.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogPipelineDepth, cfg.OplogRetryTimeout,
+	l.mu.Lock()
+	l.w = newOplogWriter(cli, prefix, viewKey, viewRev, l.lastSeq, cfg.OplogBatchMaxEntries, cfg.OplogPipelineDepth, cfg.OplogRetryTimeout,
 		func(err error) {
-			r.s.leader.Store(false)
+			l.sm.StopServing()
 			onFail(err)
 		})
 	if superseded {
-		r.logReset(unlogged)
+		l.logReset(unlogged)
 	}
-	t := r.logLocked(entryPromote, cfg.Advertise, nil, func(now time.Time) {
-		r.s.mu.Lock()
-		r.s.st.restartHeartbeats(now)
-		r.s.mu.Unlock()
-	})
-	r.mu.Unlock()
-	if err := t.wait(ctx); err != nil {
-		r.demote()
+	t := l.logLocked(KindPromote, cfg.Advertise)
+	l.mu.Unlock()
+	if err := t.Wait(ctx); err != nil {
+		l.demote()
 		return err
 	}
-	r.s.view.Store(uint64(viewRev))
-	r.s.leader.Store(true)
-	r.startSnapshots(cli, prefix)
+	l.sm.Serve(uint64(viewRev))
+	l.startSnapshots(cli, prefix)
 	return nil
 }
 
 // demote stops serving and writing, and empties the state: the tailer
 // rebuilds it from the log, the only copy a deposed leader can trust.
-func (r *replication) demote() {
-	r.s.leader.Store(false)
-	r.stopSnapshots()
-	r.mu.Lock()
-	w := r.w
-	r.w = nil
-	r.s.SetLeader(false, 0)
-	r.lastSeq, r.nextN = 0, 0
-	r.mu.Unlock()
+func (l *Log) demote() {
+	l.sm.StopServing()
+	l.stopSnapshots()
+	l.mu.Lock()
+	w := l.w
+	l.w = nil
+	l.sm.Clear()
+	l.lastSeq, l.nextN = 0, 0
+	l.mu.Unlock()
 	if w != nil {
 		w.close()
 	}
@@ -318,17 +313,4 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-// appliedSeq is the last batch applied (standby) or durable (leader).
-func (r *replication) appliedSeq() uint64 {
-	r.mu.Lock()
-	w, seq := r.w, r.lastSeq
-	r.mu.Unlock()
-	if w != nil {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.seq
-	}
-	return seq
 }

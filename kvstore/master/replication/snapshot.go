@@ -1,4 +1,4 @@
-package master
+package replication
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func SnapshotKey(clusterID string) string {
 // serve a partial one.
 var ErrSnapshotNeeded = errors.New("snapshot needed")
 
-// snapshots is a replication's snapshot side.
+// snapshots is a Log's snapshot side.
 type snapshots struct {
 	cfg   SnapshotConfig
 	store *localSnapshotStore
@@ -72,24 +72,20 @@ type snapshots struct {
 	stop func()
 }
 
-// EnableSnapshots gives an oplog-replicated server snapshots in the
-// local store (after EnableOplog). It fails when the store cannot be
-// opened.
-func (s *Server) EnableSnapshots(cfg SnapshotConfig) error {
-	if s.rep == nil {
-		return errors.New("snapshot: snapshots need the oplog (--enable_oplog)")
-	}
+// EnableSnapshots gives the log snapshots in the local store. It fails
+// when the store cannot be opened.
+func (l *Log) EnableSnapshots(cfg SnapshotConfig) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultSnapshotInterval
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultSnapshotRetention
 	}
-	store, err := openLocalSnapshotStore(cfg.Dir, s.opts.ClusterID)
+	store, err := openLocalSnapshotStore(cfg.Dir, l.clusterID)
 	if err != nil {
 		return err
 	}
-	s.rep.snap = &snapshots{cfg: cfg, store: store}
+	l.snap = &snapshots{cfg: cfg, store: store}
 	return nil
 }
 
@@ -111,7 +107,7 @@ func logFloor(ctx context.Context, cli *clientv3.Client, prefix, snapKey string)
 	}
 	gone = recorded
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		if first, ok := oplogSeq(prefix, string(kvs[0].Key)); ok {
+		if first, ok := BatchSeq(prefix, string(kvs[0].Key)); ok {
 			gone = first - 1
 		}
 	}
@@ -138,154 +134,147 @@ func snapshotRecord(kvs []*mvccpb.KeyValue, snapKey string) (uint64, error) {
 // nil to start from batch 1. A snapshot that does not decode is skipped
 // with a log line. Without a usable one while batches are gone it fails
 // with ErrSnapshotNeeded.
-func (r *replication) restorePoint(ctx context.Context, cli *clientv3.Client, prefix string) (*State, snapshotHeader, error) {
-	var none snapshotHeader
-	gone, recorded, err := logFloor(ctx, cli, prefix, SnapshotKey(r.s.opts.ClusterID))
+func (l *Log) restorePoint(ctx context.Context, cli *clientv3.Client, prefix string) (*Restored, error) {
+	gone, recorded, err := logFloor(ctx, cli, prefix, SnapshotKey(l.clusterID))
 	if err != nil {
-		return nil, none, err
+		return nil, err
 	}
-	if r.snap != nil && r.snap.cfg.Restore {
-		seqs, err := r.snap.store.list()
+	if l.snap != nil && l.snap.cfg.Restore {
+		seqs, err := l.snap.store.list()
 		if err != nil {
-			return nil, none, err
+			return nil, err
 		}
 		for _, seq := range seqs {
 			if seq > recorded || seq < gone {
 				continue
 			}
-			data, err := r.snap.store.load(seq)
+			data, err := l.snap.store.load(seq)
 			if err != nil {
-				r.s.log.Warn("snapshot: cannot read; trying an older one", "snapshot", r.snap.store.path(seq), "err", err)
+				l.log.Warn("snapshot: cannot read; trying an older one", "snapshot", l.snap.store.path(seq), "err", err)
 				continue
 			}
-			st, h, err := decodeSnapshot(data, r.s.opts.Config)
-			if err == nil && h.seq != seq {
-				err = fmt.Errorf("file is named batch %d but holds batch %d", seq, h.seq)
+			st, err := l.sm.DecodeSnapshot(data)
+			if err == nil && st.Seq != seq {
+				err = fmt.Errorf("file is named batch %d but holds batch %d", seq, st.Seq)
 			}
 			if err != nil {
-				r.s.log.Warn("snapshot: unusable; trying an older one", "snapshot", r.snap.store.path(seq), "err", err)
+				l.log.Warn("snapshot: unusable; trying an older one", "snapshot", l.snap.store.path(seq), "err", err)
 				continue
 			}
-			return st, h, nil
+			return &st, nil
 		}
 	}
 	if gone > 0 {
 		where := "snapshot restore is off (--enable_snapshot_restore)"
-		if r.snap != nil && r.snap.cfg.Restore {
-			where = "no usable snapshot of batch " + strconv.FormatUint(gone, 10) + " or later is in " + r.snap.store.dir
+		if l.snap != nil && l.snap.cfg.Restore {
+			where = "no usable snapshot of batch " + strconv.FormatUint(gone, 10) + " or later is in " + l.snap.store.dir
 		}
-		return nil, none, fmt.Errorf("%w: the oplog in etcd was compacted up to batch %d and %s; refusing to serve a partial state",
+		return nil, fmt.Errorf("%w: the oplog in etcd was compacted up to batch %d and %s; refusing to serve a partial state",
 			ErrSnapshotNeeded, gone, where)
 	}
-	return nil, none, nil
+	return nil, nil
 }
 
 // startFresh installs the restore point into a state that has applied
-// nothing yet (r.mu held).
-func (r *replication) startFresh(ctx context.Context, cli *clientv3.Client, prefix string) error {
-	r.pieces = nil
-	st, h, err := r.restorePoint(ctx, cli, prefix)
+// nothing yet (l.mu held).
+func (l *Log) startFresh(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	l.pieces = nil
+	st, err := l.restorePoint(ctx, cli, prefix)
 	if err != nil || st == nil {
 		return err
 	}
-	r.s.mu.Lock()
-	r.s.st = st
-	r.s.mu.Unlock()
-	r.lastSeq, r.nextN = h.seq, h.nextN
-	r.s.log.Info("snapshot: state restored; applying the log after it", "batch", h.seq, "next_entry", h.nextN,
-		"keys", len(st.objects), "segments", len(st.segments))
+	st.Install()
+	l.lastSeq, l.nextN = st.Seq, st.NextN
+	l.log.Info("snapshot: state restored; applying the log after it",
+		append([]any{"batch", st.Seq, "next_entry", st.NextN}, st.Attrs...)...)
 	return nil
 }
 
 // CheckSnapshotRestore reports ErrSnapshotNeeded (with the reason) when
-// a master with cfg could not rebuild the cluster's state: the log was
-// compacted and no usable snapshot covers it. StartService calls it so
-// that such a master fails at startup instead of standing by forever.
-func CheckSnapshotRestore(ctx context.Context, ha HAConfig, srv *Server) error {
-	if srv.rep == nil {
-		return nil
-	}
+// log, with the etcd of ha, could not rebuild the cluster's state: the
+// log was compacted and no usable snapshot covers it. The master calls
+// it so that such a master fails at startup instead of standing by
+// forever.
+func CheckSnapshotRestore(ctx context.Context, ha HAConfig, l *Log) error {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: ha.Endpoints, TLS: ha.TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("HA: etcd client: %w", err)
 	}
 	defer cli.Close()
-	_, _, err = srv.rep.restorePoint(ctx, cli, OplogPrefix(ha.ClusterID))
+	_, err = l.restorePoint(ctx, cli, OplogPrefix(ha.ClusterID))
 	return err
 }
 
 // startSnapshots runs the leader's snapshot loop, when snapshots are on.
-func (r *replication) startSnapshots(cli *clientv3.Client, prefix string) {
-	if r.snap == nil || !r.snap.cfg.Enable {
+func (l *Log) startSnapshots(cli *clientv3.Client, prefix string) {
+	if l.snap == nil || !l.snap.cfg.Enable {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(r.snap.cfg.Interval)
+		t := time.NewTicker(l.snap.cfg.Interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if seq, err := r.takeSnapshot(ctx, cli, prefix); err != nil {
+				if seq, err := l.TakeSnapshot(ctx, cli, prefix); err != nil {
 					if ctx.Err() == nil {
-						r.s.log.Warn("snapshot failed", "err", err)
+						l.log.Warn("snapshot failed", "err", err)
 					}
 				} else if seq > 0 {
-					r.s.log.Info("snapshot taken; oplog compacted", "batch", seq)
+					l.log.Info("snapshot taken; oplog compacted", "batch", seq)
 				}
 			}
 		}
 	}()
-	r.snap.stop = func() { cancel(); <-done }
+	l.snap.stop = func() { cancel(); <-done }
 }
 
 // stopSnapshots ends the snapshot loop and waits for a snapshot in progress.
-func (r *replication) stopSnapshots() {
-	if r.snap != nil && r.snap.stop != nil {
-		r.snap.stop()
-		r.snap.stop = nil
+func (l *Log) stopSnapshots() {
+	if l.snap != nil && l.snap.stop != nil {
+		l.snap.stop()
+		l.snap.stop = nil
 	}
 }
 
-// takeSnapshot is one snapshot: the state is encoded under the order
+// TakeSnapshot is one snapshot: the state is encoded under the order
 // lock at a batch boundary (the writer starts a new batch after it), and
 // written once every batch up to it is durable; then, in one transaction
 // fenced like the batches, the newest snapshot's batch is recorded and
 // the batches up to the oldest snapshot kept are deleted. It returns the
 // snapshot's batch, 0 when nothing changed since the last one.
-func (r *replication) takeSnapshot(ctx context.Context, cli *clientv3.Client, prefix string) (uint64, error) {
-	r.mu.Lock()
-	w := r.w
-	if w == nil || !r.s.leader.Load() {
-		r.mu.Unlock()
+func (l *Log) TakeSnapshot(ctx context.Context, cli *clientv3.Client, prefix string) (uint64, error) {
+	l.mu.Lock()
+	w := l.w
+	if w == nil || !l.sm.Serving() {
+		l.mu.Unlock()
 		return 0, errors.New("snapshot: not the leader")
 	}
 	seq, ticket, err := w.cut()
 	if err != nil {
-		r.mu.Unlock()
+		l.mu.Unlock()
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
-	if seq == r.snap.last {
-		r.mu.Unlock()
+	if seq == l.snap.last {
+		l.mu.Unlock()
 		return 0, nil
 	}
-	r.s.mu.Lock()
-	data := encodeSnapshot(r.s.st, seq, r.nextN)
-	r.s.mu.Unlock()
-	r.mu.Unlock()
+	data := l.sm.Snapshot(seq, l.nextN)
+	l.mu.Unlock()
 	if ticket != nil {
-		if err := ticket.wait(ctx); err != nil {
+		if err := ticket.Wait(ctx); err != nil {
 			return 0, fmt.Errorf("snapshot of batch %d: the batch did not become durable: %w", seq, err)
 		}
 	}
-	if err := r.snap.store.save(seq, data); err != nil {
+	if err := l.snap.store.save(seq, data); err != nil {
 		return 0, err
 	}
-	floor, err := r.snap.store.prune(r.snap.cfg.Retention)
+	floor, err := l.snap.store.prune(l.snap.cfg.Retention)
 	if err != nil {
 		return 0, err
 	}
@@ -293,8 +282,8 @@ func (r *replication) takeSnapshot(ctx context.Context, cli *clientv3.Client, pr
 	defer cancel()
 	resp, err := cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(w.viewKey), "=", w.viewRev)).
-		Then(clientv3.OpPut(SnapshotKey(r.s.opts.ClusterID), strconv.FormatUint(seq, 10)),
-			clientv3.OpDelete(oplogKey(prefix, 0), clientv3.WithRange(oplogKey(prefix, floor+1)))).
+		Then(clientv3.OpPut(SnapshotKey(l.clusterID), strconv.FormatUint(seq, 10)),
+			clientv3.OpDelete(BatchKey(prefix, 0), clientv3.WithRange(BatchKey(prefix, floor+1)))).
 		Commit()
 	if err != nil {
 		return 0, fmt.Errorf("snapshot of batch %d: record in etcd: %w", seq, err)
@@ -302,6 +291,6 @@ func (r *replication) takeSnapshot(ctx context.Context, cli *clientv3.Client, pr
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("snapshot of batch %d: %w", seq, errFenced)
 	}
-	r.snap.last = seq
+	l.snap.last = seq
 	return seq, nil
 }

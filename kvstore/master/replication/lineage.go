@@ -1,4 +1,4 @@
-package master
+package replication
 
 import (
 	"context"
@@ -80,21 +80,10 @@ func logSuperseded(ctx context.Context, cli *clientv3.Client, clusterID string) 
 }
 
 // logReset appends the reset entry that starts the log's state over from
-// empty (r.mu held, the writer set), and applies it.
-func (r *replication) logReset(unloggedLeader string) {
-	r.s.log.Warn("oplog: a leader without the oplog served after the log's last batch; "+
+// empty (l.mu held, the writer set), and applies it.
+func (l *Log) logReset(unloggedLeader string) {
+	l.log.Warn("oplog: a leader without the oplog served after the log's last batch; "+
 		"its clients reused the memory the log describes, so the log's objects are dropped and the state starts empty",
-		"unlogged_leader", unloggedLeader, "last_batch", r.lastSeq)
-	r.logLocked(entryReset, unloggedLeader, nil, func(time.Time) { r.s.resetState() })
-}
-
-// resetState replaces the state by an empty one (a reset entry).
-func (s *Server) resetState() {
-	st, err := NewState(s.opts.Config)
-	if err != nil { // Config was validated by NewServer
-		return
-	}
-	s.mu.Lock()
-	s.st = st
-	s.mu.Unlock()
+		"unlogged_leader", unloggedLeader, "last_batch", l.lastSeq)
+	l.logLocked(KindReset, unloggedLeader)
 }
