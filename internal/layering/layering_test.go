@@ -158,3 +158,24 @@ func TestInternalImportsOnlyInternal(t *testing.T) {
 		t.Fatal("no internal/ package imports another; the walk is broken")
 	}
 }
+
+// TestReplicationKnowsNoStore keeps the master's replicated log apart from
+// the master, as etcd's raft is from its server: kvstore/master/replication
+// (its tests included) imports nothing of kvstore/, and reaches the master
+// only through the StateMachine interface it defines.
+func TestReplicationKnowsNoStore(t *testing.T) {
+	const pkg = "kvstore/master/replication"
+	n := 0
+	for _, e := range projectImports(t, moduleRoot(t)) {
+		if e.from != pkg {
+			continue
+		}
+		n++
+		if e.to == "kvstore" || strings.HasPrefix(e.to, "kvstore/") {
+			t.Errorf("%s: %s imports %s", e.file, pkg, e.to)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%s imports no project package; the walk or the path is broken", pkg)
+	}
+}
