@@ -382,12 +382,16 @@ func (l *coordLink) Watch(ctx context.Context, in *coordpb.WatchRequest, opts ..
 
 // Confirm implements coordpb.CoordinatorClient.
 func (l *coordLink) Confirm(ctx context.Context, in *coordpb.ConfirmRequest, opts ...grpc.CallOption) (*coordpb.ConfirmResponse, error) {
-	return call(l, ctx, true, func(c coordpb.CoordinatorClient) (*coordpb.ConfirmResponse, error) { return c.Confirm(ctx, in, opts...) })
+	return call(l, ctx, true, func(c coordpb.CoordinatorClient) (*coordpb.ConfirmResponse, error) {
+		return c.Confirm(ctx, in, opts...)
+	})
 }
 
 // Propose implements coordpb.CoordinatorClient.
 func (l *coordLink) Propose(ctx context.Context, in *coordpb.ProposeRequest, opts ...grpc.CallOption) (*coordpb.ProposeResponse, error) {
-	return call(l, ctx, true, func(c coordpb.CoordinatorClient) (*coordpb.ProposeResponse, error) { return c.Propose(ctx, in, opts...) })
+	return call(l, ctx, true, func(c coordpb.CoordinatorClient) (*coordpb.ProposeResponse, error) {
+		return c.Propose(ctx, in, opts...)
+	})
 }
 
 // Leave implements coordpb.CoordinatorClient.

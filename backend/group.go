@@ -99,7 +99,7 @@ type Group struct {
 	// members: the coordinator keeps this group's membership (at most
 	// MaxGroupSlots slots); a coordinator failover resumes it.
 	members bool
-	view   atomic.Pointer[View]
+	view    atomic.Pointer[View]
 	// viewSignal is closed and replaced whenever a view is stored, so a
 	// caller waiting for a membership change (JoinGroup) blocks on it
 	// instead of polling the view (viewChanged).
