@@ -60,6 +60,20 @@ const (
 	claimWait       = 10 * time.Second
 )
 
+// latestTerm is the coordinator a rank that starts now (a replacement, a
+// late joiner) dials: that of the latest term published in store after
+// term 0's at addr0.
+func latestTerm(store Store, addr0 string) (addr string, term uint64) {
+	addr = addr0
+	for t := uint64(1); ; t++ {
+		b, err := store.Get(addrKey(t), time.Millisecond)
+		if err != nil {
+			return addr, term
+		}
+		addr, term = string(b), t
+	}
+}
+
 // errSuperseded: a reply came from a coordinator whose term a later one
 // has claimed; it is not acted on.
 var errSuperseded = errors.New("the coordinator's term was superseded by a failover")
@@ -136,7 +150,7 @@ func (l *coordLink) release(g *Group) {
 var errStore = errors.New("rendezvous store")
 
 // errNoStore: the runtime has no store to fail over through.
-var errNoStore = errors.New("no rendezvous store to fail over through (the group the runtime bootstrapped with is destroyed, or its store has no atomic add)")
+var errNoStore = errors.New("no rendezvous store to fail over through (the runtime's first group is not created yet or destroyed, or its store has no atomic add)")
 
 // withStore runs fn on the failover store, errNoStore if there is none.
 func (l *coordLink) withStore(fn func(CounterStore) error) error {

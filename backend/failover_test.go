@@ -9,7 +9,8 @@ import (
 // dies, before or after the ranks noticed the coordinator's loss. The survivors fail over to a coordinator of term 1, seeded from
 // their views, and reconcile rank 2's death there as usual: the op they
 // were running completes without an error, with rank 2 in its hint, and
-// every later op runs among them.
+// every later op runs among them. A replacement for rank 2 then joins
+// through the coordinator of the new term.
 func TestCoordinatorLossThenRankDeath(t *testing.T) {
 	e := found(t, 4, 4, false)
 	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 10) })
@@ -26,6 +27,10 @@ func TestCoordinatorLossThenRankDeath(t *testing.T) {
 		}
 		survivorsContinue(t, g)
 	})
+	// A replacement started now finds the coordinator of the new term.
+	e.extend(2, 4, 4)
+	e.activate(2, "1111")
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 10) })
 }
 
 // The coordinator and rank 0 (the rank that ran it) go together; the

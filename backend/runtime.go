@@ -248,6 +248,7 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 			return nil, fmt.Errorf("publish coordinator address: %w", err)
 		}
 	}
+	term := uint64(0)
 	if addr == "" {
 		b, err := store.Get(CoordinatorKey, initTimeout())
 		if err != nil {
@@ -258,8 +259,9 @@ func (rt *Runtime) coordinator(store Store, serve bool) (coordpb.CoordinatorClie
 			return nil, fmt.Errorf("read coordinator secret: %w", err)
 		}
 		secret = string(b)
+		addr, term = latestTerm(store, addr)
 	}
-	l, err := newCoordLink(rt, place, addr, secret, 0)
+	l, err := newCoordLink(rt, place, addr, secret, term)
 	if err != nil {
 		return nil, err
 	}
