@@ -136,6 +136,27 @@ func (l *coordLink) adopt(g *Group, s Store) {
 	}
 }
 
+// lend makes s the store failovers go through while the runtime's first
+// group is being created (a rank that starts while the coordinator is
+// being replaced may meet the lost one), until unlend or adopt; the
+// caller holds s for that long.
+func (l *coordLink) lend(s Store) {
+	l.storeMu.Lock()
+	defer l.storeMu.Unlock()
+	if l.owner == nil && l.store == nil {
+		l.store, _ = s.(CounterStore)
+	}
+}
+
+// unlend forgets a lent store that no group adopted (its creation failed).
+func (l *coordLink) unlend() {
+	l.storeMu.Lock()
+	defer l.storeMu.Unlock()
+	if l.owner == nil {
+		l.store = nil
+	}
+}
+
 // release forgets g's store when g is closing (its store may go with it):
 // no failover is possible after that.
 func (l *coordLink) release(g *Group) {

@@ -178,6 +178,10 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l, ok := client.(*coordLink); ok {
+		l.lend(cfg.Store)
+		defer l.unlend()
+	}
 	coll, p2p := slotSizes(slots)
 	if cfg.CollSlot > 0 {
 		coll = alignUp(cfg.CollSlot, slotGranularity)
