@@ -87,7 +87,11 @@ func (c *coordinatorServer) Resume(_ context.Context, r *coordpb.ResumeRequest) 
 			proposals: map[uint64]chan ProposalResult{}, changed: make(chan struct{}), watching: map[int]int{},
 			resumed: map[int]bool{}, seedEpoch: v.Epoch}
 		c.groups[id] = gm
-		time.AfterFunc(resumeGrace, func() { c.unresumed(id, gm) })
+		gens := make([]uint64, len(v.Endpoints))
+		for i, ep := range v.Endpoints {
+			gens[i] = ep.Gen
+		}
+		time.AfterFunc(resumeGrace, func() { c.unresumed(id, gm, gens) })
 	case gm.m == nil || gm.layout != r.GetLayout() || len(gm.m.state) != len(v.State):
 		return nil, status.Errorf(codes.InvalidArgument, "group %q was resumed with %d slots, layout %q; this rank has %d slots, layout %q",
 			id, c.slots(gm), gm.layout, len(v.State), r.GetLayout())
@@ -148,16 +152,19 @@ func membershipFromView(v View, window time.Duration, autoDeactivate bool) *memb
 	return m
 }
 
-// unresumed makes offline every slot of group id (as seeded in gm) whose
-// rank has neither resumed nor watched since the seeding.
-func (c *coordinatorServer) unresumed(id string, gm *groupMembers) {
+// unresumed makes offline every slot of group id (as seeded in gm, its
+// incarnations gens) whose rank has neither resumed nor watched since the
+// seeding. A slot taken by a new incarnation since (a replacement) is
+// left alone: that rank is alive.
+func (c *coordinatorServer) unresumed(id string, gm *groupMembers, gens []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.groups[id] != gm || gm.waiters == nil {
 		return
 	}
 	for i, s := range gm.m.state {
-		if gm.resumed[i] || gm.watching[i] > 0 || !gm.m.healthy[i] || s != MemberActive && s != MemberAwaiting {
+		if gm.resumed[i] || gm.watching[i] > 0 || !gm.m.healthy[i] || s != MemberActive && s != MemberAwaiting ||
+			i >= len(gens) || gm.m.eps[i].Gen != gens[i] {
 			continue
 		}
 		epoch, open := gm.m.epoch, gm.m.pending()
