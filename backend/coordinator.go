@@ -30,11 +30,15 @@ type coordinatorServer struct {
 	// secret is the job secret every call must carry ("": none;
 	// coordinator_admit.go).
 	secret string
+	// term is this coordinator's term: 0 for the job's first, one more for
+	// each failover (coordinator_term.go, failover.go).
+	term uint64
 }
 
-// startCoordinator listens on host:0 and serves, admitting calls that
-// carry secret, until stop; with MC_TLS_* set it serves TLS.
-func startCoordinator(host, secret string) (*coordinatorServer, error) {
+// startCoordinator listens on host:0 and serves as the coordinator of
+// term, admitting calls that carry secret, until stop; with MC_TLS_* set it
+// serves TLS.
+func startCoordinator(host, secret string, term uint64) (*coordinatorServer, error) {
 	cfg, err := tlsconf.FromEnv().Server()
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -43,15 +47,15 @@ func startCoordinator(host, secret string) (*coordinatorServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator listen: %w", err)
 	}
-	return serveCoordinator(ln, nil, secret, cfg), nil
+	return serveCoordinator(ln, nil, secret, term, cfg), nil
 }
 
-// serveCoordinator serves the coordinator on ln, admitting only calls that
-// carry secret ("": every call), over TLS with cfg when it is not nil;
-// conns, if not nil, is told of every client connection that opens and
-// closes.
-func serveCoordinator(ln net.Listener, conns ConnWatcher, secret string, cfg *tls.Config) *coordinatorServer {
-	c := &coordinatorServer{ln: ln, groups: map[string]*groupMembers{}, secret: secret}
+// serveCoordinator serves the coordinator of term on ln, admitting only
+// calls that carry secret ("": every call) and are meant for term, over
+// TLS with cfg when it is not nil; conns, if not nil, is told of every
+// client connection that opens and closes.
+func serveCoordinator(ln net.Listener, conns ConnWatcher, secret string, term uint64, cfg *tls.Config) *coordinatorServer {
+	c := &coordinatorServer{ln: ln, groups: map[string]*groupMembers{}, secret: secret, term: term}
 	opts := append([]grpc.ServerOption{grpc.UnaryInterceptor(c.admit)}, tlsconf.ServerOptions(cfg)...)
 	if conns != nil {
 		opts = append(opts, grpc.StatsHandler(connStats{conns}))
@@ -94,12 +98,13 @@ func (s connStats) HandleConn(_ context.Context, st stats.ConnStats) {
 // started it is survived like any other rank's.
 type Coordinator struct{ c *coordinatorServer }
 
-// ServeCoordinator serves the membership coordinator on ln until Stop,
-// admitting only calls that carry secret ("": every call), over TLS with
-// cfg when it is not nil (mutual when cfg requires client certificates);
-// conns (may be nil) follows its client connections.
-func ServeCoordinator(ln net.Listener, conns ConnWatcher, secret string, cfg *tls.Config) *Coordinator {
-	return &Coordinator{serveCoordinator(ln, conns, secret, cfg)}
+// ServeCoordinator serves the membership coordinator of term (0: the
+// job's first; failover.go) on ln until Stop, admitting only calls that
+// carry secret ("": every call), over TLS with cfg when it is not nil
+// (mutual when cfg requires client certificates); conns (may be nil)
+// follows its client connections.
+func ServeCoordinator(ln net.Listener, conns ConnWatcher, secret string, term uint64, cfg *tls.Config) *Coordinator {
+	return &Coordinator{serveCoordinator(ln, conns, secret, term, cfg)}
 }
 
 // Addr is the address clients dial.
@@ -138,17 +143,18 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 	}
 }
 
-// dialCoordinator opens a client connection (lazily connected) whose
-// calls carry secret. The channel never goes idle: a coordinator process
-// exits once no client is connected, so a rank keeps its connection for as
-// long as it lives. With MC_TLS_* set it dials TLS.
-func dialCoordinator(addr, secret string) (*grpc.ClientConn, coordpb.CoordinatorClient, error) {
+// dialCoordinator opens a client connection (lazily connected) to the
+// coordinator of term, whose calls carry secret and term. The channel
+// never goes idle: a coordinator process exits once no client is
+// connected, so a rank keeps its connection for as long as it lives. With
+// MC_TLS_* set it dials TLS.
+func dialCoordinator(addr, secret string, term uint64) (*grpc.ClientConn, coordpb.CoordinatorClient, error) {
 	cfg, err := tlsconf.FromEnv().Client()
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}
 	conn, err := grpc.NewClient(addr, tlsconf.DialOption(cfg),
-		grpc.WithIdleTimeout(0), grpc.WithUnaryInterceptor(withSecret(secret)))
+		grpc.WithIdleTimeout(0), grpc.WithChainUnaryInterceptor(withSecret(secret), withTerm(term)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", addr, err)
 	}

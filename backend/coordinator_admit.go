@@ -67,8 +67,9 @@ func operatorSecret() string {
 }
 
 // admit is the coordinator's unary interceptor: a call must carry the
-// job secret (when the coordinator has one) and, for a Join, sizes within
-// the limits.
+// job secret (when the coordinator has one), be meant for this
+// coordinator's term (coordinator_term.go) and, for a Join, have sizes
+// within the limits.
 func (c *coordinatorServer) admit(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if c.secret != "" {
 		md, _ := metadata.FromIncomingContext(ctx)
@@ -76,6 +77,9 @@ func (c *coordinatorServer) admit(ctx context.Context, req any, _ *grpc.UnarySer
 		if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(c.secret)) != 1 {
 			return nil, status.Error(codes.Unauthenticated, "coordinator: the call does not carry this job's secret (from the rendezvous store, or MC_PG_COORDINATOR_SECRET)")
 		}
+	}
+	if err := c.checkTerm(ctx); err != nil {
+		return nil, err
 	}
 	if r, ok := req.(*coordpb.JoinRequest); ok {
 		if err := checkJoin(r); err != nil {

@@ -17,7 +17,7 @@ import (
 // dialTest dials addr with secret, closing the connection when t ends.
 func dialTest(t *testing.T, addr, secret string) coordpb.CoordinatorClient {
 	t.Helper()
-	conn, client, err := dialCoordinator(addr, secret)
+	conn, client, err := dialCoordinator(addr, secret, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestJoinBeyondGroupLimitsIsRefusedWithoutAllocating(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := serveCoordinator(ln, nil, "", nil)
+	c := serveCoordinator(ln, nil, "", 0, nil)
 	defer c.stop()
 	client := dialTest(t, c.addr(), "")
 	join := func(r *coordpb.JoinRequest) error {

@@ -89,7 +89,7 @@ func coordinatorPlacement(bin string) (CoordinatorPlace, error) {
 // may take to announce its address.
 const coordinatorStartTimeout = 30 * time.Second
 
-// spawnCoordinator starts bin serving on host in a session of its own,
+// spawnCoordinator starts bin serving term on host in a session of its own,
 // admitting calls that carry secret (passed in its environment, which only
 // its user can read, not on its command line), and returns the address it
 // listens on, which it prints as its first line. It serves TLS with this
@@ -97,8 +97,8 @@ const coordinatorStartTimeout = 30 * time.Second
 // The process exits by itself unless a rank connects within firstClient
 // (so one whose address could not be published goes away on its own). It
 // is reaped here while this process lives, and outlives it otherwise.
-func spawnCoordinator(bin, host string, firstClient time.Duration, secret string) (string, error) {
-	cmd := exec.Command(bin, "--host", host, "--port", "0",
+func spawnCoordinator(bin, host string, firstClient time.Duration, secret string, term uint64) (string, error) {
+	cmd := exec.Command(bin, "--host", host, "--port", "0", "--term", fmt.Sprint(term),
 		"--idle_exit_seconds", fmt.Sprint(coordinatorIdleExit.Seconds()),
 		"--first_client_timeout_seconds", fmt.Sprint(firstClient.Seconds()), "--announce")
 	if f := tlsconf.FromEnv(); f.Enabled() {

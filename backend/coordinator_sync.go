@@ -26,6 +26,11 @@ type groupMembers struct {
 	shownOp   uint64        // the open window's collective as watchers were last told it
 	timer     *time.Timer
 	watching  map[int]int // per rank, watches in progress
+	// resumed (nil for a group founded here): the ranks that resumed the
+	// group at this coordinator after a failover (coordinator_term.go);
+	// seedEpoch, the epoch of the view it was seeded from.
+	resumed   map[int]bool
+	seedEpoch uint64
 }
 
 // offlineGrace is how long a rank whose watch connection broke has to

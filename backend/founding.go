@@ -66,7 +66,7 @@ func (rt *Runtime) failFounding(cfg GroupConfig, slots int, setup error) error {
 	text := fmt.Sprintf("group %q was not created: rank %d failed to set it up: %v", cfg.GroupID, cfg.Rank, setup)
 	if cfg.Rank == 0 {
 		rt.mu.Lock()
-		bootstrapped := rt.client != nil
+		bootstrapped := rt.link != nil
 		rt.mu.Unlock()
 		if place, err := coordinatorPlacement(rt.coordBin); err == nil && place.Addr == "" && !bootstrapped {
 			if cfg.Store.Set(CoordinatorKey, []byte(failedMark+text)) != nil {

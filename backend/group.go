@@ -96,7 +96,10 @@ type Group struct {
 	// the caller's buffers.
 	client coordpb.CoordinatorClient
 	manual bool
-	view   atomic.Pointer[View]
+	// members: the coordinator keeps this group's membership (at most
+	// MaxGroupSlots slots); a coordinator failover resumes it.
+	members bool
+	view    atomic.Pointer[View]
 	// viewSignal is closed and replaced whenever a view is stored, so a
 	// caller waiting for a membership change (JoinGroup) blocks on it
 	// instead of polling the view (viewChanged).
@@ -175,6 +178,10 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l, ok := client.(*coordLink); ok {
+		l.lend(cfg.Store)
+		defer l.unlend()
+	}
 	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: slots, declared: cfg.Size, id: cfg.GroupID,
 		lay: groupLayout(cfg, slots), client: client, manual: cfg.Manual, life: newLifecycle()}
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
@@ -196,6 +203,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 		return nil, err
 	}
 	v := firstView(resp, slots)
+	g.members = resp.GetView() != nil
 	g.peers = make([]atomic.Pointer[peer], slots)
 	err = g.openPeers(v)
 	if !cfg.Extension { // a founder: the group exists once every founder set it up
@@ -235,6 +243,10 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	g.isolated.Store(cfg.Extension)
 	g.startMembership(v)
 	rt.liveGroups.Add(1)
+	rt.addGroup(g)
+	if l, ok := client.(*coordLink); ok {
+		l.adopt(g, cfg.Store)
+	}
 	return g, nil
 }
 
@@ -296,6 +308,10 @@ func (g *Group) Close() {
 	}
 	drained := g.life.close()
 	g.closed.Store(true)
+	g.rt.dropGroup(g)
+	if l, ok := g.client.(*coordLink); ok {
+		l.release(g) // its store may go once Close returns
+	}
 	g.SetMirror(nil, 0)
 	g.leave()
 	g.stopWatch()

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -47,8 +46,10 @@ type Runtime struct {
 	ownEngine bool
 	coord     *coordinatorServer
 	coordBin  string // the coordinator command, "" if none (SetCoordinatorBinary)
-	conn      *grpc.ClientConn
-	client    coordpb.CoordinatorClient
+	link      *coordLink
+
+	groupsMu sync.Mutex
+	groups   map[*Group]struct{} // made by NewGroup and not closed (a failover resumes them)
 
 	liveGroups  atomic.Int64 // groups made by NewGroup and not closed
 	collTimeout atomic.Int64 // ns
@@ -221,8 +222,8 @@ func (rt *Runtime) SetCoordinatorBinary(path string) {
 func (rt *Runtime) coordinator(store Store, rank int, serve bool) (coordpb.CoordinatorClient, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if rt.client != nil {
-		return rt.client, nil
+	if rt.link != nil {
+		return rt.link, nil
 	}
 	place, err := coordinatorPlacement(rt.coordBin)
 	if err != nil {
@@ -236,7 +237,7 @@ func (rt *Runtime) coordinator(store Store, rank int, serve bool) (coordpb.Coord
 		if secret, err = newSecret(); err != nil {
 			return nil, err
 		}
-		if addr, err = rt.startCoordinator(place, secret); err != nil {
+		if addr, err = rt.startCoordinator(place, secret, 0); err != nil {
 			return nil, err
 		}
 		// The secret goes first: a rank that finds the address finds it.
@@ -249,6 +250,7 @@ func (rt *Runtime) coordinator(store Store, rank int, serve bool) (coordpb.Coord
 			return nil, fmt.Errorf("publish coordinator address: %w", err)
 		}
 	}
+	term := uint64(0)
 	if addr == "" {
 		b, err := store.Get(CoordinatorKey, initTimeout())
 		if err != nil {
@@ -263,22 +265,26 @@ func (rt *Runtime) coordinator(store Store, rank int, serve bool) (coordpb.Coord
 			return nil, fmt.Errorf("read coordinator secret: %w", err)
 		}
 		secret = string(b)
+		addr, term = latestTerm(store, addr)
 	}
-	conn, client, err := dialCoordinator(addr, secret)
+	l, err := newCoordLink(rt, place, addr, secret, term)
 	if err != nil {
 		return nil, err
 	}
-	rt.conn, rt.client = conn, client
-	return client, nil
+	rt.link = l
+	return l, nil
 }
 
-// startCoordinator starts the coordinator where place says, admitting
-// calls that carry secret, and returns its address.
-func (rt *Runtime) startCoordinator(place CoordinatorPlace, secret string) (string, error) {
+// startCoordinator starts the coordinator of term where place says,
+// admitting calls that carry secret, and returns its address (rt.mu
+// held). One this runtime served itself before is stopped first: a
+// failover started a later term.
+func (rt *Runtime) startCoordinator(place CoordinatorPlace, secret string, term uint64) (string, error) {
 	if place.Process {
-		return spawnCoordinator(rt.coordBin, rt.hostIP, initTimeout(), secret)
+		return spawnCoordinator(rt.coordBin, rt.hostIP, initTimeout(), secret, term)
 	}
-	c, err := startCoordinator(rt.hostIP, secret)
+	rt.stopCoordinator()
+	c, err := startCoordinator(rt.hostIP, secret, term)
 	if err != nil {
 		return "", err
 	}
@@ -361,11 +367,14 @@ func (rt *Runtime) readyCtx(parent context.Context, client coordpb.CoordinatorCl
 // (if the runtime created it). Groups must be closed first.
 func (rt *Runtime) Close() {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.conn != nil {
-		rt.conn.Close()
-		rt.conn, rt.client = nil, nil
+	l := rt.link
+	rt.link = nil
+	rt.mu.Unlock()
+	if l != nil { // outside rt.mu: a failover in progress takes it
+		l.close()
 	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	rt.stopCoordinator()
 	if rt.engine != nil && rt.ownEngine {
 		rt.engine.Close()
@@ -381,4 +390,39 @@ const extensionWait = 30 * time.Second
 // upstream's group-ready wait).
 func initTimeout() time.Duration {
 	return envvars.PGInitTimeout.Duration(defaultInitTimeout)
+}
+
+// addGroup and dropGroup keep the registry of live groups that a
+// coordinator failover resumes.
+func (rt *Runtime) addGroup(g *Group) {
+	rt.groupsMu.Lock()
+	defer rt.groupsMu.Unlock()
+	if rt.groups == nil {
+		rt.groups = map[*Group]struct{}{}
+	}
+	rt.groups[g] = struct{}{}
+}
+
+func (rt *Runtime) dropGroup(g *Group) {
+	rt.groupsMu.Lock()
+	defer rt.groupsMu.Unlock()
+	delete(rt.groups, g)
+}
+
+// groupList returns the live groups.
+func (rt *Runtime) groupList() []*Group {
+	rt.groupsMu.Lock()
+	defer rt.groupsMu.Unlock()
+	gs := make([]*Group, 0, len(rt.groups))
+	for g := range rt.groups {
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// groupCount is the number of live groups.
+func (rt *Runtime) groupCount() int {
+	rt.groupsMu.Lock()
+	defer rt.groupsMu.Unlock()
+	return len(rt.groups)
 }

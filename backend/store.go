@@ -2,17 +2,28 @@ package backend
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
 
 // Store is the rendezvous key-value store a group bootstraps through (the
-// torch Store, adapted by the plugin). Only the coordinator's address
-// travels through it.
+// torch Store, adapted by the plugin). Only the coordinator's address and
+// secret travel through it, and a failover's term claims (failover.go).
 type Store interface {
 	Set(key string, value []byte) error
 	// Get waits up to timeout for key to exist and returns its value.
 	Get(key string, timeout time.Duration) ([]byte, error)
+}
+
+// CounterStore is a Store with an atomic counter (torch's Store.add): a
+// coordinator failover claims its term with it (failover.go). A group
+// whose store is no CounterStore runs without coordinator failover.
+type CounterStore interface {
+	Store
+	// Add adds delta to the integer under key (0 when absent) and returns
+	// the sum, atomically.
+	Add(key string, delta int64) (int64, error)
 }
 
 // MemStore is an in-memory Store for tests with in-process ranks.
@@ -54,4 +65,21 @@ func (s *MemStore) Get(key string, timeout time.Duration) ([]byte, error) {
 		}
 		s.cond.Wait()
 	}
+}
+
+// Add implements CounterStore.
+func (s *MemStore) Add(key string, delta int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	if v, ok := s.m[key]; ok {
+		var err error
+		if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+			return 0, fmt.Errorf("store: key %q holds no integer: %w", key, err)
+		}
+	}
+	n += delta
+	s.m[key] = []byte(strconv.FormatInt(n, 10))
+	s.cond.Broadcast()
+	return n, nil
 }

@@ -9,7 +9,10 @@ Three faults of one rank of a WORLD-rank job, each between two all_reduces
 * ``hang``: the last rank stays alive but its application stops calling
   collectives (a livelocked Python thread). mooncake fails it after the hang
   timeout (``--hang-ms``); gloo's op raises after its own timeout, set to the
-  same value.
+  same value;
+* ``coord``: the last rank exits right after the mooncake coordinator process
+  was killed (SIGKILL): the survivors fail over to a new coordinator and
+  handle the death there. gloo has no coordinator: for it this is ``exit``.
 
 For each backend it measures, from the fault:
 
@@ -50,7 +53,7 @@ HERE = Path(__file__).resolve()
 
 # ---- worker processes ----------------------------------------------------------------------
 
-FAULTS = ("exit", "rank0", "hang")
+FAULTS = ("exit", "rank0", "hang", "coord")
 
 
 def victim_of(fault: str, world: int) -> int:
@@ -91,6 +94,21 @@ def full_all_reduce(torch, dist, rank: int, world: int) -> None:
     assert x[0].item() == world * (world + 1) / 2, x[0]
 
 
+def coordinator_child() -> int:
+    """The pid of the coordinator process this rank (the founding rank 0)
+    started: its child running mooncake_pg_coordinator."""
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"mooncake_pg_coordinator" in cmd:
+            return int(d.name)
+    raise RuntimeError("rank 0 started no coordinator process")
+
+
 def wait_file(path: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -110,7 +128,14 @@ def mooncake_founder(rank: int, world: int, fault: str, stamps: Path, timeout_ms
         full_all_reduce(torch, dist, rank, world)
     dist.barrier()
     victim = victim_of(fault, world)
+    if fault == "coord" and rank == 0:
+        import signal
+
+        os.kill(coordinator_child(), signal.SIGKILL)
+        (stamps / "coordinator_killed").write_text(repr(time.time()))
     if rank == victim:
+        if fault == "coord":
+            wait_file(stamps / "coordinator_killed")
         (stamps / "fault").write_text(repr(time.time()))
         if fault != "hang":
             os._exit(0)
@@ -290,9 +315,11 @@ RECOVERY = {
     ("mooncake", "exit"): "op completes over the survivors; 1 replacement process joins",
     ("mooncake", "rank0"): "the same: the coordinator is not in rank 0; slot 0 replaced",
     ("mooncake", "hang"): "hang timeout fails it; op completes; it rejoins in place",
+    ("mooncake", "coord"): "coordinator killed first: failover to a new one, then as exit",
     ("gloo", "exit"): "op raises; the whole job restarts",
     ("gloo", "rank0"): "op raises; the whole job restarts",
     ("gloo", "hang"): "op raises after gloo's timeout (= the hang timeout); the job restarts",
+    ("gloo", "coord"): "no coordinator: as exit; the whole job restarts",
 }
 
 

@@ -9,6 +9,9 @@ static int mc_pg_call_set(mc_pg_store_set_fn f, void *ctx, const char *k, const 
 static int64_t mc_pg_call_get(mc_pg_store_get_fn f, void *ctx, const char *k, char *buf, uint64_t cap, int64_t ms) {
 	return f(ctx, k, buf, cap, ms);
 }
+static int mc_pg_call_add(mc_pg_store_add_fn f, void *ctx, const char *k, int64_t delta, int64_t *out) {
+	return f(ctx, k, delta, out);
+}
 static void mc_pg_call_done(mc_pg_done_fn f, void *ctx, int st, const char *msg, uint64_t failed, uint64_t epoch, uint64_t ran) {
 	f(ctx, st, msg, failed, epoch, ran);
 }
@@ -169,11 +172,27 @@ func mc_pg_set_fault_reconciliation_window_us(us C.int64_t, errOut **C.char) (re
 	return pgOK
 }
 
-// cStore adapts the caller's store callbacks to backend.Store.
+// cStore adapts the caller's store callbacks to backend.Store; with an
+// add callback, cAddStore adapts them to backend.CounterStore.
 type cStore struct {
 	ctx unsafe.Pointer
 	set C.mc_pg_store_set_fn
 	get C.mc_pg_store_get_fn
+}
+
+type cAddStore struct {
+	cStore
+	add C.mc_pg_store_add_fn
+}
+
+func (s cAddStore) Add(key string, delta int64) (int64, error) {
+	k := C.CString(key)
+	defer C.free(unsafe.Pointer(k))
+	var out C.int64_t
+	if C.mc_pg_call_add(s.add, s.ctx, k, C.int64_t(delta), &out) != 0 {
+		return 0, fmt.Errorf("store add %q failed", key)
+	}
+	return int64(out), nil
 }
 
 func (s cStore) Set(key string, value []byte) error {
@@ -207,15 +226,19 @@ const (
 )
 
 //export mc_pg_group_create
-func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.mc_cchar, storeCtx unsafe.Pointer, set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
+func mc_pg_group_create(rank, size, maxSize C.int, groupID *C.mc_cchar, storeCtx unsafe.Pointer, set C.mc_pg_store_set_fn, get C.mc_pg_store_get_fn, add C.mc_pg_store_add_fn, flags C.int32_t, errOut **C.char) (ret C.uint64_t) {
 	defer recoverToErr(&ret, 0, errOut)
 	if set == nil || get == nil {
 		pgFail(fmt.Errorf("%w: store callbacks are NULL", backend.ErrInvalid), errOut)
 		return 0
 	}
+	var store backend.Store = cStore{ctx: storeCtx, set: set, get: get}
+	if add != nil {
+		store = cAddStore{cStore{ctx: storeCtx, set: set, get: get}, add}
+	}
 	g, err := pgRuntime.NewGroup(backend.GroupConfig{
 		Rank: int(rank), Size: int(size), MaxSize: int(maxSize), GroupID: C.GoString(groupID),
-		Store:     cStore{ctx: storeCtx, set: set, get: get},
+		Store:     store,
 		Manual:    flags&groupFlagManual != 0,
 		Extension: flags&groupFlagExtension != 0,
 	})

@@ -644,6 +644,12 @@ typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key,
                                   const char *value, uint64_t len);
 typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf,
                                       uint64_t cap, int64_t timeout_ms);
+/* add adds delta to the integer under key (0 when absent), atomically,
+ * stores the sum in *value and returns 0, or -1 on failure. It is how a
+ * coordinator failover claims its term; the store (ctx) must stay valid
+ * until the group is destroyed, since a failover may use it at any time. */
+typedef int (*mc_pg_store_add_fn)(void *ctx, const char *key, int64_t delta,
+                                  int64_t *value);
 
 /* Completion callback of a submitted op: called exactly once, with the
  * status and (if it failed) a message valid only during the call, on a
@@ -742,12 +748,15 @@ int mc_pg_set_hang_timeout_us(int64_t us, char **err);
  * attaches to the existing group as an inactive, isolated member (its
  * collectives run over itself only) until mc_pg_join_group; while the
  * slot is still held by a live member it retries for up to 30 s.
+ * add may be NULL: the runtime then cannot replace a lost coordinator
+ * (docs/collectives.md, "Coordinator failover"); with it, the first group
+ * of the process is the one whose store a failover goes through.
  * flags: MC_PG_GROUP_MANUAL | MC_PG_GROUP_EXTENSION or 0. Returns the group
  * handle, or 0 with *err set. */
 uint64_t mc_pg_group_create(int rank, int size, int max_size,
                             const char *group_id, void *store_ctx,
                             mc_pg_store_set_fn set, mc_pg_store_get_fn get,
-                            int32_t flags, char **err);
+                            mc_pg_store_add_fn add, int32_t flags, char **err);
 
 /* The group's size as torch sees it (upstream's slot semantics): the
  * highest active slot + 1; the declared size while this rank is isolated

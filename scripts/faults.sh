@@ -55,7 +55,7 @@ PY=.venv/bin/python
 # name | command. Go suites are built once (-c) and the binary rerun, so a
 # run measures the scenario, not the compiler.
 suites=(
-	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank|CMAFailedRead|ExcludedRank"
+	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank|CMAFailedRead|ExcludedRank|CoordinatorLoss|CoordinatorAndRank0"
 	"transfer-faults|go:./transfer|PeerExit|Close|DeadPeer|InjectLinkFailure"
 	"pg-faults|py:tests/test_pg_faults.py"
 	"pg-elastic|py:tests/test_pg_elastic.py"
@@ -71,6 +71,9 @@ suites=(
 	"pg-one-outcome|py:tests/test_pg_one_outcome.py"
 	"pg-p2p-exited-peer|py:tests/test_pg_faults.py::test_p2p_to_a_rank_that_exited"
 	"pg-livelock|py:tests/test_pg_any_rank.py::test_livelocked_rank_is_failed_by_the_hang_timeout"
+	"pg-coordinator-kill|py:tests/test_pg_coordinator_failover.py::test_coordinator_killed_then_a_rank_killed"
+	"pg-coordinator-sigstop|py:tests/test_pg_coordinator_failover.py::test_coordinator_stopped_then_a_rank_killed"
+	"pg-coordinator-and-rank0|py:tests/test_pg_coordinator_failover.py::test_coordinator_and_rank0_killed_together"
 	"ep-faults|py:tests/test_ep_faults.py"
 	"store-ha|py:tests/test_store_ha.py"
 	"store-ha-failover|py:tests/test_store_ha_failover.py"

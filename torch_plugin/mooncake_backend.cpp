@@ -38,6 +38,16 @@ int64_t storeGet(void* ctx, const char* key, char* buf, uint64_t cap,
   }
 }
 
+int storeAdd(void* ctx, const char* key, int64_t delta, int64_t* value) {
+  try {
+    auto* store = static_cast<c10d::Store*>(ctx);
+    *value = store->add(key, delta);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
 // ---- completion --------------------------------------------------------
 
 void onDone(void* ctx, int status, const char* message, uint64_t failed,
@@ -261,7 +271,9 @@ bool envFlag(const char* name) {
 MooncakeBackend::MooncakeBackend(
     const c10d::DistributedBackendOptions& opts,
     c10::intrusive_ptr<MooncakeBackendOptions> options)
-    : Backend(opts.group_rank, opts.group_size), options_(std::move(options)) {
+    : Backend(opts.group_rank, opts.group_size),
+      store_(opts.store),
+      options_(std::move(options)) {
   if (!options_) {
     options_ = c10::make_intrusive<MooncakeBackendOptions>();
     options_->autoDeactivateOnFailure_ =
@@ -323,8 +335,8 @@ MooncakeBackend::MooncakeBackend(
   {
     pybind11::gil_scoped_release noGil;
     group_ = mc_pg_group_create(rank_, size_, maxSize, opts.group_id.c_str(),
-                                opts.store.get(), &storeSet, &storeGet, flags,
-                                &err);
+                                store_.get(), &storeSet, &storeGet, &storeAdd,
+                                flags, &err);
   }
   TORCH_CHECK(group_ != 0, "Mooncake backend: creating group '",
               opts.group_id, "' failed: ", takeError(err));

@@ -180,6 +180,10 @@ class MooncakeBackend : public c10d::Backend {
   // Submits op; async false: the caller waits for it at once.
   c10::intrusive_ptr<c10d::Work> submit(const char* name, Op& op, bool async);
 
+  // The rendezvous store, held while the group lives: a coordinator
+  // failover may use it at any time (mc_pg_store_add_fn). Declared before
+  // group_, so it outlives the group's destruction in close().
+  c10::intrusive_ptr<c10d::Store> store_;
   uint64_t group_ = 0;
   int maxSize_ = 0;
   c10::intrusive_ptr<MooncakeBackendOptions> options_;

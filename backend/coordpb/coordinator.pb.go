@@ -1172,6 +1172,230 @@ func (*LeaveResponse) Descriptor() ([]byte, []int) {
 	return file_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
+// ResumeRequest: after a coordinator failover, a rank brings one of its
+// groups to the coordinator of the new term (backend/failover.go): the
+// view it applied last and what the coordinator needs to run the group's
+// membership from it. The first rank to resume a group seeds it; a later
+// one with a newer view replaces that seed while the new coordinator has
+// decided nothing for the group yet.
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Rank          int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Gen           uint64                 `protobuf:"varint,3,opt,name=gen,proto3" json:"gen,omitempty"` // the rank's incarnation of its slot
+	View          *View                  `protobuf:"bytes,4,opt,name=view,proto3" json:"view,omitempty"`
+	Layout        string                 `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"`
+	Manual        bool                   `protobuf:"varint,6,opt,name=manual,proto3" json:"manual,omitempty"`
+	WindowUs      int64                  `protobuf:"varint,7,opt,name=window_us,json=windowUs,proto3" json:"window_us,omitempty"` // the rank's reconciliation window
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_coordinator_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ResumeRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *ResumeRequest) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *ResumeRequest) GetView() *View {
+	if x != nil {
+		return x.View
+	}
+	return nil
+}
+
+func (x *ResumeRequest) GetLayout() string {
+	if x != nil {
+		return x.Layout
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+func (x *ResumeRequest) GetWindowUs() int64 {
+	if x != nil {
+		return x.WindowUs
+	}
+	return 0
+}
+
+type ResumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	View          *View                  `protobuf:"bytes,1,opt,name=view,proto3" json:"view,omitempty"` // the group's view at the new coordinator
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_coordinator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ResumeResponse) GetView() *View {
+	if x != nil {
+		return x.View
+	}
+	return nil
+}
+
+type PingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_coordinator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{18}
+}
+
+// PingResponse: the coordinator answers (ranks probe it to notice a hung
+// or dead one) with its term.
+type PingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_coordinator_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PingResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 var File_coordinator_proto protoreflect.FileDescriptor
 
 const file_coordinator_proto_rawDesc = "" +
@@ -1264,7 +1488,20 @@ const file_coordinator_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x10\n" +
 	"\x03gen\x18\x03 \x01(\x04R\x03gen\"\x0f\n" +
-	"\rLeaveResponse2\xfd\x03\n" +
+	"\rLeaveResponse\"\xc7\x01\n" +
+	"\rResumeRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x10\n" +
+	"\x03gen\x18\x03 \x01(\x04R\x03gen\x12(\n" +
+	"\x04view\x18\x04 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\x12\x16\n" +
+	"\x06layout\x18\x05 \x01(\tR\x06layout\x12\x16\n" +
+	"\x06manual\x18\x06 \x01(\bR\x06manual\x12\x1b\n" +
+	"\twindow_us\x18\a \x01(\x03R\bwindowUs\":\n" +
+	"\x0eResumeResponse\x12(\n" +
+	"\x04view\x18\x01 \x01(\v2\x14.mooncake.pg.v1.ViewR\x04view\"\r\n" +
+	"\vPingRequest\"\"\n" +
+	"\fPingResponse\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term2\x89\x05\n" +
 	"\vCoordinator\x12A\n" +
 	"\x04Join\x12\x1b.mooncake.pg.v1.JoinRequest\x1a\x1c.mooncake.pg.v1.JoinResponse\x12D\n" +
 	"\x05Ready\x12\x1c.mooncake.pg.v1.ReadyRequest\x1a\x1d.mooncake.pg.v1.ReadyResponse\x12A\n" +
@@ -1272,7 +1509,9 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x05Watch\x12\x1c.mooncake.pg.v1.WatchRequest\x1a\x1d.mooncake.pg.v1.WatchResponse\x12J\n" +
 	"\aConfirm\x12\x1e.mooncake.pg.v1.ConfirmRequest\x1a\x1f.mooncake.pg.v1.ConfirmResponse\x12J\n" +
 	"\aPropose\x12\x1e.mooncake.pg.v1.ProposeRequest\x1a\x1f.mooncake.pg.v1.ProposeResponse\x12D\n" +
-	"\x05Leave\x12\x1c.mooncake.pg.v1.LeaveRequest\x1a\x1d.mooncake.pg.v1.LeaveResponseB1Z/github.com/mooncake-go/mooncake/backend/coordpbb\x06proto3"
+	"\x05Leave\x12\x1c.mooncake.pg.v1.LeaveRequest\x1a\x1d.mooncake.pg.v1.LeaveResponse\x12G\n" +
+	"\x06Resume\x12\x1d.mooncake.pg.v1.ResumeRequest\x1a\x1e.mooncake.pg.v1.ResumeResponse\x12A\n" +
+	"\x04Ping\x12\x1b.mooncake.pg.v1.PingRequest\x1a\x1c.mooncake.pg.v1.PingResponseB1Z/github.com/mooncake-go/mooncake/backend/coordpbb\x06proto3"
 
 var (
 	file_coordinator_proto_rawDescOnce sync.Once
@@ -1286,7 +1525,7 @@ func file_coordinator_proto_rawDescGZIP() []byte {
 	return file_coordinator_proto_rawDescData
 }
 
-var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_coordinator_proto_goTypes = []any{
 	(*Endpoint)(nil),        // 0: mooncake.pg.v1.Endpoint
 	(*JoinRequest)(nil),     // 1: mooncake.pg.v1.JoinRequest
@@ -1304,6 +1543,10 @@ var file_coordinator_proto_goTypes = []any{
 	(*ReadyResponse)(nil),   // 13: mooncake.pg.v1.ReadyResponse
 	(*LeaveRequest)(nil),    // 14: mooncake.pg.v1.LeaveRequest
 	(*LeaveResponse)(nil),   // 15: mooncake.pg.v1.LeaveResponse
+	(*ResumeRequest)(nil),   // 16: mooncake.pg.v1.ResumeRequest
+	(*ResumeResponse)(nil),  // 17: mooncake.pg.v1.ResumeResponse
+	(*PingRequest)(nil),     // 18: mooncake.pg.v1.PingRequest
+	(*PingResponse)(nil),    // 19: mooncake.pg.v1.PingResponse
 }
 var file_coordinator_proto_depIdxs = []int32{
 	0,  // 0: mooncake.pg.v1.JoinRequest.endpoint:type_name -> mooncake.pg.v1.Endpoint
@@ -1314,25 +1557,31 @@ var file_coordinator_proto_depIdxs = []int32{
 	3,  // 5: mooncake.pg.v1.WatchResponse.view:type_name -> mooncake.pg.v1.View
 	3,  // 6: mooncake.pg.v1.ConfirmResponse.view:type_name -> mooncake.pg.v1.View
 	3,  // 7: mooncake.pg.v1.ProposeResponse.view:type_name -> mooncake.pg.v1.View
-	1,  // 8: mooncake.pg.v1.Coordinator.Join:input_type -> mooncake.pg.v1.JoinRequest
-	12, // 9: mooncake.pg.v1.Coordinator.Ready:input_type -> mooncake.pg.v1.ReadyRequest
-	4,  // 10: mooncake.pg.v1.Coordinator.Sync:input_type -> mooncake.pg.v1.SyncRequest
-	6,  // 11: mooncake.pg.v1.Coordinator.Watch:input_type -> mooncake.pg.v1.WatchRequest
-	8,  // 12: mooncake.pg.v1.Coordinator.Confirm:input_type -> mooncake.pg.v1.ConfirmRequest
-	10, // 13: mooncake.pg.v1.Coordinator.Propose:input_type -> mooncake.pg.v1.ProposeRequest
-	14, // 14: mooncake.pg.v1.Coordinator.Leave:input_type -> mooncake.pg.v1.LeaveRequest
-	2,  // 15: mooncake.pg.v1.Coordinator.Join:output_type -> mooncake.pg.v1.JoinResponse
-	13, // 16: mooncake.pg.v1.Coordinator.Ready:output_type -> mooncake.pg.v1.ReadyResponse
-	5,  // 17: mooncake.pg.v1.Coordinator.Sync:output_type -> mooncake.pg.v1.SyncResponse
-	7,  // 18: mooncake.pg.v1.Coordinator.Watch:output_type -> mooncake.pg.v1.WatchResponse
-	9,  // 19: mooncake.pg.v1.Coordinator.Confirm:output_type -> mooncake.pg.v1.ConfirmResponse
-	11, // 20: mooncake.pg.v1.Coordinator.Propose:output_type -> mooncake.pg.v1.ProposeResponse
-	15, // 21: mooncake.pg.v1.Coordinator.Leave:output_type -> mooncake.pg.v1.LeaveResponse
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 8: mooncake.pg.v1.ResumeRequest.view:type_name -> mooncake.pg.v1.View
+	3,  // 9: mooncake.pg.v1.ResumeResponse.view:type_name -> mooncake.pg.v1.View
+	1,  // 10: mooncake.pg.v1.Coordinator.Join:input_type -> mooncake.pg.v1.JoinRequest
+	12, // 11: mooncake.pg.v1.Coordinator.Ready:input_type -> mooncake.pg.v1.ReadyRequest
+	4,  // 12: mooncake.pg.v1.Coordinator.Sync:input_type -> mooncake.pg.v1.SyncRequest
+	6,  // 13: mooncake.pg.v1.Coordinator.Watch:input_type -> mooncake.pg.v1.WatchRequest
+	8,  // 14: mooncake.pg.v1.Coordinator.Confirm:input_type -> mooncake.pg.v1.ConfirmRequest
+	10, // 15: mooncake.pg.v1.Coordinator.Propose:input_type -> mooncake.pg.v1.ProposeRequest
+	14, // 16: mooncake.pg.v1.Coordinator.Leave:input_type -> mooncake.pg.v1.LeaveRequest
+	16, // 17: mooncake.pg.v1.Coordinator.Resume:input_type -> mooncake.pg.v1.ResumeRequest
+	18, // 18: mooncake.pg.v1.Coordinator.Ping:input_type -> mooncake.pg.v1.PingRequest
+	2,  // 19: mooncake.pg.v1.Coordinator.Join:output_type -> mooncake.pg.v1.JoinResponse
+	13, // 20: mooncake.pg.v1.Coordinator.Ready:output_type -> mooncake.pg.v1.ReadyResponse
+	5,  // 21: mooncake.pg.v1.Coordinator.Sync:output_type -> mooncake.pg.v1.SyncResponse
+	7,  // 22: mooncake.pg.v1.Coordinator.Watch:output_type -> mooncake.pg.v1.WatchResponse
+	9,  // 23: mooncake.pg.v1.Coordinator.Confirm:output_type -> mooncake.pg.v1.ConfirmResponse
+	11, // 24: mooncake.pg.v1.Coordinator.Propose:output_type -> mooncake.pg.v1.ProposeResponse
+	15, // 25: mooncake.pg.v1.Coordinator.Leave:output_type -> mooncake.pg.v1.LeaveResponse
+	17, // 26: mooncake.pg.v1.Coordinator.Resume:output_type -> mooncake.pg.v1.ResumeResponse
+	19, // 27: mooncake.pg.v1.Coordinator.Ping:output_type -> mooncake.pg.v1.PingResponse
+	19, // [19:28] is the sub-list for method output_type
+	10, // [10:19] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_proto_init() }
@@ -1346,7 +1595,7 @@ func file_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_proto_rawDesc), len(file_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,8 @@ const (
 	Coordinator_Confirm_FullMethodName = "/mooncake.pg.v1.Coordinator/Confirm"
 	Coordinator_Propose_FullMethodName = "/mooncake.pg.v1.Coordinator/Propose"
 	Coordinator_Leave_FullMethodName   = "/mooncake.pg.v1.Coordinator/Leave"
+	Coordinator_Resume_FullMethodName  = "/mooncake.pg.v1.Coordinator/Resume"
+	Coordinator_Ping_FullMethodName    = "/mooncake.pg.v1.Coordinator/Ping"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -57,6 +59,10 @@ type CoordinatorClient interface {
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	// Leave marks the rank gone (no view is pushed while others remain).
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
+	// Resume re-attaches a rank's group after a coordinator failover.
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error)
+	// Ping answers at once with the coordinator's term.
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
 type coordinatorClient struct {
@@ -137,6 +143,26 @@ func (c *coordinatorClient) Leave(ctx context.Context, in *LeaveRequest, opts ..
 	return out, nil
 }
 
+func (c *coordinatorClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PingResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -158,6 +184,10 @@ type CoordinatorServer interface {
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	// Leave marks the rank gone (no view is pushed while others remain).
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
+	// Resume re-attaches a rank's group after a coordinator failover.
+	Resume(context.Context, *ResumeRequest) (*ResumeResponse, error)
+	// Ping answers at once with the coordinator's term.
+	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -188,6 +218,12 @@ func (UnimplementedCoordinatorServer) Propose(context.Context, *ProposeRequest) 
 }
 func (UnimplementedCoordinatorServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Leave not implemented")
+}
+func (UnimplementedCoordinatorServer) Resume(context.Context, *ResumeRequest) (*ResumeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedCoordinatorServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Ping not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -336,6 +372,42 @@ func _Coordinator_Leave_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Ping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Ping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -370,6 +442,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leave",
 			Handler:    _Coordinator_Leave_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _Coordinator_Resume_Handler,
+		},
+		{
+			MethodName: "Ping",
+			Handler:    _Coordinator_Ping_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -16,7 +16,10 @@
 // Usage:
 //
 //	mooncake_pg_coordinator [--host 127.0.0.1] [--port 0] [--idle_exit_seconds 0]
-//	                        [--first_client_timeout_seconds 0] [--announce]
+//	                        [--first_client_timeout_seconds 0] [--term 0] [--announce]
+//
+// When the coordinator is lost, a rank starts a new one with the next
+// --term (docs/collectives.md, "Coordinator failover").
 package main
 
 import (
@@ -60,6 +63,7 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 	first := fs.Float64("first_client_timeout_seconds", 0, "exit if no rank connects within this long (0: wait for ever)")
 	var tlsFiles tlsconf.Files
 	tlsFiles.AddFlags(fs)
+	term := fs.Uint64("term", 0, "the coordinator's term: 0 for a job's first, more for one a rank started when the one before was lost")
 	announce := fs.Bool("announce", false, `print "listening on HOST:PORT" as the first line of standard output once serving`)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n"+
@@ -96,10 +100,10 @@ func run(args []string, out, log io.Writer, stop <-chan os.Signal) error {
 	}
 	w := newIdleWatch(seconds(*idle), seconds(*first))
 	secret, _ := envvars.PGCoordinatorSecret.Lookup()
-	c := backend.ServeCoordinator(ln, w, secret, tlsCfg)
+	c := backend.ServeCoordinator(ln, w, secret, *term, tlsCfg)
 	defer c.Stop()
 	logger := slog.New(slog.NewTextHandler(log, nil))
-	logger.Info("mooncake_pg_coordinator serving", "addr", c.Addr(), "pid", os.Getpid(),
+	logger.Info("mooncake_pg_coordinator serving", "addr", c.Addr(), "pid", os.Getpid(), "term", *term,
 		"tls", tlsCfg != nil, "mutual_tls", tlsFiles.CAFile != "")
 	if *announce {
 		if _, err := fmt.Fprintf(out, "listening on %s\n", c.Addr()); err != nil {
