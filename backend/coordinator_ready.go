@@ -16,8 +16,9 @@ import (
 // its outcome with Ready, and the group exists only once every founder
 // reported success: the first failure reported is answered, the same
 // words, to every founder, which all fail their init with it. A founder
-// that never reports (it died between Join and Ready) leaves the others
-// waiting until their init deadline, which they then fail with.
+// that never reports (it died between Join and Ready) is found by the
+// others' probes, which withdraw their success and report it
+// (founding.go).
 
 // readyTable holds, per group, the readiness round of its latest founding.
 // Like joinTable, it is driven by the server under c.mu.
@@ -56,16 +57,25 @@ func (t *readyTable) report(id string, rank int, failure string) (ch <-chan stri
 		c <- fmt.Sprintf("group %q has no founding in progress (rank %d reported after the round ended)", id, rank)
 		return c, nil
 	}
-	if rank < 0 || rank >= rd.size || rd.reported[rank] {
-		c <- fmt.Sprintf("group %q: rank %d reported its set-up twice or is not a founder", id, rank)
+	if rank < 0 || rank >= rd.size {
+		c <- fmt.Sprintf("group %q: rank %d is not a founder", id, rank)
 		return c, nil
 	}
-	rd.reported[rank] = true
-	if rd.failure != "" { // the round already failed: answered at once
+	if rd.failure != "" {
+		// The round already failed: answered at once, to a first report
+		// and to one whose caller gave up on the answer it was sent (a
+		// founder that withdrew its success just as another's failure
+		// ended the round reports again, founding.go).
+		rd.reported[rank] = true
 		c <- rd.failure
 		rd.done(t, id)
 		return c, nil
 	}
+	if rd.reported[rank] {
+		c <- fmt.Sprintf("group %q: rank %d reported its set-up twice", id, rank)
+		return c, nil
+	}
+	rd.reported[rank] = true
 	rd.waiters = append(rd.waiters, c)
 	if failure != "" {
 		rd.failure = fmt.Sprintf("group %q was not created: rank %d failed to set it up: %s", id, rank, failure)

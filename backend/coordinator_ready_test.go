@@ -100,3 +100,29 @@ func mustReport(tab *readyTable, id string, rank int) <-chan string {
 	ch, _ := tab.report(id, rank, "")
 	return ch
 }
+
+// Scenario: two founders find a third gone at once. Founder 1 withdraws
+// its success and reports the failure, which ends the round; founder 0's
+// success was answered with that failure just as it gave up on the answer
+// to withdraw too, so it reports again: it gets the same failure, not a
+// "reported twice" of its own.
+func TestReadyTableReportAfterAnAnswerLostToAWithdrawal(t *testing.T) {
+	var tab readyTable
+	tab.start("g", 3, nil)
+	lost, _ := tab.report("g", 0, "")
+	withdrawn, _ := tab.report("g", 1, "")
+	tab.cancel("g", 1, withdrawn)
+	failure, _ := tab.report("g", 1, "rank 2 does not answer")
+	want, ok := answered(failure)
+	if !ok || !strings.Contains(want, "rank 2 does not answer") {
+		t.Fatalf("the failing report got %q, %v", want, ok)
+	}
+	if s, ok := answered(lost); !ok || s != want {
+		t.Fatalf("founder 0's waiting report got %q, %v; want %q", s, ok, want)
+	}
+	tab.cancel("g", 0, lost) // too late: the answer was already sent
+	again, _ := tab.report("g", 0, "rank 2 does not answer")
+	if s, ok := answered(again); !ok || s != want {
+		t.Fatalf("founder 0's second report got %q, %v; want the round's failure %q", s, ok, want)
+	}
+}
