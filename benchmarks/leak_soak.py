@@ -216,10 +216,17 @@ class Worker:
     """A worker process of this script, driven over its stdin."""
 
     def __init__(self, procs: sb.Procs, role: str, args, extra: list[str], log: Path) -> None:
-        argv = [sys.executable, __file__, f"--role={role}", f"--metadata={args.metadata}",
-                f"--master={args.master}", *extra]
-        self.p = procs.start(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=open(log, "wb"), text=True)
+        argv = [
+            sys.executable,
+            __file__,
+            f"--role={role}",
+            f"--metadata={args.metadata}",
+            f"--master={args.master}",
+            *extra,
+        ]
+        self.p = procs.start(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True
+        )
         self.metrics_url = None
         while True:
             line = self.p.stdout.readline()
@@ -262,41 +269,81 @@ def add_rows(rows: Rows, what: str, before: dict, after: dict) -> None:
 def start_master(procs: sb.Procs, tmp: Path) -> tuple[str, str, str, subprocess.Popen]:
     rpc, meta, admin = sb.free_port(), sb.free_port(), sb.free_port()
     p = procs.start(
-        [sb.master_binary(tmp), "--enable_http_metadata_server=true",
-         f"--rpc_address={sb.LOOPBACK}", f"--rpc_port={rpc}",
-         f"--http_metadata_server_host={sb.LOOPBACK}", f"--http_metadata_server_port={meta}",
-         f"--metrics_host={sb.LOOPBACK}", f"--metrics_port={admin}",
-         "--enable_metric_reporting=false", "--client_ttl=2", "--client_dead_ttl=2"],
-        stdout=open(tmp / "master.log", "wb"), stderr=subprocess.STDOUT)
+        [
+            sb.master_binary(tmp),
+            "--enable_http_metadata_server=true",
+            f"--rpc_address={sb.LOOPBACK}",
+            f"--rpc_port={rpc}",
+            f"--http_metadata_server_host={sb.LOOPBACK}",
+            f"--http_metadata_server_port={meta}",
+            f"--metrics_host={sb.LOOPBACK}",
+            f"--metrics_port={admin}",
+            "--enable_metric_reporting=false",
+            "--client_ttl=2",
+            "--client_dead_ttl=2",
+        ],
+        stdout=open(tmp / "master.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
     sb.wait_until(lambda: sb.port_open(rpc) and sb.port_open(meta), 30, "mooncake_master")
-    return (f"{sb.LOOPBACK}:{rpc}", f"http://{sb.LOOPBACK}:{meta}/metadata",
-            f"http://{sb.LOOPBACK}:{admin}/metrics", p)
+    return (
+        f"{sb.LOOPBACK}:{rpc}",
+        f"http://{sb.LOOPBACK}:{meta}/metadata",
+        f"http://{sb.LOOPBACK}:{admin}/metrics",
+        p,
+    )
 
 
 def start_daemon(procs: sb.Procs, tmp: Path, args, name: str) -> tuple[str, str, subprocess.Popen]:
     port, http_port = sb.free_port(), sb.free_port()
-    env = dict(os.environ, MC_STORE_LOCAL_HOT_CACHE_SIZE=str(64 << 20),
-               MC_STORE_LOCAL_HOT_BLOCK_SIZE=str(64 << 10), MC_STORE_LOCAL_HOT_CACHE_USE_SHM="1")
+    env = dict(
+        os.environ,
+        MC_STORE_LOCAL_HOT_CACHE_SIZE=str(64 << 20),
+        MC_STORE_LOCAL_HOT_BLOCK_SIZE=str(64 << 10),
+        MC_STORE_LOCAL_HOT_CACHE_USE_SHM="1",
+    )
     p = procs.start(
-        [sb.master_binary(tmp, "mooncake_client"), f"--host={sb.LOOPBACK}",
-         f"--metadata_server={args.metadata}", f"--master_server_address={args.master}",
-         f"--port={port}", "--global_segment_size=256MB", "--enable_http_server=true",
-         f"--http_port={http_port}"],
-        stdout=open(tmp / f"{name}.log", "wb"), stderr=subprocess.STDOUT, env=env)
+        [
+            sb.master_binary(tmp, "mooncake_client"),
+            f"--host={sb.LOOPBACK}",
+            f"--metadata_server={args.metadata}",
+            f"--master_server_address={args.master}",
+            f"--port={port}",
+            "--global_segment_size=256MB",
+            "--enable_http_server=true",
+            f"--http_port={http_port}",
+        ],
+        stdout=open(tmp / f"{name}.log", "wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     base = f"http://{sb.LOOPBACK}:{http_port}"
-    sb.wait_until(lambda: urllib.request.urlopen(base + "/health", timeout=1).status == 200,
-                  30, "mooncake_client")
+    sb.wait_until(
+        lambda: urllib.request.urlopen(base + "/health", timeout=1).status == 200,
+        30,
+        "mooncake_client",
+    )
     return f"{sb.LOOPBACK}:{port}", base + "/metrics", p
 
 
 def soak_rest(procs: sb.Procs, tmp: Path, args, rows: Rows) -> int:
     port = sb.free_port()
-    env = dict(os.environ, MOONCAKE_MASTER=args.master, MOONCAKE_TE_META_DATA_SERVER=args.metadata,
-               MOONCAKE_LOCAL_HOSTNAME=sb.LOOPBACK, MOONCAKE_PROTOCOL="tcp",
-               MOONCAKE_GLOBAL_SEGMENT_SIZE=str(64 << 20), MOONCAKE_LOCAL_BUFFER_SIZE=str(16 << 20))
+    env = dict(
+        os.environ,
+        MOONCAKE_MASTER=args.master,
+        MOONCAKE_TE_META_DATA_SERVER=args.metadata,
+        MOONCAKE_LOCAL_HOSTNAME=sb.LOOPBACK,
+        MOONCAKE_PROTOCOL="tcp",
+        MOONCAKE_GLOBAL_SEGMENT_SIZE=str(64 << 20),
+        MOONCAKE_LOCAL_BUFFER_SIZE=str(16 << 20),
+    )
     exe = Path(sys.executable).parent / "mc_store_rest_server"
-    p = procs.start([str(exe), f"--port={port}", "--host=127.0.0.1"],
-                    stdout=open(tmp / "rest.log", "wb"), stderr=subprocess.STDOUT, env=env)
+    p = procs.start(
+        [str(exe), f"--port={port}", "--host=127.0.0.1"],
+        stdout=open(tmp / "rest.log", "wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     sb.wait_until(lambda: sb.port_open(port), 60, "mc_store_rest_server")
     conn = http.client.HTTPConnection(sb.LOOPBACK, port, timeout=30)
     rng = random.Random(3)
@@ -308,8 +355,12 @@ def soak_rest(procs: sb.Procs, tmp: Path, args, rows: Rows) -> int:
         key = f"rest-{rng.randrange(KEYS)}"
         op = i % 4
         if op == 0:
-            conn.request("PUT", "/api/put", body=json.dumps({"key": key, "value": value}),
-                         headers={"Content-Type": "application/json"})
+            conn.request(
+                "PUT",
+                "/api/put",
+                body=json.dumps({"key": key, "value": value}),
+                headers={"Content-Type": "application/json"},
+            )
         elif op == 1:
             conn.request("GET", f"/api/get/{key}")
         elif op == 2:
@@ -383,21 +434,38 @@ def main() -> None:
         print(f"rest: {args.calls} calls ...", flush=True)
         failures["rest"] = soak_rest(procs, tmp, args, rows)
 
-        print(f"cycles: {args.cycles} embedded and {args.cycles} dummy setup/close ...",
-              flush=True)
+        print(f"cycles: {args.cycles} embedded and {args.cycles} dummy setup/close ...", flush=True)
         dbefore = reading(daemon.pid, daemon_metrics)
-        p = procs.start([sys.executable, __file__, "--role=cycles", f"--metadata={args.metadata}",
-                         f"--master={args.master}", f"--daemon={args.daemon}",
-                         f"--cycles={args.cycles}"],
-                        stdout=subprocess.PIPE, stderr=open(tmp / "cycles.log", "wb"), text=True)
+        p = procs.start(
+            [
+                sys.executable,
+                __file__,
+                "--role=cycles",
+                f"--metadata={args.metadata}",
+                f"--master={args.master}",
+                f"--daemon={args.daemon}",
+                f"--cycles={args.cycles}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=open(tmp / "cycles.log", "wb"),
+            text=True,
+        )
         out = json.loads(p.stdout.read())
         p.wait(timeout=60)
         r = out["readings"]
         failures["cycles"] = out["failures"]
-        add_rows(rows, f"setup/close, embedded (cycle 10 -> {args.cycles})",
-                 r["embedded-10"], r[f"embedded-{args.cycles}"])
-        add_rows(rows, f"setup/close, dummy (cycle 10 -> {args.cycles})",
-                 r["dummy-10"], r[f"dummy-{args.cycles}"])
+        add_rows(
+            rows,
+            f"setup/close, embedded (cycle 10 -> {args.cycles})",
+            r["embedded-10"],
+            r[f"embedded-{args.cycles}"],
+        )
+        add_rows(
+            rows,
+            f"setup/close, dummy (cycle 10 -> {args.cycles})",
+            r["dummy-10"],
+            r[f"dummy-{args.cycles}"],
+        )
         add_rows(rows, "daemon (setup/close cycles)", dbefore, reading(daemon.pid, daemon_metrics))
 
         print("kill -9: a client, a dummy, the daemon, each mid-call ...", flush=True)
@@ -414,8 +482,12 @@ def main() -> None:
         # The daemon notices the dummy's socket closing at once: give it a
         # moment to drop the session, then compare with the idle daemon.
         time.sleep(1.0)
-        add_rows(rows, "daemon, idle -> after its dummies (one killed)", daemon_idle,
-                 reading(daemon.pid, daemon_metrics))
+        add_rows(
+            rows,
+            "daemon, idle -> after its dummies (one killed)",
+            daemon_idle,
+            reading(daemon.pid, daemon_metrics),
+        )
         w = Worker(procs, "dummy", args, [f"--daemon={args.daemon}"], tmp / "orphan-dummy.log")
         w.start_run(args.calls)
         time.sleep(1.0)
@@ -438,8 +510,9 @@ def main() -> None:
         procs.stop_all()
     time.sleep(0.5)
     left = sorted(shm_entries() - shm_before)
-    rows.append(["host", "/dev/shm entries left", len(shm_before), len(shm_before) + len(left),
-                 len(left)])
+    rows.append(
+        ["host", "/dev/shm entries left", len(shm_before), len(shm_before) + len(left), len(left)]
+    )
     alive = [p.pid for p in procs.procs if p.poll() is None]
     rows.append(["host", "processes left", 0, len(alive), len(alive)])
 
