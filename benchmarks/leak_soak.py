@@ -942,12 +942,12 @@ def main() -> None:
     rows: Rows = []
     failures: dict[str, int] = {}
     shm_before = shm_entries()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
     if args.hostile_only:
         try:
             args.master, args.metadata, _, _ = start_master(procs, tmp)
-            report_hostile(*soak_hostile(procs, tmp, args), out)
+            report_hostile(*soak_hostile(procs, tmp, args), out_dir)
         finally:
             procs.stop_all()
         return
@@ -1069,10 +1069,10 @@ def main() -> None:
     print("failed calls:", ", ".join(f"{k} {v}" for k, v in failures.items()))
     if left:
         print("left in /dev/shm:", " ".join(left))
-    with open(out / "leak_soak.csv", "w", newline="") as f:
+    with open(out_dir / "leak_soak.csv", "w", newline="") as f:
         csv.writer(f).writerows([["process", "measure", "before", "after", "growth"], *rows])
-    print(f"csv: {out / 'leak_soak.csv'}")
-    report_hostile(*hostile, out)
+    print(f"csv: {out_dir / 'leak_soak.csv'}")
+    report_hostile(*hostile, out_dir)
 
 
 if __name__ == "__main__":
