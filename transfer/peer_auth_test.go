@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +60,9 @@ func TestTCPPeersNeedTheClusterSecret(t *testing.T) {
 		}
 	}
 	want := bytes.Clone(remote)
+	if !strings.Contains(target.MetricsText(), "\nmooncake_te_tcp_refused_peers_total 0\n") {
+		t.Fatalf("refusals counted before any peer lacked the secret:\n%s", target.MetricsText())
+	}
 
 	for name, s := range map[string][]byte{"no secret": nil, "another secret": []byte("another-secret-0123456789abcdef")} {
 		before := target.tcpSrv.Refused()
@@ -81,6 +86,9 @@ func TestTCPPeersNeedTheClusterSecret(t *testing.T) {
 		}
 		if target.tcpSrv.Refused() <= before {
 			t.Errorf("%s: no refusal counted", name)
+		}
+		if want := fmt.Sprintf("\nmooncake_te_tcp_refused_peers_total %d\n", target.tcpSrv.Refused()); !strings.Contains(target.MetricsText(), want) {
+			t.Errorf("%s: the metrics text lacks %q:\n%s", name, want, target.MetricsText())
 		}
 	}
 

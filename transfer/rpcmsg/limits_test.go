@@ -2,10 +2,13 @@ package rpcmsg
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,6 +79,7 @@ func TestIdlePeersAreCappedAndClosedWhileOthersAreServed(t *testing.T) {
 	}
 	defer s.Close()
 	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
+	wantMetrics(t, s, "mooncake_te_rpc_refused_connections_total 0", "mooncake_te_rpc_idle_closed_total 0")
 
 	// One host opens more connections than it may hold; half send half a
 	// header and then nothing, the others nothing at all.
@@ -114,6 +118,8 @@ func TestIdlePeersAreCappedAndClosedWhileOthersAreServed(t *testing.T) {
 	if st := s.Stats(); st.IdleClosed != perHost {
 		t.Fatalf("%+v: want %d closed idle", st, perHost)
 	}
+	wantMetrics(t, s, fmt.Sprintf("mooncake_te_rpc_refused_connections_total %d", hostile-perHost),
+		fmt.Sprintf("mooncake_te_rpc_idle_closed_total %d", perHost), "mooncake_te_rpc_connections 0")
 	if st := sendFrom(t, "127.0.0.1", s.Addr(), []byte("again")); st != 0 {
 		t.Fatalf("status %d after the idle peers went", st)
 	}
@@ -153,5 +159,16 @@ func TestAPooledConnectionTheServerClosedIsNotUsed(t *testing.T) {
 		// The pooled connection goes idle and the server closes it.
 		want := uint64(i + 1)
 		waitFor(t, func() bool { return s.Stats().IdleClosed == want }, "the pooled connection closed as idle")
+	}
+}
+
+// wantMetrics fails unless the server's metrics text has each line.
+func wantMetrics(t *testing.T, s *Server, lines ...string) {
+	t.Helper()
+	text := s.MetricsText()
+	for _, l := range lines {
+		if !slices.Contains(strings.Split(text, "\n"), l) {
+			t.Fatalf("metrics lack %q:\n%s", l, text)
+		}
 	}
 }
