@@ -147,6 +147,15 @@ func mc_engine_segment_name(h C.uint64_t) (ret *C.char) {
 	return failed[*C.char](nil, errNoEngine)
 }
 
+//export mc_engine_metrics_text
+func mc_engine_metrics_text(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	if e := liveEngine(h); e != nil {
+		return C.CString(e.MetricsText())
+	}
+	return failed[*C.char](nil, errNoEngine)
+}
+
 //export mc_engine_allocate_managed_buffer
 func mc_engine_allocate_managed_buffer(h C.uint64_t, length C.uint64_t) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)

@@ -141,6 +141,12 @@ int mc_engine_get_rpc_port(uint64_t engine);
 /* Name peers open this engine's segment by. Free with mc_free. */
 char *mc_engine_segment_name(uint64_t engine);
 
+/* The engine's counters in the Prometheus text format
+ * (mooncake_te_tcp_refused_peers_total: data connections refused because
+ * the peer did not prove it holds the cluster secret). Not upstream's.
+ * Free with mc_free; NULL with mc_last_error set for a bad handle. */
+char *mc_engine_metrics_text(uint64_t engine);
+
 /* Allocate and register length bytes of memfd-backed memory that same-host
  * peers map directly (transfers into it are memcpy). Returns the address,
  * or 0 on failure. */
@@ -252,6 +258,12 @@ int mc_rpc_server_next(uint64_t server, int timeout_ms, int *kind,
 /* Stop the server: it refuses new messages, drops queued ones and wakes
  * waiting mc_rpc_server_next calls. Always 0. */
 int mc_rpc_server_stop(uint64_t server);
+
+/* The server's connection counts in the Prometheus text format
+ * (mooncake_te_rpc_connections, mooncake_te_rpc_refused_connections_total,
+ * mooncake_te_rpc_idle_closed_total). Not upstream's. Free with mc_free;
+ * NULL with mc_last_error set for a bad (or stopped) handle. */
+char *mc_rpc_server_metrics_text(uint64_t server);
 
 /* A client keeping up to pool_size idle connections per target; every send
  * is bounded by timeout_ms. */

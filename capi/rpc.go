@@ -70,6 +70,16 @@ func mc_rpc_server_stop(h C.uint64_t) (ret C.int) {
 	return 0
 }
 
+//export mc_rpc_server_metrics_text
+func mc_rpc_server_metrics_text(h C.uint64_t) (ret *C.char) {
+	defer recoverTo(&ret, nil)
+	s, ok := rpcServers.get(uint64(h))
+	if !ok {
+		return failed[*C.char](nil, errors.New("rpc server: unknown handle"))
+	}
+	return C.CString(s.MetricsText())
+}
+
 //export mc_rpc_client_create
 func mc_rpc_client_create(poolSize, timeoutMs C.int) (ret C.uint64_t) {
 	defer recoverTo(&ret, 0)

@@ -3,7 +3,8 @@
 Real processes: a target te_peer.py started with a cluster secret
 (MC_TE_SECRET_FILE) serves an initiator that holds the same secret, and
 refuses one without a secret and one with another: their WRITEs leave its
-memory as it was and their READs bring nothing back. An initiator with the
+memory as it was and their READs bring nothing back, and the target's
+``metrics_text()`` counts each refusal. An initiator with the
 secret does not send its bytes to a target without it.
 """
 
@@ -47,6 +48,14 @@ def transfers(init: Peer, tgt: Peer, seed: int) -> list[int]:
     return out
 
 
+def refused(p: Peer) -> int:
+    """The peer's mooncake_te_tcp_refused_peers_total, from metrics_text()."""
+    for line in str(p.call("metrics_text")).splitlines():
+        if line.startswith("mooncake_te_tcp_refused_peers_total "):
+            return int(line.split()[1])
+    raise AssertionError("no mooncake_te_tcp_refused_peers_total in metrics_text()")
+
+
 def test_target_with_a_secret_serves_only_peers_holding_it(process_reaper, secret_file) -> None:
     target = peer(process_reaper, {"MC_TE_SECRET_FILE": secret_file})
     good = peer(process_reaper, {"MC_TE_SECRET": SECRET})
@@ -57,10 +66,13 @@ def test_target_with_a_secret_serves_only_peers_holding_it(process_reaper, secre
     assert good.call("transfer_sync_read", target.segment, good.addr, target.addr, SIZE) == 0
     assert good.sha256(good.reg_off(), SIZE) == sha(pattern(8, SIZE))
 
+    assert refused(target) == 0
     for name, env in [("no secret", {}), ("another secret", {"MC_TE_SECRET": "x" * 40})]:
+        before = refused(target)
         bad = peer(process_reaper, env)
         bad.fill(9, bad.reg_off(), SIZE)
         assert transfers(bad, target, 9) == [-1, -1, -1, -1], name
+        assert refused(target) > before, name
         # The target's memory is as the good peer left it, and no READ
         # brought the target's bytes into the peer.
         assert target.sha256(target.reg_off(), SIZE) == sha(pattern(8, SIZE)), name

@@ -184,3 +184,24 @@ def test_start_server_blocks_until_stopped():
     t.join(timeout=20)
     assert not t.is_alive() and result == [True]
     assert done.get(timeout=1) == b"stop"
+
+
+def metric(srv: RpcInterface, name: str) -> int:
+    """One value of the server's metrics_text()."""
+    for line in srv.metrics_text().splitlines():
+        if line.startswith(name + " "):
+            return int(line.split()[1])
+    raise AssertionError(f"no {name} in metrics_text()")
+
+
+def test_metrics_text_counts_the_servers_connections(server):
+    names = ("mooncake_te_rpc_refused_connections_total", "mooncake_te_rpc_idle_closed_total")
+    assert [metric(server, n) for n in names] == [0, 0]
+    assert metric(server, "mooncake_te_rpc_connections") == 0
+    client = create_rpc_client(pool_size=1, timeout_seconds=5)
+    assert client.send_data(server.get_server_address(), b"z") == 0
+    assert server.received.get(timeout=10).get_bytes() == b"z"
+    # the client keeps its connection pooled: the server holds it
+    assert metric(server, "mooncake_te_rpc_connections") == 1
+    server.stop_server()
+    assert server.metrics_text() == ""

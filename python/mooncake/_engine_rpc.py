@@ -36,6 +36,7 @@ _SIGNATURES = {
     "mc_rpc_server_start": ([STR, INT, U64, P(PTR), P(PTR)], U64),
     "mc_rpc_server_next": ([U64, INT, P(INT), P(PTR), P(PTR), P(U64)], INT),
     "mc_rpc_server_stop": ([U64], INT),
+    "mc_rpc_server_metrics_text": ([U64], PTR),
     "mc_rpc_client_create": ([INT, INT], U64),
     "mc_rpc_client_send": ([U64, STR, INT, PTR, U64, P(PTR)], INT),
     "mc_rpc_client_close": ([U64], INT),
@@ -244,6 +245,16 @@ class RpcInterface:
     def get_server_address(self) -> str:
         """The address the server listens on ("host:port"); "" when not serving."""
         return self._address if self._server else ""
+
+    def metrics_text(self) -> str:
+        """The server's connection counts in the Prometheus text format
+        (``mooncake_te_rpc_refused_connections_total``,
+        ``mooncake_te_rpc_idle_closed_total``, ...). Ours, not upstream's;
+        "" when not serving."""
+        handle = self._server
+        if not handle:
+            return ""
+        return _lib.take_string(self._lib.mc_rpc_server_metrics_text(handle)) or ""
 
     def set_data_receive_callback(self, callback: Callable[[ReceivedData], Any]) -> None:
         self._on_data = callback

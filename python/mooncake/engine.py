@@ -51,6 +51,7 @@ _SIGNATURES = {
     "mc_engine_destroy": ([_u64], None),
     "mc_engine_get_rpc_port": ([_u64], _int),
     "mc_engine_segment_name": ([_u64], _ptr),
+    "mc_engine_metrics_text": ([_u64], _ptr),
     "mc_engine_allocate_managed_buffer": ([_u64, _u64], _u64),
     "mc_engine_free_managed_buffer": ([_u64, _u64], _int),
     "mc_engine_register_memory": ([_u64, _u64p, _u64p, _int, _str], _int),
@@ -182,6 +183,13 @@ class TransferEngine:
     def get_local_segment_name(self) -> str:
         """Name peers open this engine by ("host:rpc_port" in P2P mode)."""
         return _lib.take_string(self._lib.mc_engine_segment_name(self._handle)) or ""
+
+    def metrics_text(self) -> str:
+        """The engine's counters in the Prometheus text format, e.g.
+        ``mooncake_te_tcp_refused_peers_total`` (data connections refused
+        because the peer lacked the cluster secret). Ours, not upstream's;
+        "" before `initialize`."""
+        return _lib.take_string(self._lib.mc_engine_metrics_text(self._handle)) or ""
 
     def get_engine_ptr(self) -> int:
         """Opaque handle of the native engine (shareable within this process)."""
