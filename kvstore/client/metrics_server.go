@@ -26,7 +26,9 @@ type metricsServer struct {
 }
 
 // MetricsText is the breakdown in the Prometheus text format: per API
-// call and per phase, the spans, the failed ones, their time and bytes.
+// call and per phase, the spans, the failed ones, their time and bytes;
+// then the counters of the client's Transfer Engine
+// (transfer.Engine.MetricsText).
 func (c *Client) MetricsText() string {
 	b := c.Breakdown()
 	var sb strings.Builder
@@ -54,6 +56,7 @@ func (c *Client) MetricsText() string {
 	}
 	write("api", b.APIs)
 	write("phase", b.Phases)
+	sb.WriteString(c.engine.MetricsText())
 	return sb.String()
 }
 

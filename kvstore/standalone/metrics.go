@@ -45,7 +45,8 @@ func writeScopeMetrics(w io.Writer, scopes []labelled) {
 }
 
 // MetricsText is the daemon's metrics in Prometheus' text format: dummy
-// sessions, calls, and every scope's hot cache counters.
+// sessions, calls, every scope's hot cache counters, and its real
+// client's Transfer Engine counters.
 func (s *Server) MetricsText() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# HELP mooncake_client_dummy_sessions dummy clients connected\n# TYPE mooncake_client_dummy_sessions gauge\nmooncake_client_dummy_sessions %d\n", s.Sessions())
@@ -66,6 +67,7 @@ func (s *Server) MetricsText() string {
 	if len(rows) > 0 {
 		writeScopeMetrics(&b, rows)
 	}
+	b.WriteString(s.cfg.Client.Engine().MetricsText())
 	procmetrics.Read().Write(&b)
 	return b.String()
 }

@@ -137,6 +137,9 @@ func TestAnotherUserIsRefusedAtAccept(t *testing.T) {
 	if m := srv.MetricsText(); !strings.Contains(m, fmt.Sprintf("\nmooncake_client_refused_connections_total %d\n", srv.Refused())) {
 		t.Fatalf("/metrics does not count the refused connection:\n%s", m)
 	}
+	if m := srv.MetricsText(); !strings.Contains(m, "\nmooncake_te_tcp_refused_peers_total 0\n") {
+		t.Fatalf("/metrics lacks the real client's Transfer Engine counters:\n%s", m)
+	}
 	if ex := owner.BatchExist([]string{key}); ex[0] != 1 {
 		t.Fatalf("the owner's object is gone after the other user's attempt (exist %d)", ex[0])
 	}
