@@ -257,17 +257,20 @@ func (l *coordLink) answers(c coordpb.CoordinatorClient, term uint64) bool {
 	return err == nil && resp.GetTerm() == term
 }
 
-// probe pings the coordinator while the runtime has groups, and fails
-// over when it does not answer; every supersededEvery probes it also
+// probe pings the coordinator every rt.coordProbe while the runtime has
+// groups (never when that is 0), and fails over when it does not answer; every supersededEvery probes it also
 // looks for a later term (another rank failed over while this one's
 // coordinator still answers it: a partition, or a probe that timed out
 // on a starved host).
 func (l *coordLink) probe() {
+	if l.rt.coordProbe == 0 {
+		return
+	}
 	for n := 1; ; n++ {
 		select {
 		case <-l.stop:
 			return
-		case <-time.After(probeEvery):
+		case <-time.After(l.rt.coordProbe):
 		}
 		if l.rt.groupCount() == 0 {
 			continue

@@ -47,6 +47,10 @@ type Runtime struct {
 	coord     *coordinatorServer
 	coordBin  string // the coordinator command, "" if none (SetCoordinatorBinary)
 	link      *coordLink
+	// coordProbe is how often the rank pings its coordinator
+	// (probeEvery; failover.go); 0 turns the probe off (tests that count
+	// the allocations of an op).
+	coordProbe time.Duration
 
 	groupsMu sync.Mutex
 	groups   map[*Group]struct{} // made by NewGroup and not closed (a failover resumes them)
@@ -61,7 +65,7 @@ type Runtime struct {
 // NewRuntime returns a Runtime with upstream's defaults; its host address
 // is chosen when the engine starts (publishedHost) unless SetHostIP sets it.
 func NewRuntime() *Runtime {
-	rt := &Runtime{}
+	rt := &Runtime{coordProbe: probeEvery}
 	rt.collTimeout.Store(int64(DefaultCollectiveTimeout))
 	rt.hangTimeout.Store(int64(time.Duration(envvars.PGHangTimeoutMs.Int(0)) * time.Millisecond))
 	rt.p2pTimeout.Store(int64(DefaultP2PTimeout))
