@@ -5,6 +5,8 @@
 #                (network namespaces; needs root): demo/demo_cluster.py
 #   make test    set up, then go vet, go test -race, the fuzzers briefly, pytest
 #   make faults  the fault tests repeated under load (scripts/faults.sh)
+#   make test-torch-next  the plugin built against the newest torch, and the
+#                collectives and EP tests run against it (scripts/torch_next.sh)
 #   make fuzz    every Go fuzz target for longer (FUZZTIME, default 60s)
 #   make setup   scripts/setup.sh: etcd/redis, .venv, build + install the package
 #   make build   go build ./... and (re)install the Python package
@@ -23,7 +25,7 @@ GO ?= go
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all setup build lint test faults fuzz demo demo-cluster bench proto clean
+.PHONY: all setup build lint test test-torch-next faults fuzz demo demo-cluster bench proto clean
 
 all: build
 
@@ -52,6 +54,9 @@ test: setup
 
 faults: setup
 	scripts/faults.sh
+
+test-torch-next:
+	scripts/torch_next.sh
 
 fuzz:
 	FUZZTIME=$${FUZZTIME:-60s} scripts/fuzz.sh
@@ -86,4 +91,4 @@ proto:
 
 clean:
 	rm -rf build dist python/mooncake/lib python/mooncake/bin .pytest_cache .ruff_cache
-	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(VENV)-torch-next \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -51,6 +51,7 @@ def main() -> int:
                 "mooncake_backend.cpp",
                 "mooncake_process_group.cpp",
                 "membership.cpp",
+                "reconfigure.cpp",
                 "pg_module.cpp",
             )
         ],

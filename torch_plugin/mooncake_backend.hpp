@@ -17,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace mooncake_pg {
@@ -173,6 +174,17 @@ class MooncakeBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
                                       int srcRank, int tag) override;
 
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // c10d's fault-tolerance reconfigure API (torch >= 2.15) on top of the
+  // group's membership (reconfigure.cpp): a handle names this rank's slot,
+  // reconfigure(handles) makes the active slots exactly the handles' ones
+  // through join_group / activate_ranks / deactivate_ranks.
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(
+      const c10d::ReconfigureOptions& opts) override;
+#endif
+
  private:
   struct Op;
   // Destroys the group (idempotent), releasing the GIL while it waits.
@@ -189,6 +201,8 @@ class MooncakeBackend : public c10d::Backend {
   c10::intrusive_ptr<MooncakeBackendOptions> options_;
   std::mutex mirrorMu_;  // serialises the mirror's writers
   std::atomic<uint64_t> mirrorEpoch_{~0ull};  // none written yet
+  std::mutex reconfigureMu_;  // one reconfigure at a time; guards usedUuids_
+  std::unordered_set<int64_t> usedUuids_;  // reconfigure's uuids so far
 };
 
 }  // namespace mooncake_pg
