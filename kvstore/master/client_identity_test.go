@@ -9,8 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
@@ -205,20 +203,12 @@ func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 		t.Cleanup(svc.Close)
 		return svc
 	}
-	dial := func(svc *Service) masterpb.MasterClient {
-		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return masterpb.NewMasterClient(conn)
-	}
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
 	b := start()
 	bg := ctx(t)
 	asA := withSecret(bg, secretA)
-	ca := dial(a)
+	ca := dialMaster(t, a)
 	if r, err := ca.ReMountSegment(asA, &masterpb.ReMountSegmentRequest{ClientId: "a", Segments: []*masterpb.Segment{seg("a1", 1<<20)}}); err != nil || r.ErrorCode != 0 {
 		t.Fatalf("remount: %v %v", r, err)
 	}
@@ -244,7 +234,7 @@ func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 	})
 	a.Close()
 	testutil.WaitUntil(t, 20*time.Second, "b to lead", b.Server.IsLeader)
-	cb := dial(b)
+	cb := dialMaster(t, b)
 	if r, err := cb.UnmountSegment(withSecret(bg, secretB), &masterpb.UnmountSegmentRequest{ClientId: "a", SegmentId: "a1"}); err != nil || kvstore.ErrorCode(r.ErrorCode) != kvstore.IllegalClient {
 		t.Fatalf("impostor's unmount on the new leader: %v %v, want ILLEGAL_CLIENT", r, err)
 	}

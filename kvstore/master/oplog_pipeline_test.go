@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
@@ -43,19 +40,11 @@ func TestOplogStandbyRestoredWhileTheLeaderWrites(t *testing.T) {
 		t.Cleanup(svc.Close)
 		return svc
 	}
-	dial := func(svc *Service) masterpb.MasterClient {
-		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return masterpb.NewMasterClient(conn)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
-	ca := dial(a)
+	ca := dialMaster(t, a)
 	seg := &masterpb.Segment{Id: "id0", Name: "seg0", Base: 1 << 30, Size: 64 << 20, TeEndpoint: "seg0"}
 	if r, err := ca.ReMountSegment(ctx, &masterpb.ReMountSegmentRequest{ClientId: "storage", Segments: []*masterpb.Segment{seg}}); err != nil || r.ErrorCode != 0 {
 		t.Fatalf("remount: %v %v", r, err)
@@ -131,7 +120,7 @@ func TestOplogStandbyRestoredWhileTheLeaderWrites(t *testing.T) {
 	}
 	a.Close()
 	testutil.WaitUntil(t, 20*time.Second, "b to lead", b.Server.IsLeader)
-	cb := dial(b)
+	cb := dialMaster(t, b)
 	for _, k := range acked {
 		r, err := cb.ExistKey(ctx, &masterpb.KeyRequest{Key: k})
 		if err != nil || !r.GetExists() {

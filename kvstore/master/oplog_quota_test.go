@@ -13,9 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
@@ -48,20 +46,12 @@ func TestOplogEtcdFull(t *testing.T) {
 		t.Cleanup(svc.Close)
 		return svc
 	}
-	dial := func(svc *Service) masterpb.MasterClient {
-		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return masterpb.NewMasterClient(conn)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
 	b := start()
-	ca := dial(a)
+	ca := dialMaster(t, a)
 	seg := &masterpb.Segment{Id: "id0", Name: "seg0", Base: 1 << 30, Size: 64 << 20, TeEndpoint: "seg0"}
 	if r, err := ca.ReMountSegment(ctx, &masterpb.ReMountSegmentRequest{ClientId: "storage", Segments: []*masterpb.Segment{seg}}); err != nil || r.ErrorCode != 0 {
 		t.Fatalf("remount: %v %v", r, err)
@@ -152,7 +142,7 @@ func TestOplogEtcdFull(t *testing.T) {
 		}
 		return false
 	})
-	cl := dial(leader)
+	cl := dialMaster(t, leader)
 	for _, k := range acked {
 		r, err := cl.ExistKey(ctx, &masterpb.KeyRequest{Key: k})
 		if err != nil || !r.GetExists() {

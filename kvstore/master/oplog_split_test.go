@@ -100,18 +100,10 @@ func TestOplogLargeBatchCalls(t *testing.T) {
 		t.Cleanup(svc.Close)
 		return svc
 	}
-	dial := func(svc *Service) masterpb.MasterClient {
-		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return masterpb.NewMasterClient(conn)
-	}
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
 	b := start()
-	ca := dial(a)
+	ca := dialMaster(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	seg := &masterpb.Segment{Id: "id0", Name: "seg0", Base: 1 << 30, Size: 1 << 26, TeEndpoint: "seg0"}
@@ -209,7 +201,7 @@ func TestOplogLargeBatchCalls(t *testing.T) {
 
 	a.Close() // the standby takes over with what it replayed
 	testutil.WaitUntil(t, 20*time.Second, "b to lead", b.Server.IsLeader)
-	codes, err := dial(b).BatchExistCodes(ctx, &masterpb.BatchKeyRequest{Keys: keys})
+	codes, err := dialMaster(t, b).BatchExistCodes(ctx, &masterpb.BatchKeyRequest{Keys: keys})
 	if err != nil || len(codes.Codes) != n {
 		t.Fatalf("batch exist on the new leader: %d codes, %v", len(codes.GetCodes()), err)
 	}

@@ -70,20 +70,12 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 		t.Helper()
 		testutil.WaitUntil(t, 20*time.Second, what, cond)
 	}
-	dial := func(svc *Service) masterpb.MasterClient {
-		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return masterpb.NewMasterClient(conn)
-	}
 	a := start()
 	waitFor("a to lead", a.Server.IsLeader)
 	b := start()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ca := dial(a)
+	ca := dialMaster(t, a)
 	ok := func(code int32, err error, what string) {
 		t.Helper()
 		if err != nil || code != 0 {
@@ -137,7 +129,7 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	ok(ct.GetErrorCode(), err, "copy task")
 	g, err := ca.GetReplicaList(ctx, &masterpb.KeyRequest{Key: "k01"})
 	ok(g.GetErrorCode(), err, "get on the leader")
-	if _, err := dial(b).Ping(ctx, &masterpb.PingRequest{ClientId: "storage"}); status.Code(err) != codes.Unavailable {
+	if _, err := dialMaster(t, b).Ping(ctx, &masterpb.PingRequest{ClientId: "storage"}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("standby answered a Ping: %v", err)
 	}
 	waitFor("the standby to apply the log", func() bool { return b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq() })
@@ -148,7 +140,7 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 
 	a.Close() // revokes the lease: b takes over at once
 	waitFor("b to lead", b.Server.IsLeader)
-	cb := dial(b)
+	cb := dialMaster(t, b)
 	p, err := cb.Ping(ctx, &masterpb.PingRequest{ClientId: "storage"})
 	if err != nil || p.ClientStatus != masterpb.ClientStatus_CLIENT_OK {
 		t.Fatalf("storage client on the new leader: %v %v (want OK: its segments are known)", p, err)

@@ -17,8 +17,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -182,14 +180,6 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dial := func(svc *Service) masterpb.MasterClient {
-		conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return masterpb.NewMasterClient(conn)
-	}
 	ok := func(code int32, err error, what string) {
 		t.Helper()
 		if err != nil || code != 0 {
@@ -199,7 +189,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	snapCfg := &replication.SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 2, Restore: true, Dir: dir}
 	a := mustStart(snapCfg)
 	waitFor("a to lead", a.Server.IsLeader)
-	ca := dial(a)
+	ca := dialMaster(t, a)
 	seg := &masterpb.Segment{Id: "id0", Name: "seg0", Base: 1 << 30, Size: 1 << 20, TeEndpoint: "seg0"}
 	r, err := ca.ReMountSegment(ctx, &masterpb.ReMountSegmentRequest{ClientId: "storage", Segments: []*masterpb.Segment{seg}})
 	ok(r.GetErrorCode(), err, "remount")
@@ -322,7 +312,7 @@ func TestSnapshotRestoreAndCompaction(t *testing.T) {
 	c.Close()
 	d := mustStart(snapCfg)
 	waitFor("d to lead", d.Server.IsLeader)
-	cd := dial(d)
+	cd := dialMaster(t, d)
 	for i := 0; i < 35; i++ {
 		r, err := cd.ExistKey(ctx, &masterpb.KeyRequest{Key: fmt.Sprintf("k%02d", i)})
 		if err != nil {
