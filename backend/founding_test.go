@@ -31,17 +31,7 @@ func TestAFounderThatCannotStartFailsEveryFounder(t *testing.T) {
 			if err := rts[bad].SetHostIP("192.0.2.1"); err != nil {
 				t.Fatal(err)
 			}
-			gs := make([]*Group, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					gs[r], errs[r] = rts[r].NewGroup(GroupConfig{Rank: r, Size: n, GroupID: "g", Store: store})
-				}()
-			}
-			wg.Wait()
+			gs, errs := createGroups(rts[:n], n, GroupConfig{GroupID: "g", Store: store})
 			want := `group "g" was not created: rank ` + map[int]string{0: "0", 2: "2"}[bad] + " failed to set it up: start transfer engine"
 			for r := range n {
 				if gs[r] != nil {

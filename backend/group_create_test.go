@@ -3,7 +3,6 @@ package backend
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mooncake-go/mooncake/transfer"
@@ -31,17 +30,7 @@ func TestGroupCreationIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rts[1].SetEngine(nil)
-	gs := make([]*Group, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			gs[r], errs[r] = rts[r].NewGroup(GroupConfig{Rank: r, Size: n, GroupID: "never", Store: store})
-		}()
-	}
-	wg.Wait()
+	gs, errs := createGroups(rts[:n], n, GroupConfig{GroupID: "never", Store: store})
 	for r := range n {
 		if gs[r] != nil {
 			gs[r].Close()

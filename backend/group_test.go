@@ -33,24 +33,31 @@ func startRanks(t *testing.T, n int, newRuntime func() *Runtime, cfg GroupConfig
 	return rts, append(gs, make([]*Group, len(rts)-n)...)
 }
 
-// joinRanks creates, all at once, the group cfg describes on each of rts
-// (rank r on rts[r], of len(rts) founders). On an error the groups it made
-// are closed.
-func joinRanks(rts []*Runtime, cfg GroupConfig) ([]*Group, error) {
-	n := len(rts)
-	gs := make([]*Group, n)
-	errs := make([]error, n)
+// createGroups has each of rts create, all at once, the group cfg
+// describes (rank r on rts[r], of size founders), and returns what each
+// NewGroup returned.
+func createGroups(rts []*Runtime, size int, cfg GroupConfig) ([]*Group, []error) {
+	gs := make([]*Group, len(rts))
+	errs := make([]error, len(rts))
 	var wg sync.WaitGroup
-	for r := range n {
+	for r := range rts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c := cfg
-			c.Rank, c.Size = r, n
+			c.Rank, c.Size = r, size
 			gs[r], errs[r] = rts[r].NewGroup(c)
 		}()
 	}
 	wg.Wait()
+	return gs, errs
+}
+
+// joinRanks creates, all at once, the group cfg describes on each of rts
+// (rank r on rts[r], of len(rts) founders). On an error the groups it made
+// are closed.
+func joinRanks(rts []*Runtime, cfg GroupConfig) ([]*Group, error) {
+	gs, errs := createGroups(rts, len(rts), cfg)
 	for r, err := range errs {
 		if err != nil {
 			for _, g := range gs {
