@@ -193,15 +193,8 @@ func TestOplogStandbyKnowsClientKeys(t *testing.T) {
 	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: DefaultConfig()}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "ident", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: DefaultConfig()}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "ident"}})
 	}
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)

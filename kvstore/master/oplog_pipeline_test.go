@@ -29,16 +29,8 @@ func TestOplogStandbyRestoredWhileTheLeaderWrites(t *testing.T) {
 	cfg.ClientTTL = time.Hour
 	snapCfg := &replication.SnapshotConfig{Enable: true, Interval: time.Hour, Retention: 1, Restore: true, Dir: t.TempDir()}
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true,
-				OplogPollInterval: 200 * time.Millisecond, Snapshot: snapCfg},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: cfg}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Snapshot: snapCfg}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -35,16 +35,8 @@ func TestOplogEtcdFull(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ClientTTL = time.Hour
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true,
-				OplogPollInterval: 200 * time.Millisecond, OplogRetryTimeout: 30 * time.Second},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: cfg}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, OplogRetryTimeout: 30 * time.Second}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

@@ -90,15 +90,8 @@ func TestOplogLargeBatchCalls(t *testing.T) {
 	cfg.ClientTTL = time.Hour // the writer never pings
 	const cluster = "large"
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster, Oplog: true, OplogPollInterval: 200 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: cfg}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: cluster}})
 	}
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)
@@ -224,15 +217,8 @@ func TestOplogLargeCallThatCannotBeCut(t *testing.T) {
 	cfg.ClientTTL = time.Hour
 	cfg.Offload.Enable = true
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "pieces", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: cfg}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "pieces"}})
 	}
 	a := start()
 	testutil.WaitUntil(t, 20*time.Second, "a to lead", a.Server.IsLeader)

@@ -56,15 +56,8 @@ func TestOplogStandbyTakesOverWithTheObjects(t *testing.T) {
 	cli := testutil.EtcdClient(t, ep)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: DefaultConfig()}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "oplog", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: DefaultConfig()}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "oplog"}})
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
@@ -198,15 +191,8 @@ func TestOplogReplicatesExpiryNotHeartbeats(t *testing.T) {
 	cfg.ClientTTL = time.Second
 	cfg.ClientDeadTTL = 3 * time.Second
 	start := func() *Service {
-		svc, err := StartService(ServiceConfig{
-			RPCAddress: "127.0.0.1:0", Server: Options{Config: cfg, ClientCheckInterval: 100 * time.Millisecond}, Logger: quiet,
-			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "expiry", Oplog: true, OplogPollInterval: 200 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(svc.Close)
-		return svc
+		return startOplogService(t, ServiceConfig{Server: Options{Config: cfg, ClientCheckInterval: 100 * time.Millisecond}, Logger: quiet,
+			HA: &replication.HAConfig{Endpoints: []string{ep}, ClusterID: "expiry"}})
 	}
 	a := start()
 	deadline := time.Now().Add(20 * time.Second)
@@ -322,4 +308,22 @@ func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
 		return b.Server.rep.log.AppliedSeq() == a.Server.rep.log.AppliedSeq()
 	})
 	expectEvents(t, "standby", standbySink.take())
+}
+
+// startOplogService starts a master with sc on loopback with the oplog on
+// (standbys re-read the log every 200 ms unless sc says otherwise), closed
+// when the test ends.
+func startOplogService(t *testing.T, sc ServiceConfig) *Service {
+	t.Helper()
+	sc.RPCAddress = "127.0.0.1:0"
+	sc.HA.Oplog = true
+	if sc.HA.OplogPollInterval == 0 {
+		sc.HA.OplogPollInterval = 200 * time.Millisecond
+	}
+	svc, err := StartService(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
 }
