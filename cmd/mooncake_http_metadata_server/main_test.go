@@ -88,6 +88,22 @@ func startRun(t *testing.T) string {
 	return base
 }
 
+// startBinary starts the server with args, its output gathered in out;
+// exited receives its exit, and it is killed when the test ends.
+func startBinary(t *testing.T, args ...string) (out *testutil.SyncBuffer, exited <-chan error) {
+	t.Helper()
+	cmd := command(args...)
+	out = &testutil.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	return out, done
+}
+
 // waitHealthy polls /health until it answers OK, bounded.
 func waitHealthy(t *testing.T, base string, exited <-chan error) {
 	t.Helper()
@@ -241,15 +257,7 @@ func TestBinarySignal(t *testing.T) {
 
 func TestBinaryHoldsAtMostItsBudget(t *testing.T) {
 	port := testutil.FreePorts(t, 1)[0]
-	cmd := command("--host", "127.0.0.1", "--port", fmt.Sprint(port), "--max_keys", "16", "--max_bytes", "4096")
-	out := &testutil.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	_, exited := startBinary(t, "--host", "127.0.0.1", "--port", fmt.Sprint(port), "--max_keys", "16", "--max_bytes", "4096")
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitHealthy(t, base, exited)
 	putGet(t, base) // one key of a well-behaved engine

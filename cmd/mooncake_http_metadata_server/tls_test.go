@@ -49,16 +49,8 @@ func putThroughEngineClient(url string) error {
 func TestBinaryMutualTLS(t *testing.T) {
 	pki := testutil.NewPKI(t)
 	port := testutil.FreePorts(t, 1)[0]
-	cmd := command("--host", "127.0.0.1", "--port", fmt.Sprint(port),
+	out, exited := startBinary(t, "--host", "127.0.0.1", "--port", fmt.Sprint(port),
 		"--tls_cert_file", pki.ServerCert, "--tls_key_file", pki.ServerKey, "--tls_ca_file", pki.CA)
-	out := &testutil.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
