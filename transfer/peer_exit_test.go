@@ -34,9 +34,11 @@ func peerProcess() {
 	select {}
 }
 
-// TestPeerExitedSeesADeadProcess: a same-host peer's death is known at once
-// (pidfd), without a probe or a timeout.
-func TestPeerExitedSeesADeadProcess(t *testing.T) {
+// startPeerProcess starts this test binary as a peer process (its engine
+// serving a segment, peerProcessEnv) and returns it and its segment name;
+// it is killed when the test ends.
+func startPeerProcess(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), peerProcessEnv+"=1")
 	out, err := cmd.StdoutPipe()
@@ -46,13 +48,20 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || strings.HasPrefix(line, "error:") {
 		t.Fatalf("peer process: %q, %v", line, err)
 	}
+	return cmd, strings.TrimSpace(line)
+}
+
+// TestPeerExitedSeesADeadProcess: a same-host peer's death is known at once
+// (pidfd), without a probe or a timeout.
+func TestPeerExitedSeesADeadProcess(t *testing.T) {
+	cmd, segment := startPeerProcess(t)
 	e := newTestEngine(t, false)
-	h, err := e.CachedSegment(strings.TrimSpace(line))
+	h, err := e.CachedSegment(segment)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,22 +100,9 @@ func TestPeerExitedSeesADeadProcess(t *testing.T) {
 // access path trusts for shm.AliveRecheck: a peer reported running a
 // moment ago and killed since is reported exited at the first look.
 func TestPeerExitedLooksNow(t *testing.T) {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), peerProcessEnv+"=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.HasPrefix(line, "error:") {
-		t.Fatalf("peer process: %q, %v", line, err)
-	}
+	cmd, segment := startPeerProcess(t)
 	e := newTestEngine(t, false)
-	h, err := e.CachedSegment(strings.TrimSpace(line))
+	h, err := e.CachedSegment(segment)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +122,7 @@ func TestPeerExitedLooksNow(t *testing.T) {
 	if !e.PeerExited(h) {
 		t.Fatal("a peer killed and reaped was reported running")
 	}
-	if err := e.Probe(strings.TrimSpace(line)); err == nil {
+	if err := e.Probe(segment); err == nil {
 		t.Fatal("a probe of a dead peer succeeded")
 	}
 }
