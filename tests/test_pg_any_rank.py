@@ -117,6 +117,54 @@ def _stream_src(victim: int) -> int:
     return 3 if victim != 3 else 1
 
 
+def _stream_through_death(rank: int, victim: int, after: int, limit: float,
+                          on_failure=None, **labels) -> list[int]:
+    """Runs the stream on rank over all four ranks until `victim` (killed
+    by someone else meanwhile) is failed and `after` more ops completed,
+    checking every op: at most two failed ops in a row, each with only the
+    victim in the hint and local success False; every other op successful
+    and right over the ranks active then. Times the death to the failed
+    op's completion and to the next success (`labels` name them;
+    `on_failure`, if given, is called when the first failed op returns),
+    checks the membership mirror, and that every survivor's last failed op
+    is the same. Returns this rank's failed ops."""
+    from mooncake import pg
+
+    survivors = [r for r in range(4) if r != victim]
+    active, failed, k = [0, 1, 2, 3], [], -1
+    deadline = time.monotonic() + limit
+    while not failed or k < failed[-1] + after:
+        k += 1
+        assert time.monotonic() < deadline, f"rank {rank}: the victim was not failed in {limit} s"
+        w, check = _stream_op(k, active, _stream_src(victim))
+        w.wait()
+        hint = pg.get_failed_ranks_hint(w).tolist()
+        if any(hint):
+            assert not failed or failed == [k - 1], f"rank {rank}: failed ops {failed} and {k}"
+            assert hint == [1 if r == victim else 0 for r in range(4)], (k, hint)
+            assert not pg.get_local_success(w)
+            if not failed:
+                if on_failure:
+                    on_failure()
+                _timing("DEATH_TO_COMPLETION", _since("death_time"), op=f"stream-{k % 5}", **labels)
+            failed.append(k)
+            active = survivors
+            continue  # the failed op's buffers are unspecified
+        assert pg.get_local_success(w), (k, hint)
+        assert check(), f"rank {rank}: op {k} ({k % 5}) wrong over {active}"
+        if failed and k == failed[-1] + 1:
+            _timing("DEATH_TO_NEXT_SUCCESS", _since("death_time"), **labels)
+    assert _mask() == [0 if r == victim else 1 for r in range(4)], _mask()
+    _store().set(f"failed_at{rank}", ",".join(map(str, failed)))
+    dist.barrier()
+    seen = {r: _store().get(f"failed_at{r}").decode() for r in survivors}
+    last = {v.split(",")[-1] for v in seen.values()}
+    assert len(last) == 1, f"survivors' failed ops differ: {seen}"
+    if len(set(seen.values())) > 1:
+        print(f"BEHIND failed ops per survivor: {seen}", flush=True)
+    return failed
+
+
 def case_rank0_dies(rank: int, world: int, port: int, timeouts=None, replace: bool = True) -> None:
     """Rank 0 (the process that started the coordinator) dies after a full
     all_reduce; the survivors' next all_reduce completes over them with
@@ -191,33 +239,7 @@ def case_kill_stream(rank: int, world: int, port: int, timeouts=None, victim: in
                 os.kill(pid, signal.SIGKILL)
 
             threading.Timer(random.uniform(0.05, 0.6), kill).start()
-        active, failed, k = [0, 1, 2, 3], [], -1
-        deadline = time.monotonic() + 60
-        while not failed or k < failed[-1] + after:
-            k += 1
-            assert time.monotonic() < deadline, f"rank {rank}: the victim was not failed in 60 s"
-            w, check = _stream_op(k, active, _stream_src(victim))
-            w.wait()
-            hint = pg.get_failed_ranks_hint(w).tolist()
-            if any(hint):
-                assert not failed or failed == [k - 1], f"rank {rank}: failed ops {failed} and {k}"
-                assert hint == [1 if r == victim else 0 for r in range(4)], (k, hint)
-                assert not pg.get_local_success(w)
-                if not failed:
-                    _timing("DEATH_TO_COMPLETION", _since("death_time"), op=f"stream-{k % 5}")
-                failed.append(k)
-                active = survivors
-                continue  # the failed op's buffers are unspecified
-            assert pg.get_local_success(w), k
-            assert check(), f"rank {rank}: op {k} ({k % 5}) wrong over {active}"
-        assert _mask() == [0 if r == victim else 1 for r in range(4)], _mask()
-        _store().set(f"failed_at{rank}", ",".join(map(str, failed)))
-        dist.barrier()
-        seen = {r: _store().get(f"failed_at{r}").decode() for r in survivors}
-        last = {v.split(",")[-1] for v in seen.values()}
-        assert len(last) == 1, f"survivors' failed ops differ: {seen}"
-        if len(set(seen.values())) > 1:
-            print(f"BEHIND failed ops per survivor: {seen}", flush=True)
+        _stream_through_death(rank, victim, after, 60)
         epoch = pg.get_current_epoch(world_pg)
         dist.barrier()
         if rank == survivors[0]:

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from pg_harness import launch
-from test_pg_any_rank import _init_file, _stream_op, _stream_src
-from test_pg_elastic import SHORT, SLOTS, _mask, _since, _stamp, _store, _timing
+from test_pg_any_rank import _init_file, _stream_through_death
+from test_pg_elastic import SHORT, SLOTS, _since, _stamp, _store, _timing
 
 # How many ops every survivor runs past the failed one.
 AFTER = 30
@@ -89,34 +89,11 @@ def case_coordinator_fault(rank: int, world: int, port: int, timeouts=None, coor
                 os.kill(vpid, signal.SIGKILL)
 
             threading.Timer(random.uniform(0.05, 0.3), fault).start()
-        active, failed, k = [0, 1, 2, 3], [], -1
-        deadline = time.monotonic() + 90
-        while not failed or k < failed[-1] + AFTER:
-            k += 1
-            assert time.monotonic() < deadline, f"rank {rank}: the victim was not failed in 90 s"
-            w, check = _stream_op(k, active, _stream_src(victim))
-            w.wait()
-            hint = pg.get_failed_ranks_hint(w).tolist()
-            if any(hint):
-                assert not failed or failed == [k - 1], f"rank {rank}: failed ops {failed} and {k}"
-                assert hint == [1 if r == victim else 0 for r in range(4)], (k, hint)
-                assert not pg.get_local_success(w)
-                if not failed:
-                    _timing("COORD_LOSS_TO_RANK_FAULT_HANDLED", _since("coord_time"), coord=coord)
-                    _timing("DEATH_TO_COMPLETION", _since("death_time"), coord=coord)
-                failed.append(k)
-                active = survivors
-                continue  # the failed op's buffers are unspecified
-            assert pg.get_local_success(w), (k, hint)
-            assert check(), f"rank {rank}: op {k} ({k % 5}) wrong over {active}"
-            if failed and k == failed[-1] + 1:
-                _timing("DEATH_TO_NEXT_SUCCESS", _since("death_time"), coord=coord)
-        assert _mask() == [0 if r == victim else 1 for r in range(4)], _mask()
-        _store().set(f"failed_at{rank}", ",".join(map(str, failed)))
-        dist.barrier()
-        seen = {r: _store().get(f"failed_at{r}").decode() for r in survivors}
-        last = {v.split(",")[-1] for v in seen.values()}
-        assert len(last) == 1, f"survivors' failed ops differ: {seen}"
+        _stream_through_death(
+            rank, victim, AFTER, 90, coord=coord,
+            on_failure=lambda: _timing("COORD_LOSS_TO_RANK_FAULT_HANDLED", _since("coord_time"),
+                                       coord=coord),
+        )  # fmt: skip
     finally:
         dist.destroy_process_group()
 
