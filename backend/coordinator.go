@@ -117,7 +117,7 @@ func (c *Coordinator) Stop() { c.c.stop() }
 // Join implements coordpb.CoordinatorServer.
 func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
 	if r.GetExtension() {
-		return c.extend(r)
+		return c.extend(ctx, r)
 	}
 	c.mu.Lock()
 	ch := c.table.join(r)

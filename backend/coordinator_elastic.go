@@ -19,35 +19,35 @@ import (
 // empty slot or a replacement. FailedPrecondition while the slot is held
 // by a live member or the group is still being founded (the caller
 // retries).
-func (c *coordinatorServer) extend(r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	gm := c.groups[r.GetGroupId()]
-	if gm == nil || gm.m == nil {
+func (c *coordinatorServer) extend(ctx context.Context, r *coordpb.JoinRequest) (*coordpb.JoinResponse, error) {
+	gm, err := c.await(ctx, r.GetGroupId())
+	if status.Code(err) == codes.NotFound {
 		return nil, status.Errorf(codes.FailedPrecondition, "no group %q to extend (yet)", r.GetGroupId())
 	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
 	if gm.layout != r.GetLayout() || len(gm.m.state) != int(r.GetMaxSize()) {
 		return nil, status.Errorf(codes.InvalidArgument, "group %q has %d slots, layout %q; the extension asked for %d slots, layout %q",
 			r.GetGroupId(), len(gm.m.state), gm.layout, r.GetMaxSize(), r.GetLayout())
 	}
 	epoch, open := gm.m.epoch, gm.m.pending()
-	_, err := gm.m.register(time.Now(), int(r.GetRank()), endpointFromPB(r.GetEndpoint()))
-	if err != nil {
+	if _, err := gm.m.register(time.Now(), int(r.GetRank()), endpointFromPB(r.GetEndpoint())); err != nil {
 		return nil, coordError(err)
 	}
 	c.settle(gm, nil, epoch, open)
 	return &coordpb.JoinResponse{View: viewToPB(gm.m.view())}, nil
 }
 
-// update runs fn on group id's membership (c.mu held) and delivers what
-// it produced.
-func (c *coordinatorServer) update(id string, fn func(gm *groupMembers, now time.Time) error) (*groupMembers, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	gm, err := c.member(id)
+// update runs fn on group id's membership (c.mu held), once the
+// coordinator may decide for it (await), and delivers what it produced.
+func (c *coordinatorServer) update(ctx context.Context, id string, fn func(gm *groupMembers, now time.Time) error) (*groupMembers, error) {
+	gm, err := c.await(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer c.mu.Unlock()
 	epoch, open := gm.m.epoch, gm.m.pending()
 	if err := fn(gm, time.Now()); err != nil {
 		return nil, err
@@ -57,9 +57,9 @@ func (c *coordinatorServer) update(id string, fn func(gm *groupMembers, now time
 }
 
 // Confirm implements coordpb.CoordinatorServer.
-func (c *coordinatorServer) Confirm(_ context.Context, r *coordpb.ConfirmRequest) (*coordpb.ConfirmResponse, error) {
+func (c *coordinatorServer) Confirm(ctx context.Context, r *coordpb.ConfirmRequest) (*coordpb.ConfirmResponse, error) {
 	var view *coordpb.View
-	_, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+	_, err := c.update(ctx, r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
 		if err := gm.m.confirm(now, int(r.GetRank()), r.GetGen(), r.GetRejoin()); err != nil {
 			return coordError(err)
 		}
@@ -81,7 +81,7 @@ func (c *coordinatorServer) Propose(ctx context.Context, r *coordpb.ProposeReque
 	}
 	ch := make(chan ProposalResult, 1)
 	var id uint64
-	gm, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+	gm, err := c.update(ctx, r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
 		id = gm.m.propose(now, r.GetActivate(), ranks)
 		gm.proposals[id] = ch // settle delivers an immediate answer
 		return nil
@@ -112,8 +112,8 @@ func (c *coordinatorServer) Propose(ctx context.Context, r *coordpb.ProposeReque
 }
 
 // Leave implements coordpb.CoordinatorServer.
-func (c *coordinatorServer) Leave(_ context.Context, r *coordpb.LeaveRequest) (*coordpb.LeaveResponse, error) {
-	_, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+func (c *coordinatorServer) Leave(ctx context.Context, r *coordpb.LeaveRequest) (*coordpb.LeaveResponse, error) {
+	_, err := c.update(ctx, r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
 		gm.m.leave(now, int(r.GetRank()), r.GetGen())
 		return nil
 	})

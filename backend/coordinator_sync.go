@@ -28,9 +28,13 @@ type groupMembers struct {
 	watching  map[int]int // per rank, watches in progress
 	// resumed (nil for a group founded here): the ranks that resumed the
 	// group at this coordinator after a failover (coordinator_term.go);
-	// seedEpoch, the epoch of the view it was seeded from.
+	// seedEpoch, the epoch of the view it was seeded from; reported, the
+	// ranks that a rank which resumed reported failed; graceOver, set once
+	// resumeGrace has passed since the seeding.
 	resumed   map[int]bool
 	seedEpoch uint64
+	reported  map[int]bool
+	graceOver bool
 }
 
 // offlineGrace is how long a rank whose watch connection broke has to
@@ -129,20 +133,23 @@ func (c *coordinatorServer) tick(gm *groupMembers) {
 
 // Sync implements coordpb.CoordinatorServer.
 func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*coordpb.SyncResponse, error) {
-	c.mu.Lock()
-	gm, err := c.member(r.GetGroupId())
-	if err != nil {
-		c.mu.Unlock()
-		return nil, err
-	}
-	if !gm.m.pending() {
-		gm.m.window = time.Duration(r.GetWindowUs()) * time.Microsecond
-	}
 	failed := make([]int, len(r.GetFailed()))
 	for i, f := range r.GetFailed() {
 		failed[i] = int(f)
 	}
 	rank := int(r.GetRank())
+	c.mu.Lock()
+	if gm, err := c.member(r.GetGroupId()); err == nil {
+		c.report(gm, rank, failed)
+	}
+	c.mu.Unlock()
+	gm, err := c.await(ctx, r.GetGroupId())
+	if err != nil {
+		return nil, err
+	}
+	if !gm.m.pending() {
+		gm.m.window = time.Duration(r.GetWindowUs()) * time.Microsecond
+	}
 	epoch, wasOpen := gm.m.epoch, gm.m.pending()
 	replies := gm.m.sync(time.Now(), syncRequest{rank: rank, base: r.GetEpoch(), op: r.GetOp(), clean: r.GetClean(),
 		idle: r.GetIdle(), stall: r.GetStall(), done: r.GetDone()}, failed)
@@ -171,7 +178,7 @@ func (c *coordinatorServer) Sync(ctx context.Context, r *coordpb.SyncRequest) (*
 // or (unless skipped) a pending reconciliation.
 func (c *coordinatorServer) Watch(ctx context.Context, r *coordpb.WatchRequest) (*coordpb.WatchResponse, error) {
 	rank, gen := int(r.GetRank()), r.GetGen()
-	gm, err := c.update(r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
+	gm, err := c.update(ctx, r.GetGroupId(), func(gm *groupMembers, now time.Time) error {
 		gm.m.ack(now, rank, gen, r.GetEpoch())
 		gm.watching[rank]++
 		return nil

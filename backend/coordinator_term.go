@@ -32,6 +32,18 @@ import (
 // healthy) but whose rank neither resumes nor watches within resumeGrace
 // is offline, as if its watch had broken (membership.offline): a rank that
 // died with the old coordinator is dropped like any other dead rank.
+//
+// Holding: until every such slot's rank has resumed (or was reported
+// failed by a rank that did, or resumeGrace has passed), the coordinator
+// decides nothing for the group: its syncs, watches, proposals, confirms,
+// leaves and extension joins wait (await). The first rank to resume may
+// be the one whose view is oldest — a rank that was stopped, was failed
+// and fenced by the others meanwhile, and on waking took its own probe's
+// passed deadline for the coordinator's loss — and a decision taken on
+// its view (an op the others failed it in, reconciled as a success for
+// it) would split the op's outcome; the others, which applied the view
+// that excluded it, resume within a probe or two, their newer view
+// replaces the seed, and only then is its sync answered.
 
 // termHeader is the gRPC metadata key that carries the term of the
 // coordinator a call is meant for.
@@ -85,7 +97,7 @@ func (c *coordinatorServer) Resume(_ context.Context, r *coordpb.ResumeRequest) 
 		m := membershipFromView(v, time.Duration(r.GetWindowUs())*time.Microsecond, !r.GetManual())
 		gm = &groupMembers{m: m, layout: r.GetLayout(), waiters: map[int][]chan SyncReply{},
 			proposals: map[uint64]chan ProposalResult{}, changed: make(chan struct{}), watching: map[int]int{},
-			resumed: map[int]bool{}, seedEpoch: v.Epoch}
+			resumed: map[int]bool{}, seedEpoch: v.Epoch, reported: map[int]bool{}}
 		c.groups[id] = gm
 		gens := make([]uint64, len(v.Endpoints))
 		for i, ep := range v.Endpoints {
@@ -102,7 +114,9 @@ func (c *coordinatorServer) Resume(_ context.Context, r *coordpb.ResumeRequest) 
 		gm.changed = make(chan struct{})
 	}
 	if gm.resumed != nil {
+		held := gm.resuming()
 		gm.resumed[rank] = true
+		c.wakeIfDone(gm, held)
 	}
 	return &coordpb.ResumeResponse{View: viewToPB(gm.m.view())}, nil
 }
@@ -162,6 +176,9 @@ func (c *coordinatorServer) unresumed(id string, gm *groupMembers, gens []uint64
 	if c.groups[id] != gm || gm.waiters == nil {
 		return
 	}
+	held := gm.resuming()
+	gm.graceOver = true
+	c.wakeIfDone(gm, held)
 	for i, s := range gm.m.state {
 		if gm.resumed[i] || gm.watching[i] > 0 || !gm.m.healthy[i] || s != MemberActive && s != MemberAwaiting ||
 			i >= len(gens) || gm.m.eps[i].Gen != gens[i] {
@@ -169,5 +186,69 @@ func (c *coordinatorServer) unresumed(id string, gm *groupMembers, gens []uint64
 		}
 		epoch, open := gm.m.epoch, gm.m.pending()
 		c.settle(gm, gm.m.offline(time.Now(), i, gm.m.eps[i].Gen), epoch, open)
+	}
+}
+
+// resuming reports whether the coordinator holds its decisions for gm (see
+// Holding above): it was resumed here, resumeGrace has not passed, and a
+// live slot of its view has a rank that has neither resumed nor watched
+// nor been reported failed by a rank that resumed.
+func (gm *groupMembers) resuming() bool {
+	if gm.resumed == nil || gm.graceOver || gm.m == nil {
+		return false
+	}
+	for i, s := range gm.m.state {
+		if gm.m.healthy[i] && (s == MemberActive || s == MemberAwaiting) &&
+			!gm.resumed[i] && !gm.reported[i] && gm.watching[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// report records that rank, if it resumed gm here, found the ranks failed
+// dead or unreachable: no newer view is waited for from them.
+func (c *coordinatorServer) report(gm *groupMembers, rank int, failed []int) {
+	if gm.resumed == nil || !gm.resumed[rank] || len(failed) == 0 {
+		return
+	}
+	held := gm.resuming()
+	for _, f := range failed {
+		gm.reported[f] = true
+	}
+	c.wakeIfDone(gm, held)
+}
+
+// wakeIfDone wakes the calls held for gm when it was held and is no
+// longer (c.mu held).
+func (c *coordinatorServer) wakeIfDone(gm *groupMembers, held bool) {
+	if held && !gm.resuming() && gm.changed != nil {
+		close(gm.changed)
+		gm.changed = make(chan struct{})
+	}
+}
+
+// await returns group id's membership, with c.mu held, once the
+// coordinator may decide for it (not resuming); NotFound if it has none,
+// the context's error if it ends first.
+func (c *coordinatorServer) await(ctx context.Context, id string) (*groupMembers, error) {
+	c.mu.Lock()
+	for {
+		gm, err := c.member(id)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		if !gm.resuming() {
+			return gm, nil
+		}
+		changed := gm.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		c.mu.Lock()
 	}
 }

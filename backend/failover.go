@@ -249,12 +249,22 @@ func call[R any](l *coordLink, ctx context.Context, retry bool, fn func(coordpb.
 }
 
 // answers reports whether the coordinator behind c answers a Ping with
-// term within the loss timeout.
+// term within the loss timeout. A Ping whose deadline passed half as late
+// again as it was set for was not given its time — this process did not
+// run meanwhile (stopped, or starved) — and is sent once more: a rank
+// woken from SIGSTOP does not take its own sleep for the coordinator's
+// loss.
 func (l *coordLink) answers(c coordpb.CoordinatorClient, term uint64) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), l.rt.coordinatorLossAfter())
-	defer cancel()
-	resp, err := c.Ping(ctx, &coordpb.PingRequest{})
-	return err == nil && resp.GetTerm() == term
+	for try := 0; ; try++ {
+		wait := l.rt.coordinatorLossAfter()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		resp, err := c.Ping(ctx, &coordpb.PingRequest{})
+		cancel()
+		if err == nil || try > 0 || status.Code(err) != codes.DeadlineExceeded || time.Since(start) < wait+wait/2 {
+			return err == nil && resp.GetTerm() == term
+		}
+	}
 }
 
 // probe pings the coordinator every rt.coordProbe while the runtime has

@@ -2,7 +2,15 @@ package backend
 
 import (
 	"bytes"
+	"context"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/backend/coordpb"
 )
 
 // The coordinator (inside rank 0's runtime here) is stopped; then rank 2
@@ -57,4 +65,45 @@ func TestCoordinatorAndRank0LostTogether(t *testing.T) {
 			t.Errorf("rank %d: all_reduce among the survivors = %v, success %v, failed %v", r, buf, w.LocalSuccess(), w.FailedRanks())
 		}
 	})
+}
+
+// pingClient is a coordinator client whose Ping runs ping.
+type pingClient struct {
+	coordpb.CoordinatorClient
+	ping func(ctx context.Context) (*coordpb.PingResponse, error)
+}
+
+func (p pingClient) Ping(ctx context.Context, _ *coordpb.PingRequest, _ ...grpc.CallOption) (*coordpb.PingResponse, error) {
+	return p.ping(ctx)
+}
+
+// A probe whose deadline passed long after it was due (the rank was
+// stopped while it waited) asks again before it declares the coordinator
+// lost; one that timed out on time (a hung coordinator) does not.
+func TestProbeDoesNotTakeItsOwnSleepForTheCoordinatorsLoss(t *testing.T) {
+	rt := shortTimeoutRuntime() // the probe waits 500 ms
+	defer rt.Close()
+	l := &coordLink{rt: rt}
+	wait := rt.coordinatorLossAfter()
+	var calls int
+	woken := pingClient{ping: func(ctx context.Context) (*coordpb.PingResponse, error) {
+		calls++
+		if calls == 1 { // as if the process was stopped through the deadline
+			time.Sleep(2 * wait)
+			return nil, status.Error(codes.DeadlineExceeded, "deadline passed")
+		}
+		return &coordpb.PingResponse{Term: 3}, nil
+	}}
+	if !l.answers(woken, 3) || calls != 2 {
+		t.Errorf("after a late deadline: answers false or %d pings, want true after 2", calls)
+	}
+	calls = 0
+	hung := pingClient{ping: func(ctx context.Context) (*coordpb.PingResponse, error) {
+		calls++
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}}
+	if l.answers(hung, 3) || calls != 1 {
+		t.Errorf("a hung coordinator: answers true or %d pings, want false after 1", calls)
+	}
 }
