@@ -2,7 +2,8 @@ package backend
 
 // gatherToRoot: every active rank writes each chunk of its input into the
 // root's slot; the root copies them to their places (by slot) in out,
-// leaving the blocks of inactive slots as they were.
+// leaving the blocks of inactive slots as they were. A non-root ends by
+// waiting for the root to have taken its last chunk (awaitRoot).
 func gatherToRoot(g *Group, in, outBuf []byte, root int) error {
 	nb := len(in)
 	slot := g.SlotBytes()
@@ -27,5 +28,5 @@ func gatherToRoot(g *Group, in, outBuf []byte, root int) error {
 		}
 		g.release(chColl, others...)
 	}
-	return nil
+	return g.awaitRoot(root)
 }

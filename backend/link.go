@@ -137,6 +137,23 @@ func (g *Group) send(ch int, msgs []out) error {
 	return nil
 }
 
+// awaitRoot, on a non-root rank of a gather or reduce (a no-op on the
+// root), waits until the root has taken (acknowledged) every message this
+// rank sent it. A non-root's part is done once sent, but the op is not:
+// if another non-root dies before sending its part the root fails the op,
+// and a non-root that returned at once would report a success the root
+// does not share. A failure of this wait finds the op done here (tail):
+// the coordinator completes it only if the root did too.
+func (g *Group) awaitRoot(root int) error {
+	if g.rank == root {
+		return nil
+	}
+	if err := g.waitAtLeast(chColl, fAck, root, g.sent[chColl][root], g.timeout(chColl)); err != nil {
+		return tail(err)
+	}
+	return nil
+}
+
 // putError is the peer failure that names the peers whose messages failed
 // (nil when none did).
 func (g *Group) putError(msgs []out, errs []error) error {

@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -64,8 +65,9 @@ func TestDeathBeforeAcknowledgingABroadcastLeavesOneOutcome(t *testing.T) {
 	tailDeath(t, 3)
 }
 
-// The same in a pulled all_gather: rank 2 lends its block and reads every
-// peer's but acknowledges none, so every survivor has every block and
+// The same in a pulled all_gather: rank 2 lends its block, reads every
+// peer's but acknowledges none, and waits until every survivor has read
+// its own block before it goes; so every survivor has every block and
 // waits only for rank 2's acknowledgements. All of them complete the op
 // with every block, rank 2's included, and say so in Ran (the plugin
 // unpacks a list output by it: the view as the op completes already lacks
@@ -88,7 +90,9 @@ func TestDeathBeforeAcknowledgingAnAllGatherLeavesOneOutcome(t *testing.T) {
 					return err
 				}
 			}
-			return nil
+			// Its own block read by every survivor before it goes (else
+			// a slow survivor lacks it, and all fail the op alike).
+			return g.awaitPullReaders(1)
 		}, nil)
 		if err != nil {
 			t.Errorf("rank 2: %v", err)
@@ -115,4 +119,63 @@ func TestDeathBeforeAcknowledgingAnAllGatherLeavesOneOutcome(t *testing.T) {
 			t.Errorf("rank %d: all_reduce after the death: %v over %04b, want the survivors' sum 7 over 1011", g.Rank(), buf, w.Ran())
 		}
 	})
+}
+
+// One outcome when a non-root rank of a gather or reduce dies before it
+// sent its part: the root cannot complete the op, so the other non-roots,
+// which sent theirs, must not report it a success either (before: they
+// returned success while the root failed it, and the realignment of
+// survivors one collective apart failed only the root's). And when the
+// root is the rank that dies, every non-root ends the op alike.
+func TestNonRootDeathInAGatherLeavesOneOutcome(t *testing.T) {
+	rootedDeath(t, "gather", 0, func(g *Group, root int) (*Work, error) {
+		return g.Gather(f32bytes(float32(g.Rank()+1)), make([]byte, 4*4), root)
+	})
+}
+
+// The same for a reduce.
+func TestNonRootDeathInAReduceLeavesOneOutcome(t *testing.T) {
+	rootedDeath(t, "reduce", 0, func(g *Group, root int) (*Work, error) {
+		return g.Reduce(f32bytes(float32(g.Rank()+1)), 1, Float32, Sum, root)
+	})
+}
+
+func TestRootDeathInAGatherLeavesOneOutcome(t *testing.T) {
+	rootedDeath(t, "gather", 2, func(g *Group, root int) (*Work, error) {
+		return g.Gather(f32bytes(float32(g.Rank()+1)), make([]byte, 4*4), root)
+	})
+}
+
+func TestRootDeathInAReduceLeavesOneOutcome(t *testing.T) {
+	rootedDeath(t, "reduce", 2, func(g *Group, root int) (*Work, error) {
+		return g.Reduce(f32bytes(float32(g.Rank()+1)), 1, Float32, Sum, root)
+	})
+}
+
+// rootedDeath runs op, rooted at root, on 4 in-process ranks of which
+// rank 2 is gone before it starts; every survivor must end the op alike,
+// and when rank 2 was not the root (the root lacks its part): local
+// success false, rank 2 in the hint.
+func rootedDeath(t *testing.T, what string, root int, op func(g *Group, root int) (*Work, error)) {
+	var mu sync.Mutex
+	outcomes := map[string][]int{}
+	deathScenario(t, 4, 2, 4096, func(*Group) {}, func(t *testing.T, g *Group) {
+		w, err := op(g, root)
+		if err != nil {
+			t.Fatalf("rank %d: %s: %v", g.Rank(), what, err)
+		}
+		if _, err := w.Wait(0); err != nil {
+			t.Fatalf("rank %d: %s raised: %v", g.Rank(), what, err)
+		}
+		outcome := fmt.Sprintf("local success %v, failed %v", w.LocalSuccess(), w.FailedRanks())
+		mu.Lock()
+		outcomes[outcome] = append(outcomes[outcome], g.Rank())
+		mu.Unlock()
+		if root != 2 && (w.LocalSuccess() || fmt.Sprint(w.FailedRanks()) != "[2]") {
+			t.Errorf("rank %d: %s without rank 2's part: %s; want local success false, failed [2]", g.Rank(), what, outcome)
+		}
+	})
+	if len(outcomes) != 1 {
+		t.Errorf("%s rooted at %d with rank 2 gone: the survivors ended it %d ways: %v", what, root, len(outcomes), outcomes)
+	}
 }

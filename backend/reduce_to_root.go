@@ -1,7 +1,8 @@
 package backend
 
 // reduceToRoot: every active rank writes each chunk into the root's slot;
-// the root reduces them in rank order into its buffer.
+// the root reduces them in rank order into its buffer. A non-root ends by
+// waiting for the root to have reduced its last chunk (awaitRoot).
 func reduceToRoot(g *Group, buf []byte, count int, dt DType, op ReduceOp, root int) error {
 	es := dt.Size()
 	per := g.SlotBytes() / es
@@ -35,5 +36,5 @@ func reduceToRoot(g *Group, buf []byte, count int, dt DType, op ReduceOp, root i
 			return err
 		}
 	}
-	return nil
+	return g.awaitRoot(root)
 }
