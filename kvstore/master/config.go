@@ -58,6 +58,8 @@ type Config struct {
 	Offload OffloadConfig
 	// FS configures the DISK replicas on a shared file system (FSConfig).
 	FS FSConfig
+	// Tasks bound the copy and move task queue (TaskLimits).
+	Tasks TaskLimits
 	// KVEvents, when set, receives the KV cache events (--enable_kv_events;
 	// kv_events.go).
 	KVEvents KVEventSink
@@ -78,6 +80,7 @@ func DefaultConfig() Config {
 		PutStartReleaseTimeout:     600 * time.Second,
 		Offload:                    DefaultOffloadConfig(),
 		FS:                         DefaultFSConfig(),
+		Tasks:                      DefaultTaskLimits(),
 	}
 }
 
@@ -104,6 +107,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("client_dead_ttl %v is negative", c.ClientDeadTTL)
 	case c.PutStartDiscardTimeout < 0 || c.PutStartReleaseTimeout < 0:
 		return fmt.Errorf("put_start timeouts must not be negative")
+	}
+	if err := c.Tasks.validate(); err != nil {
+		return err
 	}
 	return c.Offload.validate()
 }

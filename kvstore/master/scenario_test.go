@@ -29,6 +29,7 @@ import (
 // Commands (client= defaults to c1, seg= to s1; sizes in bytes):
 //
 //	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= client_dead_ttl= discard= release= allow_soft=]
+//	       [max_pending= max_processing= max_finished= pending_timeout= processing_timeout= max_retries=]
 //	tick d=DURATION                      advance the fake clock
 //	mount seg= size= [name= host= hi= lo= endpoint= inc=] remount segs=ID:SIZE[:INC],...   unmount seg=   drain seg=
 //	ping [inc=] | expire                 client liveness (expire prints suspect and expired clients)
@@ -231,6 +232,12 @@ func (s *scenario) run(c cmd) string {
 		cfg.AllowEvictSoftPinned = c.str("allow_soft", "true") == "true"
 		cfg.MultiTenant = c.str("multi_tenant", "false") == "true"
 		cfg.Offload = c.offloadConfig(t)
+		cfg.Tasks.MaxPending = int(c.num(t, "max_pending", uint64(cfg.Tasks.MaxPending)))
+		cfg.Tasks.MaxProcessing = int(c.num(t, "max_processing", uint64(cfg.Tasks.MaxProcessing)))
+		cfg.Tasks.MaxFinished = int(c.num(t, "max_finished", uint64(cfg.Tasks.MaxFinished)))
+		cfg.Tasks.PendingTimeout = c.dur(t, "pending_timeout", cfg.Tasks.PendingTimeout)
+		cfg.Tasks.ProcessingTimeout = c.dur(t, "processing_timeout", cfg.Tasks.ProcessingTimeout)
+		cfg.Tasks.MaxRetryAttempts = int(c.num(t, "max_retries", uint64(cfg.Tasks.MaxRetryAttempts)))
 		st, err := NewState(cfg)
 		if err != nil {
 			return "error: " + err.Error() + "\n"

@@ -30,11 +30,12 @@ const (
 	snapshotMagic = "MCSN"
 	// snapshotVersion 2 added the reservations, 3 the task salt, 4 the
 	// segments' incarnations and the suspect clients, 5 the clients' keys
-	// (client_identity.go); older files still load (a state without a
-	// salt draws one with its next task; segments of incarnation 0 match
-	// any, no client is suspect, and a client without a key binds one
-	// with its next call).
-	snapshotVersion = 5
+	// (client_identity.go), 6 the tasks' hand-out counts; older files
+	// still load (a state without a salt draws one with its next task;
+	// segments of incarnation 0 match any, no client is suspect, a client
+	// without a key binds one with its next call, and a task's hand-outs
+	// count from 0).
+	snapshotVersion = 6
 )
 
 var (
@@ -404,6 +405,11 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 		}
 	}
 	e.uvarint(st.m.identityRefused)
+
+	// The tasks' hand-out counts, in task order (version 6).
+	for _, id := range taskIDs {
+		e.uvarint(uint64(st.tasks[id].deliveries))
+	}
 	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
 }
 
@@ -745,6 +751,11 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	}
 	if version >= 5 {
 		d.clientKeys(st)
+	}
+	if version >= 6 {
+		for _, id := range st.sortedTaskIDs() {
+			st.tasks[id].deliveries = int(d.Uvarint())
+		}
 	}
 	if d.Err != nil {
 		return nil, h, errBadSnapshot
