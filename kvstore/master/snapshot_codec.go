@@ -763,6 +763,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if len(d.B) != 0 {
 		return nil, h, errBadSnapshot
 	}
+	if err := validateSnapshotState(st, d.segs); err != nil {
+		return nil, h, err
+	}
 	return st, h, nil
 }
 
