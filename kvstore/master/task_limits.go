@@ -60,8 +60,9 @@ func (s *State) countTasks(st TaskStatus) int {
 	return n
 }
 
-// expireTasks fails the pending tasks older than PendingTimeout and the
-// processing ones handed out longer than ProcessingTimeout ago.
+// expireTasks fails the pending tasks older than PendingTimeout, the
+// processing ones handed out longer than ProcessingTimeout ago, and those
+// due to be handed out again that are out of retries (MaxRetryAttempts).
 func (s *State) expireTasks(now time.Time) {
 	l := s.cfg.Tasks
 	for _, id := range s.sortedTaskIDs() {
@@ -71,6 +72,8 @@ func (s *State) expireTasks(now time.Time) {
 			s.finishTask(t, false, "pending timeout", now)
 		case t.status == TaskProcessing && l.ProcessingTimeout > 0 && now.Sub(t.updated) > l.ProcessingTimeout:
 			s.finishTask(t, false, "processing timeout", now)
+		case t.status == TaskProcessing && now.Sub(t.sent) >= taskRedeliverAfter && t.deliveries > l.MaxRetryAttempts:
+			s.finishTask(t, false, fmt.Sprintf("handed out %d times without a report (max retries reached: %d)", t.deliveries, l.MaxRetryAttempts), now)
 		}
 	}
 }

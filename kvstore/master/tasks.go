@@ -246,8 +246,9 @@ func (s *State) newTaskID() TaskID {
 // FetchTasks hands clientID the tasks assigned to it that it has not
 // received yet (while fewer than TaskLimits.MaxProcessing tasks are out),
 // or received more than a minute ago without reporting (at most
-// TaskLimits.MaxRetryAttempts times: the next such task fails); they
-// become PROCESSING. The Ping handler calls it.
+// TaskLimits.MaxRetryAttempts times: then the periodic pass fails it);
+// they become PROCESSING. The Ping handler calls it. It changes nothing
+// but what it hands out: a Ping answer without tasks is not logged.
 func (s *State) FetchTasks(clientID string, now time.Time) []TaskAssignment {
 	var ids []TaskID
 	for id, t := range s.tasks {
@@ -270,10 +271,7 @@ func (s *State) FetchTasks(clientID string, now time.Time) []TaskAssignment {
 			t.status, t.updated = TaskProcessing, now
 			processing++
 		case t.deliveries > s.cfg.Tasks.MaxRetryAttempts:
-			s.finishTask(t, false, fmt.Sprintf("handed out %d times without a report (max retries reached: %d)",
-				t.deliveries, s.cfg.Tasks.MaxRetryAttempts), now)
-			processing--
-			continue
+			continue // out of retries: the next periodic pass fails it
 		}
 		t.sent = now
 		t.deliveries++
