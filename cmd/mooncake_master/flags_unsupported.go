@@ -11,8 +11,6 @@ import (
 // A value other than the default is refused at startup, naming the flag
 // and the reason, rather than ignored.
 type unsupportedFlags struct {
-	dynReplMode        string
-	dynReplWindow      int
 	quotaConnectorType string
 	quotaConnectorURI  string
 	podName, podNS     string
@@ -21,8 +19,6 @@ type unsupportedFlags struct {
 
 // declareUnsupportedFlags declares them into fs with upstream's defaults.
 func declareUnsupportedFlags(fs *flag.FlagSet, u *unsupportedFlags) {
-	fs.StringVar(&u.dynReplMode, "dynamic_replication_mode", "off", "hot-key memory replica fan-out (off|observe|enforce); only off is supported")
-	fs.IntVar(&u.dynReplWindow, "dynamic_replication_heat_window_seconds", 10, "heat window of dynamic replication, seconds; only the default (dynamic replication is off)")
 	fs.StringVar(&u.quotaConnectorType, "tenant_quota_connector_type", "file", "source of the tenant quota policy; only file with an empty --tenant_quota_connector_uri (quotas are set through /api/v1/tenant_quotas)")
 	fs.StringVar(&u.quotaConnectorURI, "tenant_quota_connector_uri", "", "tenant quota policy file; only empty is supported")
 	fs.StringVar(&u.podName, "pod_name", "", "holder identity for --ha_backend_type=k8s; only empty is supported (no k8s backend)")
@@ -34,16 +30,6 @@ func declareUnsupportedFlags(fs *flag.FlagSet, u *unsupportedFlags) {
 func (u *unsupportedFlags) check() error {
 	var errs []error
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	switch u.dynReplMode {
-	case "off":
-	case "observe", "enforce":
-		refuse("--dynamic_replication_mode=%s is not supported: this master does not fan hot keys out to extra memory replicas (only off)", u.dynReplMode)
-	default:
-		refuse("--dynamic_replication_mode=%s: want off, observe or enforce (only off is supported)", u.dynReplMode)
-	}
-	if u.dynReplWindow != 10 {
-		refuse("--dynamic_replication_heat_window_seconds=%d is not supported: it tunes dynamic replication, which this master does not do (leave it at 10)", u.dynReplWindow)
-	}
 	switch u.quotaConnectorType {
 	case "file":
 	case "etcd":

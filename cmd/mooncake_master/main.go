@@ -77,6 +77,7 @@ type options struct {
 	glogLevel                   *slog.Level // set when --minloglevel or -v is given
 	kvEvents                    kvEventsFlags
 	unsupported                 unsupportedFlags
+	dynRepl                     dynReplFlags
 }
 
 // newFlagSet declares every flag into o.
@@ -132,6 +133,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.rpcNoDelay, "rpc_enable_tcp_no_delay", true, "set TCP_NODELAY on RPC connections (false: leave Nagle's algorithm on)")
 	declareOffloadFlags(fs, o)
 	declareTaskFlags(fs, o)
+	declareDynReplFlags(fs, o)
 	declareUnsupportedFlags(fs, &o.unsupported)
 	declareKVEventsFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
@@ -188,6 +190,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 		return fail("--http_metadata_server_max_keys and --http_metadata_server_max_bytes must be 0 (no limit) or positive")
 	}
 	if err := checkTaskFlags(o); err != nil {
+		return fail("%v", err)
+	}
+	if err := checkDynReplFlags(o); err != nil {
 		return fail("%v", err)
 	}
 	if err := o.cfg.Validate(); err != nil {

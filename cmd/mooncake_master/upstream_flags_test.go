@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/kvstore/master"
 )
 
 // TestUpstreamFlagsThisBuildCannotHonourAreRefused: a non-default value
@@ -28,10 +29,10 @@ func TestUpstreamFlagsThisBuildCannotHonourAreRefused(t *testing.T) {
 		{[]string{"--ha_backend_type=zk"}, "--ha_backend_type=zk"},
 		{[]string{"--pod_name=master-0"}, "--pod_name"},
 		{[]string{"--pod_namespace=store"}, "--pod_namespace"},
-		{[]string{"--dynamic_replication_mode=observe"}, "--dynamic_replication_mode=observe"},
-		{[]string{"--dynamic_replication_mode=enforce"}, "--dynamic_replication_mode=enforce"},
 		{[]string{"--dynamic_replication_mode=on"}, "--dynamic_replication_mode=on"},
-		{[]string{"--dynamic_replication_heat_window_seconds=30"}, "--dynamic_replication_heat_window_seconds=30"},
+		{[]string{"--dynamic_replication_heat_window_seconds=0"}, "--dynamic_replication_heat_window_seconds=0"},
+		{[]string{"--dynamic_replication_admission_qps_threshold=0"}, "--dynamic_replication_admission_qps_threshold=0"},
+		{[]string{"--dynamic_replication_max_memory_replicas=0"}, "--dynamic_replication_max_memory_replicas=0"},
 		{[]string{"--tenant_quota_connector_type=etcd"}, "--tenant_quota_connector_type=etcd"},
 		{[]string{"--tenant_quota_connector_uri=/etc/quotas.yaml"}, "--tenant_quota_connector_uri"},
 		{[]string{"--enable_disk_eviction=false"}, "--enable_disk_eviction=false"},
@@ -61,8 +62,10 @@ func TestUpstreamFlagsThisBuildCannotHonourAreRefused(t *testing.T) {
 }
 
 // TestUpstreamNewerFlagsTakeEffect: the newer upstream flags this master
-// honours reach its configuration, with upstream's defaults, and the
-// default values of the refused ones are accepted.
+// honours reach its configuration, with upstream's defaults (what they do
+// is tested in kvstore/master: testdata/task_limits.txt,
+// testdata/dynamic_replication.txt), and the default values of the
+// refused ones are accepted.
 func TestUpstreamNewerFlagsTakeEffect(t *testing.T) {
 	t.Setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", "/snapshots")
 	snap := []string{"--enable_ha", "--etcd_endpoints=x:1", "--enable_oplog", "--enable_snapshot"}
@@ -81,8 +84,19 @@ func TestUpstreamNewerFlagsTakeEffect(t *testing.T) {
 			return l.MaxPending == 5 && l.MaxProcessing == 6 && l.MaxFinished == 7 &&
 				l.PendingTimeout == 8*time.Second && l.ProcessingTimeout == 0 && l.MaxRetryAttempts == 0
 		}},
-		{[]string{"--ha_backend_type=etcd", "--dynamic_replication_mode=off", "--dynamic_replication_heat_window_seconds=10",
-			"--tenant_quota_connector_type=file", "--tenant_quota_connector_uri=", "--pod_name=", "--pod_namespace=",
+		{nil, func(o *options) bool {
+			c := o.cfg.DynamicReplication
+			return c.Mode == master.DynamicReplicationOff && c.HeatWindow == 10*time.Second && c.AdmissionQPS == 0.8 && c.MaxMemoryReplicas == 2
+		}},
+		{[]string{"--dynamic_replication_mode=enforce", "--dynamic_replication_heat_window_seconds=30",
+			"--dynamic_replication_admission_qps_threshold=2.5", "--dynamic_replication_max_memory_replicas=3"}, func(o *options) bool {
+			c := o.cfg.DynamicReplication
+			return c.Mode == master.DynamicReplicationEnforce && c.HeatWindow == 30*time.Second && c.AdmissionQPS == 2.5 && c.MaxMemoryReplicas == 3
+		}},
+		{[]string{"--dynamic_replication_mode=observe"}, func(o *options) bool {
+			return o.cfg.DynamicReplication.Mode == master.DynamicReplicationObserve
+		}},
+		{[]string{"--ha_backend_type=etcd", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri=", "--pod_name=", "--pod_namespace=",
 			"--enable_disk_eviction=true"}, func(o *options) bool { return true }},
 		{snap, func(o *options) bool {
 			c := o.snapshotConfig

@@ -60,6 +60,9 @@ type Config struct {
 	FS FSConfig
 	// Tasks bound the copy and move task queue (TaskLimits).
 	Tasks TaskLimits
+	// DynamicReplication fans hot keys out to more memory replicas
+	// (DynamicReplicationConfig; off by default).
+	DynamicReplication DynamicReplicationConfig
 	// KVEvents, when set, receives the KV cache events (--enable_kv_events;
 	// kv_events.go).
 	KVEvents KVEventSink
@@ -81,6 +84,7 @@ func DefaultConfig() Config {
 		Offload:                    DefaultOffloadConfig(),
 		FS:                         DefaultFSConfig(),
 		Tasks:                      DefaultTaskLimits(),
+		DynamicReplication:         DefaultDynamicReplicationConfig(),
 	}
 }
 
@@ -109,6 +113,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("put_start timeouts must not be negative")
 	}
 	if err := c.Tasks.validate(); err != nil {
+		return err
+	}
+	if err := c.DynamicReplication.validate(); err != nil {
 		return err
 	}
 	return c.Offload.validate()
