@@ -11,16 +11,12 @@ import (
 // A value other than the default is refused at startup, naming the flag
 // and the reason, rather than ignored.
 type unsupportedFlags struct {
-	quotaConnectorType string
-	quotaConnectorURI  string
 	podName, podNS     string
 	enableDiskEviction bool
 }
 
 // declareUnsupportedFlags declares them into fs with upstream's defaults.
 func declareUnsupportedFlags(fs *flag.FlagSet, u *unsupportedFlags) {
-	fs.StringVar(&u.quotaConnectorType, "tenant_quota_connector_type", "file", "source of the tenant quota policy; only file with an empty --tenant_quota_connector_uri (quotas are set through /api/v1/tenant_quotas)")
-	fs.StringVar(&u.quotaConnectorURI, "tenant_quota_connector_uri", "", "tenant quota policy file; only empty is supported")
 	fs.StringVar(&u.podName, "pod_name", "", "holder identity for --ha_backend_type=k8s; only empty is supported (no k8s backend)")
 	fs.StringVar(&u.podNS, "pod_namespace", "", "namespace of the k8s HA lease; only empty is supported (no k8s backend)")
 	fs.BoolVar(&u.enableDiskEviction, "enable_disk_eviction", true, "let storage clients evict from the disk tier when it is full; false is not supported (set the clients' MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION instead)")
@@ -30,16 +26,6 @@ func declareUnsupportedFlags(fs *flag.FlagSet, u *unsupportedFlags) {
 func (u *unsupportedFlags) check() error {
 	var errs []error
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	switch u.quotaConnectorType {
-	case "file":
-	case "etcd":
-		refuse("--tenant_quota_connector_type=etcd is not supported: tenant quotas live in the master's state (replicated with --enable_oplog) and are set through PUT /api/v1/tenant_quotas")
-	default:
-		refuse("--tenant_quota_connector_type=%s: want file or etcd (only file with an empty URI is supported)", u.quotaConnectorType)
-	}
-	if u.quotaConnectorURI != "" {
-		refuse("--tenant_quota_connector_uri=%s is not supported: this master reads no quota policy file; register tenants through PUT /api/v1/tenant_quotas", u.quotaConnectorURI)
-	}
 	if u.podName != "" || u.podNS != "" {
 		refuse("--pod_name and --pod_namespace are not supported: they name the holder of the k8s HA lease, and this master elects its leader through etcd only")
 	}

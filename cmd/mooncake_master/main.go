@@ -78,6 +78,8 @@ type options struct {
 	kvEvents                    kvEventsFlags
 	unsupported                 unsupportedFlags
 	dynRepl                     dynReplFlags
+	tenantPolicy                tenantPolicyFlags
+	tenantPolicyFile            string
 }
 
 // newFlagSet declares every flag into o.
@@ -134,6 +136,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	declareOffloadFlags(fs, o)
 	declareTaskFlags(fs, o)
 	declareDynReplFlags(fs, o)
+	declareTenantPolicyFlags(fs, &o.tenantPolicy)
 	declareUnsupportedFlags(fs, &o.unsupported)
 	declareKVEventsFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
@@ -204,6 +207,11 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if err := o.unsupported.check(); err != nil {
 		return fail("%v", err)
 	}
+	policyFile, err := o.tenantPolicy.check(o.cfg.MultiTenant, o.enableHA)
+	if err != nil {
+		return fail("%v", err)
+	}
+	o.tenantPolicyFile = policyFile
 	if err := checkKVEventsFlags(o); err != nil {
 		return fail("%v", err)
 	}
@@ -266,7 +274,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
 			Logger: log, ClusterID: o.clusterID, AdminAllowRemote: o.adminAllowRemote,
-			RequireClientSecret: o.requireClientSecret,
+			RequireClientSecret: o.requireClientSecret, TenantPolicyFile: o.tenantPolicyFile,
 		},
 		Logger: log,
 	}

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 )
 
@@ -34,7 +39,10 @@ func TestUpstreamFlagsThisBuildCannotHonourAreRefused(t *testing.T) {
 		{[]string{"--dynamic_replication_admission_qps_threshold=0"}, "--dynamic_replication_admission_qps_threshold=0"},
 		{[]string{"--dynamic_replication_max_memory_replicas=0"}, "--dynamic_replication_max_memory_replicas=0"},
 		{[]string{"--tenant_quota_connector_type=etcd"}, "--tenant_quota_connector_type=etcd"},
-		{[]string{"--tenant_quota_connector_uri=/etc/quotas.yaml"}, "--tenant_quota_connector_uri"},
+		{[]string{"--tenant_quota_connector_type=zk"}, "--tenant_quota_connector_type=zk"},
+		{[]string{"--tenant_quota_connector_uri=/etc/quotas.yaml"}, "--tenant_quota_connector_uri"}, // single tenant
+		{[]string{"--enable_multi_tenants", "--tenant_quota_connector_uri=quotas.yaml"}, "--tenant_quota_connector_uri"},
+		{[]string{"--enable_multi_tenants", "--enable_ha", "--etcd_endpoints=x:1", "--tenant_quota_connector_uri=/q.yaml"}, "--tenant_quota_connector_uri"},
 		{[]string{"--enable_disk_eviction=false"}, "--enable_disk_eviction=false"},
 		{append(snap, "--snapshot_catalog_store_type=redis"), "--snapshot_catalog_store_type=redis"},
 		{append(snap, "--snapshot_catalog_backend_type=redis"), "--snapshot_catalog_store_type=redis"},
@@ -96,6 +104,10 @@ func TestUpstreamNewerFlagsTakeEffect(t *testing.T) {
 		{[]string{"--dynamic_replication_mode=observe"}, func(o *options) bool {
 			return o.cfg.DynamicReplication.Mode == master.DynamicReplicationObserve
 		}},
+		{[]string{"--enable_multi_tenants", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri=/etc/quotas.yaml"}, func(o *options) bool {
+			return o.tenantPolicyFile == "/etc/quotas.yaml"
+		}},
+		{nil, func(o *options) bool { return o.tenantPolicyFile == "" }},
 		{[]string{"--ha_backend_type=etcd", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri=", "--pod_name=", "--pod_namespace=",
 			"--enable_disk_eviction=true"}, func(o *options) bool { return true }},
 		{snap, func(o *options) bool {
@@ -145,5 +157,36 @@ func TestKVEventsFlagsMatchUpstream(t *testing.T) {
 	})
 	if len(ours) != 13 { // upstream's 11 and the replay endpoint and buffer
 		t.Errorf("kv_events flags %v: want upstream's 11 and kv_events_replay_endpoint, kv_events_replay_buffer_steps", ours)
+	}
+}
+
+// TestBinaryLoadsTheTenantQuotaPolicyFile: a master started with the
+// file connector serves the file's tenants and writes a quota change
+// back to the file.
+func TestBinaryLoadsTheTenantQuotaPolicyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "quotas.yaml")
+	if err := os.WriteFile(path, []byte("version: 1\ntenants:\n  - name: \"tenant-a\"\n    quota: 2KB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports := testutil.FreePorts(t, 2)
+	p := startMaster(t, fmt.Sprintf("--rpc_port=%d", ports[0]), "--rpc_address=127.0.0.1",
+		"--metrics_port", fmt.Sprint(ports[1]), "--metrics_host=127.0.0.1",
+		"--enable_multi_tenants", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri="+path)
+	url := fmt.Sprintf("http://127.0.0.1:%d/api/v1/tenant_quotas", ports[1])
+	if body := waitHTTP(t, p, url+"?tenant_id=tenant-a"); !strings.Contains(body, `"quota_bytes":2048`) {
+		t.Fatalf("tenant-a from the policy file: %s", body)
+	}
+	req, err := http.NewRequest("PUT", url, strings.NewReader(`{"tenant_id":"tenant-b","quota_bytes":4096}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	data, err := os.ReadFile(path)
+	if resp.StatusCode != http.StatusOK || err != nil || !strings.Contains(string(data), `"tenant-b"`) {
+		t.Fatalf("PUT tenant-b: %d; policy file now %q (%v)", resp.StatusCode, data, err)
 	}
 }
