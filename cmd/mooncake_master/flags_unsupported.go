@@ -19,7 +19,7 @@ type unsupportedFlags struct {
 func declareUnsupportedFlags(fs *flag.FlagSet, u *unsupportedFlags) {
 	fs.StringVar(&u.podName, "pod_name", "", "holder identity for --ha_backend_type=k8s; only empty is supported (no k8s backend)")
 	fs.StringVar(&u.podNS, "pod_namespace", "", "namespace of the k8s HA lease; only empty is supported (no k8s backend)")
-	fs.BoolVar(&u.enableDiskEviction, "enable_disk_eviction", true, "let storage clients evict from the disk tier when it is full; false is not supported (set the clients' MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION instead)")
+	fs.BoolVar(&u.enableDiskEviction, "enable_disk_eviction", true, "let storage clients evict from the disk tier when it is full; false is not supported (set the clients' MOONCAKE_OFFLOAD_ENABLE_EVICTION instead)")
 }
 
 // check refuses every value other than the default, with the reason.
@@ -30,7 +30,7 @@ func (u *unsupportedFlags) check() error {
 		refuse("--pod_name and --pod_namespace are not supported: they name the holder of the k8s HA lease, and this master elects its leader through etcd only")
 	}
 	if !u.enableDiskEviction {
-		refuse("--enable_disk_eviction=false is not supported: the master does not steer its storage clients' disk eviction; set MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION=false on the storage clients")
+		refuse("--enable_disk_eviction=false is not supported: the master does not steer its storage clients' disk eviction; set MOONCAKE_OFFLOAD_ENABLE_EVICTION=false on the storage clients")
 	}
 	return errors.Join(errs...)
 }

@@ -112,7 +112,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.httpMetadataMaxBytes, "http_metadata_server_max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the embedded HTTP metadata store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.BoolVar(&o.cleanupOnTimeout, "enable_metadata_cleanup_on_timeout", false, "delete an expired client's mooncake/ram and mooncake/rpc_meta keys from the embedded metadata store")
 	fs.BoolVar(&o.enableHA, "enable_ha", false, "elect a leader through etcd; standbys refuse RPCs until elected")
-	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend: etcd (redis and k8s are refused: see docs/store-ha.md)")
+	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend: etcd (redis and k8s are refused at startup)")
 	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
 	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
 	clusterDefault := replication.DefaultClusterID

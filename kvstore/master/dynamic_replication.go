@@ -60,10 +60,13 @@ func DefaultDynamicReplicationConfig() DynamicReplicationConfig {
 	return DynamicReplicationConfig{HeatWindow: 10 * time.Second, AdmissionQPS: 0.8, MaxMemoryReplicas: 2}
 }
 
+// validate checks the settings; with the mode off none is used.
 func (c DynamicReplicationConfig) validate() error {
 	switch {
 	case c.Mode < DynamicReplicationOff || c.Mode > DynamicReplicationEnforce:
 		return fmt.Errorf("dynamic replication mode %d unknown", c.Mode)
+	case c.Mode == DynamicReplicationOff:
+		return nil
 	case c.HeatWindow < time.Second:
 		return fmt.Errorf("dynamic_replication_heat_window_seconds must be at least 1")
 	case !(c.AdmissionQPS > 0):
