@@ -43,6 +43,7 @@ const (
 	FileNotFound               ErrorCode = -1100
 	UnableOffload              ErrorCode = -1300
 	TaskNotFound               ErrorCode = -1400
+	TaskPendingLimitExceeded   ErrorCode = -1401
 	TenantQuotaExceeded        ErrorCode = -1700
 	TenantNotRegistered        ErrorCode = -1701
 	TenantNotEmpty             ErrorCode = -1702
@@ -61,7 +62,8 @@ var names = map[ErrorCode]string{
 	ObjectReplicaBusy: "OBJECT_REPLICA_BUSY", TransferFail: "TRANSFER_FAIL",
 	ChecksumMismatch: "CHECKSUM_MISMATCH", RPCFail: "RPC_FAIL", RPCTimeout: "RPC_TIMEOUT",
 	EtcdOperationError: "ETCD_OPERATION_ERROR", UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
-	NotSupported: "NOT_SUPPORTED", FileNotFound: "FILE_NOT_FOUND", TaskNotFound: "TASK_NOT_FOUND", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
+	NotSupported: "NOT_SUPPORTED", FileNotFound: "FILE_NOT_FOUND", TaskNotFound: "TASK_NOT_FOUND",
+	TaskPendingLimitExceeded: "TASK_PENDING_LIMIT_EXCEEDED", TenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED",
 	TenantNotRegistered: "TENANT_NOT_REGISTERED", TenantNotEmpty: "TENANT_NOT_EMPTY",
 	UnableOffload: "UNABLE_OFFLOAD",
 }

@@ -76,6 +76,10 @@ type options struct {
 	logToStderr                 bool
 	glogLevel                   *slog.Level // set when --minloglevel or -v is given
 	kvEvents                    kvEventsFlags
+	unsupported                 unsupportedFlags
+	dynRepl                     dynReplFlags
+	tenantPolicy                tenantPolicyFlags
+	tenantPolicyFile            string
 }
 
 // newFlagSet declares every flag into o.
@@ -108,7 +112,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.httpMetadataMaxBytes, "http_metadata_server_max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the embedded HTTP metadata store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.BoolVar(&o.cleanupOnTimeout, "enable_metadata_cleanup_on_timeout", false, "delete an expired client's mooncake/ram and mooncake/rpc_meta keys from the embedded metadata store")
 	fs.BoolVar(&o.enableHA, "enable_ha", false, "elect a leader through etcd; standbys refuse RPCs until elected")
-	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend (only etcd is supported)")
+	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend: etcd (redis and k8s are refused at startup)")
 	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
 	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
 	clusterDefault := replication.DefaultClusterID
@@ -130,6 +134,10 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.rpcConnTimeout, "rpc_conn_timeout_seconds", 0, "close an RPC connection idle for this many seconds (0: never); clients dial again")
 	fs.BoolVar(&o.rpcNoDelay, "rpc_enable_tcp_no_delay", true, "set TCP_NODELAY on RPC connections (false: leave Nagle's algorithm on)")
 	declareOffloadFlags(fs, o)
+	declareTaskFlags(fs, o)
+	declareDynReplFlags(fs, o)
+	declareTenantPolicyFlags(fs, &o.tenantPolicy)
+	declareUnsupportedFlags(fs, &o.unsupported)
 	declareKVEventsFlags(fs, o)
 	fs.BoolVar(&o.cfg.MultiTenant, "enable_multi_tenants", false, "isolate tenants: per-tenant key namespaces and quotas (admin API /api/v1/tenant_quotas on the metrics port)")
 	fs.BoolVar(&o.requireClientSecret, "require_client_secret", false, "refuse every call that names a client id without a client secret (mooncake-client-secret metadata, which our clients send); on with --tenant_tokens_file. Off: a client that sends a secret is still protected once registered, and clients that send none work as upstream's")
@@ -184,12 +192,26 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.httpMetadataMaxKeys < 0 || o.httpMetadataMaxBytes < 0 {
 		return fail("--http_metadata_server_max_keys and --http_metadata_server_max_bytes must be 0 (no limit) or positive")
 	}
+	if err := checkTaskFlags(o); err != nil {
+		return fail("%v", err)
+	}
+	if err := checkDynReplFlags(o); err != nil {
+		return fail("%v", err)
+	}
 	if err := o.cfg.Validate(); err != nil {
 		return fail("%v", err)
 	}
 	if err := checkOffloadFlags(o); err != nil {
 		return fail("%v", err)
 	}
+	if err := o.unsupported.check(); err != nil {
+		return fail("%v", err)
+	}
+	policyFile, err := o.tenantPolicy.check(o.cfg.MultiTenant, o.enableHA)
+	if err != nil {
+		return fail("%v", err)
+	}
+	o.tenantPolicyFile = policyFile
 	if err := checkKVEventsFlags(o); err != nil {
 		return fail("%v", err)
 	}
@@ -217,10 +239,10 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.oplogPollMs <= 0 || o.oplogBatchMax <= 0 || o.oplogRetrySec <= 0 || o.oplogPipelineDepth <= 0 || o.haLease <= 0 {
 		return fail("--oplog_poll_interval_ms, --oplog_batch_max_entries, --oplog_pipeline_depth, --batch_oplog_retry_timeout_sec and --master_view_lease_ttl_sec must be positive")
 	}
+	if err := checkHABackend(o.haBackendType); err != nil {
+		return fail("%v", err)
+	}
 	if o.enableHA {
-		if o.haBackendType != "etcd" {
-			return fail("--ha_backend_type=%s is not supported (only etcd)", o.haBackendType)
-		}
 		if o.haConnString == "" {
 			o.haConnString = o.etcdEndpoints
 		}
@@ -252,7 +274,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		Server: master.Options{
 			Config: o.cfg, CleanupMetadataOnTimeout: o.cleanupOnTimeout,
 			Logger: log, ClusterID: o.clusterID, AdminAllowRemote: o.adminAllowRemote,
-			RequireClientSecret: o.requireClientSecret,
+			RequireClientSecret: o.requireClientSecret, TenantPolicyFile: o.tenantPolicyFile,
 		},
 		Logger: log,
 	}

@@ -117,6 +117,11 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 			writeAdminError(w, kvstore.InvalidParams, "quota_bytes is required (0 for no limit)")
 			return
 		}
+		if *req.QuotaBytes == 0 && s.opts.TenantPolicyFile != "" {
+			writeAdminError(w, kvstore.InvalidParams, "quota_bytes must be positive: the tenant quota policy file holds no unlimited tenant")
+			return
+		}
+		prev, had := s.tenantBefore(req.TenantID)
 		var info TenantInfo
 		var code kvstore.ErrorCode
 		s.changeState(replication.KindTenantQuotaSet, req.TenantID, binary.AppendUvarint(nil, *req.QuotaBytes), func(st *State) {
@@ -128,6 +133,15 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 			writeAdminError(w, code, "")
 			return
 		}
+		if !s.persistTenantPolicy(w, func(st *State) {
+			if had {
+				st.SetTenantQuota(req.TenantID, prev.QuotaBytes)
+			} else {
+				st.DeleteTenantQuota(req.TenantID)
+			}
+		}) {
+			return
+		}
 		s.log.Info("tenant quota set", "tenant_id", info.ID, "quota_bytes", info.QuotaBytes)
 		writeJSON(w, http.StatusOK, info)
 	case http.MethodDelete:
@@ -135,10 +149,14 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 			writeAdminError(w, kvstore.InvalidParams, "tenant_id is required")
 			return
 		}
+		prev, _ := s.tenantBefore(id)
 		var code kvstore.ErrorCode
 		s.changeState(replication.KindTenantQuotaDelete, id, nil, func(st *State) { code = st.DeleteTenantQuota(id) }, &code)
 		if code != kvstore.OK {
 			writeAdminError(w, code, "")
+			return
+		}
+		if !s.persistTenantPolicy(w, func(st *State) { st.SetTenantQuota(id, prev.QuotaBytes) }) {
 			return
 		}
 		s.log.Info("tenant unregistered", "tenant_id", id)
@@ -147,6 +165,33 @@ func (s *Server) handleTenantQuotas(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, PUT, DELETE")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
+}
+
+// tenantBefore is tenant id's registration before a change, and whether
+// it was registered.
+func (s *Server) tenantBefore(id string) (TenantInfo, bool) {
+	var info TenantInfo
+	var code kvstore.ErrorCode
+	s.WithState(func(st *State, _ time.Time) { info, code = st.Tenant(id) })
+	return info, code == kvstore.OK
+}
+
+// persistTenantPolicy writes the policy file after a quota change, when
+// there is one. If it cannot, the change is undone and a 500 answered:
+// the file and the master never disagree. (A policy file means a master
+// without HA, so the change is undone directly.)
+func (s *Server) persistTenantPolicy(w http.ResponseWriter, undo func(st *State)) bool {
+	if s.opts.TenantPolicyFile == "" {
+		return true
+	}
+	err := s.saveTenantPolicy()
+	if err == nil {
+		return true
+	}
+	s.WithState(func(st *State, _ time.Time) { undo(st) })
+	s.log.Error("tenant quota change undone: the policy file was not written", "err", err)
+	writeJSON(w, http.StatusInternalServerError, adminError{ErrorCode: int32(kvstore.InternalError), Error: err.Error()})
+	return false
 }
 
 // adminTenant is the tenant an admin key query names (?tenant_id=, the

@@ -58,6 +58,11 @@ type Config struct {
 	Offload OffloadConfig
 	// FS configures the DISK replicas on a shared file system (FSConfig).
 	FS FSConfig
+	// Tasks bound the copy and move task queue (TaskLimits).
+	Tasks TaskLimits
+	// DynamicReplication fans hot keys out to more memory replicas
+	// (DynamicReplicationConfig; off by default).
+	DynamicReplication DynamicReplicationConfig
 	// KVEvents, when set, receives the KV cache events (--enable_kv_events;
 	// kv_events.go).
 	KVEvents KVEventSink
@@ -78,6 +83,8 @@ func DefaultConfig() Config {
 		PutStartReleaseTimeout:     600 * time.Second,
 		Offload:                    DefaultOffloadConfig(),
 		FS:                         DefaultFSConfig(),
+		Tasks:                      DefaultTaskLimits(),
+		DynamicReplication:         DefaultDynamicReplicationConfig(),
 	}
 }
 
@@ -104,6 +111,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("client_dead_ttl %v is negative", c.ClientDeadTTL)
 	case c.PutStartDiscardTimeout < 0 || c.PutStartReleaseTimeout < 0:
 		return fmt.Errorf("put_start timeouts must not be negative")
+	}
+	if err := c.Tasks.validate(); err != nil {
+		return err
+	}
+	if err := c.DynamicReplication.validate(); err != nil {
+		return err
 	}
 	return c.Offload.validate()
 }

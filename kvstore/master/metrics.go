@@ -28,6 +28,10 @@ type counters struct {
 	// identityRefused counts calls refused because they named a client id
 	// without that client's secret (client_identity.go).
 	identityRefused uint64
+	// dynReplProposals counts hot keys dynamic replication admitted,
+	// dynReplTasks the copy tasks it queued for them.
+	dynReplProposals uint64
+	dynReplTasks     uint64
 }
 
 // Ops names every operation State counts, so that their counters are
@@ -90,8 +94,13 @@ type Stats struct {
 	RestoredClients  uint64 // suspect clients heard from again
 	ReplacedSegments uint64 // segments dropped for re-created memory
 	IdentityRefused  uint64 // calls that named a client id without its secret
-	Tenants          []TenantInfo
-	Disk             DiskStats
+	// DynamicReplicationProposals counts the hot keys dynamic
+	// replication admitted, DynamicReplicationTasks the copy tasks it
+	// queued for them (enforce mode).
+	DynamicReplicationProposals uint64
+	DynamicReplicationTasks     uint64
+	Tenants                     []TenantInfo
+	Disk                        DiskStats
 }
 
 // Stats returns the current gauges and a copy of the counters.
@@ -107,6 +116,7 @@ func (s *State) Stats() Stats {
 		PreemptedWrites: s.m.preempted, PartialAllocs: s.m.partialAllocs, ExpiredClients: s.m.expiredClients,
 		SuspectedClients: s.m.suspectedClients, RestoredClients: s.m.restoredClients, ReplacedSegments: s.m.replacedSegments,
 		IdentityRefused: s.m.identityRefused, Tenants: s.Tenants(), Disk: s.diskStats(),
+		DynamicReplicationProposals: s.m.dynReplProposals, DynamicReplicationTasks: s.m.dynReplTasks,
 	}
 	for _, sg := range s.segOrder {
 		st.CapacityBytes += sg.alloc.Size()
@@ -167,6 +177,8 @@ func (st Stats) WritePrometheus(w io.Writer) error {
 		{"master_disk_only_key_count", "gauge", "Objects readable from disk replicas only.", float64(st.Disk.DiskOnlyKeys)},
 		{"master_offloads_pending", "gauge", "Offloads queued or in flight.", float64(st.Disk.PendingOffloads)},
 		{"master_promotions_pending", "gauge", "Promotions queued or in flight.", float64(st.Disk.PendingPromotions)},
+		{"master_dynamic_replication_proposals_total", "counter", "Hot keys admitted for one more memory replica (dynamic replication).", float64(st.DynamicReplicationProposals)},
+		{"master_dynamic_replication_tasks_total", "counter", "Copy tasks dynamic replication queued (enforce mode).", float64(st.DynamicReplicationTasks)},
 	}
 	ops := make([]string, 0, len(st.Requests))
 	for op := range st.Requests {

@@ -40,7 +40,8 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	if !ok {
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
-	reps := describeAll(suspectLast(o.readable()))
+	readable := o.readable()
+	reps := describeAll(suspectLast(readable))
 	if len(reps) == 0 && !o.writing {
 		// Memory replicas first; a disk-only object is read from disk
 		// (and counts towards its promotion).
@@ -55,6 +56,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
 	o.grantLease(now, s.cfg.DefaultLeaseTTL)
+	s.noteRead(o, readable, now)
 	return ReadResult{Replicas: reps, LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.checksum}, kvstore.OK
 }
 

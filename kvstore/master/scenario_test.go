@@ -29,6 +29,8 @@ import (
 // Commands (client= defaults to c1, seg= to s1; sizes in bytes):
 //
 //	config [lease= default_pin= max_pin= ratio= watermark= client_ttl= client_dead_ttl= discard= release= allow_soft=]
+//	       [max_pending= max_processing= max_finished= pending_timeout= processing_timeout= max_retries=]
+//	       [dyn_mode=off|observe|enforce dyn_window= dyn_qps= dyn_max=]   dynamic_replication (its counters)
 //	tick d=DURATION                      advance the fake clock
 //	mount seg= size= [name= host= hi= lo= endpoint= inc=] remount segs=ID:SIZE[:INC],...   unmount seg=   drain seg=
 //	ping [inc=] | expire                 client liveness (expire prints suspect and expired clients)
@@ -65,20 +67,23 @@ type scenario struct {
 	t     *testing.T
 	st    *State
 	now   time.Time
-	tasks []TaskID // created tasks; scenarios name them t1, t2, ...
+	tasks []TaskID // tasks in the order seen; scenarios name them t1, t2, ...
 	// resBase is one less than the first reservation id: scenarios name
 	// reservations 1, 2, ... (ids start at a random point).
 	resBase uint64
 }
 
-// taskName is how scenario output names a task id.
+// taskName is how scenario output names a task id: a task the master
+// created by itself (dynamic replication) gets the next name when first
+// printed.
 func (s *scenario) taskName(id TaskID) string {
 	for i, t := range s.tasks {
 		if t == id {
 			return fmt.Sprintf("t%d", i+1)
 		}
 	}
-	return id.String()
+	s.tasks = append(s.tasks, id)
+	return fmt.Sprintf("t%d", len(s.tasks))
 }
 
 // taskID resolves a scenario task name (tN); anything else is an id
@@ -231,6 +236,22 @@ func (s *scenario) run(c cmd) string {
 		cfg.AllowEvictSoftPinned = c.str("allow_soft", "true") == "true"
 		cfg.MultiTenant = c.str("multi_tenant", "false") == "true"
 		cfg.Offload = c.offloadConfig(t)
+		cfg.Tasks.MaxPending = int(c.num(t, "max_pending", uint64(cfg.Tasks.MaxPending)))
+		cfg.Tasks.MaxProcessing = int(c.num(t, "max_processing", uint64(cfg.Tasks.MaxProcessing)))
+		cfg.Tasks.MaxFinished = int(c.num(t, "max_finished", uint64(cfg.Tasks.MaxFinished)))
+		cfg.Tasks.PendingTimeout = c.dur(t, "pending_timeout", cfg.Tasks.PendingTimeout)
+		cfg.Tasks.ProcessingTimeout = c.dur(t, "processing_timeout", cfg.Tasks.ProcessingTimeout)
+		cfg.Tasks.MaxRetryAttempts = int(c.num(t, "max_retries", uint64(cfg.Tasks.MaxRetryAttempts)))
+		if m, ok := c.args["dyn_mode"]; ok {
+			mode, err := ParseDynamicReplicationMode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DynamicReplication.Mode = mode
+		}
+		cfg.DynamicReplication.HeatWindow = c.dur(t, "dyn_window", cfg.DynamicReplication.HeatWindow)
+		cfg.DynamicReplication.AdmissionQPS = c.float(t, "dyn_qps", cfg.DynamicReplication.AdmissionQPS)
+		cfg.DynamicReplication.MaxMemoryReplicas = int(c.num(t, "dyn_max", uint64(cfg.DynamicReplication.MaxMemoryReplicas)))
 		st, err := NewState(cfg)
 		if err != nil {
 			return "error: " + err.Error() + "\n"
@@ -416,6 +437,9 @@ func (s *scenario) run(c cmd) string {
 		return b.String()
 	case "complete_task":
 		return s.st.CompleteTask(cl, s.taskID(c.str("task", "")), !c.flags["fail"], c.str("msg", ""), s.now).String() + "\n"
+	case "dynamic_replication":
+		st := s.st.Stats()
+		return fmt.Sprintf("proposals=%d tasks=%d\n", st.DynamicReplicationProposals, st.DynamicReplicationTasks)
 	case "query_task":
 		ti, code := s.st.QueryTask(tenant, s.taskID(c.str("task", "")))
 		if code != kvstore.OK {

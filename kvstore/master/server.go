@@ -65,6 +65,13 @@ type Options struct {
 	// quotas, drain jobs) come from other hosts when no TenantTokens are
 	// configured (--admin_allow_remote); see authorizeChange.
 	AdminAllowRemote bool
+	// TenantPolicyFile, when set, is the tenant quota policy file
+	// (--tenant_quota_connector_uri with the file connector;
+	// tenant_policy_file.go): its tenants are registered at start, and
+	// every quota change through the admin API is written back to it. It
+	// needs Config.MultiTenant, and a master without HA (with HA the
+	// quotas replicate through the oplog).
+	TenantPolicyFile string
 }
 
 // Server serves the Master gRPC service over one State guarded by a
@@ -91,6 +98,8 @@ type Server struct {
 	rep *replicator
 	// kvGate gates the KV cache events (kv_events.go); nil without them.
 	kvGate *kvEventGate
+	// policy serializes the writes of Options.TenantPolicyFile.
+	policy policyWriter
 
 	wake      chan struct{}
 	lastKick  atomic.Int64 // unix ns of the last watermark kick
@@ -109,9 +118,17 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.TenantTokens != nil && !opts.Config.MultiTenant {
 		return nil, errors.New("master: tenant tokens need multi-tenancy (--enable_multi_tenants)")
 	}
+	if opts.TenantPolicyFile != "" && (!opts.Config.MultiTenant || opts.Standby) {
+		return nil, errors.New("master: a tenant quota policy file needs multi-tenancy (--enable_multi_tenants) and no HA (with --enable_ha the quotas replicate through the oplog)")
+	}
 	st, err := NewState(opts.Config)
 	if err != nil {
 		return nil, err
+	}
+	if opts.TenantPolicyFile != "" {
+		if err := loadTenantPolicy(st, opts.TenantPolicyFile); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now

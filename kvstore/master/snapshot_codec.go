@@ -30,11 +30,13 @@ const (
 	snapshotMagic = "MCSN"
 	// snapshotVersion 2 added the reservations, 3 the task salt, 4 the
 	// segments' incarnations and the suspect clients, 5 the clients' keys
-	// (client_identity.go); older files still load (a state without a
-	// salt draws one with its next task; segments of incarnation 0 match
-	// any, no client is suspect, and a client without a key binds one
-	// with its next call).
-	snapshotVersion = 5
+	// (client_identity.go), 6 the tasks' hand-out counts and the keys'
+	// read windows of dynamic replication; older files still load (a
+	// state without a salt draws one with its next task; segments of
+	// incarnation 0 match any, no client is suspect, a client without a
+	// key binds one with its next call, a task's hand-outs count from 0,
+	// and the read windows start empty).
+	snapshotVersion = 6
 )
 
 var (
@@ -404,6 +406,20 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 		}
 	}
 	e.uvarint(st.m.identityRefused)
+
+	// The tasks' hand-out counts, in task order (version 6).
+	for _, id := range taskIDs {
+		e.uvarint(uint64(st.tasks[id].deliveries))
+	}
+	// The read windows, in key order, and dynamic replication's counters.
+	e.uvarint(uint64(len(st.heat)))
+	for _, key := range sortedMapKeys(st.heat) {
+		e.str(key)
+		e.time(st.heat[key].start)
+		e.uvarint(st.heat[key].hits)
+	}
+	e.uvarint(st.m.dynReplProposals)
+	e.uvarint(st.m.dynReplTasks)
 	return binary.BigEndian.AppendUint32(e.b, crc32.Checksum(e.b, crc32c))
 }
 
@@ -746,11 +762,31 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if version >= 5 {
 		d.clientKeys(st)
 	}
+	if version >= 6 {
+		for _, id := range st.sortedTaskIDs() {
+			st.tasks[id].deliveries = int(d.Uvarint())
+		}
+		if n := d.count(3); n > 0 {
+			st.heat = make(map[string]*heatWindow, n)
+			for i := 0; i < n; i++ {
+				key := d.str()
+				w := &heatWindow{start: d.time(), hits: d.Uvarint()}
+				if _, dup := st.heat[key]; dup {
+					d.Err = errBadSnapshot
+				}
+				st.heat[key] = w
+			}
+		}
+		st.m.dynReplProposals, st.m.dynReplTasks = d.Uvarint(), d.Uvarint()
+	}
 	if d.Err != nil {
 		return nil, h, errBadSnapshot
 	}
 	if len(d.B) != 0 {
 		return nil, h, errBadSnapshot
+	}
+	if err := validateSnapshotState(st, d.segs); err != nil {
+		return nil, h, err
 	}
 	return st, h, nil
 }

@@ -97,7 +97,10 @@ type State struct {
 	// the last incarnation.
 	taskSalt uint64
 	disk     diskTier // local disks, offloads, promotions
-	m        counters
+	// heat counts the reads of keys in their current window, for
+	// dynamic replication (dynamic_replication.go).
+	heat map[string]*heatWindow
+	m    counters
 }
 
 // NewState returns an empty table. cfg must pass Validate.
@@ -240,6 +243,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 		s.dropProcessing(o, s.freeReplica)
 	}
 	s.pruneTasks(now)
+	s.pruneHeat(now)
 	s.releaseStaleFS(now)
 	return len(stale)
 }

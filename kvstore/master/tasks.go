@@ -71,6 +71,9 @@ type task struct {
 	version  uint64    // the object's rewrites count when the task started
 	sent     time.Time // when it was last handed out
 	message  string
+	// deliveries counts the hand-outs (a redelivery past
+	// TaskLimits.MaxRetryAttempts fails the task instead).
+	deliveries int
 }
 
 // TaskAssignment is a task as its executing client receives it: copy Size
@@ -185,6 +188,9 @@ func (s *State) createMoveTask(key, source, target string, now time.Time) (TaskI
 // newTask reserves one buffer of o's size in each group of segments and
 // records the task; with nothing to reserve it finishes it at once.
 func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segment, now time.Time) (TaskID, kvstore.ErrorCode) {
+	if len(want) > 0 && s.countTasks(TaskPending) >= s.cfg.Tasks.MaxPending {
+		return TaskID{}, kvstore.TaskPendingLimitExceeded
+	}
 	t := &task{typ: typ, key: o.key, size: o.size, source: source, client: source.seg.client,
 		assignee: source.seg.info.Name, created: now, updated: now, version: o.rewrites}
 	for _, segs := range want {
@@ -238,8 +244,11 @@ func (s *State) newTaskID() TaskID {
 }
 
 // FetchTasks hands clientID the tasks assigned to it that it has not
-// received yet, or received more than a minute ago without reporting;
-// they become PROCESSING. The Ping handler calls it.
+// received yet (while fewer than TaskLimits.MaxProcessing tasks are out),
+// or received more than a minute ago without reporting (at most
+// TaskLimits.MaxRetryAttempts times: then the periodic pass fails it);
+// they become PROCESSING. The Ping handler calls it. It changes nothing
+// but what it hands out: a Ping answer without tasks is not logged.
 func (s *State) FetchTasks(clientID string, now time.Time) []TaskAssignment {
 	var ids []TaskID
 	for id, t := range s.tasks {
@@ -252,12 +261,20 @@ func (s *State) FetchTasks(clientID string, now time.Time) []TaskAssignment {
 		return cmp.Or(s.tasks[a].created.Compare(s.tasks[b].created), cmp.Compare(a.Hi, b.Hi), cmp.Compare(a.Lo, b.Lo))
 	})
 	out := make([]TaskAssignment, 0, len(ids))
+	processing := s.countTasks(TaskProcessing)
 	for _, id := range ids {
 		t := s.tasks[id]
-		if t.status == TaskPending {
+		switch {
+		case t.status == TaskPending && processing >= s.cfg.Tasks.MaxProcessing:
+			continue
+		case t.status == TaskPending:
 			t.status, t.updated = TaskProcessing, now
+			processing++
+		case t.deliveries > s.cfg.Tasks.MaxRetryAttempts:
+			continue // out of retries: the next periodic pass fails it
 		}
 		t.sent = now
+		t.deliveries++
 		out = append(out, TaskAssignment{ID: id, Type: t.typ, Size: t.size, Source: t.source.describe(), Targets: describeAll(t.targets)})
 	}
 	return out
@@ -357,13 +374,17 @@ func (s *State) failTasksOnSegment(sg *segment, now time.Time) {
 	}, fmt.Sprintf("segment %s was unmounted during the task", sg.info.Name), now)
 }
 
-// pruneTasks forgets tasks final for longer than taskRetention.
+// pruneTasks fails the tasks past their timeouts (TaskLimits), and
+// forgets tasks final for longer than taskRetention and the oldest
+// finished ones beyond TaskLimits.MaxFinished.
 func (s *State) pruneTasks(now time.Time) {
+	s.expireTasks(now)
 	for id, t := range s.tasks {
 		if t.final() && now.Sub(t.updated) > taskRetention {
 			delete(s.tasks, id)
 		}
 	}
+	s.capFinishedTasks()
 }
 
 // QueryTask returns task id as seen from tenant: a task on another

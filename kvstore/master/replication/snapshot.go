@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -37,6 +38,15 @@ type SnapshotConfig struct {
 	Restore bool
 	// Dir is the local store's root; snapshots go to Dir/<cluster_id>.
 	Dir string
+	// BackupDir, when set, is a second local store's root
+	// (--snapshot_backup_dir): every snapshot is also written under
+	// BackupDir/<cluster_id>, and a restore that finds no usable snapshot
+	// in Dir tries the backup's.
+	BackupDir string
+	// Timeout bounds one snapshot, from taking it to recording it in etcd
+	// (--snapshot_child_timeout_seconds; upstream's bounds the forked
+	// child writing it). DefaultSnapshotTimeout when zero.
+	Timeout time.Duration
 }
 
 // Defaults of the snapshot settings.
@@ -45,6 +55,9 @@ const (
 	DefaultSnapshotInterval = 600 * time.Second
 	// DefaultSnapshotRetention is --snapshot_retention_count's default.
 	DefaultSnapshotRetention = 2
+	// DefaultSnapshotTimeout is upstream's
+	// --snapshot_child_timeout_seconds.
+	DefaultSnapshotTimeout = time.Hour
 )
 
 // SnapshotKey is the etcd key holding the batch number of cluster
@@ -66,6 +79,8 @@ var ErrSnapshotNeeded = errors.New("snapshot needed")
 type snapshots struct {
 	cfg   SnapshotConfig
 	store *localSnapshotStore
+	// backup is the --snapshot_backup_dir store, nil without one.
+	backup *localSnapshotStore
 	// last is the batch of the newest snapshot this leader took.
 	last uint64
 	// stop ends the leader's snapshot loop, nil when none runs.
@@ -81,12 +96,51 @@ func (l *Log) EnableSnapshots(cfg SnapshotConfig) error {
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultSnapshotRetention
 	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultSnapshotTimeout
+	}
 	store, err := openLocalSnapshotStore(cfg.Dir, l.clusterID)
 	if err != nil {
 		return err
 	}
 	l.snap = &snapshots{cfg: cfg, store: store}
+	if cfg.BackupDir != "" {
+		if l.snap.backup, err = openLocalSnapshotStore(cfg.BackupDir, l.clusterID); err != nil {
+			return fmt.Errorf("--snapshot_backup_dir: %w", err)
+		}
+	}
 	return nil
+}
+
+// stores are the stores a restore reads, in order: the store, then the
+// backup.
+func (s *snapshots) stores() []*localSnapshotStore {
+	if s.backup == nil {
+		return []*localSnapshotStore{s.store}
+	}
+	return []*localSnapshotStore{s.store, s.backup}
+}
+
+// save writes the snapshot of batch seq to the store and, when there is
+// one, the backup, and prunes both to the retention. It returns the batch
+// of the oldest snapshot the store keeps. A backup that fails is only
+// logged: the store holds the snapshot.
+func (s *snapshots) save(seq uint64, data []byte, log *slog.Logger) (uint64, error) {
+	if err := s.store.save(seq, data); err != nil {
+		return 0, err
+	}
+	floor, err := s.store.prune(s.cfg.Retention)
+	if err != nil {
+		return 0, err
+	}
+	if s.backup != nil {
+		if err := s.backup.save(seq, data); err != nil {
+			log.Warn("snapshot: backup not written", "err", err)
+		} else if _, err := s.backup.prune(s.cfg.Retention); err != nil {
+			log.Warn("snapshot: backup not pruned", "err", err)
+		}
+	}
+	return floor, nil
 }
 
 // logFloor reads how much of the log is gone: the batch numbers below
@@ -140,37 +194,53 @@ func (l *Log) restorePoint(ctx context.Context, cli *clientv3.Client, prefix str
 		return nil, err
 	}
 	if l.snap != nil && l.snap.cfg.Restore {
-		seqs, err := l.snap.store.list()
-		if err != nil {
-			return nil, err
-		}
-		for _, seq := range seqs {
-			if seq > recorded || seq < gone {
-				continue
+		for _, store := range l.snap.stores() {
+			if st, err := l.restoreFrom(store, gone, recorded); st != nil || err != nil {
+				return st, err
 			}
-			data, err := l.snap.store.load(seq)
-			if err != nil {
-				l.log.Warn("snapshot: cannot read; trying an older one", "snapshot", l.snap.store.path(seq), "err", err)
-				continue
-			}
-			st, err := l.sm.DecodeSnapshot(data)
-			if err == nil && st.Seq != seq {
-				err = fmt.Errorf("file is named batch %d but holds batch %d", seq, st.Seq)
-			}
-			if err != nil {
-				l.log.Warn("snapshot: unusable; trying an older one", "snapshot", l.snap.store.path(seq), "err", err)
-				continue
-			}
-			return &st, nil
 		}
 	}
 	if gone > 0 {
 		where := "snapshot restore is off (--enable_snapshot_restore)"
 		if l.snap != nil && l.snap.cfg.Restore {
 			where = "no usable snapshot of batch " + strconv.FormatUint(gone, 10) + " or later is in " + l.snap.store.dir
+			if l.snap.backup != nil {
+				where += " or its backup " + l.snap.backup.dir
+			}
 		}
 		return nil, fmt.Errorf("%w: the oplog in etcd was compacted up to batch %d and %s; refusing to serve a partial state",
 			ErrSnapshotNeeded, gone, where)
+	}
+	return nil, nil
+}
+
+// restoreFrom returns the newest snapshot in store usable as a restore
+// point (see restorePoint), nil when none is. A snapshot that does not
+// read or decode, or whose state fails its validation, is skipped with a
+// log line.
+func (l *Log) restoreFrom(store *localSnapshotStore, gone, recorded uint64) (*Restored, error) {
+	seqs, err := store.list()
+	if err != nil {
+		return nil, err
+	}
+	for _, seq := range seqs {
+		if seq > recorded || seq < gone {
+			continue
+		}
+		data, err := store.load(seq)
+		if err != nil {
+			l.log.Warn("snapshot: cannot read; trying an older one", "snapshot", store.path(seq), "err", err)
+			continue
+		}
+		st, err := l.sm.DecodeSnapshot(data)
+		if err == nil && st.Seq != seq {
+			err = fmt.Errorf("file is named batch %d but holds batch %d", seq, st.Seq)
+		}
+		if err != nil {
+			l.log.Warn("snapshot: unusable; trying an older one", "snapshot", store.path(seq), "err", err)
+			continue
+		}
+		return &st, nil
 	}
 	return nil, nil
 }
@@ -221,7 +291,10 @@ func (l *Log) startSnapshots(cli *clientv3.Client, prefix string) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if seq, err := l.TakeSnapshot(ctx, cli, prefix); err != nil {
+				sctx, cancel := context.WithTimeout(ctx, l.snap.cfg.Timeout)
+				seq, err := l.TakeSnapshot(sctx, cli, prefix)
+				cancel()
+				if err != nil {
 					if ctx.Err() == nil {
 						l.log.Warn("snapshot failed", "err", err)
 					}
@@ -271,10 +344,7 @@ func (l *Log) TakeSnapshot(ctx context.Context, cli *clientv3.Client, prefix str
 			return 0, fmt.Errorf("snapshot of batch %d: the batch did not become durable: %w", seq, err)
 		}
 	}
-	if err := l.snap.store.save(seq, data); err != nil {
-		return 0, err
-	}
-	floor, err := l.snap.store.prune(l.snap.cfg.Retention)
+	floor, err := l.snap.save(seq, data, l.log)
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,56 @@
+package master
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// TestSnapshotInconsistentStateIsRefused: a snapshot whose bytes are
+// intact but whose state does not hold together (a replica outside any
+// allocation, two objects on the same bytes, an allocator whose extents
+// do not add up) is refused, so a restore skips it and a master with no
+// other snapshot does not serve (fail closed).
+func TestSnapshotInconsistentStateIsRefused(t *testing.T) {
+	build := func() *State {
+		t.Helper()
+		st, err := NewState(DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := st.MountSegment("c1", Segment{ID: "s1", Name: "s1", Base: 1 << 20, Size: 1 << 16}, epoch); code != kvstore.OK {
+			t.Fatal(code)
+		}
+		for _, k := range []string{"a", "b"} {
+			if _, code := st.PutStart("c1", k, 100, ReplicateConfig{ReplicaNum: 1}, epoch); code != kvstore.OK {
+				t.Fatal(code)
+			}
+			if code := st.PutEnd("c1", k, nil, epoch); code != kvstore.OK {
+				t.Fatal(code)
+			}
+		}
+		return st
+	}
+	if _, _, err := decodeSnapshot(encodeSnapshot(build(), 1, 2), DefaultConfig()); err != nil {
+		t.Fatalf("a consistent state: %v", err)
+	}
+	for name, spoil := range map[string]func(st *State){
+		"replica outside any allocation": func(st *State) { st.objects["a"].replicas[0].off = 1 << 15 },
+		"two objects on the same bytes": func(st *State) {
+			st.objects["b"].replicas[0].off = st.objects["a"].replicas[0].off
+		},
+		"replica longer than its allocation": func(st *State) { st.objects["a"].replicas[0].size = 1 << 12 },
+		"free extent over an allocation": func(st *State) {
+			a := st.segments["s1"].alloc
+			a.free[0].off -= Alignment
+			a.free[0].len += Alignment
+		},
+	} {
+		st := build()
+		spoil(st)
+		if _, _, err := decodeSnapshot(encodeSnapshot(st, 1, 2), DefaultConfig()); !errors.Is(err, errSnapshotInconsistent) {
+			t.Errorf("%s: decode = %v, want errSnapshotInconsistent", name, err)
+		}
+	}
+}
