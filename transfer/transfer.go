@@ -56,6 +56,12 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 	return e.submit(id, reqs, false, e.cfg.TransferTimeout)
 }
 
+// SubmitTransferWithin is SubmitTransfer with its requests bounded by
+// timeout instead of the engine's transfer timeout, as RunBatchWithin.
+func (e *Engine) SubmitTransferWithin(id BatchID, reqs []Request, timeout time.Duration) error {
+	return e.submit(id, reqs, false, timeout)
+}
+
 // submit is SubmitTransfer; with inline (RunBatch, which waits anyway,
 // saves the hand-offs), a request that a connection can serve through a
 // direct view of the peer's memory is copied on the caller's thread, and

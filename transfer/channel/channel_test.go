@@ -435,3 +435,37 @@ func TestPutSrcPayloadsAndTheirFlags(t *testing.T) {
 		}
 	})
 }
+
+// Post publishes flags without waiting for the ones in flight: through
+// direct views they are in place when it returns and nothing is left to
+// end; over TCP Wait ends the post with every good flag in place and the
+// failed message named, and Drop ends one too.
+func TestPostFlags(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		bad := Message{To: p.to, Flags: []Flag{p.flag(8, 8, 5)}}
+		bad.To.Base += bufBytes // past the end of the receiver's buffer
+		msgs := []Message{{To: p.to, Flags: []Flag{p.flag(0, 8, 3)}}, bad, {To: p.to, Flags: []Flag{p.flag(16, 4, 4)}}}
+		if ps, errs := Post(p.tx, msgs[:1], Patience{}); (ps == nil) == forceTCP || errs != nil {
+			t.Fatalf("a post of one good flag left %v in flight over TCP %v: %v", ps, forceTCP, errs)
+		} else if ps != nil {
+			ps.Wait()
+		}
+		ps, errs := Post(p.tx, msgs, Patience{})
+		if ps == nil { // the bad message has no direct view either way
+			t.Fatalf("a post with a transfer left nothing in flight: %v", errs)
+		}
+		if errs = ps.Wait(); errs == nil || errs[0] != nil || errs[1] == nil || errs[2] != nil {
+			t.Fatalf("errors %v, want the second message's only", errs)
+		}
+		if a, b := atomic.LoadUint64(p.word64(0)), atomic.LoadUint32(p.word32(16)); a != 3 || b != 4 {
+			t.Fatalf("flags %d and %d, want 3 and 4", a, b)
+		}
+		if ps, _ = Post(p.tx, msgs[:1], Patience{}); forceTCP {
+			ps.Drop()
+			if errs := ps.Wait(); errs != nil {
+				t.Fatalf("a dropped post of a good flag: %v", errs)
+			}
+		}
+	})
+}
