@@ -177,9 +177,9 @@ func (g *Group) recv(ch, peer int) ([]byte, error) {
 // (over TCP a round trip each): it posts them (channel.Post) and ends the
 // post at its next release (settleAcks), so that at most one post is in
 // flight and an acknowledgement never overtakes an older one; the post
-// itself sends a failed one again, as a waited put would. A new membership base and Close drop the post
-// (dropAcks). Point-to-point releases, run by per-peer queues,
-// wait as before.
+// itself sends a failed one again, as a waited put would. A new
+// membership base and Close drop the post (dropAcks). Point-to-point
+// releases, run by per-peer queues, wait as before.
 func (g *Group) release(ch int, peers ...int) {
 	if ch == chColl {
 		g.settleAcks()

@@ -29,7 +29,7 @@ const MaxTrailed = tcp.SliceSize
 const MaxTrailer = 4096
 
 // Trailer is the second WRITE of a request (Request.Trailer): Length bytes
-// from this side's registered memory at Source to the absolute address
+// from this side's registered host memory at Source to the absolute address
 // TargetOffset of the request's target. The zero Trailer is none.
 type Trailer struct {
 	Source       uintptr
@@ -52,8 +52,12 @@ func (e *Engine) checkTrailer(r Request) error {
 		return errorf(CodeInvalidArgument, nil, "a trailer of %d bytes (at most %d)", tr.Length, MaxTrailer)
 	case tr.TargetOffset+tr.Length < tr.TargetOffset:
 		return errorf(CodeInvalidArgument, nil, "trailer's remote range wraps")
-	case e.reg.find(tr.Source, tr.Length) == nil:
+	}
+	switch reg := e.reg.find(tr.Source, tr.Length); {
+	case reg == nil:
 		return errorf(CodeAddressNotRegistered, nil, "trailer's local [%#x,+%d) is not registered", tr.Source, tr.Length)
+	case reg.placement.Device:
+		return errorf(CodeInvalidArgument, nil, "a trailer in device memory")
 	}
 	return nil
 }

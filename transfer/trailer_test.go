@@ -82,3 +82,28 @@ func TestTrailerLandsWithItsBytes(t *testing.T) {
 		})
 	}
 }
+
+// A trailer is host memory: one in device memory is refused at submission
+// (the TCP transport sends it straight from its address).
+func TestTrailerInDeviceMemoryRefused(t *testing.T) {
+	for name, d := range devices(t) {
+		t.Run(name, func(t *testing.T) {
+			target, initiator := newDeviceEngine(t, d, true), newDeviceEngine(t, d, true)
+			remote := managed(t, target, 8192)
+			local := managed(t, initiator, 4096)
+			flag := deviceBuf(t, d, make([]byte, 8))
+			if err := initiator.RegisterLocalMemory(flag, 8, "*"); err != nil {
+				t.Fatal(err)
+			}
+			h, err := initiator.CachedSegment(target.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := Request{Opcode: OpWrite, Source: gpu.AddrOf(local), Target: h, TargetOffset: uint64(gpu.AddrOf(remote)), Length: 4096,
+				Trailer: Trailer{Source: flag, TargetOffset: uint64(gpu.AddrOf(remote)) + 4096, Length: 8}}
+			if _, err := initiator.RunBatch([]Request{req}); err == nil {
+				t.Fatal("a trailer in device memory was accepted")
+			}
+		})
+	}
+}
