@@ -131,6 +131,7 @@ func (g *Group) needActive(what string, r int) error {
 // sequence numbers.
 func (g *Group) setColl(v View, excluded []int) {
 	if v.Base != g.collBase || g.act == nil {
+		g.dropAcks() // none of an older base may land after the new base's
 		g.collBase = v.Base
 		g.seqBase[chColl] = v.Base << 32
 		for p := range g.size {

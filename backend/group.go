@@ -76,6 +76,12 @@ type Group struct {
 	// so that a put allocates nothing. The same owners as sent (fReady)
 	// and rcvd (fAck).
 	flags [fAck + 1][numChannels][][1]channel.Flag
+	// acks are the collective channel's acknowledgements still in flight
+	// over transfers (nil: none); owned by the collective FIFO (link.go).
+	acks *channel.Posted
+	// aliveFn is g.alive, made once: a put's Patience that outlives it
+	// (channel.Post) would allocate the method value on every put.
+	aliveFn func(transfer.SegmentHandle) error
 	// collOps counts collectives run so far (the same on every rank);
 	// pullLent[s][p] is the sequence number of the last message that let
 	// peer p read this rank's pull slot s. Both owned by the collective FIFO.
@@ -184,6 +190,7 @@ func (rt *Runtime) NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	g := &Group{rt: rt, engine: e, rank: cfg.Rank, size: slots, declared: cfg.Size, id: cfg.GroupID,
 		lay: groupLayout(cfg, slots), client: client, manual: cfg.Manual, life: newLifecycle()}
+	g.aliveFn = g.alive
 	if g.base, err = e.AllocateManagedBuffer(uint64(g.lay.total)); err != nil {
 		return nil, fmt.Errorf("allocate group buffer (%d bytes): %w", g.lay.total, err)
 	}
@@ -326,6 +333,7 @@ func (g *Group) Close() {
 		<-d
 	}
 	<-drained
+	g.dropAcks()    // the collective FIFO has stopped
 	g.syncMu.Lock() // no view is being followed (followEndpoints)
 	g.closePeers()
 	g.syncMu.Unlock()

@@ -64,7 +64,7 @@ func (g *Group) timeout(ch int) time.Duration {
 // transfer timeout (MC_TRANSFER_TIMEOUT, which still bounds a transfer to
 // a live peer in all).
 func (g *Group) patience(ch int) channel.Patience {
-	return channel.Patience{Timeout: g.timeout(ch), Alive: g.alive}
+	return channel.Patience{Timeout: g.timeout(ch), Alive: g.aliveFn}
 }
 
 // alive probes the peer whose segment is seg.
@@ -189,14 +189,47 @@ func (g *Group) recv(ch, peer int) ([]byte, error) {
 // release gives the slots of the last message from each of peers back to
 // their senders. A failed acknowledgement is not an error of this op: the
 // only rank that needs it is the sender, and it notices on its own.
+//
+// The collective channel does not wait for its acknowledgements to land
+// (over TCP a round trip each): it posts them (channel.Post) and ends the
+// post at its next release (settleAcks), so that at most one post is in
+// flight and an acknowledgement never overtakes an older one; the post
+// itself sends a failed one again, as a waited put would. A new
+// membership base and Close drop the post (dropAcks). Point-to-point
+// releases, run by per-peer queues, wait as before.
 func (g *Group) release(ch int, peers ...int) {
+	if ch == chColl {
+		g.settleAcks()
+	}
 	var buf [smallGroup]channel.Message
 	acks := room(buf[:], len(peers))[:0]
 	for _, pr := range peers {
 		g.rcvd[ch][pr]++
 		acks = append(acks, g.flagMessage(ch, fAck, fOutAck, pr, g.rcvd[ch][pr]))
 	}
+	if ch == chColl {
+		g.acks, _ = channel.Post(g.engine, acks, g.patience(ch))
+		return
+	}
 	channel.PutWithin(g.engine, acks, channel.EachMessage, g.patience(ch))
+}
+
+// settleAcks ends the collective channel's post of acknowledgements, if
+// any.
+func (g *Group) settleAcks() {
+	if ps := g.acks; ps != nil {
+		g.acks = nil
+		ps.Wait()
+	}
+}
+
+// dropAcks ends the collective channel's post of acknowledgements, if
+// any, without sending failed ones again: they are of an older base.
+func (g *Group) dropAcks() {
+	if ps := g.acks; ps != nil {
+		g.acks = nil
+		ps.Drop()
+	}
 }
 
 func (g *Group) describe(peers []int) string {

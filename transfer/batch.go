@@ -22,6 +22,11 @@ type Request struct {
 	// as those protocols do in this build (see ResolveProtocol). Any other
 	// name, or one this engine does not run, is refused at submission.
 	Transport string
+	// Trailer, when its Length is not zero, is a small second WRITE bound
+	// to this one (trailer.go): written to the same target once every
+	// byte of this request is in place, and the request completes only
+	// when both did.
+	Trailer Trailer
 }
 
 // TransferStatus is a task's or batch's state and bytes moved.
@@ -42,6 +47,7 @@ type task struct {
 	via       int // index of the transport the request must use, -1 for any
 	batch     *batch
 	local     *region // held against unregistration until the task settles
+	trailer   *region // the trailer's source, held likewise (nil: none)
 	deadline  time.Time
 	status    atomic.Int32
 	moved     atomic.Uint64
@@ -74,6 +80,9 @@ func (t *task) FinishSlice(st Status, moved uint64) {
 	t.status.Store(int32(final))
 	if t.local != nil {
 		t.local.Release()
+	}
+	if t.trailer != nil {
+		t.trailer.Release()
 	}
 	t.batch.taskDone()
 }

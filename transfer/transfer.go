@@ -56,6 +56,12 @@ func (e *Engine) SubmitTransfer(id BatchID, reqs []Request) error {
 	return e.submit(id, reqs, false, e.cfg.TransferTimeout)
 }
 
+// SubmitTransferWithin is SubmitTransfer with its requests bounded by
+// timeout instead of the engine's transfer timeout, as RunBatchWithin.
+func (e *Engine) SubmitTransferWithin(id BatchID, reqs []Request, timeout time.Duration) error {
+	return e.submit(id, reqs, false, timeout)
+}
+
 // submit is SubmitTransfer; with inline (RunBatch, which waits anyway,
 // saves the hand-offs), a request that a connection can serve through a
 // direct view of the peer's memory is copied on the caller's thread, and
@@ -84,6 +90,9 @@ func (e *Engine) submit(id BatchID, reqs []Request, inline bool, timeout time.Du
 		}
 		if r.TargetOffset+r.Length < r.TargetOffset {
 			return errorf(CodeInvalidArgument, nil, "request %d: remote range wraps", i)
+		}
+		if err := e.checkTrailer(r); err != nil {
+			return errorf(CodeOf(err), err, "request %d", i)
 		}
 		if segs[i], err = e.segment(r.Target); err != nil {
 			return err
@@ -133,26 +142,42 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 	}
 	// Held until the task settles, so the source cannot be unregistered
 	// under the transfer.
-	if t.local = e.reg.acquire(t.req.Source, t.req.Length); t.local == nil {
+	t.local = e.reg.acquire(t.req.Source, t.req.Length)
+	if tr := t.req.Trailer; tr.Length > 0 && t.local != nil {
+		t.trailer = e.reg.acquire(tr.Source, tr.Length)
+	}
+	if t.local == nil || t.req.Trailer.Length > 0 && t.trailer == nil {
 		t.Start(1)
 		t.FinishSlice(StatusFailed, 0)
 		return
 	}
 	if s.name == e.name {
+		st := StatusFailed
+		if tr := t.req.Trailer; tr.Length == 0 || e.reg.find(uintptr(tr.TargetOffset), tr.Length) == e.reg.find(uintptr(t.req.TargetOffset), t.req.Length) {
+			st = e.copyLocal(t.req, t.local)
+		}
+		if tr := t.req.Trailer; st == StatusCompleted && tr.Length > 0 {
+			st = e.copyLocal(Request{Opcode: OpWrite, Source: tr.Source, TargetOffset: tr.TargetOffset, Length: tr.Length}, t.trailer)
+		}
 		t.Start(1)
-		t.FinishSlice(e.copyLocal(t.req, t.local), t.req.Length)
+		t.FinishSlice(st, t.req.Length)
 		return
 	}
 	r := routeOf(s, routes)
-	if r.err == nil && r.desc.FindBuffer(t.req.TargetOffset, t.req.Length) < 0 {
+	inBuffer := func(r *route) bool {
+		i := r.desc.FindBuffer(t.req.TargetOffset, t.req.Length)
+		return i >= 0 && trailerBuffer(r.desc, t, i)
+	}
+	if r.err == nil && !inBuffer(r) {
 		// TCP splits a request into slices that the target checks one
 		// by one, so a request running past its buffer would move the
 		// slices that do fit. Check the whole range first, against a
-		// fresh descriptor (the cached one may predate a registration).
+		// fresh descriptor (the cached one may predate a registration);
+		// a trailer must lie in the request's buffer (trailer.go).
 		s.invalidate()
 		delete(routes, s)
-		if r = routeOf(s, routes); r.err == nil && r.desc.FindBuffer(t.req.TargetOffset, t.req.Length) < 0 {
-			r = &route{err: errorf(CodeAddressNotRegistered, nil, "remote [%#x,+%d) is not inside one buffer of %q", t.req.TargetOffset, t.req.Length, s.name)}
+		if r = routeOf(s, routes); r.err == nil && !inBuffer(r) {
+			r = &route{err: errorf(CodeAddressNotRegistered, nil, "remote [%#x,+%d) and its trailer are not inside one buffer of %q", t.req.TargetOffset, t.req.Length, s.name)}
 		}
 	}
 	if r.err != nil {
@@ -163,17 +188,23 @@ func (e *Engine) run(s *remoteSegment, t *task, routes map[*remoteSegment]*route
 	t.job = transport.Job{
 		Op: t.req.Opcode, Local: t.req.Source, LocalMem: t.local.placement,
 		Remote: t.req.TargetOffset, Length: t.req.Length, Deadline: t.deadline, Tracker: t,
+		Trailer: t.jobTrailer(),
 	}
+	trailed := t.req.Trailer.Length > 0
 	for _, rc := range r.conns {
 		c := rc.conn
-		if t.via >= 0 && rc.via != t.via || !c.Carries(t.req.TargetOffset, t.req.Length) {
+		if t.via >= 0 && rc.via != t.via || !c.Carries(t.req.TargetOffset, t.req.Length) ||
+			trailed && !c.Carries(t.req.Trailer.TargetOffset, t.req.Trailer.Length) {
 			continue
 		}
-		if v, ok := c.(transport.DirectView); ok && inline {
+		if v, ok := c.(transport.DirectView); ok && (inline || trailed) {
 			if e.copyThrough(v, t) {
 				return
 			}
 			continue // the view went away: the next transport
+		}
+		if _, ok := c.(transport.TrailerCarrier); trailed && !ok {
+			continue
 		}
 		if r, ok := c.(transport.SyncRunner); ok && inline && alone && r.RunSync(&t.job) {
 			return
@@ -193,6 +224,11 @@ func (e *Engine) copyThrough(v transport.DirectView, t *task) bool {
 		err = e.move(t.req.Opcode, t.req.Source, t.local.placement.Device, gpu.AddrOf(mem), false, t.req.Length)
 	}) {
 		return false
+	}
+	if tr := t.req.Trailer; err == nil && tr.Length > 0 && !transport.View(v, tr.TargetOffset, tr.Length, func(mem []byte) {
+		err = e.move(OpWrite, tr.Source, t.trailer.placement.Device, gpu.AddrOf(mem), false, tr.Length)
+	}) {
+		err = errorf(CodeMemory, nil, "no view of the trailer's target")
 	}
 	t.Start(1)
 	t.FinishSlice(transport.StatusOf(err), t.req.Length)

@@ -11,6 +11,11 @@ group and exits 0; a case fails by raising. Cases:
 * ``ep``: expert-parallel dispatch then combine
   (`mooncake.mooncake_ep_buffer.Buffer` on the default group), both buffer
   halves, each checked exactly, with no rank marked inactive.
+* ``steps``: all_reduce of every dtype at sizes from one element to several
+  steps of the collective slot (odd counts), all_gather, broadcast,
+  reduce_scatter and all_to_all of several steps, each checked exactly
+  against the reference computed here: the multi-message TCP path (a
+  message's flag behind its data, acknowledgements posted).
 * ``init``: initialise only; print the error and exit 3 if it fails.
 * ``ddp``: five DistributedDataParallel steps of a small float64 model, each
   rank on its own data; the parameters must be identical on every rank and
@@ -101,6 +106,41 @@ def case_ops(rank: int, world: int) -> None:
 
     _done(dist.barrier(async_op=True))
     assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1] * world
+
+
+def case_steps(rank: int, world: int) -> None:
+    dtypes = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16,
+              torch.float16, torch.uint8]
+    for dt in dtypes:
+        for n in (1, 4099, (3 << 19) // dt.itemsize + 13):  # to 1.5 MiB: 2+ steps
+            def mine(r: int, n: int = n, dt: torch.dtype = dt) -> torch.Tensor:
+                return ((torch.arange(n) * 3 + 11 * r) % 7).to(dt)
+
+            x = mine(rank)
+            _done(dist.all_reduce(x, async_op=True))
+            want = sum(mine(r).to(torch.int64) for r in range(world)).to(dt)
+            assert torch.equal(x, want), f"all_reduce {dt} x {n}"
+    m = (1 << 17) + 7  # int64s per rank: 1 MiB, over two steps of 512 KiB
+
+    def block(r: int) -> torch.Tensor:
+        return torch.arange(m, dtype=torch.int64) * (r + 2) + r
+
+    outs = [torch.empty(m, dtype=torch.int64) for _ in range(world)]
+    _done(dist.all_gather(outs, block(rank), async_op=True))
+    assert all(torch.equal(o, block(r)) for r, o in enumerate(outs)), "all_gather"
+    for src in range(world):
+        b = block(src) if rank == src else torch.zeros(m, dtype=torch.int64)
+        _done(dist.broadcast(b, src=src, async_op=True))
+        assert torch.equal(b, block(src)), f"broadcast from {src}"
+    out = torch.empty(m, dtype=torch.int64)
+    _done(dist.reduce_scatter(out, [block(rank) + j for j in range(world)], async_op=True))
+    assert torch.equal(out, sum(block(r) + rank for r in range(world))), "reduce_scatter"
+    # rank s sends rank j block(s) + j cut to m - s - 2j elements: uneven blocks
+    recv = [torch.empty(m - r - 2 * rank, dtype=torch.int64) for r in range(world)]
+    send = [(block(rank) + j)[: m - rank - 2 * j] for j in range(world)]
+    _done(dist.all_to_all(recv, send, async_op=True))
+    for r, t in enumerate(recv):
+        assert torch.equal(t, (block(r) + rank)[: m - r - 2 * rank]), f"all_to_all from {r}"
 
 
 def case_ep(rank: int, world: int) -> None:
@@ -270,6 +310,8 @@ def main() -> int:
             case_ops(rank, world)
         elif case == "ep":
             case_ep(rank, world)
+        elif case == "steps":
+            case_steps(rank, world)
         elif case == "stream":
             case_stream(rank, world)
         elif case == "ddp":

@@ -84,6 +84,15 @@ def test_collectives_four_ranks_on_two_hosts(cluster):
     check_ok([cluster[0], cluster[1], cluster[0], cluster[1]])
 
 
+@pytest.mark.parametrize("hosts", [2, 3])
+def test_multi_step_collectives_across_hosts(cluster, hosts):
+    """Every dtype and odd sizes up to several steps of the slot, over TCP
+    only: two ranks (each message's flag rides behind its data) and three
+    (steps of several messages), acknowledgements posted (docs/collectives.md,
+    "Across hosts (TCP)")."""
+    check_ok(list(cluster.hosts)[:hosts], "steps")
+
+
 def test_loopback_address_refused_with_a_remote_master(cluster):
     """A rank told to publish 127.0.0.1 while MASTER_ADDR is another host's
     fails its init, naming the setting to change, and so does every other

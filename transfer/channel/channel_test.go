@@ -387,3 +387,85 @@ func BenchmarkPutThroughViews(b *testing.B) {
 		}
 	}
 }
+
+// Byte payloads (Data.Src) of messages whose flags make one write carry
+// their flags as trailers where they may (EachMessage, or an AllMessages
+// put of one message), and keep the AllMessages promise where they may
+// not: a large payload lands whole before its flag, a failed message
+// never publishes its flag, and no flag of an AllMessages put of several
+// lands while one of its payloads failed.
+func TestPutSrcPayloadsAndTheirFlags(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		src := func(data []byte, off, flagOff, v uint64) Message {
+			return Message{To: p.to, Flags: []Flag{p.flag(flagOff, 8, v)},
+				Data: Data{Off: off, Len: uint64(len(data)), Src: data, Staging: p.txMem[off : off+uint64(len(data))]}}
+		}
+		for v := uint64(1); v <= 3; v++ {
+			data := pattern(bufBytes/2-4096, byte(v))
+			done := make(chan bool, 1)
+			go func() {
+				w := p.word64(0)
+				err := DefaultPolicy(2).Await(Wait{Word: WordOf64(w), Ready: func() bool { return atomic.LoadUint64(w) >= v },
+					Deadline: time.Now().Add(10 * time.Second)})
+				done <- err == nil && bytes.Equal(p.rxMem[4096:4096+len(data)], data)
+			}()
+			if errs := Put(p.tx, []Message{src(data, 4096, 0, v)}, AllMessages); errs != nil {
+				t.Fatal(errs)
+			}
+			if !<-done {
+				t.Fatalf("message %d: its flag was seen before its payload", v)
+			}
+		}
+		for _, d := range []Delivery{EachMessage, AllMessages} {
+			bad := src(pattern(64, 1), 1024, 8, 5)
+			bad.To.Base += bufBytes // past the end of the receiver's buffer
+			good := src(pattern(64, 2), 2048, 16, uint64(10+d))
+			errs := Put(p.tx, []Message{bad, good}, d)
+			if errs == nil || errs[0] == nil {
+				t.Fatalf("delivery %d: the message outside registered memory succeeded", d)
+			}
+			goodFlag := atomic.LoadUint64(p.word64(16))
+			if d == EachMessage && (errs[1] != nil || goodFlag != 10) {
+				t.Fatalf("EachMessage: good message err %v, flag %d", errs[1], goodFlag)
+			}
+			if d == AllMessages && (!errors.Is(errs[1], ErrNotDelivered) || goodFlag != 10) {
+				t.Fatalf("AllMessages: good message err %v, flag %d (its earlier value 10)", errs[1], goodFlag)
+			}
+		}
+	})
+}
+
+// Post publishes flags without waiting for the ones in flight: through
+// direct views they are in place when it returns and nothing is left to
+// end; over TCP Wait ends the post with every good flag in place and the
+// failed message named, and Drop ends one too.
+func TestPostFlags(t *testing.T) {
+	transports(t, func(t *testing.T, forceTCP bool) {
+		p := newPair(t, forceTCP)
+		bad := Message{To: p.to, Flags: []Flag{p.flag(8, 8, 5)}}
+		bad.To.Base += bufBytes // past the end of the receiver's buffer
+		msgs := []Message{{To: p.to, Flags: []Flag{p.flag(0, 8, 3)}}, bad, {To: p.to, Flags: []Flag{p.flag(16, 4, 4)}}}
+		if ps, errs := Post(p.tx, msgs[:1], Patience{}); (ps == nil) == forceTCP || errs != nil {
+			t.Fatalf("a post of one good flag left %v in flight over TCP %v: %v", ps, forceTCP, errs)
+		} else if ps != nil {
+			ps.Wait()
+		}
+		ps, errs := Post(p.tx, msgs, Patience{})
+		if ps == nil { // the bad message has no direct view either way
+			t.Fatalf("a post with a transfer left nothing in flight: %v", errs)
+		}
+		if errs = ps.Wait(); errs == nil || errs[0] != nil || errs[1] == nil || errs[2] != nil {
+			t.Fatalf("errors %v, want the second message's only", errs)
+		}
+		if a, b := atomic.LoadUint64(p.word64(0)), atomic.LoadUint32(p.word32(16)); a != 3 || b != 4 {
+			t.Fatalf("flags %d and %d, want 3 and 4", a, b)
+		}
+		if ps, _ = Post(p.tx, msgs[:1], Patience{}); forceTCP {
+			ps.Drop()
+			if errs := ps.Wait(); errs != nil {
+				t.Fatalf("a dropped post of a good flag: %v", errs)
+			}
+		}
+	})
+}

@@ -12,7 +12,9 @@
 // when the message names the receiver's sleeper count and it is zero); any
 // other peer through the engine's WRITE transfers from local staging memory
 // the caller names, the flags in a second batch after the payload's, since
-// different requests may take different connections. The receiver waits
+// different requests may take different connections, or, where the put
+// allows it (PutWithin), as the payload's trailer (transfer.Request.Trailer:
+// over TCP right behind it on its connection). The receiver waits
 // for its flag with one wait policy (Policy.Await: spin briefly, then poll
 // yielding the processor, then block on the word with bounded, growing
 // naps), a deadline and hooks for cancellation and peer liveness.

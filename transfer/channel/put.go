@@ -124,6 +124,15 @@ func Put(eng *transfer.Engine, msgs []Message, d Delivery) []error {
 }
 
 // PutWithin is Put with its transfers bounded by p (Patience).
+//
+// A message whose payload is staged bytes (Data.Src) of at most
+// transfer.MaxTrailed, and whose flags make one write, sends its flags as
+// the payload's trailer (transfer.Request.Trailer): over TCP they travel
+// right behind the payload, on its connection, and cost no round trip of
+// their own. That is done for every such message of an EachMessage put,
+// and for the one message of an AllMessages put of one message; the
+// messages of a larger AllMessages put keep the two rounds, since no flag
+// of theirs may land before every payload has.
 func PutWithin(eng *transfer.Engine, msgs []Message, d Delivery, p Patience) []error {
 	errs := failures{n: len(msgs)}
 	var staged transferRound
@@ -148,7 +157,11 @@ func PutWithin(eng *transfer.Engine, msgs []Message, d Delivery, p Patience) []e
 		case len(m.Data.Src) > 0 && len(m.Data.Staging) >= len(m.Data.Src):
 			st := m.Data.Staging[:len(m.Data.Src)]
 			copy(st, m.Data.Src)
-			staged.add(i, m.write(st, m.Data.Off))
+			req := m.write(st, m.Data.Off)
+			if d == EachMessage || len(msgs) == 1 {
+				req.Trailer = m.trailer()
+			}
+			staged.add(i, req)
 		case len(m.Data.Src) > 0:
 			errs.set(i, fmt.Errorf("channel: no direct view of the peer, and %d bytes of staging for a payload of %d", len(m.Data.Staging), len(m.Data.Src)))
 		case m.Data.Stage != nil:
@@ -167,8 +180,13 @@ func PutWithin(eng *transfer.Engine, msgs []Message, d Delivery, p Patience) []e
 		return errs.errs
 	}
 	var flags transferRound
+	next := 0 // the next staged request, to skip the messages whose flags were trailers
 	for i := range msgs {
-		if errs.get(i) == nil && len(msgs[i].Flags) > 0 {
+		trailed := false
+		for ; next < len(staged.reqs) && staged.owner[next] <= i; next++ {
+			trailed = trailed || staged.owner[next] == i && staged.reqs[next].Trailer.Length > 0
+		}
+		if errs.get(i) == nil && len(msgs[i].Flags) > 0 && !trailed {
 			if err := publish(eng, &msgs[i], i, &flags); err != nil {
 				errs.set(i, err)
 			}
@@ -245,6 +263,28 @@ func publish(eng *transfer.Engine, m *Message, i int, r *transferRound) error {
 	if ok {
 		return nil
 	}
+	stageFlags(m, i, r)
+	return nil
+}
+
+// trailer is m's flags as the trailer of its payload's write, or none
+// when they do not make one small write.
+func (m *Message) trailer() transfer.Trailer {
+	if len(m.Flags) == 0 || m.Data.Len > transfer.MaxTrailed {
+		return transfer.Trailer{}
+	}
+	var r transferRound
+	stageFlags(m, 0, &r)
+	if len(r.reqs) != 1 || r.reqs[0].Length > transfer.MaxTrailer {
+		return transfer.Trailer{}
+	}
+	return transfer.Trailer{Source: r.reqs[0].Source, TargetOffset: r.reqs[0].TargetOffset, Length: r.reqs[0].Length}
+}
+
+// stageFlags stores m's flags in their staging words and adds their
+// writes to r as message i's (consecutive flags that are contiguous on
+// both sides travel as one write).
+func stageFlags(m *Message, i int, r *transferRound) {
 	for k, f := range m.Flags {
 		store(f.Src, f)
 		addr, src, w := m.To.Base+f.Off, gpu.AddrOf(f.Src), f.width()
@@ -262,7 +302,6 @@ func publish(eng *transfer.Engine, m *Message, i int, r *transferRound) error {
 		}
 		r.add(i, transfer.Request{Opcode: transfer.OpWrite, Source: src, Target: m.To.Seg, TargetOffset: addr, Length: w})
 	}
-	return nil
 }
 
 // store writes f's value into mem[0:width] atomically.

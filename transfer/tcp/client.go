@@ -17,12 +17,15 @@ import (
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
-// slice is one piece of a job that travels as one TCP request.
+// slice is one piece of a job that travels as one TCP request (followed,
+// for a job with a trailer, by the trailer's request: such a job is one
+// slice).
 type slice struct {
-	j      *transport.Job
-	local  uintptr
-	remote uint64
-	length uint64
+	j       *transport.Job
+	local   uintptr
+	remote  uint64
+	length  uint64
+	trailer transport.Trailer
 }
 
 // peer is the Conn of one remote data port: it moves slices over a bounded
@@ -70,13 +73,24 @@ func (p *peer) Update(d transport.Peer) bool { return dataAddr(d) == p.addr }
 // Check never finds the peer gone: only a request can tell.
 func (p *peer) Check() (bool, error) { return false, nil }
 
+// CarriesTrailers: a job's trailer is its slice's second request on the
+// same connection, sent right behind the bytes (transport.TrailerCarrier).
+func (p *peer) CarriesTrailers() {}
+
 // Submit queues the job's slices; it fails a slice that cannot be queued
-// before the job's deadline. It blocks only while the queue is full.
+// before the job's deadline. It blocks only while the queue is full. A
+// job with a trailer must be one slice.
 func (p *peer) Submit(j *transport.Job) {
 	n := int((j.Length + SliceSize - 1) / SliceSize)
 	j.Tracker.Start(n)
 	p.gate.RLock()
 	defer p.gate.RUnlock()
+	if j.Trailer.Length > 0 && (n != 1 || j.Op != transport.OpWrite) {
+		for range n {
+			j.Tracker.FinishSlice(transport.StatusFailed, 0)
+		}
+		return
+	}
 	if p.isClosed {
 		for range n {
 			j.Tracker.FinishSlice(transport.StatusCanceled, 0)
@@ -85,7 +99,7 @@ func (p *peer) Submit(j *transport.Job) {
 	}
 	p.growLanes(n)
 	for off := uint64(0); off < j.Length; off += SliceSize {
-		s := &slice{j: j, local: j.Local + uintptr(off), remote: j.Remote + off, length: min(SliceSize, j.Length-off)}
+		s := &slice{j: j, local: j.Local + uintptr(off), remote: j.Remote + off, length: min(SliceSize, j.Length-off), trailer: j.Trailer}
 		select {
 		case p.queue <- s:
 		default:
@@ -270,7 +284,17 @@ func (c *wireConn) do(s *slice) (transport.Status, error) {
 		if err := c.sendWrite(hb, s); err != nil {
 			return failureStatus(err), err
 		}
-		return c.readStatus()
+		st, err := c.readStatus()
+		if s.trailer.Length == 0 || st != transport.StatusCompleted && st != statusRejectedKeep {
+			return st, err
+		}
+		// The trailer's status follows on a usable connection either
+		// way; the slice succeeds only when both requests did.
+		tst, err := c.readStatus()
+		if st == transport.StatusCompleted {
+			st = tst
+		}
+		return st, err
 	}
 	if _, err := c.Write(hb[:]); err != nil {
 		return failureStatus(err), err
@@ -284,16 +308,31 @@ func (c *wireConn) do(s *slice) (transport.Status, error) {
 	return transport.StatusCompleted, nil
 }
 
-// sendWrite sends a WRITE's header and payload. A device payload travels
-// through pinned host chunks, never from the device address.
+// sendWrite sends a WRITE's header and payload, and its trailer's request
+// right behind them, without waiting for the payload's status. A device
+// payload travels through pinned host chunks, never from the device
+// address.
 func (c *wireConn) sendWrite(hb [tcpHeaderSize]byte, s *slice) error {
+	var tb [tcpHeaderSize]byte
+	tr := s.trailer
+	if tr.Length > 0 {
+		tcpHeader{size: tr.Length, addr: tr.Remote, opcode: transport.OpWrite, v2: true}.encode(&tb)
+	}
 	if s.j.LocalMem.Device {
 		if _, err := c.Write(hb[:]); err != nil {
 			return err
 		}
-		return c.mem.SendDevice(c.Conn, s.local, s.length, s.j.LocalMem.Ordinal)
+		if err := c.mem.SendDevice(c.Conn, s.local, s.length, s.j.LocalMem.Ordinal); err != nil || tr.Length == 0 {
+			return err
+		}
+		bufs := net.Buffers{tb[:], gpu.HostBytes(tr.Local, tr.Length)}
+		_, err := bufs.WriteTo(c.Conn)
+		return err
 	}
 	bufs := net.Buffers{hb[:], gpu.HostBytes(s.local, s.length)}
+	if tr.Length > 0 {
+		bufs = append(bufs, tb[:], gpu.HostBytes(tr.Local, tr.Length))
+	}
 	_, err := bufs.WriteTo(c.Conn)
 	return err
 }

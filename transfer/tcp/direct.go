@@ -43,7 +43,7 @@ func (p *peer) RunSync(j *transport.Job) bool {
 			return true
 		}
 		var err error
-		st, err = c.do(&slice{j: j, local: j.Local, remote: j.Remote, length: j.Length})
+		st, err = c.do(&slice{j: j, local: j.Local, remote: j.Remote, length: j.Length, trailer: j.Trailer})
 		st, keep := p.settle(st)
 		p.putDirect(c, keep)
 		if keep || !retryable(err, j.Deadline) {

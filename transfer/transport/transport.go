@@ -108,6 +108,28 @@ type Job struct {
 	Length   uint64
 	Deadline time.Time
 	Tracker  Tracker
+	// Trailer, when its Length is not zero, is written behind the job's
+	// bytes (a WRITE of at most one TCP request): only conns that are
+	// TrailerCarriers are given such a job.
+	Trailer Trailer
+}
+
+// Trailer is a few bytes of local host memory at Local that a job writes
+// to the peer's absolute address Remote once all of its own bytes are
+// there (transfer.Request.Trailer).
+type Trailer struct {
+	Local  uintptr
+	Remote uint64
+	Length uint64
+}
+
+// TrailerCarrier is the optional capability of a Conn that carries jobs
+// with a trailer: it writes the trailer only behind the whole of the
+// job's bytes, on a path the peer applies in order (tcp: the same
+// connection), and finishes the job's one slice only once both are
+// acknowledged.
+type TrailerCarrier interface {
+	CarriesTrailers()
 }
 
 // Tracker hears how a job goes: Start with the number of slices (at least
