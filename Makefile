@@ -46,7 +46,7 @@ test: setup
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 	FUZZTIME=3s scripts/fuzz.sh
-	@rc=0; $(PY) -m pytest -q --durations=25 tests || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q --durations=25 -m "not long" tests || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -z "$$(find tests -name 'test_*.py' -o -name '*_test.py')" ]; then \
 		echo "pytest: no Python test files in tests/ yet"; rc=0; \
 	fi; \

@@ -95,6 +95,7 @@ suites=(
 	"cluster-slow-link|py:tests/cluster/test_cluster_partition.py::test_collectives_across_a_slow_link"
 	"cluster-delay|py:tests/cluster/test_cluster_rig.py::test_delay_adds_to_every_round_trip_through_the_host"
 	"cluster-rank-replaced|py:tests/cluster/test_cluster_ddp.py::test_rank_killed_and_replaced_on_another_host"
+	"cluster-steps-3-hosts|py:tests/cluster/test_cluster_pg.py::test_multi_step_collectives_across_hosts[3]"
 )
 # Suites that must run more often than -n asks (issue 46: the one-outcome
 # stream at least 50 times under load).

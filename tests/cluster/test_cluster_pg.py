@@ -84,7 +84,7 @@ def test_collectives_four_ranks_on_two_hosts(cluster):
     check_ok([cluster[0], cluster[1], cluster[0], cluster[1]])
 
 
-@pytest.mark.parametrize("hosts", [2, 3])
+@pytest.mark.parametrize("hosts", [2, pytest.param(3, marks=pytest.mark.long)])
 def test_multi_step_collectives_across_hosts(cluster, hosts):
     """Every dtype and odd sizes up to several steps of the slot, over TCP
     only: two ranks (each message's flag rides behind its data) and three
