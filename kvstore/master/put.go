@@ -80,7 +80,7 @@ func (s *State) claimKey(key string, now time.Time) kvstore.ErrorCode {
 		return kvstore.ObjectAlreadyExists
 	}
 	s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
-	delete(s.objects, key)
+	s.dropObject(o)
 	s.charge(o)
 	s.m.preempted++
 	return kvstore.OK
@@ -112,7 +112,7 @@ func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig
 		dataType: cfg.DataType, groupID: cfg.GroupID,
 	}
 	s.setWriting(o, writing)
-	s.objects[key] = o
+	s.addObject(o)
 	s.charge(o)
 	return o
 }
@@ -206,7 +206,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	if pinChange || o.softPinTTL != pinTTL {
 		o.softPinUntil = time.Time{}
 	}
-	o.softPinTTL = pinTTL
+	s.setSoftPinTTL(o, pinTTL)
 	o.checksum = nil
 	s.addFSReplica(o, clientID, now)
 	s.kvAvailability(o)

@@ -639,9 +639,12 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 			o.fs = &fsReplica{status: ReplicaStatus(d.int()), rel: d.str(), writer: d.str(), started: d.time()}
 		}
 		if inTable {
-			st.objects[o.key] = o
+			st.addObject(o)
 			if o.writing {
 				st.openWrites[o] = struct{}{}
+			}
+			if o.fsPending() {
+				st.fsWrites[o] = struct{}{}
 			}
 		}
 		d.objs[i] = o

@@ -78,7 +78,15 @@ type State struct {
 	// openWrites holds the objects whose write is open (writing), so the
 	// release pass visits them alone, not every object; setWriting keeps
 	// it, and the pass drops entries whose object left the table.
-	openWrites   map[*object]struct{}
+	openWrites map[*object]struct{}
+	// fsWrites holds the objects whose DISK replica is being written
+	// (addFSReplica adds them, putEndDisk and dropFS take them out), so
+	// the release pass visits them alone.
+	fsWrites map[*object]struct{}
+	// softPins counts the objects in the table that are soft-pinned
+	// (softPinTTL > 0), kept by addObject, dropObject and setSoftPinTTL,
+	// so that Stats does not walk the table.
+	softPins     int
 	segments     map[string]*segment // by id
 	segOrder     []*segment          // mount order; the allocation walk order
 	clients      map[string]*client
@@ -111,6 +119,7 @@ func NewState(cfg Config) (*State, error) {
 		ids:        rand.New(rand.NewSource(randv2.Int64())),
 		objects:    make(map[string]*object),
 		openWrites: make(map[*object]struct{}),
+		fsWrites:   make(map[*object]struct{}),
 		segments:   make(map[string]*segment),
 		clients:    make(map[string]*client),
 		tenants:    map[string]*tenant{DefaultTenant: {}},
@@ -158,8 +167,44 @@ func (s *State) erase(o *object) {
 	}
 	o.replicas = nil
 	s.forgetDisk(o)
-	delete(s.objects, o.key)
+	s.dropObject(o)
 	s.charge(o)
+}
+
+// addObject enters o into the table under its key, in place of any
+// object the key held.
+func (s *State) addObject(o *object) {
+	if old, ok := s.objects[o.key]; ok {
+		s.dropObject(old)
+	}
+	s.objects[o.key] = o
+	if o.softPinTTL > 0 {
+		s.softPins++
+	}
+}
+
+// dropObject removes o from the table, if it is there.
+func (s *State) dropObject(o *object) {
+	if s.objects[o.key] != o {
+		return
+	}
+	delete(s.objects, o.key)
+	if o.softPinTTL > 0 {
+		s.softPins--
+	}
+}
+
+// setSoftPinTTL sets o's soft pin (0: none), keeping State.softPins.
+func (s *State) setSoftPinTTL(o *object, ttl time.Duration) {
+	if s.objects[o.key] == o {
+		switch {
+		case o.softPinTTL > 0 && ttl <= 0:
+			s.softPins--
+		case o.softPinTTL <= 0 && ttl > 0:
+			s.softPins++
+		}
+	}
+	o.softPinTTL = ttl
 }
 
 // readable returns the object's COMPLETE replicas.
@@ -259,7 +304,7 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 	s.setWriting(o, false)
 	s.dropFSProcessing(o)
 	if o.gone() {
-		delete(s.objects, o.key)
+		s.dropObject(o)
 	}
 	s.charge(o)
 }

@@ -1,0 +1,90 @@
+package master
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/kvstore"
+)
+
+// scaleObjects is how many objects the table-scale benchmarks hold:
+// $MC_SCALE_OBJECTS, 10^6 by default.
+func scaleObjects(b *testing.B) int {
+	if v := os.Getenv("MC_SCALE_OBJECTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("MC_SCALE_OBJECTS=%q", v)
+		}
+		return n
+	}
+	return 1_000_000
+}
+
+// scaleKey is the i-th object key of the scale benchmarks: 64 characters,
+// the shape of a vLLM or SGLang block hash.
+func scaleKey(i int) string { return fmt.Sprintf("%064x", i) }
+
+// fillTable returns a state (cfg changed by mut) holding n finished
+// objects of 64 bytes, every tenth soft-pinned, on one segment.
+func fillTable(b *testing.B, mut func(*Config), n int) *State {
+	b.Helper()
+	cfg := DefaultConfig()
+	if mut != nil {
+		mut(&cfg)
+	}
+	st, err := NewState(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if code := st.MountSegment("c1", Segment{ID: "s", Name: "host-s", Base: 1 << 20, Size: 1 << 40, TEEndpoint: "te-s"}, epoch); code != kvstore.OK {
+		b.Fatal(code)
+	}
+	ttl := time.Hour
+	plain := ReplicateConfig{ReplicaNum: 1}
+	pinned := ReplicateConfig{ReplicaNum: 1, SoftPin: SoftPinEnable, SoftPinTTL: &ttl}
+	for i := range n {
+		rc := plain
+		if i%10 == 0 {
+			rc = pinned
+		}
+		key := scaleKey(i)
+		if _, code := st.PutStart("w", key, 64, rc, epoch); code != kvstore.OK {
+			b.Fatal(code)
+		}
+		if code := st.PutEnd("w", key, nil, epoch); code != kvstore.OK {
+			b.Fatal(code)
+		}
+		if cfg.FS.Enabled() {
+			st.PutEndDisk("w", key, epoch)
+		}
+	}
+	return st
+}
+
+// BenchmarkStats is one /metrics scrape's Stats over scaleObjects objects:
+// it costs nothing per object (it walked the table for the soft-pin count
+// under the master lock before).
+func BenchmarkStats(b *testing.B) {
+	st := fillTable(b, nil, scaleObjects(b))
+	b.ResetTimer()
+	for range b.N {
+		if st.Stats().KeyCount == 0 {
+			b.Fatal("empty table")
+		}
+	}
+}
+
+// BenchmarkReleaseExpiredIdleFS is one background release pass with the
+// shared-file-system tier on, over scaleObjects objects whose DISK
+// replicas are all published: it costs nothing per object (it walked the
+// table every second before).
+func BenchmarkReleaseExpiredIdleFS(b *testing.B) {
+	st := fillTable(b, func(c *Config) { c.FS.RootDir = "/shared" }, scaleObjects(b))
+	b.ResetTimer()
+	for i := range b.N {
+		st.ReleaseExpired(epoch.Add(time.Duration(i) * time.Second))
+	}
+}
