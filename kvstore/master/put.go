@@ -107,7 +107,7 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 // writing marks the write still open.
 func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, reps []*replica, writing bool, now time.Time) *object {
 	o := &object{
-		key: key, size: size, writer: clientID, putStart: now,
+		key: key, size: size, writer: s.internClient(clientID), putStart: now,
 		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
 		dataType: cfg.DataType, groupID: cfg.GroupID,
 	}
@@ -198,7 +198,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		o.size = size
 		s.charge(o)
 	}
-	o.writer, o.putStart = clientID, now
+	o.writer, o.putStart = s.internClient(clientID), now
 	s.setWriting(o, true)
 	o.rewrites++
 	o.hardPin = hardPin

@@ -3,7 +3,9 @@ package master
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +29,14 @@ func scaleObjects(b *testing.B) int {
 // the shape of a vLLM or SGLang block hash.
 func scaleKey(i int) string { return fmt.Sprintf("%064x", i) }
 
+// scaleWriter is the client id of the scale benchmarks' writer, a UUID as
+// the store client's.
+const scaleWriter = "9f3c2a44-5d1e-4b7a-8c0d-2e6f1a9b3c7d"
+
 // fillTable returns a state (cfg changed by mut) holding n finished
-// objects of 64 bytes, every tenth soft-pinned, on one segment.
+// objects of 64 bytes, every tenth soft-pinned, on one segment. Each put
+// gets its key and client id in strings of its own, as decoded from a
+// request.
 func fillTable(b *testing.B, mut func(*Config), n int) *State {
 	b.Helper()
 	cfg := DefaultConfig()
@@ -42,6 +50,9 @@ func fillTable(b *testing.B, mut func(*Config), n int) *State {
 	if code := st.MountSegment("c1", Segment{ID: "s", Name: "host-s", Base: 1 << 20, Size: 1 << 40, TEEndpoint: "te-s"}, epoch); code != kvstore.OK {
 		b.Fatal(code)
 	}
+	if _, code := st.Ping(scaleWriter, 0, epoch); code != kvstore.OK { // a client heartbeats before it writes
+		b.Fatal(code)
+	}
 	ttl := time.Hour
 	plain := ReplicateConfig{ReplicaNum: 1}
 	pinned := ReplicateConfig{ReplicaNum: 1, SoftPin: SoftPinEnable, SoftPinTTL: &ttl}
@@ -50,15 +61,15 @@ func fillTable(b *testing.B, mut func(*Config), n int) *State {
 		if i%10 == 0 {
 			rc = pinned
 		}
-		key := scaleKey(i)
-		if _, code := st.PutStart("w", key, 64, rc, epoch); code != kvstore.OK {
+		key, w := scaleKey(i), strings.Clone(scaleWriter)
+		if _, code := st.PutStart(w, key, 64, rc, epoch); code != kvstore.OK {
 			b.Fatal(code)
 		}
-		if code := st.PutEnd("w", key, nil, epoch); code != kvstore.OK {
+		if code := st.PutEnd(w, key, nil, epoch); code != kvstore.OK {
 			b.Fatal(code)
 		}
 		if cfg.FS.Enabled() {
-			st.PutEndDisk("w", key, epoch)
+			st.PutEndDisk(w, key, epoch)
 		}
 	}
 	return st
@@ -86,5 +97,29 @@ func BenchmarkReleaseExpiredIdleFS(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		st.ReleaseExpired(epoch.Add(time.Duration(i) * time.Second))
+	}
+}
+
+// heapInuse is the live heap after a collection.
+func heapInuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// BenchmarkObjectBytes is the master's heap per object (64-character key
+// included) with 10^5 and 10^6 objects in the table: bytes/object.
+func BenchmarkObjectBytes(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				before := heapInuse()
+				st := fillTable(b, nil, n)
+				after := heapInuse()
+				b.ReportMetric(float64(after-before)/float64(n), "bytes/object")
+				runtime.KeepAlive(st)
+			}
+		})
 	}
 }

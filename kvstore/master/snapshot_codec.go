@@ -413,9 +413,26 @@ type snapshotDecoder struct {
 	segs []*segment
 	reps []*replica
 	objs []*object
+	// writers holds the objects' writer ids read so far, so that the
+	// objects of one client share one string (State.internClient).
+	writers map[string]string
 }
 
 func (d *snapshotDecoder) str() string { return string(d.Bytes()) }
+
+// writer reads a client id, interned in d.writers.
+func (d *snapshotDecoder) writer() string {
+	b := d.Bytes()
+	if w, ok := d.writers[string(b)]; ok {
+		return w
+	}
+	w := string(b)
+	if d.writers == nil {
+		d.writers = make(map[string]string)
+	}
+	d.writers[w] = w
+	return w
+}
 func (d *snapshotDecoder) boolean() bool {
 	v := d.Byte()
 	if v > 1 {
@@ -608,7 +625,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	d.objs = make([]*object, d.count(12))
 	for i := range d.objs {
 		inTable := d.boolean()
-		o := &object{key: d.str(), size: d.Uvarint(), writer: d.str(), putStart: d.time(), writing: d.boolean(), rewrites: d.Uvarint()}
+		o := &object{key: d.str(), size: d.Uvarint(), writer: d.writer(), putStart: d.time(), writing: d.boolean(), rewrites: d.Uvarint()}
 		if n := d.count(1); n > 0 {
 			o.replicas = make([]*replica, n)
 			for j := range o.replicas {

@@ -19,13 +19,14 @@ type replica struct {
 	size   uint64
 }
 
-// object is one key's metadata.
+// object is one key's metadata. The fields are ordered so that the small
+// ones share a word: the record is one of the table's per-object costs
+// (docs/store-master-scale.md).
 type object struct {
 	key      string
 	size     uint64
-	writer   string    // client that opened the current/last write
+	writer   string    // client that opened the current/last write (interned: internClient)
 	putStart time.Time // when the current/last write was opened
-	writing  bool      // a put or upsert is open (replicas PROCESSING)
 	rewrites uint64    // upserts opened on the object; a task copies one version
 	replicas []*replica
 	// lease is the read lease deadline: Remove (without force) and
@@ -35,20 +36,22 @@ type object struct {
 	// the object first becomes readable.
 	softPinTTL   time.Duration
 	softPinUntil time.Time
-	hardPin      bool
 	checksum     *uint64
 	dataType     int    // upstream ObjectDataType, metadata only
 	groupID      string // storage group, metadata only
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
-	// disk holds the object's LOCAL_DISK replicas; offloading marks an
-	// offload queued or in flight, which keeps the memory replicas.
-	disk       []diskReplica
-	offloading bool
+	// disk holds the object's LOCAL_DISK replicas.
+	disk []diskReplica
 	// fs is the object's DISK replica on the shared file system
 	// (fsdisk.go), nil without one.
-	fs *fsReplica
+	fs      *fsReplica
+	writing bool // a put or upsert is open (replicas PROCESSING)
+	hardPin bool
+	// offloading marks an offload queued or in flight, which keeps the
+	// memory replicas.
+	offloading bool
 	// kvMedia is the availability last published as KV events (kv_events.go).
 	kvMedia uint8
 }
@@ -234,6 +237,16 @@ func (o *object) allComplete() bool {
 
 // leased reports whether a read lease is still active at now.
 func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
+
+// internClient returns clientID in the string the client table holds
+// when the client is registered, so that the objects a client writes
+// share one copy of its id instead of one each from its requests.
+func (s *State) internClient(clientID string) string {
+	if c, ok := s.clients[clientID]; ok {
+		return c.id
+	}
+	return clientID
+}
 
 // setWriting opens (w) or closes o's write, and keeps State.openWrites.
 func (s *State) setWriting(o *object, w bool) {
