@@ -119,7 +119,7 @@ func (s *State) adoptDiskObject(clientID string, obj DiskObject, now time.Time) 
 	}
 	o, ok := s.objects[obj.Key]
 	if !ok {
-		o = &object{key: obj.Key, size: obj.Size, writer: s.internClient(clientID), putStart: now}
+		o = &object{key: obj.Key, size: obj.Size, writer: s.internClient(clientID), putStart: stampOf(now)}
 		s.addObject(o)
 		s.charge(o)
 	}

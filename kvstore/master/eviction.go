@@ -132,8 +132,8 @@ func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plai
 // LRU), ties broken by key.
 func byLeaseThenKey(os []*object) {
 	sort.Slice(os, func(i, j int) bool {
-		if !os[i].lease.Equal(os[j].lease) {
-			return os[i].lease.Before(os[j].lease)
+		if os[i].lease != os[j].lease {
+			return os[i].lease < os[j].lease
 		}
 		return os[i].key < os[j].key
 	})
@@ -173,7 +173,7 @@ func (s *State) NeedEviction() bool { return s.needEviction }
 
 // softPinned reports whether the object's soft pin is in force at now.
 func (o *object) softPinned(now time.Time) bool {
-	return o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
+	return o.softPinTTL > 0 && o.softPinUntil != 0 && now.Before(o.softPinUntil.time())
 }
 
 // AboveHighWatermark reports whether allocated/capacity of the segments

@@ -233,16 +233,16 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 		e.str(o.key)
 		e.uvarint(o.size)
 		e.str(o.writer)
-		e.time(o.putStart)
+		e.time(o.putStart.time())
 		e.boolean(o.writing)
 		e.uvarint(o.rewrites)
 		e.uvarint(uint64(len(o.replicas)))
 		for _, r := range o.replicas {
 			e.uvarint(e.reps[r])
 		}
-		e.time(o.lease)
+		e.time(o.lease.time())
 		e.varint(int64(o.softPinTTL))
-		e.time(o.softPinUntil)
+		e.time(o.softPinUntil.time())
 		e.boolean(o.hardPin)
 		e.boolean(o.checksum != nil)
 		if o.checksum != nil {
@@ -625,7 +625,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	d.objs = make([]*object, d.count(12))
 	for i := range d.objs {
 		inTable := d.boolean()
-		o := &object{key: d.str(), size: d.Uvarint(), writer: d.writer(), putStart: d.time(), writing: d.boolean(), rewrites: d.Uvarint()}
+		o := &object{key: d.str(), size: d.Uvarint(), writer: d.writer(), putStart: stampOf(d.time()), writing: d.boolean(), rewrites: d.Uvarint()}
 		if n := d.count(1); n > 0 {
 			o.replicas = make([]*replica, n)
 			for j := range o.replicas {
@@ -634,9 +634,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 				}
 			}
 		}
-		o.lease = d.time()
+		o.lease = stampOf(d.time())
 		o.softPinTTL = time.Duration(d.Varint())
-		o.softPinUntil = d.time()
+		o.softPinUntil = stampOf(d.time())
 		o.hardPin = d.boolean()
 		if d.boolean() {
 			v := d.Uvarint()

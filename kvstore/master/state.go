@@ -19,23 +19,23 @@ type replica struct {
 	size   uint64
 }
 
-// object is one key's metadata. The fields are ordered so that the small
-// ones share a word: the record is one of the table's per-object costs
-// (docs/store-master-scale.md).
+// object is one key's metadata. Instants are stamps and the fields are
+// ordered so that the small ones share a word: the record is one of the
+// table's per-object costs (docs/store-master-scale.md).
 type object struct {
 	key      string
 	size     uint64
-	writer   string    // client that opened the current/last write (interned: internClient)
-	putStart time.Time // when the current/last write was opened
-	rewrites uint64    // upserts opened on the object; a task copies one version
+	writer   string // client that opened the current/last write (interned: internClient)
+	putStart stamp  // when the current/last write was opened
+	rewrites uint64 // upserts opened on the object; a task copies one version
 	replicas []*replica
 	// lease is the read lease deadline: Remove (without force) and
 	// eviction leave the object alone while now < lease.
-	lease time.Time
+	lease stamp
 	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
 	// the object first becomes readable.
 	softPinTTL   time.Duration
-	softPinUntil time.Time
+	softPinUntil stamp
 	checksum     *uint64
 	dataType     int    // upstream ObjectDataType, metadata only
 	groupID      string // storage group, metadata only
@@ -236,7 +236,7 @@ func (o *object) allComplete() bool {
 }
 
 // leased reports whether a read lease is still active at now.
-func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
+func (o *object) leased(now time.Time) bool { return now.Before(o.lease.time()) }
 
 // internClient returns clientID in the string the client table holds
 // when the client is registered, so that the objects a client writes
@@ -260,7 +260,7 @@ func (s *State) setWriting(o *object, w bool) {
 
 // grantLease extends the read lease to at least now+ttl.
 func (o *object) grantLease(now time.Time, ttl time.Duration) {
-	if d := now.Add(ttl); d.After(o.lease) {
+	if d := stampOf(now.Add(ttl)); d > o.lease {
 		o.lease = d
 	}
 }
@@ -287,7 +287,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 		switch {
 		case !o.writing || s.objects[o.key] != o:
 			delete(s.openWrites, o)
-		case now.Sub(o.putStart) > s.cfg.PutStartReleaseTimeout:
+		case now.Sub(o.putStart.time()) > s.cfg.PutStartReleaseTimeout:
 			stale = append(stale, o)
 		}
 	}
@@ -356,8 +356,8 @@ func (s *State) QueryKey(key string) (ObjectInfo, bool) {
 	}
 	return ObjectInfo{
 		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
-		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease,
-		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil, HardPinned: o.hardPin,
+		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease.time(),
+		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil.time(), HardPinned: o.hardPin,
 		DataType: o.dataType, GroupID: o.groupID,
 	}, true
 }

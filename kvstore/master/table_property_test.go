@@ -179,7 +179,7 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 		}
 		inner := st.objects[k]
 		if (inner.checksum == nil) != (o.checksum == nil) || (o.checksum != nil && *inner.checksum != *o.checksum) ||
-			!inner.putStart.Equal(o.putStart) || inner.softPinTTL != o.softPinTTL {
+			!inner.putStart.time().Equal(o.putStart) || inner.softPinTTL != o.softPinTTL {
 			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.checksum, inner.putStart, inner.softPinTTL, *o)
 		}
 	}

@@ -1,0 +1,27 @@
+package master
+
+import (
+	"testing"
+	"time"
+)
+
+// A stamp gives back the instant it was made from, the zero time for none
+// (the Unix epoch itself included), and stamps order as their instants.
+func TestStampRoundTripsAndOrders(t *testing.T) {
+	instants := []time.Time{
+		time.Unix(-1_000_000, 5), time.Unix(0, -1), time.Unix(0, 0), time.Unix(0, 1),
+		epoch, time.Date(2200, 1, 1, 0, 0, 0, 7, time.UTC),
+	}
+	if s := stampOf(time.Time{}); s != 0 || !s.time().IsZero() {
+		t.Fatalf("zero time: stamp %d, back %v", s, s.time())
+	}
+	for i, a := range instants {
+		s := stampOf(a)
+		if s == 0 || !s.time().Equal(a) {
+			t.Fatalf("%v: stamp %d, back %v", a, s, s.time())
+		}
+		if i > 0 && !(stampOf(instants[i-1]) < s) {
+			t.Fatalf("stamp of %v not below that of %v", instants[i-1], a)
+		}
+	}
+}
