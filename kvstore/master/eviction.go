@@ -1,9 +1,9 @@
 package master
 
 import (
+	"container/heap"
 	"math"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -80,28 +80,20 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	n := s.memoryObjects()
 	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
 	offloads := s.cfg.Offload.evictCap()
-	evict := func(o *object) {
-		freed := o.size * uint64(len(o.replicas))
-		if s.evictObject(o, &offloads) {
-			res.Evicted = append(res.Evicted, o.key)
-			res.FreedBytes += freed
-		}
-	}
-	i := 0
-	for ; i < len(plain) && len(res.Evicted) < target; i++ {
-		evict(plain[i])
-	}
-	if len(res.Evicted) < lower {
-		rest := plain[i:]
-		if s.cfg.AllowEvictSoftPinned {
-			rest = append(rest, soft...)
-		}
-		for _, o := range rest {
-			if len(res.Evicted) >= lower {
-				break
+	evictUpTo := func(q *candidateQueue, want int) {
+		for len(res.Evicted) < want && q.Len() > 0 {
+			o := q.next()
+			freed := o.size * uint64(len(o.replicas))
+			if s.evictObject(o, &offloads) {
+				res.Evicted = append(res.Evicted, o.key)
+				res.FreedBytes += freed
 			}
-			evict(o)
 		}
+	}
+	evictUpTo(plain, target)
+	evictUpTo(plain, lower)
+	if s.cfg.AllowEvictSoftPinned {
+		evictUpTo(soft, lower)
 	}
 	s.m.evictedKeys += uint64(len(res.Evicted))
 	s.m.evictedBytes += res.FreedBytes
@@ -111,33 +103,54 @@ func (s *State) Evict(now time.Time) EvictionResult {
 // evictionCandidates returns the objects eviction may take at now (fully
 // written, lease expired, not hard-pinned nor being offloaded, no replica
 // on a suspect segment) for which keep is true (nil: all), split into
-// unpinned and soft-pinned ones, each oldest lease first.
-func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft []*object) {
+// unpinned and soft-pinned ones, each a queue that hands them out oldest
+// lease first.
+func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft *candidateQueue) {
+	plain, soft = &candidateQueue{}, &candidateQueue{}
 	for _, o := range s.objects {
 		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
 			continue
 		}
 		if o.softPinned(now) {
-			soft = append(soft, o)
+			soft.os = append(soft.os, o)
 		} else {
-			plain = append(plain, o)
+			plain.os = append(plain.os, o)
 		}
 	}
-	byLeaseThenKey(plain)
-	byLeaseThenKey(soft)
+	heap.Init(plain)
+	heap.Init(soft)
 	return plain, soft
 }
 
-// byLeaseThenKey sorts objects oldest lease deadline first (approximate
-// LRU), ties broken by key.
-func byLeaseThenKey(os []*object) {
-	sort.Slice(os, func(i, j int) bool {
-		if os[i].lease != os[j].lease {
-			return os[i].lease < os[j].lease
-		}
-		return os[i].key < os[j].key
-	})
+// candidateQueue is a min-heap of eviction candidates by lease deadline
+// (approximate LRU), ties broken by key: built in linear time, it sorts
+// only as many candidates as a round takes (a round takes a few percent
+// of them), where sorting them all cost O(n log n) under the master lock.
+type candidateQueue struct{ os []*object }
+
+func (q *candidateQueue) Len() int { return len(q.os) }
+func (q *candidateQueue) Less(i, j int) bool {
+	a, b := q.os[i], q.os[j]
+	if a.lease != b.lease {
+		return a.lease < b.lease
+	}
+	return a.key < b.key
 }
+func (q *candidateQueue) Swap(i, j int) { q.os[i], q.os[j] = q.os[j], q.os[i] }
+
+// Push is heap.Interface's; the queue is filled before heap.Init only.
+func (q *candidateQueue) Push(x any) { q.os = append(q.os, x.(*object)) }
+
+// Pop is heap.Interface's: use next.
+func (q *candidateQueue) Pop() any {
+	o := q.os[len(q.os)-1]
+	q.os[len(q.os)-1] = nil
+	q.os = q.os[:len(q.os)-1]
+	return o
+}
+
+// next removes and returns the oldest-lease candidate; Len must be > 0.
+func (q *candidateQueue) next() *object { return heap.Pop(q).(*object) }
 
 // onSuspect reports whether a replica of o is on a suspect segment:
 // eviction leaves such an object alone, as it would free no room that

@@ -123,3 +123,29 @@ func BenchmarkObjectBytes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEvictRound is one eviction round over scaleObjects objects,
+// every one a candidate (the high watermark is 0): it takes the
+// EvictionRatio (5%) oldest. The evicted objects are written again
+// between rounds, off the clock.
+func BenchmarkEvictRound(b *testing.B) {
+	st := fillTable(b, func(c *Config) { c.EvictionHighWatermarkRatio = 0 }, scaleObjects(b))
+	rc := ReplicateConfig{ReplicaNum: 1}
+	now := epoch.Add(time.Hour)
+	b.ResetTimer()
+	for range b.N {
+		res := st.Evict(now)
+		if len(res.Evicted) == 0 {
+			b.Fatal("nothing evicted")
+		}
+		b.StopTimer()
+		for _, k := range res.Evicted {
+			if _, code := st.PutStart(scaleWriter, k, 64, rc, now); code != kvstore.OK {
+				b.Fatal(code)
+			}
+			st.PutEnd(scaleWriter, k, nil, now)
+		}
+		now = now.Add(time.Second)
+		b.StartTimer()
+	}
+}
