@@ -60,7 +60,9 @@ func ceilCount(n int, f float64) int {
 // are not hard-pinned, being offloaded nor held in part by a suspect
 // segment; with the disk tier an evicted object may lose only its memory
 // replicas (see evictObject). The used ratio leaves the suspect segments
-// out (servingUsage). The need-eviction flag is cleared.
+// out (servingUsage). The need-eviction flag is cleared. Candidates come
+// from the lease index (lease_index.go) in order, so a round visits the
+// objects it takes and those it must skip, not the table.
 func (s *State) Evict(now time.Time) EvictionResult {
 	capacity, allocated := s.servingUsage()
 	used := 0.0
@@ -76,24 +78,41 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	}
 	s.m.evictionRuns++
 
-	plain, soft := s.evictionCandidates(now, nil)
 	n := s.memoryObjects()
 	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
 	offloads := s.cfg.Offload.evictCap()
-	evictUpTo := func(q *candidateQueue, want int) {
-		for len(res.Evicted) < want && q.Len() > 0 {
-			o := q.next()
-			freed := o.size * uint64(len(o.replicas))
-			if s.evictObject(o, &offloads) {
-				res.Evicted = append(res.Evicted, o.key)
-				res.FreedBytes += freed
-			}
+	var aside, soft []*object // popped from the lease index, not (yet) evicted
+	evict := func(o *object) {
+		freed := o.size * uint64(len(o.replicas))
+		if s.evictObject(o, &offloads) {
+			res.Evicted = append(res.Evicted, o.key)
+			res.FreedBytes += freed
+		} else {
+			aside = append(aside, o)
 		}
 	}
-	evictUpTo(plain, target)
-	evictUpTo(plain, lower)
-	if s.cfg.AllowEvictSoftPinned {
-		evictUpTo(soft, lower)
+	// Unpinned candidates up to the target, or on to the lower bound when
+	// that is higher.
+	for len(res.Evicted) < max(target, lower) {
+		o, pinned := s.nextCandidate(now, &aside)
+		if o == nil {
+			break
+		}
+		if pinned {
+			soft = append(soft, o)
+		} else {
+			evict(o)
+		}
+	}
+	// Soft-pinned objects go only when every unpinned candidate went and
+	// the lower bound is not reached; soft then holds every soft-pinned
+	// candidate, in lease order.
+	i := 0
+	for ; s.cfg.AllowEvictSoftPinned && i < len(soft) && len(res.Evicted) < lower; i++ {
+		evict(soft[i])
+	}
+	for _, o := range append(aside, soft[i:]...) {
+		s.indexLease(o)
 	}
 	s.m.evictedKeys += uint64(len(res.Evicted))
 	s.m.evictedBytes += res.FreedBytes

@@ -254,6 +254,7 @@ func (s *State) publishWrite(o *object, checksum *uint64, now time.Time) {
 	}
 	s.offloadOnWrite(o)
 	s.kvAvailability(o)
+	s.indexLease(o)
 }
 
 // PutRevoke cancels clientID's open write of key: its PROCESSING buffers

@@ -772,6 +772,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if len(d.B) != 0 {
 		return nil, h, errBadSnapshot
 	}
+	st.rebuildLeases()
 	return st, h, nil
 }
 

@@ -54,6 +54,8 @@ type object struct {
 	offloading bool
 	// kvMedia is the availability last published as KV events (kv_events.go).
 	kvMedia uint8
+	inTable bool // in State.objects (addObject, dropObject)
+	indexed bool // has an entry in State.leases
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -89,7 +91,9 @@ type State struct {
 	// softPins counts the objects in the table that are soft-pinned
 	// (softPinTTL > 0), kept by addObject, dropObject and setSoftPinTTL,
 	// so that Stats does not walk the table.
-	softPins     int
+	softPins int
+	// leases orders the evictable objects by lease (lease_index.go).
+	leases       leaseIndex
 	segments     map[string]*segment // by id
 	segOrder     []*segment          // mount order; the allocation walk order
 	clients      map[string]*client
@@ -181,6 +185,7 @@ func (s *State) addObject(o *object) {
 		s.dropObject(old)
 	}
 	s.objects[o.key] = o
+	o.inTable = true
 	if o.softPinTTL > 0 {
 		s.softPins++
 	}
@@ -192,6 +197,7 @@ func (s *State) dropObject(o *object) {
 		return
 	}
 	delete(s.objects, o.key)
+	o.inTable = false
 	if o.softPinTTL > 0 {
 		s.softPins--
 	}

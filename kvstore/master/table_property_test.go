@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,9 +38,11 @@ type refQuarantine struct {
 // refTable is a plain model of the object table: puts, removes, leases,
 // eviction and the release pass, written from the documented rules alone.
 type refTable struct {
-	cfg        Config
-	objects    map[string]*refObject
-	quarantine []refQuarantine
+	cfg          Config
+	capacity     uint64
+	objects      map[string]*refObject
+	quarantine   []refQuarantine
+	needEviction bool // an allocation failed since the last round
 }
 
 func (m *refTable) allocated() uint64 {
@@ -142,10 +145,43 @@ func (m *refTable) release(now time.Time) int {
 	return n
 }
 
-// evictable reports whether the model lets eviction take o at now.
-func (m *refTable) evictable(o *refObject, now time.Time) bool {
-	pinned := o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
-	return !o.writing && !o.hardPin && !now.Before(o.lease) && (!pinned || m.cfg.AllowEvictSoftPinned)
+// evict is the model's eviction round (upstream's BatchEvict as
+// documented on State.Evict): the keys it evicts, in order.
+func (m *refTable) evict(now time.Time) (EvictionPlan, []string) {
+	plan := PlanEviction(float64(m.allocated())/float64(m.capacity), m.cfg.EvictionHighWatermarkRatio, m.cfg.EvictionRatio, m.needEviction)
+	m.needEviction = false
+	if !plan.Triggered {
+		return plan, nil
+	}
+	var plain, soft []string
+	for k, o := range m.objects {
+		if o.writing || o.hardPin || now.Before(o.lease) {
+			continue
+		}
+		if o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil) {
+			soft = append(soft, k)
+		} else {
+			plain = append(plain, k)
+		}
+	}
+	byLease := func(a, b string) int {
+		if c := m.objects[a].lease.Compare(m.objects[b].lease); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	}
+	slices.SortFunc(plain, byLease)
+	slices.SortFunc(soft, byLease)
+	n := len(m.objects)
+	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
+	out := plain[:min(len(plain), max(target, lower))]
+	if len(out) < lower && m.cfg.AllowEvictSoftPinned {
+		out = append(out, soft[:min(len(soft), lower-len(out))]...)
+	}
+	for _, k := range out {
+		delete(m.objects, k)
+	}
+	return plan, out
 }
 
 // check compares st with the model: every key's record field by field,
@@ -183,6 +219,30 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.checksum, inner.putStart, inner.softPinTTL, *o)
 		}
 	}
+	// The lease index (lease_index.go): one entry for each object with
+	// memory replicas, no write open and no hard pin, never later than its
+	// lease, and object.indexed says whether an object has one.
+	indexed := map[*object]stamp{}
+	for _, e := range st.leases.es {
+		if _, dup := indexed[e.o]; dup && e.o.inTable {
+			t.Fatalf("step %d (%s): %s twice in the lease index", step, op, e.o.key)
+		}
+		indexed[e.o] = e.lease
+	}
+	walked := 0
+	for k, o := range st.objects {
+		if len(o.replicas) > 0 {
+			walked++
+		}
+		l, ok := indexed[o]
+		if want := !o.hardPin && !o.writing && len(o.replicas) > 0; !o.inTable || o.indexed != ok || want && !ok || ok && l > o.lease {
+			t.Fatalf("step %d (%s): %s in the lease index %v (flag %v, lease %d there, %d now), hard pin %v, %d replicas",
+				step, op, k, ok, o.indexed, l, o.lease, o.hardPin, len(o.replicas))
+		}
+	}
+	if n := st.memoryObjects(); n != walked {
+		t.Fatalf("step %d (%s): %d objects with memory replicas counted, %d in the table", step, op, n, walked)
+	}
 	stats := st.Stats()
 	if stats.KeyCount != len(keys) || stats.SoftPinKeyCount != pins || stats.AllocatedBytes != m.allocated() {
 		t.Fatalf("step %d (%s): stats keys %d, soft-pinned %d, allocated %d; model %d, %d, %d",
@@ -214,7 +274,7 @@ func runTableModel(t *testing.T, seed int64, steps int) {
 		c.AllowEvictSoftPinned = seed%2 == 0
 		c.Seed = seed
 	})
-	m := &refTable{cfg: st.cfg, objects: map[string]*refObject{}}
+	m := &refTable{cfg: st.cfg, capacity: 3 * 16 << 10, objects: map[string]*refObject{}}
 	now := epoch
 	for i := range 3 {
 		id := "s" + strconv.Itoa(i)
@@ -249,6 +309,8 @@ func runTableModel(t *testing.T, seed int64, steps int) {
 					softPinTTL: pin, hardPin: rc.HardPin, dataType: rc.DataType, groupID: rc.GroupID}
 			case want == kvstore.OK && code != kvstore.NoAvailableHandle:
 				t.Fatalf("step %d: %s: %v, model OK or NO_AVAILABLE_HANDLE", step, op, code)
+			case want == kvstore.OK:
+				m.needEviction = true
 			}
 		case r < 50:
 			op = "put_end " + key
@@ -288,12 +350,9 @@ func runTableModel(t *testing.T, seed int64, steps int) {
 			}
 		case r < 92:
 			op = "evict"
-			for _, k := range st.Evict(now).Evicted {
-				o, ok := m.objects[k]
-				if !ok || !m.evictable(o, now) {
-					t.Fatalf("step %d: evicted %s, which the model keeps: %+v", step, k, o)
-				}
-				delete(m.objects, k)
+			res := st.Evict(now)
+			if plan, want := m.evict(now); res.Plan != plan || !slices.Equal(res.Evicted, want) {
+				t.Fatalf("step %d: evicted %v (%+v), model %v (%+v)", step, res.Evicted, res.Plan, want, plan)
 			}
 		case r < 96:
 			op = "release_expired"
