@@ -1,6 +1,9 @@
 package master
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // stamp is an instant in an object record: Unix nanoseconds in offset
 // binary (the sign bit flipped), so that stamps order as the instants they
@@ -11,10 +14,22 @@ import "time"
 // the wall clock moves the deadlines compared against it by as much.
 type stamp uint64
 
+// The instants a stamp holds: Unix nanoseconds that fit an int64 (years
+// 1678 to 2262); stampOf saturates outside them.
+var (
+	stampMin = time.Unix(0, math.MinInt64+1)
+	stampMax = time.Unix(0, math.MaxInt64)
+)
+
 // stampOf returns t's stamp, 0 for the zero time.
 func stampOf(t time.Time) stamp {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return 0
+	case t.Before(stampMin):
+		t = stampMin // a deadline that long past is past all the same
+	case t.After(stampMax):
+		t = stampMax // as far as a TTL of centuries reaches
 	}
 	return stamp(uint64(t.UnixNano()) ^ 1<<63)
 }
