@@ -119,8 +119,8 @@ func (s *State) adoptDiskObject(clientID string, obj DiskObject, now time.Time) 
 	}
 	o, ok := s.objects[obj.Key]
 	if !ok {
-		o = &object{key: obj.Key, size: obj.Size, writer: clientID, putStart: now}
-		s.objects[obj.Key] = o
+		o = &object{key: obj.Key, size: obj.Size, writer: s.internClient(clientID), putStart: stampOf(now)}
+		s.addObject(o)
 		s.charge(o)
 	}
 	if o.writing || o.size != obj.Size {
@@ -162,9 +162,9 @@ func (s *State) unmountDisk(clientID string) {
 	for key := range d.promotions {
 		s.endPromotion(d, key)
 	}
-	for key, o := range s.objects {
+	for _, o := range s.objects {
 		if s.dropDiskReplica(o, clientID) && o.gone() {
-			delete(s.objects, key)
+			s.dropObject(o)
 			s.charge(o)
 		}
 	}
@@ -214,7 +214,7 @@ func (s *State) dropDiskCopies(o *object) bool {
 	if len(o.replicas) > 0 {
 		return false
 	}
-	delete(s.objects, o.key)
+	s.dropObject(o)
 	s.charge(o)
 	return true
 }
@@ -246,6 +246,9 @@ type DiskStats struct {
 
 func (s *State) diskStats() DiskStats {
 	st := DiskStats{Disks: len(s.disk.disks), PendingOffloads: s.disk.queued, PendingPromotions: s.disk.promoted}
+	if st.Disks == 0 {
+		return st // disk replicas live only on mounted disks (unmountDisk)
+	}
 	for _, o := range s.objects {
 		if len(o.replicas) == 0 && len(o.disk) > 0 {
 			st.DiskOnlyKeys++

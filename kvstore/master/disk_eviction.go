@@ -56,13 +56,11 @@ func (s *State) queueOffloadFromHolder(o *object) bool {
 }
 
 // memoryObjects counts the objects holding memory replicas (eviction's
-// population).
+// population): the tenants' object counts, which charge keeps.
 func (s *State) memoryObjects() int {
 	n := 0
-	for _, o := range s.objects {
-		if len(o.replicas) > 0 {
-			n++
-		}
+	for _, t := range s.tenants {
+		n += t.objects
 	}
 	return n
 }

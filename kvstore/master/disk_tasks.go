@@ -128,7 +128,7 @@ func (s *State) OffloadHeartbeat(clientID string, dropped []string, now time.Tim
 	s.touch(clientID, now)
 	for _, key := range dropped {
 		if o, ok := s.objects[key]; ok && s.dropDiskReplica(o, clientID) && o.gone() {
-			delete(s.objects, key)
+			s.dropObject(o)
 			s.charge(o)
 		}
 	}

@@ -1,9 +1,9 @@
 package master
 
 import (
+	"container/heap"
 	"math"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -60,7 +60,9 @@ func ceilCount(n int, f float64) int {
 // are not hard-pinned, being offloaded nor held in part by a suspect
 // segment; with the disk tier an evicted object may lose only its memory
 // replicas (see evictObject). The used ratio leaves the suspect segments
-// out (servingUsage). The need-eviction flag is cleared.
+// out (servingUsage). The need-eviction flag is cleared. Candidates come
+// from the lease index (lease_index.go) in order, so a round visits the
+// objects it takes and those it must skip, not the table.
 func (s *State) Evict(now time.Time) EvictionResult {
 	capacity, allocated := s.servingUsage()
 	used := 0.0
@@ -76,32 +78,41 @@ func (s *State) Evict(now time.Time) EvictionResult {
 	}
 	s.m.evictionRuns++
 
-	plain, soft := s.evictionCandidates(now, nil)
 	n := s.memoryObjects()
 	target, lower := ceilCount(n, plan.Target), ceilCount(n, plan.LowerBound)
 	offloads := s.cfg.Offload.evictCap()
+	var aside, soft []*object // popped from the lease index, not (yet) evicted
 	evict := func(o *object) {
 		freed := o.size * uint64(len(o.replicas))
 		if s.evictObject(o, &offloads) {
 			res.Evicted = append(res.Evicted, o.key)
 			res.FreedBytes += freed
+		} else {
+			aside = append(aside, o)
 		}
 	}
-	i := 0
-	for ; i < len(plain) && len(res.Evicted) < target; i++ {
-		evict(plain[i])
-	}
-	if len(res.Evicted) < lower {
-		rest := plain[i:]
-		if s.cfg.AllowEvictSoftPinned {
-			rest = append(rest, soft...)
+	// Unpinned candidates up to the target, or on to the lower bound when
+	// that is higher.
+	for len(res.Evicted) < max(target, lower) {
+		o, pinned := s.nextCandidate(now, &aside)
+		if o == nil {
+			break
 		}
-		for _, o := range rest {
-			if len(res.Evicted) >= lower {
-				break
-			}
+		if pinned {
+			soft = append(soft, o)
+		} else {
 			evict(o)
 		}
+	}
+	// Soft-pinned objects go only when every unpinned candidate went and
+	// the lower bound is not reached; soft then holds every soft-pinned
+	// candidate, in lease order.
+	i := 0
+	for ; s.cfg.AllowEvictSoftPinned && i < len(soft) && len(res.Evicted) < lower; i++ {
+		evict(soft[i])
+	}
+	for _, o := range append(aside, soft[i:]...) {
+		s.indexLease(o)
 	}
 	s.m.evictedKeys += uint64(len(res.Evicted))
 	s.m.evictedBytes += res.FreedBytes
@@ -111,33 +122,54 @@ func (s *State) Evict(now time.Time) EvictionResult {
 // evictionCandidates returns the objects eviction may take at now (fully
 // written, lease expired, not hard-pinned nor being offloaded, no replica
 // on a suspect segment) for which keep is true (nil: all), split into
-// unpinned and soft-pinned ones, each oldest lease first.
-func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft []*object) {
+// unpinned and soft-pinned ones, each a queue that hands them out oldest
+// lease first.
+func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft *candidateQueue) {
+	plain, soft = &candidateQueue{}, &candidateQueue{}
 	for _, o := range s.objects {
 		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
 			continue
 		}
 		if o.softPinned(now) {
-			soft = append(soft, o)
+			soft.os = append(soft.os, o)
 		} else {
-			plain = append(plain, o)
+			plain.os = append(plain.os, o)
 		}
 	}
-	byLeaseThenKey(plain)
-	byLeaseThenKey(soft)
+	heap.Init(plain)
+	heap.Init(soft)
 	return plain, soft
 }
 
-// byLeaseThenKey sorts objects oldest lease deadline first (approximate
-// LRU), ties broken by key.
-func byLeaseThenKey(os []*object) {
-	sort.Slice(os, func(i, j int) bool {
-		if !os[i].lease.Equal(os[j].lease) {
-			return os[i].lease.Before(os[j].lease)
-		}
-		return os[i].key < os[j].key
-	})
+// candidateQueue is a min-heap of eviction candidates by lease deadline
+// (approximate LRU), ties broken by key: built in linear time, it sorts
+// only as many candidates as a round takes (a round takes a few percent
+// of them), where sorting them all cost O(n log n) under the master lock.
+type candidateQueue struct{ os []*object }
+
+func (q *candidateQueue) Len() int { return len(q.os) }
+func (q *candidateQueue) Less(i, j int) bool {
+	a, b := q.os[i], q.os[j]
+	if a.lease != b.lease {
+		return a.lease < b.lease
+	}
+	return a.key < b.key
 }
+func (q *candidateQueue) Swap(i, j int) { q.os[i], q.os[j] = q.os[j], q.os[i] }
+
+// Push is heap.Interface's; the queue is filled before heap.Init only.
+func (q *candidateQueue) Push(x any) { q.os = append(q.os, x.(*object)) }
+
+// Pop is heap.Interface's: use next.
+func (q *candidateQueue) Pop() any {
+	o := q.os[len(q.os)-1]
+	q.os[len(q.os)-1] = nil
+	q.os = q.os[:len(q.os)-1]
+	return o
+}
+
+// next removes and returns the oldest-lease candidate; Len must be > 0.
+func (q *candidateQueue) next() *object { return heap.Pop(q).(*object) }
 
 // onSuspect reports whether a replica of o is on a suspect segment:
 // eviction leaves such an object alone, as it would free no room that
@@ -173,7 +205,7 @@ func (s *State) NeedEviction() bool { return s.needEviction }
 
 // softPinned reports whether the object's soft pin is in force at now.
 func (o *object) softPinned(now time.Time) bool {
-	return o.softPinTTL > 0 && !o.softPinUntil.IsZero() && now.Before(o.softPinUntil)
+	return o.softPinTTL > 0 && o.softPinUntil != 0 && now.Before(o.softPinUntil.time())
 }
 
 // AboveHighWatermark reports whether allocated/capacity of the segments

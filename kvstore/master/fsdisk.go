@@ -2,6 +2,8 @@ package master
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mooncake-go/mooncake/kvstore"
@@ -65,6 +67,7 @@ func (s *State) addFSReplica(o *object, clientID string, now time.Time) {
 	s.dropFS(o)
 	s.nextReplica++
 	o.fs = &fsReplica{status: ReplicaProcessing, rel: fsdir.RelPath(o.key, s.nextReplica), writer: clientID, started: now}
+	s.fsWrites[o] = struct{}{}
 }
 
 // fsDescriptor lists o's DISK replica, as PutStart returns it; nil when
@@ -89,6 +92,7 @@ func (s *State) dropFS(o *object) {
 	}
 	s.disk.fsDeletes = append(s.disk.fsDeletes, o.fs.rel)
 	o.fs = nil
+	delete(s.fsWrites, o)
 }
 
 // dropFSProcessing forgets o's DISK replica if it is still being written
@@ -127,6 +131,7 @@ func (s *State) putEndDisk(clientID, key string) kvstore.ErrorCode {
 		return kvstore.IllegalClient
 	}
 	o.fs.status = ReplicaComplete
+	delete(s.fsWrites, o)
 	s.kvAvailability(o)
 	return kvstore.OK
 }
@@ -151,25 +156,32 @@ func (s *State) putRevokeDisk(clientID, key string) kvstore.ErrorCode {
 	}
 	s.dropFS(o)
 	if o.gone() && !o.writing {
-		delete(s.objects, key)
+		s.dropObject(o)
 		s.charge(o)
 	}
 	return kvstore.OK
 }
 
 // releaseStaleFS drops DISK replicas left PROCESSING longer than
-// PutStartReleaseTimeout (their writer died before PutEnd(DISK)).
+// PutStartReleaseTimeout (their writer died before PutEnd(DISK)). It
+// visits State.fsWrites only (putEndDisk and dropFS take objects out),
+// in key order, and forgets any entry whose object left the table.
 func (s *State) releaseStaleFS(now time.Time) {
-	if !s.cfg.FS.Enabled() {
-		return
+	var stale []*object
+	for o := range s.fsWrites {
+		switch {
+		case !o.fsPending() || s.objects[o.key] != o:
+			delete(s.fsWrites, o)
+		case now.Sub(o.fs.started) > s.cfg.PutStartReleaseTimeout:
+			stale = append(stale, o)
+		}
 	}
-	for key, o := range s.objects {
-		if o.fsPending() && now.Sub(o.fs.started) > s.cfg.PutStartReleaseTimeout {
-			s.dropFS(o)
-			if o.gone() && !o.writing {
-				delete(s.objects, key)
-				s.charge(o)
-			}
+	slices.SortFunc(stale, func(a, b *object) int { return strings.Compare(a.key, b.key) })
+	for _, o := range stale {
+		s.dropFS(o)
+		if o.gone() && !o.writing {
+			s.dropObject(o)
+			s.charge(o)
 		}
 	}
 }

@@ -237,7 +237,7 @@ func (s *State) copyTargets(o *object) []*segment {
 // ends.
 func (s *State) dropReplica(o *object, r *replica, now time.Time) {
 	o.replicas = slices.DeleteFunc(o.replicas, func(x *replica) bool { return x == r })
-	s.discard(r, latest(now, o.lease))
+	s.discard(r, latest(now, o.lease.time()))
 	s.charge(o)
 }
 

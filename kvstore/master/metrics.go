@@ -108,7 +108,7 @@ type Stats struct {
 // suspect nor forgotten), whether or not they have remounted.
 func (s *State) Stats() Stats {
 	st := Stats{
-		KeyCount: len(s.objects), ActiveClients: len(s.clients), Segments: len(s.segOrder),
+		KeyCount: len(s.objects), SoftPinKeyCount: s.softPins, ActiveClients: len(s.clients), Segments: len(s.segOrder),
 		Quarantined: len(s.discarded),
 		Requests:    make(map[string]uint64, len(s.m.requests)),
 		Failures:    make(map[string]uint64, len(s.m.failures)),
@@ -129,11 +129,6 @@ func (s *State) Stats() Stats {
 		if c.suspect {
 			st.SuspectClients++
 			st.ActiveClients--
-		}
-	}
-	for _, o := range s.objects {
-		if o.softPinTTL > 0 {
-			st.SoftPinKeyCount++
 		}
 	}
 	for k, v := range s.m.requests {

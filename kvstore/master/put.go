@@ -76,11 +76,11 @@ func (s *State) claimKey(key string, now time.Time) kvstore.ErrorCode {
 	if !ok {
 		return kvstore.OK
 	}
-	if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart) < s.cfg.PutStartDiscardTimeout) {
+	if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart.time()) < s.cfg.PutStartDiscardTimeout) {
 		return kvstore.ObjectAlreadyExists
 	}
 	s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
-	delete(s.objects, key)
+	s.dropObject(o)
 	s.charge(o)
 	s.m.preempted++
 	return kvstore.OK
@@ -107,12 +107,12 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 // writing marks the write still open.
 func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, reps []*replica, writing bool, now time.Time) *object {
 	o := &object{
-		key: key, size: size, writer: clientID, putStart: now,
+		key: key, size: size, writer: s.internClient(clientID), putStart: stampOf(now),
 		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
 		dataType: cfg.DataType, groupID: cfg.GroupID,
 	}
 	s.setWriting(o, writing)
-	s.objects[key] = o
+	s.addObject(o)
 	s.charge(o)
 	return o
 }
@@ -188,8 +188,8 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 			s.m.partialAllocs++
 		}
 		release := now
-		if o.lease.After(now) {
-			release = o.lease
+		if l := o.lease.time(); l.After(now) {
+			release = l
 		}
 		for _, r := range o.replicas {
 			s.discard(r, release)
@@ -198,15 +198,15 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		o.size = size
 		s.charge(o)
 	}
-	o.writer, o.putStart = clientID, now
+	o.writer, o.putStart = s.internClient(clientID), stampOf(now)
 	s.setWriting(o, true)
 	o.rewrites++
 	o.hardPin = hardPin
 	o.dataType, o.groupID = cfg.DataType, cfg.GroupID
 	if pinChange || o.softPinTTL != pinTTL {
-		o.softPinUntil = time.Time{}
+		o.softPinUntil = 0
 	}
-	o.softPinTTL = pinTTL
+	s.setSoftPinTTL(o, pinTTL)
 	o.checksum = nil
 	s.addFSReplica(o, clientID, now)
 	s.kvAvailability(o)
@@ -249,11 +249,12 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 func (s *State) publishWrite(o *object, checksum *uint64, now time.Time) {
 	o.checksum = checksum
 	o.grantLease(now, 0)
-	if o.softPinTTL > 0 && o.softPinUntil.IsZero() {
-		o.softPinUntil = now.Add(o.softPinTTL)
+	if o.softPinTTL > 0 && o.softPinUntil == 0 {
+		o.softPinUntil = stampOf(now.Add(o.softPinTTL))
 	}
 	s.offloadOnWrite(o)
 	s.kvAvailability(o)
+	s.indexLease(o)
 }
 
 // PutRevoke cancels clientID's open write of key: its PROCESSING buffers

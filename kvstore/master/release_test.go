@@ -44,6 +44,91 @@ func TestReleasePassTracksOnlyOpenWrites(t *testing.T) {
 	}
 }
 
+// The release pass visits the DISK replicas being written only: published
+// ones leave the set, and a stale one is still dropped after
+// PutStartReleaseTimeout.
+func TestReleasePassTracksOnlyPendingDiskWrites(t *testing.T) {
+	st := fsState(t)
+	now := time.Unix(1, 0)
+	cfg := ReplicateConfig{ReplicaNum: 1}
+	for i := range 20 {
+		key := "done" + strconv.Itoa(i)
+		mustPut(t, st, key, 64, cfg, now)
+		if code := st.PutEndDisk("w", key, now); code != kvstore.OK {
+			t.Fatal(code)
+		}
+	}
+	mustPut(t, st, "pending", 64, cfg, now)
+	st.ReleaseExpired(now)
+	if n := len(st.fsWrites); n != 1 {
+		t.Fatalf("%d DISK writes tracked after a pass, want 1 (20 published, one pending)", n)
+	}
+	st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout))
+	if o := st.objects["pending"]; o.fs == nil {
+		t.Fatal("the DISK replica was dropped at the timeout, want only after it")
+	}
+	st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout + time.Second))
+	if o := st.objects["pending"]; o == nil || o.fs != nil || len(o.replicas) != 1 {
+		t.Fatalf("after the timeout: %+v, want the memory replica alone", o)
+	}
+	if n := len(st.fsWrites); n != 0 {
+		t.Fatalf("%d DISK writes tracked after the pass, want 0", n)
+	}
+}
+
+// State.softPins, which Stats reports, follows the soft pins of the
+// objects in the table through puts, upserts, removes and a restore.
+func TestSoftPinCountFollowsTheTable(t *testing.T) {
+	st := newTestState(t, nil)
+	now := epoch
+	mustMount(t, st, "c1", Segment{ID: "s", Name: "host-s", Base: 1 << 20, Size: 1 << 20, TEEndpoint: "te-s"}, now)
+	ttl := time.Minute
+	pinned := ReplicateConfig{ReplicaNum: 1, SoftPin: SoftPinEnable, SoftPinTTL: &ttl}
+	plain := ReplicateConfig{ReplicaNum: 1}
+	want := func(n int) {
+		t.Helper()
+		walked := 0
+		for _, o := range st.objects {
+			if o.softPinTTL > 0 {
+				walked++
+			}
+		}
+		if st.softPins != n || walked != n || st.Stats().SoftPinKeyCount != n {
+			t.Fatalf("softPins %d, Stats %d, table %d; want %d", st.softPins, st.Stats().SoftPinKeyCount, walked, n)
+		}
+	}
+	for i := range 5 {
+		mustPut(t, st, "p"+strconv.Itoa(i), 64, pinned, now)
+		mustPut(t, st, "u"+strconv.Itoa(i), 64, plain, now)
+	}
+	want(5)
+	if _, code := st.UpsertStart("w", "p0", 64, ReplicateConfig{ReplicaNum: 1, SoftPin: SoftPinDisable}, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	want(4)
+	if _, code := st.UpsertStart("w", "u0", 64, pinned, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	want(5)
+	for _, k := range []string{"p0", "u0"} {
+		if code := st.PutEnd("w", k, nil, now); code != kvstore.OK {
+			t.Fatal(code)
+		}
+	}
+	if code := st.Remove("p1", true, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	want(4)
+	restored, _, err := decodeSnapshot(encodeSnapshot(st, 1, 1), st.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = restored
+	want(4)
+	st.RemoveAll(DefaultTenant, "", true, now.Add(time.Hour))
+	want(0)
+}
+
 // BenchmarkReleaseExpiredIdle is one background release pass over a table
 // of 10^6 finished objects with nothing to release: it costs nothing per
 // object (it walked every object under the master lock before).

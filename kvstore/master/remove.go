@@ -120,7 +120,7 @@ func (s *State) BatchReplicaClear(clientID string, keys []string, segment string
 			continue
 		}
 		if o.gone() {
-			delete(s.objects, key)
+			s.dropObject(o)
 		}
 		s.charge(o)
 		out = append(out, i)

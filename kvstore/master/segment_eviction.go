@@ -69,12 +69,15 @@ func (s *State) evictOverfullSegments(now time.Time, res *EvictionResult) {
 			continue
 		}
 		plain, soft := s.evictionCandidates(now, func(o *object) bool { return replicaOn(o, []*segment{sg}) != nil })
-		candidates := plain
-		if s.cfg.AllowEvictSoftPinned {
-			candidates = append(candidates, soft...)
-		}
-		for _, o := range candidates {
-			if sg.belowLow() {
+		for !sg.belowLow() {
+			var o *object
+			switch {
+			case plain.Len() > 0:
+				o = plain.next()
+			case soft.Len() > 0 && s.cfg.AllowEvictSoftPinned:
+				o = soft.next()
+			}
+			if o == nil {
 				break
 			}
 			r := replicaOn(o, []*segment{sg})

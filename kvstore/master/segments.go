@@ -290,7 +290,7 @@ func (s *State) unmount(segID string, now time.Time) {
 	}
 	s.failTasksOnSegment(sg, now)
 	s.dropReservations(func(r *reservation) bool { return r.seg == sg }, func(*segment, uint64) {})
-	for key, o := range s.objects {
+	for _, o := range s.objects {
 		kept := o.replicas[:0]
 		for _, r := range o.replicas {
 			if r.seg != sg {
@@ -300,7 +300,7 @@ func (s *State) unmount(segID string, now time.Time) {
 		clear(o.replicas[len(kept):])
 		o.replicas = kept
 		if o.gone() {
-			delete(s.objects, key)
+			s.dropObject(o)
 		}
 		s.charge(o)
 	}

@@ -235,16 +235,16 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 		e.str(o.key)
 		e.uvarint(o.size)
 		e.str(o.writer)
-		e.time(o.putStart)
+		e.time(o.putStart.time())
 		e.boolean(o.writing)
 		e.uvarint(o.rewrites)
 		e.uvarint(uint64(len(o.replicas)))
 		for _, r := range o.replicas {
 			e.uvarint(e.reps[r])
 		}
-		e.time(o.lease)
+		e.time(o.lease.time())
 		e.varint(int64(o.softPinTTL))
-		e.time(o.softPinUntil)
+		e.time(o.softPinUntil.time())
 		e.boolean(o.hardPin)
 		e.boolean(o.checksum != nil)
 		if o.checksum != nil {
@@ -429,9 +429,26 @@ type snapshotDecoder struct {
 	segs []*segment
 	reps []*replica
 	objs []*object
+	// writers holds the objects' writer ids read so far, so that the
+	// objects of one client share one string (State.internClient).
+	writers map[string]string
 }
 
 func (d *snapshotDecoder) str() string { return string(d.Bytes()) }
+
+// writer reads a client id, interned in d.writers.
+func (d *snapshotDecoder) writer() string {
+	b := d.Bytes()
+	if w, ok := d.writers[string(b)]; ok {
+		return w
+	}
+	w := string(b)
+	if d.writers == nil {
+		d.writers = make(map[string]string)
+	}
+	d.writers[w] = w
+	return w
+}
 func (d *snapshotDecoder) boolean() bool {
 	v := d.Byte()
 	if v > 1 {
@@ -624,7 +641,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	d.objs = make([]*object, d.count(12))
 	for i := range d.objs {
 		inTable := d.boolean()
-		o := &object{key: d.str(), size: d.Uvarint(), writer: d.str(), putStart: d.time(), writing: d.boolean(), rewrites: d.Uvarint()}
+		o := &object{key: d.str(), size: d.Uvarint(), writer: d.writer(), putStart: stampOf(d.time()), writing: d.boolean(), rewrites: d.Uvarint()}
 		if n := d.count(1); n > 0 {
 			o.replicas = make([]*replica, n)
 			for j := range o.replicas {
@@ -633,9 +650,9 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 				}
 			}
 		}
-		o.lease = d.time()
+		o.lease = stampOf(d.time())
 		o.softPinTTL = time.Duration(d.Varint())
-		o.softPinUntil = d.time()
+		o.softPinUntil = stampOf(d.time())
 		o.hardPin = d.boolean()
 		if d.boolean() {
 			v := d.Uvarint()
@@ -655,9 +672,12 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 			o.fs = &fsReplica{status: ReplicaStatus(d.int()), rel: d.str(), writer: d.str(), started: d.time()}
 		}
 		if inTable {
-			st.objects[o.key] = o
+			st.addObject(o)
 			if o.writing {
 				st.openWrites[o] = struct{}{}
+			}
+			if o.fsPending() {
+				st.fsWrites[o] = struct{}{}
 			}
 		}
 		d.objs[i] = o
@@ -788,6 +808,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if err := validateSnapshotState(st, d.segs); err != nil {
 		return nil, h, err
 	}
+	st.rebuildLeases()
 	return st, h, nil
 }
 

@@ -19,38 +19,43 @@ type replica struct {
 	size   uint64
 }
 
-// object is one key's metadata.
+// object is one key's metadata. Instants are stamps and the fields are
+// ordered so that the small ones share a word: the record is one of the
+// table's per-object costs (docs/store-master-scale.md).
 type object struct {
 	key      string
 	size     uint64
-	writer   string    // client that opened the current/last write
-	putStart time.Time // when the current/last write was opened
-	writing  bool      // a put or upsert is open (replicas PROCESSING)
-	rewrites uint64    // upserts opened on the object; a task copies one version
+	writer   string // client that opened the current/last write (interned: internClient)
+	putStart stamp  // when the current/last write was opened
+	rewrites uint64 // upserts opened on the object; a task copies one version
 	replicas []*replica
 	// lease is the read lease deadline: Remove (without force) and
 	// eviction leave the object alone while now < lease.
-	lease time.Time
+	lease stamp
 	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
 	// the object first becomes readable.
 	softPinTTL   time.Duration
-	softPinUntil time.Time
-	hardPin      bool
+	softPinUntil stamp
 	checksum     *uint64
 	dataType     int    // upstream ObjectDataType, metadata only
 	groupID      string // storage group, metadata only
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
-	// disk holds the object's LOCAL_DISK replicas; offloading marks an
-	// offload queued or in flight, which keeps the memory replicas.
-	disk       []diskReplica
-	offloading bool
+	// disk holds the object's LOCAL_DISK replicas.
+	disk []diskReplica
 	// fs is the object's DISK replica on the shared file system
 	// (fsdisk.go), nil without one.
-	fs *fsReplica
+	fs      *fsReplica
+	writing bool // a put or upsert is open (replicas PROCESSING)
+	hardPin bool
+	// offloading marks an offload queued or in flight, which keeps the
+	// memory replicas.
+	offloading bool
 	// kvMedia is the availability last published as KV events (kv_events.go).
 	kvMedia uint8
+	inTable bool // in State.objects (addObject, dropObject)
+	indexed bool // has an entry in State.leases
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -78,7 +83,17 @@ type State struct {
 	// openWrites holds the objects whose write is open (writing), so the
 	// release pass visits them alone, not every object; setWriting keeps
 	// it, and the pass drops entries whose object left the table.
-	openWrites   map[*object]struct{}
+	openWrites map[*object]struct{}
+	// fsWrites holds the objects whose DISK replica is being written
+	// (addFSReplica adds them, putEndDisk and dropFS take them out), so
+	// the release pass visits them alone.
+	fsWrites map[*object]struct{}
+	// softPins counts the objects in the table that are soft-pinned
+	// (softPinTTL > 0), kept by addObject, dropObject and setSoftPinTTL,
+	// so that Stats does not walk the table.
+	softPins int
+	// leases orders the evictable objects by lease (lease_index.go).
+	leases       leaseIndex
 	segments     map[string]*segment // by id
 	segOrder     []*segment          // mount order; the allocation walk order
 	clients      map[string]*client
@@ -114,6 +129,7 @@ func NewState(cfg Config) (*State, error) {
 		ids:        rand.New(rand.NewSource(randv2.Int64())),
 		objects:    make(map[string]*object),
 		openWrites: make(map[*object]struct{}),
+		fsWrites:   make(map[*object]struct{}),
 		segments:   make(map[string]*segment),
 		clients:    make(map[string]*client),
 		tenants:    map[string]*tenant{DefaultTenant: {}},
@@ -161,8 +177,46 @@ func (s *State) erase(o *object) {
 	}
 	o.replicas = nil
 	s.forgetDisk(o)
-	delete(s.objects, o.key)
+	s.dropObject(o)
 	s.charge(o)
+}
+
+// addObject enters o into the table under its key, in place of any
+// object the key held.
+func (s *State) addObject(o *object) {
+	if old, ok := s.objects[o.key]; ok {
+		s.dropObject(old)
+	}
+	s.objects[o.key] = o
+	o.inTable = true
+	if o.softPinTTL > 0 {
+		s.softPins++
+	}
+}
+
+// dropObject removes o from the table, if it is there.
+func (s *State) dropObject(o *object) {
+	if s.objects[o.key] != o {
+		return
+	}
+	delete(s.objects, o.key)
+	o.inTable = false
+	if o.softPinTTL > 0 {
+		s.softPins--
+	}
+}
+
+// setSoftPinTTL sets o's soft pin (0: none), keeping State.softPins.
+func (s *State) setSoftPinTTL(o *object, ttl time.Duration) {
+	if s.objects[o.key] == o {
+		switch {
+		case o.softPinTTL > 0 && ttl <= 0:
+			s.softPins--
+		case o.softPinTTL <= 0 && ttl > 0:
+			s.softPins++
+		}
+	}
+	o.softPinTTL = ttl
 }
 
 // readable returns the object's COMPLETE replicas.
@@ -191,7 +245,17 @@ func (o *object) allComplete() bool {
 }
 
 // leased reports whether a read lease is still active at now.
-func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
+func (o *object) leased(now time.Time) bool { return now.Before(o.lease.time()) }
+
+// internClient returns clientID in the string the client table holds
+// when the client is registered, so that the objects a client writes
+// share one copy of its id instead of one each from its requests.
+func (s *State) internClient(clientID string) string {
+	if c, ok := s.clients[clientID]; ok {
+		return c.id
+	}
+	return clientID
+}
 
 // setWriting opens (w) or closes o's write, and keeps State.openWrites.
 func (s *State) setWriting(o *object, w bool) {
@@ -205,7 +269,7 @@ func (s *State) setWriting(o *object, w bool) {
 
 // grantLease extends the read lease to at least now+ttl.
 func (o *object) grantLease(now time.Time, ttl time.Duration) {
-	if d := now.Add(ttl); d.After(o.lease) {
+	if d := stampOf(now.Add(ttl)); d > o.lease {
 		o.lease = d
 	}
 }
@@ -232,7 +296,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 		switch {
 		case !o.writing || s.objects[o.key] != o:
 			delete(s.openWrites, o)
-		case now.Sub(o.putStart) > s.cfg.PutStartReleaseTimeout:
+		case now.Sub(o.putStart.time()) > s.cfg.PutStartReleaseTimeout:
 			stale = append(stale, o)
 		}
 	}
@@ -263,7 +327,7 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 	s.setWriting(o, false)
 	s.dropFSProcessing(o)
 	if o.gone() {
-		delete(s.objects, o.key)
+		s.dropObject(o)
 	}
 	s.charge(o)
 }
@@ -302,8 +366,8 @@ func (s *State) QueryKey(key string) (ObjectInfo, bool) {
 	}
 	return ObjectInfo{
 		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
-		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease,
-		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil, HardPinned: o.hardPin,
+		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease.time(),
+		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil.time(), HardPinned: o.hardPin,
 		DataType: o.dataType, GroupID: o.groupID,
 	}, true
 }

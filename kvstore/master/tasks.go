@@ -338,8 +338,8 @@ func (s *State) finishTask(t *task, ok bool, message string, now time.Time) {
 		if i := slices.Index(o.replicas, t.source); i >= 0 {
 			o.replicas = slices.Delete(o.replicas, i, i+1)
 			release := now
-			if o.lease.After(now) {
-				release = o.lease
+			if l := o.lease.time(); l.After(now) {
+				release = l
 			}
 			s.discard(t.source, release)
 		}

@@ -147,6 +147,7 @@ func (s *State) admitWrite(objectKey string, size uint64, replicas int, held uin
 // object's replicas or size ends with it.
 func (s *State) charge(o *object) {
 	s.kvAvailability(o)
+	s.indexLease(o)
 	held := replicaBytes(o.size, len(o.replicas))
 	if _, live := s.objects[o.key]; !live {
 		held = 0
