@@ -54,6 +54,7 @@ var storeExplanations = map[kvstore.ErrorCode]explanation{
 	kvstore.FileNotFound:             {"a file the call names does not exist (load_tensor_from_safetensor)", "check the path; it is opened by the calling process, on its host"},
 	kvstore.UnableOffload:            {"the master runs without --enable_offload, so a storage client cannot mount its disk (setup with enable_ssd_offload)", "start mooncake_master with --enable_offload, or set the client up without enable_ssd_offload"},
 	kvstore.TaskNotFound:             {"no copy or move task has this id (in the caller's tenant)", "use the id create_copy_task/create_move_task returned; finished tasks are kept for 10 minutes"},
+	kvstore.TaskPendingLimitExceeded: {"the master holds --max_total_pending_tasks copy or move tasks not yet handed out", "wait for pending tasks to be processed, or raise --max_total_pending_tasks on the master"},
 	kvstore.TransferFail:             {"moving the object's bytes failed", "read the engine error logged before it; check the peer is alive and reachable (mooncake probe, mooncake doctor)"},
 	kvstore.ChecksumMismatch:         {"the bytes read differ from the checksum taken when the object was put (MOONCAKE_STORE_CHECKSUM)", "treat the read as failed and do not use the buffer; investigate the data path between writer and reader"},
 	kvstore.RPCFail:                  {"an RPC to the master failed", "check the master is up and reachable (mooncake doctor --master host:port)"},
