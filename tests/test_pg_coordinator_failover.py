@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -114,7 +115,11 @@ def _run(tmp_path: Path, coord: str, victim: int) -> list[str]:
         for line in o.splitlines():
             if line.startswith(("COORD_LOSS_TO_RANK_FAULT_HANDLED", "DEATH_TO_")):
                 print(line)
-    assert any("coordinator failover" in o and "term=1" in o for o in outs), "no rank failed over"
+    # Term 1, or a later one when the rank that claimed term 1 was the
+    # victim, killed before it published its coordinator's address (the
+    # others then wait 10 s for it and claim the next term).
+    failed_over = re.compile(r"coordinator failover\" term=[1-9]")
+    assert any(failed_over.search(o) for o in outs), "no rank failed over"
     return outs
 
 
