@@ -103,11 +103,6 @@ def worker(a: argparse.Namespace) -> None:
     groups = {"mooncake": None, "gloo": dist.new_group(backend="gloo")}
     ctl = groups["gloo"]  # agreement on iteration counts and timings
 
-    def agree_max(x: float) -> float:
-        t = torch.tensor([x], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
-        return float(t.item())
-
     results = []
     sizes = []
     s = a.min_bytes
@@ -119,30 +114,13 @@ def worker(a: argparse.Namespace) -> None:
     for op in a.ops:
         for size in sizes:
             row: dict = {"world": n, "op": op, "size": size}
-            fns, iters, times = {}, {}, {}
+            fns = {}
             for name, group in groups.items():
-                nbytes, fns[name] = make_op(op, size, n, group)
-                row["bytes"] = nbytes
-                for _ in range(a.warmup):
-                    fns[name]()
-                dist.barrier(group=ctl)
-                t0 = time.perf_counter()
-                fns[name]()
-                one = agree_max(time.perf_counter() - t0)
-                per_round = a.target_time / a.rounds
-                iters[name] = int(max(1, min(a.max_iters, per_round / max(one, 1e-6))))
-                times[name] = []
-            # Alternate the backends round by round, so that a burst of other
-            # load on the machine hits both; report each one's median round.
-            for _ in range(a.rounds):
-                for name, group in groups.items():
-                    dist.barrier(group=group)
-                    t0 = time.perf_counter()
-                    for _ in range(iters[name]):
-                        fns[name]()
-                    times[name].append(agree_max((time.perf_counter() - t0) / iters[name]))
+                row["bytes"], fns[name] = make_op(op, size, n, group)
+            medians, iters = time_side_by_side(groups, fns, ctl, a.warmup, a.rounds,
+                                               a.target_time, a.max_iters)
             for name in groups:
-                dt = statistics.median(times[name])
+                dt = medians[name]
                 algbw = row["bytes"] / dt / 1e9
                 row[f"{name}_us"] = dt * 1e6
                 row[f"{name}_algbw"] = algbw
@@ -154,6 +132,45 @@ def worker(a: argparse.Namespace) -> None:
             if a.rank == 0:
                 print(json.dumps(row), flush=True)
     finish_worker(a.rank, a.json_out, results)
+
+
+def agree_max(x: float, ctl) -> float:
+    """The largest of every rank's x (an all_reduce over the control group ctl)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+    return float(t.item())
+
+
+def time_side_by_side(groups: dict, fns: dict, ctl, warmup: int, rounds: int,
+                      target_time: float, max_iters: int) -> tuple[dict, dict]:
+    """Each group's op fns[name] timed beside the others: warmed up, its
+    iterations per round sized so that all rounds take about target_time,
+    then the groups alternated round by round (so that a burst of other load
+    on the machine hits each of them). Returns each name's median round time
+    per op (the slowest rank's) and its iterations per round."""
+    import torch.distributed as dist
+
+    iters, times = {}, {}
+    for name in groups:
+        for _ in range(warmup):
+            fns[name]()
+        dist.barrier(group=ctl)
+        t0 = time.perf_counter()
+        fns[name]()
+        one = agree_max(time.perf_counter() - t0, ctl)
+        iters[name] = int(max(1, min(max_iters, target_time / rounds / max(one, 1e-6))))
+        times[name] = []
+    for _ in range(rounds):
+        for name, group in groups.items():
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            for _ in range(iters[name]):
+                fns[name]()
+            times[name].append(agree_max((time.perf_counter() - t0) / iters[name], ctl))
+    return {name: statistics.median(times[name]) for name in groups}, iters
 
 
 def finish_worker(rank: int, json_out: str, results: list[dict]) -> None:

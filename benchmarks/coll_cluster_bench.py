@@ -33,7 +33,6 @@ import argparse
 import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from coll_bench import bus_factor, human, make_op, parse_size  # noqa: E402
+from coll_bench import bus_factor, human, make_op, parse_size, time_side_by_side  # noqa: E402
 from te_bench import TARGET_LINE, build, loadavg  # noqa: E402
 
 MASTER_PORT = 29500  # each host has a network namespace of its own
@@ -69,35 +68,15 @@ def worker(a: argparse.Namespace) -> None:
     groups = {"mooncake": None, "gloo": dist.new_group(backend="gloo")}
     ctl = groups["gloo"]
 
-    def agree_max(x: float) -> float:
-        t = torch.tensor([x], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
-        return float(t.item())
-
     rows = []
     for size in a.sizes:
         row: dict = {"size": size}
-        fns, iters, times = {}, {}, {}
+        fns = {}
         for name, group in groups.items():
-            nbytes, fns[name] = make_op("all_reduce", size, n, group)
-            row["bytes"] = nbytes
-            for _ in range(2):
-                fns[name]()
-            dist.barrier(group=ctl)
-            t0 = time.perf_counter()
-            fns[name]()
-            one = agree_max(time.perf_counter() - t0)
-            iters[name] = int(max(1, min(2000, a.target_time / a.rounds / max(one, 1e-6))))
-            times[name] = []
-        for _ in range(a.rounds):
-            for name in groups:
-                dist.barrier(group=ctl)
-                t0 = time.perf_counter()
-                for _ in range(iters[name]):
-                    fns[name]()
-                times[name].append(agree_max((time.perf_counter() - t0) / iters[name]))
+            row["bytes"], fns[name] = make_op("all_reduce", size, n, group)
+        medians, _ = time_side_by_side(groups, fns, ctl, 2, a.rounds, a.target_time, 2000)
         for name in groups:
-            dt = statistics.median(times[name])
+            dt = medians[name]
             row[f"{name}_us"] = dt * 1e6
             row[f"{name}_busbw"] = row["bytes"] / dt / 1e9 * bus_factor("all_reduce", n)
         rows.append(row)

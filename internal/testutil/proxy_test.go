@@ -11,31 +11,16 @@ import (
 // echoServer answers each line with its own name and the line.
 func echoServer(t *testing.T, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return ServeTCP(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					c.Write([]byte(name + " " + line))
-				}
-			}()
+			c.Write([]byte(name + " " + line))
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 func roundTrip(t *testing.T, c net.Conn) (string, error) {

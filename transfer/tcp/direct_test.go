@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
@@ -31,56 +32,41 @@ func (r *tracker) FinishSlice(st transport.Status, moved uint64) {
 // counts the connections it took.
 func fakeTarget(t *testing.T, base uint64, mem []byte, mu *sync.Mutex, accepts *atomic.Int32) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return testutil.ServeTCP(t, func(c net.Conn) {
+		accepts.Add(1)
+		var hb [tcpHeaderSize]byte
 		for {
-			c, err := ln.Accept()
+			if _, err := io.ReadFull(c, hb[:]); err != nil {
+				return
+			}
+			h, err := decodeTCPHeader(hb[:])
 			if err != nil {
 				return
 			}
-			accepts.Add(1)
-			go func() {
-				defer c.Close()
-				var hb [tcpHeaderSize]byte
-				for {
-					if _, err := io.ReadFull(c, hb[:]); err != nil {
-						return
-					}
-					h, err := decodeTCPHeader(hb[:])
-					if err != nil {
-						return
-					}
-					inside := h.addr >= base && h.addr+h.size <= base+uint64(len(mem))
-					region := make([]byte, h.size)
-					if h.opcode == transport.OpWrite {
-						io.ReadFull(c, region)
-					}
-					mu.Lock()
-					switch {
-					case inside && h.opcode == transport.OpWrite:
-						copy(mem[h.addr-base:], region)
-					case inside:
-						copy(region, mem[h.addr-base:])
-					}
-					mu.Unlock()
-					code := uint32(statusOK)
-					if !inside {
-						code = statusRejected
-					}
-					st := encodeStatus(code)
-					c.Write(st[:])
-					if inside && h.opcode == transport.OpRead {
-						c.Write(region)
-					}
-				}
-			}()
+			inside := h.addr >= base && h.addr+h.size <= base+uint64(len(mem))
+			region := make([]byte, h.size)
+			if h.opcode == transport.OpWrite {
+				io.ReadFull(c, region)
+			}
+			mu.Lock()
+			switch {
+			case inside && h.opcode == transport.OpWrite:
+				copy(mem[h.addr-base:], region)
+			case inside:
+				copy(region, mem[h.addr-base:])
+			}
+			mu.Unlock()
+			code := uint32(statusOK)
+			if !inside {
+				code = statusRejected
+			}
+			st := encodeStatus(code)
+			c.Write(st[:])
+			if inside && h.opcode == transport.OpRead {
+				c.Write(region)
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // Synchronous jobs of one slice run on the caller's thread over one

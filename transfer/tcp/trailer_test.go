@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/gpu"
+	"github.com/mooncake-go/mooncake/internal/testutil"
 	"github.com/mooncake-go/mooncake/transfer/transport"
 )
 
@@ -25,50 +26,35 @@ type heldRequest struct {
 // outside [base, base+size) is rejected. Every pair read goes to pairs.
 func heldTarget(t *testing.T, base, size uint64, pairs chan<- [2]heldRequest) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return testutil.ServeTCP(t, func(c net.Conn) {
 		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				for {
-					var pair [2]heldRequest
-					for k := range pair {
-						c.SetReadDeadline(time.Now().Add(5 * time.Second))
-						var hb [tcpHeaderSize]byte
-						if _, err := io.ReadFull(c, hb[:]); err != nil {
-							return
-						}
-						h, err := decodeTCPHeader(hb[:])
-						if err != nil || h.opcode != transport.OpWrite {
-							return
-						}
-						pair[k] = heldRequest{h: h, body: make([]byte, h.size)}
-						if _, err := io.ReadFull(c, pair[k].body); err != nil {
-							return
-						}
-					}
-					pairs <- pair
-					for _, r := range pair {
-						code := uint32(statusOK)
-						if r.h.addr < base || r.h.addr+r.h.size > base+size {
-							code = statusRejected
-						}
-						st := encodeStatus(code)
-						c.Write(st[:])
-					}
+			var pair [2]heldRequest
+			for k := range pair {
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				var hb [tcpHeaderSize]byte
+				if _, err := io.ReadFull(c, hb[:]); err != nil {
+					return
 				}
-			}()
+				h, err := decodeTCPHeader(hb[:])
+				if err != nil || h.opcode != transport.OpWrite {
+					return
+				}
+				pair[k] = heldRequest{h: h, body: make([]byte, h.size)}
+				if _, err := io.ReadFull(c, pair[k].body); err != nil {
+					return
+				}
+			}
+			pairs <- pair
+			for _, r := range pair {
+				code := uint32(statusOK)
+				if r.h.addr < base || r.h.addr+r.h.size > base+size {
+					code = statusRejected
+				}
+				st := encodeStatus(code)
+				c.Write(st[:])
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // A WRITE with a trailer sends the trailer's request right behind its
