@@ -4,12 +4,15 @@ package backend
 // one slot-sized chunk per message (an empty buffer is one empty message),
 // in order per peer.
 //
-// A send into a same-host peer lands in its memory whether or not its
-// process still runs (the mapping outlives it), where over TCP the
-// peer's engine has to take the bytes. So a send ends by looking at the
-// peer's process: one that has exited or begun to exit fails the send as
-// a write to it over TCP would, whether it died before the bytes landed
-// or after (it reads nothing more either way).
+// A send completes once the peer has taken its last message (the peer's
+// acknowledgement of it), as upstream's sends complete only against the
+// receiver's credit: delivery alone proves nothing on the same host,
+// where the bytes land in the peer's memory without its cooperation (even
+// from a rank about to exit, which never reads them). A send whose peer
+// never receives it thus waits as a receive does: it fails when the peer
+// exits or stops answering probes. It also ends by looking at the peer's
+// process: one that has exited or begun to exit fails the send as a
+// write to it over TCP would.
 func sendTo(g *Group, buf []byte, peer int) error {
 	slot := g.lay.slot[chP2P]
 	for off := 0; ; off += slot {
@@ -19,6 +22,9 @@ func sendTo(g *Group, buf []byte, peer int) error {
 		if off+slot >= len(buf) {
 			break
 		}
+	}
+	if err := g.waitAtLeast(chP2P, fAck, peer, g.sent[chP2P][peer], g.timeout(chP2P)); err != nil {
+		return err
 	}
 	if p := g.peer(peer); p != nil && g.engine.PeerExited(p.seg) {
 		return peerFailure(peer, "rank %d (%s) exited", peer, p.name)

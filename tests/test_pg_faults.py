@@ -193,6 +193,30 @@ def case_p2p_to_a_rank_that_exited(rank: int, world: int, timeouts=None) -> None
     assert t.tolist() == [4.0, 4.0], t
 
 
+def case_send_never_received(rank: int, world: int, timeouts=None) -> None:
+    """A send completes only once its peer has taken it: rank 0 sends to
+    rank 1, which never receives and exits once rank 0 saw its send
+    complete or waited 2 s for that (the bytes fit in a free slot of rank
+    1's memory, alive until then); the send fails with rank 1 in its hint,
+    on either transport, instead of reporting a delivery nobody read."""
+    from mooncake import pg
+
+    _setup(timeouts)
+    for _, w in _p2p_with_every_peer(rank, world):
+        assert pg.get_failed_ranks_hint(w).tolist() == [0] * world
+    if rank == 1:
+        wait_gate("sent")
+        os._exit(0)
+    w = dist.isend(torch.full((4,), 7.0), 1)
+    deadline = time.monotonic() + 2.0
+    while not w.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    open_gate("sent")
+    w.wait()
+    hint = pg.get_failed_ranks_hint(w).tolist()
+    assert hint == [0, 1] and not pg.get_local_success(w), hint
+
+
 def case_manual_mode(rank: int, world: int, timeouts=None, port=None) -> None:
     """auto_deactivate_on_failure=False: the op that meets the death still
     leaves the dead rank out of its result and marks it, but the mask is
@@ -330,6 +354,13 @@ def test_death_between_all_reduces_default_timeouts() -> None:
 def test_p2p_to_a_rank_that_exited(transport: str) -> None:
     env = {"MC_FORCE_TCP": "true"} if transport == "tcp" else {}
     launch(3, "test_pg_faults", "case_p2p_to_a_rank_that_exited", timeout=60, env=env,
+           timeouts=SHORT)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_send_never_received(transport: str) -> None:
+    env = {"MC_FORCE_TCP": "true"} if transport == "tcp" else {}
+    launch(2, "test_pg_faults", "case_send_never_received", timeout=60, env=env,
            timeouts=SHORT)
 
 
