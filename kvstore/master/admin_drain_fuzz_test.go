@@ -2,6 +2,7 @@ package master
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 )
@@ -17,6 +18,9 @@ func FuzzDrainJobsBody(f *testing.F) {
 		`{"segment_ids":["s1"],"timeout_seconds":-1}`,
 		`{"segment_ids":["s1"]} {}`,
 		`{"segment_ids":"s1"}`,
+		`{"segments":["0"]}`,
+		`{"segments":["a"],"target_segments":["b"],"max_concurrency":1}`,
+		`{"segments":["a"],"target_segments":[]}`,
 		`[]`, `null`, ``,
 	} {
 		f.Add([]byte(s))
@@ -29,11 +33,17 @@ func FuzzDrainJobsBody(f *testing.F) {
 		if len(body) > maxDrainBodyBytes {
 			t.Fatalf("accepted a body of %d bytes", len(body))
 		}
-		n := len(req.SegmentIDs) + len(req.SegmentNames)
-		if n == 0 || n > maxDrainSegments {
-			t.Fatalf("accepted %d segments", n)
+		n := len(req.SegmentIDs) + len(req.SegmentNames) + len(req.Segments)
+		if n == 0 || n > maxDrainSegments || len(req.TargetSegments) > maxDrainSegments {
+			t.Fatalf("accepted %d segments, %d target segments", n, len(req.TargetSegments))
 		}
-		for _, id := range append(append([]string{}, req.SegmentIDs...), req.SegmentNames...) {
+		if req.TargetSegments != nil && len(req.TargetSegments) == 0 {
+			t.Fatalf("accepted an empty target_segments")
+		}
+		if m := req.MaxConcurrency; m != nil && (*m < 1 || *m > maxDrainConcurrency) {
+			t.Fatalf("accepted max_concurrency %d", *m)
+		}
+		for _, id := range slices.Concat(req.SegmentIDs, req.SegmentNames, req.Segments, req.TargetSegments) {
 			if id == "" || len(id) > maxDrainSegmentIDLen {
 				t.Fatalf("accepted segment %q", id)
 			}
