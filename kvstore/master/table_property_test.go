@@ -71,15 +71,23 @@ func (m *refTable) putStart(key string, now time.Time) kvstore.ErrorCode {
 	return kvstore.OK
 }
 
-func (m *refTable) putEnd(client, key string, sum *uint64, now time.Time) kvstore.ErrorCode {
+// writtenBy is key's object when client is its writer, else nil and the
+// code a put end or revoke gets.
+func (m *refTable) writtenBy(client, key string) (*refObject, kvstore.ErrorCode) {
 	o, ok := m.objects[key]
 	switch {
 	case !ok:
-		return kvstore.ObjectNotFound
+		return nil, kvstore.ObjectNotFound
 	case o.writer != client:
-		return kvstore.IllegalClient
-	case !o.writing:
-		return kvstore.OK
+		return nil, kvstore.IllegalClient
+	}
+	return o, kvstore.OK
+}
+
+func (m *refTable) putEnd(client, key string, sum *uint64, now time.Time) kvstore.ErrorCode {
+	o, code := m.writtenBy(client, key)
+	if o == nil || !o.writing {
+		return code
 	}
 	o.writing, o.checksum = false, sum
 	if now.After(o.lease) {
@@ -92,13 +100,11 @@ func (m *refTable) putEnd(client, key string, sum *uint64, now time.Time) kvstor
 }
 
 func (m *refTable) putRevoke(client, key string) kvstore.ErrorCode {
-	o, ok := m.objects[key]
-	switch {
-	case !ok:
-		return kvstore.ObjectNotFound
-	case o.writer != client:
-		return kvstore.IllegalClient
-	case !o.writing:
+	o, code := m.writtenBy(client, key)
+	if o == nil {
+		return code
+	}
+	if !o.writing {
 		return kvstore.InvalidWrite
 	}
 	delete(m.objects, key)
