@@ -66,6 +66,20 @@ type pendingBatch struct {
 // does not. Batches are settled (their tickets closed, onDurable run)
 // strictly in log order.
 //
+// A batch does not fly the moment a slot frees if the callers just
+// answered are likely to call again: the entries of the batch that
+// settled last, with those queued when it settled, are how many callers
+// are waiting on the log (want), and the open batch waits for that many
+// entries, or for as long as the last commit took (lingerUntil, at most
+// maxLinger), whichever comes first. Without it, callers with one call
+// outstanding split into two groups that take turns (the answered group
+// calls again only after the next batch left), each call then waiting
+// for two commits; with it they share one batch, and a call waits for
+// one commit and the time its callers take to come back. Waiting longer
+// than a commit for them would cost more than letting them take the
+// next batch. A caller alone is not held up: its batch had one entry, so
+// its next entry is enough.
+//
 // Each batch is put with a transaction that succeeds only while the
 // election key still has the revision this leader created it at, and only
 // if the batch's key is new: a deposed leader cannot append, and no batch
@@ -98,7 +112,13 @@ type oplogWriter struct {
 	last   *Ticket
 	flying int
 	seq    uint64 // last batch durable
-	failed error
+	// want is how many entries the open batch waits for, until
+	// lingerUntil; wake, while armed, signals cond at wakeAt.
+	want        int
+	lingerUntil time.Time
+	wake        *time.Timer
+	wakeAt      time.Time
+	failed      error
 	// stopped closes when run has returned: no flight is left.
 	stopped chan struct{}
 	closed  bool
@@ -183,7 +203,7 @@ func (w *oplogWriter) run() {
 	for {
 		// The first batch flies alone: it deletes every batch after it.
 		for !w.closed && w.failed == nil &&
-			(len(w.queue) == 0 || w.flying >= w.depth || (w.flying > 0 && w.seq < w.first)) {
+			(len(w.queue) == 0 || w.flying >= w.depth || (w.flying > 0 && w.seq < w.first) || w.lingering()) {
 			w.cond.Wait()
 		}
 		if w.closed || w.failed != nil {
@@ -211,7 +231,9 @@ func (w *oplogWriter) run() {
 // batch, nil for the writer's first) has settled. The writer's first
 // batch also deletes the orphans a deposed leader left after it.
 func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *Ticket, first bool) {
+	began := time.Now()
 	err := w.commit(seq, EncodeBatch(seq, b.count, b.entries), first)
+	took := time.Since(began)
 	if prev != nil {
 		<-prev.done
 		if prev.err != nil {
@@ -223,6 +245,7 @@ func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *Ticket, first bool)
 	firstFailure := false
 	if err == nil {
 		w.seq = seq
+		w.expectReturns(b.count, took)
 	} else if w.failed == nil {
 		w.failed, firstFailure = err, true
 	}
@@ -239,6 +262,55 @@ func (w *oplogWriter) fly(seq uint64, b *pendingBatch, prev *Ticket, first bool)
 		w.failAll(err)
 		w.onFail(err)
 	}
+}
+
+// expectReturns notes that a batch of settled entries, which took
+// commit to land, is about to be answered: its callers and those already
+// queued are who the open batch waits for (w.mu held).
+func (w *oplogWriter) expectReturns(settled int, commit time.Duration) {
+	queued := 0
+	for _, q := range w.queue {
+		queued += q.count
+	}
+	w.want = settled + queued
+	w.lingerUntil = time.Now().Add(min(commit, maxLinger))
+}
+
+// maxLinger bounds how long a batch waits for callers expected back,
+// whatever the last commit took (one that retried etcd errors for
+// seconds says nothing about the next).
+const maxLinger = 2 * time.Millisecond
+
+// lingering reports whether the oldest queued batch, free to fly
+// otherwise, should wait for the callers expected back, and arms the
+// timer that ends the wait (w.mu held). A batch that is full, sealed or
+// followed by another flies at once.
+func (w *oplogWriter) lingering() bool {
+	b := w.queue[0]
+	if b.sealed || len(w.queue) > 1 || b.count >= w.want || b.count >= w.maxEntries {
+		return false
+	}
+	wait := time.Until(w.lingerUntil)
+	if wait <= 0 {
+		return false
+	}
+	if w.wake != nil && !w.wakeAt.Equal(w.lingerUntil) && w.wake.Stop() {
+		w.wake = nil
+	}
+	if w.wake == nil {
+		w.wakeAt = w.lingerUntil
+		var t *time.Timer
+		t = time.AfterFunc(wait, func() {
+			w.mu.Lock()
+			if w.wake == t {
+				w.wake = nil
+			}
+			w.cond.Broadcast()
+			w.mu.Unlock()
+		})
+		w.wake = t
+	}
+	return true
 }
 
 // cut ends the batch being filled, so that the next entry starts a new

@@ -270,3 +270,63 @@ func (w *oplogWriter) appliedSeqForTest() uint64 {
 	defer w.mu.Unlock()
 	return w.seq
 }
+
+// TestWriterWaitsForTheCallersItJustAnswered: a free slot does not take
+// the open batch while fewer entries are in it than the writer expects
+// back (the callers of the batch that settled last), until the linger
+// ends; the entries that come back share one batch.
+func TestWriterWaitsForTheCallersItJustAnswered(t *testing.T) {
+	cli := testutil.EtcdClient(t, testutil.StartEtcd(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	view, err := cli.Put(ctx, "view", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newOplogWriter(cli, "log/", "view", view.Header.Revision, 0, 100, 1, time.Second, func(error) {})
+	defer w.close()
+	// Three callers share a batch; once it settles the writer expects all
+	// three back.
+	var three [3]*Ticket
+	w.mu.Lock() // queued together, as callers that arrived during a flight
+	w.want, w.lingerUntil = 3, time.Now().Add(time.Hour)
+	w.mu.Unlock()
+	for i := range three {
+		three[i] = w.append(&Entry{Kind: KindClientTick, N: uint64(i), Now: time.Now()})
+	}
+	if three[0] != three[1] || three[1] != three[2] {
+		t.Fatal("three entries expected together went to different batches")
+	}
+	if err := three[0].Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	want := w.want
+	w.lingerUntil = time.Now().Add(time.Hour) // the test decides when the wait ends
+	w.mu.Unlock()
+	if want != 3 {
+		t.Fatalf("after a batch of 3 settled the writer expects %d entries back, want 3", want)
+	}
+	// Two come back: their batch waits for the third.
+	a := w.append(&Entry{Kind: KindClientTick, N: 3, Now: time.Now()})
+	b := w.append(&Entry{Kind: KindClientTick, N: 4, Now: time.Now()})
+	time.Sleep(200 * time.Millisecond)
+	if got := w.appliedSeqForTest(); got != 1 {
+		t.Fatalf("batch %d durable before the callers expected back came: want 1", got)
+	}
+	c := w.append(&Entry{Kind: KindClientTick, N: 5, Now: time.Now()})
+	if a != b || b != c {
+		t.Fatal("the callers that came back went to different batches")
+	}
+	if err := c.Wait(ctx); err != nil || w.appliedSeqForTest() != 2 {
+		t.Fatalf("the returning batch: %v, batch %d durable, want 2", err, w.appliedSeqForTest())
+	}
+	// A caller that never comes back holds the others up only until the
+	// linger ends.
+	w.mu.Lock()
+	w.want, w.lingerUntil = 5, time.Now().Add(100*time.Millisecond)
+	w.mu.Unlock()
+	if err := w.append(&Entry{Kind: KindClientTick, N: 6, Now: time.Now()}).Wait(ctx); err != nil || w.appliedSeqForTest() != 3 {
+		t.Fatalf("a batch short of its callers after the linger: %v, batch %d durable, want 3", err, w.appliedSeqForTest())
+	}
+}
