@@ -73,7 +73,7 @@ func startBehindCompaction(t *testing.T, cluster, dir string, standbySnap *repli
 	return h
 }
 
-func dialMaster(t *testing.T, svc *Service) masterpb.MasterClient {
+func dialMaster(t testing.TB, svc *Service) masterpb.MasterClient {
 	conn, err := grpc.NewClient(svc.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -313,7 +313,7 @@ func TestOplogKVEventsFollowDurableChanges(t *testing.T) {
 // startOplogService starts a master with sc on loopback with the oplog on
 // (standbys re-read the log every 200 ms unless sc says otherwise), closed
 // when the test ends.
-func startOplogService(t *testing.T, sc ServiceConfig) *Service {
+func startOplogService(t testing.TB, sc ServiceConfig) *Service {
 	t.Helper()
 	sc.RPCAddress = "127.0.0.1:0"
 	sc.HA.Oplog = true
