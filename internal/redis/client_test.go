@@ -145,7 +145,7 @@ func TestParseAddr(t *testing.T) {
 			t.Errorf("ParseAddr(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "redis://", "redis://h:0", "redis://h:x", "redis://h:1/2", "h1:1,h2:2", "::1", "redis://u:p@h:1", "[::1"} {
+	for _, in := range []string{"", "redis://", "redis://h:0", "redis://h:x", "redis://h:1/2", "h1:1,h2:2", "::1", "redis://u:p@h:1", "[::1", "rediss://h:1"} {
 		if got, err := redis.ParseAddr(in); err == nil {
 			t.Errorf("ParseAddr(%q) = %q, want an error", in, got)
 		}

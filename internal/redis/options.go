@@ -48,6 +48,9 @@ func ParseAddr(conn string) (string, error) {
 	bad := func(why string) (string, error) {
 		return "", fmt.Errorf("redis connection string %q: %s (want redis://host:port)", conn, why)
 	}
+	if scheme, _, ok := strings.Cut(s, "://"); ok {
+		return bad("scheme " + scheme + ":// is not supported (TLS to Redis is not implemented)")
+	}
 	if i := strings.IndexByte(s, '/'); i >= 0 {
 		if i != len(s)-1 {
 			return bad("a path or database in the URL is not supported (set MC_REDIS_DB_INDEX)")
