@@ -2,7 +2,8 @@
 // the gRPC master (kvstore/master) on --rpc_port, its admin/metrics HTTP
 // endpoint on --metrics_port, and optionally the Transfer Engine HTTP
 // metadata store (--enable_http_metadata_server) and leader election on
-// etcd or Redis (--enable_ha, --ha_backend_type). Flags keep upstream's names and defaults.
+// etcd or Redis (--enable_ha, --ha_backend_type). Flags keep upstream's
+// names and defaults.
 //
 // Usage:
 //
