@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -23,12 +22,12 @@ var ErrClosed = errors.New("redis: client closed")
 
 // Client talks to one Redis server over one connection, which it dials
 // on first use and again after any I/O error (a reply half read leaves
-// the stream unusable). Calls are serialized; it is safe for concurrent
-// use.
+// the stream unusable). Calls are serialized; a call waiting for its turn
+// gives up when its context ends. It is safe for concurrent use.
 type Client struct {
 	opts Options
 
-	mu     sync.Mutex
+	turn   chan struct{} // holds one token: the connection is free
 	conn   net.Conn
 	br     *bufio.Reader
 	wbuf   []byte
@@ -43,8 +42,22 @@ func New(opts Options) *Client {
 	if opts.CommandTimeout <= 0 {
 		opts.CommandTimeout = DefaultCommandTimeout
 	}
-	return &Client{opts: opts}
+	c := &Client{opts: opts, turn: make(chan struct{}, 1)}
+	c.turn <- struct{}{}
+	return c
 }
+
+// acquire waits for the connection, or for ctx to end.
+func (c *Client) acquire(ctx context.Context) error {
+	select {
+	case <-c.turn:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) release() { c.turn <- struct{}{} }
 
 // Addr is the server's address.
 func (c *Client) Addr() string { return c.opts.Addr }
@@ -57,8 +70,10 @@ func (c *Client) Do(ctx context.Context, args ...string) (Reply, error) {
 	if len(args) == 0 {
 		return Reply{}, errors.New("redis: empty command")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if err := c.acquire(ctx); err != nil {
+		return Reply{}, fmt.Errorf("redis %s: %s: waiting for the connection: %w", c.opts.Addr, args[0], err)
+	}
+	defer c.release()
 	if c.closed {
 		return Reply{}, ErrClosed
 	}
@@ -78,7 +93,7 @@ func (c *Client) Do(ctx context.Context, args ...string) (Reply, error) {
 	return r, nil
 }
 
-// connect dials and logs in, under c.mu.
+// connect dials and logs in, holding the turn.
 func (c *Client) connect(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
@@ -151,7 +166,7 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// drop closes the connection, under c.mu.
+// drop closes the connection, holding the turn.
 func (c *Client) drop() {
 	if c.conn != nil {
 		_ = c.conn.Close()
@@ -159,10 +174,11 @@ func (c *Client) drop() {
 	}
 }
 
-// Close closes the connection; later calls return ErrClosed.
+// Close closes the connection once the call in progress, if any, ends;
+// later calls return ErrClosed.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	_ = c.acquire(context.Background())
+	defer c.release()
 	c.closed = true
 	c.drop()
 	return nil

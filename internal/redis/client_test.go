@@ -118,6 +118,24 @@ func TestClientDeadlineAndReconnect(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("the call outlived its deadline: %v", d)
 	}
+	// A call waiting behind one that hangs gives up at its own deadline.
+	slow := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := c.Do(ctx, "PING")
+		slow <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	start = time.Now()
+	if _, err := c.Do(ctx2, "PING"); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
+		t.Fatalf("a call queued behind a hung one: %v after %v", err, time.Since(start))
+	}
+	if err := <-slow; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the hung call: %v", err)
+	}
 
 	c2 := redis.New(redis.Options{Addr: testutil.StartRedis(t)})
 	defer c2.Close()

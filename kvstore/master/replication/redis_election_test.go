@@ -64,18 +64,6 @@ func startRedisCandidate(t *testing.T, redisAddr, advertise string, lease int) *
 	return c
 }
 
-func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestRedisElection runs two candidates on a real redis-server: one
 // leads and publishes upstream's view (hash with leader_address,
 // view_version, owner_token; the version from the counter), the other
@@ -100,7 +88,7 @@ func TestRedisElection(t *testing.T) {
 	}
 
 	a := startRedisCandidate(t, addr, "10.0.0.1:50051", 2)
-	waitUntil(t, "a to lead", 5*time.Second, func() bool { l, _, _ := a.node.state(); return l })
+	testutil.WaitUntil(t, 5*time.Second, "a to lead", func() bool { l, _, _ := a.node.state(); return l })
 	if v := view(); v.Leader != a.addr || v.Version != 1 {
 		t.Fatalf("view %+v", v)
 	}
@@ -123,8 +111,9 @@ func TestRedisElection(t *testing.T) {
 	}
 
 	a.stop()
-	took := waitUntil(t, "b to lead after a stopped", 3*time.Second, func() bool { l, _, _ := b.node.state(); return l })
-	t.Logf("b took over %v after a stopped and released the view", took.Round(10*time.Millisecond))
+	stopped := time.Now()
+	testutil.WaitUntil(t, 3*time.Second, "b to lead after a stopped", func() bool { l, _, _ := b.node.state(); return l })
+	t.Logf("b took over %v after a stopped and released the view", time.Since(stopped).Round(10*time.Millisecond))
 	if _, v, _ := b.node.state(); v != 2 || view().Leader != b.addr {
 		t.Fatalf("b leads version %d, view %+v", v, view())
 	}
@@ -136,27 +125,31 @@ func TestRedisElection(t *testing.T) {
 	if _, err := cli.Do(ctx, "HSET", key, "owner_token", "someone-else"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "b to step down", 3*time.Second, func() bool { l, _, _ := b.node.state(); return !l })
+	testutil.WaitUntil(t, 3*time.Second, "b to step down", func() bool { l, _, _ := b.node.state(); return !l })
 }
 
 // TestRedisLeaderStepsDownWhenRedisStops pauses every Redis client
 // (CLIENT PAUSE, which also holds back expiry): the leader's renewals
 // time out and it stops serving once the lease counted from its last
-// good renewal has run out, not later.
+// good renewal has run out, before a successor could serve.
 func TestRedisLeaderStepsDownWhenRedisStops(t *testing.T) {
 	addr := testutil.StartRedis(t)
 	a := startRedisCandidate(t, addr, "10.0.0.1:50051", 1)
-	waitUntil(t, "a to lead", 5*time.Second, func() bool { l, _, _ := a.node.state(); return l })
+	testutil.WaitUntil(t, 5*time.Second, "a to lead", func() bool { l, _, _ := a.node.state(); return l })
 	cli := redis.New(redis.Options{Addr: addr})
 	defer cli.Close()
 	paused := time.Now()
 	if _, err := cli.Do(context.Background(), "CLIENT", "PAUSE", "4000", "ALL"); err != nil {
 		t.Fatal(err)
 	}
-	took := waitUntil(t, "a to step down", 3*time.Second, func() bool { l, _, _ := a.node.state(); return !l })
+	testutil.WaitUntil(t, 3*time.Second, "a to step down", func() bool { l, _, _ := a.node.state(); return !l })
+	took := time.Since(paused)
 	t.Logf("a stopped serving %v after Redis paused (lease 1 s)", took.Round(10*time.Millisecond))
-	if since := time.Since(paused); since > 1500*time.Millisecond {
-		t.Fatalf("a served %v into a 1 s lease that it could not renew", since)
+	// Safety, not speed: the view expires one lease after a's last good
+	// renewal (before the pause) and a successor serves one lease (the
+	// grace) after that, so a must have stopped within two leases.
+	if took >= 2*time.Second {
+		t.Fatalf("a served %v into a 1 s lease that it could not renew", took)
 	}
 }
 
