@@ -77,6 +77,8 @@ suites=(
 	"ep-faults|py:tests/test_ep_faults.py"
 	"store-ha|py:tests/test_store_ha.py"
 	"store-ha-failover|py:tests/test_store_ha_failover.py"
+	"store-ha-redis|go:./cmd/mooncake_master|TestHAFailoverRedis$"
+	"redis-election|go:./kvstore/master/replication|TestRedisElection$|TestRedisLeaderStepsDownWhenRedisStops$"
 	"store-dummy|py:tests/test_store_dummy.py"
 	"consistency-none|go:./kvstore/consistency|TestConsistencyNoFault$"
 	"consistency-same-size|go:./kvstore/consistency|TestConsistencySameSizeUpsert$"

@@ -255,6 +255,8 @@ def test_master_host():
     assert mc._master_host("[fd00::1]:50051") == "fd00::1"
     assert mc._master_host("etcd://http://10.0.0.2:2379,10.0.0.3:2379") == "10.0.0.2"
     assert mc._master_host("master") == "master"
+    assert mc._master_host("redis://10.0.0.5:6379/") == "10.0.0.5"
+    assert mc._master_host("redis://[fd00::2]:6379") == "fd00::2"
 
 
 def test_env_values(clean_env):

@@ -27,7 +27,7 @@ func (u *unsupportedFlags) check() error {
 	var errs []error
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if u.podName != "" || u.podNS != "" {
-		refuse("--pod_name and --pod_namespace are not supported: they name the holder of the k8s HA lease, and this master elects its leader through etcd only")
+		refuse("--pod_name and --pod_namespace are not supported: they name the holder of the k8s HA lease, and this master elects its leader through etcd or Redis only")
 	}
 	if !u.enableDiskEviction {
 		refuse("--enable_disk_eviction=false is not supported: the master does not steer its storage clients' disk eviction; set MOONCAKE_OFFLOAD_ENABLE_EVICTION=false on the storage clients")
@@ -39,13 +39,11 @@ func (u *unsupportedFlags) check() error {
 // lacks, whether or not --enable_ha is given.
 func checkHABackend(t string) error {
 	switch t {
-	case "etcd":
+	case "etcd", "redis":
 		return nil
-	case "redis":
-		return errors.New("--ha_backend_type=redis is not supported: this master elects its leader and keeps its oplog in etcd only (use --ha_backend_type=etcd)")
 	case "k8s":
-		return errors.New("--ha_backend_type=k8s is not supported: leader election on a Kubernetes Lease needs the Kubernetes API, which this master does not use (use --ha_backend_type=etcd)")
+		return errors.New("--ha_backend_type=k8s is not supported: leader election on a Kubernetes Lease needs the Kubernetes API, which this master does not use (use --ha_backend_type=etcd or redis)")
 	default:
-		return fmt.Errorf("--ha_backend_type=%s: want etcd, redis or k8s (only etcd is supported)", t)
+		return fmt.Errorf("--ha_backend_type=%s: want etcd, redis or k8s (k8s is not supported)", t)
 	}
 }

@@ -1,8 +1,9 @@
 // Command mooncake_master runs the Mooncake KV store's metadata service:
 // the gRPC master (kvstore/master) on --rpc_port, its admin/metrics HTTP
 // endpoint on --metrics_port, and optionally the Transfer Engine HTTP
-// metadata store (--enable_http_metadata_server) and etcd leader election
-// (--enable_ha). Flags keep upstream's names and defaults.
+// metadata store (--enable_http_metadata_server) and leader election on
+// etcd or Redis (--enable_ha, --ha_backend_type). Flags keep upstream's
+// names and defaults.
 //
 // Usage:
 //
@@ -26,6 +27,7 @@ import (
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/logging"
+	"github.com/mooncake-go/mooncake/internal/redis"
 	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 	"github.com/mooncake-go/mooncake/kvstore/master/replication"
@@ -61,6 +63,7 @@ type options struct {
 	enableHA                    bool
 	haBackendType               string
 	haConnString, etcdEndpoints string
+	haRedis                     *redis.Options // --ha_backend_type=redis
 	clusterID                   string
 	enableOplog                 bool
 	oplogPollMs, oplogBatchMax  int
@@ -111,20 +114,20 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.httpMetadataMaxKeys, "http_metadata_server_max_keys", metaserver.DefaultMaxKeys, "keys the embedded HTTP metadata store holds at most; a PUT of a new key beyond is answered 507 (0: no limit)")
 	fs.Int64Var(&o.httpMetadataMaxBytes, "http_metadata_server_max_bytes", metaserver.DefaultMaxBytes, "bytes of keys and values the embedded HTTP metadata store holds at most; a PUT that would grow it beyond is answered 507 (0: no limit)")
 	fs.BoolVar(&o.cleanupOnTimeout, "enable_metadata_cleanup_on_timeout", false, "delete an expired client's mooncake/ram and mooncake/rpc_meta keys from the embedded metadata store")
-	fs.BoolVar(&o.enableHA, "enable_ha", false, "elect a leader through etcd; standbys refuse RPCs until elected")
-	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend: etcd (redis and k8s are refused at startup)")
-	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','")
+	fs.BoolVar(&o.enableHA, "enable_ha", false, "elect a leader through etcd or Redis; standbys refuse RPCs until elected")
+	fs.StringVar(&o.haBackendType, "ha_backend_type", "etcd", "HA backend: etcd or redis (k8s is refused at startup)")
+	fs.StringVar(&o.haConnString, "ha_backend_connstring", "", "etcd endpoints for HA, separated by ';' or ','; with redis one redis://host:port")
 	fs.StringVar(&o.etcdEndpoints, "etcd_endpoints", "", "legacy form of --ha_backend_connstring")
 	clusterDefault := replication.DefaultClusterID
 	if v := envvars.StoreClusterID.Value(); v != "" {
 		clusterDefault = v
 	}
 	fs.StringVar(&o.clusterID, "cluster_id", clusterDefault, "cluster id: HA key mooncake-store/<cluster_id>/master_view (env MC_STORE_CLUSTER_ID)")
-	fs.BoolVar(&o.enableOplog, "enable_oplog", false, "with --enable_ha: replicate the metadata through an operation log in etcd; standbys apply it and a promoted one serves the same objects")
+	fs.BoolVar(&o.enableOplog, "enable_oplog", false, "with --enable_ha on etcd: replicate the metadata through an operation log in etcd; standbys apply it and a promoted one serves the same objects")
 	fs.IntVar(&o.oplogPollMs, "oplog_poll_interval_ms", int(replication.DefaultOplogPollInterval/time.Millisecond), "how often a standby re-reads the oplog besides watching it, ms")
 	fs.IntVar(&o.oplogBatchMax, "oplog_batch_max_entries", replication.DefaultOplogBatchMaxEntries, "most entries one oplog batch (one etcd transaction) carries")
 	fs.IntVar(&o.oplogPipelineDepth, "oplog_pipeline_depth", replication.DefaultOplogPipelineDepth, "most oplog batches the leader writes to etcd at once (acknowledged in order)")
-	fs.IntVar(&o.haLease, "master_view_lease_ttl_sec", replication.MasterViewLeaseTTL, "etcd lease of the master view key, seconds: a dead leader's key outlives it by up to this long, so it bounds failover (etcd grants no lease shorter than 1.5 election timeouts: 1.5 s with its defaults)")
+	fs.IntVar(&o.haLease, "master_view_lease_ttl_sec", replication.MasterViewLeaseTTL, "lease of the master view key (etcd lease, or Redis expiry), seconds: a dead leader's key outlives it by up to this long, so it bounds failover (etcd grants no lease shorter than 1.5 election timeouts: 1.5 s with its defaults)")
 	fs.IntVar(&o.oplogRetrySec, "batch_oplog_retry_timeout_sec", int(replication.DefaultOplogRetryTimeout/time.Second), "seconds an oplog batch write retries etcd errors before the leader steps down")
 	declareSnapshotFlags(fs, &o.snapshot)
 	fs.StringVar(&o.memoryAllocator, "memory_allocator", "offset", "segment allocator (only offset)")
@@ -234,7 +237,7 @@ func parse(args []string, out io.Writer) (*options, error) {
 	}
 	o.snapshotConfig = snapshots
 	if o.enableOplog && !o.enableHA {
-		return fail("--enable_oplog needs --enable_ha (the oplog lives in the HA backend, etcd)")
+		return fail("--enable_oplog needs --enable_ha on etcd (the oplog lives in the HA backend, etcd)")
 	}
 	if o.oplogPollMs <= 0 || o.oplogBatchMax <= 0 || o.oplogRetrySec <= 0 || o.oplogPipelineDepth <= 0 || o.haLease <= 0 {
 		return fail("--oplog_poll_interval_ms, --oplog_batch_max_entries, --oplog_pipeline_depth, --batch_oplog_retry_timeout_sec and --master_view_lease_ttl_sec must be positive")
@@ -248,6 +251,16 @@ func parse(args []string, out io.Writer) (*options, error) {
 		}
 		if len(replication.ParseEndpoints(o.haConnString)) == 0 {
 			return fail("--enable_ha needs --ha_backend_connstring or --etcd_endpoints")
+		}
+		if o.haBackendType == "redis" {
+			opts, err := redis.OptionsFromEnv(o.haConnString)
+			if err != nil {
+				return fail("--ha_backend_connstring: %v", err)
+			}
+			o.haRedis = &opts
+			if err := (replication.HAConfig{Redis: o.haRedis, Oplog: o.enableOplog}).Check(); err != nil {
+				return fail("%v", err)
+			}
 		}
 	}
 	return o, nil
@@ -302,11 +315,15 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 			OplogPollInterval: time.Duration(o.oplogPollMs) * time.Millisecond,
 			Snapshot:          o.snapshotConfig,
 		}
-		etcdTLS, err := o.tls.Client()
-		if err != nil {
-			return err
+		if o.haRedis != nil {
+			sc.HA.Endpoints, sc.HA.Redis = nil, o.haRedis
+		} else {
+			etcdTLS, err := o.tls.Client()
+			if err != nil {
+				return err
+			}
+			sc.HA.TLS = tlsconf.ForEtcd(etcdTLS, sc.HA.Endpoints)
 		}
-		sc.HA.TLS = tlsconf.ForEtcd(etcdTLS, sc.HA.Endpoints)
 		if ip := net.ParseIP(o.rpcAddress); ip != nil && ip.IsUnspecified() {
 			log.Warn("HA: --rpc_address is unspecified; clients on other hosts cannot reach the advertised leader address", "advertise", rpcAddr)
 		}
@@ -321,7 +338,7 @@ func run(args []string, out io.Writer, stop <-chan os.Signal) error {
 		"put_start_release_timeout", o.cfg.PutStartReleaseTimeout,
 		"enable_http_metadata_server", o.enableHTTPMetadata, "http_metadata", sc.HTTPMetadataAddress,
 		"enable_metadata_cleanup_on_timeout", o.cleanupOnTimeout,
-		"enable_ha", o.enableHA, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID,
+		"enable_ha", o.enableHA, "ha_backend_type", o.haBackendType, "ha_backend_connstring", o.haConnString, "cluster_id", o.clusterID,
 		"enable_oplog", o.enableOplog,
 		"enable_multi_tenants", o.cfg.MultiTenant, "root_fs_dir", o.cfg.FS.RootDir)
 

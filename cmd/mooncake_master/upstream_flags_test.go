@@ -28,8 +28,7 @@ func TestUpstreamFlagsThisBuildCannotHonourAreRefused(t *testing.T) {
 		args []string
 		flag string
 	}{
-		{[]string{"--ha_backend_type=redis"}, "--ha_backend_type=redis"},
-		{[]string{"--enable_ha", "--ha_backend_connstring=redis://127.0.0.1:6379", "--ha_backend_type=redis"}, "--ha_backend_type=redis"},
+		{[]string{"--enable_ha", "--ha_backend_connstring=redis://127.0.0.1:6379", "--ha_backend_type=redis", "--enable_oplog"}, "--enable_oplog with --ha_backend_type=redis is not implemented"},
 		{[]string{"--ha_backend_type=k8s"}, "--ha_backend_type=k8s"},
 		{[]string{"--ha_backend_type=zk"}, "--ha_backend_type=zk"},
 		{[]string{"--pod_name=master-0"}, "--pod_name"},
@@ -108,6 +107,11 @@ func TestUpstreamNewerFlagsTakeEffect(t *testing.T) {
 			return o.tenantPolicyFile == "/etc/quotas.yaml"
 		}},
 		{nil, func(o *options) bool { return o.tenantPolicyFile == "" }},
+		{[]string{"--enable_ha", "--ha_backend_type=redis", "--ha_backend_connstring=redis://h:6380"}, func(o *options) bool {
+			return o.haRedis != nil && o.haRedis.Addr == "h:6380"
+		}},
+		{[]string{"--ha_backend_type=redis"}, func(o *options) bool { return o.haRedis == nil }}, // no --enable_ha: no election
+		{[]string{"--enable_ha", "--etcd_endpoints=h:2379"}, func(o *options) bool { return o.haRedis == nil }},
 		{[]string{"--ha_backend_type=etcd", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri=", "--pod_name=", "--pod_namespace=",
 			"--enable_disk_eviction=true"}, func(o *options) bool { return true }},
 		{snap, func(o *options) bool {

@@ -66,7 +66,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--segment_id", "x", "--block_size", "18446744073709551615"}, "does not fit"},
 		{[]string{"--segment_id", "x", "--report", "xml"}, "--report"},
 		{[]string{"--segment_id", "x", "--warmup_batches", "-1"}, "--warmup_batches"},
-		{[]string{"--metadata_server", "redis://h:1", "--mode", "target"}, "--metadata_server"},
+		{[]string{"--metadata_server", "zk://h:1", "--mode", "target"}, "--metadata_server"},
+		{[]string{"--metadata_server", "redis://h1:1,h2:2", "--mode", "target"}, "--metadata_server"},
 		{[]string{"--nosuchflag"}, "nosuchflag"},
 		{[]string{"--mode", "target", "extra"}, "unexpected"},
 	} {

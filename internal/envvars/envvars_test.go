@@ -195,6 +195,7 @@ var zeroMeans = map[string]bool{
 	"MC_TCP_SYNC_SPIN_US":                        true, // 0: sleep in poll(2) at once
 	"MC_STORE_MASTER_SPIN_US":                    true, // 0: no busy-polling before the yield-polling
 	"MC_STORE_MASTER_YIELD_US":                   true, // 0: sleep in poll(2) right after the spin
+	"MC_REDIS_DB_INDEX":                          true, // 0: Redis's first database, the default
 }
 
 func TestNonPositiveValuesAreRejected(t *testing.T) {

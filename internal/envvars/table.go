@@ -29,7 +29,7 @@ var (
 		ReadBy: "transfer", Doc: "test only: 1 allows injected link failures"}
 
 	StoreClusterID = &Var{Name: "MC_STORE_CLUSTER_ID", Kind: Text, Default: "mooncake_cluster",
-		ReadBy: "kvstore/client, mooncake_master", Doc: "HA cluster id: etcd key mooncake-store/<id>/master_view"}
+		ReadBy: "kvstore/client, mooncake_master", Doc: "HA cluster id: etcd key mooncake-store/<id>/master_view, Redis hash mooncake-store/{<id>}/master_view"}
 	StoreClientMinPort = &Var{Name: "MC_STORE_CLIENT_MIN_PORT", Kind: Int, Min: 1, Max: 65535, Default: "12300",
 		ReadBy: "kvstore/client", Doc: "lowest port picked for a local_hostname without one"}
 	StoreClientMaxPort = &Var{Name: "MC_STORE_CLIENT_MAX_PORT", Kind: Int, Min: 1, Max: 65535, Default: "14300",
@@ -215,9 +215,6 @@ var All = []*Var{
 	upstream("MC_LEGACY_RPC_PORT_BINDING", "legacy handshake port binding"),
 	upstream("MC_TE_METRIC", "engine metrics"),
 	upstream("MC_TE_METRIC_INTERVAL_SECONDS", "engine metrics interval"),
-	upstream("MC_REDIS_USERNAME", "Redis metadata"),
-	upstream("MC_REDIS_PASSWORD", "Redis metadata"),
-	upstream("MC_REDIS_DB_INDEX", "Redis metadata"),
 	upstream("MC_DISABLE_METACACHE", "descriptor cache"),
 	upstream("MC_TE_METADATA_REFRESH_INTERVAL_SECONDS", "descriptor refresh"),
 	upstream("MC_HANDSHAKE_CONNECT_TIMEOUT", "handshake connect timeout"),

@@ -22,8 +22,8 @@ type Config struct {
 	LocalBufferSize uint64
 	Protocol        string
 	DeviceName      string
-	// MasterServerAddr is "host:port", or "etcd://h1:p1;h2:p2" to follow the
-	// elected leader of an HA cluster.
+	// MasterServerAddr is "host:port", or "etcd://h1:p1;h2:p2" or
+	// "redis://host:port" to follow the elected leader of an HA cluster.
 	MasterServerAddr string
 	// Engine, when set, is shared instead of starting a new one; the
 	// client does not close it.

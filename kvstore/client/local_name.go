@@ -15,9 +15,13 @@ const HostnameSetting = "local_hostname (MOONCAKE_LOCAL_HOSTNAME with mooncake_c
 
 // MasterHost returns the host (without port) of a master address:
 // "host:port", or "etcd://h1:p1;h2:p2" for an HA master, where it is the
-// first etcd endpoint's host; "" when addr is empty.
+// first etcd endpoint's host, or "redis://host:port", where it is the
+// Redis server's host; "" when addr is empty.
 func MasterHost(addr string) string {
 	addr = strings.TrimSpace(addr)
+	if rest, ok := strings.CutPrefix(addr, "redis://"); ok {
+		addr = strings.TrimSuffix(rest, "/")
+	}
 	if rest, ok := strings.CutPrefix(addr, "etcd://"); ok {
 		eps := strings.FieldsFunc(rest, func(r rune) bool { return r == ';' || r == ',' })
 		if len(eps) == 0 {

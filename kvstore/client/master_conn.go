@@ -20,14 +20,18 @@ import (
 	"github.com/mooncake-go/mooncake/internal/envvars"
 	"github.com/mooncake-go/mooncake/internal/framedrpc"
 	"github.com/mooncake-go/mooncake/internal/pollread"
+	"github.com/mooncake-go/mooncake/internal/redis"
 	"github.com/mooncake-go/mooncake/internal/tlsconf"
 	"github.com/mooncake-go/mooncake/kvstore"
+	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
 // masterConn is the client's connection to the master. With an
 // "etcd://..." address it reads the elected leader from
-// mooncake-store/<cluster_id>/master_view and reconnects when it changes.
+// mooncake-store/<cluster_id>/master_view and reconnects when it changes;
+// with "redis://host:port" it reads it from upstream's master view hash
+// on Redis (replication.ReadRedisMasterView), polled as upstream does.
 //
 // Calls go over the framed transport (internal/framedrpc), which the
 // master serves on its RPC port beside gRPC; MC_STORE_MASTER_RPC=grpc, or
@@ -43,7 +47,9 @@ type masterConn struct {
 	tls    *tls.Config // MC_TLS_*: nil for plain TCP
 	etcd   *clientv3.Client
 	key    string
-	// stopWatch ends the watch on the master view key (etcd only).
+	redis  *redis.Client // with a redis:// address
+	// stopWatch ends the watch (etcd) or the polling (Redis) of the
+	// master view.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
@@ -62,13 +68,12 @@ type masterConn struct {
 	noExistCodes atomic.Bool
 }
 
-// masterViewKey is where HA masters publish the leader's address.
-func masterViewKey() string {
-	id := envvars.StoreClusterID.Value()
-	if id == "" {
-		id = "mooncake_cluster"
+// clusterID is the HA cluster whose master view the client follows.
+func clusterID() string {
+	if id := envvars.StoreClusterID.Value(); id != "" {
+		return id
 	}
-	return "mooncake-store/" + id + "/master_view"
+	return replication.DefaultClusterID
 }
 
 func dialMaster(addr, tenant, secret string, ns kvstore.Namespace, trace *tracer) (*masterConn, error) {
@@ -83,16 +88,27 @@ func dialMaster(addr, tenant, secret string, ns kvstore.Namespace, trace *tracer
 		if err != nil {
 			return nil, fmt.Errorf("etcd %v: %w", eps, err)
 		}
-		m.etcd, m.key = cli, masterViewKey()
+		m.etcd, m.key = cli, replication.MasterViewKey(clusterID())
+	} else if strings.HasPrefix(addr, "redis://") {
+		opts, err := redis.OptionsFromEnv(addr)
+		if err != nil {
+			return nil, err
+		}
+		m.redis = redis.New(opts)
+		m.key, _ = replication.RedisMasterViewKeys(clusterID())
 	}
 	if _, err := m.reconnect(); err != nil {
 		m.close()
 		return nil, err
 	}
-	if m.etcd != nil {
+	if m.etcd != nil || m.redis != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		m.stopWatch, m.watchDone = cancel, make(chan struct{})
-		go m.followLeader(ctx)
+		if m.etcd != nil {
+			go m.followLeader(ctx)
+		} else {
+			go m.pollLeader(ctx)
+		}
 	}
 	return m, nil
 }
@@ -132,13 +148,58 @@ func (m *masterConn) followLeader(ctx context.Context) {
 	}
 }
 
+// redisViewPoll is how often a client following a Redis master view
+// reads it (upstream's standby poll interval).
+const redisViewPoll = 200 * time.Millisecond
+
+// pollLeader reads the Redis master view every redisViewPoll and
+// reconnects as soon as it names another leader: Redis has no watch, so
+// this is followLeader's counterpart.
+func (m *masterConn) pollLeader(ctx context.Context) {
+	defer close(m.watchDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(redisViewPoll):
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		view, ok, err := replication.ReadRedisMasterView(rctx, m.redis, clusterID())
+		cancel()
+		if err != nil || !ok {
+			continue // no leader now, or Redis unreachable: calls fail and retry on their own
+		}
+		m.mu.Lock()
+		same := view.Leader == m.leader
+		m.mu.Unlock()
+		if same {
+			continue
+		}
+		if changed, err := m.reconnect(); err != nil {
+			slog.Warn("store client: new master leader unreachable", "leader", view.Leader, "err", err)
+		} else if changed {
+			slog.Info("store client: following the new master leader", "master", view.Leader, "view_version", view.Version)
+		}
+	}
+}
+
 // resolve returns the master's address: fixed, or the current leader.
 func (m *masterConn) resolve() (string, error) {
-	if m.etcd == nil {
+	if m.etcd == nil && m.redis == nil {
 		return m.addr, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if m.redis != nil {
+		view, ok, err := replication.ReadRedisMasterView(ctx, m.redis, clusterID())
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", fmt.Errorf("no master elected (%s is empty)", m.key)
+		}
+		return view.Leader, nil
+	}
 	resp, err := m.etcd.Get(ctx, m.key)
 	if err != nil {
 		return "", fmt.Errorf("read master view %s: %w", m.key, err)
@@ -260,6 +321,9 @@ func (m *masterConn) close() {
 	}
 	if m.etcd != nil {
 		m.etcd.Close()
+	}
+	if m.redis != nil {
+		m.redis.Close()
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 //
 //	GET /metrics           Prometheus text format (master_* metrics)
 //	GET /health            200 "OK"
-//	GET /role              "leader", "standby" or "stale" (role.go: an HA leader confirms it in etcd; stale: cannot rebuild the metadata)
+//	GET /role              "leader", "standby" or "stale" (role.go: an HA leader confirms it in etcd or Redis; stale: cannot rebuild the metadata)
 //	GET /status            JSON: version, role, HA, cluster id, lease TTL, clock
 //	GET /get_all_segments  plain text: one mounted segment name per line
 //	GET /get_all_keys      JSON list of keys

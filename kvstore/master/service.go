@@ -119,6 +119,11 @@ func StartService(cfg ServiceConfig) (_ *Service, err error) {
 			opts.Metadata = s.Metadata
 		}
 	}
+	if cfg.HA != nil {
+		if err := cfg.HA.Check(); err != nil {
+			return nil, err
+		}
+	}
 	opts.Standby = cfg.HA != nil
 	opts.HA = cfg.HA != nil
 	if cfg.HA != nil && cfg.HA.ClusterID != "" {

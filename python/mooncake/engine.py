@@ -165,7 +165,8 @@ class TransferEngine:
         device_name: str,
         metadata_type: str,
     ) -> int:
-        """`initialize` with the metadata type given apart ("etcd", "http", "p2p")."""
+        """`initialize` with the metadata type given apart ("etcd", "http", "redis",
+        "p2p")."""
         if metadata_type and "://" not in metadata_server and metadata_server != "P2PHANDSHAKE":
             metadata_server = f"{metadata_type}://{metadata_server}"
         return self.initialize(local_hostname, metadata_server, protocol, device_name)

@@ -215,9 +215,12 @@ class MooncakeConfig:
 
 
 def _master_host(master: str) -> str:
-    """The host (no port) of a master address: "host:port", "[v6]:port", or
-    "etcd://h1:p1;h2:p2" (the first endpoint's host)."""
+    """The host (no port) of a master address: "host:port", "[v6]:port",
+    "etcd://h1:p1;h2:p2" (the first endpoint's host), or "redis://host:port"
+    (the Redis server's host)."""
     addr = master.strip()
+    if addr.startswith("redis://"):
+        addr = addr[len("redis://") :].removesuffix("/")
     if addr.startswith("etcd://"):
         eps = [e for e in addr[len("etcd://") :].replace(",", ";").split(";") if e]
         addr = eps[0] if eps else ""

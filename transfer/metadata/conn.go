@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/mooncake-go/mooncake/internal/redis"
 	"github.com/mooncake-go/mooncake/transfer/errcode"
 )
 
@@ -14,15 +15,15 @@ const P2PHandshake = "P2PHANDSHAKE"
 
 // Conn is a parsed metadata connection string.
 type Conn struct {
-	Kind string // "etcd", "http" (also https), or "p2p"
+	Kind string // "etcd", "http" (also https), "redis", or "p2p"
 	// Target is what the backend dials: for etcd the endpoints joined by
-	// commas; for http the full URL.
+	// commas; for http the full URL; for redis host:port.
 	Target string
 }
 
 // ParseConn parses a metadata connection string as upstream does:
-// "P2PHANDSHAKE", "etcd://h:p[,h2:p2]", "http(s)://h:p/path", or a bare
-// "host:port" meaning etcd.
+// "P2PHANDSHAKE", "etcd://h:p[,h2:p2]", "http(s)://h:p/path",
+// "redis://h:p", or a bare "host:port" meaning etcd.
 func ParseConn(s string) (Conn, error) {
 	s = strings.TrimSpace(s)
 	switch {
@@ -43,16 +44,26 @@ func ParseConn(s string) (Conn, error) {
 		return Conn{Kind: "etcd", Target: rest}, nil
 	case "http", "https":
 		return Conn{Kind: "http", Target: s}, nil
+	case "redis":
+		addr, err := redis.ParseAddr(s)
+		if err != nil {
+			return Conn{}, errcode.Errorf(errcode.InvalidArgument, err, "redis metadata server")
+		}
+		return Conn{Kind: "redis", Target: addr}, nil
 	default:
-		return Conn{}, errcode.Errorf(errcode.NotImplemented, nil, "metadata protocol %q is not supported (etcd, http, P2PHANDSHAKE)", proto)
+		return Conn{}, errcode.Errorf(errcode.NotImplemented, nil, "metadata protocol %q is not supported (etcd, http, redis, P2PHANDSHAKE)", proto)
 	}
 }
 
 // Host returns the host (without port) of the metadata server that c
-// names: the first endpoint's for etcd, the URL's for http; "" for p2p,
-// which has no server.
+// names: the first endpoint's for etcd, the URL's for http, the server's
+// for redis; "" for p2p, which has no server.
 func (c Conn) Host() string {
 	switch c.Kind {
+	case "redis":
+		if h, _, err := net.SplitHostPort(c.Target); err == nil {
+			return h
+		}
 	case "http":
 		if u, err := url.Parse(c.Target); err == nil {
 			return u.Hostname()

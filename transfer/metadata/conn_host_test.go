@@ -11,6 +11,8 @@ func TestConnHost(t *testing.T) {
 		"etcd://http://10.0.0.4:2379":     "10.0.0.4",
 		"10.0.0.5:2379":                   "10.0.0.5",
 		"http://[fd00::1]:8080/metadata":  "fd00::1",
+		"redis://10.0.0.6:6379":           "10.0.0.6",
+		"redis://[fd00::2]":               "fd00::2",
 	} {
 		c, err := ParseConn(s)
 		if err != nil {

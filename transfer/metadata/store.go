@@ -14,7 +14,7 @@ import (
 var ErrNotFound = errors.New("metadata key not found")
 
 // Store is a key-value store that segments publish their descriptors in.
-// Implementations: EtcdStore and HTTPStore.
+// Implementations: EtcdStore, HTTPStore and RedisStore.
 type Store interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 	Put(ctx context.Context, key string, value []byte) error
@@ -38,6 +38,8 @@ func Open(c Conn) (Store, error) {
 		return NewEtcdStoreTLS(eps, tlsconf.ForEtcd(cfg, eps))
 	case "http":
 		return NewHTTPStoreTLS(c.Target, cfg), nil
+	case "redis":
+		return NewRedisStore(c.Target)
 	default:
 		return nil, fmt.Errorf("no metadata store for %q", c.Kind)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/cmd/mooncake/troubleshoot"
 	"github.com/mooncake-go/mooncake/internal/envvars"
+	"github.com/mooncake-go/mooncake/internal/redis"
 	"github.com/mooncake-go/mooncake/kvstore/master"
 	"github.com/mooncake-go/mooncake/kvstore/master/replication"
 	"github.com/mooncake-go/mooncake/kvstore/masterpb"
@@ -37,7 +38,8 @@ type masterFacts struct {
 // probeKey is the key the reachability check asks the master about.
 const probeKey = "mooncake-doctor-probe"
 
-// checkMaster finds the master (through etcd for "etcd://..."), checks it
+// checkMaster finds the master (through etcd for "etcd://...", Redis for
+// "redis://..."), checks it
 // answers RPCs, reads its version and role from the admin endpoint and
 // estimates the clock offset.
 func checkMaster(ctx context.Context, cfg Config, env environ) masterFacts {
@@ -50,6 +52,13 @@ func checkMaster(ctx context.Context, cfg Config, env environ) masterFacts {
 	clusterID := env.value(envvars.StoreClusterID, replication.DefaultClusterID)
 	if rest, isEtcd := strings.CutPrefix(addr, "etcd://"); isEtcd {
 		leader, r := resolveLeader(ctx, cfg, replication.ParseEndpoints(rest), clusterID)
+		f.results = append(f.results, r)
+		if leader == "" {
+			return f
+		}
+		addr = leader
+	} else if strings.HasPrefix(addr, "redis://") {
+		leader, r := resolveRedisLeader(ctx, cfg, addr, clusterID)
 		f.results = append(f.results, r)
 		if leader == "" {
 			return f
@@ -108,6 +117,29 @@ func resolveLeader(ctx context.Context, cfg Config, endpoints []string, clusterI
 	}
 	leader := string(resp.Kvs[0].Value)
 	return leader, ok("master.leader", fmt.Sprintf("elected leader of cluster %q is %s (view version %d)", clusterID, leader, resp.Kvs[0].CreateRevision))
+}
+
+// resolveRedisLeader reads the elected leader from the Redis master view
+// (credentials from this process's MC_REDIS_*).
+func resolveRedisLeader(ctx context.Context, cfg Config, conn, clusterID string) (string, Result) {
+	opts, err := redis.OptionsFromEnv(conn)
+	if err != nil {
+		return "", finding("master.leader", Failure, fmt.Sprintf("master %q: %v", conn, err), `write it as "redis://host:6379"`)
+	}
+	cli := redis.New(opts)
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	view, found, err := replication.ReadRedisMasterView(cctx, cli, clusterID)
+	if err != nil {
+		return "", problem("master.leader", Failure, troubleshoot.MetadataUnreachable, fmt.Sprintf("redis %s: %v", opts.Addr, err))
+	}
+	if !found {
+		key, _ := replication.RedisMasterViewKeys(clusterID)
+		return "", problem("master.leader", Failure, troubleshoot.NoMasterElected,
+			fmt.Sprintf("no master elected: %s is absent in redis %s (or MC_STORE_CLUSTER_ID=%q differs from the masters' --cluster_id)", key, opts.Addr, clusterID))
+	}
+	return view.Leader, ok("master.leader", fmt.Sprintf("elected leader of cluster %q is %s (view version %d)", clusterID, view.Leader, view.Version))
 }
 
 // pingMaster asks the master whether probeKey exists: any answer but a

@@ -32,7 +32,7 @@ func checkMetadata(ctx context.Context, cfg Config, env environ, m masterFacts) 
 	conn, err := metadata.ParseConn(cfg.Metadata)
 	if err != nil {
 		return []Result{finding("metadata", Failure, fmt.Sprintf("metadata server %q: %v", cfg.Metadata, err),
-			`write it as "http://host:8080/metadata", "etcd://host:2379" or "P2PHANDSHAKE"`)}
+			`write it as "http://host:8080/metadata", "etcd://host:2379", "redis://host:6379" or "P2PHANDSHAKE"`)}
 	}
 	if conn.Kind == "p2p" {
 		return []Result{ok("metadata", "P2PHANDSHAKE: peers exchange descriptors directly, no metadata server")}

@@ -17,6 +17,8 @@
 // lineage.go (a leader without the log makes the log stale), stale.go
 // (a replica that cannot be rebuilt), snapshot.go and snapshot_store.go
 // (snapshots and compaction), election.go and fence.go (the election and
-// the leadership GET /role confirms), log.go (the Log and the
+// the leadership GET /role confirms), redis_view.go and redis_election.go
+// (the election on Redis, --ha_backend_type=redis, without the log),
+// log.go (the Log and the
 // StateMachine it replicates).
 package replication

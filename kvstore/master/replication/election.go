@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/mooncake-go/mooncake/internal/redis"
 )
 
 // DefaultClusterID is the cluster id when neither --cluster_id nor
@@ -48,6 +50,10 @@ func ParseEndpoints(s string) []string {
 type HAConfig struct {
 	// Endpoints are the etcd client URLs.
 	Endpoints []string
+	// Redis, when not nil, runs the election on this Redis server instead
+	// of etcd (--ha_backend_type=redis; redis_election.go): Endpoints and
+	// TLS are unused, and the oplog is not available.
+	Redis *redis.Options
 	// TLS, when not nil, is the etcd client's TLS configuration (used
 	// with https:// endpoints; see tlsconf.ForEtcd).
 	TLS *tls.Config
@@ -89,6 +95,15 @@ type HAConfig struct {
 	Snapshot *SnapshotConfig
 }
 
+// Check refuses a configuration the election cannot run: the oplog on
+// Redis.
+func (c HAConfig) Check() error {
+	if c.Redis != nil && c.Oplog {
+		return errOplogOnRedis
+	}
+	return nil
+}
+
 // Defaults of the oplog settings (upstream's flag defaults).
 const (
 	DefaultOplogBatchMaxEntries = 1000
@@ -122,7 +137,9 @@ type elector struct {
 
 // RunElection campaigns for the master view key until ctx ends, switching
 // srv between leader and standby; with the oplog (rep not nil) it runs
-// rep's tailer while standing by and promotes rep when elected. It follows upstream's protocol: create
+// rep's tailer while standing by and promotes rep when elected. With
+// cfg.Redis it runs the Redis election (redis_election.go) instead; on
+// etcd it follows upstream's protocol: create
 // the key with a lease only if absent (a transaction); the winner keeps
 // the lease alive and serves; the others watch the key until it is
 // deleted and try again. On return the lease is revoked, so a leader
@@ -133,6 +150,12 @@ func RunElection(ctx context.Context, cfg HAConfig, srv Node, rep *Log, log *slo
 	}
 	if cfg.Grace < 0 {
 		cfg.Grace = time.Duration(cfg.LeaseTTL) * time.Second
+	}
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	if cfg.Redis != nil {
+		return runRedisElection(ctx, cfg, srv, log)
 	}
 	if len(cfg.Endpoints) == 0 {
 		return fmt.Errorf("HA: no etcd endpoints")
@@ -245,12 +268,12 @@ func (e *elector) round(ctx context.Context) error {
 // (the master's role.go): when /role finds the key gone it delivers to
 // lost, which holdLeadership reads.
 func (e *elector) fence(rev int64, lost chan<- error) *Fence {
-	return &Fence{cli: e.cli, key: e.key, rev: rev, lost: func() {
+	return etcdFence(e.cli, e.key, rev, func() {
 		select {
 		case lost <- fmt.Errorf("%w (seen by GET /role)", errKeyTakenOver):
 		default:
 		}
-	}}
+	})
 }
 
 // errKeyTakenOver means the election key was deleted or changed hands.
