@@ -72,7 +72,7 @@ func (s *State) offloadOnWrite(o *object) {
 
 // queueOffload queues o's offload to d; false when the queue is full.
 func (s *State) queueOffload(d *localDisk, o *object) bool {
-	if _, ok := d.offloads[o.key]; ok || slices.ContainsFunc(o.disk, func(r diskReplica) bool { return r.client == d.client }) {
+	if _, ok := d.offloads[o.key]; ok || slices.ContainsFunc(o.md().disk, func(r diskReplica) bool { return r.client == d.client }) {
 		return true
 	}
 	if s.disk.queued >= s.cfg.Offload.QueueLimit {
@@ -224,7 +224,7 @@ func (s *State) notifyOffload(clientID, key string, success bool, now time.Time)
 // threshold, provided memory is below the eviction high watermark and the
 // promotion queue has room.
 func (s *State) diskHit(o *object) {
-	if !s.cfg.Offload.Enable || !s.cfg.Offload.PromotionOnHit || len(o.disk) == 0 {
+	if !s.cfg.Offload.Enable || !s.cfg.Offload.PromotionOnHit || len(o.md().disk) == 0 {
 		return
 	}
 	if s.disk.hits == nil {
@@ -234,7 +234,7 @@ func (s *State) diskHit(o *object) {
 		s.disk.promoted >= s.cfg.Offload.PromotionQueueLimit {
 		return
 	}
-	d, ok := s.disk.disks[o.disk[0].client]
+	d, ok := s.disk.disks[o.md().disk[0].client]
 	if !ok {
 		return
 	}

@@ -205,7 +205,7 @@ func (s *State) NeedEviction() bool { return s.needEviction }
 
 // softPinned reports whether the object's soft pin is in force at now.
 func (o *object) softPinned(now time.Time) bool {
-	return o.softPinTTL > 0 && o.softPinUntil != 0 && now.Before(o.softPinUntil.time())
+	return o.md().softPinTTL > 0 && o.md().softPinUntil != 0 && now.Before(o.md().softPinUntil.time())
 }
 
 // AboveHighWatermark reports whether allocated/capacity of the segments

@@ -42,7 +42,7 @@ func (s *State) kvAvailability(o *object) {
 				break
 			}
 		}
-		if len(o.disk) > 0 || o.fsReadable() {
+		if len(o.md().disk) > 0 || o.fsReadable() {
 			now |= kvOnDisk
 		}
 	}

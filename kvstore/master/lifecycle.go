@@ -200,7 +200,7 @@ func (s *State) survivesDeparture(o *object, r *replica) bool {
 			return true
 		}
 	}
-	return slices.ContainsFunc(o.disk, func(d diskReplica) bool { return d.client != r.seg.client })
+	return slices.ContainsFunc(o.md().disk, func(d diskReplica) bool { return d.client != r.seg.client })
 }
 
 // movingFrom returns the source replicas of unfinished tasks reading
@@ -301,7 +301,7 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 				continue
 			}
 			it := HandoffItem{Key: key, Size: o.size, From: r.seg.info}
-			for _, d := range o.disk {
+			for _, d := range o.md().disk {
 				if d.client != clientID {
 					it.OtherReplicas++
 				}

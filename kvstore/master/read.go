@@ -57,7 +57,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	}
 	o.grantLease(now, s.cfg.DefaultLeaseTTL)
 	s.noteRead(o, readable, now)
-	return ReadResult{Replicas: reps, LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.checksum}, kvstore.OK
+	return ReadResult{Replicas: reps, LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.md().checksum}, kvstore.OK
 }
 
 // ExistKey reports whether key has a readable replica; if so it grants

@@ -64,11 +64,11 @@ func TestReleasePassTracksOnlyPendingDiskWrites(t *testing.T) {
 		t.Fatalf("%d DISK writes tracked after a pass, want 1 (20 published, one pending)", n)
 	}
 	st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout))
-	if o := st.objects["pending"]; o.fs == nil {
+	if o := st.objects["pending"]; o.md().fs == nil {
 		t.Fatal("the DISK replica was dropped at the timeout, want only after it")
 	}
 	st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout + time.Second))
-	if o := st.objects["pending"]; o == nil || o.fs != nil || len(o.replicas) != 1 {
+	if o := st.objects["pending"]; o == nil || o.md().fs != nil || len(o.replicas) != 1 {
 		t.Fatalf("after the timeout: %+v, want the memory replica alone", o)
 	}
 	if n := len(st.fsWrites); n != 0 {
@@ -89,7 +89,7 @@ func TestSoftPinCountFollowsTheTable(t *testing.T) {
 		t.Helper()
 		walked := 0
 		for _, o := range st.objects {
-			if o.softPinTTL > 0 {
+			if o.md().softPinTTL > 0 {
 				walked++
 			}
 		}

@@ -19,36 +19,32 @@ type replica struct {
 	size   uint64
 }
 
-// object is one key's metadata. Instants are stamps and the fields are
-// ordered so that the small ones share a word: the record is one of the
-// table's per-object costs (docs/store-master-scale.md).
+// object is one key's metadata. The record is the largest of the table's
+// per-object costs (docs/store-master-scale.md), so it holds what every
+// object has and nothing else: instants are stamps, the small fields
+// share one word, what few objects carry (soft pin, upserts, checksum,
+// metadata, disk copies) is in meta, and the common case of one memory
+// replica lives in the record itself (inline, one) instead of a replica
+// and a one-entry list allocated on their own.
 type object struct {
 	key      string
-	size     uint64
 	writer   string // client that opened the current/last write (interned: internClient)
-	putStart stamp  // when the current/last write was opened
-	rewrites uint64 // upserts opened on the object; a task copies one version
-	replicas []*replica
+	size     uint64
+	putStart stamp // when the current/last write was opened
 	// lease is the read lease deadline: Remove (without force) and
 	// eviction leave the object alone while now < lease.
 	lease stamp
-	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
-	// the object first becomes readable.
-	softPinTTL   time.Duration
-	softPinUntil stamp
-	checksum     *uint64
-	dataType     int    // upstream ObjectDataType, metadata only
-	groupID      string // storage group, metadata only
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
-	// disk holds the object's LOCAL_DISK replicas.
-	disk []diskReplica
-	// fs is the object's DISK replica on the shared file system
-	// (fsdisk.go), nil without one.
-	fs      *fsReplica
-	writing bool // a put or upsert is open (replicas PROCESSING)
-	hardPin bool
+	// replicas are the memory replicas. An object created with one
+	// (newObject) has it in inline, the list's array in one; a list
+	// that grows past one entry moves to an array of its own, and
+	// replicas put in later are allocated on their own.
+	replicas []*replica
+	meta     *objectMeta // nil while every field of it is zero
+	writing  bool        // a put or upsert is open (replicas PROCESSING)
+	hardPin  bool
 	// offloading marks an offload queued or in flight, which keeps the
 	// memory replicas.
 	offloading bool
@@ -56,6 +52,66 @@ type object struct {
 	kvMedia uint8
 	inTable bool // in State.objects (addObject, dropObject)
 	indexed bool // has an entry in State.leases
+	inline  replica
+	one     [1]*replica
+}
+
+// objectMeta is the part of an object record that few objects use; an
+// object without any of it keeps none (object.meta is nil).
+type objectMeta struct {
+	rewrites uint64 // upserts opened on the object; a task copies one version
+	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
+	// the object first becomes readable.
+	softPinTTL   time.Duration
+	softPinUntil stamp
+	checksum     *uint64
+	dataType     int    // upstream ObjectDataType, metadata only
+	groupID      string // storage group, metadata only
+	// disk holds the object's LOCAL_DISK replicas.
+	disk []diskReplica
+	// fs is the object's DISK replica on the shared file system
+	// (fsdisk.go), nil without one.
+	fs *fsReplica
+}
+
+// noMeta is what md returns for an object without meta: read it, never
+// write it.
+var noMeta objectMeta
+
+// md returns o's rarely used fields for reading (all zero without meta).
+func (o *object) md() *objectMeta {
+	if o.meta == nil {
+		return &noMeta
+	}
+	return o.meta
+}
+
+// mdw returns o's rarely used fields for writing, creating them.
+func (o *object) mdw() *objectMeta {
+	if o.meta == nil {
+		o.meta = &objectMeta{}
+	}
+	return o.meta
+}
+
+// empty reports whether every field of m is zero.
+func (m *objectMeta) empty() bool {
+	return m.rewrites == 0 && m.softPinTTL == 0 && m.softPinUntil == 0 && m.checksum == nil &&
+		m.dataType == 0 && m.groupID == "" && len(m.disk) == 0 && m.fs == nil
+}
+
+// firstReplicas gives a new object (nothing points at its inline
+// replica yet) the replica list reps, which it takes over: a single
+// replica is copied into the record (o.inline), and the caller must not
+// use reps[0] afterwards.
+func (o *object) firstReplicas(reps []*replica) {
+	if len(reps) != 1 {
+		o.replicas = reps
+		return
+	}
+	o.inline = *reps[0]
+	o.one[0] = &o.inline
+	o.replicas = o.one[:]
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -189,7 +245,7 @@ func (s *State) addObject(o *object) {
 	}
 	s.objects[o.key] = o
 	o.inTable = true
-	if o.softPinTTL > 0 {
+	if o.md().softPinTTL > 0 {
 		s.softPins++
 	}
 }
@@ -201,7 +257,7 @@ func (s *State) dropObject(o *object) {
 	}
 	delete(s.objects, o.key)
 	o.inTable = false
-	if o.softPinTTL > 0 {
+	if o.md().softPinTTL > 0 {
 		s.softPins--
 	}
 }
@@ -210,13 +266,15 @@ func (s *State) dropObject(o *object) {
 func (s *State) setSoftPinTTL(o *object, ttl time.Duration) {
 	if s.objects[o.key] == o {
 		switch {
-		case o.softPinTTL > 0 && ttl <= 0:
+		case o.md().softPinTTL > 0 && ttl <= 0:
 			s.softPins--
-		case o.softPinTTL <= 0 && ttl > 0:
+		case o.md().softPinTTL <= 0 && ttl > 0:
 			s.softPins++
 		}
 	}
-	o.softPinTTL = ttl
+	if ttl != 0 || o.meta != nil {
+		o.mdw().softPinTTL = ttl
+	}
 }
 
 // readable returns the object's COMPLETE replicas.
@@ -367,8 +425,8 @@ func (s *State) QueryKey(key string) (ObjectInfo, bool) {
 	return ObjectInfo{
 		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
 		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease.time(),
-		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil.time(), HardPinned: o.hardPin,
-		DataType: o.dataType, GroupID: o.groupID,
+		SoftPinned: o.md().softPinTTL > 0, SoftPinUntil: o.md().softPinUntil.time(), HardPinned: o.hardPin,
+		DataType: o.md().dataType, GroupID: o.md().groupID,
 	}, true
 }
 

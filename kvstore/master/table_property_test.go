@@ -220,9 +220,9 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 			t.Fatalf("step %d (%s): %s is %+v, model %+v", step, op, k, info, *o)
 		}
 		inner := st.objects[k]
-		if (inner.checksum == nil) != (o.checksum == nil) || (o.checksum != nil && *inner.checksum != *o.checksum) ||
-			!inner.putStart.time().Equal(o.putStart) || inner.softPinTTL != o.softPinTTL {
-			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.checksum, inner.putStart, inner.softPinTTL, *o)
+		if (inner.md().checksum == nil) != (o.checksum == nil) || (o.checksum != nil && *inner.md().checksum != *o.checksum) ||
+			!inner.putStart.time().Equal(o.putStart) || inner.md().softPinTTL != o.softPinTTL {
+			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.md().checksum, inner.putStart, inner.md().softPinTTL, *o)
 		}
 	}
 	// The lease index (lease_index.go): one entry for each object with

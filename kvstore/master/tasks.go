@@ -192,7 +192,7 @@ func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segm
 		return TaskID{}, kvstore.TaskPendingLimitExceeded
 	}
 	t := &task{typ: typ, key: o.key, size: o.size, source: source, client: source.seg.client,
-		assignee: source.seg.info.Name, created: now, updated: now, version: o.rewrites}
+		assignee: source.seg.info.Name, created: now, updated: now, version: o.md().rewrites}
 	for _, segs := range want {
 		r := s.reserveOn(segs, o.size)
 		if r == nil {
@@ -307,7 +307,7 @@ func (s *State) completeTask(clientID string, id TaskID, ok bool, message string
 		switch {
 		case !live || !slices.Contains(o.replicas, t.source):
 			ok, message = false, "the object or its source replica was removed during the task"
-		case o.writing || o.rewrites != t.version:
+		case o.writing || o.md().rewrites != t.version:
 			ok, message = false, "the object was rewritten during the task"
 		}
 	}
