@@ -119,7 +119,7 @@ func (s *State) adoptDiskObject(clientID string, obj DiskObject, now time.Time) 
 	if tenant, _ := s.splitKey(obj.Key); obj.Key == "" || obj.Size == 0 || s.tenants[tenant] == nil {
 		return false
 	}
-	o, ok := s.objects[obj.Key]
+	o, ok := s.objects.lookup(obj.Key)
 	if !ok {
 		o = &object{key: obj.Key, size: obj.Size, writer: s.internClient(clientID), putStart: stampOf(now)}
 		s.addObject(o)
@@ -165,7 +165,7 @@ func (s *State) unmountDisk(clientID string) {
 	for key := range d.promotions {
 		s.endPromotion(d, key)
 	}
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		if s.dropDiskReplica(o, clientID) && o.gone() {
 			s.dropObject(o)
 			s.charge(o)
@@ -257,7 +257,7 @@ func (s *State) diskStats() DiskStats {
 	if st.Disks == 0 {
 		return st // disk replicas live only on mounted disks (unmountDisk)
 	}
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		if len(o.replicas) == 0 && len(o.md().disk) > 0 {
 			st.DiskOnlyKeys++
 		}
@@ -280,7 +280,7 @@ func (s *State) LocalDisks() []DiskInfo {
 	var out []DiskInfo
 	for id, d := range s.disk.disks {
 		n := 0
-		for _, o := range s.objects {
+		for o := range s.objects.all() {
 			if slices.ContainsFunc(o.md().disk, func(r diskReplica) bool { return r.client == id }) {
 				n++
 			}

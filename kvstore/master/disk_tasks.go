@@ -127,7 +127,7 @@ func (s *State) OffloadHeartbeat(clientID string, dropped []string, now time.Tim
 	}
 	s.touch(clientID, now)
 	for _, key := range dropped {
-		if o, ok := s.objects[key]; ok && s.dropDiskReplica(o, clientID) && o.gone() {
+		if o, ok := s.objects.lookup(key); ok && s.dropDiskReplica(o, clientID) && o.gone() {
 			s.dropObject(o)
 			s.charge(o)
 		}
@@ -139,7 +139,7 @@ func (s *State) OffloadHeartbeat(clientID string, dropped []string, now time.Tim
 			continue
 		}
 		src := s.replicaOfClient(j.obj, clientID)
-		if s.objects[key] != j.obj || src == nil {
+		if s.objects.get(key) != j.obj || src == nil {
 			s.endOffload(d, key)
 			continue
 		}
@@ -210,7 +210,7 @@ func (s *State) notifyOffload(clientID, key string, success bool, now time.Time)
 	if !success {
 		return kvstore.OK
 	}
-	if !ok || s.objects[key] != j.obj {
+	if !ok || s.objects.get(key) != j.obj {
 		d.deleteLater(key)
 		return kvstore.ObjectNotFound
 	}
@@ -277,7 +277,7 @@ func (s *State) notifyPromotion(clientID, key string, replicaID uint64, success 
 	if !ok || j.target == nil || j.target.id != replicaID {
 		return kvstore.ObjectNotFound
 	}
-	live := s.objects[key] == j.obj && !j.obj.writing && s.segments[j.target.seg.info.ID] == j.target.seg
+	live := s.objects.get(key) == j.obj && !j.obj.writing && s.segments[j.target.seg.info.ID] == j.target.seg
 	if success && live {
 		j.target.status = ReplicaComplete
 		j.obj.replicas = append(j.obj.replicas, j.target)

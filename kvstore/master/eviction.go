@@ -126,7 +126,7 @@ func (s *State) Evict(now time.Time) EvictionResult {
 // lease first.
 func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft *candidateQueue) {
 	plain, soft = &candidateQueue{}, &candidateQueue{}
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
 			continue
 		}

@@ -120,7 +120,7 @@ func (s *State) PutEndDisk(clientID, key string, now time.Time) kvstore.ErrorCod
 }
 
 func (s *State) putEndDisk(clientID, key string) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
@@ -144,7 +144,7 @@ func (s *State) PutRevokeDisk(clientID, key string, now time.Time) kvstore.Error
 }
 
 func (s *State) putRevokeDisk(clientID, key string) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
@@ -170,7 +170,7 @@ func (s *State) releaseStaleFS(now time.Time) {
 	var stale []*object
 	for o := range s.fsWrites {
 		switch {
-		case !o.fsPending() || s.objects[o.key] != o:
+		case !o.fsPending() || s.objects.get(o.key) != o:
 			delete(s.fsWrites, o)
 		case now.Sub(o.md().fs.started) > s.cfg.PutStartReleaseTimeout:
 			stale = append(stale, o)

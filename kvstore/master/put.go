@@ -72,7 +72,7 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 // preempted, its buffers quarantined (its writer may still be writing into
 // them).
 func (s *State) claimKey(key string, now time.Time) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.OK
 	}
@@ -142,7 +142,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	if code != kvstore.OK {
 		return nil, code
 	}
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if ok && s.dropDiskCopies(o) {
 		ok = false // it lived on disk only: write it anew
 	}
@@ -225,7 +225,7 @@ func (s *State) PutEnd(clientID, key string, checksum *uint64, now time.Time) kv
 }
 
 func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
@@ -269,7 +269,7 @@ func (s *State) PutRevoke(clientID, key string, now time.Time) kvstore.ErrorCode
 }
 
 func (s *State) putRevoke(clientID, key string) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}

@@ -36,7 +36,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	if key == "" {
 		return ReadResult{}, kvstore.InvalidParams
 	}
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
@@ -68,7 +68,7 @@ func (s *State) ExistKey(key string, now time.Time) (bool, kvstore.ErrorCode) {
 		return false, s.m.result("exist_key", kvstore.InvalidParams)
 	}
 	s.m.result("exist_key", kvstore.OK)
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok || (len(o.readable()) == 0 && (o.writing || len(s.diskDescriptors(o)) == 0)) {
 		return false, kvstore.OK
 	}

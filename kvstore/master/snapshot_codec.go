@@ -111,7 +111,7 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 	// Objects: the table's, then those only a disk job still points at.
 	var objs []*object
 	for _, k := range st.sortedKeys() {
-		o := st.objects[k]
+		o := st.objects.get(k)
 		e.objs[o] = uint64(len(objs)) + 1
 		objs = append(objs, o)
 	}
@@ -231,7 +231,7 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 
 	e.uvarint(uint64(len(objs)))
 	for _, o := range objs {
-		e.boolean(st.objects[o.key] == o)
+		e.boolean(st.objects.get(o.key) == o)
 		e.str(o.key)
 		e.uvarint(o.size)
 		e.str(o.writer)

@@ -135,7 +135,7 @@ type State struct {
 	// not from Config.Seed; with the operation log every entry replaces
 	// it, as rng, with the entry's deterministic source.
 	ids     *rand.Rand
-	objects map[string]*object
+	objects objectTable
 	// openWrites holds the objects whose write is open (writing), so the
 	// release pass visits them alone, not every object; setWriting keeps
 	// it, and the pass drops entries whose object left the table.
@@ -183,7 +183,6 @@ func NewState(cfg Config) (*State, error) {
 		cfg:        cfg,
 		rng:        rand.New(rand.NewSource(cfg.Seed)),
 		ids:        rand.New(rand.NewSource(randv2.Int64())),
-		objects:    make(map[string]*object),
 		openWrites: make(map[*object]struct{}),
 		fsWrites:   make(map[*object]struct{}),
 		segments:   make(map[string]*segment),
@@ -240,10 +239,10 @@ func (s *State) erase(o *object) {
 // addObject enters o into the table under its key, in place of any
 // object the key held.
 func (s *State) addObject(o *object) {
-	if old, ok := s.objects[o.key]; ok {
+	if old, ok := s.objects.lookup(o.key); ok {
 		s.dropObject(old)
 	}
-	s.objects[o.key] = o
+	s.objects.insert(o)
 	o.inTable = true
 	if o.md().softPinTTL > 0 {
 		s.softPins++
@@ -252,10 +251,9 @@ func (s *State) addObject(o *object) {
 
 // dropObject removes o from the table, if it is there.
 func (s *State) dropObject(o *object) {
-	if s.objects[o.key] != o {
+	if !s.objects.remove(o) {
 		return
 	}
-	delete(s.objects, o.key)
 	o.inTable = false
 	if o.md().softPinTTL > 0 {
 		s.softPins--
@@ -264,7 +262,7 @@ func (s *State) dropObject(o *object) {
 
 // setSoftPinTTL sets o's soft pin (0: none), keeping State.softPins.
 func (s *State) setSoftPinTTL(o *object, ttl time.Duration) {
-	if s.objects[o.key] == o {
+	if s.objects.get(o.key) == o {
 		switch {
 		case o.md().softPinTTL > 0 && ttl <= 0:
 			s.softPins--
@@ -352,7 +350,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 	var stale []*object
 	for o := range s.openWrites {
 		switch {
-		case !o.writing || s.objects[o.key] != o:
+		case !o.writing || s.objects.get(o.key) != o:
 			delete(s.openWrites, o)
 		case now.Sub(o.putStart.time()) > s.cfg.PutStartReleaseTimeout:
 			stale = append(stale, o)
@@ -393,9 +391,9 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 // sortedKeys returns all keys in order, so that bulk operations are
 // deterministic.
 func (s *State) sortedKeys() []string {
-	keys := make([]string, 0, len(s.objects))
-	for k := range s.objects {
-		keys = append(keys, k)
+	keys := make([]string, 0, s.objects.len())
+	for o := range s.objects.all() {
+		keys = append(keys, o.key)
 	}
 	sort.Strings(keys)
 	return keys
@@ -418,7 +416,7 @@ type ObjectInfo struct {
 
 // QueryKey returns a snapshot of key's metadata without granting a lease.
 func (s *State) QueryKey(key string) (ObjectInfo, bool) {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return ObjectInfo{}, false
 	}

@@ -219,7 +219,7 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 			slices.ContainsFunc(info.Replicas, func(r Replica) bool { return r.Status != status || r.Size != o.size }) {
 			t.Fatalf("step %d (%s): %s is %+v, model %+v", step, op, k, info, *o)
 		}
-		inner := st.objects[k]
+		inner := st.objects.get(k)
 		if (inner.md().checksum == nil) != (o.checksum == nil) || (o.checksum != nil && *inner.md().checksum != *o.checksum) ||
 			!inner.putStart.time().Equal(o.putStart) || inner.md().softPinTTL != o.softPinTTL {
 			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.md().checksum, inner.putStart, inner.md().softPinTTL, *o)
@@ -236,7 +236,8 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 		indexed[e.o] = e.lease
 	}
 	walked := 0
-	for k, o := range st.objects {
+	for o := range st.objects.all() {
+		k := o.key
 		if len(o.replicas) > 0 {
 			walked++
 		}

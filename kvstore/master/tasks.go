@@ -137,7 +137,7 @@ func (s *State) createCopyTask(key string, targets []string, now time.Time) (Tas
 	if len(targets) == 0 {
 		return TaskID{}, kvstore.InvalidParams
 	}
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok || len(o.readable()) == 0 {
 		return TaskID{}, kvstore.ObjectNotFound
 	}
@@ -166,7 +166,7 @@ func (s *State) CreateMoveTask(key, source, target string, now time.Time) (TaskI
 }
 
 func (s *State) createMoveTask(key, source, target string, now time.Time) (TaskID, kvstore.ErrorCode) {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok || len(o.readable()) == 0 {
 		return TaskID{}, kvstore.ObjectNotFound
 	}
@@ -303,7 +303,7 @@ func (s *State) completeTask(clientID string, id TaskID, ok bool, message string
 		return kvstore.UnavailableInCurrentStatus
 	}
 	if ok {
-		o, live := s.objects[t.key]
+		o, live := s.objects.lookup(t.key)
 		switch {
 		case !live || !slices.Contains(o.replicas, t.source):
 			ok, message = false, "the object or its source replica was removed during the task"
@@ -328,7 +328,7 @@ func (s *State) finishTask(t *task, ok bool, message string, now time.Time) {
 		return
 	}
 	t.status = TaskSuccess
-	o := s.objects[t.key]
+	o := s.objects.get(t.key)
 	for _, r := range t.targets {
 		r.status = ReplicaComplete
 		o.replicas = append(o.replicas, r)
