@@ -229,7 +229,7 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
-	if o.writer != clientID {
+	if o.writerID() != clientID {
 		return kvstore.IllegalClient
 	}
 	if !o.writing {
@@ -273,7 +273,7 @@ func (s *State) putRevoke(clientID, key string) kvstore.ErrorCode {
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
-	if o.writer != clientID {
+	if o.writerID() != clientID {
 		return kvstore.IllegalClient
 	}
 	if !o.writing {

@@ -93,7 +93,7 @@ func (s *State) BatchReplicaClear(clientID string, keys []string, segment string
 	var out []int
 	for i, key := range keys {
 		o, ok := s.objects.lookup(key)
-		if !ok || o.writer != clientID || o.leased(now) {
+		if !ok || o.writerID() != clientID || o.leased(now) {
 			continue
 		}
 		if segment == "" {

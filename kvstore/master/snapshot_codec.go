@@ -234,7 +234,7 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 		e.boolean(st.objects.get(o.key) == o)
 		e.str(o.key)
 		e.uvarint(o.size)
-		e.str(o.writer)
+		e.str(o.writerID())
 		e.time(o.putStart.time())
 		e.boolean(o.writing)
 		e.uvarint(o.md().rewrites)
@@ -431,23 +431,23 @@ type snapshotDecoder struct {
 	objs []*object
 	// writers holds the objects' writer ids read so far, so that the
 	// objects of one client share one string (State.internClient).
-	writers map[string]string
+	writers map[string]*string
 }
 
 func (d *snapshotDecoder) str() string { return string(d.Bytes()) }
 
 // writer reads a client id, interned in d.writers.
-func (d *snapshotDecoder) writer() string {
+func (d *snapshotDecoder) writer() *string {
 	b := d.Bytes()
 	if w, ok := d.writers[string(b)]; ok {
 		return w
 	}
 	w := string(b)
 	if d.writers == nil {
-		d.writers = make(map[string]string)
+		d.writers = make(map[string]*string)
 	}
-	d.writers[w] = w
-	return w
+	d.writers[w] = &w
+	return &w
 }
 func (d *snapshotDecoder) boolean() bool {
 	v := d.Byte()

@@ -27,8 +27,11 @@ type replica struct {
 // replica lives in the record itself (inline, one) instead of a replica
 // and a one-entry list allocated on their own.
 type object struct {
-	key      string
-	writer   string // client that opened the current/last write (interned: internClient)
+	key string
+	// writer is the client that opened the current/last write: the id
+	// in its client record (internClient), shared by the objects it
+	// writes, 8 bytes in the record where a string takes 16.
+	writer   *string
 	size     uint64
 	putStart stamp // when the current/last write was opened
 	// lease is the read lease deadline: Remove (without force) and
@@ -303,14 +306,26 @@ func (o *object) allComplete() bool {
 // leased reports whether a read lease is still active at now.
 func (o *object) leased(now time.Time) bool { return now.Before(o.lease.time()) }
 
-// internClient returns clientID in the string the client table holds
-// when the client is registered, so that the objects a client writes
-// share one copy of its id instead of one each from its requests.
-func (s *State) internClient(clientID string) string {
+// internClient returns clientID as an object's writer: the id in the
+// client's record when the client is registered, so that the objects a
+// client writes share one copy of its id instead of one each from its
+// requests (a record the client table forgets stays while objects point
+// at it), else a copy of its own.
+func (s *State) internClient(clientID string) *string {
 	if c, ok := s.clients[clientID]; ok {
-		return c.id
+		return &c.id
 	}
-	return clientID
+	own := clientID // on the heap on this path alone
+	return &own
+}
+
+// writerID is the id of the client that opened o's current or last
+// write.
+func (o *object) writerID() string {
+	if o.writer == nil {
+		return ""
+	}
+	return *o.writer
 }
 
 // setWriting opens (w) or closes o's write, and keeps State.openWrites.
@@ -421,7 +436,7 @@ func (s *State) QueryKey(key string) (ObjectInfo, bool) {
 		return ObjectInfo{}, false
 	}
 	return ObjectInfo{
-		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
+		Key: o.key, Size: o.size, Writer: o.writerID(), Writing: o.writing,
 		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease.time(),
 		SoftPinned: o.md().softPinTTL > 0, SoftPinUntil: o.md().softPinUntil.time(), HardPinned: o.hardPin,
 		DataType: o.md().dataType, GroupID: o.md().groupID,
