@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -156,6 +157,26 @@ func writeHeapProfile(b *testing.B, path string) {
 	defer f.Close()
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkExistKey is ExistKey on random keys of a table of scaleObjects
+// objects: the table lookup that is_exist and get_replica_list start with,
+// over more keys than the caches hold.
+func BenchmarkExistKey(b *testing.B) {
+	n := scaleObjects(b)
+	st := fillTable(b, nil, n)
+	rng := rand.New(rand.NewSource(1))
+	keys := make([]string, 1<<18)
+	for i := range keys {
+		keys[i] = scaleKey(rng.Intn(n))
+	}
+	now := epoch.Add(time.Hour)
+	b.ResetTimer()
+	for i := range b.N {
+		if ok, _ := st.ExistKey(keys[i%len(keys)], now); !ok {
+			b.Fatal("a written key is missing")
+		}
 	}
 }
 

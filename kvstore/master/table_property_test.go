@@ -235,11 +235,27 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 		}
 		indexed[e.o] = e.lease
 	}
+	// The record (state.go): a replica belongs to one object, in its
+	// record or on its own, and an object restored from a snapshot with
+	// one replica has it in its record again.
+	inline, owner := map[*replica]*object{}, map[*replica]*object{}
+	for o := range st.objects.all() {
+		inline[&o.inline] = o
+	}
 	walked := 0
 	for o := range st.objects.all() {
 		k := o.key
 		if len(o.replicas) > 0 {
 			walked++
+		}
+		for _, r := range o.replicas {
+			if x := inline[r]; (x != nil && x != o) || owner[r] != nil {
+				t.Fatalf("step %d (%s): %s holds a replica of another object", step, op, k)
+			}
+			owner[r] = o
+		}
+		if op == "snapshot_restore" && len(o.replicas) == 1 && o.replicas[0] != &o.inline {
+			t.Fatalf("step %d (%s): %s restored with its one replica outside its record", step, op, k)
 		}
 		l, ok := indexed[o]
 		if want := !o.hardPin && !o.writing && len(o.replicas) > 0; !o.inTable || o.indexed != ok || want && !ok || ok && l > o.lease {
