@@ -73,7 +73,9 @@ type DiskObject struct {
 
 // gone reports whether the object has no replica left, in memory or on
 // disk.
-func (o *object) gone() bool { return len(o.replicas) == 0 && len(o.disk) == 0 && o.fs == nil }
+func (o *object) gone() bool {
+	return len(o.replicas) == 0 && len(o.md().disk) == 0 && o.md().fs == nil
+}
 
 // MountLocalDisk registers clientID's disk, served at endpoint, and takes
 // the objects already on it as LOCAL_DISK replicas: an absent key becomes
@@ -117,7 +119,7 @@ func (s *State) adoptDiskObject(clientID string, obj DiskObject, now time.Time) 
 	if tenant, _ := s.splitKey(obj.Key); obj.Key == "" || obj.Size == 0 || s.tenants[tenant] == nil {
 		return false
 	}
-	o, ok := s.objects[obj.Key]
+	o, ok := s.objects.lookup(obj.Key)
 	if !ok {
 		o = &object{key: obj.Key, size: obj.Size, writer: s.internClient(clientID), putStart: stampOf(now)}
 		s.addObject(o)
@@ -133,8 +135,9 @@ func (s *State) adoptDiskObject(clientID string, obj DiskObject, now time.Time) 
 
 // addDisk records a copy on clientID's disk (once).
 func (o *object) addDisk(clientID string) {
-	if !slices.ContainsFunc(o.disk, func(r diskReplica) bool { return r.client == clientID }) {
-		o.disk = append(o.disk, diskReplica{client: clientID})
+	if !slices.ContainsFunc(o.md().disk, func(r diskReplica) bool { return r.client == clientID }) {
+		m := o.mdw()
+		m.disk = append(m.disk, diskReplica{client: clientID})
 	}
 }
 
@@ -162,7 +165,7 @@ func (s *State) unmountDisk(clientID string) {
 	for key := range d.promotions {
 		s.endPromotion(d, key)
 	}
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		if s.dropDiskReplica(o, clientID) && o.gone() {
 			s.dropObject(o)
 			s.charge(o)
@@ -174,21 +177,26 @@ func (s *State) unmountDisk(clientID string) {
 // dropDiskReplica removes o's copy on clientID's disk; false if it had
 // none.
 func (s *State) dropDiskReplica(o *object, clientID string) bool {
-	n := len(o.disk)
-	o.disk = slices.DeleteFunc(o.disk, func(r diskReplica) bool { return r.client == clientID })
+	m := o.md()
+	n := len(m.disk)
+	if n > 0 {
+		m.disk = slices.DeleteFunc(m.disk, func(r diskReplica) bool { return r.client == clientID })
+	}
 	s.kvAvailability(o)
-	return len(o.disk) < n
+	return len(m.disk) < n
 }
 
 // forgetDisk drops all of o's disk copies, asking their disks to delete
 // the files, and cancels its pending offloads and promotions.
 func (s *State) forgetDisk(o *object) {
-	for _, r := range o.disk {
+	for _, r := range o.md().disk {
 		if d, ok := s.disk.disks[r.client]; ok {
 			d.deleteLater(o.key)
 		}
 	}
-	o.disk = nil
+	if o.meta != nil {
+		o.meta.disk = nil
+	}
 	s.dropFS(o)
 	for _, d := range s.disk.disks {
 		if j, ok := d.offloads[o.key]; ok && j.obj == o {
@@ -207,7 +215,7 @@ func (s *State) forgetDisk(o *object) {
 // whether o is left without replicas (it is then removed from the table,
 // and the caller writes the key anew).
 func (s *State) dropDiskCopies(o *object) bool {
-	if len(o.disk) == 0 && !o.offloading && o.fs == nil {
+	if len(o.md().disk) == 0 && !o.offloading && o.md().fs == nil {
 		return false
 	}
 	s.forgetDisk(o)
@@ -222,7 +230,7 @@ func (s *State) dropDiskCopies(o *object) bool {
 // diskDescriptors lists o's disk replicas as readers receive them.
 func (s *State) diskDescriptors(o *object) []Replica {
 	var out []Replica
-	for _, r := range o.disk {
+	for _, r := range o.md().disk {
 		d, ok := s.disk.disks[r.client]
 		if !ok {
 			continue
@@ -249,8 +257,8 @@ func (s *State) diskStats() DiskStats {
 	if st.Disks == 0 {
 		return st // disk replicas live only on mounted disks (unmountDisk)
 	}
-	for _, o := range s.objects {
-		if len(o.replicas) == 0 && len(o.disk) > 0 {
+	for o := range s.objects.all() {
+		if len(o.replicas) == 0 && len(o.md().disk) > 0 {
 			st.DiskOnlyKeys++
 		}
 	}
@@ -272,8 +280,8 @@ func (s *State) LocalDisks() []DiskInfo {
 	var out []DiskInfo
 	for id, d := range s.disk.disks {
 		n := 0
-		for _, o := range s.objects {
-			if slices.ContainsFunc(o.disk, func(r diskReplica) bool { return r.client == id }) {
+		for o := range s.objects.all() {
+			if slices.ContainsFunc(o.md().disk, func(r diskReplica) bool { return r.client == id }) {
 				n++
 			}
 		}

@@ -23,7 +23,7 @@ func (s *State) evictObject(o *object, offloads *int) bool {
 	off := s.cfg.Offload
 	switch {
 	case !off.Enable:
-	case len(o.disk) > 0:
+	case len(o.md().disk) > 0:
 		for _, r := range o.replicas {
 			s.freeReplica(r)
 		}

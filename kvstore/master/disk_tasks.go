@@ -72,7 +72,7 @@ func (s *State) offloadOnWrite(o *object) {
 
 // queueOffload queues o's offload to d; false when the queue is full.
 func (s *State) queueOffload(d *localDisk, o *object) bool {
-	if _, ok := d.offloads[o.key]; ok || slices.ContainsFunc(o.disk, func(r diskReplica) bool { return r.client == d.client }) {
+	if _, ok := d.offloads[o.key]; ok || slices.ContainsFunc(o.md().disk, func(r diskReplica) bool { return r.client == d.client }) {
 		return true
 	}
 	if s.disk.queued >= s.cfg.Offload.QueueLimit {
@@ -127,7 +127,7 @@ func (s *State) OffloadHeartbeat(clientID string, dropped []string, now time.Tim
 	}
 	s.touch(clientID, now)
 	for _, key := range dropped {
-		if o, ok := s.objects[key]; ok && s.dropDiskReplica(o, clientID) && o.gone() {
+		if o, ok := s.objects.lookup(key); ok && s.dropDiskReplica(o, clientID) && o.gone() {
 			s.dropObject(o)
 			s.charge(o)
 		}
@@ -139,7 +139,7 @@ func (s *State) OffloadHeartbeat(clientID string, dropped []string, now time.Tim
 			continue
 		}
 		src := s.replicaOfClient(j.obj, clientID)
-		if s.objects[key] != j.obj || src == nil {
+		if s.objects.get(key) != j.obj || src == nil {
 			s.endOffload(d, key)
 			continue
 		}
@@ -210,7 +210,7 @@ func (s *State) notifyOffload(clientID, key string, success bool, now time.Time)
 	if !success {
 		return kvstore.OK
 	}
-	if !ok || s.objects[key] != j.obj {
+	if !ok || s.objects.get(key) != j.obj {
 		d.deleteLater(key)
 		return kvstore.ObjectNotFound
 	}
@@ -224,7 +224,7 @@ func (s *State) notifyOffload(clientID, key string, success bool, now time.Time)
 // threshold, provided memory is below the eviction high watermark and the
 // promotion queue has room.
 func (s *State) diskHit(o *object) {
-	if !s.cfg.Offload.Enable || !s.cfg.Offload.PromotionOnHit || len(o.disk) == 0 {
+	if !s.cfg.Offload.Enable || !s.cfg.Offload.PromotionOnHit || len(o.md().disk) == 0 {
 		return
 	}
 	if s.disk.hits == nil {
@@ -234,7 +234,7 @@ func (s *State) diskHit(o *object) {
 		s.disk.promoted >= s.cfg.Offload.PromotionQueueLimit {
 		return
 	}
-	d, ok := s.disk.disks[o.disk[0].client]
+	d, ok := s.disk.disks[o.md().disk[0].client]
 	if !ok {
 		return
 	}
@@ -277,7 +277,7 @@ func (s *State) notifyPromotion(clientID, key string, replicaID uint64, success 
 	if !ok || j.target == nil || j.target.id != replicaID {
 		return kvstore.ObjectNotFound
 	}
-	live := s.objects[key] == j.obj && !j.obj.writing && s.segments[j.target.seg.info.ID] == j.target.seg
+	live := s.objects.get(key) == j.obj && !j.obj.writing && s.segments[j.target.seg.info.ID] == j.target.seg
 	if success && live {
 		j.target.status = ReplicaComplete
 		j.obj.replicas = append(j.obj.replicas, j.target)

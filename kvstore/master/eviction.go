@@ -126,7 +126,7 @@ func (s *State) Evict(now time.Time) EvictionResult {
 // lease first.
 func (s *State) evictionCandidates(now time.Time, keep func(*object) bool) (plain, soft *candidateQueue) {
 	plain, soft = &candidateQueue{}, &candidateQueue{}
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		if o.hardPin || o.leased(now) || !o.allComplete() || o.offloading || o.onSuspect() || (keep != nil && !keep(o)) {
 			continue
 		}
@@ -205,7 +205,7 @@ func (s *State) NeedEviction() bool { return s.needEviction }
 
 // softPinned reports whether the object's soft pin is in force at now.
 func (o *object) softPinned(now time.Time) bool {
-	return o.softPinTTL > 0 && o.softPinUntil != 0 && now.Before(o.softPinUntil.time())
+	return o.md().softPinTTL > 0 && o.md().softPinUntil != 0 && now.Before(o.md().softPinUntil.time())
 }
 
 // AboveHighWatermark reports whether allocated/capacity of the segments

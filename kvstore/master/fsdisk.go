@@ -66,32 +66,32 @@ func (s *State) addFSReplica(o *object, clientID string, now time.Time) {
 	}
 	s.dropFS(o)
 	s.nextReplica++
-	o.fs = &fsReplica{status: ReplicaProcessing, rel: fsdir.RelPath(o.key, s.nextReplica), writer: clientID, started: now}
+	o.mdw().fs = &fsReplica{status: ReplicaProcessing, rel: fsdir.RelPath(o.key, s.nextReplica), writer: clientID, started: now}
 	s.fsWrites[o] = struct{}{}
 }
 
 // fsDescriptor lists o's DISK replica, as PutStart returns it; nil when
 // it has none.
 func (o *object) fsDescriptor() []Replica {
-	if o.fs == nil {
+	if o.md().fs == nil {
 		return nil
 	}
-	return []Replica{{Type: ReplicaDisk, Status: o.fs.status, Size: o.size, FilePath: o.fs.rel}}
+	return []Replica{{Type: ReplicaDisk, Status: o.md().fs.status, Size: o.size, FilePath: o.md().fs.rel}}
 }
 
 // fsReadable reports whether o's DISK replica is written.
-func (o *object) fsReadable() bool { return o.fs != nil && o.fs.status == ReplicaComplete }
+func (o *object) fsReadable() bool { return o.md().fs != nil && o.md().fs.status == ReplicaComplete }
 
 // fsPending reports whether o's DISK replica is still being written.
-func (o *object) fsPending() bool { return o.fs != nil && o.fs.status == ReplicaProcessing }
+func (o *object) fsPending() bool { return o.md().fs != nil && o.md().fs.status == ReplicaProcessing }
 
 // dropFS forgets o's DISK replica and queues its file for deletion.
 func (s *State) dropFS(o *object) {
-	if o.fs == nil {
+	if o.md().fs == nil {
 		return
 	}
-	s.disk.fsDeletes = append(s.disk.fsDeletes, o.fs.rel)
-	o.fs = nil
+	s.disk.fsDeletes = append(s.disk.fsDeletes, o.md().fs.rel)
+	o.meta.fs = nil
 	delete(s.fsWrites, o)
 }
 
@@ -120,17 +120,17 @@ func (s *State) PutEndDisk(clientID, key string, now time.Time) kvstore.ErrorCod
 }
 
 func (s *State) putEndDisk(clientID, key string) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
-	if o.fs == nil {
+	if o.md().fs == nil {
 		return kvstore.InvalidWrite
 	}
-	if o.fs.writer != clientID {
+	if o.md().fs.writer != clientID {
 		return kvstore.IllegalClient
 	}
-	o.fs.status = ReplicaComplete
+	o.md().fs.status = ReplicaComplete
 	delete(s.fsWrites, o)
 	s.kvAvailability(o)
 	return kvstore.OK
@@ -144,14 +144,14 @@ func (s *State) PutRevokeDisk(clientID, key string, now time.Time) kvstore.Error
 }
 
 func (s *State) putRevokeDisk(clientID, key string) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
-	if o.fs == nil || !o.fsPending() {
+	if o.md().fs == nil || !o.fsPending() {
 		return kvstore.InvalidWrite
 	}
-	if o.fs.writer != clientID {
+	if o.md().fs.writer != clientID {
 		return kvstore.IllegalClient
 	}
 	s.dropFS(o)
@@ -170,9 +170,9 @@ func (s *State) releaseStaleFS(now time.Time) {
 	var stale []*object
 	for o := range s.fsWrites {
 		switch {
-		case !o.fsPending() || s.objects[o.key] != o:
+		case !o.fsPending() || s.objects.get(o.key) != o:
 			delete(s.fsWrites, o)
-		case now.Sub(o.fs.started) > s.cfg.PutStartReleaseTimeout:
+		case now.Sub(o.md().fs.started) > s.cfg.PutStartReleaseTimeout:
 			stale = append(stale, o)
 		}
 	}
@@ -190,7 +190,7 @@ func (s *State) releaseStaleFS(now time.Time) {
 // (written, or being written by a client that already published memory)
 // and reports whether it did: o stays, readable from its file.
 func (s *State) evictMemoryOnly(o *object) bool {
-	if o.fs == nil || len(o.replicas) == 0 {
+	if o.md().fs == nil || len(o.replicas) == 0 {
 		return false
 	}
 	for _, r := range o.replicas {

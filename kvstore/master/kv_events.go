@@ -35,14 +35,14 @@ func (s *State) kvAvailability(o *object) {
 		return
 	}
 	var now uint8
-	if s.objects[o.key] == o {
+	if s.objects.get(o.key) == o {
 		for _, r := range o.replicas {
 			if r.status == ReplicaComplete {
 				now |= kvInCPU
 				break
 			}
 		}
-		if len(o.disk) > 0 || o.fsReadable() {
+		if len(o.md().disk) > 0 || o.fsReadable() {
 			now |= kvOnDisk
 		}
 	}
@@ -77,12 +77,12 @@ func (s *State) kvCleared(tenant string) {
 	}
 	if s.cfg.MultiTenant {
 		prefix := tenant + tenantSep
-		for k := range s.objects {
-			if strings.HasPrefix(k, prefix) {
+		for o := range s.objects.all() {
+			if strings.HasPrefix(o.key, prefix) {
 				return
 			}
 		}
-	} else if len(s.objects) > 0 {
+	} else if s.objects.len() > 0 {
 		return
 	}
 	sink.Publish(kvevents.Event{Kind: kvevents.Cleared, Tenant: tenant})

@@ -56,7 +56,7 @@ func (s *State) indexLease(o *object) {
 	if o.indexed || !o.inTable || o.hardPin || o.writing || len(o.replicas) == 0 {
 		return
 	}
-	if len(s.leases.es) >= 2*len(s.objects)+1024 {
+	if len(s.leases.es) >= 2*s.objects.len()+1024 {
 		s.compactLeases()
 	}
 	o.indexed = true
@@ -79,7 +79,7 @@ func (s *State) compactLeases() {
 // rebuildLeases indexes every object of the table anew (after a restore).
 func (s *State) rebuildLeases() {
 	s.leases.es = s.leases.es[:0]
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		o.indexed = false
 		if !o.hardPin && !o.writing && len(o.replicas) > 0 {
 			o.indexed = true

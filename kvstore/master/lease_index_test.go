@@ -23,7 +23,7 @@ func TestLeaseIndexFollowsReads(t *testing.T) {
 	if len(res.Evicted) != 1 || res.Evicted[0] != "b" {
 		t.Fatalf("evicted %v, want [b] (a was read after b was written)", res.Evicted)
 	}
-	if o := st.objects["a"]; !o.indexed || len(st.leases.es) != 1 || st.leases.es[0].lease != o.lease {
+	if o := st.objects.get("a"); !o.indexed || len(st.leases.es) != 1 || st.leases.es[0].lease != o.lease {
 		t.Fatalf("a after the round: indexed %v, entries %+v, lease %d", o.indexed, st.leases.es, o.lease)
 	}
 }

@@ -145,7 +145,7 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time, lim Evacu
 	moving := s.movingFrom(sg)
 	var ev Evacuation
 	for _, key := range s.sortedKeys() {
-		o := s.objects[key]
+		o := s.objects.get(key)
 		if o.writing { // the next pass moves what the write publishes
 			continue
 		}
@@ -173,7 +173,7 @@ func (s *State) evacuateSegment(clientID, segID string, now time.Time, lim Evacu
 			}
 		}
 	}
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		for _, r := range o.replicas {
 			if r.seg == sg {
 				ev.Remaining++
@@ -200,7 +200,7 @@ func (s *State) survivesDeparture(o *object, r *replica) bool {
 			return true
 		}
 	}
-	return slices.ContainsFunc(o.disk, func(d diskReplica) bool { return d.client != r.seg.client })
+	return slices.ContainsFunc(o.md().disk, func(d diskReplica) bool { return d.client != r.seg.client })
 }
 
 // movingFrom returns the source replicas of unfinished tasks reading
@@ -295,13 +295,13 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 	}()
 	var items []HandoffItem
 	for _, key := range s.sortedKeys() {
-		o := s.objects[key]
+		o := s.objects.get(key)
 		for _, r := range o.replicas {
 			if !leaving[r.seg] || r.status != ReplicaComplete {
 				continue
 			}
 			it := HandoffItem{Key: key, Size: o.size, From: r.seg.info}
-			for _, d := range o.disk {
+			for _, d := range o.md().disk {
 				if d.client != clientID {
 					it.OtherReplicas++
 				}

@@ -108,7 +108,7 @@ type Stats struct {
 // suspect nor forgotten), whether or not they have remounted.
 func (s *State) Stats() Stats {
 	st := Stats{
-		KeyCount: len(s.objects), SoftPinKeyCount: s.softPins, ActiveClients: len(s.clients), Segments: len(s.segOrder),
+		KeyCount: s.objects.len(), SoftPinKeyCount: s.softPins, ActiveClients: len(s.clients), Segments: len(s.segOrder),
 		Quarantined: len(s.discarded),
 		Requests:    make(map[string]uint64, len(s.m.requests)),
 		Failures:    make(map[string]uint64, len(s.m.failures)),

@@ -47,7 +47,7 @@ func (r *replicator) DecodeSnapshot(data []byte) (replication.Restored, error) {
 			r.s.st = st
 			r.s.mu.Unlock()
 		},
-		Attrs: []any{"keys", len(st.objects), "segments", len(st.segments)},
+		Attrs: []any{"keys", st.objects.len(), "segments", len(st.segments)},
 	}, nil
 }
 

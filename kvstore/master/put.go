@@ -72,11 +72,11 @@ func (s *State) putStart(clientID, key string, size uint64, cfg ReplicateConfig,
 // preempted, its buffers quarantined (its writer may still be writing into
 // them).
 func (s *State) claimKey(key string, now time.Time) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.OK
 	}
-	if len(o.readable()) > 0 || len(o.disk) > 0 || o.fs != nil || (o.writing && now.Sub(o.putStart.time()) < s.cfg.PutStartDiscardTimeout) {
+	if len(o.readable()) > 0 || len(o.md().disk) > 0 || o.md().fs != nil || (o.writing && now.Sub(o.putStart.time()) < s.cfg.PutStartDiscardTimeout) {
 		return kvstore.ObjectAlreadyExists
 	}
 	s.dropProcessing(o, func(r *replica) { s.discard(r, now.Add(s.cfg.PutStartReleaseTimeout)) })
@@ -100,16 +100,17 @@ func (s *State) create(clientID, key string, size uint64, cfg ReplicateConfig, p
 	}
 	o := s.newObject(clientID, key, size, cfg, pinTTL, hardPin, reps, true, now)
 	s.addFSReplica(o, clientID, now)
-	return append(describeAll(reps), o.fsDescriptor()...), kvstore.OK
+	return append(describeAll(o.replicas), o.fsDescriptor()...), kvstore.OK
 }
 
-// newObject records key as a new object on reps, written by clientID;
-// writing marks the write still open.
+// newObject records key as a new object on reps (which it takes over:
+// object.firstReplicas), written by clientID; writing marks the write
+// still open.
 func (s *State) newObject(clientID, key string, size uint64, cfg ReplicateConfig, pinTTL time.Duration, hardPin bool, reps []*replica, writing bool, now time.Time) *object {
-	o := &object{
-		key: key, size: size, writer: s.internClient(clientID), putStart: stampOf(now),
-		replicas: reps, softPinTTL: pinTTL, hardPin: hardPin,
-		dataType: cfg.DataType, groupID: cfg.GroupID,
+	o := &object{key: key, size: size, writer: s.internClient(clientID), putStart: stampOf(now), hardPin: hardPin}
+	o.firstReplicas(reps)
+	if pinTTL != 0 || cfg.DataType != 0 || cfg.GroupID != "" {
+		o.meta = &objectMeta{softPinTTL: pinTTL, dataType: cfg.DataType, groupID: cfg.GroupID}
 	}
 	s.setWriting(o, writing)
 	s.addObject(o)
@@ -141,7 +142,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	if code != kvstore.OK {
 		return nil, code
 	}
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if ok && s.dropDiskCopies(o) {
 		ok = false // it lived on disk only: write it anew
 	}
@@ -156,7 +157,7 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 		return s.create(clientID, key, size, cfg, pinTTL, cfg.HardPin, now)
 	}
 	if !pinChange {
-		pinTTL = o.softPinTTL
+		pinTTL = o.md().softPinTTL
 	}
 	hardPin := o.hardPin || cfg.HardPin
 	if o.writing {
@@ -200,14 +201,15 @@ func (s *State) upsertStart(clientID, key string, size uint64, cfg ReplicateConf
 	}
 	o.writer, o.putStart = s.internClient(clientID), stampOf(now)
 	s.setWriting(o, true)
-	o.rewrites++
+	m := o.mdw()
+	m.rewrites++
 	o.hardPin = hardPin
-	o.dataType, o.groupID = cfg.DataType, cfg.GroupID
-	if pinChange || o.softPinTTL != pinTTL {
-		o.softPinUntil = 0
+	m.dataType, m.groupID = cfg.DataType, cfg.GroupID
+	if pinChange || m.softPinTTL != pinTTL {
+		m.softPinUntil = 0
 	}
 	s.setSoftPinTTL(o, pinTTL)
-	o.checksum = nil
+	m.checksum = nil
 	s.addFSReplica(o, clientID, now)
 	s.kvAvailability(o)
 	return append(describeAll(o.replicas), o.fsDescriptor()...), kvstore.OK
@@ -223,11 +225,11 @@ func (s *State) PutEnd(clientID, key string, checksum *uint64, now time.Time) kv
 }
 
 func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
-	if o.writer != clientID {
+	if o.writerID() != clientID {
 		return kvstore.IllegalClient
 	}
 	if !o.writing {
@@ -247,10 +249,12 @@ func (s *State) putEnd(clientID, key string, checksum *uint64, now time.Time) kv
 // publishWrite makes o's finished write readable: zero-length lease,
 // pending soft pin, offload and KV events.
 func (s *State) publishWrite(o *object, checksum *uint64, now time.Time) {
-	o.checksum = checksum
+	if checksum != nil || o.meta != nil {
+		o.mdw().checksum = checksum
+	}
 	o.grantLease(now, 0)
-	if o.softPinTTL > 0 && o.softPinUntil == 0 {
-		o.softPinUntil = stampOf(now.Add(o.softPinTTL))
+	if m := o.meta; m != nil && m.softPinTTL > 0 && m.softPinUntil == 0 {
+		m.softPinUntil = stampOf(now.Add(m.softPinTTL))
 	}
 	s.offloadOnWrite(o)
 	s.kvAvailability(o)
@@ -265,11 +269,11 @@ func (s *State) PutRevoke(clientID, key string, now time.Time) kvstore.ErrorCode
 }
 
 func (s *State) putRevoke(clientID, key string) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
-	if o.writer != clientID {
+	if o.writerID() != clientID {
 		return kvstore.IllegalClient
 	}
 	if !o.writing {

@@ -36,7 +36,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	if key == "" {
 		return ReadResult{}, kvstore.InvalidParams
 	}
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return ReadResult{}, kvstore.ObjectNotFound
 	}
@@ -57,7 +57,7 @@ func (s *State) getReplicaList(key string, now time.Time) (ReadResult, kvstore.E
 	}
 	o.grantLease(now, s.cfg.DefaultLeaseTTL)
 	s.noteRead(o, readable, now)
-	return ReadResult{Replicas: reps, LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.checksum}, kvstore.OK
+	return ReadResult{Replicas: reps, LeaseTTL: s.cfg.DefaultLeaseTTL, Checksum: o.md().checksum}, kvstore.OK
 }
 
 // ExistKey reports whether key has a readable replica; if so it grants
@@ -68,7 +68,7 @@ func (s *State) ExistKey(key string, now time.Time) (bool, kvstore.ErrorCode) {
 		return false, s.m.result("exist_key", kvstore.InvalidParams)
 	}
 	s.m.result("exist_key", kvstore.OK)
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok || (len(o.readable()) == 0 && (o.writing || len(s.diskDescriptors(o)) == 0)) {
 		return false, kvstore.OK
 	}

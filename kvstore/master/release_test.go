@@ -36,7 +36,7 @@ func TestReleasePassTracksOnlyOpenWrites(t *testing.T) {
 	if n := st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout + time.Second)); n != 1 {
 		t.Fatalf("discarded %d writes after the timeout, want 1", n)
 	}
-	if _, ok := st.objects["open"]; ok {
+	if _, ok := st.objects.lookup("open"); ok {
 		t.Fatal("the stale write's object is still in the table")
 	}
 	if n := len(st.openWrites); n != 0 {
@@ -64,11 +64,11 @@ func TestReleasePassTracksOnlyPendingDiskWrites(t *testing.T) {
 		t.Fatalf("%d DISK writes tracked after a pass, want 1 (20 published, one pending)", n)
 	}
 	st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout))
-	if o := st.objects["pending"]; o.fs == nil {
+	if o := st.objects.get("pending"); o.md().fs == nil {
 		t.Fatal("the DISK replica was dropped at the timeout, want only after it")
 	}
 	st.ReleaseExpired(now.Add(st.cfg.PutStartReleaseTimeout + time.Second))
-	if o := st.objects["pending"]; o == nil || o.fs != nil || len(o.replicas) != 1 {
+	if o := st.objects.get("pending"); o == nil || o.md().fs != nil || len(o.replicas) != 1 {
 		t.Fatalf("after the timeout: %+v, want the memory replica alone", o)
 	}
 	if n := len(st.fsWrites); n != 0 {
@@ -88,8 +88,8 @@ func TestSoftPinCountFollowsTheTable(t *testing.T) {
 	want := func(n int) {
 		t.Helper()
 		walked := 0
-		for _, o := range st.objects {
-			if o.softPinTTL > 0 {
+		for o := range st.objects.all() {
+			if o.md().softPinTTL > 0 {
 				walked++
 			}
 		}

@@ -15,7 +15,7 @@ func (s *State) Remove(key string, force bool, now time.Time) kvstore.ErrorCode 
 }
 
 func (s *State) remove(key string, force bool, now time.Time) kvstore.ErrorCode {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return kvstore.ObjectNotFound
 	}
@@ -71,7 +71,7 @@ func (s *State) removeMatching(tenant, ns string, match func(string) bool, force
 		if k, in := kvstore.InNamespace(s.UserKey(key), ns); !in || !match(k) {
 			continue
 		}
-		o := s.objects[key]
+		o := s.objects.get(key)
 		if (!force && o.leased(now)) || !o.allComplete() {
 			continue
 		}
@@ -92,8 +92,8 @@ func (s *State) BatchReplicaClear(clientID string, keys []string, segment string
 	s.m.result("batch_replica_clear", kvstore.OK)
 	var out []int
 	for i, key := range keys {
-		o, ok := s.objects[key]
-		if !ok || o.writer != clientID || o.leased(now) {
+		o, ok := s.objects.lookup(key)
+		if !ok || o.writerID() != clientID || o.leased(now) {
 			continue
 		}
 		if segment == "" {

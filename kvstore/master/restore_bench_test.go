@@ -120,8 +120,8 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 		st, _, err := decodeSnapshot(data, r.s.st.cfg)
 		el := time.Since(start)
 		b.ReportMetric((cpuTime(b) - cpu).Seconds(), "restore_cpu_s")
-		if err != nil || len(st.objects) != n {
-			b.Fatalf("restore: %v, %d objects", err, len(st.objects))
+		if err != nil || st.objects.len() != n {
+			b.Fatalf("restore: %v, %d objects", err, st.objects.len())
 		}
 		b.ReportMetric(el.Seconds(), "restore_s")
 		b.ReportMetric(float64(len(data))/float64(n), "bytes/object")

@@ -2,8 +2,10 @@ package master
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,15 +31,24 @@ func scaleObjects(b *testing.B) int {
 // the shape of a vLLM or SGLang block hash.
 func scaleKey(i int) string { return fmt.Sprintf("%064x", i) }
 
+// shortKey is the i-th 13-character key ("key-" and 9 digits), the size
+// of the keys master_scale.py wrote before it took block hashes.
+func shortKey(i int) string { return fmt.Sprintf("key-%09d", i) }
+
 // scaleWriter is the client id of the scale benchmarks' writer, a UUID as
 // the store client's.
 const scaleWriter = "9f3c2a44-5d1e-4b7a-8c0d-2e6f1a9b3c7d"
 
 // fillTable returns a state (cfg changed by mut) holding n finished
-// objects of 64 bytes, every tenth soft-pinned, on one segment, the i-th
-// written at epoch + i µs. Each put gets its key and client id in strings
-// of its own, as decoded from a request.
+// objects of 64 bytes under scaleKey keys, every tenth soft-pinned, on
+// one segment, the i-th written at epoch + i µs. Each put gets its key and
+// client id in strings of its own, as decoded from a request.
 func fillTable(b *testing.B, mut func(*Config), n int) *State {
+	return fillTableKeys(b, mut, n, scaleKey)
+}
+
+// fillTableKeys is fillTable with the i-th key key(i).
+func fillTableKeys(b *testing.B, mut func(*Config), n int, key func(int) string) *State {
 	b.Helper()
 	cfg := DefaultConfig()
 	if mut != nil {
@@ -61,7 +72,7 @@ func fillTable(b *testing.B, mut func(*Config), n int) *State {
 		if i%10 == 0 {
 			rc = pinned
 		}
-		key, w, now := scaleKey(i), strings.Clone(scaleWriter), epoch.Add(time.Duration(i)*time.Microsecond)
+		key, w, now := key(i), strings.Clone(scaleWriter), epoch.Add(time.Duration(i)*time.Microsecond)
 		if _, code := st.PutStart(w, key, 64, rc, now); code != kvstore.OK {
 			b.Fatal(code)
 		}
@@ -108,19 +119,64 @@ func heapInuse() uint64 {
 	return ms.HeapInuse
 }
 
-// BenchmarkObjectBytes is the master's heap per object (64-character key
-// included) with 10^5 and 10^6 objects in the table: bytes/object.
+// BenchmarkObjectBytes is the master's heap per object (key included)
+// with 10^5 and 10^6 objects in the table, under 64-character keys and
+// 13-character ones: bytes/object. With $MC_OBJECT_BYTES_PROFILE set it
+// writes a heap profile to $MC_OBJECT_BYTES_PROFILE-<key>-<n> while
+// each table is full (go tool pprof -sample_index=inuse_space).
 func BenchmarkObjectBytes(b *testing.B) {
-	for _, n := range []int{100_000, 1_000_000} {
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			for range b.N {
-				before := heapInuse()
-				st := fillTable(b, nil, n)
-				after := heapInuse()
-				b.ReportMetric(float64(after-before)/float64(n), "bytes/object")
-				runtime.KeepAlive(st)
-			}
-		})
+	keys := []struct {
+		name string
+		key  func(int) string
+	}{{"key64", scaleKey}, {"key13", shortKey}}
+	for _, k := range keys {
+		for _, n := range []int{100_000, 1_000_000} {
+			b.Run(k.name+"/"+strconv.Itoa(n), func(b *testing.B) {
+				for range b.N {
+					before := heapInuse()
+					st := fillTableKeys(b, nil, n, k.key)
+					after := heapInuse()
+					b.ReportMetric(float64(after-before)/float64(n), "bytes/object")
+					if path := os.Getenv("MC_OBJECT_BYTES_PROFILE"); path != "" {
+						writeHeapProfile(b, fmt.Sprintf("%s-%s-%d", path, k.name, n))
+					}
+					runtime.KeepAlive(st)
+				}
+			})
+		}
+	}
+}
+
+// writeHeapProfile writes the heap profile as of the last collection to
+// path.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkExistKey is ExistKey on random keys of a table of scaleObjects
+// objects: the table lookup that is_exist and get_replica_list start with,
+// over more keys than the caches hold.
+func BenchmarkExistKey(b *testing.B) {
+	n := scaleObjects(b)
+	st := fillTable(b, nil, n)
+	rng := rand.New(rand.NewSource(1))
+	keys := make([]string, 1<<18)
+	for i := range keys {
+		keys[i] = scaleKey(rng.Intn(n))
+	}
+	now := epoch.Add(time.Hour)
+	b.ResetTimer()
+	for i := range b.N {
+		if ok, _ := st.ExistKey(keys[i%len(keys)], now); !ok {
+			b.Fatal("a written key is missing")
+		}
 	}
 }
 

@@ -564,8 +564,8 @@ func leadingComments(data string) []string {
 func checkTenantUsage(t *testing.T, st *State, after string) {
 	t.Helper()
 	used, objects := map[string]uint64{}, map[string]int{}
-	for k, o := range st.objects {
-		tenant, _ := st.splitKey(k)
+	for o := range st.objects.all() {
+		tenant, _ := st.splitKey(o.key)
 		used[tenant] += o.size * uint64(len(o.replicas))
 		if len(o.replicas) > 0 { // disk-only objects hold no quota
 			objects[tenant]++

@@ -290,7 +290,7 @@ func (s *State) unmount(segID string, now time.Time) {
 	}
 	s.failTasksOnSegment(sg, now)
 	s.dropReservations(func(r *reservation) bool { return r.seg == sg }, func(*segment, uint64) {})
-	for _, o := range s.objects {
+	for o := range s.objects.all() {
 		kept := o.replicas[:0]
 		for _, r := range o.replicas {
 			if r.seg != sg {

@@ -111,7 +111,7 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 	// Objects: the table's, then those only a disk job still points at.
 	var objs []*object
 	for _, k := range st.sortedKeys() {
-		o := st.objects[k]
+		o := st.objects.get(k)
 		e.objs[o] = uint64(len(objs)) + 1
 		objs = append(objs, o)
 	}
@@ -231,39 +231,39 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 
 	e.uvarint(uint64(len(objs)))
 	for _, o := range objs {
-		e.boolean(st.objects[o.key] == o)
+		e.boolean(st.objects.get(o.key) == o)
 		e.str(o.key)
 		e.uvarint(o.size)
-		e.str(o.writer)
+		e.str(o.writerID())
 		e.time(o.putStart.time())
 		e.boolean(o.writing)
-		e.uvarint(o.rewrites)
+		e.uvarint(o.md().rewrites)
 		e.uvarint(uint64(len(o.replicas)))
 		for _, r := range o.replicas {
 			e.uvarint(e.reps[r])
 		}
 		e.time(o.lease.time())
-		e.varint(int64(o.softPinTTL))
-		e.time(o.softPinUntil.time())
+		e.varint(int64(o.md().softPinTTL))
+		e.time(o.md().softPinUntil.time())
 		e.boolean(o.hardPin)
-		e.boolean(o.checksum != nil)
-		if o.checksum != nil {
-			e.uvarint(*o.checksum)
+		e.boolean(o.md().checksum != nil)
+		if o.md().checksum != nil {
+			e.uvarint(*o.md().checksum)
 		}
-		e.varint(int64(o.dataType))
-		e.str(o.groupID)
+		e.varint(int64(o.md().dataType))
+		e.str(o.md().groupID)
 		e.uvarint(o.charged)
-		e.uvarint(uint64(len(o.disk)))
-		for _, d := range o.disk {
+		e.uvarint(uint64(len(o.md().disk)))
+		for _, d := range o.md().disk {
 			e.str(d.client)
 		}
 		e.boolean(o.offloading)
-		e.boolean(o.fs != nil)
-		if o.fs != nil {
-			e.varint(int64(o.fs.status))
-			e.str(o.fs.rel)
-			e.str(o.fs.writer)
-			e.time(o.fs.started)
+		e.boolean(o.md().fs != nil)
+		if o.md().fs != nil {
+			e.varint(int64(o.md().fs.status))
+			e.str(o.md().fs.rel)
+			e.str(o.md().fs.writer)
+			e.time(o.md().fs.started)
 		}
 	}
 
@@ -431,23 +431,23 @@ type snapshotDecoder struct {
 	objs []*object
 	// writers holds the objects' writer ids read so far, so that the
 	// objects of one client share one string (State.internClient).
-	writers map[string]string
+	writers map[string]*string
 }
 
 func (d *snapshotDecoder) str() string { return string(d.Bytes()) }
 
 // writer reads a client id, interned in d.writers.
-func (d *snapshotDecoder) writer() string {
+func (d *snapshotDecoder) writer() *string {
 	b := d.Bytes()
 	if w, ok := d.writers[string(b)]; ok {
 		return w
 	}
 	w := string(b)
 	if d.writers == nil {
-		d.writers = make(map[string]string)
+		d.writers = make(map[string]*string)
 	}
-	d.writers[w] = w
-	return w
+	d.writers[w] = &w
+	return &w
 }
 func (d *snapshotDecoder) boolean() bool {
 	v := d.Byte()
@@ -641,8 +641,19 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	d.objs = make([]*object, d.count(12))
 	for i := range d.objs {
 		inTable := d.boolean()
-		o := &object{key: d.str(), size: d.Uvarint(), writer: d.writer(), putStart: stampOf(d.time()), writing: d.boolean(), rewrites: d.Uvarint()}
-		if n := d.count(1); n > 0 {
+		var m objectMeta
+		o := &object{key: d.str(), size: d.Uvarint(), writer: d.writer(), putStart: stampOf(d.time()), writing: d.boolean()}
+		m.rewrites = d.Uvarint()
+		if n := d.count(1); n == 1 {
+			// In the record (object.firstReplicas); whoever refers to
+			// the replica further on (a task) gets the one in the record.
+			if j := d.ref(len(d.reps)); j > 0 {
+				o.firstReplicas(d.reps[j-1 : j])
+				d.reps[j-1] = &o.inline
+			} else {
+				d.Err = errBadSnapshot
+			}
+		} else if n > 1 {
 			o.replicas = make([]*replica, n)
 			for j := range o.replicas {
 				if o.replicas[j] = d.rep(); o.replicas[j] == nil {
@@ -651,25 +662,28 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 			}
 		}
 		o.lease = stampOf(d.time())
-		o.softPinTTL = time.Duration(d.Varint())
-		o.softPinUntil = stampOf(d.time())
+		m.softPinTTL = time.Duration(d.Varint())
+		m.softPinUntil = stampOf(d.time())
 		o.hardPin = d.boolean()
 		if d.boolean() {
 			v := d.Uvarint()
-			o.checksum = &v
+			m.checksum = &v
 		}
-		o.dataType = d.int()
-		o.groupID = d.str()
+		m.dataType = d.int()
+		m.groupID = d.str()
 		o.charged = d.Uvarint()
 		if n := d.count(1); n > 0 {
-			o.disk = make([]diskReplica, n)
-			for j := range o.disk {
-				o.disk[j].client = d.str()
+			m.disk = make([]diskReplica, n)
+			for j := range m.disk {
+				m.disk[j].client = d.str()
 			}
 		}
 		o.offloading = d.boolean()
 		if d.boolean() {
-			o.fs = &fsReplica{status: ReplicaStatus(d.int()), rel: d.str(), writer: d.str(), started: d.time()}
+			m.fs = &fsReplica{status: ReplicaStatus(d.int()), rel: d.str(), writer: d.str(), started: d.time()}
+		}
+		if !m.empty() {
+			o.meta = &m
 		}
 		if inTable {
 			st.addObject(o)

@@ -48,8 +48,8 @@ func validateSnapshotState(st *State, segs []*segment) error {
 		used[sg] = taken
 	}
 	held := map[*segment][]span{}
-	for _, key := range sortedMapKeys(st.objects) {
-		for _, r := range st.objects[key].replicas {
+	for _, key := range st.sortedKeys() {
+		for _, r := range st.objects.get(key).replicas {
 			taken := used[r.seg]
 			i, _ := slices.BinarySearchFunc(taken, r.off+1, func(s span, off uint64) int { return cmp.Compare(s.off, off) })
 			if i == 0 || r.off+r.size > taken[i-1].end || r.size == 0 {

@@ -36,11 +36,11 @@ func TestSnapshotInconsistentStateIsRefused(t *testing.T) {
 		t.Fatalf("a consistent state: %v", err)
 	}
 	for name, spoil := range map[string]func(st *State){
-		"replica outside any allocation": func(st *State) { st.objects["a"].replicas[0].off = 1 << 15 },
+		"replica outside any allocation": func(st *State) { st.objects.get("a").replicas[0].off = 1 << 15 },
 		"two objects on the same bytes": func(st *State) {
-			st.objects["b"].replicas[0].off = st.objects["a"].replicas[0].off
+			st.objects.get("b").replicas[0].off = st.objects.get("a").replicas[0].off
 		},
-		"replica longer than its allocation": func(st *State) { st.objects["a"].replicas[0].size = 1 << 12 },
+		"replica longer than its allocation": func(st *State) { st.objects.get("a").replicas[0].size = 1 << 12 },
 		"free extent over an allocation": func(st *State) {
 			a := st.segments["s1"].alloc
 			a.free[0].off -= Alignment

@@ -19,36 +19,35 @@ type replica struct {
 	size   uint64
 }
 
-// object is one key's metadata. Instants are stamps and the fields are
-// ordered so that the small ones share a word: the record is one of the
-// table's per-object costs (docs/store-master-scale.md).
+// object is one key's metadata. The record is the largest of the table's
+// per-object costs (docs/store-master-scale.md), so it holds what every
+// object has and nothing else: instants are stamps, the small fields
+// share one word, what few objects carry (soft pin, upserts, checksum,
+// metadata, disk copies) is in meta, and the common case of one memory
+// replica lives in the record itself (inline, one) instead of a replica
+// and a one-entry list allocated on their own.
 type object struct {
-	key      string
+	key string
+	// writer is the client that opened the current/last write: the id
+	// in its client record (internClient), shared by the objects it
+	// writes, 8 bytes in the record where a string takes 16.
+	writer   *string
 	size     uint64
-	writer   string // client that opened the current/last write (interned: internClient)
-	putStart stamp  // when the current/last write was opened
-	rewrites uint64 // upserts opened on the object; a task copies one version
-	replicas []*replica
+	putStart stamp // when the current/last write was opened
 	// lease is the read lease deadline: Remove (without force) and
 	// eviction leave the object alone while now < lease.
 	lease stamp
-	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
-	// the object first becomes readable.
-	softPinTTL   time.Duration
-	softPinUntil stamp
-	checksum     *uint64
-	dataType     int    // upstream ObjectDataType, metadata only
-	groupID      string // storage group, metadata only
 	// charged is what the object counts against its tenant's quota
 	// (size × replicas when last charged; see State.charge).
 	charged uint64
-	// disk holds the object's LOCAL_DISK replicas.
-	disk []diskReplica
-	// fs is the object's DISK replica on the shared file system
-	// (fsdisk.go), nil without one.
-	fs      *fsReplica
-	writing bool // a put or upsert is open (replicas PROCESSING)
-	hardPin bool
+	// replicas are the memory replicas. An object created with one
+	// (newObject) has it in inline, the list's array in one; a list
+	// that grows past one entry moves to an array of its own, and
+	// replicas put in later are allocated on their own.
+	replicas []*replica
+	meta     *objectMeta // nil while every field of it is zero
+	writing  bool        // a put or upsert is open (replicas PROCESSING)
+	hardPin  bool
 	// offloading marks an offload queued or in flight, which keeps the
 	// memory replicas.
 	offloading bool
@@ -56,6 +55,66 @@ type object struct {
 	kvMedia uint8
 	inTable bool // in State.objects (addObject, dropObject)
 	indexed bool // has an entry in State.leases
+	inline  replica
+	one     [1]*replica
+}
+
+// objectMeta is the part of an object record that few objects use; an
+// object without any of it keeps none (object.meta is nil).
+type objectMeta struct {
+	rewrites uint64 // upserts opened on the object; a task copies one version
+	// softPinTTL > 0 marks a soft-pinned object; softPinUntil is set when
+	// the object first becomes readable.
+	softPinTTL   time.Duration
+	softPinUntil stamp
+	checksum     *uint64
+	dataType     int    // upstream ObjectDataType, metadata only
+	groupID      string // storage group, metadata only
+	// disk holds the object's LOCAL_DISK replicas.
+	disk []diskReplica
+	// fs is the object's DISK replica on the shared file system
+	// (fsdisk.go), nil without one.
+	fs *fsReplica
+}
+
+// noMeta is what md returns for an object without meta: read it, never
+// write it.
+var noMeta objectMeta
+
+// md returns o's rarely used fields for reading (all zero without meta).
+func (o *object) md() *objectMeta {
+	if o.meta == nil {
+		return &noMeta
+	}
+	return o.meta
+}
+
+// mdw returns o's rarely used fields for writing, creating them.
+func (o *object) mdw() *objectMeta {
+	if o.meta == nil {
+		o.meta = &objectMeta{}
+	}
+	return o.meta
+}
+
+// empty reports whether every field of m is zero.
+func (m *objectMeta) empty() bool {
+	return m.rewrites == 0 && m.softPinTTL == 0 && m.softPinUntil == 0 && m.checksum == nil &&
+		m.dataType == 0 && m.groupID == "" && len(m.disk) == 0 && m.fs == nil
+}
+
+// firstReplicas gives a new object (nothing points at its inline
+// replica yet) the replica list reps, which it takes over: a single
+// replica is copied into the record (o.inline), and the caller must not
+// use reps[0] afterwards.
+func (o *object) firstReplicas(reps []*replica) {
+	if len(reps) != 1 {
+		o.replicas = reps
+		return
+	}
+	o.inline = *reps[0]
+	o.one[0] = &o.inline
+	o.replicas = o.one[:]
 }
 
 // discarded is a quarantined buffer: still reserved in its segment until
@@ -79,7 +138,7 @@ type State struct {
 	// not from Config.Seed; with the operation log every entry replaces
 	// it, as rng, with the entry's deterministic source.
 	ids     *rand.Rand
-	objects map[string]*object
+	objects objectTable
 	// openWrites holds the objects whose write is open (writing), so the
 	// release pass visits them alone, not every object; setWriting keeps
 	// it, and the pass drops entries whose object left the table.
@@ -127,7 +186,6 @@ func NewState(cfg Config) (*State, error) {
 		cfg:        cfg,
 		rng:        rand.New(rand.NewSource(cfg.Seed)),
 		ids:        rand.New(rand.NewSource(randv2.Int64())),
-		objects:    make(map[string]*object),
 		openWrites: make(map[*object]struct{}),
 		fsWrites:   make(map[*object]struct{}),
 		segments:   make(map[string]*segment),
@@ -184,39 +242,40 @@ func (s *State) erase(o *object) {
 // addObject enters o into the table under its key, in place of any
 // object the key held.
 func (s *State) addObject(o *object) {
-	if old, ok := s.objects[o.key]; ok {
+	if old, ok := s.objects.lookup(o.key); ok {
 		s.dropObject(old)
 	}
-	s.objects[o.key] = o
+	s.objects.insert(o)
 	o.inTable = true
-	if o.softPinTTL > 0 {
+	if o.md().softPinTTL > 0 {
 		s.softPins++
 	}
 }
 
 // dropObject removes o from the table, if it is there.
 func (s *State) dropObject(o *object) {
-	if s.objects[o.key] != o {
+	if !s.objects.remove(o) {
 		return
 	}
-	delete(s.objects, o.key)
 	o.inTable = false
-	if o.softPinTTL > 0 {
+	if o.md().softPinTTL > 0 {
 		s.softPins--
 	}
 }
 
 // setSoftPinTTL sets o's soft pin (0: none), keeping State.softPins.
 func (s *State) setSoftPinTTL(o *object, ttl time.Duration) {
-	if s.objects[o.key] == o {
+	if s.objects.get(o.key) == o {
 		switch {
-		case o.softPinTTL > 0 && ttl <= 0:
+		case o.md().softPinTTL > 0 && ttl <= 0:
 			s.softPins--
-		case o.softPinTTL <= 0 && ttl > 0:
+		case o.md().softPinTTL <= 0 && ttl > 0:
 			s.softPins++
 		}
 	}
-	o.softPinTTL = ttl
+	if ttl != 0 || o.meta != nil {
+		o.mdw().softPinTTL = ttl
+	}
 }
 
 // readable returns the object's COMPLETE replicas.
@@ -247,14 +306,26 @@ func (o *object) allComplete() bool {
 // leased reports whether a read lease is still active at now.
 func (o *object) leased(now time.Time) bool { return now.Before(o.lease.time()) }
 
-// internClient returns clientID in the string the client table holds
-// when the client is registered, so that the objects a client writes
-// share one copy of its id instead of one each from its requests.
-func (s *State) internClient(clientID string) string {
+// internClient returns clientID as an object's writer: the id in the
+// client's record when the client is registered, so that the objects a
+// client writes share one copy of its id instead of one each from its
+// requests (a record the client table forgets stays while objects point
+// at it), else a copy of its own.
+func (s *State) internClient(clientID string) *string {
 	if c, ok := s.clients[clientID]; ok {
-		return c.id
+		return &c.id
 	}
-	return clientID
+	own := clientID // on the heap on this path alone
+	return &own
+}
+
+// writerID is the id of the client that opened o's current or last
+// write.
+func (o *object) writerID() string {
+	if o.writer == nil {
+		return ""
+	}
+	return *o.writer
 }
 
 // setWriting opens (w) or closes o's write, and keeps State.openWrites.
@@ -294,7 +365,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 	var stale []*object
 	for o := range s.openWrites {
 		switch {
-		case !o.writing || s.objects[o.key] != o:
+		case !o.writing || s.objects.get(o.key) != o:
 			delete(s.openWrites, o)
 		case now.Sub(o.putStart.time()) > s.cfg.PutStartReleaseTimeout:
 			stale = append(stale, o)
@@ -335,9 +406,9 @@ func (s *State) dropProcessing(o *object, release func(*replica)) {
 // sortedKeys returns all keys in order, so that bulk operations are
 // deterministic.
 func (s *State) sortedKeys() []string {
-	keys := make([]string, 0, len(s.objects))
-	for k := range s.objects {
-		keys = append(keys, k)
+	keys := make([]string, 0, s.objects.len())
+	for o := range s.objects.all() {
+		keys = append(keys, o.key)
 	}
 	sort.Strings(keys)
 	return keys
@@ -360,15 +431,15 @@ type ObjectInfo struct {
 
 // QueryKey returns a snapshot of key's metadata without granting a lease.
 func (s *State) QueryKey(key string) (ObjectInfo, bool) {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok {
 		return ObjectInfo{}, false
 	}
 	return ObjectInfo{
-		Key: o.key, Size: o.size, Writer: o.writer, Writing: o.writing,
+		Key: o.key, Size: o.size, Writer: o.writerID(), Writing: o.writing,
 		Replicas: append(describeAll(o.replicas), s.diskDescriptors(o)...), LeaseUntil: o.lease.time(),
-		SoftPinned: o.softPinTTL > 0, SoftPinUntil: o.softPinUntil.time(), HardPinned: o.hardPin,
-		DataType: o.dataType, GroupID: o.groupID,
+		SoftPinned: o.md().softPinTTL > 0, SoftPinUntil: o.md().softPinUntil.time(), HardPinned: o.hardPin,
+		DataType: o.md().dataType, GroupID: o.md().groupID,
 	}, true
 }
 

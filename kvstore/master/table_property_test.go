@@ -219,10 +219,10 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 			slices.ContainsFunc(info.Replicas, func(r Replica) bool { return r.Status != status || r.Size != o.size }) {
 			t.Fatalf("step %d (%s): %s is %+v, model %+v", step, op, k, info, *o)
 		}
-		inner := st.objects[k]
-		if (inner.checksum == nil) != (o.checksum == nil) || (o.checksum != nil && *inner.checksum != *o.checksum) ||
-			!inner.putStart.time().Equal(o.putStart) || inner.softPinTTL != o.softPinTTL {
-			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.checksum, inner.putStart, inner.softPinTTL, *o)
+		inner := st.objects.get(k)
+		if (inner.md().checksum == nil) != (o.checksum == nil) || (o.checksum != nil && *inner.md().checksum != *o.checksum) ||
+			!inner.putStart.time().Equal(o.putStart) || inner.md().softPinTTL != o.softPinTTL {
+			t.Fatalf("step %d (%s): %s has checksum %v, put start %v, soft pin TTL %v; model %+v", step, op, k, inner.md().checksum, inner.putStart, inner.md().softPinTTL, *o)
 		}
 	}
 	// The lease index (lease_index.go): one entry for each object with
@@ -235,10 +235,27 @@ func (m *refTable) check(t *testing.T, st *State, step int, op string) {
 		}
 		indexed[e.o] = e.lease
 	}
+	// The record (state.go): a replica belongs to one object, in its
+	// record or on its own, and an object restored from a snapshot with
+	// one replica has it in its record again.
+	inline, owner := map[*replica]*object{}, map[*replica]*object{}
+	for o := range st.objects.all() {
+		inline[&o.inline] = o
+	}
 	walked := 0
-	for k, o := range st.objects {
+	for o := range st.objects.all() {
+		k := o.key
 		if len(o.replicas) > 0 {
 			walked++
+		}
+		for _, r := range o.replicas {
+			if x := inline[r]; (x != nil && x != o) || owner[r] != nil {
+				t.Fatalf("step %d (%s): %s holds a replica of another object", step, op, k)
+			}
+			owner[r] = o
+		}
+		if op == "snapshot_restore" && len(o.replicas) == 1 && o.replicas[0] != &o.inline {
+			t.Fatalf("step %d (%s): %s restored with its one replica outside its record", step, op, k)
 		}
 		l, ok := indexed[o]
 		if want := !o.hardPin && !o.writing && len(o.replicas) > 0; !o.inTable || o.indexed != ok || want && !ok || ok && l > o.lease {

@@ -137,7 +137,7 @@ func (s *State) createCopyTask(key string, targets []string, now time.Time) (Tas
 	if len(targets) == 0 {
 		return TaskID{}, kvstore.InvalidParams
 	}
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok || len(o.readable()) == 0 {
 		return TaskID{}, kvstore.ObjectNotFound
 	}
@@ -166,7 +166,7 @@ func (s *State) CreateMoveTask(key, source, target string, now time.Time) (TaskI
 }
 
 func (s *State) createMoveTask(key, source, target string, now time.Time) (TaskID, kvstore.ErrorCode) {
-	o, ok := s.objects[key]
+	o, ok := s.objects.lookup(key)
 	if !ok || len(o.readable()) == 0 {
 		return TaskID{}, kvstore.ObjectNotFound
 	}
@@ -192,7 +192,7 @@ func (s *State) newTask(typ TaskType, o *object, source *replica, want [][]*segm
 		return TaskID{}, kvstore.TaskPendingLimitExceeded
 	}
 	t := &task{typ: typ, key: o.key, size: o.size, source: source, client: source.seg.client,
-		assignee: source.seg.info.Name, created: now, updated: now, version: o.rewrites}
+		assignee: source.seg.info.Name, created: now, updated: now, version: o.md().rewrites}
 	for _, segs := range want {
 		r := s.reserveOn(segs, o.size)
 		if r == nil {
@@ -303,11 +303,11 @@ func (s *State) completeTask(clientID string, id TaskID, ok bool, message string
 		return kvstore.UnavailableInCurrentStatus
 	}
 	if ok {
-		o, live := s.objects[t.key]
+		o, live := s.objects.lookup(t.key)
 		switch {
 		case !live || !slices.Contains(o.replicas, t.source):
 			ok, message = false, "the object or its source replica was removed during the task"
-		case o.writing || o.rewrites != t.version:
+		case o.writing || o.md().rewrites != t.version:
 			ok, message = false, "the object was rewritten during the task"
 		}
 	}
@@ -328,7 +328,7 @@ func (s *State) finishTask(t *task, ok bool, message string, now time.Time) {
 		return
 	}
 	t.status = TaskSuccess
-	o := s.objects[t.key]
+	o := s.objects.get(t.key)
 	for _, r := range t.targets {
 		r.status = ReplicaComplete
 		o.replicas = append(o.replicas, r)

@@ -79,9 +79,9 @@ func (s *State) tenantKeys(tenant string) []string {
 	}
 	prefix := tenant + tenantSep
 	var keys []string
-	for k := range s.objects {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
+	for o := range s.objects.all() {
+		if strings.HasPrefix(o.key, prefix) {
+			keys = append(keys, o.key)
 		}
 	}
 	sort.Strings(keys)
@@ -149,7 +149,7 @@ func (s *State) charge(o *object) {
 	s.kvAvailability(o)
 	s.indexLease(o)
 	held := replicaBytes(o.size, len(o.replicas))
-	if _, live := s.objects[o.key]; !live {
+	if _, live := s.objects.lookup(o.key); !live {
 		held = 0
 	}
 	if held == o.charged {
