@@ -25,7 +25,9 @@ type replica struct {
 // share one word, what few objects carry (soft pin, upserts, checksum,
 // metadata, disk copies) is in meta, and the common case of one memory
 // replica lives in the record itself (inline, one) instead of a replica
-// and a one-entry list allocated on their own.
+// and a one-entry list allocated on their own. An object is never
+// copied by value: the copy's replica list would point into the
+// original's record.
 type object struct {
 	key string
 	// writer is the client that opened the current/last write: the id

@@ -318,6 +318,7 @@ func (s *State) completeTask(clientID string, id TaskID, ok bool, message string
 // finishTask makes t final. Success publishes its targets (and for a move
 // drops the source replica); failure frees them.
 func (s *State) finishTask(t *task, ok bool, message string, now time.Time) {
+	defer t.detachSource()
 	t.updated, t.message = now, message
 	if !ok {
 		t.status = TaskFailed
@@ -345,6 +346,17 @@ func (s *State) finishTask(t *task, ok bool, message string, now time.Time) {
 		}
 	}
 	s.charge(o)
+}
+
+// detachSource replaces a finished task's source by a copy of its own:
+// the source may be the replica kept inside its object's record, and a
+// finished task is kept for a while (MaxFinished), which would keep a
+// removed object's whole record alive.
+func (t *task) detachSource() {
+	if t.source != nil {
+		c := *t.source
+		t.source = &c
+	}
 }
 
 // failTasks fails every unfinished task for which drop returns true.
