@@ -6,7 +6,9 @@ for the Transfer Engine metadata too. The writer puts objects; the leader's
 process is killed with SIGKILL on its host (the storage client beside it
 lives on); once a standby on another host leads, every acknowledged object
 reads back byte for byte, from the writer and from a fresh client on the
-etcd host, and new puts succeed."""
+etcd host, and new puts succeed. The same with the leader elected on
+Redis (``--ha_backend_type=redis``, no oplog): the clients follow the new
+leader and new objects round-trip."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from conftest import _etcd_path, go_binary
 
 ETCD_PORT, ETCD_PEER_PORT = 2379, 2380  # every host has its own network namespace
 RPC_PORT, ADMIN_PORT = 50051, 9003
+REDIS_PORT = 6379
 
 # On a host: polls each admin URL's /role until one not in the excluded
 # set says "leader" and prints its index (exit 1 at the deadline). argv:
@@ -93,35 +96,48 @@ def ha_cluster(go_bin_dir, tmp_path):
         yield c, f"{e.addr}:{ETCD_PORT}"
 
 
-def test_leader_killed_on_its_host_loses_nothing(ha_cluster, go_bin_dir, tmp_path):
-    c, etcd = ha_cluster
-    binary = go_binary("mooncake_master", go_bin_dir)
-    hosts = [c[1], c[2], c[3]]
-    admins = [f"http://{h.addr}:{ADMIN_PORT}" for h in hosts]
-    logs = [tmp_path / f"master-{h.name}.log" for h in hosts]
-    masters = []
+class Masters:
+    """`mooncake_master --enable_ha` processes, one per host, with ``flags``."""
 
-    def start(i: int) -> None:
-        h = hosts[i]
-        with open(logs[i], "ab") as f:
-            masters.append(h.popen(
-                [binary, "--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}",
+    def __init__(self, c: rig.Cluster, hosts: list[rig.Host], flags: list[str], logs, binary: str) -> None:
+        self.c, self.hosts, self.flags, self.binary = c, hosts, flags, binary
+        self.admins = [f"http://{h.addr}:{ADMIN_PORT}" for h in hosts]
+        self.logs = [logs / f"master-{h.name}.log" for h in hosts]
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def start(self, i: int) -> None:
+        h = self.hosts[i]
+        with open(self.logs[i], "ab") as f:
+            self.procs[i] = h.popen(
+                [self.binary, *self.flags,
                  f"--rpc_address={h.addr}", f"--rpc_port={RPC_PORT}",
                  f"--metrics_host={h.addr}", f"--metrics_port={ADMIN_PORT}",
                  "--enable_metric_reporting=false"],
-                stdout=f, stderr=subprocess.STDOUT, env=_env()))  # fmt: skip
+                stdout=f, stderr=subprocess.STDOUT, env=_env())  # fmt: skip
 
-    def wait_leader(excluded: set[int], timeout: float) -> int:
-        res = c[0].run([sys.executable, "-c", WAIT_LEADER, str(timeout),
-                        ",".join(map(str, sorted(excluded))), *admins], timeout=timeout + 30)
+    def wait_leader(self, excluded: set[int], timeout: float) -> int:
+        """The index of the master that leads, the excluded ones aside."""
+        res = self.c[0].run([sys.executable, "-c", WAIT_LEADER, str(timeout),
+                             ",".join(map(str, sorted(excluded))), *self.admins],
+                            timeout=timeout + 30)  # fmt: skip
         assert res.returncode == 0, "no leader: " + " | ".join(
-            f"{h.name}: {_log_tail(p)}" for h, p in zip(hosts, logs, strict=True))
+            f"{h.name}: {_log_tail(p)}" for h, p in zip(self.hosts, self.logs, strict=True))
         return int(res.stdout.strip())
 
-    start(0)
-    assert wait_leader({1, 2}, 20) == 0  # the first master leads
-    start(1)
-    start(2)
+    def kill(self, i: int) -> None:
+        """kill -9 of master i on its host."""
+        os.kill(_child_pid(self.procs[i]), signal.SIGKILL)
+        self.procs[i].wait(10)  # its nsenter goes with it
+
+
+def test_leader_killed_on_its_host_loses_nothing(ha_cluster, go_bin_dir, tmp_path):
+    c, etcd = ha_cluster
+    m = Masters(c, [c[1], c[2], c[3]], ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"],
+                tmp_path, go_binary("mooncake_master", go_bin_dir))
+    m.start(0)
+    assert m.wait_leader({1, 2}, 20) == 0  # the first master leads
+    m.start(1)
+    m.start(2)
     master, metadata = f"etcd://{etcd}", f"etcd://{etcd}"
     storage = [Node(c[1], metadata, master, "32MB"), Node(c[2], metadata, master, "32MB")]
     writer = Node(c[3], metadata, master, "0")
@@ -132,12 +148,10 @@ def test_leader_killed_on_its_host_loses_nothing(ha_cluster, go_bin_dir, tmp_pat
     for i, (key, v) in enumerate(values.items()):
         assert writer.put(key, v, replicas=1 + i % 2) == 0, key
 
-    leader = 0
     t0 = time.monotonic()
-    os.kill(_child_pid(masters[leader]), signal.SIGKILL)  # kill -9 on host 2
-    masters[leader].wait(10)  # its nsenter goes with it
-    new = wait_leader({leader}, 30)
-    print(f"the master on {hosts[new].name} leads {time.monotonic() - t0:.2f} s after the kill")
+    m.kill(0)  # kill -9 on host 2
+    new = m.wait_leader({0}, 30)
+    print(f"the master on {m.hosts[new].name} leads {time.monotonic() - t0:.2f} s after the kill")
 
     for key, v in values.items():  # the writer's connection fails over
         assert writer.get(key) == v, key
@@ -147,4 +161,75 @@ def test_leader_killed_on_its_host_loses_nothing(ha_cluster, go_bin_dir, tmp_pat
     for node in (writer, *storage):  # and the new leader takes writes
         key = f"after/{node.host.name}"
         assert node.put(key, key.encode() * 100) == 0, key
+        assert reader.get(key) == key.encode() * 100, key
+
+
+# On a host: waits until the Redis server at argv[2]:argv[3] answers PING
+# (exit 1 after argv[1] s).
+WAIT_REDIS = """
+import socket, sys, time
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:
+    try:
+        with socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=1) as s:
+            s.sendall(b"PING\\r\\n")
+            if s.recv(16).startswith(b"+PONG"):
+                sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.05)
+sys.exit(1)
+"""
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    with rig.Cluster(4) as c:
+        r = c[0]
+        r.popen(["redis-server", "--bind", r.addr, "--port", str(REDIS_PORT), "--dir", str(tmp_path),
+                 "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        res = r.run([sys.executable, "-c", WAIT_REDIS, "20", r.addr, str(REDIS_PORT)])
+        assert res.returncode == 0, "redis-server did not start on host 1"
+        yield c, f"redis://{r.addr}:{REDIS_PORT}"
+
+
+def test_redis_elected_leader_killed_on_its_host(redis_cluster, go_bin_dir, tmp_path):
+    """Masters electing their leader on Redis (host 1), the Transfer Engine
+    metadata and the clients' master view there too: after kill -9 of the
+    leader a standby on another host leads, every client's calls reach it and
+    new objects round-trip across hosts. Without the oplog the new leader
+    does not know the old one's objects: a read of one gives nothing or
+    the exact value, never other bytes."""
+    c, redis = redis_cluster
+    m = Masters(c, [c[1], c[2], c[3]],
+                ["--enable_ha", "--ha_backend_type=redis", f"--ha_backend_connstring={redis}",
+                 "--master_view_lease_ttl_sec=2"],
+                tmp_path, go_binary("mooncake_master", go_bin_dir))  # fmt: skip
+    m.start(0)
+    assert m.wait_leader({1, 2}, 20) == 0
+    m.start(1)
+    m.start(2)
+    storage = [Node(c[1], redis, redis, "32MB"), Node(c[2], redis, redis, "32MB")]
+    writer = Node(c[3], redis, redis, "0")
+    rnd = random.Random(4553)
+    before = {f"redis/{i}": rnd.randbytes(rnd.choice((1, 4099, (1 << 20) + 3))) for i in range(20)}
+    for key, v in before.items():
+        assert writer.put(key, v) == 0, key
+        assert writer.get(key) == v, key
+
+    t0 = time.monotonic()
+    m.kill(0)
+    new = m.wait_leader({0}, 30)
+    print(f"the master on {m.hosts[new].name} leads {time.monotonic() - t0:.2f} s after the kill")
+
+    reader = Node(c[0], redis, redis, "0")
+    for key, v in before.items():
+        assert reader.get(key) in (b"", v), key
+    deadline = time.monotonic() + 30  # the storage clients mount again at the new leader
+    for node in (writer, *storage):
+        key = f"after/{node.host.name}"
+        while (rc := node.put(key, key.encode() * 100)) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rc == 0, f"{key}: put through the new leader: {rc}"
         assert reader.get(key) == key.encode() * 100, key
