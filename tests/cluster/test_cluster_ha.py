@@ -99,7 +99,9 @@ def ha_cluster(go_bin_dir, tmp_path):
 class Masters:
     """`mooncake_master --enable_ha` processes, one per host, with ``flags``."""
 
-    def __init__(self, c: rig.Cluster, hosts: list[rig.Host], flags: list[str], logs, binary: str) -> None:
+    def __init__(
+        self, c: rig.Cluster, hosts: list[rig.Host], flags: list[str], logs, binary: str
+    ) -> None:
         self.c, self.hosts, self.flags, self.binary = c, hosts, flags, binary
         self.admins = [f"http://{h.addr}:{ADMIN_PORT}" for h in hosts]
         self.logs = [logs / f"master-{h.name}.log" for h in hosts]
@@ -132,8 +134,8 @@ class Masters:
 
 def test_leader_killed_on_its_host_loses_nothing(ha_cluster, go_bin_dir, tmp_path):
     c, etcd = ha_cluster
-    m = Masters(c, [c[1], c[2], c[3]], ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"],
-                tmp_path, go_binary("mooncake_master", go_bin_dir))
+    flags = ["--enable_ha", "--enable_oplog", f"--etcd_endpoints={etcd}"]
+    m = Masters(c, [c[1], c[2], c[3]], flags, tmp_path, go_binary("mooncake_master", go_bin_dir))
     m.start(0)
     assert m.wait_leader({1, 2}, 20) == 0  # the first master leads
     m.start(1)
@@ -186,8 +188,9 @@ sys.exit(1)
 def redis_cluster(tmp_path):
     with rig.Cluster(4) as c:
         r = c[0]
-        r.popen(["redis-server", "--bind", r.addr, "--port", str(REDIS_PORT), "--dir", str(tmp_path),
-                 "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+        r.popen(["redis-server", "--bind", r.addr, "--port", str(REDIS_PORT),
+                 "--dir", str(tmp_path), "--save", "", "--appendonly", "no",
+                 "--protected-mode", "no"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         res = r.run([sys.executable, "-c", WAIT_REDIS, "20", r.addr, str(REDIS_PORT)])
         assert res.returncode == 0, "redis-server did not start on host 1"
