@@ -137,9 +137,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("max_group_size"), py::arg("is_extension"),
            py::arg("auto_deactivate_on_failure"),
            py::arg("auto_sync_on_failure"))
-      // Upstream's earlier recommended form, without is_extension (which
-      // that version ignored): the group is created or attached exactly,
-      // as is_extension=False does. The pair is checked at init like the
+      // The recommended form of upstream's version that ignores
+      // is_extension (mooncake-pg/src/pg_py.cpp, not the spec's
+      // torch/src/pg_py.cpp): the group is created or attached exactly, as
+      // is_extension=False does. The pair is checked at init like the
       // four-argument form's.
       .def(py::init([](int maxGroupSize, bool autoDeactivate, bool autoSync) {
              return makeOptions(std::nullopt, false, maxGroupSize,

@@ -1,7 +1,8 @@
-"""Upstream's earlier spellings of the mooncake.pg API, still accepted:
-``MooncakeBackendOptions(max_group_size, auto_deactivate_on_failure,
-auto_sync_on_failure)`` (three arguments, no is_extension) and
-``get_failed_ranks(work)`` (the earlier name of ``get_failed_ranks_hint``).
+"""Spellings of the mooncake.pg API from upstream versions other than the
+spec's, accepted too: ``MooncakeBackendOptions(max_group_size,
+auto_deactivate_on_failure, auto_sync_on_failure)`` (three arguments, from
+the version that ignores is_extension) and ``get_failed_ranks(work)`` (the
+earlier name of ``get_failed_ranks_hint``).
 Multi-process on loopback (tests/pg_harness.py); the fault case kills a rank
 with SIGKILL and checks what the survivors' ops report through the earlier
 name, in both failure modes the three-argument form selects."""
@@ -170,13 +171,13 @@ def case_rank_killed(rank: int, world: int, port: int, auto: bool) -> None:
 
 
 def test_three_argument_options() -> None:
-    launch(1, "test_pg_earlier_api", "case_three_argument_options", timeout=60, init="none")
+    launch(1, "test_pg_upstream_spellings", "case_three_argument_options", timeout=60, init="none")
 
 
-# The manual variant (4-8 s on a loaded 2-core host) runs in make faults;
+# The manual variant (3-6 s on this loaded 2-core host) runs in make faults;
 # test_pg_faults.py::test_manual_mode covers manual mode in make test.
 @pytest.mark.parametrize("auto", [pytest.param(True, id="auto"),
                                   pytest.param(False, id="manual", marks=pytest.mark.long)])
 def test_get_failed_ranks_after_kill(auto: bool) -> None:
-    launch(3, "test_pg_earlier_api", "case_rank_killed", timeout=60, init="none",
+    launch(3, "test_pg_upstream_spellings", "case_rank_killed", timeout=60, init="none",
            killed=(DEAD,), auto=auto)
