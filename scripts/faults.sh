@@ -70,6 +70,7 @@ suites=(
 	"pg-woken-rank|py:tests/test_pg_any_rank.py::test_woken_rank_does_not_succeed_in_the_op_it_was_failed_in"
 	"pg-one-outcome|py:tests/test_pg_one_outcome.py"
 	"pg-p2p-exited-peer|py:tests/test_pg_faults.py::test_p2p_to_a_rank_that_exited"
+	"pg-upstream-spellings|py:tests/test_pg_upstream_spellings.py"
 	"pg-livelock|py:tests/test_pg_any_rank.py::test_livelocked_rank_is_failed_by_the_hang_timeout"
 	"pg-coordinator-kill|py:tests/test_pg_coordinator_failover.py::test_coordinator_killed_then_a_rank_killed"
 	"pg-coordinator-sigstop|py:tests/test_pg_coordinator_failover.py::test_coordinator_stopped_then_a_rank_killed"

@@ -137,6 +137,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("max_group_size"), py::arg("is_extension"),
            py::arg("auto_deactivate_on_failure"),
            py::arg("auto_sync_on_failure"))
+      // The recommended form of upstream's version that ignores
+      // is_extension (mooncake-pg/src/pg_py.cpp, not the spec's
+      // torch/src/pg_py.cpp): the group is created or attached exactly, as
+      // is_extension=False does. The pair is checked at init like the
+      // four-argument form's.
+      .def(py::init([](int maxGroupSize, bool autoDeactivate, bool autoSync) {
+             return makeOptions(std::nullopt, false, maxGroupSize,
+                                autoDeactivate, autoSync);
+           }),
+           // Strict bools: (8, False, 8) is not taken as (8, False, True).
+           py::arg("max_group_size"),
+           py::arg("auto_deactivate_on_failure").noconvert(),
+           py::arg("auto_sync_on_failure").noconvert())
       .def_readwrite("active_ranks", &MooncakeBackendOptions::activeRanks_)
       .def_readwrite("is_extension", &MooncakeBackendOptions::isExtension_)
       .def_readwrite("max_group_size", &MooncakeBackendOptions::maxGroupSize_)
@@ -234,16 +247,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return backendOf(pg)->currentEpoch();
       },
       py::arg("backend"));
-  m.def(
-      "get_failed_ranks_hint",
+  auto failedRanksHint =
       [](const c10::intrusive_ptr<c10d::Work>& work) -> py::object {
-        auto* w = dynamic_cast<MooncakeWork*>(work.get());
-        if (w == nullptr) {
-          return py::none();
-        }
-        return py::cast(w->failedRanksHint());
-      },
-      py::arg("work"));
+    auto* w = dynamic_cast<MooncakeWork*>(work.get());
+    if (w == nullptr) {
+      return py::none();
+    }
+    return py::cast(w->failedRanksHint());
+  };
+  m.def("get_failed_ranks_hint", failedRanksHint, py::arg("work"));
+  // Upstream's earlier name of the same per-op tensor.
+  m.def("get_failed_ranks", failedRanksHint, py::arg("work"));
   m.def(
       "get_local_success",
       [](const c10::intrusive_ptr<c10d::Work>& work) {

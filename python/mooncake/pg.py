@@ -16,7 +16,8 @@ is the highest active slot + 1) with a ``c10d::Backend`` that runs every op.
 See docs/collectives.md.
 
 Fault tolerance (default mode): a peer's death does not fail an op; the op
-completes without it, ``get_failed_ranks_hint(work)`` marks it,
+completes without it, ``get_failed_ranks_hint(work)`` (alias
+``get_failed_ranks``, upstream's earlier name) marks it,
 ``get_local_success(work)`` is False, and ``get_active_ranks(pg)`` already
 shows it inactive. Membership (upstream's API; ``backend`` is the process
 group, ranks are in-group ranks as a list or a 1-D integer tensor):
@@ -50,6 +51,7 @@ __all__ = [
     "extend_group_size_to",
     "get_active_ranks",
     "get_current_epoch",
+    "get_failed_ranks",
     "get_failed_ranks_hint",
     "get_local_success",
     "get_num_synced_ranks",
@@ -130,6 +132,7 @@ set_hang_timeout_us = _ext.set_hang_timeout_us
 get_active_ranks = _ext.get_active_ranks
 get_current_epoch = _ext.get_current_epoch
 get_failed_ranks_hint = _ext.get_failed_ranks_hint
+get_failed_ranks = _ext.get_failed_ranks  # upstream's earlier name of the hint
 get_local_success = _ext.get_local_success
 ProposalStatus = _ext.ProposalStatus
 ViewUpdateStatus = _ext.ViewUpdateStatus
