@@ -10,9 +10,8 @@ package backend
 // where the bytes land in the peer's memory without its cooperation (even
 // from a rank about to exit, which never reads them). A send whose peer
 // never receives it thus waits as a receive does: it fails when the peer
-// exits or stops answering probes. It also ends by looking at the peer's
-// process: one that has exited or begun to exit fails the send as a
-// write to it over TCP would.
+// exits or stops answering probes. A send the peer acknowledged is
+// complete even if the peer exits right after: it took the bytes.
 func sendTo(g *Group, buf []byte, peer int) error {
 	slot := g.lay.slot[chP2P]
 	for off := 0; ; off += slot {
@@ -23,13 +22,7 @@ func sendTo(g *Group, buf []byte, peer int) error {
 			break
 		}
 	}
-	if err := g.waitAtLeast(chP2P, fAck, peer, g.sent[chP2P][peer], g.timeout(chP2P)); err != nil {
-		return err
-	}
-	if p := g.peer(peer); p != nil && g.engine.PeerExited(p.seg) {
-		return peerFailure(peer, "rank %d (%s) exited", peer, p.name)
-	}
-	return nil
+	return g.waitAtLeast(chP2P, fAck, peer, g.sent[chP2P][peer], g.timeout(chP2P))
 }
 
 func recvFrom(g *Group, buf []byte, peer int) error {
