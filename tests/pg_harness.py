@@ -135,6 +135,24 @@ def check_op_past_failure(work, failed: int, world: int, *, met: bool = False) -
     assert not pg.get_local_success(work), hint
 
 
+def p2p_with_every_peer(rank: int, world: int) -> list[tuple[int, object]]:
+    """One isend and one irecv with every other rank (batch_isend_irecv),
+    waited for; returns (peer, work) per op."""
+    import torch
+    import torch.distributed as dist
+
+    ops, peers = [], []
+    for p in range(world):
+        if p != rank:
+            ops += [dist.P2POp(dist.isend, torch.tensor([rank]), p),
+                    dist.P2POp(dist.irecv, torch.empty(1, dtype=torch.int64), p)]
+            peers += [p, p]
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.wait()
+    return list(zip(peers, works, strict=True))
+
+
 # ---- launching ---------------------------------------------------------------------------------
 
 

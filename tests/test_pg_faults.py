@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pg_harness import check_op_past_failure, launch, open_gate, wait_gate
+from pg_harness import check_op_past_failure, launch, open_gate, p2p_with_every_peer, wait_gate
 
 DEAD = 2
 SURVIVORS_SUM = 1 + 2 + 4  # ranks 0, 1, 3 contribute rank + 1
@@ -150,20 +150,6 @@ def case_death_during_send(rank: int, world: int, timeouts=None) -> None:
     _survivors_continue()
 
 
-def _p2p_with_every_peer(rank: int, world: int) -> list[tuple[int, object]]:
-    """One isend and one irecv with every other rank (batch_isend_irecv),
-    waited for; returns (peer, work) per op."""
-    ops, peers = [], []
-    for p in range(world):
-        if p != rank:
-            ops += [dist.P2POp(dist.isend, torch.tensor([rank]), p),
-                    dist.P2POp(dist.irecv, torch.empty(1, dtype=torch.int64), p)]
-            peers += [p, p]
-    works = dist.batch_isend_irecv(ops)
-    for w in works:
-        w.wait()
-    return list(zip(peers, works, strict=True))
-
 
 def case_p2p_to_a_rank_that_exited(rank: int, world: int, timeouts=None) -> None:
     """Upstream's P2P fault detection, on whichever transport the launch
@@ -176,13 +162,13 @@ def case_p2p_to_a_rank_that_exited(rank: int, world: int, timeouts=None) -> None
     from mooncake import pg
 
     _setup(timeouts)
-    for _, w in _p2p_with_every_peer(rank, world):
+    for _, w in p2p_with_every_peer(rank, world):
         assert pg.get_failed_ranks_hint(w).tolist() == [0] * world
     if rank == 1:
         open_gate("exited")
         os._exit(0)
     wait_gate("exited")
-    for peer, w in _p2p_with_every_peer(rank, world):
+    for peer, w in p2p_with_every_peer(rank, world):
         hint = pg.get_failed_ranks_hint(w).tolist()
         if peer == 1:
             assert hint == [0, 1, 0] and not pg.get_local_success(w), (rank, peer, hint)
@@ -202,7 +188,7 @@ def case_send_never_received(rank: int, world: int, timeouts=None) -> None:
     from mooncake import pg
 
     _setup(timeouts)
-    for _, w in _p2p_with_every_peer(rank, world):
+    for _, w in p2p_with_every_peer(rank, world):
         assert pg.get_failed_ranks_hint(w).tolist() == [0] * world
     if rank == 1:
         wait_gate("sent")

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pg_harness import launch, wait_gate
+from pg_harness import launch, p2p_with_every_peer, wait_gate
 
 DEAD = 2
 SHORT_US = 1_000_000  # collective and P2P timeouts
@@ -67,7 +67,8 @@ def case_three_argument_options(rank: int, world: int, port: int) -> None:
                                 rank=rank, world_size=world, pg_options=opts)
 
     bad = [(Opts(world, False, True), "auto_sync_on_failure requires"),
-           (Opts(world, True, False), "auto_sync_on_failure=False with auto_deactivate_on_failure=True is not supported"),
+           (Opts(world, True, False),
+            "auto_sync_on_failure=False with auto_deactivate_on_failure=True is not supported"),
            (Opts(world - 1, True, True) if world > 1 else Opts(65, True, True),
             "max_group_size")]
     for i, (opts, needle) in enumerate(bad):
@@ -87,19 +88,6 @@ def case_three_argument_options(rank: int, world: int, port: int) -> None:
     gw.wait()
     assert pg.get_failed_ranks(gw) is None and pg.get_failed_ranks_hint(gw) is None
 
-
-def _p2p_with_every_peer(rank: int, world: int) -> list[tuple[int, object]]:
-    """One isend and one irecv with every other rank, waited for; (peer, work) per op."""
-    ops, peers = [], []
-    for p in range(world):
-        if p != rank:
-            ops += [dist.P2POp(dist.isend, torch.tensor([rank]), p),
-                    dist.P2POp(dist.irecv, torch.empty(1, dtype=torch.int64), p)]
-            peers += [p, p]
-    works = dist.batch_isend_irecv(ops)
-    for w in works:
-        w.wait()
-    return list(zip(peers, works, strict=True))
 
 
 def _outcome(w) -> tuple[list[int], bool]:
@@ -134,7 +122,7 @@ def case_rank_killed(rank: int, world: int, port: int, auto: bool) -> None:
         w = dist.all_reduce(t, async_op=True)
         w.wait()
         assert t.tolist() == [6.0, 6.0] and _outcome(w) == ([0, 0, 0], True)
-        for peer, w in _p2p_with_every_peer(rank, world):
+        for peer, w in p2p_with_every_peer(rank, world):
             assert _outcome(w) == ([0, 0, 0], True), (peer, _outcome(w))
         dist.barrier()
         if rank == DEAD:
@@ -149,7 +137,7 @@ def case_rank_killed(rank: int, world: int, port: int, auto: bool) -> None:
         mask = [1, 1, 0] if auto else [1, 1, 1]
         assert pg.get_active_ranks(wg).tolist() == mask
 
-        for peer, w in _p2p_with_every_peer(rank, world):
+        for peer, w in p2p_with_every_peer(rank, world):
             expected = ([0, 0, 1], False) if peer == DEAD else ([0, 0, 0], True)
             assert _outcome(w) == expected, (peer, _outcome(w))
 
