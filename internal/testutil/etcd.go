@@ -53,7 +53,7 @@ func startEtcd(t testing.TB, scheme string, hc *http.Client, flags []string) str
 	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	dataDir := t.TempDir()
 
-	cmd := exec.Command(bin, append([]string{
+	args := append([]string{
 		"--name", "default",
 		"--data-dir", dataDir,
 		"--listen-client-urls", client,
@@ -63,60 +63,23 @@ func startEtcd(t testing.TB, scheme string, hc *http.Client, flags []string) str
 		"--initial-cluster", "default=" + peer,
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", "mooncake-test",
-	}, flags...)...)
-	out := &syncBuffer{}
-	cmd.Stdout = out
-	cmd.Stderr = out
-	setProcAttr(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	// Registered after t.TempDir, so it runs first: the process is gone
-	// before its data directory is removed.
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-
-	if err := waitEtcdHealthy(hc, client, exited); err != nil {
-		t.Fatalf("etcd at %s: %v\netcd output:\n%s", client, err, out.tail(4096))
-	}
+	}, flags...)
+	startService(t, "etcd at "+client, bin, args, etcdReadyTimeout, func() error { return etcdHealthy(hc, client) })
 	return client
 }
 
-// waitEtcdHealthy polls etcd's /health until it reports a leader, the
-// process exits, or etcdReadyTimeout passes.
-func waitEtcdHealthy(hc *http.Client, client string, exited <-chan struct{}) error {
-	deadline := time.Now().Add(etcdReadyTimeout)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("etcd exited before becoming ready")
-		default:
-		}
-		resp, err := hc.Get(client + "/health")
-		if err == nil {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"true"`) {
-				return nil
-			}
-			err = fmt.Errorf("health: %d %s", resp.StatusCode, bytes.TrimSpace(b))
-		}
-		last = err
-		select {
-		case <-exited:
-			return fmt.Errorf("etcd exited before becoming ready")
-		case <-time.After(50 * time.Millisecond):
-		}
+// etcdHealthy asks etcd's /health whether it has a leader.
+func etcdHealthy(hc *http.Client, client string) error {
+	resp, err := hc.Get(client + "/health")
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("not healthy after %v: %v", etcdReadyTimeout, last)
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"true"`) {
+		return nil
+	}
+	return fmt.Errorf("health: %d %s", resp.StatusCode, bytes.TrimSpace(b))
 }
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1. They

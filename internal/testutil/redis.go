@@ -27,52 +27,16 @@ func StartRedis(t testing.TB, flags ...string) string {
 	}
 	port := FreePorts(t, 1)[0]
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(bin, append([]string{
+	args := append([]string{
 		"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", t.TempDir(),
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
-	}, flags...)...)
-	out := &syncBuffer{}
-	cmd.Stdout = out
-	cmd.Stderr = out
-	setProcAttr(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	if err := waitRedisReady(addr, exited); err != nil {
-		t.Fatalf("redis-server at %s: %v\noutput:\n%s", addr, err, out.tail(4096))
-	}
+	}, flags...)
+	startService(t, "redis-server at "+addr, bin, args, redisReadyTimeout, func() error { return pingRedis(addr) })
 	return addr
 }
 
-// waitRedisReady sends PING until the server answers it, or with NOAUTH
-// (a server with a password is up too), or the process exits.
-func waitRedisReady(addr string, exited <-chan struct{}) error {
-	deadline := time.Now().Add(redisReadyTimeout)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("exited before becoming ready")
-		default:
-		}
-		last = pingRedis(addr)
-		if last == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("not ready after %v: %v", redisReadyTimeout, last)
-}
-
+// pingRedis sends PING; an answer, or NOAUTH (a server with a password
+// is up too), means the server is ready.
 func pingRedis(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
