@@ -154,6 +154,8 @@ type setup struct {
 	// (cluster.leaderProxy), which a nemesis can cut, instead of
 	// following the leader themselves (etcd://).
 	partitionable bool
+	// segmentMiB is each storage client's segment (64 MiB when 0).
+	segmentMiB int
 }
 
 // startCluster starts etcd, masters HA masters with the oplog (the first
@@ -215,7 +217,11 @@ func startCluster(t *testing.T, masters, storage int, su setup) *cluster {
 			c.storageParts = append(c.storageParts, part)
 			master = part.Addr()
 		}
-		p := c.clientProc(fmt.Sprintf("storage%d", i), "storage", master, nil)
+		var env []string
+		if su.segmentMiB > 0 {
+			env = []string{envSegment + "=" + strconv.Itoa(su.segmentMiB)}
+		}
+		p := c.clientProc(fmt.Sprintf("storage%d", i), "storage", master, env)
 		p.start(t, true)
 		c.storage = append(c.storage, p)
 		out := bufio.NewReader(p.stdout)

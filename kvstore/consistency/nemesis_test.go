@@ -102,8 +102,15 @@ func killEtcd(c *cluster, _ *rand.Rand) string {
 // TestConsistencySameSizeUpsert is a no-fault workload of six workers
 // running upserts and gets (twice as many) of one key whose values always
 // have the same size (1 MiB), so that gets often meet an upsert in place.
+// The upserts preempt each other, and a preempted upsert's buffer stays
+// quarantined (--put_start_release_timeout_sec): on a quiet host the
+// workers preempted enough to fill two 64 MiB segments within the
+// cluster's 5 s, the master evicted the key, and gets answered -704, a
+// loss by eviction the model has no place for. Larger segments and a
+// shorter quarantine keep eviction out of this workload.
 func TestConsistencySameSizeUpsert(t *testing.T) {
-	checkUnder(t, "same-size", nil, workload{workers: 6, env: []string{envKeys + "=same-1m", envOps + "=upsert,get,get"}, run: 8 * time.Second}, setup{})
+	checkUnder(t, "same-size", nil, workload{workers: 6, env: []string{envKeys + "=same-1m", envOps + "=upsert,get,get"}, run: 8 * time.Second},
+		setup{segmentMiB: 256, masterFlags: []string{"--put_start_release_timeout_sec=2"}})
 }
 
 func TestConsistencyNoFault(t *testing.T) { checkUnder(t, "none", nil, fullWorkload, setup{}) }

@@ -28,6 +28,8 @@ const (
 	envSeed   = "MC_CONSISTENCY_SEED"
 	envKeys   = "MC_CONSISTENCY_KEYS" // names from workloadKeys, comma-separated; all when unset
 	envOps    = "MC_CONSISTENCY_OPS"  // OpKinds drawn uniformly, comma-separated; opMix when unset
+	// envSegment is a storage client's segment in MiB; 64 when unset.
+	envSegment = "MC_CONSISTENCY_SEGMENT_MIB"
 )
 
 // keySpec is one key of the workload and the sizes its values take: a key
@@ -92,7 +94,15 @@ func stopOnEOF() *atomic.Bool {
 // stdin closes.
 func runStorage() int {
 	stop := stopOnEOF()
-	c, err := connect(64 << 20)
+	mib := 64
+	if v := os.Getenv(envSegment); v != "" {
+		var err error
+		if mib, err = strconv.Atoi(v); err != nil || mib <= 0 {
+			fmt.Fprintf(os.Stderr, "storage setup: %s=%q is not a positive number of MiB\n", envSegment, v)
+			return 1
+		}
+	}
+	c, err := connect(uint64(mib) << 20)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "storage setup:", err)
 		return 1
