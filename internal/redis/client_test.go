@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,5 +185,44 @@ func TestOptionsFromEnv(t *testing.T) {
 		if _, err := redis.OptionsFromEnv("redis://h:1"); err == nil || !strings.Contains(err.Error(), "MC_REDIS_DB_INDEX") {
 			t.Errorf("MC_REDIS_DB_INDEX=%s: %v", bad, err)
 		}
+	}
+}
+
+// TestClientClosedWhileInUse closes a client while goroutines keep
+// calling it: the calls in progress finish (with their reply or
+// ErrClosed), none hangs, and every call after Close returns ErrClosed.
+func TestClientClosedWhileInUse(t *testing.T) {
+	c := redis.New(redis.Options{Addr: testutil.StartRedis(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	var ok atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if err := c.Set(ctx, "k", []byte("v")); err != nil {
+					errs <- err
+					return
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	testutil.WaitUntil(t, 10*time.Second, "calls to succeed", func() bool { return ok.Load() > 100 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, redis.ErrClosed) {
+			t.Fatalf("a call ended by Close: %v, want ErrClosed", err)
+		}
+	}
+	if _, _, err := c.Get(ctx, "k"); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
 	}
 }
