@@ -148,11 +148,8 @@ func (m *masterConn) followLeader(ctx context.Context) {
 	}
 }
 
-// redisViewPoll is how often a client following a Redis master view
-// reads it (upstream's standby poll interval).
-const redisViewPoll = 200 * time.Millisecond
-
-// pollLeader reads the Redis master view every redisViewPoll and
+// pollLeader reads the Redis master view every
+// replication.RedisPollInterval, as standbys do, and
 // reconnects as soon as it names another leader: Redis has no watch, so
 // this is followLeader's counterpart.
 func (m *masterConn) pollLeader(ctx context.Context) {
@@ -161,7 +158,7 @@ func (m *masterConn) pollLeader(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(redisViewPoll):
+		case <-time.After(replication.RedisPollInterval):
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		view, ok, err := replication.ReadRedisMasterView(rctx, m.redis, clusterID())

@@ -13,11 +13,12 @@ import (
 	"github.com/mooncake-go/mooncake/internal/redis"
 )
 
-// Timing of the Redis election (upstream's): a standby polls the view
-// this often, and the leader renews its lease every third of the TTL but
-// not more often than this.
+// Timing of the Redis election (upstream's): standbys and clients poll
+// the view every RedisPollInterval (Redis has no watch), and the leader
+// renews its lease every third of the TTL but not more often than
+// redisMinRenew.
 const (
-	redisPollInterval = 200 * time.Millisecond
+	RedisPollInterval = 200 * time.Millisecond
 	redisMinRenew     = 200 * time.Millisecond
 )
 
@@ -175,7 +176,7 @@ func (e *redisElector) waitVacant(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(redisPollInterval):
+		case <-time.After(RedisPollInterval):
 		}
 	}
 }
