@@ -85,7 +85,8 @@ func (t *objectTable) get(key string) *object {
 	}
 }
 
-// insert enters o under o.key, which must hold no object.
+// insert enters o under o.key, which must hold no object, and marks it
+// inTable.
 func (t *objectTable) insert(o *object) {
 	if t.shards == nil {
 		t.seed = maphash.MakeSeed()
@@ -106,10 +107,11 @@ func (t *objectTable) insert(o *object) {
 	sh.ctrl[i], sh.slots[i] = fp, o
 	sh.n++
 	t.n++
+	o.inTable = true
 }
 
-// remove takes o out of the table; false when it is not the object
-// under its key.
+// remove takes o out of the table and clears its inTable; false when it
+// is not the object under its key.
 func (t *objectTable) remove(o *object) bool {
 	if t.n == 0 {
 		return false
@@ -128,6 +130,7 @@ func (t *objectTable) remove(o *object) bool {
 			sh.n--
 			sh.dead++
 			t.n--
+			o.inTable = false
 			return true
 		}
 	}
@@ -164,7 +167,8 @@ func (t *objectTable) all() iter.Seq[*object] {
 	return func(yield func(*object) bool) {
 		for k := range t.shards {
 			// A rehash during the walk leaves these arrays as they
-			// were; what left the table since is no longer inTable.
+			// were; what left the table since is no longer inTable
+			// (remove clears it).
 			ctrl, slots := t.shards[k].ctrl, t.shards[k].slots
 			for i, c := range ctrl {
 				if c >= ctrlLive && slots[i].inTable && !yield(slots[i]) {

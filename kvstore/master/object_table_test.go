@@ -16,13 +16,14 @@ func TestObjectTableMatchesAMap(t *testing.T) {
 	ref := map[string]*object{}
 	enter := func(o *object) {
 		if old := ref[o.key]; old != nil {
-			if !tab.remove(old) {
-				t.Fatalf("remove of the entry under %q failed", o.key)
+			if !tab.remove(old) || old.inTable {
+				t.Fatalf("remove of the entry under %q failed or left it inTable", o.key)
 			}
-			old.inTable = false
 		}
 		tab.insert(o)
-		o.inTable = true
+		if !o.inTable {
+			t.Fatalf("insert of %q did not mark it inTable", o.key)
+		}
 		ref[o.key] = o
 	}
 	check := func(step int) {
@@ -87,7 +88,7 @@ func TestObjectTableMatchesAMap(t *testing.T) {
 func TestObjectTableWalkWhileChanging(t *testing.T) {
 	var tab objectTable
 	add := func(key string) *object {
-		o := &object{key: key, inTable: true}
+		o := &object{key: key}
 		tab.insert(o)
 		return o
 	}
@@ -103,12 +104,10 @@ func TestObjectTableWalkWhileChanging(t *testing.T) {
 		}
 		seen[o.key] = true
 		tab.remove(o)
-		o.inTable = false
 		var n int
 		fmt.Sscan(o.key, &n)
 		if x := tab.get(fmt.Sprint(n + 1)); x != nil && !seen[x.key] {
 			tab.remove(x)
-			x.inTable = false
 			seen[x.key] = true // removed before the walk reached it
 		}
 	}

@@ -55,7 +55,7 @@ type object struct {
 	offloading bool
 	// kvMedia is the availability last published as KV events (kv_events.go).
 	kvMedia uint8
-	inTable bool // in State.objects (addObject, dropObject)
+	inTable bool // in State.objects (objectTable.insert, remove)
 	indexed bool // has an entry in State.leases
 	inline  replica
 	one     [1]*replica
@@ -248,7 +248,6 @@ func (s *State) addObject(o *object) {
 		s.dropObject(old)
 	}
 	s.objects.insert(o)
-	o.inTable = true
 	if o.md().softPinTTL > 0 {
 		s.softPins++
 	}
@@ -259,7 +258,6 @@ func (s *State) dropObject(o *object) {
 	if !s.objects.remove(o) {
 		return
 	}
-	o.inTable = false
 	if o.md().softPinTTL > 0 {
 		s.softPins--
 	}
