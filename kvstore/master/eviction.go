@@ -181,13 +181,7 @@ func (o *object) onSuspect() bool {
 // servingUsage is usage without the suspect segments: the pool whose
 // fullness eviction watches.
 func (s *State) servingUsage() (capacity, allocated uint64) {
-	for _, sg := range s.segOrder {
-		if !sg.suspect {
-			capacity += sg.alloc.Size()
-			allocated += sg.alloc.Allocated()
-		}
-	}
-	return capacity, allocated
+	return s.serving.capacity, s.serving.allocated
 }
 
 // usage returns the total capacity and allocated bytes of all segments.

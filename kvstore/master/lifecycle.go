@@ -290,7 +290,7 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 	var reserved []held
 	defer func() {
 		for _, h := range reserved {
-			h.sg.alloc.Free(h.off)
+			s.freeIn(h.sg, h.off)
 		}
 	}()
 	var items []HandoffItem
@@ -315,7 +315,7 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 				if leaving[sg] {
 					continue
 				}
-				if off, ok := sg.alloc.Allocate(o.size); ok {
+				if off, ok := s.allocateIn(sg, o.size); ok {
 					reserved = append(reserved, held{sg, off})
 					info := sg.info
 					it.To = &info

@@ -28,7 +28,7 @@ func (s *State) allocate(writer string, size uint64, cfg ReplicateConfig) []*rep
 			return
 		}
 		tried[sg] = true
-		off, ok := sg.alloc.Allocate(size)
+		off, ok := s.allocateIn(sg, size)
 		if !ok {
 			return
 		}

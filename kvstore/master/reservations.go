@@ -96,7 +96,7 @@ func (s *State) reserve(clientID, tenant string, size uint64, release []uint64, 
 		if !sg.open() {
 			continue
 		}
-		off, ok := sg.alloc.Allocate(size)
+		off, ok := s.allocateIn(sg, size)
 		if !ok {
 			continue
 		}
@@ -204,7 +204,7 @@ func (r *reservation) take(off, n uint64) bool {
 }
 
 // freeRange returns an unused piece of a reservation to its segment.
-func (s *State) freeRange(sg *segment, off uint64) { sg.alloc.Free(off) }
+func (s *State) freeRange(sg *segment, off uint64) { s.freeIn(sg, off) }
 
 // quarantineRange keeps an unused piece reserved for
 // PutStartReleaseTimeout more: its client may still be writing into it.

@@ -49,9 +49,7 @@ func cmpU64(a, b uint64) int {
 
 // anySegmentOverfull reports whether some segment is past its high
 // watermark.
-func (s *State) anySegmentOverfull() bool {
-	return slices.ContainsFunc(s.segOrder, (*segment).overfull)
-}
+func (s *State) anySegmentOverfull() bool { return s.serving.overfull > 0 }
 
 // evictOverfullSegments frees room on each segment past its high
 // watermark until it is at or below its low one. Candidates are the

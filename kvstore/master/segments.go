@@ -93,7 +93,9 @@ func (s *State) setSuspect(c *client, suspect bool, now time.Time) {
 	c.suspect = suspect
 	for _, id := range c.segments {
 		sg := s.segments[id]
+		s.serving.remove(sg)
 		sg.suspect = suspect
+		s.serving.add(sg)
 		s.closeReservations(sg, now)
 	}
 }
@@ -173,6 +175,7 @@ func (s *State) mount(clientID string, seg Segment, now time.Time) kvstore.Error
 	s.retireIncarnations(sg, now)
 	s.segments[seg.ID] = sg
 	s.segOrder = append(s.segOrder, sg)
+	s.serving.add(sg)
 	c.segments = append(c.segments, seg.ID)
 	return kvstore.OK
 }
@@ -314,6 +317,7 @@ func (s *State) unmount(segID string, now time.Time) {
 	s.discarded = keptD
 
 	delete(s.segments, segID)
+	s.serving.remove(sg)
 	s.segOrder = slices.DeleteFunc(s.segOrder, func(x *segment) bool { return x == sg })
 	if c, ok := s.clients[sg.client]; ok {
 		c.segments = slices.DeleteFunc(c.segments, func(id string) bool { return id == segID })

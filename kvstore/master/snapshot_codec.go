@@ -823,6 +823,7 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 		return nil, h, err
 	}
 	st.rebuildLeases()
+	st.recountServing()
 	return st, h, nil
 }
 

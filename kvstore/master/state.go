@@ -157,6 +157,7 @@ type State struct {
 	leases       leaseIndex
 	segments     map[string]*segment // by id
 	segOrder     []*segment          // mount order; the allocation walk order
+	serving      servingPool         // the tally of segOrder's serving segments
 	clients      map[string]*client
 	discarded    []discarded
 	needEviction bool
@@ -222,7 +223,7 @@ func describeAll(rs []*replica) []Replica {
 
 // freeReplica returns a replica's buffer to its segment.
 func (s *State) freeReplica(r *replica) {
-	r.seg.alloc.Free(r.off)
+	s.freeIn(r.seg, r.off)
 }
 
 // discard quarantines a replica's buffer until releaseAt.
@@ -354,7 +355,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 	kept := s.discarded[:0]
 	for _, d := range s.discarded {
 		if !now.Before(d.releaseAt) {
-			d.seg.alloc.Free(d.off)
+			s.freeIn(d.seg, d.off)
 		} else {
 			kept = append(kept, d)
 		}

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"math/rand"
 	"slices"
 	"sort"
@@ -387,5 +388,6 @@ func runTableModel(t *testing.T, seed int64, steps int) {
 			st = roundTrip(t, st)
 		}
 		m.check(t, st, step, op)
+		assertServingTally(t, st, fmt.Sprintf("step %d: %s", step, op))
 	}
 }

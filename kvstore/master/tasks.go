@@ -221,7 +221,7 @@ func (s *State) reserveOn(segs []*segment, size uint64) *replica {
 		if !sg.open() {
 			continue
 		}
-		if off, ok := sg.alloc.Allocate(size); ok {
+		if off, ok := s.allocateIn(sg, size); ok {
 			s.nextReplica++
 			return &replica{id: s.nextReplica, status: ReplicaProcessing, seg: sg, off: off, size: size}
 		}
