@@ -27,29 +27,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/csv"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/mooncake-go/mooncake/internal/framedrpc"
-	"github.com/mooncake-go/mooncake/internal/pollread"
-	"github.com/mooncake-go/mooncake/kvstore"
-	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
 // segmentSize is each storage client's segment.
@@ -67,6 +55,9 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "length of each of a row's three phases")
 	probeRate := flag.Int("probe_rate", 200, "probe rounds (put, get, exist) per second in the last phase")
 	csvPath := flag.String("csv", "", "append the rows to this CSV file")
+	failover := flag.Bool("failover", false, "measure a leader failover per row instead (two HA masters on an etcd of their own)")
+	lease := flag.Int("lease", 2, "with --failover: the masters' --master_view_lease_ttl_sec")
+	etcdBin := flag.String("etcd", "etcd", "with --failover: the etcd binary")
 	flag.Parse()
 	if *masterBin == "" {
 		fail(errors.New("--master is required (a mooncake_master binary)"))
@@ -78,6 +69,14 @@ func main() {
 	if *probeRate <= 0 || *duration <= 0 {
 		fail(errors.New("--probe_rate and --duration must be positive"))
 	}
+	if *failover {
+		if *lease < 1 {
+			fail(errors.New("--lease must be at least 1 (seconds)"))
+		}
+		if *etcdBin, err = exec.LookPath(*etcdBin); err != nil {
+			fail(fmt.Errorf("--etcd: %w", err))
+		}
+	}
 	var out *csv.Writer
 	if *csvPath != "" {
 		f, err := os.OpenFile(*csvPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -87,8 +86,24 @@ func main() {
 		defer f.Close()
 		out = csv.NewWriter(f)
 		if st, _ := f.Stat(); st.Size() == 0 {
-			out.Write(resultFields)
+			out.Write(map[bool][]string{false: resultFields, true: failoverFields}[*failover])
 		}
+	}
+	if *failover {
+		fmt.Printf("leader killed with SIGKILL; lease %d s; times in ms from the kill\n", *lease)
+		fmt.Println("storage+pure  first put (ms)  clients back p50/p99/max  not back  load")
+		for _, r := range rows {
+			res, err := measureFailover(*masterBin, *etcdBin, r, *lease)
+			if err != nil {
+				fail(fmt.Errorf("row %d+%d: %w", r.storage, r.pure, err))
+			}
+			fmt.Println(res)
+			if out != nil {
+				out.Write(res.record(*lease))
+				out.Flush()
+			}
+		}
+		return
 	}
 	fmt.Println("storage+pure  cpu_us/heartbeat  master_cpu_%  pings/s  ping p50/p99 us  put p50/p99 us  get p50/p99 us  exist p50/p99 us  rss_MiB  load")
 	for _, r := range rows {
@@ -130,9 +145,9 @@ func parseRows(s string) ([]row, error) {
 type result struct {
 	row
 	cpuPerBeatUs, cpuPercent, pingsPerS float64
-	ping, put, get, exist                percentiles
-	rssMiB                               float64
-	load                                 string
+	ping, put, get, exist               percentiles
+	rssMiB                              float64
+	load                                string
 }
 
 var resultFields = []string{"storage", "pure", "cpu_us_per_heartbeat", "master_cpu_percent", "pings_per_s",
@@ -177,32 +192,14 @@ func measure(bin string, r row, duration time.Duration, probeRate int) (result, 
 		return result{}, err
 	}
 
-	clients := make([]*client, 0, r.storage+r.pure)
-	defer func() {
-		for _, c := range clients {
-			c.conn.Close()
-		}
-	}()
-	for i := range r.storage + r.pure {
-		c, err := dialClient(m.addr)
-		if err != nil {
-			return result{}, fmt.Errorf("client %d: %w", i, err)
-		}
-		clients = append(clients, c)
-		if i < r.storage {
-			if err := c.mount(i); err != nil {
-				return result{}, fmt.Errorf("client %d: mount: %w", i, err)
-			}
-		} else if err := c.ping(); err != nil {
-			return result{}, fmt.Errorf("client %d: ping: %w", i, err)
-		}
-		if (i+1)%1000 == 0 {
-			fmt.Fprintf(os.Stderr, "  %d of %d clients dialled\n", i+1, r.storage+r.pure)
-		}
+	clients, err := dialClients(m.addr, r)
+	defer closeClients(clients)
+	if err != nil {
+		return result{}, err
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	beats := startHeartbeats(ctx, clients)
+	beats := startHeartbeats(ctx, clients, nil)
 	defer func() { cancel(); beats.wait() }()
 	time.Sleep(heartbeat) // every client is on its schedule
 
@@ -231,7 +228,7 @@ func measure(bin string, r row, duration time.Duration, probeRate int) (result, 
 	if err != nil {
 		return result{}, fmt.Errorf("probe: %w", err)
 	}
-	defer probe.conn.Close()
+	defer probe.close()
 	put, get, exist, err := probe.probe(duration, probeRate)
 	if err != nil {
 		return result{}, fmt.Errorf("probe: %w", err)
@@ -247,293 +244,34 @@ func measure(bin string, r row, duration time.Duration, probeRate int) (result, 
 	return res, nil
 }
 
-// master is one mooncake_master process.
-type master struct {
-	cmd  *exec.Cmd
-	addr string
-	dir  string
-}
-
-func startMaster(bin string) (*master, error) {
-	dir, err := os.MkdirTemp("", "master_clients")
-	if err != nil {
-		return nil, err
-	}
-	rpc, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	metrics, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	log, err := os.Create(filepath.Join(dir, "master.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	cmd := exec.Command(bin, "--rpc_address=127.0.0.1", fmt.Sprintf("--rpc_port=%d", rpc),
-		fmt.Sprintf("--metrics_port=%d", metrics))
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	m := &master{cmd: cmd, addr: fmt.Sprintf("127.0.0.1:%d", rpc), dir: dir}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", m.addr, time.Second); err == nil {
-			c.Close()
-			return m, nil
-		}
-		if time.Now().After(deadline) {
-			m.stop()
-			return nil, fmt.Errorf("the master did not listen on %s within 20 s (log: %s)", m.addr, log.Name())
-		}
-	}
-}
-
-func (m *master) stop() {
-	m.cmd.Process.Kill()
-	m.cmd.Wait()
-	os.RemoveAll(m.dir)
-}
-
-// cpuTime is the master's user+system CPU time so far, in nanoseconds.
-func (m *master) cpuTime() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command's closing parenthesis; utime and
-	// stime are the 14th and 15th of the line.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", m.cmd.Process.Pid, b)
-	}
-	const ticks = 100 // USER_HZ on Linux
-	return (ut + st) * int64(time.Second) / ticks, nil
-}
-
-// cpuRate is the master's CPU time per second of wall time over d.
-func (m *master) cpuRate(d time.Duration) (float64, error) {
-	cpu0, err := m.cpuTime()
-	if err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	time.Sleep(d)
-	cpu1, err := m.cpuTime()
-	return float64(cpu1-cpu0) / float64(time.Since(start)), err
-}
-
-// rssMiB is the master's resident set size.
-func (m *master) rssMiB() (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	for s := bufio.NewScanner(f); s.Scan(); {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc status")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
-
-// client is one simulated store client with a connection of its own.
-type client struct {
-	id          string
-	incarnation uint64
-	conn        *framedrpc.Client
-	rpc         pb.MasterClient
-}
-
-// callTimeout bounds every call of the load generator.
-const callTimeout = 10 * time.Second
-
-func dialClient(addr string) (*client, error) {
-	var raw [24]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return nil, err
-	}
-	id, secret := hex.EncodeToString(raw[:8]), hex.EncodeToString(raw[8:])
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	conn, err := framedrpc.Dial(ctx, addr, framedrpc.Options{
-		Metadata: map[string]string{kvstore.ClientSecretMetadataKey: secret},
-		Busy:     pollread.Busy{},
-	})
-	if err != nil {
-		return nil, err
-	}
-	inc := uint64(raw[0])<<8 | uint64(raw[1]) | 1
-	return &client{id: id, incarnation: inc, conn: conn, rpc: pb.NewMasterClient(conn)}, nil
-}
-
-// mount mounts the i-th storage client's segment (a made-up address
-// range: the master never reads it).
-func (c *client) mount(i int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	resp, err := c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: &pb.Segment{
-		Id: c.id + "-seg", Name: fmt.Sprintf("127.0.0.1:%d", 20000+i), Base: uint64(i+1) << 32, Size: segmentSize,
-		TeEndpoint: fmt.Sprintf("127.0.0.1:%d", 20000+i), Protocol: "tcp", Incarnation: c.incarnation,
-	}})
-	return codeErr(resp.GetErrorCode(), err)
-}
-
-func (c *client) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	resp, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.id, Incarnation: c.incarnation})
-	return codeErr(resp.GetErrorCode(), err)
-}
-
-func codeErr(code int32, err error) error {
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return fmt.Errorf("error code %d (%v)", code, kvstore.ErrorCode(code))
-	}
-	return nil
-}
-
-// probe puts, reads and checks 4 KiB objects at rate rounds/s for d and
-// returns each call's latencies; any failed call fails the probe.
-func (c *client) probe(d time.Duration, rate int) (put, get, exist []time.Duration, err error) {
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
-	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
-		<-tick.C
-		key := fmt.Sprintf("%064x", i)
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		t0 := time.Now()
-		ps, err := c.rpc.PutStart(ctx, &pb.PutStartRequest{ClientId: c.id, Key: key, Size: objectSize,
-			Config: &pb.ReplicateConfig{ReplicaNum: 1}})
-		if err = codeErr(ps.GetErrorCode(), err); err == nil {
-			var pe *pb.StatusResponse
-			pe, err = c.rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.id, Key: key})
-			err = codeErr(pe.GetErrorCode(), err)
-		}
-		t1 := time.Now()
-		var gr *pb.GetReplicaListResponse
-		if err == nil {
-			gr, err = c.rpc.GetReplicaList(ctx, &pb.KeyRequest{Key: key})
-			err = codeErr(gr.GetErrorCode(), err)
-		}
-		t2 := time.Now()
-		var ex *pb.ExistKeyResponse
-		if err == nil {
-			ex, err = c.rpc.ExistKey(ctx, &pb.KeyRequest{Key: key})
-			err = codeErr(ex.GetErrorCode(), err)
-		}
-		t3 := time.Now()
-		cancel()
+// dialClients dials r's clients to the master at addr: the storage ones
+// mount their segment, the pure ones ping once. It returns those it
+// dialled, also on error.
+func dialClients(addr string, r row) ([]*client, error) {
+	clients := make([]*client, 0, r.storage+r.pure)
+	for i := range r.storage + r.pure {
+		c, err := dialClient(addr)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("round %d: %w", i, err)
+			return clients, fmt.Errorf("client %d: %w", i, err)
 		}
-		if !ex.GetExists() {
-			return nil, nil, nil, fmt.Errorf("round %d: %s put and not found", i, key)
+		clients = append(clients, c)
+		if i < r.storage {
+			err = c.mount(i)
+		} else {
+			_, err = c.ping()
 		}
-		put, get, exist = append(put, t1.Sub(t0)), append(get, t2.Sub(t1)), append(exist, t3.Sub(t2))
-	}
-	return put, get, exist, nil
-}
-
-// heartbeats pings every client once per heartbeat, spread over the
-// interval, on one goroutine per client.
-type heartbeats struct {
-	count, failures atomic.Int64
-	mu              sync.Mutex
-	lat             []time.Duration
-	err             error
-	wg              sync.WaitGroup
-}
-
-func startHeartbeats(ctx context.Context, clients []*client) *heartbeats {
-	h := &heartbeats{}
-	for i, c := range clients {
-		offset := heartbeat * time.Duration(i) / time.Duration(len(clients))
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(offset):
-			}
-			t := time.NewTicker(heartbeat)
-			defer t.Stop()
-			for {
-				t0 := time.Now()
-				err := c.ping()
-				h.record(time.Since(t0), err, ctx)
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
-	}
-	return h
-}
-
-func (h *heartbeats) record(d time.Duration, err error, ctx context.Context) {
-	if err != nil {
-		if ctx.Err() == nil {
-			h.failures.Add(1)
-			h.mu.Lock()
-			if h.err == nil {
-				h.err = err
-			}
-			h.mu.Unlock()
+		if err != nil {
+			return clients, fmt.Errorf("client %d: %w", i, err)
 		}
-		return
+		if (i+1)%1000 == 0 {
+			fmt.Fprintf(os.Stderr, "  %d of %d clients dialled\n", i+1, r.storage+r.pure)
+		}
 	}
-	h.count.Add(1)
-	h.mu.Lock()
-	h.lat = append(h.lat, d)
-	h.mu.Unlock()
+	return clients, nil
 }
 
-func (h *heartbeats) resetLatencies() {
-	h.mu.Lock()
-	h.lat = h.lat[:0]
-	h.mu.Unlock()
+func closeClients(clients []*client) {
+	for _, c := range clients {
+		c.close()
+	}
 }
-
-func (h *heartbeats) latencies() []time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.lat)
-}
-
-func (h *heartbeats) firstError() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
-
-func (h *heartbeats) wait() { h.wg.Wait() }
