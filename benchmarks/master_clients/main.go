@@ -6,6 +6,7 @@
 //
 //	master_clients --master PATH [--rows 1+9,10+90,100+900,1000+10000]
 //	               [--duration 10s] [--probe_rate 200] [--csv FILE]
+//	master_clients --master PATH --failover [--lease 2] [--etcd PATH] [--rows ...]
 //
 // Each row "S+P" starts a fresh master (loopback, free ports), dials S
 // storage clients that mount a 64 MiB segment each and P pure clients, and
@@ -19,7 +20,11 @@
 //     pings' p50/p99.
 //
 // It prints one line per row, with the load average, and appends the rows
-// to --csv. The clients speak the master's framed RPC (internal/framedrpc),
+// to --csv. With --failover each row instead runs two masters with
+// --enable_ha on an etcd of its own, kills the leader with SIGKILL once
+// every client heartbeats, and reports the time from the kill to the
+// probe's first successful put and to each client's first heartbeat the
+// new leader answers (failover.go). The clients speak the master's framed RPC (internal/framedrpc),
 // as the store clients do; no data moves (the master never reads segment
 // memory), so the figures are the master's alone. The load generator runs
 // on the same host and competes with the master for its CPUs: compare rows
