@@ -241,35 +241,37 @@ if wants structured mooncake-wheel/tests/test_structured_object_store.py; then
 	suites+=(structured)
 fi
 
+# run_distributed SUITE standalone|embedded: test_distributed_object_store.py
+# with the standalone HTTP metadata server, or with the master's own.
+run_distributed() {
+	local suite=$1 kind=$2 rpc http metrics meta url ok=1
+	read -r rpc http metrics meta <<<"$(free_ports 4)"
+	if [[ $kind == standalone ]]; then
+		url="http://127.0.0.1:$meta/metadata"
+		start_service "$work/metadata-server.log" "$meta" -- \
+			"$bindir/mooncake_http_metadata_server" --host=127.0.0.1 --port="$meta" &&
+			master "$work/master-$suite.log" "$rpc" "$http" "$metrics" --default_kv_lease_ttl=500 || ok=0
+	else
+		url="http://127.0.0.1:$http/metadata"
+		master "$work/master-$suite.log" "$rpc" "$http" "$metrics" \
+			--default_kv_lease_ttl=500 --enable_http_metadata_server=true || ok=0
+	fi
+	if [[ $ok -eq 1 ]]; then
+		run_pytest "$suite" mooncake-wheel/tests/test_distributed_object_store.py \
+			MASTER_SERVER="127.0.0.1:$rpc" MC_METADATA_SERVER="$url" DEFAULT_KV_LEASE_TTL=500
+	else
+		broken+=("$suite")
+	fi
+	finish "$suite"
+	suites+=("$suite")
+}
 if wants distributed_http mooncake-wheel/tests/test_distributed_object_store.py; then
 	echo "== distributed_http (standalone HTTP metadata server)" >&2
-	read -r rpc http metrics meta <<<"$(free_ports 4)"
-	if start_service "$work/metadata-server.log" "$meta" -- \
-		"$bindir/mooncake_http_metadata_server" --host=127.0.0.1 --port="$meta" &&
-		master "$work/master-distributed-http.log" "$rpc" "$http" "$metrics" --default_kv_lease_ttl=500; then
-		run_pytest distributed_http mooncake-wheel/tests/test_distributed_object_store.py \
-			MASTER_SERVER="127.0.0.1:$rpc" MC_METADATA_SERVER="http://127.0.0.1:$meta/metadata" \
-			DEFAULT_KV_LEASE_TTL=500
-	else
-		broken+=(distributed_http)
-	fi
-	finish distributed_http
-	suites+=(distributed_http)
+	run_distributed distributed_http standalone
 fi
-
 if wants distributed_embedded mooncake-wheel/tests/test_distributed_object_store.py; then
 	echo "== distributed_embedded (the master's HTTP metadata server)" >&2
-	read -r rpc http metrics <<<"$(free_ports 3)"
-	if master "$work/master-distributed-embedded.log" "$rpc" "$http" "$metrics" \
-		--default_kv_lease_ttl=500 --enable_http_metadata_server=true; then
-		run_pytest distributed_embedded mooncake-wheel/tests/test_distributed_object_store.py \
-			MASTER_SERVER="127.0.0.1:$rpc" MC_METADATA_SERVER="http://127.0.0.1:$http/metadata" \
-			DEFAULT_KV_LEASE_TTL=500
-	else
-		broken+=(distributed_embedded)
-	fi
-	finish distributed_embedded
-	suites+=(distributed_embedded)
+	run_distributed distributed_embedded embedded
 fi
 
 if wants promotion mooncake-wheel/tests/test_promotion_on_hit.py; then
