@@ -639,6 +639,24 @@ def test_replicate_config_defaults_and_str():
     assert repr(c) == s
 
 
+def test_replicate_config_with_soft_pin_is_soft_pin_action_enable():
+    """Issue 50: upstream's earlier boolean (its test_distributed_object_store.py
+    012bf0f0 reads and sets it) maps onto soft_pin_action instead of being a
+    stray attribute that pins nothing."""
+    c = ReplicateConfig()
+    assert c.with_soft_pin is False
+    c.with_soft_pin = True
+    assert c.soft_pin_action == SoftPinAction.ENABLE and c.with_soft_pin is True
+    assert "ENABLE" in str(c)
+    c.with_soft_pin = False
+    assert c.soft_pin_action == SoftPinAction.PRESERVE and c.with_soft_pin is False
+    c.soft_pin_action = SoftPinAction.DISABLE
+    assert c.with_soft_pin is False
+    with pytest.raises(TypeError):
+        c.with_soft_pin = 1
+    assert c.soft_pin_action == SoftPinAction.DISABLE
+
+
 def test_enum_values():
     assert [int(SoftPinAction.PRESERVE), int(SoftPinAction.ENABLE), int(SoftPinAction.DISABLE)] == [
         0,

@@ -865,3 +865,36 @@ def test_mounting_a_missing_file_fails_as_a_mount(served):
         "POST", "/api/reconfigure", {"mode": "decode", "path": f"/dev/shm/{name}", "size": 4096}
     )
     assert (status, body["mode"]) == (500, "prefill")
+
+
+class IdsOnlyUnmountStore:
+    """A stand-in whose unmount calls take only the ids, as the store stand-in of
+    upstream's later service tests (kvcache-ai/Mooncake 00ceb54e) is written."""
+
+    def __init__(self):
+        self.unmount_calls, self.free_calls = [], []
+
+    def unmount_segment(self, segment_ids):
+        self.unmount_calls.append(list(segment_ids))
+        return 0
+
+    def unmount_and_free_segment(self, segment_ids):
+        self.free_calls.append(list(segment_ids))
+        return 0
+
+
+def test_unmount_without_a_grace_period_passes_only_the_ids():
+    """Issue 50: no grace period in the body (or 0) leaves the store's default, so a
+    store whose unmount takes only the ids is served; a grace period is still
+    handed on."""
+    store = IdsOnlyUnmountStore()
+    svc = bare_service(store)
+    for handler, calls in ((svc.handle_unmount_shm, store.unmount_calls), (svc.handle_unmount, store.free_calls)):
+        for body in ({"segment_ids": ["a"]}, {"segment_ids": "a", "grace_period_seconds": 0}):
+            assert answer(asyncio.run(handler(JsonOnlyRequest(body)))) == (200, {"status": "success"})
+        assert calls == [["a"], ["a"]]
+    recorder = FakeStore()
+    svc = bare_service(recorder)
+    body = {"segment_ids": ["a"], "grace_period_seconds": 7}
+    assert answer(asyncio.run(svc.handle_unmount_shm(JsonOnlyRequest(body))))[0] == 200
+    assert recorder.unmount_calls == [(["a"], 7)]

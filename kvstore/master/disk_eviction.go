@@ -2,13 +2,17 @@ package master
 
 // evictObject applies one eviction decision to o, a candidate an
 // eviction run selected, and reports whether memory was given up.
-// Without the disk tier the object is erased. With it:
+// With offload on evict, an object without a LOCAL_DISK copy first gets
+// its offload queued (at most offloads more in this run) and keeps its
+// memory until the copy is recorded, even when a DISK replica on the
+// shared file system (--root_fs_dir) holds it too, as upstream's
+// promotion tests expect. Otherwise:
 //
-//   - an object with a disk copy loses only its memory replicas and stays
-//     readable from disk;
-//   - with offload on evict, an object without one gets its offload
-//     queued instead (at most offloads more in this run) and keeps its
-//     memory until the copy is recorded; when that cannot be queued it is
+//   - an object with a DISK replica on the shared file system, or with a
+//     LOCAL_DISK copy, loses only its memory replicas and stays readable
+//     from disk;
+//   - without the disk tier it is erased;
+//   - with offload on evict, when its offload cannot be queued it is
 //     kept, or erased if ForceEvict;
 //   - otherwise (offload on write) it is erased: its offload was skipped.
 //
@@ -17,10 +21,14 @@ func (s *State) evictObject(o *object, offloads *int) bool {
 	if len(o.replicas) == 0 {
 		return false
 	}
+	off := s.cfg.Offload
+	if off.Enable && off.OnEvict && len(o.md().disk) == 0 && *offloads > 0 && s.queueOffloadFromHolder(o) {
+		*offloads--
+		return false
+	}
 	if s.evictMemoryOnly(o) {
 		return true // a DISK replica on the shared file system keeps it
 	}
-	off := s.cfg.Offload
 	switch {
 	case !off.Enable:
 	case len(o.md().disk) > 0:
@@ -30,14 +38,8 @@ func (s *State) evictObject(o *object, offloads *int) bool {
 		o.replicas = nil
 		s.charge(o)
 		return true
-	case off.OnEvict:
-		if *offloads > 0 && s.queueOffloadFromHolder(o) {
-			*offloads--
-			return false
-		}
-		if !off.ForceEvict {
-			return false
-		}
+	case off.OnEvict && !off.ForceEvict:
+		return false
 	}
 	s.erase(o)
 	return true

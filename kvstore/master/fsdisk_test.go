@@ -160,3 +160,38 @@ func TestFSDiskOffByDefault(t *testing.T) {
 		t.Fatal(code)
 	}
 }
+
+// With offload on evict, an object that also has a DISK replica on the
+// shared file system is offloaded to its holder's local disk before its
+// memory goes, as upstream's promotion test (root_fs_dir and
+// offload_on_evict together) expects: LOCAL_DISK replicas appear.
+func TestFSDiskOffloadOnEvictStillOffloads(t *testing.T) {
+	st := newTestState(t, func(c *Config) {
+		c.FS.RootDir = "/shared"
+		c.EvictionRatio = 1
+		c.Offload.Enable = true
+		c.Offload.OnEvict = true
+	})
+	now := time.Unix(0, 0)
+	mustMount(t, st, "w", Segment{ID: "s1", Name: "n1", Base: 1 << 30, Size: 1 << 20}, now)
+	if _, code := st.MountLocalDisk("w", "w:9000", 1<<20, nil, now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	mustPut(t, st, "k", 1000, ReplicateConfig{ReplicaNum: 1}, now)
+	if code := st.PutEndDisk("w", "k", now); code != kvstore.OK {
+		t.Fatal(code)
+	}
+	later := now.Add(time.Minute)
+	st.needEviction = true
+	if res := st.Evict(later); len(res.Evicted) != 0 {
+		t.Fatalf("evicted %v before its offload", res.Evicted)
+	}
+	work, code := st.OffloadHeartbeat("w", nil, later)
+	if code != kvstore.OK || len(work.Offloads) != 1 || work.Offloads[0].Key != st.Config().ObjectKey(DefaultTenant, "k") {
+		t.Fatalf("offload work %v %+v", code, work.Offloads)
+	}
+	got, code := st.GetReplicaList("k", later)
+	if code != kvstore.OK || got.Replicas[0].Type != ReplicaMemory {
+		t.Fatalf("memory gone before the offload: %v %+v", code, got.Replicas)
+	}
+}

@@ -311,6 +311,22 @@ class ReplicateConfig:
         self._session_ids = []
 
     @property
+    def with_soft_pin(self) -> bool:
+        """Upstream's earlier boolean for a soft pin: True is soft_pin_action ENABLE.
+
+        Setting True enables the soft pin; False leaves soft_pin_action at
+        PRESERVE (a new object is not pinned), as the field meant before upstream
+        replaced it with soft_pin_action. Anything but a bool is a TypeError.
+        """
+        return self.soft_pin_action == SoftPinAction.ENABLE
+
+    @with_soft_pin.setter
+    def with_soft_pin(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"with_soft_pin must be a bool, not {value!r}")
+        self.soft_pin_action = SoftPinAction.ENABLE if value else SoftPinAction.PRESERVE
+
+    @property
     def soft_pin_ttl_ms(self) -> int | None:
         """Soft pin TTL in ms (None: the master's default)."""
         return self._soft_pin_ttl_ms

@@ -234,6 +234,14 @@ def _is_int(v: Any) -> bool:
     return type(v) is int
 
 
+def _grace_args(body: dict) -> tuple:
+    """The grace period to hand an unmount call: none when the body gives none
+    (or 0), so the store's own default applies and a store whose unmount takes
+    only the ids (upstream's later service calls it so) works too."""
+    grace = body.get("grace_period_seconds", 0)
+    return () if grace == 0 else (grace,)
+
+
 # Config fields with a default: a config object without them (one made for
 # an older MooncakeConfig, or a test's namespace) gets the default.
 _OPTIONAL_CONFIG = {
@@ -552,11 +560,11 @@ class MooncakeStoreService:
         ids = _segment_ids(body)
         if not ids:
             return _error("Missing segment_ids", 400)
-        grace = body.get("grace_period_seconds", 0)
+        grace = _grace_args(body)
         failed = []
         async with self._state_lock:
             for sid in ids:
-                if await asyncio.to_thread(self.store.unmount_segment, [sid], grace) != 0:
+                if await asyncio.to_thread(self.store.unmount_segment, [sid], *grace) != 0:
                     failed.append(sid)
                 elif sid in self.mounted_segment_ids:
                     self.mounted_segment_ids.remove(sid)
@@ -594,9 +602,7 @@ class MooncakeStoreService:
         ids = _segment_ids(body)
         if not ids:
             return _error("Missing segment_ids", 400)
-        rc = await asyncio.to_thread(
-            self.store.unmount_and_free_segment, ids, body.get("grace_period_seconds", 0)
-        )
+        rc = await asyncio.to_thread(self.store.unmount_and_free_segment, ids, *_grace_args(body))
         if rc != 0:
             return _error(f"Unmount and free failed, ret={rc}", 500)
         return _json({"status": "success"})
