@@ -8,9 +8,8 @@ import (
 	"time"
 )
 
-// serveRoundTrips accepts connections on listen and, on each, answers
-// every block-sized message with the same bytes, until the peer closes it.
-// It says where it listens on stderr and runs until killed.
+// serveRoundTrips listens on listen, says where on stderr, and answers
+// round trips there (answerRoundTrips) until killed.
 func serveRoundTrips(listen string, block int, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -18,6 +17,13 @@ func serveRoundTrips(listen string, block int, stderr io.Writer) error {
 	}
 	defer ln.Close()
 	fmt.Fprintf(stderr, "listening %s\n", ln.Addr())
+	return answerRoundTrips(ln, block)
+}
+
+// answerRoundTrips accepts connections on ln and, on each, answers every
+// block-sized message with the same bytes, until the peer closes it; it
+// returns when ln is closed.
+func answerRoundTrips(ln net.Listener, block int) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
