@@ -24,8 +24,8 @@ For each ``--sizes`` value the client runs store_bench.py's single-key
 cases: ``zero-copy`` (``put_from`` / ``get_into`` on registered numpy
 buffers) and ``copy`` (``put`` / ``get`` with bytes), put then get, each
 for ``--seconds`` (warm pool first: 2x ``--cap`` written once). The raw
-limits, between hosts 3 and 2 in the same run: ``baselines socket`` with 4
-streams (the Transfer Engine's lanes per peer), 1 MiB writes, both
+limits, between hosts 3 and 2 at the start of every round (medians kept):
+``baselines socket`` with 4 streams (the Transfer Engine's lanes per peer), 1 MiB writes, both
 directions (host 3 to 2 for put, 2 to 3 for get), and ``baselines rtt``
 of 4 KiB (a request carrying 4 KiB answered with 4 KiB; the floor of a
 4 KiB call, which also asks the master).
@@ -143,6 +143,17 @@ def run_system(c, name: str, python: str, master: str, env: dict, a) -> list[dic
             p.wait()
 
 
+def measure_raw(c, baselines: str, seconds: float) -> dict:
+    """The raw limits between the client's host (3) and the storage's (2)."""
+    put = raw_stream(baselines, c[2], c[1], MIB, STREAMS, seconds)["gb_per_s"]
+    get = raw_stream(baselines, c[1], c[2], MIB, STREAMS, seconds)["gb_per_s"]
+    rtt = raw_rtt(baselines, c[2], c[1], RTT_BLOCK, seconds)
+    print(f"raw: {STREAMS} streams client->storage {put:.3f} GB/s, storage->client {get:.3f} "
+          f"GB/s; {human(RTT_BLOCK)} round trip p50 {rtt['p50_us']:.0f} us p99 "
+          f"{rtt['p99_us']:.0f} us; load {loadavg()}", flush=True)
+    return {"put": put, "get": get, "rtt_us": rtt["p50_us"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,20 +201,13 @@ def main() -> None:
         with rig.Cluster(3) as c:
             print(f"master {c[0].addr}, storage {c[1].addr}, client {c[2].addr}; "
                   f"load {loadavg()}", flush=True)
-            put_raw = raw_stream(baselines, c[2], c[1], MIB, STREAMS, a.raw_seconds)
-            get_raw = raw_stream(baselines, c[1], c[2], MIB, STREAMS, a.raw_seconds)
-            rtt = raw_rtt(baselines, c[2], c[1], RTT_BLOCK, a.raw_seconds)
-            raw = {"put": put_raw["gb_per_s"], "get": get_raw["gb_per_s"]}
-            print(f"raw: {STREAMS} streams client->storage {raw['put']:.3f} GB/s, "
-                  f"storage->client {raw['get']:.3f} GB/s; {human(RTT_BLOCK)} round trip p50 "
-                  f"{rtt['p50_us']:.0f} us p99 {rtt['p99_us']:.0f} us; load {loadavg()}",
-                  flush=True)
             for rnd in range(1, a.rounds + 1):
+                raw = measure_raw(c, baselines, a.raw_seconds)
                 for name, python, master, senv in systems:
                     got = run_system(c, name, python, master, senv, a)
                     for r in got:
                         r.update(round=rnd, load=loadavg(), raw_gbps=raw[r["op"]],
-                                 raw_rtt_us=rtt["p50_us"])
+                                 raw_rtt_us=raw["rtt_us"])
                         print(f"#{rnd} {name:>8} {r['api']:>9} {r['op']} {human(r['size']):>7}: "
                               f"{r['gbps']:7.3f} GB/s p50 {r['p50_us']:8.0f} us p99 "
                               f"{r['p99_us']:8.0f} us ({r['calls']} calls); load {r['load']}",
@@ -231,7 +235,8 @@ def report(rows: list[dict], out: Path) -> None:
                 line[f"{system}_gbps"] = statistics.median(x["gbps"] for x in rs)
                 line[f"{system}_p50_us"] = statistics.median(x["p50_us"] for x in rs)
                 line[f"{system}_p99_us"] = statistics.median(x["p99_us"] for x in rs)
-                line["raw_gbps"], line["raw_rtt_us"] = rs[0]["raw_gbps"], rs[0]["raw_rtt_us"]
+                line["raw_gbps"] = statistics.median(x["raw_gbps"] for x in rs)
+                line["raw_rtt_us"] = statistics.median(x["raw_rtt_us"] for x in rs)
                 line["load"] = rs[-1]["load"]
         ours, up = line.get("ours_gbps"), line.get("upstream_gbps")
         line["x_upstream"] = ours / up if ours and up else float("nan")
