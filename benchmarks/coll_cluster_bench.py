@@ -225,20 +225,20 @@ def measure_link(c, delay: float, baselines: str, bench: str | None, libs: list,
             row["vs_raw"] = row["mooncake_busbw"] / base["raw_gbps"]
             row["vs_gloo"] = row["mooncake_busbw"] / row["gloo_busbw"]
             row["raw_rtts"] = row["mooncake_us"] / base["raw_rtt_us"]
-            te = ""
+            peers = ""  # the printed columns of Open MPI and the TE, when measured
             if a.mpi:
                 row["vs_mpi"] = row["mooncake_busbw"] / row["mpi_busbw"]
-                te += f" | mpi {r['mpi_us']:10.0f} us busbw {r['mpi_busbw']:.3f} x mpi " \
-                      f"{row['vs_mpi']:.2f}"
+                peers += f" | mpi {r['mpi_us']:10.0f} us busbw {r['mpi_busbw']:.3f} x mpi " \
+                         f"{row['vs_mpi']:.2f}"
             if bench:
                 row["vs_te"] = row["mooncake_busbw"] / base["te_write_gbps"]
-                te = f" x TE {row['vs_te']:.2f}"
+                peers += f" x TE {row['vs_te']:.2f}"
             rows.append(row)
             print(f"{label:>9} {r['op']:>14} {r['ranks']}r {human(r['bytes']):>8}: mooncake "
                   f"{r['mooncake_us']:10.0f} us busbw {r['mooncake_busbw']:.3f} | gloo "
                   f"{r['gloo_us']:10.0f} us busbw {r['gloo_busbw']:.3f} | x raw "
-                  f"{row['vs_raw']:.2f} x gloo {row['vs_gloo']:.2f}{te} ({row['raw_rtts']:.0f} raw "
-                  f"round trips); load {row['load']}",
+                  f"{row['vs_raw']:.2f} x gloo {row['vs_gloo']:.2f}{peers} "
+                  f"({row['raw_rtts']:.0f} raw round trips); load {row['load']}",
                   flush=True)
     return rows
 
