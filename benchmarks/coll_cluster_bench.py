@@ -28,8 +28,9 @@ this order:
 Ratios: ``vs_raw`` = busbw / the raw stream, ``vs_gloo``, ``vs_te`` =
 busbw / the TE's bulk WRITE, and ``raw_rtts`` = time per op / the raw round
 trip (for small ops). The host's load average is printed with every
-line. Rows go to ``bench-out/coll_cluster_bench.csv``. Needs root (network
-namespaces).
+line. Rows go to ``bench-out/coll_cluster_bench.csv``, and the busbw of the
+rows from 64 KiB, beside the raw and TE lines, to ``coll_cluster_bench.png``.
+Needs root (network namespaces).
 
 Usage: .venv/bin/python benchmarks/coll_cluster_bench.py
            [--libs base=/path/a.so,new=/path/b.so] [--ops all_reduce,all_gather]
@@ -299,6 +300,45 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {a.out}")
+    plot(rows, Path(a.out).with_suffix(".png"))
+
+
+def plot(rows: list[dict], out: Path) -> None:
+    """busbw of ours and each peer per (op, size) from 64 KiB, one panel per
+    (rank count, link, library), the raw stream and the TE's WRITE as lines."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not importable: no PNG")
+        return
+    panels: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["bytes"] >= 64 << 10:
+            panels.setdefault((r["ranks"], r["delay_s"], r["lib"]), []).append(r)
+    if not panels:
+        return
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), squeeze=False)
+    for ax, ((n, delay, lib), rs) in zip(axes[:, 0], panels.items(), strict=True):
+        names = [x for x in ("mooncake", "gloo", "mpi") if f"{x}_busbw" in rs[0]]
+        width = 0.8 / len(names)
+        for i, name in enumerate(names):
+            ax.bar([j + i * width for j in range(len(rs))], [r[f"{name}_busbw"] for r in rs],
+                   width, label=name)
+        ax.axhline(rs[0]["raw_gbps"], color="k", linestyle="--", label="raw TCP, 4 streams")
+        if "te_write_gbps" in rs[0]:
+            ax.axhline(rs[0]["te_write_gbps"], color="gray", linestyle=":", label="TE WRITE")
+        ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(rs))],
+                      [f"{r['op']}\n{human(r['bytes'])}" for r in rs], fontsize=8)
+        link = f"+{delay * 2e3:g} ms RTT" if delay else "no added delay"
+        ax.set_title(f"{n} ranks on {n} hosts, {link}, {lib}")
+        ax.set_ylabel("busbw GB/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
