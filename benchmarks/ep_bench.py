@@ -19,9 +19,16 @@ sum over valid selections of the message size (FP8: H + H/128*4 + 16; bf16:
 2H + 16), combine bytes = sum of 2H; per rank, divided by the call's time.
 Times are the median over iterations of the slowest rank's time.
 
-Writes ``bench-out/ep_bench.csv`` and ``bench-out/ep_bench.png``.
+With ``--hosts M`` (root) the ranks run on M hosts of the cluster rig
+(tests/cluster/rig.py: network namespaces, so no shared memory between
+hosts), rank r on host r mod M, given what torchrun gives them
+(``MASTER_ADDR`` on host 0, ``RANK``, ``WORLD_SIZE``): every byte between
+hosts crosses TCP, for the EP buffer and for gloo alike.
 
-Usage: .venv/bin/python benchmarks/ep_bench.py [--ranks 2 4] [--iters 10]
+Writes ``bench-out/ep_bench.csv`` and ``bench-out/ep_bench.png``
+(``ep_bench_hosts.csv`` / ``.png`` with ``--hosts``).
+
+Usage: .venv/bin/python benchmarks/ep_bench.py [--ranks 2 4] [--iters 10] [--hosts 2]
 """
 
 from __future__ import annotations
@@ -111,16 +118,16 @@ def _gloo_combine(y, w, state, t: int, h: int):
     return out.to(torch.bfloat16)
 
 
-def worker(rank: int, world: int, port: int, iters: int, out_path: str) -> None:
+def worker(rank: int, world: int, port: str, iters: int, out_path: str) -> None:
     import torch
     import torch.distributed as dist
 
     from mooncake.mooncake_ep_buffer import Buffer
 
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    # "env": on the cluster rig, MASTER_ADDR/MASTER_PORT set as torchrun would
+    init = "env://" if port == "env" else f"tcp://127.0.0.1:{port}"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     size = max(Buffer.get_ep_buffer_size_hint(N, h, world, e) for h, e in SHAPES)
     buf = Buffer(dist.group.WORLD, size)
     active = torch.ones(world, dtype=torch.int32)
@@ -184,27 +191,25 @@ def worker(rank: int, world: int, port: int, iters: int, out_path: str) -> None:
 # ----------------------------------------------------------------- driver
 
 
-def run(world: int, iters: int, timeout: float) -> list[dict]:
-    port = _free_port()
+def run(world: int, iters: int, timeout: float, cluster=None) -> list[dict]:
+    """Rows of `world` ranks on this host, or on the hosts of `cluster` (a rig.Cluster)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "res.json")
         env = dict(os.environ, OMP_NUM_THREADS="1", MC_LOG_LEVEL="1")
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--worker",
-                    str(r),
-                    str(world),
-                    str(port),
-                    str(iters),
-                    out,
-                ],
-                env=env,
-            )
-            for r in range(world)
-        ]
+        port = "env" if cluster else str(_free_port())
+
+        def argv(r: int) -> list[str]:
+            return [sys.executable, __file__, "--worker", str(r), str(world), port, str(iters), out]
+
+        if cluster:
+            for k in ("MC_PG_HOST_IP", "MOONCAKE_EP_LOCAL_HOSTNAME", "MC_FORCE_TCP"):
+                env.pop(k, None)
+            env.update(MASTER_ADDR=cluster[0].addr, MASTER_PORT="29500", WORLD_SIZE=str(world),
+                       GLOO_SOCKET_IFNAME="eth0")
+            procs = [cluster[r % len(cluster)].popen(argv(r), env=dict(env, RANK=str(r)))
+                     for r in range(world)]
+        else:
+            procs = [subprocess.Popen(argv(r), env=env) for r in range(world)]
         deadline = time.monotonic() + timeout
         try:
             for p in procs:
@@ -220,6 +225,7 @@ def run(world: int, iters: int, timeout: float) -> list[dict]:
     rows = []
     for i, base in enumerate(per_rank[0]):
         agg = {k: base[k] for k in ("ranks", "H", "E")}
+        agg["hosts"] = len(cluster) if cluster else 1
         agg["sel"] = max(pr[i]["sel"] for pr in per_rank)
         for key in base:
             if isinstance(base[key], list):
@@ -238,22 +244,39 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--hosts", type=int, default=0,
+                    help="run on this many hosts of the cluster rig (root), rank r on host r mod M")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         r, w, port, iters, out = a.worker
-        worker(int(r), int(w), int(port), int(iters), out)
+        worker(int(r), int(w), port, int(iters), out)
         return
+    if a.hosts == 1 or a.hosts < 0:
+        raise SystemExit("ep_bench: --hosts must be at least 2 (leave it out for one host)")
     rows = []
-    for world in a.ranks:
-        rows += run(world, a.iters, a.timeout)
-    report(rows)
+    if a.hosts:
+        sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "cluster")]
+        import rig
+
+        with rig.Cluster(a.hosts) as c:
+            for world in a.ranks:
+                print(f"ep_bench: {world} ranks on {a.hosts} hosts; load {_load()}", flush=True)
+                rows += run(world, a.iters, a.timeout, c)
+    else:
+        for world in a.ranks:
+            rows += run(world, a.iters, a.timeout)
+    report(rows, "ep_bench_hosts" if a.hosts else "ep_bench")
 
 
-def report(rows: list[dict]) -> None:
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def report(rows: list[dict], stem: str) -> None:
     OUT.mkdir(exist_ok=True)
     fields = [
-        "ranks", "H", "E", "sel",
+        "ranks", "hosts", "H", "E", "sel",
         "mc_bf16_dispatch_us", "mc_bf16_dispatch_GBs", "mc_fp8_dispatch_us", "mc_fp8_dispatch_GBs",
         "mc_combine_us", "mc_combine_GBs", "gloo_dispatch_us", "gloo_combine_us",
         "memcpy_us", "memcpy_GBs", "speedup_bf16", "speedup_fp8",
@@ -265,7 +288,7 @@ def report(rows: list[dict]) -> None:
         comb = r["mc_bf16_combine"]
         gl = r["gloo_dispatch"] + r["gloo_combine"]
         table.append({
-            "ranks": r["ranks"], "H": h, "E": r["E"], "sel": sel,
+            "ranks": r["ranks"], "hosts": r["hosts"], "H": h, "E": r["E"], "sel": sel,
             "mc_bf16_dispatch_us": r["mc_bf16_dispatch"] * 1e6,
             "mc_bf16_dispatch_GBs": b_bf16 / r["mc_bf16_dispatch"] / 1e9,
             "mc_fp8_dispatch_us": r["mc_fp8_dispatch"] * 1e6,
@@ -277,21 +300,21 @@ def report(rows: list[dict]) -> None:
             "speedup_bf16": gl / (r["mc_bf16_dispatch"] + comb),
             "speedup_fp8": gl / (r["mc_fp8_dispatch"] + r["mc_fp8_combine"]),
         })  # fmt: skip
-    with open(OUT / "ep_bench.csv", "w", newline="") as f:
+    with open(OUT / f"{stem}.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=fields)
         wr.writeheader()
         for t in table:
             wr.writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()})
     hdr = (
-        "| R | H | E | sel/rank | dispatch bf16 µs (GB/s) | dispatch fp8 µs (GB/s) "
+        "| R | hosts | H | E | sel/rank | dispatch bf16 µs (GB/s) | dispatch fp8 µs (GB/s) "
         "| combine µs (GB/s) | gloo dispatch µs | gloo combine µs | memcpy µs (GB/s) "
         "| speedup bf16 | speedup fp8 |"
     )
     print(hdr)
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 13)
     for t in table:
         print(
-            f"| {t['ranks']} | {t['H']} | {t['E']} | {t['sel']} "
+            f"| {t['ranks']} | {t['hosts']} | {t['H']} | {t['E']} | {t['sel']} "
             f"| {t['mc_bf16_dispatch_us']:.0f} ({t['mc_bf16_dispatch_GBs']:.2f}) "
             f"| {t['mc_fp8_dispatch_us']:.0f} ({t['mc_fp8_dispatch_GBs']:.2f}) "
             f"| {t['mc_combine_us']:.0f} ({t['mc_combine_GBs']:.2f}) "
@@ -299,6 +322,7 @@ def report(rows: list[dict]) -> None:
             f"| {t['memcpy_us']:.0f} ({t['memcpy_GBs']:.2f}) "
             f"| {t['speedup_bf16']:.1f}x | {t['speedup_fp8']:.1f}x |"
         )
+    print(f"load {_load()}")
     try:
         import matplotlib
 
@@ -331,8 +355,8 @@ def report(rows: list[dict]) -> None:
     ax.set_title(f"MoE dispatch+combine, T=N={T}, K={K}, CPU, one host")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(OUT / "ep_bench.png", dpi=120)
-    print(f"wrote {OUT / 'ep_bench.csv'} and {OUT / 'ep_bench.png'}")
+    fig.savefig(OUT / f"{stem}.png", dpi=120)
+    print(f"wrote {OUT / f'{stem}.csv'} and {OUT / f'{stem}.png'}")
 
 
 if __name__ == "__main__":

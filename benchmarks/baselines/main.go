@@ -3,13 +3,24 @@
 //
 //	baselines memcpy --block_size N --duration S [--threads T] [--footprint B]
 //	baselines socket --block_size N --duration S --streams K [--footprint B] [--in_process]
+//	baselines socket --listen HOST:PORT ...   (the sender: socket-send, run elsewhere)
+//	baselines socket-send --addr HOST:PORT --block_size N --duration S --streams K [--footprint B]
+//	baselines rtt-serve --listen HOST:PORT --block_size N
+//	baselines rtt --addr HOST:PORT --block_size N --duration S
 //
 // memcpy copies block_size pieces between two buffers of footprint bytes
 // with Go's copy (the same memmove the engine's shm transport uses), on T
 // goroutines. socket streams block_size writes over K loopback TCP
 // connections from a child process into a footprint-sized receive buffer,
 // with no per-block acknowledgement: the raw throughput a TCP transport
-// between two processes could reach. Each prints one JSON line on stdout.
+// between two processes could reach. With --listen it binds that address
+// instead, says so on stderr ("listening HOST:PORT") and receives from a
+// socket-send started on another host (a network namespace of the cluster
+// rig, for one): the raw throughput between two hosts. rtt sends
+// block_size bytes over one TCP connection to an rtt-serve, which sends
+// them back, one round trip at a time: the least time a request carrying
+// block_size bytes, answered with as many, can take between two hosts.
+// Each measurement prints one JSON line on stdout.
 package main
 
 import (
@@ -33,6 +44,9 @@ type result struct {
 	Bytes     uint64  `json:"bytes"`
 	GBps      float64 `json:"gb_per_s"`
 	GiBps     float64 `json:"gib_per_s"`
+	RoundTrip int     `json:"round_trips,omitempty"` // rtt: round trips made
+	P50us     float64 `json:"p50_us,omitempty"`      // rtt: median round trip
+	P99us     float64 `json:"p99_us,omitempty"`
 }
 
 func (r *result) finish(bytes uint64, elapsed time.Duration) {
@@ -56,6 +70,10 @@ func main() {
 const usage = `Usage:
   baselines memcpy --block_size N --duration S [--threads T] [--footprint B]
   baselines socket --block_size N --duration S --streams K [--footprint B] [--in_process]
+  baselines socket --listen HOST:PORT --block_size N --duration S --streams K [--footprint B]
+  baselines socket-send --addr HOST:PORT --block_size N --duration S --streams K [--footprint B]
+  baselines rtt-serve --listen HOST:PORT --block_size N
+  baselines rtt --addr HOST:PORT --block_size N --duration S
 `
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -76,7 +94,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", 1, "memcpy: goroutines copying")
 	streams := fs.Int("streams", 4, "socket: TCP connections")
 	inProcess := fs.Bool("in_process", false, "socket: send from a goroutine of this process, not a child process")
-	addr := fs.String("addr", "", "socket-send (internal): receiver address")
+	addr := fs.String("addr", "", "socket-send, rtt: the address of the socket --listen or rtt-serve to dial")
+	listen := fs.String("listen", "", "socket: receive from a socket-send run elsewhere, on this address; rtt-serve: serve here")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -93,9 +112,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "memcpy":
 		r, err = measureMemcpy(*block, *threads, max(*footprint, *block**threads), d)
 	case "socket":
-		r, err = measureSocket(*block, *streams, max(*footprint, *block**streams), d, *inProcess)
+		r, err = measureSocket(*block, *streams, max(*footprint, *block**streams), d, *inProcess,
+			*listen, stderr)
 	case senderSub:
 		return runSender(*addr, *block, *streams, max(*footprint, *block**streams), d)
+	case "rtt-serve":
+		return serveRoundTrips(*listen, *block, stderr)
+	case "rtt":
+		r, err = measureRoundTrips(*addr, *block, d)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown subcommand %q", cmd)

@@ -14,18 +14,25 @@ import (
 	"time"
 )
 
-// senderSub is the hidden subcommand the socket baseline runs in a child
-// process, so that sender and receiver are two processes (as a Transfer
-// Engine initiator and target are) and do not share one Go scheduler.
+// senderSub is the subcommand the socket baseline runs in a child process,
+// so that sender and receiver are two processes (as a Transfer Engine
+// initiator and target are) and do not share one Go scheduler; with
+// --listen, it is run on another host.
 const senderSub = "socket-send"
 
 // measureSocket streams block-sized writes over streams loopback TCP
 // connections for d and returns what this process received. The sender
-// is a child process unless inProcess. Each stream sends from and receives
-// into its own share of footprint-sized buffers, as a transport moving
-// distinct blocks would.
-func measureSocket(block, streams, footprint int, d time.Duration, inProcess bool) (result, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// is a child process unless inProcess, or, with a listen address, a
+// socket-send that another host runs against the address this prints on
+// stderr. Each stream sends from and receives into its own share of
+// footprint-sized buffers, as a transport moving distinct blocks would.
+func measureSocket(block, streams, footprint int, d time.Duration, inProcess bool,
+	listen string, stderr io.Writer) (result, error) {
+	remote := listen != ""
+	if !remote {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return result{}, err
 	}
@@ -38,9 +45,12 @@ func measureSocket(block, streams, footprint int, d time.Duration, inProcess boo
 	args := []string{"--addr", ln.Addr().String(), "--block_size", strconv.Itoa(block),
 		"--streams", strconv.Itoa(streams), "--footprint", strconv.Itoa(footprint),
 		"--duration", strconv.FormatFloat(d.Seconds(), 'f', -1, 64)}
-	if inProcess {
+	switch {
+	case remote:
+		fmt.Fprintf(stderr, "listening %s\n", ln.Addr())
+	case inProcess:
 		go func() { sendErr <- runSender(ln.Addr().String(), block, streams, footprint, d) }()
-	} else {
+	default:
 		self, err := os.Executable()
 		if err != nil {
 			return result{}, err
@@ -64,7 +74,7 @@ func measureSocket(block, streams, footprint int, d time.Duration, inProcess boo
 		}
 	}()
 	for range streams {
-		ln.(*net.TCPListener).SetDeadline(time.Now().Add(30 * time.Second))
+		ln.(*net.TCPListener).SetDeadline(time.Now().Add(60 * time.Second))
 		c, err := ln.Accept()
 		if err != nil {
 			return result{}, fmt.Errorf("accept sender: %w", err)
@@ -102,9 +112,11 @@ func measureSocket(block, streams, footprint int, d time.Duration, inProcess boo
 	if err := <-errs; err != nil {
 		return result{}, err
 	}
-	if inProcess {
+	switch {
+	case remote: // the sender reports its own errors
+	case inProcess:
 		err = <-sendErr
-	} else {
+	default:
 		err = child.Wait()
 	}
 	if err != nil {
