@@ -148,7 +148,7 @@ def case_rank_killed(rank: int, world: int, port: int, auto: bool) -> None:
         assert _outcome(w) == (([0, 0, 0], True) if auto else ([0, 0, 1], False)), _outcome(w)
         assert pg.get_active_ranks(wg).tolist() == mask
         # Rank 0 hosts the store: it leaves last. (Not a barrier: in manual
-        # mode that meets rank 2 again and takes seconds.)
+        # mode that meets rank 2 again.)
         store = dist.distributed_c10d._get_default_store()
         store.add("done", 1)
         if rank == 0:
