@@ -688,3 +688,25 @@ func TestALateFounderOfATakenSlotIsRefused(t *testing.T) {
 	}
 	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
 }
+
+// A late founder (no Extension) of a formed group's free slot — here a
+// dead member's — cannot be told from a founder of a re-init whose other
+// founders are still in the old group, so it waits for them; when the
+// init timeout ends the wait, its error says what a late rank needs.
+func TestALateFounderOfAFreeSlotFailsAtTheInitTimeoutNamingIsExtension(t *testing.T) {
+	e := found(t, 3, 3, false)
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
+	e.die(2)
+	t.Setenv("MC_PG_INIT_TIMEOUT", "1")
+	late := shortTimeoutRuntime()
+	defer late.Close()
+	g, err := late.NewGroup(GroupConfig{Rank: 2, Size: 3, MaxSize: 3, GroupID: "elastic", Store: e.store,
+		CollSlot: 4096, P2PSlot: 4096})
+	if err == nil {
+		g.Close()
+		t.Fatal("a late founder of a formed group was created")
+	}
+	if !strings.Contains(err.Error(), "did not join within 1s") || !strings.Contains(err.Error(), "is_extension=True") {
+		t.Fatalf("late founder of a free slot: %v", err)
+	}
+}
