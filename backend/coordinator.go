@@ -120,6 +120,10 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 		return c.extend(ctx, r)
 	}
 	c.mu.Lock()
+	if err := c.slotTaken(r); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
 	ch := c.table.join(r)
 	c.mu.Unlock()
 	select {
@@ -141,6 +145,41 @@ func (c *coordinatorServer) Join(ctx context.Context, r *coordpb.JoinRequest) (*
 		}
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// slotTaken refuses a founding join (not an extension) of a formed group
+// by a process new to it — none of the group's slots has its segment —
+// for a slot that a live member holds: healthy, watching the group now,
+// and active, awaiting activation or inactive. Founding joins are also how
+// a group is re-initialised (destroy_process_group, then init under the
+// same name), so a founder normally waits for the others; but a re-init
+// comes from the members' own processes (their segments are in the group,
+// in any slot), and a new process cannot take a slot whose holder is alive
+// whatever it waits for. Without this, a late rank that forgot
+// is_extension=True (upstream's three-argument options have none) waited
+// as the founder of a round that never completes, until the init timeout
+// (c.mu held).
+func (c *coordinatorServer) slotTaken(r *coordpb.JoinRequest) error {
+	gm := c.groups[r.GetGroupId()]
+	rank := int(r.GetRank())
+	if gm == nil || gm.m == nil || !gm.m.valid(rank) {
+		return nil
+	}
+	m, seg := gm.m, r.GetEndpoint().GetSegment()
+	for _, ep := range m.eps {
+		if ep.Segment == seg {
+			return nil // a member's process (or a founder without an endpoint)
+		}
+	}
+	s := m.state[rank]
+	if !m.healthy[rank] || gm.watching[rank] == 0 || s != MemberActive && s != MemberAwaiting && s != MemberInactive {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"group %q is already formed and its rank %d is held by a live member (%s, %s): a process joining a formed "+
+			"group must pass is_extension=True (MooncakeBackendOptions(max_group_size, is_extension=True)) to take a "+
+			"free slot or a dead member's; only the members' own processes re-initialise it (destroy_process_group, "+
+			"then init)", r.GetGroupId(), rank, s, m.eps[rank].Segment)
 }
 
 // dialCoordinator opens a client connection (lazily connected) to the

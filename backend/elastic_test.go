@@ -631,3 +631,82 @@ func TestProposalWaitsForCollectivesOfTheOldBase(t *testing.T) {
 		t.Errorf("deactivate 3: %+v", res)
 	}
 }
+
+// A process that joins a formed group as a founder (no Extension: what
+// upstream's three-argument options and the one-argument form give) for
+// a slot a live member holds is refused at once, with an error that says
+// to pass is_extension=True; before, it waited as the founder of a round
+// that never completes, until the init timeout. The group goes on, and its
+// members' own processes still re-initialise it under the same name (the
+// re-init's founding joins come from segments the group knows).
+func TestALateFounderOfATakenSlotIsRefused(t *testing.T) {
+	e := found(t, 3, 3, false)
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
+	e.waitWatching(1)
+	late := shortTimeoutRuntime()
+	defer late.Close()
+	start := time.Now()
+	g, err := late.NewGroup(GroupConfig{Rank: 1, Size: 3, MaxSize: 3, GroupID: "elastic", Store: e.store,
+		CollSlot: 4096, P2PSlot: 4096})
+	if err == nil {
+		g.Close()
+		t.Fatal("a second process was admitted as founder of rank 1 while rank 1 is alive")
+	}
+	if !strings.Contains(err.Error(), "is_extension=True") || !strings.Contains(err.Error(), "rank 1 is held by a live member") {
+		t.Fatalf("late founder: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the late founder was refused after %v", took)
+	}
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
+	// Re-init by the members, one of them before the others destroyed
+	// theirs: it waits for them as before.
+	e.gs[2].Close()
+	e.gs[2] = nil
+	reinit := make(chan error, 1)
+	go func() {
+		g, err := e.rts[2].NewGroup(GroupConfig{Rank: 2, Size: 3, MaxSize: 3, GroupID: "elastic", Store: e.store,
+			CollSlot: 4096, P2PSlot: 4096})
+		e.gs[2] = g
+		reinit <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	for r := range 2 {
+		e.gs[r].Close()
+		e.gs[r] = nil
+	}
+	gs, errs := createGroups(e.rts[:2], 3, GroupConfig{MaxSize: 3, GroupID: "elastic", Store: e.store,
+		CollSlot: 4096, P2PSlot: 4096})
+	if err := <-reinit; err != nil {
+		t.Fatalf("re-init of rank 2: %v", err)
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("re-init of rank %d: %v", r, err)
+		}
+		e.gs[r] = gs[r]
+	}
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
+}
+
+// A late founder (no Extension) of a formed group's free slot — here a
+// dead member's — cannot be told from a founder of a re-init whose other
+// founders are still in the old group, so it waits for them; when the
+// init timeout ends the wait, its error says what a late rank needs.
+func TestALateFounderOfAFreeSlotFailsAtTheInitTimeoutNamingIsExtension(t *testing.T) {
+	e := found(t, 3, 3, false)
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
+	e.die(2)
+	t.Setenv("MC_PG_INIT_TIMEOUT", "1")
+	late := shortTimeoutRuntime()
+	defer late.Close()
+	g, err := late.NewGroup(GroupConfig{Rank: 2, Size: 3, MaxSize: 3, GroupID: "elastic", Store: e.store,
+		CollSlot: 4096, P2PSlot: 4096})
+	if err == nil {
+		g.Close()
+		t.Fatal("a late founder of a formed group was created")
+	}
+	if !strings.Contains(err.Error(), "did not join within 1s") || !strings.Contains(err.Error(), "is_extension=True") {
+		t.Fatalf("late founder of a free slot: %v", err)
+	}
+}

@@ -66,7 +66,7 @@ const (
 func latestTerm(store Store, addr0 string) (addr string, term uint64) {
 	addr = addr0
 	for t := uint64(1); ; t++ {
-		b, err := store.Get(addrKey(t), time.Millisecond)
+		b, err := store.Get(addrKey(t), NoWait)
 		if err != nil {
 			return addr, term
 		}
@@ -202,11 +202,11 @@ func (l *coordLink) close() {
 
 // superseded reports whether the coordinator of a later term than term
 // has published its address (a store that cannot answer counts as not:
-// the reply stands). It reads without waiting (a Get of 1 ms) and writes
-// nothing.
+// the reply stands). It looks without waiting (NoWait: no wait of the
+// store times out, see Store.Get) and writes nothing.
 func (l *coordLink) superseded(term uint64) bool {
 	return l.withStore(func(s CounterStore) error {
-		_, err := s.Get(addrKey(term+1), time.Millisecond)
+		_, err := s.Get(addrKey(term+1), NoWait)
 		return err
 	}) == nil
 }

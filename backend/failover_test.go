@@ -3,6 +3,8 @@ package backend
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +107,68 @@ func TestProbeDoesNotTakeItsOwnSleepForTheCoordinatorsLoss(t *testing.T) {
 	}}
 	if l.answers(hung, 3) || calls != 1 {
 		t.Errorf("a hung coordinator: answers true or %d pings, want false after 1", calls)
+	}
+}
+
+// missCountingStore is a MemStore that counts the waits that time out: in
+// torch's TCPStore each costs a round trip to cancel it and two warnings
+// that resolve the socket's peer name (5 s when the resolver drops the
+// query: issue 46 saw a survivor's barrier take 5.01 s so).
+type missCountingStore struct {
+	*MemStore
+	misses atomic.Int64
+}
+
+func (s *missCountingStore) Get(key string, timeout time.Duration) ([]byte, error) {
+	b, err := s.MemStore.Get(key, timeout)
+	if err != nil && timeout > 0 {
+		s.misses.Add(1)
+	}
+	return b, err
+}
+
+// In manual mode the dead rank stays in the mask, so every op after the
+// death fails again with it in the hint: each of those ops gets a
+// coordinator reply (the sync, and the watch's views), and a rank acts on
+// one only after looking for a later coordinator term in the store. That
+// look must not be a wait that times out (Store.Get with NoWait); before,
+// it was a wait of 1 ms, one per reply.
+func TestRepliesAfterAFailureLookAtTheStoreWithoutWaiting(t *testing.T) {
+	store := &missCountingStore{MemStore: NewMemStore()}
+	rts, gs := startRanks(t, 3, shortTimeoutRuntime, GroupConfig{GroupID: "manual", Store: store, Manual: true,
+		CollSlot: 4096, P2PSlot: 4096})
+	e := &elasticRanks{t: t, rts: rts, gs: gs}
+	t.Cleanup(func() {
+		for r := len(e.gs) - 1; r >= 0; r-- {
+			e.kill(r)
+		}
+	})
+	e.each(func(t *testing.T, r int, g *Group) { allReduceRanks(t, r, g, 6) })
+	e.kill(2)
+	before := store.misses.Load()
+	e.each(func(t *testing.T, r int, g *Group) {
+		for i := range 6 {
+			what, w, err := "barrier", (*Work)(nil), error(nil)
+			start := time.Now()
+			if i%2 == 0 {
+				what = "all_reduce"
+				w, err = g.AllReduce(f32bytes(float32(r+1)), 1, Float32, Sum)
+			} else {
+				w, err = g.Barrier()
+			}
+			must(t, g, what, w, err)
+			if err != nil {
+				return
+			}
+			if took := time.Since(start); took > g.collTimeout()+2*time.Second {
+				t.Errorf("rank %d: %s %d took %v", r, what, i, took)
+			}
+			if w.LocalSuccess() || fmt.Sprint(w.FailedRanks()) != "[2]" {
+				t.Errorf("rank %d: %s %d: success %v failed %v", r, what, i, w.LocalSuccess(), w.FailedRanks())
+			}
+		}
+	})
+	if n := store.misses.Load() - before; n != 0 {
+		t.Errorf("the survivors' ops made %d waits of the store time out", n)
 	}
 }

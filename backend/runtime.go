@@ -323,6 +323,15 @@ func (rt *Runtime) join(client coordpb.CoordinatorClient, r *coordpb.JoinRequest
 			}
 			return resp, nil
 		}
+		if !r.Extension && status.Code(err) == codes.DeadlineExceeded {
+			// A founder whose round never completed: the others did not
+			// come, or the group had formed before this process started
+			// and its slot was free (a held one is refused at once:
+			// coordinatorServer.slotTaken).
+			return nil, fmt.Errorf("join group %q as rank %d of %d: the other founders did not join within %v "+
+				"(MC_PG_INIT_TIMEOUT); a process joining a group that has already formed must pass is_extension=True: %w",
+				r.GroupId, r.Rank, r.Size, initTimeout(), err)
+		}
 		if !r.Extension || status.Code(err) != codes.FailedPrecondition || time.Now().After(giveUp) {
 			return nil, fmt.Errorf("join group %q as rank %d of %d: %w", r.GroupId, r.Rank, r.Size, err)
 		}

@@ -13,8 +13,19 @@ import (
 type Store interface {
 	Set(key string, value []byte) error
 	// Get waits up to timeout for key to exist and returns its value.
+	// With timeout NoWait (0) it does not wait: it returns the value if the
+	// key exists now, else an error, and the store answers at once — no
+	// wait of the store times out (the torch plugin then asks
+	// Store.check). Ranks look on the paths of their ops (every
+	// coordinator reply, failover.go): a wait that times out in torch's
+	// TCPStore costs a second round trip to cancel it and logs two
+	// warnings that name the socket's peer, a reverse DNS lookup each,
+	// which a resolver that drops the query holds for its 5 s timeout.
 	Get(key string, timeout time.Duration) ([]byte, error)
 }
+
+// NoWait is the timeout of a Store.Get that only looks (does not wait).
+const NoWait time.Duration = 0
 
 // CounterStore is a Store with an atomic counter (torch's Store.add): a
 // coordinator failover claims its term with it (failover.go). A group

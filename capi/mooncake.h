@@ -651,7 +651,8 @@ int mc_store_local_free(uint64_t store, uint64_t ptr);
 /* Rendezvous store callbacks (the torch c10d::Store, adapted by the caller).
  * set returns 0 on success. get waits up to timeout_ms for key, copies at
  * most cap bytes of its value into buf and returns the value's length, or
- * -1 on failure. */
+ * -1 on failure; with timeout_ms 0 it must not wait (the runtime calls it
+ * so on the path of collectives): -1 unless the key exists now. */
 typedef int (*mc_pg_store_set_fn)(void *ctx, const char *key,
                                   const char *value, uint64_t len);
 typedef int64_t (*mc_pg_store_get_fn)(void *ctx, const char *key, char *buf,

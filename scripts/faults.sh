@@ -55,7 +55,7 @@ PY=.venv/bin/python
 # name | command. Go suites are built once (-c) and the binary rerun, so a
 # run measures the scenario, not the compiler.
 suites=(
-	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank|CMAFailedRead|ExcludedRank|CoordinatorLoss|CoordinatorAndRank0"
+	"backend-faults|go:./backend|Death|Dead|Manual|Hole|HighestSlot|Closing|Close|InPlaceRejoin|Replacement|GracefulLeave|Recovery|OfflineRank|SizedForFewer|ProposalWaits|HungRank|LateRank|CMAFailedRead|ExcludedRank|CoordinatorLoss|CoordinatorAndRank0|RepliesAfterAFailure|LateFounder"
 	"transfer-faults|go:./transfer|PeerExit|Close|DeadPeer|InjectLinkFailure"
 	"pg-faults|py:tests/test_pg_faults.py"
 	"pg-elastic|py:tests/test_pg_elastic.py"

@@ -20,6 +20,7 @@ from pg_harness import check_op_past_failure, launch, open_gate, p2p_with_every_
 DEAD = 2
 SURVIVORS_SUM = 1 + 2 + 4  # ranks 0, 1, 3 contribute rank + 1
 SHORT = {"collective_us": 1_000_000, "p2p_us": 1_000_000, "window_us": 5_000_000}
+MANUAL_TIMEOUT_US, MANUAL_WINDOW_US = 1_000_000, 2_000_000  # issue 46's manual-mode run
 
 
 def _setup(timeouts: dict[str, int] | None) -> None:
@@ -238,6 +239,58 @@ def case_manual_mode(rank: int, world: int, timeouts=None, port=None) -> None:
         dist.destroy_process_group()
 
 
+def case_manual_ops_after_a_kill(rank: int, world: int, port: int) -> None:
+    """Manual mode (upstream's three-argument options, False, False), three
+    ranks, rank 2 killed with SIGKILL: it stays in the mask, so every op
+    after the death meets it again and fails with it in the hint, on both
+    survivors alike. Each fails promptly: a collective timeout plus the
+    window is a generous bound (issue 46: the fourth op took 5.01 s on
+    both survivors — every coordinator reply looked for a later
+    coordinator term with a store wait of 1 ms, and torch logs a wait that
+    times out with two warnings that resolve the socket's peer name, which
+    the resolver here held for its 5 s timeout)."""
+    import signal
+
+    from mooncake import pg
+
+    pg.set_collective_timeout_us(MANUAL_TIMEOUT_US)
+    pg.set_p2p_timeout_us(MANUAL_TIMEOUT_US)
+    pg.set_fault_reconciliation_window_us(MANUAL_WINDOW_US)
+    dist.init_process_group(backend="mooncake", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world,
+                            pg_options=pg.MooncakeBackendOptions(world, False, False))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [3.0, 3.0]
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    wait_gate("exited-2", 30)
+    bound = (MANUAL_TIMEOUT_US + MANUAL_WINDOW_US) / 1e6
+    for i, op in enumerate(["all_reduce", "barrier"] * 3):
+        start = time.monotonic()
+        if op == "all_reduce":
+            t = torch.full((2,), float(rank + 1))
+            w = dist.all_reduce(t, async_op=True)
+        else:
+            w = dist.barrier(async_op=True)
+        w.wait()
+        took = time.monotonic() - start
+        print(f"MANUAL_OP {i} {op} rank={rank} {took:.3f}s", flush=True)
+        hint = pg.get_failed_ranks_hint(w).tolist()
+        assert hint == [0, 0, 1] and not pg.get_local_success(w), (i, op, hint)
+        if op == "all_reduce":
+            assert t.tolist() == [3.0, 3.0], (i, t)  # ranks 0 and 1 only
+        assert took < bound, f"{op} {i} took {took:.2f} s (bound {bound} s)"
+    assert pg.get_active_ranks(dist.group.WORLD).tolist() == [1, 1, 1]
+    # Rank 0 hosts the store: it leaves last.
+    store = dist.distributed_c10d._get_default_store()
+    store.add("done", 1)
+    if rank == 0:
+        while store.add("done", 0) < world - 1:
+            time.sleep(0.01)
+    dist.destroy_process_group()
+
+
 def case_injected_link_failure(rank: int, world: int, timeouts=None) -> None:
     """Rank 0's link to rank 2 breaks (test-only fault injection); rank 2
     stays alive. The op completes everywhere without raising; rank 2 is left
@@ -353,6 +406,21 @@ def test_send_never_received(transport: str) -> None:
 def test_manual_mode() -> None:
     _print_times(launch(4, "test_pg_faults", "case_manual_mode", timeout=50, init="none",
                         env=SLOTS, timeouts=SHORT))
+
+
+@pytest.mark.parametrize("transport", ["shm", pytest.param("tcp", marks=pytest.mark.long)])
+def test_manual_ops_after_a_kill_fail_promptly(transport: str) -> None:
+    env = {"MC_FORCE_TCP": "true"} if transport == "tcp" else {}
+    outs = launch(3, "test_pg_faults", "case_manual_ops_after_a_kill", timeout=60, init="none",
+                  killed=(2,), env=env)
+    for o in outs:
+        for line in o.splitlines():
+            if line.startswith("MANUAL_OP"):
+                print(line)
+    # torch logs every store wait that times out ("waitForInput: socket ...
+    # timed out"); looking for a later coordinator term must not wait.
+    for rank in (0, 1):
+        assert "timed out after" not in outs[rank], outs[rank][-3000:]
 
 
 def test_injected_link_failure() -> None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pg_harness import launch, p2p_with_every_peer, wait_gate
+from pg_harness import Late, launch, open_gate, p2p_with_every_peer, wait_gate
 
 DEAD = 2
 SHORT_US = 1_000_000  # collective and P2P timeouts
@@ -148,7 +148,7 @@ def case_rank_killed(rank: int, world: int, port: int, auto: bool) -> None:
         assert _outcome(w) == (([0, 0, 0], True) if auto else ([0, 0, 1], False)), _outcome(w)
         assert pg.get_active_ranks(wg).tolist() == mask
         # Rank 0 hosts the store: it leaves last. (Not a barrier: in manual
-        # mode that meets rank 2 again and takes seconds.)
+        # mode that meets rank 2 again.)
         store = dist.distributed_c10d._get_default_store()
         store.add("done", 1)
         if rank == 0:
@@ -169,3 +169,65 @@ def test_three_argument_options() -> None:
 def test_get_failed_ranks_after_kill(auto: bool) -> None:
     launch(3, "test_pg_upstream_spellings", "case_rank_killed", timeout=60, init="none",
            killed=(DEAD,), auto=auto)
+
+
+def case_founder_while_a_late_rank_is_refused(rank: int, world: int, port: int) -> None:
+    """Three founders (the three-argument options) run an all_reduce, let a
+    late process try to join as rank 1 (case_late_without_extension), and
+    go on once it was refused."""
+    from mooncake import pg
+
+    dist.init_process_group(backend="mooncake", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world,
+                            pg_options=pg.MooncakeBackendOptions(world, True, True))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [3.0, 3.0]
+    if rank == 0:
+        open_gate("founders_ready")
+    wait_gate("refused-one-argument", 60)
+    t = torch.full((2,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert t.tolist() == [6.0, 6.0] and _outcome(w) == ([0, 0, 0], True), (t, _outcome(w))
+    store = dist.distributed_c10d._get_default_store()
+    store.add("done", 1)
+    if rank == 0:  # it hosts the store: it leaves last
+        while store.add("done", 0) < world:
+            time.sleep(0.01)
+    dist.destroy_process_group()
+
+
+def case_late_without_extension(rank: int, world: int, port: int, form: str) -> None:
+    """A process started after the group formed inits as rank 1, which a
+    live founder holds, without is_extension=True: with the three-argument
+    options, or the one-argument form. Its init fails at once with an
+    error that says to pass is_extension=True (before, it waited as the
+    founder of a group that never forms, until MC_PG_INIT_TIMEOUT, 300 s by
+    default)."""
+    from mooncake import pg
+
+    opts = (pg.MooncakeBackendOptions(world, True, True) if form == "three-argument"
+            else pg.MooncakeBackendOptions(world))
+    start = time.monotonic()
+    _expect(lambda: dist.init_process_group(
+        backend="mooncake", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        pg_options=opts),
+        RuntimeError, "is_extension=True", f"rank {rank} is held by a live member")
+    print(f"LATE_REFUSED {form} {time.monotonic() - start:.2f}s", flush=True)
+    open_gate(f"refused-{form}")
+
+
+# Five processes (5-6 s here): make faults runs it; make test has the Go
+# test of the same rule (TestALateFounderOfATakenSlotIsRefused).
+@pytest.mark.long
+def test_late_rank_without_extension_is_refused() -> None:
+    forms = ["three-argument", "one-argument"]
+    outs = launch(3, "test_pg_upstream_spellings", "case_founder_while_a_late_rank_is_refused",
+                  timeout=90, init="none",
+                  late=[Late(1, 3, "case_late_without_extension", gates=["founders_ready"],
+                             kwargs={"form": forms[0]}),
+                        Late(1, 3, "case_late_without_extension", gates=[f"refused-{forms[0]}"],
+                             kwargs={"form": forms[1]})])
+    print("\n".join(line for o in outs[3:] for line in o.splitlines()
+                    if line.startswith("LATE_REFUSED")))

@@ -13,7 +13,7 @@ namespace mooncake_pg {
 
 namespace {
 
-// ---- rendezvous store callbacks (called by libmooncake during create) ----
+// ---- rendezvous store callbacks (libmooncake: group creation, failovers) ----
 
 int storeSet(void* ctx, const char* key, const char* value, uint64_t len) {
   try {
@@ -25,11 +25,31 @@ int storeSet(void* ctx, const char* key, const char* value, uint64_t len) {
   }
 }
 
+// present: whether key exists now, without a wait that times out (a
+// timed-out wait of torch's TCPStore costs a round trip to cancel it and
+// logs two warnings naming the socket's peer, each a reverse DNS lookup
+// that a resolver dropping the query holds for 5 s). A store without
+// check (a Python Store that does not define it) waits 1 ms instead.
+bool present(c10d::Store* store, const std::string& key) {
+  try {
+    return store->check({key});
+  } catch (...) {
+  }
+  store->wait({key}, std::chrono::milliseconds(1));
+  return true;
+}
+
 int64_t storeGet(void* ctx, const char* key, char* buf, uint64_t cap,
                  int64_t timeoutMs) {
   try {
     auto* store = static_cast<c10d::Store*>(ctx);
-    store->wait({key}, std::chrono::milliseconds(timeoutMs));
+    if (timeoutMs <= 0) {
+      if (!present(store, key)) {
+        return -1;
+      }
+    } else {
+      store->wait({key}, std::chrono::milliseconds(timeoutMs));
+    }
     auto v = store->get(key);
     std::memcpy(buf, v.data(), std::min<uint64_t>(cap, v.size()));
     return static_cast<int64_t>(v.size());
