@@ -429,6 +429,10 @@ func (g *Group) runOp(q *fifo, fn func() error, w *Work) {
 		err = fmt.Errorf("%w during the op (%v)", ErrClosed, err)
 	case recoverable(err):
 		err = g.recover(q == g.coll, fn, w, err)
+		if err != nil && !errors.Is(err, ErrClosed) && g.closed.Load() {
+			// The close began during the reconciliation and cut it short.
+			err = fmt.Errorf("%w during the op (%v)", ErrClosed, err)
+		}
 	}
 	w.complete(g.fail(err))
 }
