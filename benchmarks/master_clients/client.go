@@ -117,6 +117,30 @@ func codeErr(code int32, err error) error {
 	return nil
 }
 
+// put writes the 4 KiB object key's metadata: put start, then put end
+// (no data moves: the master never reads segment memory).
+func (c *client) put(ctx context.Context, key string) error {
+	rpc, _ := c.master()
+	ps, err := rpc.PutStart(ctx, &pb.PutStartRequest{ClientId: c.id, Key: key, Size: objectSize,
+		Config: &pb.ReplicateConfig{ReplicaNum: 1}})
+	if err = codeErr(ps.GetErrorCode(), err); err != nil {
+		return err
+	}
+	pe, err := rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.id, Key: key})
+	return codeErr(pe.GetErrorCode(), err)
+}
+
+// follow redials the master view's leader when it is not the master the
+// client talks to, as the store client follows the view.
+func (c *client) follow(view *leaderView) error {
+	if addr := view.get(); addr != "" {
+		if _, cur := c.master(); cur != addr {
+			return c.redial(addr)
+		}
+	}
+	return nil
+}
+
 // probe puts, reads and checks 4 KiB objects at rate rounds/s for d and
 // returns each call's latencies; any failed call fails the probe.
 func (c *client) probe(d time.Duration, rate int) (put, get, exist []time.Duration, err error) {
@@ -128,13 +152,7 @@ func (c *client) probe(d time.Duration, rate int) (put, get, exist []time.Durati
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		rpc, _ := c.master()
 		t0 := time.Now()
-		ps, err := rpc.PutStart(ctx, &pb.PutStartRequest{ClientId: c.id, Key: key, Size: objectSize,
-			Config: &pb.ReplicateConfig{ReplicaNum: 1}})
-		if err = codeErr(ps.GetErrorCode(), err); err == nil {
-			var pe *pb.StatusResponse
-			pe, err = rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.id, Key: key})
-			err = codeErr(pe.GetErrorCode(), err)
-		}
+		err := c.put(ctx, key)
 		t1 := time.Now()
 		var gr *pb.GetReplicaListResponse
 		if err == nil {

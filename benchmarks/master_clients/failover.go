@@ -18,7 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mooncake-go/mooncake/kvstore/master/replication"
-	pb "github.com/mooncake-go/mooncake/kvstore/masterpb"
 )
 
 // failoverResult is one row's failover: from kill -9 of the leader to the
@@ -134,21 +133,9 @@ func measureFailover(bin, etcdBin string, r row, lease int) (failoverResult, err
 // after kill it ended.
 func putUntilServed(c *client, view *leaderView, kill time.Time, limit time.Duration) (time.Duration, error) {
 	for i := 0; time.Since(kill) < limit; i++ {
-		if addr := view.get(); addr != "" {
-			if _, cur := c.master(); cur != addr {
-				c.redial(addr)
-			}
-		}
-		rpc, _ := c.master()
+		c.follow(view) // a failed redial fails the put below
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		key := fmt.Sprintf("failover-%d", i)
-		ps, err := rpc.PutStart(ctx, &pb.PutStartRequest{ClientId: c.id, Key: key, Size: objectSize,
-			Config: &pb.ReplicateConfig{ReplicaNum: 1}})
-		if err = codeErr(ps.GetErrorCode(), err); err == nil {
-			var pe *pb.StatusResponse
-			pe, err = rpc.PutEnd(ctx, &pb.PutEndRequest{ClientId: c.id, Key: key})
-			err = codeErr(pe.GetErrorCode(), err)
-		}
+		err := c.put(ctx, fmt.Sprintf("failover-%d", i))
 		cancel()
 		if err == nil {
 			return time.Since(kill), nil

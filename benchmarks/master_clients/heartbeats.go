@@ -58,13 +58,9 @@ func startHeartbeats(ctx context.Context, clients []*client, leader *leaderView)
 func (h *heartbeats) beat(ctx context.Context, i int, c *client) {
 	t0 := time.Now()
 	if h.leader != nil {
-		if addr := h.leader.get(); addr != "" {
-			if _, cur := c.master(); cur != addr {
-				if err := c.redial(addr); err != nil {
-					h.record(ctx, 0, err)
-					return
-				}
-			}
+		if err := c.follow(h.leader); err != nil {
+			h.record(ctx, 0, err)
+			return
 		}
 	}
 	_, err := c.ping()
