@@ -179,3 +179,62 @@ func rootedDeath(t *testing.T, what string, root int, op func(g *Group, root int
 		t.Errorf("%s rooted at %d with rank 2 gone: the survivors ended it %d ways: %v", what, root, len(outcomes), outcomes)
 	}
 }
+
+// One outcome when a scatter's root (rank 2) dies between its messages to
+// different receivers: push sends what it managed, then rank 2 goes away.
+// No survivor can supply the block meant for another, so the receivers
+// complete only on the root's final commit (scatter_from_root.go).
+func scatterRootDeath(t *testing.T, push func(g *Group, block func(p int) []byte) error, wantSuccess bool) {
+	block := func(p int) []byte { return f32bytes(float32(10*p + 1)) }
+	var mu sync.Mutex
+	outcomes := map[string][]int{}
+	deathScenario(t, 4, 2, 4096, func(g *Group) {
+		w, err := g.start(g.coll, func() error { return push(g, block) }, nil)
+		if err != nil {
+			t.Errorf("rank 2: %v", err)
+			return
+		}
+		w.Wait(0)
+	}, func(t *testing.T, g *Group) {
+		out := filled(-1, 1)
+		w, err := g.Scatter(nil, out, 2)
+		if err != nil {
+			t.Fatalf("rank %d: scatter: %v", g.Rank(), err)
+		}
+		if _, err := w.Wait(0); err != nil {
+			t.Fatalf("rank %d: scatter raised: %v", g.Rank(), err)
+		}
+		o := fmt.Sprintf("local success %v, failed %v", w.LocalSuccess(), w.FailedRanks())
+		mu.Lock()
+		outcomes[o] = append(outcomes[o], g.Rank())
+		mu.Unlock()
+		if wantSuccess && (!w.LocalSuccess() || len(w.FailedRanks()) != 0 || !bytes.Equal(out, block(g.Rank()))) {
+			t.Errorf("rank %d: scatter whose blocks every survivor has: %s, block %v; want success, [], %v", g.Rank(), o, out, block(g.Rank()))
+		}
+		if !wantSuccess && (w.LocalSuccess() || fmt.Sprint(w.FailedRanks()) != "[2]") {
+			t.Errorf("rank %d: scatter whose blocks some survivor lacks: %s; want local success false, failed [2]", g.Rank(), o)
+		}
+	})
+	if len(outcomes) != 1 {
+		t.Errorf("scatter from rank 2, dead mid-op: the survivors ended it %d ways: %v", len(outcomes), outcomes)
+	}
+}
+
+// The root gave rank 1 its block only: ranks 0 and 3 lack theirs, so
+// rank 1, which has its block but no commit, fails the op with them.
+func TestScatterRootDeathBeforeEveryBlockLeavesOneOutcome(t *testing.T) {
+	scatterRootDeath(t, func(g *Group, block func(int) []byte) error {
+		return g.send(chColl, []out{{peer: 1, data: block(1)}})
+	}, false)
+}
+
+// Every block landed and only rank 1 took the commit: it completed, and
+// ranks 0 and 3, with their blocks, complete the op with it.
+func TestScatterRootDeathBeforeEveryCommitLeavesOneOutcome(t *testing.T) {
+	scatterRootDeath(t, func(g *Group, block func(int) []byte) error {
+		if err := g.send(chColl, []out{{peer: 0, data: block(0)}, {peer: 1, data: block(1)}, {peer: 3, data: block(3)}}); err != nil {
+			return err
+		}
+		return g.send(chColl, []out{{peer: 1}})
+	}, true)
+}

@@ -3,6 +3,16 @@ package backend
 // scatterFromRoot: the root writes each chunk of block p of its input into
 // active rank p's slot; every active rank copies its block to out. Blocks
 // of inactive slots are not read.
+//
+// One outcome (issue 46): no survivor can hand a receiver the block the
+// root meant for it alone, so a receiver must not complete while another
+// may lack its block. The root ends with a commit, a message without data
+// that it writes to every receiver once its every block has landed; a
+// receiver completes on it. A receiver whose wait for the commit fails has
+// its block (the op is done here: tail): the reconciliation completes it
+// when some survivor took the commit or every survivor is done, and fails
+// it with the others when one lacks its block (membership.go,
+// completedRanks). It costs one flag write per receiver.
 func scatterFromRoot(g *Group, in, outBuf []byte, root int) error {
 	nb := len(outBuf)
 	slot := g.SlotBytes()
@@ -31,5 +41,16 @@ func scatterFromRoot(g *Group, in, outBuf []byte, root int) error {
 		copy(outBuf[off:end], s)
 		g.release(chColl, root)
 	}
+	if g.rank == root {
+		msgs = msgs[:0]
+		for _, p := range others {
+			msgs = append(msgs, out{peer: p})
+		}
+		return g.send(chColl, msgs)
+	}
+	if _, err := g.recv(chColl, root); err != nil {
+		return tail(err)
+	}
+	g.release(chColl, root)
 	return nil
 }
