@@ -41,6 +41,16 @@ func TestSnapshotInconsistentStateIsRefused(t *testing.T) {
 			st.objects.get("b").replicas[0].off = st.objects.get("a").replicas[0].off
 		},
 		"replica longer than its allocation": func(st *State) { st.objects.get("a").replicas[0].size = 1 << 12 },
+		"quarantine holding an object's bytes": func(st *State) {
+			r := st.objects.get("a").replicas[0]
+			st.discarded = append(st.discarded, discarded{seg: r.seg, off: r.off, len: r.size, releaseAt: epoch})
+		},
+		"quarantine overlapping an object's end": func(st *State) {
+			r := st.objects.get("a").replicas[0]
+			st.discarded = append(st.discarded, discarded{seg: r.seg, off: r.off + AlignUp(r.size) - Alignment, len: 2 * Alignment, releaseAt: epoch})
+		},
+		"an allocation nothing holds":           func(st *State) { st.segments["s1"].alloc.Allocate(64) },
+		"a replica shortened, leaking its tail": func(st *State) { st.objects.get("a").replicas[0].size = 8 },
 		"free extent over an allocation": func(st *State) {
 			a := st.segments["s1"].alloc
 			a.free[0].off -= Alignment
