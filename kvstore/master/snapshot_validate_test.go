@@ -64,3 +64,48 @@ func TestSnapshotInconsistentStateIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotDoubleHeldBytesAreRefused: with every kind of holder
+// present (buildEveryHolder), a range two holders claim, or a holder
+// claiming free bytes, makes the file refused.
+func TestSnapshotDoubleHeldBytesAreRefused(t *testing.T) {
+	if _, _, err := decodeSnapshot(encodeSnapshot(buildEveryHolder(t), 1, 2), DefaultConfig()); err != nil {
+		t.Fatalf("a consistent state: %v", err)
+	}
+	reservation := func(st *State) *reservation {
+		for _, r := range st.reservations {
+			return r
+		}
+		return nil
+	}
+	target := func(st *State) *replica {
+		for _, tk := range st.tasks {
+			if len(tk.targets) > 0 {
+				return tk.targets[0]
+			}
+		}
+		return nil
+	}
+	for name, spoil := range map[string]func(st *State){
+		"reservation piece grown over the committed replica": func(st *State) { reservation(st).pieces[0].len += Alignment },
+		"reservation piece moved onto free bytes": func(st *State) {
+			r := reservation(st)
+			r.pieces[1].off += 1 << 14
+		},
+		"two reservation pieces sharing bytes": func(st *State) {
+			r := reservation(st)
+			r.pieces[1] = extent{r.pieces[0].off + Alignment, r.pieces[0].len}
+		},
+		"task target on the quarantined bytes": func(st *State) {
+			tg, q := target(st), st.discarded[0]
+			tg.seg, tg.off = q.seg, q.off
+		},
+		"quarantined twice": func(st *State) { st.discarded = append(st.discarded, st.discarded[0]) },
+	} {
+		st := buildEveryHolder(t)
+		spoil(st)
+		if _, _, err := decodeSnapshot(encodeSnapshot(st, 1, 2), DefaultConfig()); !errors.Is(err, errSnapshotInconsistent) {
+			t.Errorf("%s: decode = %v, want errSnapshotInconsistent", name, err)
+		}
+	}
+}
