@@ -23,7 +23,8 @@ const (
 )
 
 // reservation is one block a client reserved: pieces are its unused
-// parts, sorted by offset, each a live allocation of seg.alloc.
+// parts, sorted by offset, each held in seg.alloc and freed on its own
+// (the allocator keeps no table of allocations; take cuts pieces here).
 type reservation struct {
 	id     uint64
 	client string
