@@ -17,7 +17,10 @@ type extent struct {
 }
 
 // Allocator is a first-fit offset allocator over one segment of Size bytes.
-// Free space is a list of extents sorted by offset; Free coalesces a
+// It keeps only the free space, a list of extents sorted by offset: the
+// holder of an allocation (a replica, a quarantined buffer, a reservation
+// piece) knows its offset and length and hands both back to Free, so the
+// master spends no memory per allocation here. Free coalesces a
 // released range with its neighbours, so fragmentation never outlives the
 // allocations that caused it. Allocate is O(#free extents), Free is
 // O(log n) to find the slot plus the slice shift. It is not safe for
@@ -25,15 +28,14 @@ type extent struct {
 type Allocator struct {
 	size      uint64
 	allocated uint64
-	free      []extent          // sorted by off, never adjacent (always coalesced)
-	used      map[uint64]uint64 // off -> rounded length of live allocations
+	free      []extent // sorted by off, never adjacent (always coalesced)
 }
 
 // NewAllocator returns an allocator managing size bytes (rounded down to
 // Alignment).
 func NewAllocator(size uint64) *Allocator {
 	size -= size % Alignment
-	a := &Allocator{size: size, used: make(map[uint64]uint64)}
+	a := &Allocator{size: size}
 	if size > 0 {
 		a.free = []extent{{0, size}}
 	}
@@ -65,23 +67,21 @@ func (a *Allocator) Allocate(n uint64) (off uint64, ok bool) {
 			e.off += need
 			e.len -= need
 		}
-		a.used[off] = need
 		a.allocated += need
 		return off, true
 	}
 	return 0, false
 }
 
-// Free releases the allocation that starts at off. It panics when off is
-// not a live allocation: that is a bookkeeping bug in the caller.
-func (a *Allocator) Free(off uint64) {
-	n, ok := a.used[off]
-	if !ok {
-		panic(fmt.Sprintf("master: free of unallocated offset %d", off))
-	}
-	delete(a.used, off)
+// Free releases the n bytes (rounded up to Alignment, as Allocate
+// rounded them) at off. It panics when [off, off+n) is not wholly
+// allocated (a double free, or a wrong offset or length): that is a
+// bookkeeping bug in the caller.
+func (a *Allocator) Free(off, n uint64) {
+	n = AlignUp(n)
+	a.mustHold(off, n)
 	a.allocated -= n
-	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	i := a.freeAfter(off)
 	// Merge with the previous extent and/or the next one.
 	mergePrev := i > 0 && a.free[i-1].off+a.free[i-1].len == off
 	mergeNext := i < len(a.free) && off+n == a.free[i].off
@@ -124,15 +124,31 @@ func (a *Allocator) LargestFree() uint64 {
 // means fragmentation).
 func (a *Allocator) FreeExtents() int { return len(a.free) }
 
-// Split cuts the live allocation that starts at off in two at offset at:
-// [off, at) and [at, end) become separate allocations, each freed on its
-// own. at must lie strictly inside the allocation and be aligned; anything
-// else is a bookkeeping bug in the caller and panics.
-func (a *Allocator) Split(off, at uint64) {
-	n, ok := a.used[off]
-	if !ok || at <= off || at >= off+n || at%Alignment != 0 {
-		panic(fmt.Sprintf("master: split of allocation %d (+%d) at %d", off, n, at))
+// freeAfter is the index of the first free extent that starts after off.
+func (a *Allocator) freeAfter(off uint64) int {
+	return sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+}
+
+// holds reports whether [off, off+n) is a non-empty, aligned range inside
+// the segment that overlaps no free extent: bytes some holder owns. The
+// free extents are sorted and disjoint, so only the one before off and
+// the one after it can overlap.
+func (a *Allocator) holds(off, n uint64) bool {
+	end := off + n
+	if n == 0 || end < off || end > a.size || off%Alignment != 0 || n%Alignment != 0 {
+		return false
 	}
-	a.used[off] = at - off
-	a.used[at] = off + n - at
+	i := a.freeAfter(off)
+	if i > 0 && a.free[i-1].off+a.free[i-1].len > off {
+		return false
+	}
+	return i == len(a.free) || a.free[i].off >= end
+}
+
+// mustHold panics unless holds(off, n): a caller releasing or splitting
+// bytes it does not hold has lost track of its allocations.
+func (a *Allocator) mustHold(off, n uint64) {
+	if !a.holds(off, n) {
+		panic(fmt.Sprintf("master: allocation %d (+%d) is not held", off, n))
+	}
 }

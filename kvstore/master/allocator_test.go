@@ -45,7 +45,7 @@ func TestAllocatorExhaustionAndReuse(t *testing.T) {
 	if a.FreeBytes() != 0 || a.FreeExtents() != 0 {
 		t.Fatalf("full segment: free=%d extents=%d", a.FreeBytes(), a.FreeExtents())
 	}
-	a.Free(offs[3])
+	a.Free(offs[3], 8)
 	off, ok := a.Allocate(8)
 	if !ok || off != offs[3] {
 		t.Fatalf("reuse got %d,%v want %d", off, ok, offs[3])
@@ -61,7 +61,7 @@ func TestAllocatorFragmentationAndCoalescing(t *testing.T) {
 	}
 	// Free every other block: 40 bytes free but no 16-byte hole.
 	for i := 0; i < 10; i += 2 {
-		a.Free(offs[i])
+		a.Free(offs[i], 8)
 	}
 	if a.FreeBytes() != 40 || a.LargestFree() != 8 || a.FreeExtents() != 5 {
 		t.Fatalf("fragmented: free=%d largest=%d extents=%d", a.FreeBytes(), a.LargestFree(), a.FreeExtents())
@@ -70,7 +70,7 @@ func TestAllocatorFragmentationAndCoalescing(t *testing.T) {
 		t.Fatal("16 bytes allocated in a segment with only 8-byte holes")
 	}
 	// Freeing block 1 merges holes 0,1,2 (prev and next at once).
-	a.Free(offs[1])
+	a.Free(offs[1], 8)
 	if a.LargestFree() != 24 || a.FreeExtents() != 4 {
 		t.Fatalf("after merge: largest=%d extents=%d", a.LargestFree(), a.FreeExtents())
 	}
@@ -78,10 +78,10 @@ func TestAllocatorFragmentationAndCoalescing(t *testing.T) {
 	if !ok || off != 0 {
 		t.Fatalf("allocate into merged hole: %d,%v", off, ok)
 	}
-	a.Free(off)
+	a.Free(off, 24)
 	// Free the rest in an order exercising merge-with-next and with-prev.
 	for _, i := range []int{5, 3, 9, 7} {
-		a.Free(offs[i])
+		a.Free(offs[i], 8)
 	}
 	if a.FreeExtents() != 1 || a.LargestFree() != 80 || a.Allocated() != 0 {
 		t.Fatalf("all freed: extents=%d largest=%d allocated=%d", a.FreeExtents(), a.LargestFree(), a.Allocated())
@@ -91,13 +91,51 @@ func TestAllocatorFragmentationAndCoalescing(t *testing.T) {
 func TestAllocatorDoubleFreePanics(t *testing.T) {
 	a := NewAllocator(64)
 	off, _ := a.Allocate(8)
-	a.Free(off)
+	a.Free(off, 8)
 	defer func() {
 		if recover() == nil {
 			t.Fatal("double free did not panic")
 		}
 	}()
-	a.Free(off)
+	a.Free(off, 8)
+}
+
+// TestAllocatorBadFreePanics: with no table of allocations, Free checks
+// its range against the free extents; a length reaching into free space,
+// a range starting in it, an unaligned or empty range all panic and leave
+// the allocator as it was.
+func TestAllocatorBadFreePanics(t *testing.T) {
+	a := NewAllocator(64)
+	first, _ := a.Allocate(16)
+	second, _ := a.Allocate(8) // [16, 24); [24, 64) stays free
+	for _, c := range []struct {
+		name   string
+		off, n uint64
+	}{
+		{"length reaching into free space", second, 16},
+		{"range starting in free space", 32, 8},
+		{"range past the segment", 56, 16},
+		{"unaligned offset", first + 4, 8},
+		{"empty range", first, 0},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: Free(%d, %d) did not panic", c.name, c.off, c.n)
+				}
+			}()
+			a.Free(c.off, c.n)
+		}()
+		if a.Allocated() != 24 || a.FreeExtents() != 1 {
+			t.Fatalf("%s: allocator changed: allocated=%d extents=%d", c.name, a.Allocated(), a.FreeExtents())
+		}
+	}
+	// A range that is wholly held frees, even if it spans two allocations
+	// (the holders' bookkeeping, not the allocator's, says what they own).
+	a.Free(first, 24)
+	if a.Allocated() != 0 || a.FreeExtents() != 1 {
+		t.Fatalf("after freeing all: allocated=%d extents=%d", a.Allocated(), a.FreeExtents())
+	}
 }
 
 // TestAllocatorRandomised checks the invariants (no overlap, accounting,
@@ -127,7 +165,7 @@ func TestAllocatorRandomised(t *testing.T) {
 			live[off] = AlignUp(n)
 		} else {
 			for o := range live {
-				a.Free(o)
+				a.Free(o, live[o])
 				delete(live, o)
 				break
 			}
@@ -140,8 +178,8 @@ func TestAllocatorRandomised(t *testing.T) {
 			t.Fatalf("allocated %d, live sum %d", a.Allocated(), sum)
 		}
 	}
-	for o := range live {
-		a.Free(o)
+	for o, l := range live {
+		a.Free(o, l)
 	}
 	if a.FreeExtents() != 1 || a.Allocated() != 0 {
 		t.Fatalf("after freeing all: extents=%d allocated=%d", a.FreeExtents(), a.Allocated())

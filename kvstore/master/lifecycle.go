@@ -284,13 +284,13 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 		leaving[sg] = true
 	}
 	type held struct {
-		sg  *segment
-		off uint64
+		sg     *segment
+		off, n uint64
 	}
 	var reserved []held
 	defer func() {
 		for _, h := range reserved {
-			s.freeIn(h.sg, h.off)
+			s.freeIn(h.sg, h.off, h.n)
 		}
 	}()
 	var items []HandoffItem
@@ -316,7 +316,7 @@ func (s *State) planHandoff(clientID string, segIDs []string) ([]HandoffItem, kv
 					continue
 				}
 				if off, ok := s.allocateIn(sg, o.size); ok {
-					reserved = append(reserved, held{sg, off})
+					reserved = append(reserved, held{sg, off, o.size})
 					info := sg.info
 					it.To = &info
 					break

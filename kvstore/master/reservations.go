@@ -23,7 +23,8 @@ const (
 )
 
 // reservation is one block a client reserved: pieces are its unused
-// parts, sorted by offset, each a live allocation of seg.alloc.
+// parts, sorted by offset, each held in seg.alloc and freed on its own
+// (the allocator keeps no table of allocations; take cuts pieces here).
 type reservation struct {
 	id     uint64
 	client string
@@ -189,14 +190,17 @@ func (r *reservation) take(off, n uint64) bool {
 		return false
 	}
 	p := r.pieces[i]
-	alloc := r.seg.alloc
+	// The allocator keeps no per-allocation record, so cutting a piece is
+	// bookkeeping here alone: the piece must still be held and the cut an
+	// aligned range of it (each part is later freed on its own), or the
+	// pieces have lost track of the segment.
+	r.seg.alloc.mustHold(p.off, p.len)
+	r.seg.alloc.mustHold(off, n)
 	var rest []extent
 	if off > p.off {
-		alloc.Split(p.off, off)
 		rest = append(rest, extent{p.off, off - p.off})
 	}
 	if end := p.off + p.len; off+n < end {
-		alloc.Split(off, off+n)
 		rest = append(rest, extent{off + n, end - off - n})
 	}
 	r.pieces = slices.Replace(r.pieces, i, i+1, rest...)
@@ -204,20 +208,20 @@ func (r *reservation) take(off, n uint64) bool {
 }
 
 // freeRange returns an unused piece of a reservation to its segment.
-func (s *State) freeRange(sg *segment, off uint64) { s.freeIn(sg, off) }
+func (s *State) freeRange(sg *segment, off, n uint64) { s.freeIn(sg, off, n) }
 
 // quarantineRange keeps an unused piece reserved for
 // PutStartReleaseTimeout more: its client may still be writing into it.
-func (s *State) quarantineRange(now time.Time) func(*segment, uint64) {
-	return func(sg *segment, off uint64) {
-		s.discarded = append(s.discarded, discarded{seg: sg, off: off, releaseAt: now.Add(s.cfg.PutStartReleaseTimeout)})
+func (s *State) quarantineRange(now time.Time) func(*segment, uint64, uint64) {
+	return func(sg *segment, off, n uint64) {
+		s.discarded = append(s.discarded, discarded{seg: sg, off: off, len: n, releaseAt: now.Add(s.cfg.PutStartReleaseTimeout)})
 	}
 }
 
 // dropReservation forgets r, handing each unused piece to release.
-func (s *State) dropReservation(r *reservation, release func(*segment, uint64)) {
+func (s *State) dropReservation(r *reservation, release func(*segment, uint64, uint64)) {
 	for _, p := range r.pieces {
-		release(r.seg, p.off)
+		release(r.seg, p.off, p.len)
 	}
 	delete(s.reservations, r.id)
 }
@@ -233,7 +237,7 @@ func (s *State) closeReservations(sg *segment, now time.Time) {
 }
 
 // dropReservations forgets every reservation match selects, in id order.
-func (s *State) dropReservations(match func(*reservation) bool, release func(*segment, uint64)) {
+func (s *State) dropReservations(match func(*reservation) bool, release func(*segment, uint64, uint64)) {
 	ids := make([]uint64, 0, len(s.reservations))
 	for id, r := range s.reservations {
 		if match(r) {

@@ -292,7 +292,7 @@ func (s *State) unmount(segID string, now time.Time) {
 		return
 	}
 	s.failTasksOnSegment(sg, now)
-	s.dropReservations(func(r *reservation) bool { return r.seg == sg }, func(*segment, uint64) {})
+	s.dropReservations(func(r *reservation) bool { return r.seg == sg }, func(*segment, uint64, uint64) {})
 	for o := range s.objects.all() {
 		kept := o.replicas[:0]
 		for _, r := range o.replicas {

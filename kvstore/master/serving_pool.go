@@ -50,11 +50,11 @@ func (s *State) allocateIn(sg *segment, n uint64) (off uint64, ok bool) {
 	return off, ok
 }
 
-// freeIn releases the allocation of sg at off (Allocator.Free), keeping
-// the serving tally current.
-func (s *State) freeIn(sg *segment, off uint64) {
+// freeIn releases the n bytes of sg at off (Allocator.Free), keeping the
+// serving tally current.
+func (s *State) freeIn(sg *segment, off, n uint64) {
 	s.serving.remove(sg)
-	sg.alloc.Free(off)
+	sg.alloc.Free(off, n)
 	s.serving.add(sg)
 }
 

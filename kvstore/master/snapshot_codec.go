@@ -35,8 +35,11 @@ const (
 	// state without a salt draws one with its next task; segments of
 	// incarnation 0 match any, no client is suspect, a client without a
 	// key binds one with its next call, a task's hand-outs count from 0,
-	// and the read windows start empty).
-	snapshotVersion = 6
+	// and the read windows start empty). 7 dropped the allocators' table
+	// of allocations (the holders know their ranges; older files' tables
+	// are read, checked and dropped) and gave each quarantined buffer its
+	// length.
+	snapshotVersion = 7
 )
 
 var (
@@ -199,16 +202,6 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 			e.uvarint(x.off)
 			e.uvarint(x.len)
 		}
-		offs := make([]uint64, 0, len(a.used))
-		for off := range a.used {
-			offs = append(offs, off)
-		}
-		sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
-		e.uvarint(uint64(len(offs)))
-		for _, off := range offs {
-			e.uvarint(off)
-			e.uvarint(a.used[off])
-		}
 	}
 	mounted := sortedMapKeys(st.segments)
 	e.uvarint(uint64(len(mounted)))
@@ -281,6 +274,7 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 	for _, d := range st.discarded {
 		e.uvarint(e.segs[d.seg])
 		e.uvarint(d.off)
+		e.uvarint(d.len)
 		e.time(d.releaseAt)
 	}
 	e.boolean(st.needEviction)
@@ -426,9 +420,13 @@ func encodeSnapshot(st *State, seq, nextN uint64) []byte {
 // snapshotDecoder reads a snapshot body; every failure is errBadSnapshot.
 type snapshotDecoder struct {
 	replication.Decoder
-	segs []*segment
-	reps []*replica
-	objs []*object
+	// oldUsed holds a version 1-6 file's table of allocations (offset to
+	// length) per segment, to give quarantined buffers their lengths and
+	// check reservation pieces against; newer files have none.
+	oldUsed map[*segment]map[uint64]uint64
+	segs    []*segment
+	reps    []*replica
+	objs    []*object
 	// writers holds the objects' writer ids read so far, so that the
 	// objects of one client share one string (State.internClient).
 	writers map[string]*string
@@ -550,7 +548,7 @@ func (d *snapshotDecoder) reservations(st *State) {
 		r := &reservation{id: d.Uvarint(), client: d.str(), seg: d.seg(), start: d.Uvarint()}
 		for j, m := 0, d.count(2); j < m && d.Err == nil; j++ {
 			p := extent{off: d.Uvarint(), len: d.Uvarint()}
-			if r.seg == nil || r.seg.alloc.used[p.off] != p.len || p.len == 0 || p.off < r.start || held[place{r.seg, p.off}] {
+			if r.seg == nil || p.len == 0 || p.off < r.start || held[place{r.seg, p.off}] || !d.inOldTable(r.seg, p.off, p.len) {
 				d.Err = errBadSnapshot
 			}
 			held[place{r.seg, p.off}] = true
@@ -561,6 +559,41 @@ func (d *snapshotDecoder) reservations(st *State) {
 		}
 		st.reservations[r.id] = r
 	}
+}
+
+// oldTable reads a version 1-6 allocator's table of allocations into
+// d.oldUsed: the entries must be aligned ranges inside the segment that
+// overlap no free extent, tile the segment with the free extents, and add
+// up to the allocated count.
+func (d *snapshotDecoder) oldTable(sg *segment, a *Allocator) {
+	if d.oldUsed == nil {
+		d.oldUsed = map[*segment]map[uint64]uint64{}
+	}
+	m := map[uint64]uint64{}
+	var sum uint64
+	for j, n := 0, d.count(2); j < n && d.Err == nil; j++ {
+		off, l := d.Uvarint(), d.Uvarint()
+		if _, dup := m[off]; dup || !a.holds(off, l) {
+			d.Err = errBadSnapshot
+		}
+		m[off] = l
+		sum += l
+	}
+	if d.Err == nil && sum != a.allocated {
+		d.Err = errBadSnapshot
+	}
+	d.oldUsed[sg] = m
+}
+
+// inOldTable reports whether a version 1-6 file's table holds exactly
+// [off, off+n) in sg; a newer file has no table and the state's
+// validation checks every held range instead.
+func (d *snapshotDecoder) inOldTable(sg *segment, off, n uint64) bool {
+	if d.oldUsed == nil {
+		return true
+	}
+	l, ok := d.oldUsed[sg][off]
+	return ok && l == n
 }
 
 // decodeSnapshot parses a snapshot into a State running with cfg. It
@@ -594,21 +627,15 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 			TEEndpoint: d.str(), Protocol: d.str(), HostID: d.str(), HighWatermark: d.int(), LowWatermark: d.int()}
 		sg.client = d.str()
 		sg.mode = SegmentMode(d.int())
-		a := &Allocator{size: d.Uvarint(), allocated: d.Uvarint(), used: map[uint64]uint64{}}
+		a := &Allocator{size: d.Uvarint(), allocated: d.Uvarint()}
 		if n := d.count(2); n > 0 {
 			a.free = make([]extent, n)
 			for j := range a.free {
 				a.free[j] = extent{off: d.Uvarint(), len: d.Uvarint()}
 			}
 		}
-		var used uint64
-		for j, n := 0, d.count(2); j < n; j++ {
-			off, l := d.Uvarint(), d.Uvarint()
-			a.used[off] = l
-			used += l
-		}
-		if d.Err == nil && used != a.allocated {
-			d.Err = errBadSnapshot
+		if version < 7 {
+			d.oldTable(sg, a)
 		}
 		sg.alloc = a
 		d.segs[i] = sg
@@ -704,10 +731,17 @@ func decodeSnapshot(b []byte, cfg Config) (*State, snapshotHeader, error) {
 	if n := d.count(3); n > 0 {
 		st.discarded = make([]discarded, n)
 		for i := range st.discarded {
-			st.discarded[i] = discarded{seg: d.seg(), off: d.Uvarint(), releaseAt: d.time()}
-			if st.discarded[i].seg == nil {
+			q := discarded{seg: d.seg(), off: d.Uvarint()}
+			if version >= 7 {
+				q.len = d.Uvarint()
+			} else if q.seg != nil {
+				q.len = d.oldUsed[q.seg][q.off]
+			}
+			q.releaseAt = d.time()
+			if q.seg == nil || q.len == 0 {
 				d.Err = errBadSnapshot
 			}
+			st.discarded[i] = q
 		}
 	}
 	st.needEviction = d.boolean()

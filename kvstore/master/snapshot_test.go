@@ -120,6 +120,13 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		withBlock.PutCommit("c1", "k", 100, r.ID, 512, nil, ReplicateConfig{ReplicaNum: 1}, epoch)
 	}
 	f.Add(encodeSnapshot(withBlock, 3, 4))
+	// A version 6 file, with its allocators' tables (the older decoding
+	// path), holding every kind of holder of segment bytes.
+	v6, err := os.ReadFile("testdata/snapshot_v6.bin")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v6)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, withChecksum(b)} {
 			got, h, err := decodeSnapshot(in, st.cfg)

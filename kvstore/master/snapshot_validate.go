@@ -17,54 +17,74 @@ var errSnapshotInconsistent = errors.New("snapshot: inconsistent state")
 // span is a byte range [off, end) of a segment.
 type span struct{ off, end uint64 }
 
-// validateSnapshotState checks a decoded state (whose allocators' counts
-// the decoder checked): every segment's free and allocated extents tile
-// its size without overlap, and every memory replica of an object lies inside one
-// allocated extent of its segment, no two of them sharing a byte.
+// validateSnapshotState checks a decoded state. Every segment's free
+// extents are sorted, disjoint, inside it and add up to its size less its
+// allocated count. Every range something holds (objects' memory replicas,
+// unfinished tasks' targets, promotions' targets, quarantined buffers,
+// reservations' unused pieces), rounded up to Alignment, lies inside its
+// segment, overlaps no free extent and no other held range. In a mounted
+// segment the held ranges also add up to the allocated count, so held and
+// free ranges tile it exactly; a segment no longer mounted keeps the
+// allocations its dropped replicas had, which nothing holds. The
+// allocator keeps no table of allocations, so this is what refuses a file
+// that would hand out bytes twice or leak them.
 func validateSnapshotState(st *State, segs []*segment) error {
-	used := make(map[*segment][]span, len(segs))
-	for _, sg := range segs {
-		a := sg.alloc
-		var all, taken []span
-		for off, n := range a.used {
-			taken = append(taken, span{off, off + n})
-		}
-		for _, f := range a.free {
-			all = append(all, span{f.off, f.off + f.len})
-		}
-		all = append(all, taken...)
-		slices.SortFunc(all, func(x, y span) int { return cmp.Compare(x.off, y.off) })
-		slices.SortFunc(taken, func(x, y span) int { return cmp.Compare(x.off, y.off) })
-		var at uint64
-		for _, s := range all {
-			if s.off != at || s.end <= s.off {
-				return fmt.Errorf("%w: segment %s: extents do not tile its %d bytes at offset %d", errSnapshotInconsistent, sg.info.ID, a.size, at)
-			}
-			at = s.end
-		}
-		if at != a.size {
-			return fmt.Errorf("%w: segment %s: extents cover %d of its %d bytes", errSnapshotInconsistent, sg.info.ID, at, a.size)
-		}
-		used[sg] = taken
+	held := make(map[*segment][]span, len(segs))
+	hold := func(sg *segment, off, n uint64) {
+		held[sg] = append(held[sg], span{off, off + AlignUp(n)})
 	}
-	held := map[*segment][]span{}
 	for _, key := range st.sortedKeys() {
 		for _, r := range st.objects.get(key).replicas {
-			taken := used[r.seg]
-			i, _ := slices.BinarySearchFunc(taken, r.off+1, func(s span, off uint64) int { return cmp.Compare(s.off, off) })
-			if i == 0 || r.off+r.size > taken[i-1].end || r.size == 0 {
-				return fmt.Errorf("%w: object %q: replica at %d+%d of segment %s is not inside an allocated extent",
-					errSnapshotInconsistent, key, r.off, r.size, r.seg.info.ID)
-			}
-			held[r.seg] = append(held[r.seg], span{r.off, r.off + r.size})
+			hold(r.seg, r.off, r.size)
 		}
 	}
-	for sg, spans := range held {
-		slices.SortFunc(spans, func(x, y span) int { return cmp.Compare(x.off, y.off) })
-		for i := 1; i < len(spans); i++ {
-			if spans[i].off < spans[i-1].end {
-				return fmt.Errorf("%w: segment %s: two replicas share the bytes at %d", errSnapshotInconsistent, sg.info.ID, spans[i].off)
+	for _, t := range st.tasks {
+		for _, r := range t.targets {
+			hold(r.seg, r.off, r.size)
+		}
+	}
+	for _, d := range st.disk.disks {
+		for _, j := range d.promotions {
+			if j.target != nil {
+				hold(j.target.seg, j.target.off, j.target.size)
 			}
+		}
+	}
+	for _, q := range st.discarded {
+		hold(q.seg, q.off, q.len)
+	}
+	for _, r := range st.reservations {
+		for _, p := range r.pieces {
+			hold(r.seg, p.off, p.len)
+		}
+	}
+	for _, sg := range segs {
+		a := sg.alloc
+		var free uint64
+		for i, f := range a.free {
+			if f.len == 0 || f.off+f.len < f.off || f.off+f.len > a.size || (i > 0 && f.off <= a.free[i-1].off+a.free[i-1].len) {
+				return fmt.Errorf("%w: segment %s: free extent %d (+%d) is empty, outside the segment or out of order",
+					errSnapshotInconsistent, sg.info.ID, f.off, f.len)
+			}
+			free += f.len
+		}
+		if a.allocated > a.size || free != a.size-a.allocated {
+			return fmt.Errorf("%w: segment %s: %d free and %d allocated bytes do not make its %d",
+				errSnapshotInconsistent, sg.info.ID, free, a.allocated, a.size)
+		}
+		spans := held[sg]
+		slices.SortFunc(spans, func(x, y span) int { return cmp.Compare(x.off, y.off) })
+		var taken uint64
+		for i, h := range spans {
+			if !a.holds(h.off, h.end-h.off) || (i > 0 && h.off < spans[i-1].end) {
+				return fmt.Errorf("%w: segment %s: held range %d (+%d) is outside the segment, free, or held twice",
+					errSnapshotInconsistent, sg.info.ID, h.off, h.end-h.off)
+			}
+			taken += h.end - h.off
+		}
+		if st.segments[sg.info.ID] == sg && taken != a.allocated {
+			return fmt.Errorf("%w: segment %s: held ranges add up to %d bytes, %d allocated",
+				errSnapshotInconsistent, sg.info.ID, taken, a.allocated)
 		}
 	}
 	return nil

@@ -41,6 +41,16 @@ func TestSnapshotInconsistentStateIsRefused(t *testing.T) {
 			st.objects.get("b").replicas[0].off = st.objects.get("a").replicas[0].off
 		},
 		"replica longer than its allocation": func(st *State) { st.objects.get("a").replicas[0].size = 1 << 12 },
+		"quarantine holding an object's bytes": func(st *State) {
+			r := st.objects.get("a").replicas[0]
+			st.discarded = append(st.discarded, discarded{seg: r.seg, off: r.off, len: r.size, releaseAt: epoch})
+		},
+		"quarantine overlapping an object's end": func(st *State) {
+			r := st.objects.get("a").replicas[0]
+			st.discarded = append(st.discarded, discarded{seg: r.seg, off: r.off + AlignUp(r.size) - Alignment, len: 2 * Alignment, releaseAt: epoch})
+		},
+		"an allocation nothing holds":           func(st *State) { st.segments["s1"].alloc.Allocate(64) },
+		"a replica shortened, leaking its tail": func(st *State) { st.objects.get("a").replicas[0].size = 8 },
 		"free extent over an allocation": func(st *State) {
 			a := st.segments["s1"].alloc
 			a.free[0].off -= Alignment
@@ -48,6 +58,51 @@ func TestSnapshotInconsistentStateIsRefused(t *testing.T) {
 		},
 	} {
 		st := build()
+		spoil(st)
+		if _, _, err := decodeSnapshot(encodeSnapshot(st, 1, 2), DefaultConfig()); !errors.Is(err, errSnapshotInconsistent) {
+			t.Errorf("%s: decode = %v, want errSnapshotInconsistent", name, err)
+		}
+	}
+}
+
+// TestSnapshotDoubleHeldBytesAreRefused: with every kind of holder
+// present (buildEveryHolder), a range two holders claim, or a holder
+// claiming free bytes, makes the file refused.
+func TestSnapshotDoubleHeldBytesAreRefused(t *testing.T) {
+	if _, _, err := decodeSnapshot(encodeSnapshot(buildEveryHolder(t), 1, 2), DefaultConfig()); err != nil {
+		t.Fatalf("a consistent state: %v", err)
+	}
+	reservation := func(st *State) *reservation {
+		for _, r := range st.reservations {
+			return r
+		}
+		return nil
+	}
+	target := func(st *State) *replica {
+		for _, tk := range st.tasks {
+			if len(tk.targets) > 0 {
+				return tk.targets[0]
+			}
+		}
+		return nil
+	}
+	for name, spoil := range map[string]func(st *State){
+		"reservation piece grown over the committed replica": func(st *State) { reservation(st).pieces[0].len += Alignment },
+		"reservation piece moved onto free bytes": func(st *State) {
+			r := reservation(st)
+			r.pieces[1].off += 1 << 14
+		},
+		"two reservation pieces sharing bytes": func(st *State) {
+			r := reservation(st)
+			r.pieces[1] = extent{r.pieces[0].off + Alignment, r.pieces[0].len}
+		},
+		"task target on the quarantined bytes": func(st *State) {
+			tg, q := target(st), st.discarded[0]
+			tg.seg, tg.off = q.seg, q.off
+		},
+		"quarantined twice": func(st *State) { st.discarded = append(st.discarded, st.discarded[0]) },
+	} {
+		st := buildEveryHolder(t)
 		spoil(st)
 		if _, _, err := decodeSnapshot(encodeSnapshot(st, 1, 2), DefaultConfig()); !errors.Is(err, errSnapshotInconsistent) {
 			t.Errorf("%s: decode = %v, want errSnapshotInconsistent", name, err)

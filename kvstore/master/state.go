@@ -124,7 +124,7 @@ func (o *object) firstReplicas(reps []*replica) {
 // touch it.
 type discarded struct {
 	seg       *segment
-	off       uint64
+	off, len  uint64
 	releaseAt time.Time
 }
 
@@ -223,12 +223,12 @@ func describeAll(rs []*replica) []Replica {
 
 // freeReplica returns a replica's buffer to its segment.
 func (s *State) freeReplica(r *replica) {
-	s.freeIn(r.seg, r.off)
+	s.freeIn(r.seg, r.off, r.size)
 }
 
 // discard quarantines a replica's buffer until releaseAt.
 func (s *State) discard(r *replica, releaseAt time.Time) {
-	s.discarded = append(s.discarded, discarded{seg: r.seg, off: r.off, releaseAt: releaseAt})
+	s.discarded = append(s.discarded, discarded{seg: r.seg, off: r.off, len: r.size, releaseAt: releaseAt})
 }
 
 // erase drops an object and frees all its buffers.
@@ -355,7 +355,7 @@ func (s *State) ReleaseExpired(now time.Time) int {
 	kept := s.discarded[:0]
 	for _, d := range s.discarded {
 		if !now.Before(d.releaseAt) {
-			s.freeIn(d.seg, d.off)
+			s.freeIn(d.seg, d.off, d.len)
 		} else {
 			kept = append(kept, d)
 		}
