@@ -145,7 +145,7 @@ func (a *Allocator) holds(off, n uint64) bool {
 	return i == len(a.free) || a.free[i].off >= end
 }
 
-// mustHold panics unless holds(off, n): a caller releasing or splitting
+// mustHold panics unless holds(off, n): a caller releasing or cutting
 // bytes it does not hold has lost track of its allocations.
 func (a *Allocator) mustHold(off, n uint64) {
 	if !a.holds(off, n) {

@@ -64,7 +64,7 @@ func (s *State) reserve(clientID, tenant string, size uint64, release []uint64, 
 	s.touch(clientID, now)
 	for _, id := range release {
 		if r := s.reservations[id]; r != nil && r.client == clientID {
-			s.dropReservation(r, s.freeRange)
+			s.dropReservation(r, s.freeIn)
 		}
 	}
 	if size == 0 {
@@ -206,9 +206,6 @@ func (r *reservation) take(off, n uint64) bool {
 	r.pieces = slices.Replace(r.pieces, i, i+1, rest...)
 	return true
 }
-
-// freeRange returns an unused piece of a reservation to its segment.
-func (s *State) freeRange(sg *segment, off, n uint64) { s.freeIn(sg, off, n) }
 
 // quarantineRange keeps an unused piece reserved for
 // PutStartReleaseTimeout more: its client may still be writing into it.
